@@ -1,0 +1,24 @@
+# The two commands that matter: `make demo` and `make test`. Each sets itself up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test install clean
+
+$(BIN)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/python -m webgraph_pipeline --input 'data/commoncrawl/*.wat' --output demo_out/edges
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+clean:
+	rm -rf $(VENV) demo_out .pytest_cache

@@ -1,0 +1,50 @@
+"""WebGraph + ALX: Common Crawl link graphs as a benchmark, and sharded implicit ALS in JAX."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="webgraph-alx",
+    version="0.1.0",
+    description=(
+        "Build the WebGraph link-prediction dataset from Common Crawl with Apache Beam, "
+        "serve it through TensorFlow Datasets, and factorize it with sharded implicit ALS in JAX."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["webgraph_pipeline*", "tfds_builder*", "alx_trainer*"]),
+    include_package_data=True,
+    package_data={"": ["*.txt", "*.tsv", "*.json", "*.wat", "*.wat.gz", "checksums.tsv"]},
+    install_requires=[
+        "apache-beam>=2.60,<3",
+        "warcio>=1.7,<2",
+        "orjson>=3.9,<4",
+        "numpy>=1.26,<3",
+        "tensorflow>=2.16,<3",
+        "tensorflow-datasets>=4.9.6,<5",
+        "jax>=0.5,<1",
+        "jaxlib>=0.5,<1",
+        "orbax-checkpoint>=0.11,<1",
+        "tqdm>=4.66,<5",
+        "matplotlib>=3.8,<4",
+        "tensorboardx>=2.6,<3",
+    ],
+    extras_require={
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "scipy>=1.11,<2", "implicit>=0.7,<0.8"],
+        "dataflow": ["apache-beam[gcp]>=2.60,<3"],
+        "gpu": ["jax[cuda12]>=0.5,<1"],
+        "tpu": ["jax[tpu]>=0.5,<1"],
+        "fast": ["fastwarc>=0.14,<3"],
+    },
+    entry_points={
+        "console_scripts": [
+            "webgraph-pipeline=webgraph_pipeline.__main__:main",
+            "alx=alx_trainer.__main__:main",
+        ]
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "License :: OSI Approved :: Apache Software License",
+    ],
+)

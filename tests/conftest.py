@@ -1,0 +1,20 @@
+"""Shared test set-up: 8 virtual CPU devices for JAX, and paths to the bundled real data."""
+
+import os
+import pathlib
+
+# Must happen before JAX is imported anywhere in the test session.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DATA = REPO / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+    """The real sample data bundled with the repository (see data/README.md)."""
+    return DATA

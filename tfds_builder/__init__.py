@@ -1,0 +1,1 @@
+"""TensorFlow Datasets builder for the WebGraph dataset (`web_graph`)."""
