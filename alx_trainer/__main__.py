@@ -1,0 +1,36 @@
+"""`python -m alx_trainer train|eval|sweep|predict|export|split ...`: one entry point, one module per command."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> (module, function); each function takes the remaining argv and returns an exit code.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("alx_trainer.cli_train", "main"),
+    "eval": ("alx_trainer.cli_eval", "main_eval"),
+    "sweep": ("alx_trainer.cli_eval", "main_sweep"),
+    "predict": ("alx_trainer.cli_eval", "main_predict"),
+    "export": ("alx_trainer.cli_eval", "main_export"),
+    "split": ("alx_trainer.cli_eval", "main_split"),
+}
+
+USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [options]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to the command's own parser; print the usage for no or an unknown command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"alx_trainer: unknown command {command!r}. {USAGE}", file=sys.stderr)
+        return 2
+    module, function = COMMANDS[command]
+    return int(getattr(importlib.import_module(module), function)(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

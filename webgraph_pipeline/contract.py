@@ -1,0 +1,123 @@
+"""The dataset contract shared by the pipeline, the TFDS builder and the trainer (see DESIGN.md).
+
+File names, the `tf.train.Example` feature layout and `stats.json` access live here and nowhere
+else. This module imports TensorFlow lazily and never Apache Beam, so the trainer can use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+# TFDS split name -> file prefix of its TFRecord shards.
+SPLIT_PREFIXES: Mapping[str, str] = {
+    "train": "train",
+    "train_t": "train.transpose",
+    "test": "test",
+}
+TFRECORD_SUFFIX = ".tfr"
+VOCAB_PREFIX = "vocab.tsv"
+STATS_FILE = "stats.json"
+
+
+def shard_name(prefix: str, index: int, num_shards: int, suffix: str = "") -> str:
+    """`train.tfr-00003-of-00010`: the name of one shard, in the public web_graph layout."""
+    return f"{prefix}{suffix}-{index:05d}-of-{num_shards:05d}"
+
+
+def split_glob(data_dir: str, split: str) -> str:
+    """The glob that matches every TFRecord shard of `split` under `data_dir`."""
+    if split not in SPLIT_PREFIXES:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLIT_PREFIXES)}")
+    return os.path.join(data_dir, f"{SPLIT_PREFIXES[split]}{TFRECORD_SUFFIX}-*-of-*")
+
+
+def vocab_glob(data_dir: str) -> str:
+    """The glob that matches every vocabulary shard under `data_dir`."""
+    return os.path.join(data_dir, f"{VOCAB_PREFIX}-*-of-*")
+
+
+def encode_row(row_tag: int, col_tag: Sequence[int], gt_tag: Sequence[int] = ()) -> bytes:
+    """One row of a split as a serialized `tf.train.Example` with the web_graph features."""
+    import tensorflow as tf
+
+    feature = {
+        "row_tag": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(row_tag)])),
+        "col_tag": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(c) for c in col_tag])),
+        "gt_tag": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(g) for g in gt_tag])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def feature_spec() -> dict[str, Any]:
+    """The parsing spec of the records, as `tf.io.parse_example` takes it."""
+    import tensorflow as tf
+
+    return {
+        "row_tag": tf.io.FixedLenFeature([], tf.int64),
+        "col_tag": tf.io.VarLenFeature(tf.int64),
+        "gt_tag": tf.io.VarLenFeature(tf.int64),
+    }
+
+
+def decode_row(serialized: bytes) -> tuple[int, list[int], list[int]]:
+    """The inverse of `encode_row`, in plain Python (for tests and small tools)."""
+    import tensorflow as tf
+
+    example = tf.train.Example.FromString(serialized)
+    feats = example.features.feature
+    missing = [k for k in ("row_tag", "col_tag") if k not in feats]
+    if missing:
+        raise ValueError(f"record lacks the web_graph feature(s) {missing}")
+    row = list(feats["row_tag"].int64_list.value)
+    if len(row) != 1:
+        raise ValueError(f"row_tag must hold exactly one id, got {len(row)}")
+    gt = list(feats["gt_tag"].int64_list.value) if "gt_tag" in feats else []
+    return row[0], list(feats["col_tag"].int64_list.value), gt
+
+
+def read_stats(data_dir: str) -> dict[str, Any]:
+    """`stats.json` of a dataset directory, with a clear error when it is missing or corrupt."""
+    import tensorflow as tf
+
+    path = os.path.join(data_dir, STATS_FILE)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{path}: no {STATS_FILE}; is {data_dir} a WebGraph dataset directory?")
+    with tf.io.gfile.GFile(path, "r") as f:
+        text = f.read()
+    try:
+        stats = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(stats, dict) or "nodes" not in stats:
+        raise ValueError(f"{path}: lacks the required key 'nodes'")
+    return stats
+
+
+def matrix_shape(stats: Mapping[str, Any]) -> tuple[int, int]:
+    """(rows, columns) of the matrix a dataset describes.
+
+    A web graph is square (`nodes` x `nodes`); interaction data (users x items) may give
+    `num_rows` and `num_cols` explicitly, with row and column ids in separate ranges.
+    """
+    nodes = int(stats["nodes"])
+    return int(stats.get("num_rows", nodes)), int(stats.get("num_cols", nodes))
+
+
+def write_stats(data_dir: str, stats: Mapping[str, Any]) -> None:
+    """Write `stats.json` (sorted keys, so identical inputs give identical bytes)."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(os.path.join(data_dir, STATS_FILE), "w") as f:
+        f.write(json.dumps(stats, indent=2, sort_keys=True) + "\n")
+
+
+def iter_split_files(data_dir: str, split: str) -> Iterable[str]:
+    """The sorted shard paths of one split; an error naming the glob if there are none."""
+    import tensorflow as tf
+
+    files = sorted(tf.io.gfile.glob(split_glob(data_dir, split)))
+    if not files:
+        raise FileNotFoundError(f"no {split!r} shards match {split_glob(data_dir, split)}")
+    return files
