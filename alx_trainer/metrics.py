@@ -1,0 +1,63 @@
+"""Ranking metrics on top-K id lists, in plain NumPy (paper 4.6 and 5).
+
+Every function takes `topk`, an int array `[n, K]` of predicted column ids per row (best first,
+padding `-1`), and `gt`, the ground-truth ids of each row (a sequence of int arrays). Rows whose
+ground truth is empty have no defined metric and are left out of the means (see `mean_metric`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def _hits(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """Boolean `[n, k]`: whether the i-th prediction of a row is in that row's ground truth."""
+    topk = np.asarray(topk)
+    if topk.ndim != 2 or len(topk) != len(gt):
+        raise ValueError(f"topk must be [n, K] with n = len(gt) = {len(gt)}, got shape {topk.shape}")
+    if k > topk.shape[1]:
+        raise ValueError(f"asked for metrics at {k} but only {topk.shape[1]} predictions per row")
+    hits = np.zeros((len(gt), k), dtype=bool)
+    for i, g in enumerate(gt):
+        if len(g):
+            hits[i] = np.isin(topk[i, :k], np.asarray(g)) & (topk[i, :k] >= 0)
+    return hits
+
+
+def recall_at_k(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """Per-row Recall@k = |top-k ∩ gt| / min(k, |gt|); NaN for rows with an empty ground truth."""
+    hits = _hits(topk, gt, k).sum(axis=1).astype(np.float64)
+    sizes = np.array([len(np.unique(np.asarray(g))) for g in gt], dtype=np.float64)
+    denom = np.minimum(float(k), sizes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(sizes > 0, hits / denom, np.nan)
+
+
+def ndcg_at_k(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """Per-row NDCG@k with binary relevance: DCG / ideal DCG (min(k, |gt|) hits at the top)."""
+    hits = _hits(topk, gt, k).astype(np.float64)
+    discounts = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+    dcg = hits @ discounts
+    sizes = np.array([len(np.unique(np.asarray(g))) for g in gt])
+    ideal = np.concatenate([[0.0], np.cumsum(discounts)])[np.minimum(sizes, k)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(sizes > 0, dcg / ideal, np.nan)
+
+
+def mean_metric(values: np.ndarray) -> float:
+    """Mean over the rows that have a defined value (a non-empty ground truth)."""
+    values = np.asarray(values, dtype=np.float64)
+    valid = ~np.isnan(values)
+    return float(values[valid].mean()) if valid.any() else float("nan")
+
+
+def ranking_metrics(
+    topk: np.ndarray, gt: Sequence[np.ndarray], ks: Sequence[int] = (20, 50), ndcg_k: int | None = 100
+) -> dict[str, float]:
+    """`{"recall@20": ..., "recall@50": ..., "ndcg@100": ...}` averaged over rows with ground truth."""
+    out = {f"recall@{k}": mean_metric(recall_at_k(topk, gt, k)) for k in ks}
+    if ndcg_k:
+        out[f"ndcg@{ndcg_k}"] = mean_metric(ndcg_at_k(topk, gt, ndcg_k))
+    return out
