@@ -18,6 +18,8 @@ SPLIT_PREFIXES: Mapping[str, str] = {
 }
 TFRECORD_SUFFIX = ".tfr"
 VOCAB_PREFIX = "vocab.tsv"
+# Interaction data (users x items) only: the column (item) names; `vocab.tsv` then holds the rows.
+COL_VOCAB_PREFIX = "vocab.cols.tsv"
 STATS_FILE = "stats.json"
 
 

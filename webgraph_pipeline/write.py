@@ -1,0 +1,200 @@
+"""`WriteTfRecords`: the dataset contract's files, byte-identical on every run and runner.
+
+Beam's `WriteToTFRecord` assigns records to shards round-robin from a random start and names
+shards by temporary-file order, so its output differs run to run. Here each record goes to a fixed
+shard by id (contiguous id ranges, so the shards read in order list ids 0..N-1), each shard's
+records are sorted by id, and each shard is written to a temporary name and renamed into place
+(a retried worker rewrites the same bytes). Empty shards are written too, so every
+`-of-N` set is complete.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import apache_beam as beam
+
+from webgraph_pipeline import contract
+
+# The files of one kind: (split or vocabulary name, file prefix, suffix).
+_SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.SPLIT_PREFIXES.items())
+DEGREE_PLOT = "degree_distribution.png"
+
+
+def shard_of(row_id: int, num_ids: int, num_shards: int) -> int:
+    """The shard of an id when ids 0..num_ids-1 are cut into `num_shards` contiguous ranges."""
+    return min(row_id * num_shards // max(num_ids, 1), num_shards - 1)
+
+
+def write_records_file(path: str, records: Iterable[bytes]) -> None:
+    """Write a TFRecord file atomically (temporary name, then rename)."""
+    import tensorflow as tf
+
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for record in records:
+            writer.write(record)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def write_text_file(path: str, data: str | bytes) -> None:
+    """Write a text or binary file atomically (temporary name, then rename)."""
+    import tensorflow as tf
+
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with tf.io.gfile.GFile(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def vocab_lines(entries: Iterable[tuple[int, str]]) -> str:
+    """`id<TAB>name` lines, sorted by id."""
+    return "".join(f"{i}\t{name}\n" for i, name in sorted(entries))
+
+
+def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequence[int]], title: str) -> bytes:
+    """A log-log PNG of the in- and out-degree distributions (number of nodes per degree)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4.5), dpi=100)
+    ax = fig.subplots()
+    for hist, label, marker in ((out_hist, "out-degree", "o"), (in_hist, "in-degree", "x")):
+        points = [(d, n) for d, n in hist if d > 0 and n > 0]
+        if points:
+            ax.loglog([d for d, _ in points], [n for _, n in points], marker, ms=3, label=label)
+    ax.set_xlabel("degree")
+    ax.set_ylabel("nodes")
+    ax.set_title(title)
+    if ax.has_data():
+        ax.legend()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def build_stats(
+    summary: Mapping[str, Any], config: Mapping[str, Any], input_files: Sequence[str], num_shards: int
+) -> dict[str, Any]:
+    """stats.json without the counters (the driver adds those once the job has run)."""
+    from webgraph_pipeline import __version__
+
+    stats = dict(summary)
+    stats.update(
+        config=dict(config),
+        input_files=list(input_files),
+        num_shards=num_shards,
+        code_version=__version__,
+    )
+    return stats
+
+
+class _WriteShardFn(beam.DoFn):
+    """(shard, {'rows': [...], 'shard': [...]}) -> writes one sorted shard file, yields its path."""
+
+    def __init__(self, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
+        self._output_dir, self._prefix, self._suffix = output_dir, prefix, suffix
+        self._num_shards, self._kind = num_shards, kind
+
+    def process(self, kv) -> Iterator[str]:
+        shard, grouped = kv
+        path = os.path.join(
+            self._output_dir, contract.shard_name(self._prefix, shard, self._num_shards, self._suffix)
+        )
+        rows = sorted(grouped["rows"])
+        if self._kind == "vocab":
+            write_text_file(path, vocab_lines(rows))
+        else:
+            write_records_file(path, (contract.encode_row(*r) for r in rows))
+        yield path
+
+
+def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
+    """Write (id, ...) elements into `num_shards` files by contiguous id range; every shard exists."""
+    keyed = pcoll | f"{label}ShardKey" >> beam.Map(
+        lambda r, n, s=num_shards: (shard_of(r[0], n, s), r), beam.pvalue.AsSingleton(size)
+    )
+    all_shards = pcoll.pipeline | f"{label}Shards" >> beam.Create([(i, None) for i in range(num_shards)])
+    return (
+        {"rows": keyed, "shard": all_shards}
+        | f"{label}GroupShards" >> beam.CoGroupByKey()
+        | f"{label}WriteShard" >> beam.ParDo(_WriteShardFn(output_dir, prefix, suffix, num_shards, kind))
+    )
+
+
+class WriteTfRecords(beam.PTransform):
+    """Write `BuildWebGraph`'s output: the three splits, vocabulary shards, stats.json and a PNG.
+
+    Takes the dict `BuildWebGraph` returns; yields the PCollection of written paths.
+    stats.json is written here without the Beam counters; `pipeline.run` adds them at the end.
+    """
+
+    def __init__(
+        self,
+        output_dir: str,
+        config: Mapping[str, Any],
+        input_files: Sequence[str] = (),
+        num_shards: int = 10,
+        plot_title: str = "WebGraph degree distribution",
+    ):
+        super().__init__()
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        self._output_dir = output_dir
+        self._config = dict(config)
+        self._input_files = list(input_files)
+        self._num_shards = num_shards
+        self._plot_title = plot_title
+
+    def expand(self, graph: Mapping[str, Any]):
+        summary = graph["summary"]
+        bipartite = bool(self._config.get("bipartite"))
+        sizes = {
+            "rows": summary | "NumRows" >> beam.Map(lambda s: s.get("num_rows", s["nodes"])),
+            "cols": summary | "NumCols" >> beam.Map(lambda s: s.get("num_cols", s["nodes"])),
+        }
+        written = []
+        for split, prefix, suffix in _SPLIT_FILES:
+            size = sizes["cols" if split == "train_t" else "rows"]
+            written.append(
+                _write_sharded(graph[split], size, split, self._output_dir, prefix, suffix, self._num_shards, "rows")
+            )
+        written.append(
+            _write_sharded(graph["vocab"], sizes["rows"], "vocab", self._output_dir, contract.VOCAB_PREFIX, "",
+                           self._num_shards, "vocab")
+        )
+        if bipartite:
+            written.append(
+                _write_sharded(graph["col_vocab"], sizes["cols"], "col_vocab", self._output_dir,
+                               contract.COL_VOCAB_PREFIX, "", self._num_shards, "vocab")
+            )
+        written.append(
+            summary
+            | "WriteStatsAndPlot"
+            >> beam.ParDo(
+                _WriteStatsFn(self._output_dir, self._config, self._input_files, self._num_shards, self._plot_title)
+            )
+        )
+        return written | "AllWritten" >> beam.Flatten()
+
+
+class _WriteStatsFn(beam.DoFn):
+    """The summary dict -> stats.json (without counters) and the degree plot; yields their paths."""
+
+    def __init__(self, output_dir: str, config: dict, input_files: list, num_shards: int, title: str):
+        self._output_dir, self._config, self._input_files = output_dir, config, input_files
+        self._num_shards, self._title = num_shards, title
+
+    def process(self, summary: Mapping[str, Any]) -> Iterator[str]:
+        stats = build_stats(summary, self._config, self._input_files, self._num_shards)
+        contract.write_stats(self._output_dir, stats)
+        yield os.path.join(self._output_dir, contract.STATS_FILE)
+        plot = os.path.join(self._output_dir, DEGREE_PLOT)
+        png = degree_plot_png(stats["out_degree_histogram"], stats["in_degree_histogram"], self._title)
+        write_text_file(plot, png)
+        yield plot
