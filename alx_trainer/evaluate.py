@@ -1,0 +1,248 @@
+"""Strong-generalization evaluation (paper 4.6 and 5): fold in, score every column, top-K, Recall@K.
+
+Each test row is folded in from its `col_tag` with the trainer's own solve (paper Eq. 4), scored
+against every column with the column table sharded by rows over all devices of a mesh
+(`shard_map`), its fold-in items are excluded, and the top K is taken per shard (`lax.top_k`, or
+`lax.approx_max_k` with a configurable recall target) and merged after an `all_gather` of the
+K best of every shard. At most one batch of rows x all columns of scores exists at a time, spread
+over the devices. A popularity recommender (columns ranked by their number of training rows) is
+scored on the same split by the same code, as the baseline the paper worries about (section 6.1).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from alx_trainer import metrics
+
+Row = tuple[int, np.ndarray, np.ndarray]  # (row_tag, fold-in col_tag, gt_tag)
+FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
+
+SCORE_BUDGET_BYTES = 1 << 30  # default bound on one batch of float32 scores (all devices together)
+
+
+def default_mesh() -> Mesh:
+    """A 1-D mesh over every device, axis `cols`."""
+    return Mesh(np.array(jax.devices()), ("cols",))
+
+
+def _topk_kernel(mesh: Mesh, num_cols: int, k: int, approx: bool, recall_target: float):
+    """The jitted sharded scorer: (queries [B, d], table [N_pad, d] row-sharded, exclude [B, E])."""
+    axes = tuple(mesh.axis_names)
+
+    def local(queries, table, exclude):
+        n_local = table.shape[0]
+        offset = jax.lax.axis_index(axes) * n_local
+        scores = jnp.dot(queries, table.T, preferred_element_type=jnp.float32)
+        ids = offset + jnp.arange(n_local)
+        scores = jnp.where(ids[None, :] < num_cols, scores, -jnp.inf)
+        local_ex = exclude - offset
+        local_ex = jnp.where((exclude >= 0) & (local_ex >= 0) & (local_ex < n_local), local_ex, n_local)
+        scores = scores.at[jnp.arange(scores.shape[0])[:, None], local_ex].set(-jnp.inf, mode="drop")
+        k_local = min(k, n_local)
+        if approx:
+            vals, idx = jax.lax.approx_max_k(scores, k_local, recall_target=recall_target)
+        else:
+            vals, idx = jax.lax.top_k(scores, k_local)
+        all_vals = jax.lax.all_gather(vals, axes, axis=1, tiled=True)
+        all_ids = jax.lax.all_gather(idx + offset, axes, axis=1, tiled=True)
+        best, pos = jax.lax.top_k(all_vals, k)
+        return best, jnp.take_along_axis(all_ids, pos, axis=1)
+
+    fn = jax.shard_map(
+        local, mesh=mesh, in_specs=(P(), P(axes, None), P()), out_specs=(P(), P()), check_vma=False
+    )
+    return jax.jit(fn)
+
+
+class ShardedScorer:
+    """A column table sharded by rows over a mesh, answering top-K queries in fixed-shape batches."""
+
+    def __init__(self, col_table: np.ndarray, mesh: Mesh | None = None):
+        self.mesh = mesh or default_mesh()
+        self.num_cols, self.dim = col_table.shape
+        shards = self.mesh.devices.size
+        padded = math.ceil(max(self.num_cols, 1) / shards) * shards
+        table = np.zeros((padded, self.dim), np.float32)
+        table[: self.num_cols] = np.asarray(col_table, np.float32)
+        self.table = jax.device_put(table, NamedSharding(self.mesh, P(tuple(self.mesh.axis_names), None)))
+        self._kernels: dict[tuple, Any] = {}
+
+    def default_batch_size(self, budget_bytes: int = SCORE_BUDGET_BYTES) -> int:
+        """Rows per batch so that one batch of float32 scores stays within `budget_bytes`."""
+        return int(max(1, min(1024, budget_bytes // (4 * self.table.shape[0]))))
+
+    def topk(
+        self,
+        queries: np.ndarray,
+        exclude: Sequence[np.ndarray],
+        k: int,
+        *,
+        approx: bool = False,
+        recall_target: float = 0.95,
+        batch_size: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and column ids `[n, k]` of the best columns per query, excluding `exclude[i]`.
+
+        Slots beyond the number of admissible columns get score -inf and id -1.
+        """
+        queries = np.asarray(queries, np.float32)
+        n = len(queries)
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ValueError(f"queries must be [n, {self.dim}], got {queries.shape}")
+        if len(exclude) != n:
+            raise ValueError(f"need one exclusion list per query: {len(exclude)} for {n} queries")
+        if not 0 < k <= self.table.shape[0]:
+            raise ValueError(f"k must be in 1..{self.table.shape[0]}, got {k}")
+        batch = batch_size or self.default_batch_size()
+        width = 1 << max(0, int(max((len(e) for e in exclude), default=0)) - 1).bit_length()
+        key = (k, bool(approx), float(recall_target))
+        if key not in self._kernels:
+            self._kernels[key] = _topk_kernel(self.mesh, self.num_cols, k, approx, recall_target)
+        kernel = self._kernels[key]
+        scores = np.empty((n, k), np.float32)
+        ids = np.empty((n, k), np.int64)
+        for start in range(0, n, batch):
+            stop = min(n, start + batch)
+            q = np.zeros((batch, self.dim), np.float32)
+            q[: stop - start] = queries[start:stop]
+            ex = np.full((batch, width), -1, np.int32)
+            for i, e in enumerate(exclude[start:stop]):
+                ex[i, : len(e)] = e
+            s, j = kernel(q, self.table, ex)
+            scores[start:stop] = np.asarray(s)[: stop - start]
+            ids[start:stop] = np.asarray(j)[: stop - start]
+        ids[~np.isfinite(scores)] = -1
+        return scores, ids
+
+
+def _tables(model_or_tables: Any) -> tuple[np.ndarray | None, np.ndarray, Any]:
+    """(row_table, col_table, config) from a Model, a model directory or a (row, col) pair."""
+    if isinstance(model_or_tables, (str, os.PathLike)):
+        from alx_trainer.als import load_model
+
+        model_or_tables = load_model(os.fspath(model_or_tables))
+    if isinstance(model_or_tables, tuple):
+        row, col = model_or_tables
+        return row, np.asarray(col, np.float32), None
+    return (
+        getattr(model_or_tables, "row_table", None),
+        np.asarray(model_or_tables.col_table, np.float32),
+        getattr(model_or_tables, "config", None),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _load_eval_data(data_dir: str, mtime: float) -> tuple[list[Row], np.ndarray, bool]:
+    """Test rows, column popularity (training rows per column) and whether ids are shared."""
+    from webgraph_pipeline import contract
+
+    from alx_trainer.interactions import read_split
+
+    stats = contract.read_stats(data_dir)
+    _, num_cols = contract.matrix_shape(stats)
+    test = read_split(data_dir, "test")
+    train = read_split(data_dir, "train")
+    cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
+    popularity = np.bincount(cols, minlength=num_cols).astype(np.float32)
+    shared = bool(stats.get("shared_ids", "num_rows" not in stats and "num_cols" not in stats))
+    return test, popularity, shared
+
+
+def load_eval_data(data_dir: str) -> tuple[list[Row], np.ndarray, bool]:
+    """Cached read of a dataset directory's test rows and column popularity (see `evaluate`)."""
+    from webgraph_pipeline import contract
+
+    path = os.path.join(data_dir, contract.STATS_FILE)
+    return _load_eval_data(os.path.abspath(data_dir), os.path.getmtime(path) if os.path.exists(path) else 0.0)
+
+
+def _default_fold_in() -> FoldInFn:
+    from alx_trainer.als import fold_in
+
+    return fold_in
+
+
+def evaluate(
+    model_or_tables: Any,
+    data_dir_or_rows: str | Sequence[Row],
+    config: Any = None,
+    *,
+    ks: Sequence[int] = (20, 50),
+    ndcg_k: int | None = 100,
+    approx: bool = False,
+    recall_target: float = 0.95,
+    batch_size: int | None = None,
+    mesh: Mesh | None = None,
+    popularity: np.ndarray | None = None,
+    exclude_self: bool | None = None,
+    fold_in_fn: FoldInFn | None = None,
+    max_rows: int | None = None,
+) -> dict[str, float]:
+    """Recall@k for k in `ks` and NDCG@`ndcg_k` of a model on the held-out rows of a split.
+
+    `model_or_tables`: a trainer `Model`, a model directory, or a `(row_table, col_table)` pair.
+    `data_dir_or_rows`: a dataset directory (its `test` split; popularity from its `train` split)
+    or a sequence of `(row, fold_in_cols, gt_cols)`. `config` is passed to the fold-in solve
+    (default: the model's own). With `popularity` (or a directory) the same metrics are reported
+    for the popularity baseline under `popularity/...`. `exclude_self` also removes the row's own
+    id from its ranking (default: on for a graph with shared ids, read from `stats.json`).
+    """
+    _, col_table, model_config = _tables(model_or_tables)
+    config = config if config is not None else model_config
+    if isinstance(data_dir_or_rows, (str, os.PathLike)):
+        rows, pop, shared = load_eval_data(os.fspath(data_dir_or_rows))
+        popularity = pop if popularity is None else popularity
+        exclude_self = shared if exclude_self is None else exclude_self
+    else:
+        rows = list(data_dir_or_rows)
+    rows = rows[:max_rows] if max_rows else rows
+    if not rows:
+        raise ValueError("no test rows to evaluate")
+    num_cols = col_table.shape[0]
+    for r, cols, gt in rows:
+        bad = [c for c in np.concatenate([cols, gt]) if not 0 <= c < num_cols]
+        if bad:
+            raise ValueError(f"test row {r} names column {bad[0]} outside the table's 0..{num_cols - 1}")
+    exclude = [np.concatenate([c, [r]]) if exclude_self else c for r, c, _ in rows]
+    exclude = [e.astype(np.int64) for e in exclude]
+    gts = [np.asarray(g) for _, _, g in rows]
+    k = max(list(ks) + ([ndcg_k] if ndcg_k else []))
+    scorer = ShardedScorer(col_table, mesh)
+    batch = batch_size or scorer.default_batch_size()
+    fold_in_fn = fold_in_fn or _default_fold_in()
+    ids = np.empty((len(rows), k), np.int64)
+    for start in range(0, len(rows), batch):
+        part = rows[start : start + batch]
+        queries = np.asarray(fold_in_fn(col_table, [c for _, c, _ in part], config), np.float32)
+        _, ids[start : start + len(part)] = scorer.topk(
+            queries, exclude[start : start + len(part)], k,
+            approx=approx, recall_target=recall_target, batch_size=batch,
+        )
+    out = metrics.ranking_metrics(ids, gts, ks, ndcg_k)
+    if popularity is not None:
+        pop_scorer = ShardedScorer(np.asarray(popularity, np.float32)[:, None], mesh)
+        _, pop_ids = pop_scorer.topk(np.ones((len(rows), 1), np.float32), exclude, k, batch_size=batch)
+        out.update({f"popularity/{name}": v for name, v in metrics.ranking_metrics(pop_ids, gts, ks, ndcg_k).items()})
+    out["num_rows"] = float(len(rows))
+    out["num_rows_with_gt"] = float(sum(1 for g in gts if len(g)))
+    return out
+
+
+def format_metrics(result: Mapping[str, float]) -> str:
+    """One line per metric, model and popularity baseline side by side."""
+    names = [n for n in result if "@" in n and not n.startswith("popularity/")]
+    lines = [f"{'metric':<12} {'model':>8} {'popularity':>10}"]
+    for name in names:
+        pop = result.get(f"popularity/{name}")
+        lines.append(f"{name:<12} {result[name]:>8.4f} {'' if pop is None else f'{pop:>10.4f}'}")
+    lines.append(f"rows: {int(result.get('num_rows', 0))} ({int(result.get('num_rows_with_gt', 0))} with ground truth)")
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""Predictions from a trained model (paper Appendix A) and export of its tables for serving.
+
+- `predict_outlinks`: for a URL (through the vocabulary `vocab.tsv-*`) or an id, the top-K columns
+  it is predicted to link to, with URLs and scores; its known outlinks are excluded. A training
+  row uses its row embedding; a held-out row is folded in from its fold-in outlinks (Eq. 4).
+- `nearest_neighbors`: the K nodes whose embeddings are closest by cosine to a node's embedding.
+- `export_tables`: both tables with their ids (and names) as NumPy `.npz`/`.npy` and as TFRecord.
+Scoring goes through the same sharded top-k as evaluation (`evaluate.ShardedScorer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from alx_trainer.evaluate import ShardedScorer, _tables
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """One predicted column: its id, its name (URL) when a vocabulary is known, and its score."""
+
+    id: int
+    name: str
+    score: float
+
+
+@functools.lru_cache(maxsize=4)
+def load_vocab(data_dir: str) -> tuple[dict[int, str], dict[str, int]]:
+    """(id -> URL, URL -> id) from a dataset directory's vocabulary shards."""
+    from alx_trainer.interactions import read_vocab
+
+    names = read_vocab(data_dir)
+    return names, {name: i for i, name in names.items()}
+
+
+def resolve_node(node: str | int, data_dir: str | None) -> int:
+    """An id from an int, a numeric string, or a URL looked up in the vocabulary."""
+    if isinstance(node, (int, np.integer)):
+        return int(node)
+    if node.isdigit():
+        return int(node)
+    if data_dir is None:
+        raise ValueError(f"{node!r} is not an id and no dataset directory was given to look it up")
+    _, ids = load_vocab(data_dir)
+    for candidate in (node, node.rstrip("/"), node + "/"):
+        if candidate in ids:
+            return ids[candidate]
+    raise KeyError(f"{node!r} is not in the vocabulary of {data_dir}")
+
+
+@functools.lru_cache(maxsize=4)
+def known_rows(data_dir: str) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """(training row -> its columns, held-out row -> its fold-in columns) of a dataset directory."""
+    from alx_trainer.interactions import read_split
+
+    train = {r: c for r, c, _ in read_split(data_dir, "train")}
+    test = {r: c for r, c, _ in read_split(data_dir, "test")}
+    return train, test
+
+
+def _named(ids: np.ndarray, scores: np.ndarray, names: Mapping[int, str]) -> list[Prediction]:
+    return [Prediction(int(i), names.get(int(i), str(int(i))), float(s)) for i, s in zip(ids, scores) if i >= 0]
+
+
+def predict_outlinks(
+    model: Any, data_dir: str, node: str | int, k: int = 10, *, config: Any = None, mesh: Any = None
+) -> list[Prediction]:
+    """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks and itself."""
+    row_table, col_table, model_config = _tables(model)
+    row = resolve_node(node, data_dir)
+    train, test = known_rows(os.path.abspath(data_dir))
+    if row in train:
+        known = train[row]
+        query = np.asarray(row_table, np.float32)[row][None]
+    elif row in test:
+        from alx_trainer.als import fold_in
+
+        known = test[row]
+        query = np.asarray(fold_in(col_table, [known], config or model_config), np.float32)
+    else:
+        raise ValueError(f"node {node!r} (id {row}) has no outlinks in {data_dir}: nothing to predict from")
+    names = _names_or_empty(data_dir)
+    exclude = np.concatenate([known, [row]]) if _shared_ids(data_dir) else known
+    scores, ids = ShardedScorer(col_table, mesh).topk(query, [exclude], k)
+    return _named(ids[0], scores[0], names)
+
+
+def nearest_neighbors(
+    model: Any, node: str | int, k: int = 10, *, data_dir: str | None = None, table: str = "col", mesh: Any = None
+) -> list[Prediction]:
+    """The `k` nodes with the highest cosine similarity to `node` in the `col` (or `row`) table."""
+    row_table, col_table, _ = _tables(model)
+    if table not in ("row", "col"):
+        raise ValueError(f"table must be 'row' or 'col', got {table!r}")
+    emb = np.asarray(col_table if table == "col" else row_table, np.float32)
+    node_id = resolve_node(node, data_dir)
+    if not 0 <= node_id < len(emb):
+        raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
+    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    scores, ids = ShardedScorer(unit, mesh).topk(unit[node_id][None], [np.array([node_id])], k)
+    return _named(ids[0], scores[0], _names_or_empty(data_dir) if data_dir else {})
+
+
+def _names_or_empty(data_dir: str) -> dict[int, str]:
+    try:
+        return load_vocab(os.path.abspath(data_dir))[0]
+    except FileNotFoundError:
+        return {}
+
+
+def _shared_ids(data_dir: str) -> bool:
+    from webgraph_pipeline import contract
+
+    stats = contract.read_stats(data_dir)
+    return bool(stats.get("shared_ids", "num_rows" not in stats and "num_cols" not in stats))
+
+
+def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
+    import tensorflow as tf
+
+    feature = {
+        "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[node_id])),
+        "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
+    }
+    if name is not None:
+        feature["name"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[name.encode("utf-8")]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_shards: int = 1) -> list[str]:
+    """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]), `row_table.npy`,
+    `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`, `embedding`, and `name`
+    when a vocabulary exists). Returns the written paths."""
+    import tensorflow as tf
+
+    from webgraph_pipeline import contract
+
+    row_table, col_table, _ = _tables(model)
+    tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
+    names = _names_or_empty(data_dir) if data_dir else {}
+    shared = bool(data_dir) and _shared_ids(data_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    arrays: dict[str, np.ndarray] = {}
+    for side, emb in tables.items():
+        arrays[f"{side}_ids"] = np.arange(len(emb), dtype=np.int64)
+        arrays[f"{side}_table"] = emb
+    if names:
+        arrays["col_names"] = np.array([names.get(i, "") for i in range(len(tables["col"]))])
+        if shared:
+            arrays["row_names"] = np.array([names.get(i, "") for i in range(len(tables["row"]))])
+    paths = [os.path.join(out_dir, "embeddings.npz")]
+    np.savez(paths[0], **arrays)
+    for side, emb in tables.items():
+        paths.append(os.path.join(out_dir, f"{side}_table.npy"))
+        np.save(paths[-1], emb)
+        side_names = names if (side == "col" or shared) else {}
+        for s in range(num_shards):
+            path = os.path.join(out_dir, contract.shard_name(f"{side}_embeddings.tfr", s, num_shards))
+            with tf.io.TFRecordWriter(path) as w:
+                for i in range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards):
+                    w.write(_example(i, emb[i], side_names.get(i) if side_names else None))
+            paths.append(path)
+    return paths
+
+
+def format_predictions(title: str, preds: Sequence[Prediction]) -> str:
+    """A numbered list: rank, score, id, name."""
+    lines = [title]
+    lines += [f"{n:>3}. {p.score:>9.4f}  {p.id:>8}  {p.name}" for n, p in enumerate(preds, 1)]
+    return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""Ranking metrics against cases worked out by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from alx_trainer import metrics
+
+
+def test_recall_denominator_is_min_of_k_and_gt_size():
+    topk = np.array([[1, 2, 3, 4], [7, 8, 9, 10], [5, 6, 0, 11]])
+    gt = [np.array([2, 9]), np.array([7, 8, 20, 21, 22]), np.array([0])]
+    # row 0: one hit (2) in the top 2 of 2 gt items -> 1/2; top 4 -> still 1/2.
+    # row 1: 7 and 8 in the top 2, |gt| = 5 > k = 2 -> 2/2 = 1; top 4 -> 2/min(4, 5) = 0.5.
+    # row 2: 0 is at rank 3 -> 0 at k=2, 1/1 at k=4.
+    np.testing.assert_allclose(metrics.recall_at_k(topk, gt, 2), [0.5, 1.0, 0.0])
+    np.testing.assert_allclose(metrics.recall_at_k(topk, gt, 4), [0.5, 0.5, 1.0])
+
+
+def test_ndcg_by_hand():
+    topk = np.array([[5, 1, 7], [3, 4, 6]])
+    gt = [np.array([1, 7]), np.array([3])]
+    dcg = 1 / math.log2(3) + 1 / math.log2(4)
+    ideal = 1 + 1 / math.log2(3)
+    np.testing.assert_allclose(metrics.ndcg_at_k(topk, gt, 3), [dcg / ideal, 1.0])
+    # with k = 1, row 0 has no hit at rank 1 and an ideal of one hit
+    np.testing.assert_allclose(metrics.ndcg_at_k(topk, gt, 1), [0.0, 1.0])
+
+
+def test_empty_ground_truth_and_padding_are_not_counted():
+    topk = np.array([[-1, -1], [4, -1], [1, 2]])
+    gt = [np.array([-1]), np.array([], dtype=np.int64), np.array([2])]
+    rec = metrics.recall_at_k(topk, gt, 2)
+    assert rec[0] == 0.0 and math.isnan(rec[1]) and rec[2] == 1.0
+    assert metrics.mean_metric(rec) == pytest.approx(0.5)
+    out = metrics.ranking_metrics(topk, gt, ks=(1, 2), ndcg_k=2)
+    assert out["recall@1"] == pytest.approx(0.0) and out["recall@2"] == pytest.approx(0.5)
+    assert set(out) == {"recall@1", "recall@2", "ndcg@2"}
+
+
+def test_bad_shapes_are_reported():
+    with pytest.raises(ValueError, match="only 2 predictions"):
+        metrics.recall_at_k(np.zeros((1, 2), int), [np.array([1])], 5)
+    with pytest.raises(ValueError, match="n = len"):
+        metrics.recall_at_k(np.zeros((2, 2), int), [np.array([1])], 1)
