@@ -234,8 +234,9 @@ def write_dataset(
 ) -> dict[str, object]:
     """Write `train`, `train_t`, `test` shards, the vocabulary and `stats.json`; return the stats.
 
-    The vocabulary (`id<TAB>name`, name from `names` or the original id) lists every column id;
-    for a graph (shared ids) that is every node, as in the WebGraph contract.
+    The vocabulary `vocab.tsv` (`id<TAB>name`, name from `names` or the original id) lists every
+    node of a graph (shared ids), as in the WebGraph contract; for users x items it lists the rows
+    and `vocab.cols.tsv` the columns. `names` maps original ids to names (e.g. URLs).
     """
     import tensorflow as tf
 
@@ -244,6 +245,7 @@ def write_dataset(
     tf.io.gfile.makedirs(data_dir)
     stale = [p for s in contract.SPLIT_PREFIXES for p in tf.io.gfile.glob(contract.split_glob(data_dir, s))]
     stale += tf.io.gfile.glob(contract.vocab_glob(data_dir))
+    stale += tf.io.gfile.glob(os.path.join(data_dir, f"{contract.COL_VOCAB_PREFIX}-*-of-*"))
     for path in stale:
         tf.io.gfile.remove(path)
     train_t = transpose(split.train, matrix.num_cols)
@@ -253,11 +255,13 @@ def write_dataset(
                   [contract.encode_row(c, r) for c, r in sorted(train_t.items())], num_shards)
     _write_shards(data_dir, contract.SPLIT_PREFIXES["test"],
                   [contract.encode_row(r, k, g) for r, (k, g) in sorted(split.test.items())], num_shards)
-    vocab = os.path.join(data_dir, contract.shard_name(contract.VOCAB_PREFIX, 0, 1))
-    with tf.io.gfile.GFile(vocab, "w") as f:
-        for i, orig in enumerate(matrix.col_ids):
-            name = (names or {}).get(int(orig), str(int(orig)))
-            f.write(f"{i}\t{name}\n")
+    vocabs = [(contract.VOCAB_PREFIX, matrix.row_ids)]
+    if not matrix.shared_ids:
+        vocabs.append((contract.COL_VOCAB_PREFIX, matrix.col_ids))
+    for prefix, original in vocabs:
+        with tf.io.gfile.GFile(os.path.join(data_dir, contract.shard_name(prefix, 0, 1)), "w") as f:
+            for i, orig in enumerate(original):
+                f.write(f"{i}\t{(names or {}).get(int(orig), str(int(orig)))}\n")
     stats: dict[str, object] = {
         "nodes": matrix.num_rows if matrix.shared_ids else matrix.num_rows + matrix.num_cols,
         "num_rows": matrix.num_rows,
@@ -304,13 +308,17 @@ def _full_splits(ragged, n: int) -> np.ndarray:
     return np.concatenate([splits, np.full(n + 1 - len(splits), splits[-1], splits.dtype)])
 
 
-def read_vocab(data_dir: str) -> dict[int, str]:
-    """The vocabulary shards `vocab.tsv-*` of a dataset directory: id -> name (URL)."""
+def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
+    """Vocabulary shards of a dataset directory, id -> name (URL): `vocab.tsv-*`, or with
+    `columns` the column names of interaction data (`vocab.cols.tsv-*`, else `vocab.tsv-*`)."""
     import tensorflow as tf
 
-    files = sorted(tf.io.gfile.glob(contract.vocab_glob(data_dir)))
+    pattern = contract.vocab_glob(data_dir)
+    col_pattern = os.path.join(data_dir, f"{contract.COL_VOCAB_PREFIX}-*-of-*")
+    files = sorted(tf.io.gfile.glob(col_pattern)) if columns else []
+    files = files or sorted(tf.io.gfile.glob(pattern))
     if not files:
-        raise FileNotFoundError(f"no vocabulary shards match {contract.vocab_glob(data_dir)}")
+        raise FileNotFoundError(f"no vocabulary shards match {pattern}")
     vocab: dict[int, str] = {}
     for path in files:
         with tf.io.gfile.GFile(path, "r") as f:

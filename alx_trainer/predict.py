@@ -31,10 +31,10 @@ class Prediction:
 
 @functools.lru_cache(maxsize=4)
 def load_vocab(data_dir: str) -> tuple[dict[int, str], dict[str, int]]:
-    """(id -> URL, URL -> id) from a dataset directory's vocabulary shards."""
+    """(column id -> URL, URL -> column id) from a dataset directory's vocabulary shards."""
     from alx_trainer.interactions import read_vocab
 
-    names = read_vocab(data_dir)
+    names = read_vocab(data_dir, columns=True)
     return names, {name: i for i, name in names.items()}
 
 
