@@ -18,11 +18,13 @@ setup(
     package_data={"": ["*.txt", "*.tsv", "*.json", "*.wat", "*.wat.gz", "checksums.tsv"]},
     install_requires=[
         "apache-beam>=2.60,<3",
+        "google-crc32c>=1.5,<2",  # Beam's TFRecord reader and writer checksum every record with it
         "warcio>=1.7,<2",
         "orjson>=3.9,<4",
         "numpy>=1.26,<3",
         "tensorflow>=2.16,<3",
         "tensorflow-datasets>=4.9.6,<5",
+        "importlib_resources>=6,<8",  # etils.epath needs it when TFDS loads a builder from its folder
         "jax>=0.5,<1",
         "jaxlib>=0.5,<1",
         "orbax-checkpoint>=0.11,<1",
@@ -31,7 +33,7 @@ setup(
         "tensorboardx>=2.6,<3",
     ],
     extras_require={
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "scipy>=1.11,<2", "implicit>=0.7,<0.8"],
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1"],
         "dataflow": ["apache-beam[gcp]>=2.60,<3"],
         "gpu": ["jax[cuda12]>=0.5,<1"],
         "tpu": ["jax[tpu]>=0.5,<1"],

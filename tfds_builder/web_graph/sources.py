@@ -1,0 +1,168 @@
+"""Where a `web_graph` build reads from, and the plain record logic (no Beam, no TFDS).
+
+A source is a directory (local, gs://, s3://: anything `tf.io.gfile` opens). Its kind is decided
+by what the directory holds, checked in this order, first for `<dir>/<official subfolder>` (for
+the six named configs, e.g. `web_graph_tld_de_min_50`) and then for `<dir>` itself:
+
+1. `pipeline`: `stats.json` next to the `train`, `train_t` and `test` shards: a dataset written
+   by `python -m webgraph_pipeline`. Its stats are kept with the TFDS dataset.
+2. `official`: the shards without `stats.json`: files in the layout published under
+   gs://gresearch/web_graph/ (`train.tfr-00000-of-00100`, `train.transpose.tfr-...`,
+   `test.tfr-...`).
+3. `wat`: no shards, but WAT files (`*.wat`, `*.wat.gz`) in `<dir>`: raw crawl data; the builder
+   runs the WebGraph Beam pipeline on them inside `tfds build`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+from webgraph_pipeline import contract
+
+PIPELINE = "pipeline"
+OFFICIAL = "official"
+WAT = "wat"
+
+WAT_PATTERNS = ("*.wat", "*.wat.gz")
+_SHARD_RE = re.compile(r"-(\d{5})-of-(\d{5})$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A resolved source: its kind, its directory and the files each split (or the job) reads.
+
+    kind: `pipeline`, `official` or `wat`.
+    path: the directory the files are in.
+    split_files: split name -> sorted shard paths (empty for `wat`).
+    wat_files: the WAT files (empty unless kind is `wat`).
+    """
+
+    kind: str
+    path: str
+    split_files: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    wat_files: Sequence[str] = ()
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def check_complete_shards(files: Sequence[str], split: str) -> None:
+    """Raise if the `-NNNNN-of-MMMMM` shards of one split are not exactly 0..M-1 of one M."""
+    totals: set[int] = set()
+    indices: set[int] = set()
+    for path in files:
+        match = _SHARD_RE.search(path)
+        if not match:
+            raise ValueError(f"{path}: shard name lacks the -NNNNN-of-NNNNN suffix")
+        indices.add(int(match.group(1)))
+        totals.add(int(match.group(2)))
+    if len(totals) != 1:
+        raise ValueError(f"split {split!r} mixes shard counts {sorted(totals)} in {os.path.dirname(files[0])}")
+    (total,) = totals
+    missing = sorted(set(range(total)) - indices)
+    if missing:
+        raise ValueError(
+            f"split {split!r} in {os.path.dirname(files[0])} is incomplete: "
+            f"{len(missing)} of {total} shards missing (first: {missing[0]:05d})"
+        )
+
+
+def _split_files(directory: str) -> dict[str, list[str]] | None:
+    """Every split's shards in `directory`; None when it holds no shard of any split."""
+    gfile = _gfile()
+    found = {split: sorted(gfile.glob(contract.split_glob(directory, split))) for split in contract.SPLIT_PREFIXES}
+    if not any(found.values()):
+        return None
+    missing = [split for split, files in found.items() if not files]
+    if missing:
+        raise FileNotFoundError(
+            f"{directory}: has web_graph shards but none for split(s) {missing} "
+            f"(expected {', '.join(contract.split_glob(directory, s) for s in missing)})"
+        )
+    for split, files in found.items():
+        check_complete_shards(files, split)
+    return found
+
+
+def find_wat_files(directory: str) -> list[str]:
+    """The WAT files directly in `directory`, sorted."""
+    gfile = _gfile()
+    files: set[str] = set()
+    for pattern in WAT_PATTERNS:
+        files.update(gfile.glob(os.path.join(directory, pattern)))
+    return sorted(files)
+
+
+def resolve(root: str, subfolder: str = "") -> Source:
+    """Decide what `root` holds (see the module docstring); a clear error when it is nothing usable."""
+    gfile = _gfile()
+    root = os.fspath(root)
+    if not gfile.isdir(root):
+        raise FileNotFoundError(f"web_graph source {root} is not a directory")
+    candidates = ([os.path.join(root, subfolder)] if subfolder else []) + [root]
+    for directory in candidates:
+        if not gfile.isdir(directory):
+            continue
+        split_files = _split_files(directory)
+        if split_files is None:
+            continue
+        kind = PIPELINE if gfile.exists(os.path.join(directory, contract.STATS_FILE)) else OFFICIAL
+        return Source(kind=kind, path=directory, split_files=split_files)
+    wat_files = find_wat_files(root)
+    if wat_files:
+        return Source(kind=WAT, path=root, wat_files=wat_files)
+    looked = " or ".join(candidates)
+    raise FileNotFoundError(
+        f"web_graph source {looked}: found neither TFRecord shards "
+        f"({os.path.basename(contract.split_glob(root, 'train'))}, ...) nor WAT files ({', '.join(WAT_PATTERNS)})"
+    )
+
+
+def config_mismatches(stats: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """`key: dataset has X, config wants Y` for every graph setting in `stats['config']` that differs.
+
+    Settings the stats do not record are not compared. TLD lists compare as sets.
+    """
+    recorded = stats.get("config") or {}
+    out = []
+    for key, want in wanted.items():
+        if key not in recorded:
+            continue
+        have = recorded[key]
+        if key == "tlds":
+            same = sorted(have or []) == sorted(want or [])
+        elif isinstance(want, float):
+            same = abs(float(have) - want) < 1e-12
+        else:
+            same = have == want
+        if not same:
+            out.append(f"{key}: dataset has {have!r}, config wants {want!r}")
+    return out
+
+
+def row_to_example(row: tuple[int, Sequence[int], Sequence[int]]) -> tuple[int, dict[str, Any]]:
+    """`(row_tag, col_tag, gt_tag)` -> the TFDS `(key, example)` pair; the key is the row id."""
+    import numpy as np
+
+    row_tag, col_tag, gt_tag = row
+    return int(row_tag), {
+        "row_tag": int(row_tag),
+        "col_tag": np.asarray(col_tag, dtype=np.int64),
+        "gt_tag": np.asarray(gt_tag, dtype=np.int64),
+    }
+
+
+def record_to_example(filename_and_record: tuple[str, bytes]) -> tuple[int, dict[str, Any]]:
+    """A serialized `tf.train.Example` read from `filename` -> `(key, example)`; errors name the file."""
+    filename, record = filename_and_record
+    try:
+        row = contract.decode_row(record)
+    except Exception as e:  # noqa: BLE001 - any parse failure is re-raised with the file name
+        raise ValueError(f"{filename}: bad web_graph record ({e})") from e
+    return row_to_example(row)

@@ -1,0 +1,212 @@
+"""The `web_graph` TFDS dataset: Common Crawl link graphs for link prediction (ALX paper, section 5).
+
+The public surface is that of TFDS's own `web_graph` 1.0.0: configs `sparse` (default), `dense`,
+`de-sparse`, `de-dense`, `in-sparse`, `in-dense`; features `row_tag` (int64), `col_tag` and
+`gt_tag` (int64 sequences); splits `train`, `train_t`, `test`. Custom configs
+(`WebGraphConfig(name=..., tlds=..., min_links=..., seed=..., test_fraction=...,
+holdout_fraction=...)`) build other graphs from raw WAT input.
+
+The source directory comes from `--manual_dir` (or the builder argument `source_dir`); what it
+holds decides how the dataset is built (see `sources.py`): a `python -m webgraph_pipeline` output
+directory, files in the official gs://gresearch/web_graph/ layout, or WAT files, from which the
+builder runs the WebGraph Beam pipeline itself. Every source is read with Apache Beam, so
+`--beam_pipeline_options` picks the runner (DirectRunner here, Dataflow at scale).
+
+The class is not put in TFDS's name registry, where TFDS's own `web_graph` lives: `tfds build
+tfds_builder/web_graph` loads it from its folder, Python code uses `WebGraph(...)` directly, and a
+built dataset loads with `tfds.load('web_graph/<config>:1.0.0', data_dir=...)` (see README.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import textwrap
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from webgraph_pipeline import contract
+from webgraph_pipeline.variants import VARIANTS, GraphConfig
+
+from . import sources
+
+HOMEPAGE = "https://arxiv.org/abs/2112.02194"
+OFFICIAL_ROOT = "gs://gresearch/web_graph/"
+
+# Paper Table 1: official folder under gs://gresearch/web_graph/ and published size.
+_NAMED = {
+    "sparse": ("web_graph_min_10", "around 30B edges and 365.4M nodes"),
+    "dense": ("web_graph_min_50", "around 22B edges and 136.5M nodes"),
+    "de-sparse": ("web_graph_tld_de_min_10", "around 1.19B edges and 19.7M nodes"),
+    "de-dense": ("web_graph_tld_de_min_50", "around 0.82B edges and 5.7M nodes"),
+    "in-sparse": ("web_graph_tld_in_min_10", "around 0.15B edges and 1.5M nodes"),
+    "in-dense": ("web_graph_tld_in_min_50", "around 0.12B edges and 0.5M nodes"),
+}
+
+
+@dataclasses.dataclass(eq=False)
+class WebGraphConfig(tfds.core.BuilderConfig):
+    """A WebGraph variant: the graph settings of `webgraph_pipeline.variants.GraphConfig`.
+
+    tlds: keep edges whose both ends are in one of these top-level domains (empty: all).
+    min_links: K of the degree filter (at least K in-links and K out-links; 0 disables it).
+    degree_passes: how often the degree filter runs (the paper: once).
+    seed: seed of the hashes that choose test rows and held-out links.
+    test_fraction: share of source rows in `test`.
+    holdout_fraction: share of each test row's outlinks held out in `gt_tag`.
+    subfolder: the variant's folder in the official layout (named configs only).
+    """
+
+    tlds: Sequence[str] = ()
+    min_links: int = 0
+    degree_passes: int = 1
+    seed: int = 0
+    test_fraction: float = 0.1
+    holdout_fraction: float = 0.25
+    subfolder: str = ""
+
+    def __post_init__(self) -> None:
+        self.tlds = tuple(sorted({t.strip().lower().lstrip(".") for t in self.tlds}))
+        self.graph_config()  # validates every setting now, with the pipeline's own checks
+
+    def graph_config(self) -> GraphConfig:
+        """The pipeline's config for this variant."""
+        return GraphConfig(
+            name=self.name,
+            tlds=tuple(self.tlds),
+            min_links=int(self.min_links),
+            degree_passes=int(self.degree_passes),
+            seed=int(self.seed),
+            test_fraction=float(self.test_fraction),
+            holdout_fraction=float(self.holdout_fraction),
+        )
+
+    def graph_settings(self) -> dict[str, Any]:
+        """The settings that decide the graph, as stats.json records them under `config`."""
+        return {
+            "tlds": list(self.tlds),
+            "min_links": int(self.min_links),
+            "degree_passes": int(self.degree_passes),
+            "seed": int(self.seed),
+            "test_fraction": float(self.test_fraction),
+            "holdout_fraction": float(self.holdout_fraction),
+        }
+
+
+def _named_config(name: str) -> WebGraphConfig:
+    variant = VARIANTS[name]
+    subfolder, size = _NAMED[name]
+    tld_text = f" restricted to .{variant.tlds[0]} pages," if variant.tlds else ""
+    return WebGraphConfig(
+        name=name,
+        description=(
+            f"WebGraph-{name}:{tld_text} nodes with at least {variant.min_links} in- and out-links "
+            f"(published version: {size})."
+        ),
+        tlds=variant.tlds,
+        min_links=variant.min_links,
+        degree_passes=variant.degree_passes,
+        seed=variant.seed,
+        test_fraction=variant.test_fraction,
+        holdout_fraction=variant.holdout_fraction,
+        subfolder=subfolder,
+    )
+
+
+class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """DatasetBuilder for `web_graph`, from pipeline output, official files or raw WAT files."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {
+        "1.0.0": "Same configs, features and splits as TFDS's web_graph 1.0.0; built from our pipeline.",
+    }
+    BUILDER_CONFIGS = [_named_config(name) for name in _NAMED]
+    DEFAULT_CONFIG_NAME = "sparse"
+    MANUAL_DOWNLOAD_INSTRUCTIONS = textwrap.dedent(
+        f"""\
+        Pass one directory as --manual_dir (or source_dir=... in Python). It may hold:
+          * the output of `python -m webgraph_pipeline --input GLOB --output DIR` (stats.json and
+            train.tfr-*, train.transpose.tfr-*, test.tfr-* shards);
+          * the official files, as published under {OFFICIAL_ROOT} (a variant's folder such as
+            web_graph_tld_de_min_50/, or the root holding those folders);
+          * Common Crawl WAT files (*.wat, *.wat.gz): the WebGraph Beam pipeline then runs inside
+            the build.
+        """
+    )
+
+    def __init__(self, *, source_dir: str | os.PathLike | None = None, **kwargs: Any):
+        """source_dir: the source directory; overrides `--manual_dir` when given."""
+        self._source_dir = os.fspath(source_dir) if source_dir is not None else None
+        self._source: sources.Source | None = None
+        self._stats: dict[str, Any] | None = None
+        super().__init__(**kwargs)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return self.dataset_info_from_configs(
+            features=tfds.features.FeaturesDict(
+                {
+                    "row_tag": np.int64,
+                    "col_tag": tfds.features.Sequence(np.int64),
+                    "gt_tag": tfds.features.Sequence(np.int64),
+                }
+            ),
+            supervised_keys=None,
+            homepage=HOMEPAGE,
+            metadata=tfds.core.MetadataDict(),
+        )
+
+    def _split_generators(self, dl_manager: tfds.download.DownloadManager, pipeline):
+        root = self._source_dir or os.fspath(dl_manager.manual_dir)
+        config: WebGraphConfig = self.builder_config
+        source = sources.resolve(root, config.subfolder)
+        self._source, self._stats = source, None
+        if source.kind == sources.WAT:
+            return self._graph_from_wat(pipeline, source.wat_files)
+        if source.kind == sources.PIPELINE:
+            self._stats = contract.read_stats(source.path)
+            mismatches = sources.config_mismatches(self._stats, config.graph_settings())
+            if mismatches:
+                raise ValueError(
+                    f"{os.path.join(source.path, contract.STATS_FILE)}: built with other settings "
+                    f"than config {config.name!r}: {'; '.join(mismatches)}"
+                )
+        return {split: self._generate_examples(pipeline, split, files) for split, files in source.split_files.items()}
+
+    def _generate_examples(self, pipeline, split: str, files: Sequence[str]):
+        """The examples of one split, read from its TFRecord shards (pipeline or official source)."""
+        beam = tfds.core.lazy_imports.apache_beam
+        return (
+            pipeline
+            | f"ListShards[{split}]" >> beam.Create(list(files))
+            | f"ReadTFRecords[{split}]" >> beam.io.ReadAllFromTFRecord(with_filename=True)
+            | f"ToExamples[{split}]" >> beam.Map(sources.record_to_example)
+        )
+
+    def _graph_from_wat(self, pipeline, wat_files: Sequence[str]):
+        """Runs ExtractEdges -> BuildWebGraph on the WAT files; the splits become the examples."""
+        beam = tfds.core.lazy_imports.apache_beam
+        from webgraph_pipeline.extract import ExtractEdges
+        from webgraph_pipeline.graph import BuildWebGraph
+
+        graph = (
+            pipeline
+            | "ExtractEdges" >> ExtractEdges(list(wat_files))
+            | "BuildWebGraph" >> BuildWebGraph(self.builder_config.graph_config())
+        )
+        return {
+            split: graph[split] | f"ToExamples[{split}]" >> beam.Map(sources.row_to_example)
+            for split in contract.SPLIT_PREFIXES
+        }
+
+    def _process_pipeline_result(self, pipeline_result) -> None:
+        """After the Beam job: keep the source and the pipeline's stats with the dataset."""
+        source = self._source
+        self.info.metadata["source"] = {"kind": source.kind, "path": source.path}
+        if self._stats is not None:
+            self.info.metadata["stats"] = self._stats
+            contract.write_stats(os.fspath(self.data_dir), self._stats)
+
+
+WebGraph = Builder
