@@ -1,0 +1,426 @@
+"""Sharded implicit ALS (paper Eq. 3, Algorithm 2): model state, half-epoch, training loop, fold-in.
+
+Public API (used by evaluation, the CLI and the benchmark):
+- `train(config, callback=None, mesh=None) -> Model`: trains (resuming from the latest checkpoint
+  in `config.model_dir`), calling `callback(epoch, model)` after every epoch.
+- `load_model(model_dir) -> Model`: the latest checkpoint as float32 NumPy tables trimmed to size.
+- `fold_in(col_table, rows, config, mesh=None) -> np.ndarray [n, d] float32`: solves Eq. 4 for new
+  rows (lists of column ids) against a fixed column table with the configured solver, through the
+  same dense batching and step kernels as training.
+- `Model` (row_table, col_table, config, epoch, metrics), `TrainingCollapse`.
+
+A half-epoch solves every row of one side with the other table fixed: gramian of the fixed table,
+then one compiled step per dense batch (sharded gather, solve, sharded scatter). Rows longer than a
+whole batch get their statistics summed over several batches, then one solve. Rows that never occur
+in a split keep their initial embedding. With tied tables the row and column half-epochs both
+update the one table, each reading a snapshot of it taken at the start of the half-epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Callable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from alx_trainer import batching, checkpoint, data, sharding
+from alx_trainer.config import TrainConfig
+from webgraph_pipeline import contract
+
+
+class TrainingCollapse(RuntimeError):
+    """The tables became non-finite (paper 4.4); the message names the epoch and the side."""
+
+
+@dataclasses.dataclass
+class Model:
+    """A trained model: float32 tables trimmed to the real sizes, its config and epochs done."""
+
+    row_table: np.ndarray
+    col_table: np.ndarray
+    config: TrainConfig
+    epoch: int
+    metrics: list[dict] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Dataset:
+    """Where a dataset's shards are and the matrix shape (from stats.json or the TFDS info)."""
+
+    name: str
+    num_rows: int
+    num_cols: int
+    files: dict[str, list[str]]  # split -> sorted shard paths (every host's)
+    data_dir: str
+
+
+def open_dataset(config: TrainConfig) -> Dataset:
+    """A contract directory, or a TFDS name resolved by `alx_trainer.tfds_input`."""
+    if os.path.isdir(config.data):
+        stats = contract.read_stats(config.data)
+        num_rows, num_cols = contract.matrix_shape(stats)
+        files = {}
+        for split in contract.SPLIT_PREFIXES:
+            try:
+                files[split] = list(contract.iter_split_files(config.data, split))
+            except FileNotFoundError:
+                if split != "test":
+                    raise
+        return Dataset(config.data, num_rows, num_cols, files, config.data)
+    if "/" in config.data and not os.path.exists(config.data) and not config.data.startswith(("/", ".")):
+        from alx_trainer import tfds_input
+
+        return tfds_input.open_tfds(config.data, config.tfds_data_dir or None)
+    raise FileNotFoundError(f"{config.data}: no such dataset directory (nor a TFDS name like web_graph/de-dense)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One half-epoch: solve table `table` from split `split` with table `other` fixed."""
+
+    name: str
+    split: str
+    table: str
+    other: str
+
+
+def sides(tied: bool) -> tuple[Side, Side]:
+    if tied:
+        return Side("row", "train", "row", "row"), Side("col", "train_t", "row", "row")
+    return Side("row", "train", "row", "col"), Side("col", "train_t", "col", "row")
+
+
+def table_dtype(config: TrainConfig):
+    if config.table_dtype == "auto":
+        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
+    return jnp.bfloat16 if config.table_dtype == "bfloat16" else jnp.float32
+
+
+def step_spec(config: TrainConfig, num_other: int) -> sharding.StepSpec:
+    matvec = config.cg_form == "matvec" or (config.cg_form == "auto" and jax.default_backend() == "cpu")
+    return sharding.StepSpec(
+        alpha=config.alpha,
+        reg=config.reg,
+        reg_exponent=config.reg_exponent,
+        num_other=num_other,
+        solver=config.solver,
+        cg_iters=config.cg_iters,
+        matvec=matvec and config.stats == "gather",
+        local_stats=config.stats == "local",
+    )
+
+
+@dataclasses.dataclass
+class SidePlan:
+    """Global step counts of one side (the max over hosts, so every host runs the same steps)."""
+
+    steps: int
+    long_steps: int
+    long_solves: int
+
+
+class SideRunner:
+    """Compiled kernels and the batch stream of one side; `run` does one half-epoch."""
+
+    def __init__(self, config: TrainConfig, mesh, spec: sharding.StepSpec, make_chunks: Callable[[], Iterator[data.RowChunk]]):
+        self.config, self.mesh, self.spec = config, mesh, spec
+        self.make_chunks = make_chunks
+        self.per_step = len(mesh.local_devices)
+        self.step = sharding.make_step(mesh, spec)
+        self.gramian = sharding.make_gramian(mesh)
+        self.long_stats = sharding.make_long_stats(mesh)
+        self.solve_scatter = sharding.make_solve_scatter(mesh, spec)
+        self.cache: tuple[list, list] | None = None
+        self.plan = self._plan()
+
+    def _shape(self) -> tuple[int, int, int]:
+        c = self.config
+        return c.piece_len, c.batch_pieces, c.rows_per_batch
+
+    def _normal(self) -> Iterator[batching.DeviceBatch]:
+        if self.cache is not None:
+            return iter(self.cache[0])
+        return batching.pack_normal(self.make_chunks(), *self._shape())
+
+    def _long(self) -> Iterator[batching.LongBatch]:
+        if self.cache is not None:
+            return iter(self.cache[1])
+        return batching.pack_long(self.make_chunks(), self.config.piece_len, self.config.batch_pieces)
+
+    def _plan(self) -> SidePlan:
+        """Count this host's batches (one streaming pass), then agree on the max over hosts."""
+        normal = list(self._normal()) if self.config.cache_batches else None
+        long = list(self._long()) if self.config.cache_batches else None
+        n_normal = sum(len(b) for b in normal) if normal is not None else sum(len(b) for b in self._normal())
+        long_iter = long if long is not None else self._long()
+        n_long, long_rows = 0, set()
+        for b in long_iter:
+            n_long += len(b)
+            long_rows.update(b.owner.tolist())
+        if normal is not None:
+            self.cache = (normal, long)
+        k, r = self.per_step, self.config.rows_per_batch
+        counts = np.array([-(-n_normal // k), -(-n_long // k), -(-len(long_rows) // (k * r))], np.int64)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            counts = np.asarray(multihost_utils.process_allgather(counts)).reshape(-1, 3).max(axis=0)
+        return SidePlan(*(int(c) for c in counts))
+
+    def run(self, src: jax.Array, dst: jax.Array, desc: str) -> tuple[jax.Array, np.ndarray]:
+        """Solve every row of this side into `dst` (donated) with `src` fixed; loss terms summed."""
+        from tqdm import tqdm
+
+        L, B, R = self._shape()
+        gram = self.gramian(src)
+        terms = []
+        show = self.config.progress and jax.process_index() == 0
+        bar = tqdm(total=self.plan.steps, desc=desc, unit="step", disable=not show, file=sys.stderr, leave=False)
+        start, rows_done = time.perf_counter(), 0
+        make_empty = lambda k: batching.empty_batch(k, L, B, R)  # noqa: E731
+        steps = batching.group_steps(self._normal(), self.per_step, self.plan.steps, make_empty)
+        for batch in data.prefetch(lambda: steps):
+            arrays = [sharding.host_batch(self.mesh, a) for a in (batch.ids, batch.seg, batch.row_ids, batch.row_len)]
+            dst, t = self.step(src, dst, gram, *arrays)
+            terms.append(t)
+            rows_done += int((batch.row_ids >= 0).sum())
+            bar.update(1)
+            bar.set_postfix(rows_per_s=f"{rows_done / max(time.perf_counter() - start, 1e-9):.0f}", refresh=False)
+        bar.close()
+        if self.plan.long_steps:
+            dst, long_terms = self._run_long(src, dst, gram)
+            terms.extend(long_terms)
+        total = np.sum([np.asarray(t, np.float64) for t in terms], axis=0) if terms else np.zeros(3)
+        return dst, total
+
+    def _run_long(self, src, dst, gram):
+        """Rows longer than one device batch: sum their statistics over parts, then solve."""
+        L, B, R = self._shape()
+        d = src.shape[1]
+        acc: dict[int, list] = {}  # row id -> [A_obs (float64), b, length]
+        make_empty = lambda k: batching.empty_long(k, L, B)  # noqa: E731
+        for batch in batching.group_steps(self._long(), self.per_step, self.plan.long_steps, make_empty):
+            a, b = self.long_stats(src, sharding.host_batch(self.mesh, batch.ids))
+            a, b = sharding.local_rows(a), sharding.local_rows(b)
+            for k, owner in enumerate(batch.owner.tolist()):
+                if owner == batching.PAD_ID:
+                    continue
+                slot = acc.setdefault(owner, [np.zeros((d, d)), np.zeros(d), int(batch.owner_len[k])])
+                slot[0] += a[k]
+                slot[1] += b[k]
+        owners = sorted(acc)
+        per = self.per_step * R
+        terms = []
+        for s in range(self.plan.long_solves):
+            part = owners[s * per : (s + 1) * per]
+            a = np.zeros((per, d, d), np.float32)
+            b = np.zeros((per, d), np.float32)
+            ids = np.full(per, batching.PAD_ID, np.int32)
+            lens = np.zeros(per, np.int32)
+            for k, owner in enumerate(part):
+                a[k], b[k], lens[k] = acc[owner]
+                ids[k] = owner
+            shaped = [x.reshape((self.per_step, R) + x.shape[1:]) for x in (a, b, ids, lens)]
+            dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in shaped])
+            terms.append(t)
+        return dst, terms
+
+
+def _chunk_reader(dataset: Dataset, split: str, config: TrainConfig, num_rows: int, num_cols: int):
+    files = data.host_files(dataset.files[split], jax.process_index(), jax.process_count())
+    return lambda: data.read_chunks(files, config.chunk_rows, num_rows, num_cols)
+
+
+def _check_finite(table: jax.Array, epoch: int, side: str) -> None:
+    if not bool(jnp.isfinite(table).all()):
+        raise TrainingCollapse(
+            f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical collapse); "
+            "raise --reg or use --table_dtype float32"
+        )
+
+
+def _meta(config: TrainConfig, dataset: Dataset, tables: dict[str, jax.Array], epoch: int) -> dict:
+    return {
+        "epoch": epoch,
+        "config": config.to_dict(),
+        "num_rows": dataset.num_rows,
+        "num_cols": dataset.num_cols,
+        "table_shapes": {k: list(v.shape) for k, v in tables.items()},
+        "table_dtype": str(jnp.dtype(next(iter(tables.values())).dtype)),
+    }
+
+
+def _trim(table: jax.Array, n: int) -> np.ndarray:
+    from jax.experimental import multihost_utils
+
+    full = multihost_utils.process_allgather(table, tiled=True) if jax.process_count() > 1 else table
+    return np.asarray(jnp.asarray(full, jnp.float32))[:n]
+
+
+def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict[str, jax.Array]:
+    """The initial sharded tables (a function of the seed and shapes only, not of the mesh)."""
+    dtype = table_dtype(config)
+    tables = {"row": sharding.init_table(mesh, config.seed, num_rows, config.dim, config.init_stddev, dtype)}
+    if not config.tied:
+        tables["col"] = sharding.init_table(mesh, config.seed + 1, num_cols, config.dim, config.init_stddev, dtype)
+    return tables
+
+
+class _Recorder:
+    """Per-epoch metrics to `<model_dir>/metrics.jsonl` and TensorBoard (process 0 only)."""
+
+    def __init__(self, model_dir: str):
+        self.enabled = jax.process_index() == 0
+        self.path = os.path.join(model_dir, "metrics.jsonl")
+        self.writer = None
+        if self.enabled:
+            from tensorboardX import SummaryWriter
+
+            self.writer = SummaryWriter(os.path.join(model_dir, "tensorboard"))
+
+    def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        for key, value in record.items():
+            if key != "epoch" and isinstance(value, (int, float)):
+                self.writer.add_scalar(key, value, record["epoch"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = None, mesh=None) -> Model:
+    """Train (or resume) per `config`; returns the final `Model`."""
+    config.validate()
+    mesh = mesh if mesh is not None else sharding.make_mesh()
+    dataset = open_dataset(config)
+    if config.tied and dataset.num_rows != dataset.num_cols:
+        raise ValueError(f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}")
+    os.makedirs(config.model_dir, exist_ok=True)
+    if jax.process_index() == 0:
+        with open(os.path.join(config.model_dir, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+
+    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
+    start = checkpoint.latest_epoch(mgr) or 0
+    if start:
+        saved = mgr.restore(start, args=checkpoint.ocp.args.Composite(meta=checkpoint.ocp.args.JsonRestore()))["meta"]
+        if saved["table_shapes"] != {k: list(v.shape) for k, v in tables.items()}:
+            raise ValueError(
+                f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this run "
+                f"({ {k: list(v.shape) for k, v in tables.items()} }); same dataset, dim, tied and device count needed to resume"
+            )
+        tables, _ = checkpoint.restore(mgr, start, tables)
+
+    size = {"row": dataset.num_rows, "col": dataset.num_cols}
+    runners = {}
+    for side in sides(config.tied):
+        num_other = size["col"] if side.name == "row" else size["row"]
+        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
+        reader = _chunk_reader(dataset, side.split, config, n_this, n_other)
+        runners[side.name] = SideRunner(config, mesh, step_spec(config, num_other), reader)
+
+    recorder = _Recorder(config.model_dir)
+    history: list[dict] = []
+    model = None
+    try:
+        for epoch in range(start + 1, config.epochs + 1):
+            t0 = time.perf_counter()
+            record: dict = {"epoch": epoch}
+            for side in sides(config.tied):
+                ts = time.perf_counter()
+                src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
+                tables[side.table], terms = runners[side.name].run(src, tables[side.table], f"epoch {epoch} {side.name}s")
+                _check_finite(tables[side.table], epoch, side.name)
+                record[f"{side.name}_seconds"] = time.perf_counter() - ts
+                record["loss_observed"] = float(terms[0])
+                record[f"loss_reg_{side.name}"] = float(terms[1])
+                record[f"{side.name}s_solved"] = int(terms[2])
+            gram = runners["row"].gramian
+            g_row = np.asarray(gram(tables["row"]), np.float64)
+            g_col = g_row if config.tied else np.asarray(gram(tables["col"]), np.float64)
+            record["loss_unobserved"] = float(config.alpha * np.sum(g_row * g_col))
+            record["loss"] = record["loss_observed"] + record["loss_unobserved"] + sum(
+                record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
+            )
+            record["seconds"] = time.perf_counter() - t0
+            last = epoch == config.epochs
+            model = None
+            if callback is not None or (config.eval_every and "test" in dataset.files and (epoch % config.eval_every == 0 or last)):
+                model = _model(config, dataset, tables, epoch, history)
+            if model is not None and config.eval_every and "test" in dataset.files and (epoch % config.eval_every == 0 or last):
+                record.update(_evaluate(model, dataset, config))
+            history.append(record)
+            recorder.write(record)
+            if (config.checkpoint_every and epoch % config.checkpoint_every == 0) or last:
+                checkpoint.save(mgr, epoch, tables, _meta(config, dataset, tables, epoch))
+            if callback is not None:
+                callback(epoch, model)
+    finally:
+        recorder.close()
+        mgr.close()
+    final_epoch = max(start, config.epochs)
+    if model is None or model.epoch != final_epoch:
+        model = _model(config, dataset, tables, final_epoch, history)
+    return model
+
+
+def _model(config: TrainConfig, dataset: Dataset, tables: dict, epoch: int, history: list[dict]) -> Model:
+    row = _trim(tables["row"], dataset.num_rows)
+    col = row if config.tied else _trim(tables["col"], dataset.num_cols)
+    return Model(row, col, config, epoch, list(history))
+
+
+def _evaluate(model: Model, dataset: Dataset, config: TrainConfig) -> dict:
+    """Recall@K on the test split through the evaluation module (fold-in of every test row)."""
+    from alx_trainer import evaluate
+
+    return evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks())
+
+
+def load_model(model_dir: str) -> Model:
+    """The latest checkpoint of `model_dir` as float32 tables trimmed to the real sizes."""
+    tables, meta, epoch = checkpoint.restore_numpy(model_dir)
+    config = TrainConfig(**meta["config"])
+    row = tables["row"][: meta["num_rows"]]
+    col = row if "col" not in tables else tables["col"][: meta["num_cols"]]
+    history = []
+    path = os.path.join(model_dir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            history = [json.loads(line) for line in f if line.strip()]
+    return Model(row, col, config, epoch, history)
+
+
+def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConfig, mesh=None) -> np.ndarray:
+    """Embeddings [len(rows), d] float32 solving Eq. 4 for each row against the fixed `col_table`.
+
+    Uses the configured solver (CG starts from zero) and the training step kernels; single process.
+    """
+    mesh = mesh if mesh is not None else sharding.make_mesh(jax.local_devices())
+    n = len(rows)
+    num_cols = col_table.shape[0]
+    for i, r in enumerate(rows):
+        r = np.asarray(r)
+        if len(r) and (r.min() < 0 or r.max() >= num_cols):
+            raise ValueError(f"fold_in: row {i} has a column id outside [0, {num_cols})")
+    if n == 0:
+        return np.zeros((0, col_table.shape[1]), np.float32)
+    dtype = table_dtype(config)
+    src = sharding.table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)
+    dst = sharding.table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
+    runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
+    runner = SideRunner(runner_config, mesh, step_spec(config, num_cols), lambda: data.chunks_from_rows(np.arange(n), rows))
+    dst, _ = runner.run(src, dst, "fold-in")
+    return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

@@ -1,0 +1,205 @@
+"""Dense batching (paper 4.3), vectorized in NumPy.
+
+Every row is cut into pieces of `L` column ids; pieces are packed into device batches of exactly
+`B` pieces and at most `R` rows, with `seg[b]` = the row slot that piece `b` belongs to. All arrays
+have fixed shapes, so the step function compiles once. Padding: id -1, segment R, row id -1.
+
+A row with more than `B` pieces cannot fit one device batch; such "long rows" are cut into whole
+device batches of their own (`pack_long`) whose statistics the trainer sums before one solve, so
+every row length trains exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from alx_trainer.data import RowChunk
+
+PAD_ID = -1
+
+
+@dataclasses.dataclass
+class DeviceBatch:
+    """`k` packed device batches (k = devices per step once grouped by `group_steps`)."""
+
+    ids: np.ndarray  # int32 [k, B, L], PAD_ID where empty
+    seg: np.ndarray  # int32 [k, B], row slot of each piece, R for empty pieces
+    row_ids: np.ndarray  # int32 [k, R], PAD_ID for empty slots
+    row_len: np.ndarray  # int32 [k, R], observations of each row (0 for empty slots)
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+
+@dataclasses.dataclass
+class LongBatch:
+    """`k` device batches, each holding B pieces of a single long row."""
+
+    ids: np.ndarray  # int32 [k, B, L]
+    owner: np.ndarray  # int64 [k], the long row each batch belongs to (PAD_ID for padding)
+    owner_len: np.ndarray  # int64 [k], total observations of that row
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+
+def num_pieces(lengths: np.ndarray, piece_len: int) -> np.ndarray:
+    """Pieces per row: ceil(len / L), at least one (an empty row still gets a slot and a solve)."""
+    return np.maximum(1, -(-lengths // piece_len))
+
+
+def empty_batch(k: int, piece_len: int, batch_pieces: int, batch_rows: int) -> DeviceBatch:
+    return DeviceBatch(
+        ids=np.full((k, batch_pieces, piece_len), PAD_ID, np.int32),
+        seg=np.full((k, batch_pieces), batch_rows, np.int32),
+        row_ids=np.full((k, batch_rows), PAD_ID, np.int32),
+        row_len=np.zeros((k, batch_rows), np.int32),
+    )
+
+
+def _batch_starts(pieces: np.ndarray, batch_pieces: int, batch_rows: int, final: bool) -> tuple[list[int], int]:
+    """Next-fit boundaries: start row of each full batch, and the first row left over."""
+    cum = np.concatenate([[0], np.cumsum(pieces)])
+    n = len(pieces)
+    starts: list[int] = []
+    start = 0
+    while start < n:
+        end = int(np.searchsorted(cum, cum[start] + batch_pieces, side="right")) - 1
+        end = min(end, start + batch_rows, n)
+        if end == n and not final and end - start < batch_rows and cum[n] - cum[start] < batch_pieces:
+            break  # not full yet: wait for more rows
+        starts.append(start)
+        start = end
+    return starts, start
+
+
+def _fill(chunk: RowChunk, starts: list[int], stop: int, piece_len: int, batch_pieces: int, batch_rows: int) -> DeviceBatch:
+    """Scatter rows [starts[0], stop) of `chunk` into len(starts) device batches."""
+    k = len(starts)
+    out = empty_batch(k, piece_len, batch_pieces, batch_rows)
+    if k == 0:
+        return out
+    first = starts[0]
+    lengths = chunk.lengths[first:stop]
+    pieces = num_pieces(lengths, piece_len)
+    bounds = np.asarray(starts + [stop]) - first
+    batch_of_row = np.repeat(np.arange(k), np.diff(bounds))
+    slot = np.arange(len(lengths)) - bounds[batch_of_row]
+    piece_start = np.concatenate([[0], np.cumsum(pieces)])[:-1]
+    piece_off = piece_start - piece_start[bounds[:-1]][batch_of_row]
+
+    out.row_ids[batch_of_row, slot] = chunk.row_ids[first:stop]
+    out.row_len[batch_of_row, slot] = lengths
+    # Segment id of every piece.
+    piece_row = np.repeat(np.arange(len(lengths)), pieces)
+    piece_idx = np.arange(len(piece_row)) - piece_start[piece_row] + piece_off[piece_row]
+    out.seg[batch_of_row[piece_row], piece_idx] = slot[piece_row]
+    # Every column id to (batch, piece, lane).
+    lo, hi = chunk.indptr[first], chunk.indptr[stop]
+    entry_row = np.repeat(np.arange(len(lengths)), lengths)
+    q = np.arange(hi - lo) - (chunk.indptr[first:stop] - lo)[entry_row]
+    out.ids[batch_of_row[entry_row], piece_off[entry_row] + q // piece_len, q % piece_len] = chunk.cols[lo:hi]
+    return out
+
+
+def _concat(a: RowChunk | None, b: RowChunk) -> RowChunk:
+    if a is None or len(a) == 0:
+        return b
+    return RowChunk(
+        np.concatenate([a.row_ids, b.row_ids]),
+        np.concatenate([a.indptr[:-1] - a.indptr[0], b.indptr - b.indptr[0] + (a.indptr[-1] - a.indptr[0])]),
+        np.concatenate([a.cols[a.indptr[0] : a.indptr[-1]], b.cols[b.indptr[0] : b.indptr[-1]]]),
+    )
+
+
+def _select(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
+    """The rows of `chunk` where `keep` is true."""
+    lengths = chunk.lengths[keep]
+    starts = chunk.indptr[:-1][keep]
+    entry_row = np.repeat(np.arange(len(lengths)), lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    cols = chunk.cols[starts[entry_row] + np.arange(offsets[-1]) - offsets[:-1][entry_row]]
+    return RowChunk(chunk.row_ids[keep], offsets.astype(np.int64), cols)
+
+
+def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int) -> Iterator[DeviceBatch]:
+    """Pack every row that fits one device batch; rows longer than that are skipped here."""
+    pending: RowChunk | None = None
+    for chunk in chunks:
+        fits = num_pieces(chunk.lengths, piece_len) <= batch_pieces
+        pending = _concat(pending, chunk if fits.all() else _select(chunk, fits))
+        starts, stop = _batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False)
+        if starts:
+            yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
+            pending = _select(pending, np.arange(len(pending)) >= stop)
+    if pending is not None and len(pending):
+        starts, stop = _batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
+        yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
+
+
+def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> Iterator[LongBatch]:
+    """Cut every row with more than `batch_pieces` pieces into whole device batches of its own."""
+    per_batch = piece_len * batch_pieces
+    for chunk in chunks:
+        long = num_pieces(chunk.lengths, piece_len) > batch_pieces
+        if not long.any():
+            continue
+        sub = _select(chunk, long)
+        lengths = sub.lengths
+        nb = -(-lengths // per_batch)
+        batch_row = np.repeat(np.arange(len(sub)), nb)
+        ids = np.full((len(batch_row), per_batch), PAD_ID, np.int32)
+        entry_row = np.repeat(np.arange(len(sub)), lengths)
+        q = np.arange(len(sub.cols)) - sub.indptr[:-1][entry_row]
+        first_batch = np.concatenate([[0], np.cumsum(nb)])[:-1]
+        ids[first_batch[entry_row] + q // per_batch, q % per_batch] = sub.cols
+        yield LongBatch(ids.reshape(-1, batch_pieces, piece_len), sub.row_ids[batch_row], lengths[batch_row])
+
+
+def group_steps(batches: Iterable, per_step: int, num_steps: int, make_empty) -> Iterator:
+    """Regroup a stream of k-batches into exactly `num_steps` groups of `per_step` (padding the end).
+
+    `make_empty(k)` builds k padding batches. Every host must run the same number of steps,
+    so hosts with less data pad with empty steps.
+    """
+    buffer: list = []
+    have = 0
+    emitted = 0
+    for batch in batches:
+        buffer.append(batch)
+        have += len(batch)
+        while have >= per_step:
+            merged = _merge(buffer)
+            yield _slice(merged, 0, per_step)
+            emitted += 1
+            rest = _slice(merged, per_step, len(merged))
+            buffer, have = ([rest], len(rest)) if len(rest) else ([], 0)
+    if have:
+        merged = _merge(buffer + [make_empty(per_step - have)])
+        yield merged
+        emitted += 1
+    if emitted > num_steps:
+        raise RuntimeError(f"data produced {emitted} steps but the plan allows {num_steps}; did the files change?")
+    for _ in range(num_steps - emitted):
+        yield make_empty(per_step)
+
+
+def _merge(items: list):
+    if len(items) == 1:
+        return items[0]
+    cls = type(items[0])
+    return cls(**{f.name: np.concatenate([getattr(x, f.name) for x in items]) for f in dataclasses.fields(cls)})
+
+
+def _slice(item, lo: int, hi: int):
+    cls = type(item)
+    return cls(**{f.name: getattr(item, f.name)[lo:hi] for f in dataclasses.fields(cls)})
+
+
+def empty_long(k: int, piece_len: int, batch_pieces: int) -> LongBatch:
+    return LongBatch(
+        np.full((k, batch_pieces, piece_len), PAD_ID, np.int32), np.full(k, PAD_ID, np.int64), np.zeros(k, np.int64)
+    )

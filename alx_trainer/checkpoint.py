@@ -1,0 +1,59 @@
+"""Orbax checkpoints of the two tables, the epoch and the config under `<model_dir>/checkpoints`.
+
+A checkpoint is written atomically (orbax renames a finished temporary directory), so a process
+killed at any moment leaves the last complete epoch to resume from. Step number = epochs done.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.CheckpointManager:
+    path = os.path.abspath(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=False
+    )
+    return ocp.CheckpointManager(path, options=options, item_names=("tables", "meta"))
+
+
+def save(mgr: ocp.CheckpointManager, epoch: int, tables: dict[str, jax.Array], meta: dict[str, Any]) -> None:
+    """Save the sharded tables (every process writes its shards) and JSON metadata for `epoch`."""
+    mgr.save(epoch, args=ocp.args.Composite(tables=ocp.args.StandardSave(tables), meta=ocp.args.JsonSave(meta)))
+    mgr.wait_until_finished()
+
+
+def latest_epoch(mgr: ocp.CheckpointManager) -> int | None:
+    return mgr.latest_step()
+
+
+def restore(mgr: ocp.CheckpointManager, epoch: int, like: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], dict]:
+    """Restore into arrays with the shapes, dtypes and shardings of `like`."""
+    abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in like.items()}
+    out = mgr.restore(epoch, args=ocp.args.Composite(tables=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    return dict(out["tables"]), dict(out["meta"])
+
+
+def restore_numpy(model_dir: str, epoch: int | None = None) -> tuple[dict[str, np.ndarray], dict, int]:
+    """Tables as host NumPy arrays (padded), the metadata and the epoch; FileNotFoundError if none."""
+    path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no checkpoints; train a model into {model_dir} first")
+    mgr = manager(model_dir, read_only=True)
+    epoch = mgr.latest_step() if epoch is None else epoch
+    if epoch is None:
+        raise FileNotFoundError(f"{path}: no complete checkpoint")
+    meta = mgr.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    shapes = meta["table_shapes"]
+    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = {k: jax.ShapeDtypeStruct(tuple(s), np.dtype(meta["table_dtype"]) if meta["table_dtype"] != "bfloat16" else jax.numpy.bfloat16, sharding=sharding) for k, s in shapes.items()}
+    tables = mgr.restore(epoch, args=ocp.args.Composite(tables=ocp.args.StandardRestore(abstract)))["tables"]
+    mgr.close()
+    return {k: np.asarray(v, dtype=np.float32) for k, v in tables.items()}, dict(meta), epoch

@@ -1,0 +1,221 @@
+"""Training configuration: the `TrainConfig` dataclass and a reusable flag/config-file parser.
+
+`parse_dataclass_args(cls, argv)` turns any dataclass whose fields carry a `help` in their metadata
+into a command line: one `--field` flag per field (booleans as `--x/--no-x`), plus `--config FILE`
+(JSON or YAML with the same keys). Values come from the defaults, then the file, then the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import typing
+from typing import Any, Sequence, TypeVar
+
+T = TypeVar("T")
+
+SOLVERS = ("cg", "cholesky", "lu", "qr")
+STATS_MODES = ("gather", "local")
+CG_FORMS = ("auto", "matvec", "explicit")
+TABLE_DTYPES = ("auto", "bfloat16", "float32")
+
+
+def _field(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Every knob of `python -m alx_trainer train`; each field is also a flag of the same name."""
+
+    data: str = _field("", "Dataset directory in the WebGraph contract, or a TFDS name such as web_graph/de-dense.")
+    model_dir: str = _field("", "Directory for checkpoints, metrics.jsonl, TensorBoard logs and config.json.")
+    tfds_data_dir: str = _field("", "TFDS data_dir used when --data is a TFDS name (empty: the TFDS default).")
+    dim: int = _field(64, "Embedding dimension d.")
+    epochs: int = _field(8, "Number of epochs (one epoch = a row half-epoch and a column half-epoch).")
+    alpha: float = _field(0.1, "Weight of the unobserved pairs (paper Eq. 3, alpha).")
+    reg: float = _field(0.1, "L2 regularization lambda (paper Eq. 3).")
+    reg_exponent: float = _field(
+        0.0,
+        "Frequency-scaled regularization: a row with n observations gets "
+        "reg * (n + alpha * num_columns) ** reg_exponent; 0 gives plain reg.",
+    )
+    init_stddev: float = _field(0.1, "Standard deviation of the normal initial embeddings.")
+    seed: int = _field(0, "Random seed of the initial tables.")
+    tied: bool = _field(False, "One shared table for rows and columns (square data only, e.g. a web graph).")
+    solver: str = _field("cg", f"Linear solver per row, one of {SOLVERS}.")
+    cg_iters: int = _field(3, "Conjugate-gradient iterations per half-epoch, warm-started from the current row.")
+    cg_form: str = _field(
+        "auto",
+        "How CG applies the normal matrix: 'matvec' (O(|S| d) per iteration, never builds it), "
+        "'explicit' (builds the d x d matrices, O(|S| d^2), suits matrix units); "
+        "'auto' = matvec on CPU, explicit on GPU/TPU.",
+    )
+    stats: str = _field(
+        "gather",
+        "'gather': sharded gather of embeddings (paper 4.2); 'local': per-shard partial statistics, "
+        "then a reduce-scatter (the paper's alternative). Both give the same tables.",
+    )
+    table_dtype: str = _field(
+        "auto", "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). Solves are float32."
+    )
+    piece_len: int = _field(16, "Dense batching: length L of one piece of a row (paper 4.3).")
+    batch_pieces: int = _field(256, "Dense batching: pieces B per device per step.")
+    batch_rows: int = _field(0, "Dense batching: row slots per device per step (0: the same as batch_pieces).")
+    chunk_rows: int = _field(2048, "Records parsed per tf.data batch when streaming the input.")
+    cache_batches: bool = _field(
+        False, "Keep the packed batches of this host in memory after the first epoch instead of re-reading the files."
+    )
+    checkpoint_every: int = _field(1, "Save an orbax checkpoint every this many epochs (0: only at the end).")
+    keep_checkpoints: int = _field(3, "How many most recent checkpoints to keep.")
+    eval_every: int = _field(1, "Evaluate on the test split every this many epochs when it exists (0: never).")
+    eval_k: str = _field("20,50", "Comma-separated cut-offs K of Recall@K for the per-epoch evaluation.")
+    progress: bool = _field(True, "Show a progress bar per half-epoch with rows per second.")
+    distributed: bool = _field(
+        False, "Call jax.distributed.initialize() first (multi-host, e.g. every worker of a TPU VM slice)."
+    )
+    coordinator_address: str = _field("", "host:port of process 0 for jax.distributed (empty: auto-detect, e.g. on TPU).")
+    num_processes: int = _field(0, "Number of processes for jax.distributed (0: auto-detect).")
+    process_id: int = _field(-1, "This process's id for jax.distributed (-1: auto-detect).")
+
+    def validate(self) -> "TrainConfig":
+        """Raise ValueError with a one-line message naming the first bad field; return self."""
+        checks = [
+            (bool(self.data), "data: required (a dataset directory or a TFDS name)"),
+            (bool(self.model_dir), "model_dir: required"),
+            (self.dim > 0, f"dim: must be positive, got {self.dim}"),
+            (self.epochs >= 0, f"epochs: must be >= 0, got {self.epochs}"),
+            (self.alpha >= 0, f"alpha: must be >= 0, got {self.alpha}"),
+            (self.reg >= 0, f"reg: must be >= 0, got {self.reg}"),
+            (self.init_stddev > 0, f"init_stddev: must be positive, got {self.init_stddev}"),
+            (self.solver in SOLVERS, f"solver: must be one of {SOLVERS}, got {self.solver!r}"),
+            (self.cg_iters > 0, f"cg_iters: must be positive, got {self.cg_iters}"),
+            (self.cg_form in CG_FORMS, f"cg_form: must be one of {CG_FORMS}, got {self.cg_form!r}"),
+            (self.stats in STATS_MODES, f"stats: must be one of {STATS_MODES}, got {self.stats!r}"),
+            (self.table_dtype in TABLE_DTYPES, f"table_dtype: must be one of {TABLE_DTYPES}, got {self.table_dtype!r}"),
+            (self.piece_len > 0, f"piece_len: must be positive, got {self.piece_len}"),
+            (self.batch_pieces > 0, f"batch_pieces: must be positive, got {self.batch_pieces}"),
+            (0 <= self.batch_rows <= self.batch_pieces, f"batch_rows: must be in [0, batch_pieces], got {self.batch_rows}"),
+            (self.chunk_rows > 0, f"chunk_rows: must be positive, got {self.chunk_rows}"),
+            (self.checkpoint_every >= 0, f"checkpoint_every: must be >= 0, got {self.checkpoint_every}"),
+            (self.keep_checkpoints > 0, f"keep_checkpoints: must be positive, got {self.keep_checkpoints}"),
+            (self.eval_every >= 0, f"eval_every: must be >= 0, got {self.eval_every}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        self.recall_ks()
+        return self
+
+    @property
+    def rows_per_batch(self) -> int:
+        """Row slots per device batch (batch_rows, or batch_pieces when 0)."""
+        return self.batch_rows or self.batch_pieces
+
+    def recall_ks(self) -> list[int]:
+        """The parsed `eval_k` cut-offs."""
+        try:
+            ks = [int(k) for k in self.eval_k.split(",") if k.strip()]
+        except ValueError:
+            raise ValueError(f"eval_k: expected comma-separated integers, got {self.eval_k!r}") from None
+        if not ks or min(ks) <= 0:
+            raise ValueError(f"eval_k: expected positive integers, got {self.eval_k!r}")
+        return ks
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """A JSON or YAML mapping of field values; a one-line error when missing or malformed."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: config file not found")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as e:  # JSON and YAML raise different types; both mean a malformed file
+        raise ValueError(f"{path}: cannot parse config file ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: config file must hold a mapping of field names to values")
+    return values
+
+
+def _field_type(cls: type, field: dataclasses.Field) -> type:
+    hints = typing.get_type_hints(cls)
+    return hints[field.name]
+
+
+def _coerce(name: str, kind: type, value: Any) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ValueError(f"{name}: expected a boolean, got {value!r}")
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is str and isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}") from None
+    return value
+
+
+def build_parser(cls: type, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
+    """An argparse parser with one flag per dataclass field (defaults shown in --help)."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description or (cls.__doc__ or "").strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--config", default=None, help="JSON or YAML file of field values; flags override it.")
+    for field in dataclasses.fields(cls):
+        kind = _field_type(cls, field)
+        help_text = field.metadata.get("help", "")
+        default = field.default if field.default is not dataclasses.MISSING else None
+        if kind is bool:
+            parser.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        else:
+            parser.add_argument(f"--{field.name}", type=kind, default=default, help=help_text)
+    return parser
+
+
+def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None) -> T:
+    """Build `cls` from defaults, then `--config FILE`, then explicit flags (which win).
+
+    Raises ValueError / FileNotFoundError with one-line messages for unknown keys or bad values;
+    argparse itself exits with status 2 on unknown flags and prints `--help`.
+    """
+    parser = build_parser(cls, prog=prog)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    # Which flags were given explicitly: re-parse with every default suppressed.
+    given = argparse.ArgumentParser(add_help=False)
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps no public list of actions
+        if action.dest in ("help",):
+            continue
+        kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS}
+        if isinstance(action, argparse.BooleanOptionalAction):
+            given.add_argument(*action.option_strings, action=argparse.BooleanOptionalAction, **kwargs)
+        else:
+            given.add_argument(*action.option_strings, type=action.type, **kwargs)
+    explicit = vars(given.parse_known_args(list(argv) if argv is not None else None)[0])
+    explicit.pop("config", None)
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    if args.config:
+        for key, value in load_config_file(args.config).items():
+            if key not in fields:
+                raise ValueError(f"{args.config}: unknown config key {key!r}")
+            values[key] = _coerce(key, _field_type(cls, fields[key]), value)
+    values.update(explicit)
+    return cls(**values)

@@ -1,0 +1,256 @@
+"""The device mesh and the `shard_map` kernels of one half-epoch (paper 4.2, Algorithm 2).
+
+Both tables are `[rows_padded, d]` arrays sharded by rows over the 1-D mesh axis `AXIS`. Kernels:
+- `gramian`: local `T_mu^T T_mu`, then `psum`.
+- sharded gather: `all_gather` the batch ids, masked lookup in the local shard, `psum_scatter`
+  (the reduce half of the paper's all-reduce: each device keeps only its own batch).
+- solve: per-row normal equations (paper Eq. 4) with the configured solver, in float32.
+- sharded scatter: `all_gather` the solved rows and their ids, masked local update.
+- "local statistics" (paper 4.2 alternative): each device builds partial d x d statistics of every
+  device's batch from its own shard only, then one `psum_scatter` sums them.
+Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from alx_trainer import solvers
+
+AXIS = "d"
+
+
+def make_mesh(devices=None) -> Mesh:
+    """A 1-D mesh over all devices (of every process)."""
+    return Mesh(np.asarray(devices if devices is not None else jax.devices()), (AXIS,))
+
+
+def padded_rows(n: int, mesh: Mesh) -> int:
+    """Rows of a table padded to a multiple of the device count."""
+    d = mesh.size
+    return max(d, -(-n // d) * d)
+
+
+def row_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P(AXIS))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """Static parameters of a step kernel (one compiled program per distinct spec and shape)."""
+
+    alpha: float
+    reg: float
+    reg_exponent: float
+    num_other: int  # real rows of the fixed table (the "number of columns" of frequency scaling)
+    solver: str
+    cg_iters: int
+    matvec: bool  # CG without building the d x d matrices (gather mode only)
+    local_stats: bool
+
+
+def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) -> jax.Array:
+    """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh."""
+    n_pad = padded_rows(n, mesh)
+
+    @functools.partial(jax.jit, out_shardings=row_sharding(mesh))
+    def make(key):
+        values = jax.random.normal(key, (n_pad, dim), jnp.float32) * stddev
+        return jnp.where(jnp.arange(n_pad)[:, None] < n, values, 0).astype(dtype)
+
+    return make(jax.random.key(seed))
+
+
+def table_from_numpy(mesh: Mesh, values: np.ndarray, dtype) -> jax.Array:
+    """A sharded, padded table from host values (the same on every process)."""
+    n_pad = padded_rows(values.shape[0], mesh)
+    padded = np.zeros((n_pad, values.shape[1]), np.float32)
+    padded[: values.shape[0]] = values
+    sharding = row_sharding(mesh)
+    return jax.make_array_from_callback(padded.shape, sharding, lambda idx: padded[idx].astype(dtype))
+
+
+def _local_lookup(table_l: jax.Array, ids: jax.Array) -> jax.Array:
+    """Rows of the local shard for global `ids`; zero where the id lives on another device."""
+    shard = table_l.shape[0]
+    local = ids - jax.lax.axis_index(AXIS) * shard
+    mine = (local >= 0) & (local < shard)
+    rows = jnp.take(table_l, jnp.where(mine, local, 0), axis=0).astype(jnp.float32)
+    return jnp.where(mine[..., None], rows, 0.0)
+
+
+def sharded_gather(table_l: jax.Array, ids: jax.Array) -> jax.Array:
+    """float32 embeddings of this device's `ids` ([...]) from the row-sharded table."""
+    all_ids = jax.lax.all_gather(ids, AXIS)  # [D, ...]
+    found = _local_lookup(table_l, all_ids)
+    return jax.lax.psum_scatter(found, AXIS, scatter_dimension=0, tiled=True)[0]
+
+
+def sharded_scatter(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
+    """Write `values` [R, d] at global row `ids` [R] (PAD -1 ignored) into the sharded table."""
+    all_ids = jax.lax.all_gather(ids, AXIS).reshape(-1)
+    all_values = jax.lax.all_gather(values, AXIS).reshape(-1, values.shape[-1])
+    shard = table_l.shape[0]
+    local = all_ids - jax.lax.axis_index(AXIS) * shard
+    mine = (local >= 0) & (local < shard)
+    return table_l.at[jnp.where(mine, local, shard)].set(all_values.astype(table_l.dtype), mode="drop")
+
+
+def _gramian_local(table_l: jax.Array) -> jax.Array:
+    t = table_l.astype(jnp.float32)
+    return jax.lax.psum(t.T @ t, AXIS)
+
+
+@functools.lru_cache(maxsize=None)
+def make_gramian(mesh: Mesh):
+    """`gramian(table) -> [d, d]` float32, replicated."""
+    return jax.jit(jax.shard_map(_gramian_local, mesh=mesh, in_specs=P(AXIS), out_specs=P(), check_vma=False))
+
+
+def _row_reg(spec: StepSpec, row_len: jax.Array) -> jax.Array:
+    n = row_len.astype(jnp.float32)
+    if spec.reg_exponent == 0:
+        return jnp.full_like(n, spec.reg)
+    return spec.reg * (n + spec.alpha * spec.num_other) ** spec.reg_exponent
+
+
+def _explicit_stats(h: jax.Array, seg: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
+    """Per-row sum_i h_i h_i^T [R, d, d] and sum_i h_i [R, d] from pieces h [B, L, d]."""
+    outer = jnp.einsum("bld,ble->bde", h, h)
+    a = jax.ops.segment_sum(outer, seg, num_segments=rows)
+    b = jax.ops.segment_sum(h.sum(axis=1), seg, num_segments=rows)
+    return a, b
+
+
+def _solve_explicit(spec: StepSpec, gram, a_obs, b, x0, row_ids, row_len):
+    """Solve (A_obs + alpha G + lambda_r I) x = b; return x and the loss terms of valid rows."""
+    d = gram.shape[0]
+    valid = row_ids >= 0
+    lam = _row_reg(spec, row_len)
+    eye = jnp.eye(d, dtype=jnp.float32)
+    a = a_obs + spec.alpha * gram + lam[:, None, None] * eye
+    a = jnp.where(valid[:, None, None], a, eye)  # padding slots: a harmless identity system
+    x = solvers.solve_explicit(spec.solver, a, jnp.where(valid[:, None], b, 0), x0, spec.cg_iters)
+    x = jnp.where(valid[:, None], x, 0)
+    # sum_i (1 - h_i.x)^2 = n - 2 x.b + x^T A_obs x
+    observed = row_len - 2 * jnp.sum(x * b, -1) + jnp.einsum("rd,rde,re->r", x, a_obs, x)
+    return x, _loss_terms(valid, observed, lam, x)
+
+
+def _loss_terms(valid, observed, lam, x):
+    observed = jnp.sum(jnp.where(valid, observed, 0))
+    reg = jnp.sum(jnp.where(valid, lam * jnp.sum(x * x, -1), 0))
+    rows = jnp.sum(valid.astype(jnp.float32))
+    return jax.lax.psum(jnp.stack([observed, reg, rows]), AXIS)
+
+
+def _step_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+    ids, seg, row_ids, row_len = ids[0], seg[0], row_ids[0], row_len[0]
+    rows = row_ids.shape[0]
+    h = sharded_gather(src_l, ids)  # [B, L, d] float32, zeros at padding
+    x0 = sharded_gather(dst_l, row_ids)  # warm start [R, d]
+    if spec.matvec and spec.solver == "cg":
+        valid = row_ids >= 0
+        lam = _row_reg(spec, row_len)
+        b = jax.ops.segment_sum(h.sum(axis=1), seg, num_segments=rows)
+
+        def matvec(p):
+            hp = jnp.einsum("bld,bd->bl", h, jnp.take(p, seg, axis=0, mode="fill", fill_value=0))
+            obs = jax.ops.segment_sum(jnp.einsum("bl,bld->bd", hp, h), seg, num_segments=rows)
+            return obs + spec.alpha * (p @ gram) + lam[:, None] * p
+
+        x = solvers.cg(matvec, b, x0, spec.cg_iters)
+        x = jnp.where(valid[:, None], x, 0)
+        hx = jnp.einsum("bld,bd->bl", h, jnp.take(x, seg, axis=0, mode="fill", fill_value=0))
+        per_entry = jnp.where(ids >= 0, (1 - hx) ** 2, 0).sum(axis=1)
+        observed = jax.ops.segment_sum(per_entry, seg, num_segments=rows)
+        terms = _loss_terms(valid, observed, lam, x)
+    else:
+        a_obs, b = _explicit_stats(h, seg, rows)
+        x, terms = _solve_explicit(spec, gram, a_obs, b, x0, row_ids, row_len)
+    return sharded_scatter(dst_l, row_ids, x), terms
+
+
+def _step_local(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+    rows = row_ids.shape[1]
+    all_ids = jax.lax.all_gather(ids[0], AXIS)  # [D, B, L]
+    all_seg = jax.lax.all_gather(seg[0], AXIS)  # [D, B]
+    h = _local_lookup(src_l, all_ids)  # only this shard's rows, zeros elsewhere
+    a_part, b_part = jax.vmap(lambda hh, ss: _explicit_stats(hh, ss, rows))(h, all_seg)
+    a_obs = jax.lax.psum_scatter(a_part, AXIS, scatter_dimension=0, tiled=True)[0]
+    b = jax.lax.psum_scatter(b_part, AXIS, scatter_dimension=0, tiled=True)[0]
+    x0 = sharded_gather(dst_l, row_ids[0])
+    x, terms = _solve_explicit(spec, gram, a_obs, b, x0, row_ids[0], row_len[0])
+    return sharded_scatter(dst_l, row_ids[0], x), terms
+
+
+@functools.lru_cache(maxsize=None)
+def make_step(mesh: Mesh, spec: StepSpec):
+    """`step(src, dst, gram, ids, seg, row_ids, row_len) -> (dst, [observed, reg, rows])`.
+
+    `src` is the fixed table, `dst` the table being solved (donated, updated in place).
+    """
+    body = _step_local if spec.local_stats else _step_gather
+    fn = jax.shard_map(
+        functools.partial(body, spec),
+        mesh=mesh,
+        in_specs=(P(AXIS), P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), P()),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(1,))
+
+
+def _long_stats(src_l, ids):
+    h = sharded_gather(src_l, ids[0])  # [B, L, d]
+    a = jnp.einsum("bld,ble->de", h, h)
+    return a[None], h.sum(axis=(0, 1))[None]
+
+
+@functools.lru_cache(maxsize=None)
+def make_long_stats(mesh: Mesh):
+    """`long_stats(src, ids [D, B, L]) -> (A_obs [D, d, d], b [D, d])`: one long-row part per device."""
+    fn = jax.shard_map(_long_stats, mesh=mesh, in_specs=(P(AXIS), P(AXIS)), out_specs=(P(AXIS), P(AXIS)), check_vma=False)
+    return jax.jit(fn)
+
+
+def _solve_scatter(spec: StepSpec, dst_l, gram, a_obs, b, row_ids, row_len):
+    x0 = sharded_gather(dst_l, row_ids[0])
+    x, terms = _solve_explicit(spec, gram, a_obs[0], b[0], x0, row_ids[0], row_len[0])
+    return sharded_scatter(dst_l, row_ids[0], x), terms
+
+
+@functools.lru_cache(maxsize=None)
+def make_solve_scatter(mesh: Mesh, spec: StepSpec):
+    """`solve_scatter(dst, gram, A_obs [D,R,d,d], b [D,R,d], row_ids, row_len) -> (dst, terms)` for long rows."""
+    fn = jax.shard_map(
+        functools.partial(_solve_scatter, spec),
+        mesh=mesh,
+        in_specs=(P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), P()),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(0,))
+
+
+def host_batch(mesh: Mesh, local: np.ndarray) -> jax.Array:
+    """A global [devices, ...] array sharded by its first axis from this process's [local devices, ...] part."""
+    sharding = row_sharding(mesh)
+    global_shape = (mesh.size,) + local.shape[1:]
+    return jax.make_array_from_process_local_data(sharding, local, global_shape)
+
+
+def local_rows(array: jax.Array) -> np.ndarray:
+    """This process's rows of an array sharded by its first axis, in order."""
+    shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
+    return np.concatenate([np.asarray(s.data) for s in shards])

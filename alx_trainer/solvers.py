@@ -1,0 +1,71 @@
+"""Batched solvers for the per-row normal equations A x = b of paper Eq. 4 (paper 4.5).
+
+All work on a batch of rows: `A` [R, d, d], `b` and `x0` [R, d], float32. `cg` also takes a
+matrix-free `matvec` so the d x d matrices never have to be built.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+Matvec = Callable[[jax.Array], jax.Array]
+
+
+def cg(matvec: Matvec, b: jax.Array, x0: jax.Array, iters: int) -> jax.Array:
+    """`iters` conjugate-gradient steps per row from the warm start `x0` (rows independent)."""
+
+    def dot(u, v):
+        return jnp.sum(u * v, axis=-1, keepdims=True)
+
+    r = b - matvec(x0)
+    rs = dot(r, r)
+
+    def body(_, carry):
+        x, r, p, rs = carry
+        ap = matvec(p)
+        pap = dot(p, ap)
+        step = jnp.where(pap > 0, rs / jnp.where(pap > 0, pap, 1), 0)
+        x = x + step * p
+        r = r - step * ap
+        rs_new = dot(r, r)
+        beta = jnp.where(rs > 0, rs_new / jnp.where(rs > 0, rs, 1), 0)
+        return x, r, r + beta * p, rs_new
+
+    x, *_ = jax.lax.fori_loop(0, iters, body, (x0, r, r, rs))
+    return x
+
+
+def _triangular(a: jax.Array, b: jax.Array, lower: bool) -> jax.Array:
+    return jax.scipy.linalg.solve_triangular(a, b[..., None], lower=lower)[..., 0]
+
+
+def cholesky(a: jax.Array, b: jax.Array) -> jax.Array:
+    chol = jnp.linalg.cholesky(a)
+    y = _triangular(chol, b, lower=True)
+    return _triangular(jnp.swapaxes(chol, -1, -2), y, lower=False)
+
+
+def lu(a: jax.Array, b: jax.Array) -> jax.Array:
+    lu_piv = jax.vmap(jax.scipy.linalg.lu_factor)(a)
+    return jax.vmap(jax.scipy.linalg.lu_solve)(lu_piv, b)
+
+
+def qr(a: jax.Array, b: jax.Array) -> jax.Array:
+    q, r = jnp.linalg.qr(a)
+    return _triangular(r, jnp.einsum("rde,rd->re", q, b), lower=False)
+
+
+def solve_explicit(method: str, a: jax.Array, b: jax.Array, x0: jax.Array, cg_iters: int) -> jax.Array:
+    """Solve with the explicit matrices by `method` (cg warm-starts from `x0`)."""
+    if method == "cg":
+        return cg(lambda p: jnp.einsum("rde,re->rd", a, p), b, x0, cg_iters)
+    if method == "cholesky":
+        return cholesky(a, b)
+    if method == "lu":
+        return lu(a, b)
+    if method == "qr":
+        return qr(a, b)
+    raise ValueError(f"unknown solver {method!r}")
