@@ -1,0 +1,149 @@
+"""Command line of the WebGraph job: `python -m webgraph_pipeline --input GLOB --output DIR ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Optional, Sequence
+
+from webgraph_pipeline.pipeline import INPUT_FORMATS, JobSpec, match_inputs, run_job
+from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant, parse_tlds
+
+EPILOG = """\
+Any other flag is an Apache Beam pipeline option (e.g. --runner, --direct_num_workers).
+
+Examples:
+  # the demo: real Common Crawl WAT, no filter
+  python -m webgraph_pipeline --input 'data/commoncrawl/*.wat' --output /tmp/cc
+  # a paper variant on WAT files, 2 local worker processes
+  python -m webgraph_pipeline --input 'wat/*.warc.wat.gz' --output /tmp/de_dense --variant de-dense \\
+      --direct_running_mode multi_processing --direct_num_workers 2
+  # the real hollins.edu crawl (edge list of ids + URL list)
+  python -m webgraph_pipeline --input_format edges --input data/hollins/edges.txt \\
+      --urls data/hollins/urls.txt --output /tmp/hollins --min_links 2
+  # interaction data (MovieLens users x items), users with >= 5 items, items with >= 5 users
+  python -m webgraph_pipeline --input_format edges --input data/ml-100k/u.data --bipartite \\
+      --min_links 5 --output /tmp/ml100k
+  # Google Cloud Dataflow (pip install 'webgraph-alx[dataflow]'; run from the repository root)
+  python -m webgraph_pipeline --input 'gs://BUCKET/wat/*.warc.wat.gz' --output gs://BUCKET/webgraph/de-dense \\
+      --variant de-dense --num_shards 200 \\
+      --runner DataflowRunner --project PROJECT --region us-central1 \\
+      --temp_location gs://BUCKET/tmp --staging_location gs://BUCKET/staging --setup_file ./setup.py \\
+      --machine_type n2-highmem-4 --max_num_workers 100 --disk_size_gb 100 \\
+      --experiments use_runner_v2
+Common Crawl's own bucket can be read directly: --input 's3://commoncrawl/crawl-data/CC-MAIN-2021-25/segments/*/wat/*.warc.wat.gz'
+(needs apache-beam[aws] and credentials), or copy the WAT files to gs:// first.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m webgraph_pipeline",
+        description=(
+            "Build a WebGraph link-prediction dataset (TFRecords in the public web_graph layout, "
+            "vocabulary shards, stats.json, a degree plot) from Common Crawl WAT files or edge lists."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument("--input", required=True, action="append",
+                   help="input file glob (local, gs://, s3://); repeat for several globs")
+    p.add_argument("--output", required=True, help="output directory (local or gs://)")
+    p.add_argument("--input_format", choices=INPUT_FORMATS, default="wat",
+                   help="wat: Common Crawl WAT files (default); edges: text edge lists `src dst`")
+    p.add_argument("--variant", choices=sorted(VARIANTS),
+                   help="a paper Table 1 variant (sets --tlds and --min_links)")
+    p.add_argument("--tlds", default=None, help="comma-separated TLDs both endpoints must have, e.g. de,in")
+    p.add_argument("--min_links", type=int, default=None, help="K: keep nodes with >= K in- and out-links")
+    p.add_argument("--degree_passes", type=int, default=1, help="passes of the degree filter (paper: 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the test-row and held-out hashes")
+    p.add_argument("--test_fraction", type=float, default=0.1, help="share of source rows in test")
+    p.add_argument("--holdout_fraction", type=float, default=0.25,
+                   help="share of each test row's outlinks held out as gt_tag")
+    p.add_argument("--num_shards", type=int, default=10, help="shards per split and of the vocabulary")
+    p.add_argument("--id_buckets", type=int, default=GraphConfig.id_buckets,
+                   help="hash buckets used to number the nodes (part of what decides the ids)")
+    p.add_argument("--link_types", default=None,
+                   help="wat: comma-separated link paths to keep (default: A@/href,AREA@/href)")
+    p.add_argument("--fail_on_unreadable", action="store_true",
+                   help="wat: fail the job on an unreadable file instead of counting it")
+    p.add_argument("--urls", default=None, help="edges: `id url` list naming the integer ids")
+    p.add_argument("--edge_layout", choices=("pairs", "adjacency"), default="pairs",
+                   help="edges: `src dst [ignored...]` per line, or `src dst1 dst2 ...`")
+    p.add_argument("--bipartite", action="store_true",
+                   help="edges: interaction data (users x items): separate row and column ids")
+    return p
+
+
+def unknown_beam_args(beam_argv: Sequence[str]) -> list[str]:
+    """The flags that neither this CLI nor any Beam pipeline option knows."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions(list(beam_argv))
+    known = options.get_all_options()
+    every = options.get_all_options(retain_unknown_options=True)
+    return sorted(f"--{k}" for k in set(every) - set(known))
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]]:
+    """argv -> (the job, Beam's own arguments).
+
+    Raises ValueError (bad flags) or FileNotFoundError (no input) with a one-line message.
+    """
+    parser = build_parser()
+    args, beam_argv = parser.parse_known_args(argv)
+    unknown = unknown_beam_args(beam_argv)
+    if unknown:
+        raise ValueError(f"unknown flag(s): {' '.join(unknown)} (see --help)")
+    if args.variant and (args.tlds is not None or args.min_links is not None):
+        raise ValueError("--variant sets --tlds and --min_links; give either --variant or those flags")
+    base = get_variant(args.variant) if args.variant else GraphConfig(
+        tlds=parse_tlds(args.tlds or ""), min_links=args.min_links or 0
+    )
+    config = base.replace(
+        degree_passes=args.degree_passes, seed=args.seed, test_fraction=args.test_fraction,
+        holdout_fraction=args.holdout_fraction, bipartite=args.bipartite, id_buckets=args.id_buckets,
+    )
+    link_types = tuple(t.strip() for t in args.link_types.split(",") if t.strip()) if args.link_types else None
+    spec = JobSpec(
+        input_patterns=tuple(args.input), output_dir=args.output, config=config,
+        input_format=args.input_format, urls_file=args.urls, edge_layout=args.edge_layout,
+        num_shards=args.num_shards, link_types=link_types, fail_on_unreadable=args.fail_on_unreadable,
+    )
+    match_inputs(spec.input_patterns + ((spec.urls_file,) if spec.urls_file else ()))
+    return spec, beam_argv
+
+
+def format_report(stats: dict[str, Any]) -> str:
+    """The end-of-job summary: counters by reason, then the graph's figures."""
+    lines = ["counters (webgraph namespace):"]
+    width = max((len(k) for k in stats["counters"]), default=0)
+    lines += [f"  {k:<{width}}  {v:>12,}" for k, v in stats["counters"].items()] or ["  (none)"]
+    splits = stats["splits"]
+    lines.append(
+        f"nodes {stats['nodes']:,}  edges {stats['edges']:,}  rows: train {splits['train']:,} "
+        f"train_t {splits['train_t']:,} test {splits['test']:,}  "
+        f"test links kept {stats['test_links']['col_tag']:,} held {stats['test_links']['gt_tag']:,}"
+    )
+    if "num_rows" in stats:
+        lines.append(f"interaction matrix: {stats['num_rows']:,} rows x {stats['num_cols']:,} columns")
+    lines.append(f"input files {len(stats['input_files'])}  wall time {stats['wall_seconds']} s")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point; returns the exit status (2 for bad flags or inputs)."""
+    try:
+        spec, beam_argv = parse_args(argv)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"webgraph_pipeline: error: {e}", file=sys.stderr)
+        return 2
+    stats = run_job(spec, beam_argv)
+    print(format_report(stats))
+    print(f"wrote {spec.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

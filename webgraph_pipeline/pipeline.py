@@ -1,0 +1,151 @@
+"""The whole WebGraph job: read (WAT or edge lists) -> `BuildWebGraph` -> `WriteTfRecords`.
+
+`run_job` runs it and completes stats.json with the Beam counters (every drop by reason), which
+exist only once the job has finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from webgraph_pipeline import contract
+from webgraph_pipeline.edges_input import ReadEdgeList
+from webgraph_pipeline.filters import NAMESPACE
+from webgraph_pipeline.graph import BuildWebGraph
+from webgraph_pipeline.variants import GraphConfig
+from webgraph_pipeline.write import DEGREE_PLOT, WriteTfRecords
+
+INPUT_FORMATS = ("wat", "edges")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """What one run of the job reads and writes (the graph settings are in `config`)."""
+
+    input_patterns: tuple[str, ...]
+    output_dir: str
+    config: GraphConfig
+    input_format: str = "wat"
+    urls_file: Optional[str] = None
+    edge_layout: str = "pairs"
+    num_shards: int = 10
+    link_types: Optional[tuple[str, ...]] = None
+    fail_on_unreadable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.input_format not in INPUT_FORMATS:
+            raise ValueError(f"unknown input format {self.input_format!r}; expected one of {INPUT_FORMATS}")
+        if self.num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {self.num_shards}")
+        if self.input_format == "wat" and (self.urls_file or self.config.bipartite):
+            raise ValueError("--urls and --bipartite apply to --input_format edges only")
+
+    def stats_config(self) -> dict[str, Any]:
+        """The settings recorded in stats.json."""
+        out = self.config.to_dict()
+        out.update(input_format=self.input_format, urls_file=self.urls_file, edge_layout=self.edge_layout)
+        if self.link_types is not None:
+            out["link_types"] = list(self.link_types)
+        return out
+
+
+def match_inputs(patterns: Sequence[str]) -> list[str]:
+    """Every file the globs match (local, gs://, s3://), sorted; an error naming a glob that matches none."""
+    files: set[str] = set()
+    for pattern in patterns:
+        try:
+            matched = FileSystems.match([pattern])[0].metadata_list
+        except Exception as e:  # Beam raises BeamIOError or a filesystem error for bad paths
+            raise FileNotFoundError(f"--input {pattern!r}: cannot list files ({e})") from None
+        if not matched:
+            raise FileNotFoundError(f"--input {pattern!r}: no file matches")
+        files.update(m.path for m in matched)
+    return sorted(files)
+
+
+def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
+    """The labelled reading step of either input format -> deduplicated (source, target) pairs."""
+    if spec.input_format == "edges":
+        return p | "ReadEdgeList" >> ReadEdgeList(
+            input_files, urls_file=spec.urls_file, layout=spec.edge_layout, bipartite=spec.config.bipartite
+        )
+    from webgraph_pipeline.extract import ExtractEdges
+
+    kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable}
+    if spec.link_types is not None:
+        kwargs["link_types"] = spec.link_types
+    return p | "ExtractEdges" >> ExtractEdges(list(input_files), **kwargs)
+
+
+def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
+    """Add the whole job to `p`: read -> BuildWebGraph -> WriteTfRecords; returns the written paths."""
+    graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
+    return graph | "WriteTfRecords" >> WriteTfRecords(
+        spec.output_dir, spec.stats_config(), input_files, spec.num_shards,
+        plot_title=f"WebGraph {spec.config.name}: degree distribution",
+    )
+
+
+def remove_stale_outputs(output_dir: str) -> list[str]:
+    """Delete this job's files from an earlier run in `output_dir` (other files are left alone)."""
+    import os
+
+    import tensorflow as tf
+
+    patterns = [contract.split_glob(output_dir, s) for s in contract.SPLIT_PREFIXES]
+    patterns += [contract.vocab_glob(output_dir), os.path.join(output_dir, f"{contract.COL_VOCAB_PREFIX}-*-of-*")]
+    patterns += [os.path.join(output_dir, n) for n in (contract.STATS_FILE, DEGREE_PLOT)]
+    stale = sorted(f for pattern in patterns for f in tf.io.gfile.glob(pattern))
+    for f in stale:
+        tf.io.gfile.remove(f)
+    return stale
+
+
+def collect_counters(result) -> dict[str, int]:
+    """Every `webgraph` counter of a finished job, by name (committed values, else attempted)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    out: dict[str, int] = {}
+    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
+    return out
+
+
+def finish_stats(output_dir: str, counters: dict[str, int], seconds: float) -> dict[str, Any]:
+    """Add the counters to the stats.json the job wrote; returns the final stats."""
+    stats = contract.read_stats(output_dir)
+    stats["counters"] = dict(sorted(counters.items()))
+    stats["dropped"] = {k: v for k, v in stats["counters"].items() if not k.startswith("split.")}
+    contract.write_stats(output_dir, stats)
+    stats["wall_seconds"] = round(seconds, 1)  # reported, not stored: it would break byte-identity
+    return stats
+
+
+def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the job to completion with Beam options `beam_argv`; returns the final stats."""
+    import tensorflow as tf
+
+    input_files = match_inputs(spec.input_patterns)
+    tf.io.gfile.makedirs(spec.output_dir)
+    remove_stale_outputs(spec.output_dir)
+    start = time.time()
+    p = beam.Pipeline(options=PipelineOptions(list(beam_argv)))
+    build_pipeline(p, spec, input_files)
+    result = p.run()
+    result.wait_until_finish()
+    return finish_stats(spec.output_dir, collect_counters(result), time.time() - start)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Parse a command line like `python -m webgraph_pipeline` takes, and run the job."""
+    from webgraph_pipeline.cli import parse_args
+
+    spec, beam_argv = parse_args(argv)
+    return run_job(spec, beam_argv)
