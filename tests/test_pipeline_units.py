@@ -1,0 +1,182 @@
+"""Plain-function tests of the WebGraph job's record logic (no Beam): filters, ids, splits, parsing."""
+
+from __future__ import annotations
+
+import collections
+from urllib.parse import urljoin
+
+import numpy as np
+import pytest
+
+from webgraph_pipeline import ids, splits, variants
+from webgraph_pipeline.edges_input import parse_edge_line, parse_url_line
+from webgraph_pipeline.filters import edge_in_tlds, node_passes, tld_of
+from webgraph_pipeline.wat_writer import page_links, relative_link, synthetic_pages
+from webgraph_pipeline.write import shard_of
+
+
+def test_variants_match_paper_table_1():
+    expected = {
+        "sparse": ((), 10), "dense": ((), 50), "de-sparse": (("de",), 10),
+        "de-dense": (("de",), 50), "in-sparse": (("in",), 10), "in-dense": (("in",), 50),
+    }
+    assert {n: (c.tlds, c.min_links) for n, c in variants.VARIANTS.items()} == expected
+    assert all(c.degree_passes == 1 and c.test_fraction == 0.1 and c.holdout_fraction == 0.25
+               for c in variants.VARIANTS.values())
+    with pytest.raises(ValueError, match="unknown variant 'de-medium'"):
+        variants.get_variant("de-medium")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"min_links": -1}, "min_links"), ({"holdout_fraction": 1.0}, "holdout_fraction"),
+    ({"test_fraction": 1.5}, "test_fraction"), ({"tlds": ("De",)}, "top-level domain"),
+    ({"tlds": ("de",), "bipartite": True}, "bipartite"), ({"degree_passes": 0}, "degree_passes"),
+])
+def test_graph_config_rejects_bad_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        variants.GraphConfig(**kwargs)
+
+
+def test_parse_tlds():
+    assert variants.parse_tlds(" IN, de,.de ,") == ("de", "in")
+    assert variants.parse_tlds("") == ()
+
+
+def test_tld_filter_functions():
+    assert tld_of("http://www.Example.DE./x") == "de"
+    assert tld_of("https://xn--mnchen-3ya.de:8080/") == "de"
+    assert tld_of("user42") == ""
+    assert edge_in_tlds(("http://a.de/", "http://b.in/"), frozenset({"de", "in"}))
+    assert not edge_in_tlds(("http://a.de/", "http://b.com/"), frozenset({"de"}))
+    assert edge_in_tlds(("http://a.de/", "http://b.com/"), frozenset())
+    assert node_passes(2, 2, 2) and not node_passes(1, 5, 2) and not node_passes(5, 1, 2)
+
+
+def test_ids_are_dense_deterministic_and_ordered_by_bucket_then_name():
+    names = [f"http://site{i % 37}.de/p{i}" for i in range(2000)]
+    for num_buckets in (1, 7, 1024):
+        groups = collections.defaultdict(list)
+        for n in names:
+            groups[ids.bucket_of(n, num_buckets)].append(n)
+        offsets = ids.bucket_offsets((b, len(v)) for b, v in groups.items())
+        assigned = dict(kv for b, v in groups.items() for kv in ids.number_bucket(b, reversed(v), offsets))
+        assert sorted(assigned.values()) == list(range(len(names)))
+        # The documented order: by (bucket, name), worked out here without the module's numbering.
+        order = sorted(names, key=lambda n: (ids.bucket_of(n, num_buckets), n))
+        assert [assigned[n] for n in order] == list(range(len(names)))
+    assert ids.bucket_of("http://a.de/", 1024) == ids.bucket_of("http://a.de/", 1024)
+    with pytest.raises(ValueError, match="twice"):
+        list(ids.number_bucket(0, ["x", "x"], {0: 0}))
+
+
+def test_split_rules_on_small_rows():
+    assert splits.assign_row((5, "http://a.de/", (9,)), seed=0, test_fraction=1.0, holdout_fraction=0.25) == (
+        "train", (5, (9,), ()))
+    for n in range(2, 30):
+        cols = tuple(range(100, 100 + n))
+        split, (row, kept, held) = splits.assign_row((1, f"http://r{n}.de/", cols), 3, 1.0, 0.25)
+        assert split == "test" and row == 1
+        assert kept and held and sorted(kept + held) == list(cols) and not set(kept) & set(held)
+    assert splits.assign_row((1, "x", (1, 2, 3)), 0, 0.0, 0.25)[0] == "train"
+    # The split depends on the seed.
+    picks = {seed: splits.is_test_row("http://a.de/", 5, seed, 0.5) for seed in range(40)}
+    assert 0 < sum(picks.values()) < 40
+
+
+def _synthetic_rows(num_pages: int) -> list[tuple[int, str, tuple[int, ...]]]:
+    pages = list(synthetic_pages(num_pages, mean_out=10, seed=7))
+    index = {url: i for i, (url, _) in enumerate(pages)}
+    return [(index[url], url, tuple(sorted(index[t] for t in links))) for url, links in pages if links]
+
+
+def test_strong_generalization_split_on_100k_nodes():
+    """The split and transposition logic on a generated 100k-page graph (the Beam path runs on a
+    smaller graph in test_pipeline_graph.py, to keep the DirectRunner within the test budget)."""
+    rows = _synthetic_rows(100_000)
+    assert len(rows) > 95_000
+    out = collections.defaultdict(list)
+    for row in rows:
+        split, rec = splits.assign_row(row, seed=11, test_fraction=0.1, holdout_fraction=0.25)
+        out[split].append(rec)
+    eligible = sum(1 for r in rows if len(r[2]) >= 2)
+    assert abs(len(out["test"]) / eligible - 0.10) < 0.01
+    assert abs(len(out["test"]) / len(rows) - 0.10) < 0.01
+    kept = sum(len(r[1]) for r in out["test"])
+    held = sum(len(r[2]) for r in out["test"])
+    assert abs(held / (kept + held) - 0.25) < 0.01
+    assert all(r[1] and r[2] for r in out["test"])
+    # train_t against an independent transposition (a sparse matrix transpose).
+    train_t = splits.transpose(out["train"])
+    r_idx = np.array([r for r, cols, _ in out["train"] for _ in cols])
+    c_idx = np.array([c for _, cols, _ in out["train"] for c in cols])
+    import scipy.sparse as sp
+
+    mt = sp.csr_matrix((np.ones(len(r_idx)), (r_idx, c_idx)), shape=(100_000, 100_000)).T.tocsr()
+    expected = [(c, tuple(mt.indices[mt.indptr[c]:mt.indptr[c + 1]].tolist()), ()) for c in range(100_000)
+                if mt.indptr[c + 1] > mt.indptr[c]]
+    assert train_t == expected
+    test_rows = {r for r, _, _ in out["test"]}
+    assert not test_rows & {c for _, rs, _ in train_t for c in rs}
+
+
+def test_records_parse_with_public_feature_spec():
+    import tensorflow as tf
+
+    from webgraph_pipeline import contract
+
+    rows = [(3, (1, 2), ()), (7, (4,), (5, 6))]
+    parsed = tf.io.parse_example([contract.encode_row(*r) for r in rows], contract.feature_spec())
+    assert parsed["row_tag"].numpy().tolist() == [3, 7]
+    assert tf.sparse.to_dense(parsed["gt_tag"]).numpy().tolist() == [[0, 0], [5, 6]]
+
+
+@pytest.mark.parametrize("line, layout, expected", [
+    ("1 2", "pairs", ([("1", "2")], None)),
+    ("1\t2\t5\t881250949", "pairs", ([("1", "2")], None)),
+    ("0 5 7 9", "adjacency", ([("0", "5"), ("0", "7"), ("0", "9")], None)),
+    ("start end", "pairs", ([], "header")),
+    ("user item rating timestamp", "pairs", ([], "header")),
+    ("   ", "pairs", ([], "empty")),
+    ("# comment", "pairs", ([], "comment")),
+    ("42", "pairs", ([], "too_few_fields")),
+    ("http://a.de/ http://b.de/", "pairs", ([("http://a.de/", "http://b.de/")], None)),
+])
+def test_parse_edge_line(line, layout, expected):
+    assert parse_edge_line(line, layout) == expected
+
+
+def test_parse_url_line():
+    assert parse_url_line("007 http://www1.hollins.edu/ \n") == (("7", "http://www1.hollins.edu/"), None)
+    assert parse_url_line("link url") == (None, "header")
+    assert parse_url_line("x http://a/") == (None, "bad_id")
+    assert parse_url_line("1 http://a/ extra") == (None, "bad_fields")
+
+
+def test_shards_are_contiguous_id_ranges():
+    got = [shard_of(i, 10, 3) for i in range(10)]
+    assert got == sorted(got) and set(got) == {0, 1, 2}
+    assert [shard_of(i, 2, 5) for i in range(2)] == [0, 2]
+
+
+@pytest.mark.parametrize("page, target, expected", [
+    ("http://a.de/b/x.html", "http://a.de/b/y.html", "y.html"),
+    ("http://a.de/b/x.html", "http://a.de/c/z.html?q=1", "/c/z.html?q=1"),
+    ("http://a.de/b/x.html", "http://other.de/", "http://other.de/"),
+    ("http://a.de/", "http://a.de/", "/"),
+])
+def test_relative_links_resolve_back(page, target, expected):
+    assert relative_link(page, target) == expected
+    assert urljoin(page, expected) == target
+
+
+def test_page_links_resolve_with_base_and_skip_non_hyperlinks():
+    pages = list(synthetic_pages(400, seed=1))
+    with_base = 0
+    for url, targets in pages:
+        base, links = page_links(url, targets)
+        with_base += base is not None
+        start = urljoin(url, base) if base else url
+        hrefs = [urljoin(start, link["url"]) for link in links if link["path"] == "A@/href"]
+        assert [h for h in hrefs if "#" not in h] == list(targets)
+        assert any(link["path"] == "IMG@/src" for link in links)
+    assert 0 < with_base < len(pages)
