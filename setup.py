@@ -24,6 +24,7 @@ setup(
         "numpy>=1.26,<3",
         "tensorflow>=2.16,<3",
         "tensorflow-datasets>=4.9.6,<5",
+        "mlcroissant>=1.0,<2",  # the `tfds` command line (tfds build) imports it
         "importlib_resources>=6,<8",  # etils.epath needs it when TFDS loads a builder from its folder
         "jax>=0.5,<1",
         "jaxlib>=0.5,<1",

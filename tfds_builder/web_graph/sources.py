@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from webgraph_pipeline import contract
 
@@ -158,11 +158,25 @@ def row_to_example(row: tuple[int, Sequence[int], Sequence[int]]) -> tuple[int, 
     }
 
 
-def record_to_example(filename_and_record: tuple[str, bytes]) -> tuple[int, dict[str, Any]]:
+def record_to_example(filename: str, record: bytes) -> tuple[int, dict[str, Any]]:
     """A serialized `tf.train.Example` read from `filename` -> `(key, example)`; errors name the file."""
-    filename, record = filename_and_record
     try:
         row = contract.decode_row(record)
     except Exception as e:  # noqa: BLE001 - any parse failure is re-raised with the file name
         raise ValueError(f"{filename}: bad web_graph record ({e})") from e
     return row_to_example(row)
+
+
+def read_shard(filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every `(key, example)` of one TFRecord shard; a damaged file fails naming itself."""
+    import tensorflow as tf
+
+    records = iter(tf.data.TFRecordDataset(filename).as_numpy_iterator())
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            return
+        except tf.errors.OpError as e:
+            raise ValueError(f"{filename}: unreadable TFRecord file ({e.message.splitlines()[0]})") from e
+        yield record_to_example(filename, record)

@@ -115,6 +115,15 @@ def _named_config(name: str) -> WebGraphConfig:
     )
 
 
+def _write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str]) -> None:
+    """stats.json of a WAT build before the counters are known (TFDS shards the files itself)."""
+    from webgraph_pipeline.write import build_stats
+
+    stats = build_stats(summary, config, input_files, num_shards=0)
+    del stats["num_shards"]
+    contract.write_stats(data_dir, stats)
+
+
 class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """DatasetBuilder for `web_graph`, from pipeline output, official files or raw WAT files."""
 
@@ -180,20 +189,26 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         return (
             pipeline
             | f"ListShards[{split}]" >> beam.Create(list(files))
-            | f"ReadTFRecords[{split}]" >> beam.io.ReadAllFromTFRecord(with_filename=True)
-            | f"ToExamples[{split}]" >> beam.Map(sources.record_to_example)
+            | f"SpreadShards[{split}]" >> beam.Reshuffle()
+            | f"ReadShards[{split}]" >> beam.FlatMap(sources.read_shard)
         )
 
     def _graph_from_wat(self, pipeline, wat_files: Sequence[str]):
-        """Runs ExtractEdges -> BuildWebGraph on the WAT files; the splits become the examples."""
-        beam = tfds.core.lazy_imports.apache_beam
-        from webgraph_pipeline.extract import ExtractEdges
-        from webgraph_pipeline.graph import BuildWebGraph
+        """The WebGraph job's reading and graph steps on the WAT files; its splits become the examples.
 
-        graph = (
-            pipeline
-            | "ExtractEdges" >> ExtractEdges(list(wat_files))
-            | "BuildWebGraph" >> BuildWebGraph(self.builder_config.graph_config())
+        The steps and the stats are those of `python -m webgraph_pipeline` (`webgraph_pipeline.pipeline`):
+        the job's summary becomes stats.json in the dataset directory, and
+        `_process_pipeline_result` adds the Beam counters once the job has run.
+        """
+        beam = tfds.core.lazy_imports.apache_beam
+        from webgraph_pipeline.graph import BuildWebGraph
+        from webgraph_pipeline.pipeline import JobSpec, read_edges
+
+        data_dir = os.fspath(self.data_dir)
+        spec = JobSpec(input_patterns=tuple(wat_files), output_dir=data_dir, config=self.builder_config.graph_config())
+        graph = read_edges(pipeline, spec, wat_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
+        _ = graph["summary"] | "WriteStats" >> beam.Map(
+            _write_job_stats, data_dir, spec.stats_config(), list(wat_files)
         )
         return {
             split: graph[split] | f"ToExamples[{split}]" >> beam.Map(sources.row_to_example)
@@ -203,10 +218,16 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     def _process_pipeline_result(self, pipeline_result) -> None:
         """After the Beam job: keep the source and the pipeline's stats with the dataset."""
         source = self._source
+        if source.kind == sources.WAT:
+            from webgraph_pipeline.pipeline import collect_counters, finish_stats
+
+            self._stats = finish_stats(os.fspath(self.data_dir), collect_counters(pipeline_result), 0.0)
+            del self._stats["wall_seconds"]  # finish_stats reports it without storing it
         self.info.metadata["source"] = {"kind": source.kind, "path": source.path}
         if self._stats is not None:
             self.info.metadata["stats"] = self._stats
-            contract.write_stats(os.fspath(self.data_dir), self._stats)
+            if source.kind != sources.WAT:  # finish_stats has written it already
+                contract.write_stats(os.fspath(self.data_dir), self._stats)
 
 
 WebGraph = Builder

@@ -1,0 +1,138 @@
+"""How the web_graph builder tells sources apart, its bad-input errors, and what a build keeps.
+
+The graph in `dummy_data/` is written by `tfds_builder/web_graph/make_dummy_data.py`; the rows
+expected here are worked out by hand from its `HAND_GRAPH`, not read back from the files.
+"""
+
+import json
+import shutil
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from tfds_builder.web_graph import WebGraph, WebGraphConfig, sources
+from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR
+from webgraph_pipeline import contract
+
+# The hand graph of make_dummy_data.py: 0->1,2,3  1->0,2  2->0,3  3->0,1,4  4->0,3,5  5->0,4; 4 is the
+# test row with links 0 and 3 kept and 5 held out.
+HAND_ROWS = {
+    "train": {(0, (1, 2, 3), ()), (1, (0, 2), ()), (2, (0, 3), ()), (3, (0, 1, 4), ()), (5, (0, 4), ())},
+    "train_t": {(0, (1, 2, 3, 5), ()), (1, (0, 3), ()), (2, (0, 1), ()), (3, (0, 2), ()), (4, (3, 5), ())},
+    "test": {(4, (0, 3), (5,))},
+}
+BEAM = tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[]))
+
+
+def _rows(ds) -> set:
+    return {(int(x["row_tag"]), tuple(x["col_tag"].tolist()), tuple(x["gt_tag"].tolist())) for x in tfds.as_numpy(ds)}
+
+
+def _write_split(directory, split, rows, index=0, total=1):
+    path = directory / contract.shard_name(contract.SPLIT_PREFIXES[split], index, total, contract.TFRECORD_SUFFIX)
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for r in rows:
+            w.write(contract.encode_row(*r))
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """`de-dense` built once from the pipeline-layout dummy data, through the builder argument."""
+    data_dir = tmp_path_factory.mktemp("tfds")
+    builder = WebGraph(config="de-dense", data_dir=str(data_dir), source_dir=str(DUMMY_DIR))
+    builder.download_and_prepare(download_config=BEAM)
+    return data_dir, builder
+
+
+def test_resolve_tells_sources_apart(tmp_path):
+    assert sources.resolve(str(DUMMY_DIR)).kind == sources.PIPELINE
+    official = sources.resolve(str(DUMMY_DIR), "web_graph_tld_in_min_50")
+    assert official.kind == sources.OFFICIAL and official.path.endswith("web_graph_tld_in_min_50")
+    assert [len(official.split_files[s]) for s in ("train", "train_t", "test")] == [2, 2, 2]
+    # A config whose official folder is absent falls back to the root.
+    assert sources.resolve(str(DUMMY_DIR), "web_graph_min_10").kind == sources.PIPELINE
+    wat = tmp_path / "wat"
+    wat.mkdir()
+    for name in ("a.warc.wat.gz", "b.wat", "notes.txt"):
+        (wat / name).write_bytes(b"")
+    found = sources.resolve(str(wat))
+    assert found.kind == sources.WAT and [p.rsplit("/", 1)[1] for p in found.wat_files] == ["a.warc.wat.gz", "b.wat"]
+
+
+def test_resolve_errors_say_what_is_wrong(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        sources.resolve(str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="neither TFRecord shards nor WAT files|found neither"):
+        sources.resolve(str(tmp_path))
+    _write_split(tmp_path, "train", [(0, (1,), ())])
+    with pytest.raises(FileNotFoundError, match=r"none for split\(s\) \['train_t', 'test'\]"):
+        sources.resolve(str(tmp_path))
+    _write_split(tmp_path, "train_t", [(1, (0,), ())])
+    _write_split(tmp_path, "test", [], index=1, total=3)
+    with pytest.raises(ValueError, match=r"'test' .* incomplete: 2 of 3 shards missing \(first: 00000\)"):
+        sources.resolve(str(tmp_path))
+
+
+def test_bad_record_names_its_file():
+    with pytest.raises(ValueError, match=r"^/x/train.tfr-00000-of-00001: bad web_graph record"):
+        sources.record_to_example("/x/train.tfr-00000-of-00001", b"\x01\x02not a proto")
+    key, example = sources.record_to_example("f", contract.encode_row(7, [3, 1], [2]))
+    assert key == 7 and example["row_tag"] == 7
+    assert example["col_tag"].tolist() == [3, 1] and example["gt_tag"].tolist() == [2]
+
+
+def test_config_mismatches_compare_recorded_settings_only():
+    stats = {"config": {"tlds": ["de"], "min_links": 50, "seed": 0}}
+    assert sources.config_mismatches(stats, WebGraphConfig(name="x", tlds=("DE",), min_links=50).graph_settings()) == []
+    assert sources.config_mismatches(stats, WebGraphConfig(name="y", min_links=10).graph_settings()) == [
+        "tlds: dataset has ['de'], config wants []",
+        "min_links: dataset has 50, config wants 10",
+    ]
+    assert sources.config_mismatches({}, {"min_links": 3}) == []
+
+
+def test_custom_config_is_validated_by_the_pipeline_rules():
+    with pytest.raises(ValueError, match="holdout_fraction"):
+        WebGraphConfig(name="bad", holdout_fraction=1.0)
+    with pytest.raises(ValueError, match="min_links"):
+        WebGraphConfig(name="bad", min_links=-1)
+
+
+def test_build_keeps_exact_rows_counts_and_stats(built):
+    data_dir, builder = built
+    for split, rows in HAND_ROWS.items():
+        assert _rows(builder.as_dataset(split=split)) == rows
+        assert builder.info.splits[split].num_examples == len(rows)
+    written = json.loads((DUMMY_DIR / "stats.json").read_text())
+    assert contract.read_stats(str(builder.data_dir)) == written
+    assert builder.info.metadata["stats"] == written
+    assert builder.info.metadata["source"] == {"kind": "pipeline", "path": str(DUMMY_DIR)}
+    assert "arXiv:2112.02194" in builder.info.citation and builder.info.homepage.endswith("2112.02194")
+
+
+def test_tfds_load_reads_the_built_files(built):
+    data_dir, _ = built
+    ds = tfds.load("web_graph/de-dense:1.0.0", data_dir=str(data_dir), split="test")
+    assert _rows(ds) == HAND_ROWS["test"]
+    restored = tfds.builder("web_graph/de-dense:1.0.0", data_dir=str(data_dir))
+    assert restored.info.splits["train_t"].num_examples == 5
+    assert restored.info.metadata["stats"]["nodes"] == 6  # the stats travel with the built files
+
+
+def test_settings_mismatch_is_refused(tmp_path):
+    builder = WebGraph(config="sparse", data_dir=str(tmp_path / "tfds"), source_dir=str(DUMMY_DIR))
+    with pytest.raises(ValueError, match=r"stats.json: built with other settings than config 'sparse': tlds"):
+        builder.download_and_prepare(download_config=BEAM)
+
+
+def test_corrupt_shard_fails_the_build_naming_the_file(tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(DUMMY_DIR / "web_graph_tld_in_min_50", source)
+    bad = source / "test.tfr-00001-of-00002"
+    bad.write_bytes(bad.read_bytes()[:-7])
+    builder = WebGraph(config="in-dense", data_dir=str(tmp_path / "tfds"), source_dir=str(source))
+    with pytest.raises(Exception, match=r"test.tfr-00001-of-00002: unreadable TFRecord file"):
+        builder.download_and_prepare(download_config=BEAM)
