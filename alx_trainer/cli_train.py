@@ -1,0 +1,55 @@
+"""`python -m alx_trainer train --data DIR_OR_TFDS_NAME --model_dir DIR [options]`.
+
+Every `TrainConfig` field is a flag (see `--help`); `--config FILE` (JSON/YAML) sets them too,
+flags winning. Errors print one line `alx_trainer train: error: ...` and exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from alx_trainer.config import TrainConfig, parse_dataclass_args
+
+
+def _init_distributed(config: TrainConfig) -> None:
+    """`jax.distributed.initialize` (explicit coordinator for CPU/GPU clusters, auto on a TPU slice)."""
+    import jax
+
+    # CPU devices of several processes need gloo for cross-process collectives; TPU/GPU ignore it.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+    if config.process_id >= 0 or config.coordinator_address:
+        kwargs = {
+            "coordinator_address": config.coordinator_address or None,
+            "num_processes": config.num_processes or None,
+            "process_id": config.process_id if config.process_id >= 0 else None,
+        }
+        jax.distributed.initialize(**kwargs)
+    else:
+        jax.distributed.initialize()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, train, print a one-line summary; 0 on success, 1 on a reported error."""
+    try:
+        config = parse_dataclass_args(TrainConfig, argv, prog="python -m alx_trainer train").validate()
+    except (ValueError, FileNotFoundError) as e:
+        print(f"alx_trainer train: error: {e}", file=sys.stderr)
+        return 1
+    try:
+        if config.distributed:
+            _init_distributed(config)
+        from alx_trainer import als
+
+        model = als.train(config)
+    except (ValueError, FileNotFoundError, als.TrainingCollapse) as e:
+        print(f"alx_trainer train: error: {e}", file=sys.stderr)
+        return 1
+    last = model.metrics[-1] if model.metrics else {}
+    summary = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if isinstance(v, float) and ("loss" in k or "recall" in k))
+    print(f"trained {model.epoch} epoch(s) into {config.model_dir}" + (f": {summary}" if summary else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The trainer against the independent float64 NumPy iALS (tests/reference_ials.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import reference_ials as ref
+from alx_trainer import als, sharding
+from alx_trainer.config import TrainConfig
+
+NUM_ROWS, NUM_COLS = 60, 90
+ALPHA, REG = 0.5, 0.8
+# piece_len 4 x batch_pieces 8 = 32 ids per device batch: rows 5 and 17 (46 ids) are longer than a
+# whole batch, row 9 fills exactly one batch, the rest are short.
+SHAPE = dict(piece_len=4, batch_pieces=8, batch_rows=4)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    rows = ref.random_rows(0, NUM_ROWS, NUM_COLS, max_len=14, long_rows=[5, 17])
+    rng = np.random.default_rng(1)
+    rows[9] = sorted(rng.choice(NUM_COLS, size=32, replace=False).tolist())
+    path = str(tmp_path_factory.mktemp("exact") / "data")
+    ref.write_dataset(path, rows, NUM_ROWS, NUM_COLS, shards=3)
+    return path, rows
+
+
+def _config(data_dir: str, model_dir: str, **kw) -> TrainConfig:
+    base = dict(data=data_dir, model_dir=model_dir, dim=6, epochs=1, alpha=ALPHA, reg=REG, solver="cholesky",
+                progress=False, eval_every=0, init_stddev=0.3, **SHAPE)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _initial(config: TrainConfig, mesh):
+    t = als.init_tables(config, NUM_ROWS, NUM_COLS, mesh)
+    row = np.asarray(t["row"], np.float64)[:NUM_ROWS]
+    col = None if config.tied else np.asarray(t["col"], np.float64)[:NUM_COLS]
+    return row, col
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_cholesky_matches_float64_reference_after_one_epoch(dataset, tmp_path):
+    data_dir, rows = dataset
+    mesh = sharding.make_mesh()
+    assert mesh.size == 8
+    config = _config(data_dir, str(tmp_path / "m"))
+    w0, h0 = _initial(config, mesh)
+    model = als.train(config, mesh=mesh)
+    w, h = ref.ials(rows, w0, h0, 1, ALPHA, REG)
+    assert _rel(model.row_table, w) < 1e-4
+    assert _rel(model.col_table, h) < 1e-4
+    # rows never seen (none here) aside, the loss terms match the reference's objective
+    expected = ref.loss(rows, w, h, ALPHA, REG)
+    assert model.metrics[-1]["loss_observed"] == pytest.approx(expected["observed"], rel=1e-4)
+    assert model.metrics[-1]["loss_unobserved"] == pytest.approx(expected["unobserved"], rel=1e-4)
+
+
+@pytest.mark.parametrize("solver", ["lu", "qr", "cg"])
+def test_every_solver_matches_reference(dataset, tmp_path, solver):
+    data_dir, rows = dataset
+    mesh = sharding.make_mesh()
+    config = _config(data_dir, str(tmp_path / "m"), solver=solver, cg_iters=12, epochs=2)
+    w0, h0 = _initial(config, mesh)
+    model = als.train(config, mesh=mesh)
+    w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)
+    assert _rel(model.row_table, w) < 1e-4
+    assert _rel(model.col_table, h) < 1e-4
+
+
+def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
+    data_dir, rows = dataset
+    mesh = sharding.make_mesh()
+    errors = []
+    for iters in (1, 2, 4, 8):
+        config = _config(data_dir, str(tmp_path / f"m{iters}"), solver="cg", cg_iters=iters)
+        w0, h0 = _initial(config, mesh)
+        model = als.train(config, mesh=mesh)
+        w, h = ref.ials(rows, w0, h0, 1, ALPHA, REG)
+        errors.append(_rel(model.col_table, h))
+    assert errors == sorted(errors, reverse=True), errors
+    assert errors[0] > 1e-2 and errors[-1] < 1e-4, errors
+
+
+@pytest.mark.parametrize("cg_form", ["matvec", "explicit"])
+def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
+    data_dir, _ = dataset
+    mesh = sharding.make_mesh()
+    a = als.train(_config(data_dir, str(tmp_path / "g"), solver="cg", cg_iters=3, cg_form=cg_form), mesh=mesh)
+    b = als.train(_config(data_dir, str(tmp_path / "l"), solver="cg", cg_iters=3, stats="local"), mesh=mesh)
+    assert _rel(a.row_table, b.row_table) < 1e-5
+    assert _rel(a.col_table, b.col_table) < 1e-5
+
+
+def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path):
+    data_dir, _ = dataset
+    one = als.train(_config(data_dir, str(tmp_path / "one"), epochs=2), mesh=sharding.make_mesh(jax.devices()[:1]))
+    eight = als.train(_config(data_dir, str(tmp_path / "eight"), epochs=2), mesh=sharding.make_mesh())
+    np.testing.assert_allclose(one.row_table, eight.row_table, rtol=0, atol=1e-5 * np.abs(one.row_table).max())
+    np.testing.assert_allclose(one.col_table, eight.col_table, rtol=0, atol=1e-5 * np.abs(one.col_table).max())
+
+
+def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
+    n = 40
+    rows = {r: c for r, c in ref.random_rows(3, n, n, max_len=9).items() if r % 7}  # rows 0, 7, .. absent
+    data_dir = ref.write_dataset(str(tmp_path / "sq"), rows, n, n)
+    mesh = sharding.make_mesh()
+    config = _config(data_dir, str(tmp_path / "m"), tied=True, reg=0.05, reg_exponent=1.0, epochs=2)
+    t = als.init_tables(config, n, n, mesh)
+    t0 = np.asarray(t["row"], np.float64)[:n]
+    model = als.train(config, mesh=mesh)
+    w, _ = ref.ials(rows, t0, None, 2, ALPHA, 0.05, reg_exponent=1.0)
+    assert _rel(model.row_table, w) < 1e-4
+    assert model.col_table is model.row_table
+
+
+def test_step_compiles_once_per_side(dataset, tmp_path):
+    data_dir, _ = dataset
+    mesh = sharding.make_mesh()
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, alpha=0.4321)  # a spec no other test uses
+    als.train(config, mesh=mesh)
+    for num_other in (NUM_COLS, NUM_ROWS):
+        step = sharding.make_step(mesh, als.step_spec(config, num_other))
+        assert step._cache_size() == 1
+
+
+def test_fold_in_matches_reference(dataset, tmp_path):
+    data_dir, rows = dataset
+    mesh = sharding.make_mesh()
+    model = als.train(_config(data_dir, str(tmp_path / "m")), mesh=mesh)
+    new_rows = [np.array(rows[5]), np.array([1, 2, 3]), np.array(rows[9]), np.array([], np.int64)]
+    got = als.fold_in(model.col_table, new_rows, model.config, mesh=mesh)
+    target = np.zeros((len(new_rows), model.col_table.shape[1]))
+    want = ref.solve_rows(model.col_table, dict(enumerate(new_rows)), target, ALPHA, REG)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert _rel(got, want) < 1e-4
+    np.testing.assert_array_equal(got[3], 0)
+    # the default CG solver from a zero start converges to the same solution with enough steps
+    cg = als.fold_in(model.col_table, new_rows, dataclasses.replace(model.config, solver="cg", cg_iters=20), mesh=mesh)
+    assert _rel(cg, want) < 1e-4
