@@ -84,6 +84,12 @@ def test_bad_record_names_its_file():
     assert example["col_tag"].tolist() == [3, 1] and example["gt_tag"].tolist() == [2]
 
 
+def test_empty_split_is_refused_with_the_reason():
+    sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 1}, "here")
+    with pytest.raises(ValueError, match=r"^here: split\(s\) \['test'\] are empty .* lower min_links"):
+        sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 0}, "here")
+
+
 def test_config_mismatches_compare_recorded_settings_only():
     stats = {"config": {"tlds": ["de"], "min_links": 50, "seed": 0}}
     assert sources.config_mismatches(stats, WebGraphConfig(name="x", tlds=("DE",), min_links=50).graph_settings()) == []

@@ -146,6 +146,16 @@ def config_mismatches(stats: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
     return out
 
 
+def check_splits_not_empty(splits: Mapping[str, int], where: str) -> None:
+    """TFDS cannot hold an empty split: raise, saying which split and where, if any is empty."""
+    empty = [split for split in contract.SPLIT_PREFIXES if not splits.get(split)]
+    if empty:
+        raise ValueError(
+            f"{where}: split(s) {empty} are empty ({dict(splits)}); the graph is too small for these "
+            "settings: give more input or a lower min_links"
+        )
+
+
 def row_to_example(row: tuple[int, Sequence[int], Sequence[int]]) -> tuple[int, dict[str, Any]]:
     """`(row_tag, col_tag, gt_tag)` -> the TFDS `(key, example)` pair; the key is the row id."""
     import numpy as np

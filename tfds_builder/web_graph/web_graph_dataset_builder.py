@@ -116,9 +116,14 @@ def _named_config(name: str) -> WebGraphConfig:
 
 
 def _write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str]) -> None:
-    """stats.json of a WAT build before the counters are known (TFDS shards the files itself)."""
+    """stats.json of a WAT build before the counters are known (TFDS shards the files itself).
+
+    Fails the job with a clear message when a split came out empty.
+    """
     from webgraph_pipeline.write import build_stats
 
+    where = f"graph of {len(input_files)} WAT file(s) with tlds={config['tlds']}, min_links={config['min_links']}"
+    sources.check_splits_not_empty(summary["splits"], where)
     stats = build_stats(summary, config, input_files, num_shards=0)
     del stats["num_shards"]
     contract.write_stats(data_dir, stats)
@@ -175,6 +180,8 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             return self._graph_from_wat(pipeline, source.wat_files)
         if source.kind == sources.PIPELINE:
             self._stats = contract.read_stats(source.path)
+            if "splits" in self._stats:
+                sources.check_splits_not_empty(self._stats["splits"], os.path.join(source.path, contract.STATS_FILE))
             mismatches = sources.config_mismatches(self._stats, config.graph_settings())
             if mismatches:
                 raise ValueError(
