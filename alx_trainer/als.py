@@ -155,18 +155,21 @@ class SideRunner:
 
     def _plan(self) -> SidePlan:
         """Count this host's batches (one streaming pass), then agree on the max over hosts."""
-        normal = list(self._normal()) if self.config.cache_batches else None
-        long = list(self._long()) if self.config.cache_batches else None
-        n_normal = sum(len(b) for b in normal) if normal is not None else sum(len(b) for b in self._normal())
-        long_iter = long if long is not None else self._long()
-        n_long, long_rows = 0, set()
-        for b in long_iter:
-            n_long += len(b)
-            long_rows.update(b.owner.tolist())
-        if normal is not None:
-            self.cache = (normal, long)
-        k, r = self.per_step, self.config.rows_per_batch
-        counts = np.array([-(-n_normal // k), -(-n_long // k), -(-len(long_rows) // (k * r))], np.int64)
+        L, B, R = self._shape()
+        if self.config.cache_batches:
+            self.cache = (list(self._normal()), list(self._long()))
+            n_normal = sum(len(b) for b in self.cache[0])
+            n_long = sum(len(b) for b in self.cache[1])
+            long_rows = len({o for b in self.cache[1] for o in b.owner.tolist()})
+        else:  # next-fit packing depends on the row lengths only
+            lengths = [c.lengths for c in self.make_chunks()]
+            lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+            pieces = batching.num_pieces(lengths, L)
+            n_normal = len(batching.batch_starts(pieces[pieces <= B], B, R, final=True)[0])
+            n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
+            long_rows = int(np.sum(pieces > B))
+        k = self.per_step
+        counts = np.array([-(-n_normal // k), -(-n_long // k), -(-long_rows // (k * R))], np.int64)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 

@@ -60,7 +60,7 @@ def empty_batch(k: int, piece_len: int, batch_pieces: int, batch_rows: int) -> D
     )
 
 
-def _batch_starts(pieces: np.ndarray, batch_pieces: int, batch_rows: int, final: bool) -> tuple[list[int], int]:
+def batch_starts(pieces: np.ndarray, batch_pieces: int, batch_rows: int, final: bool) -> tuple[list[int], int]:
     """Next-fit boundaries: start row of each full batch, and the first row left over."""
     cum = np.concatenate([[0], np.cumsum(pieces)])
     n = len(pieces)
@@ -131,12 +131,12 @@ def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, b
     for chunk in chunks:
         fits = num_pieces(chunk.lengths, piece_len) <= batch_pieces
         pending = _concat(pending, chunk if fits.all() else _select(chunk, fits))
-        starts, stop = _batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False)
+        starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False)
         if starts:
             yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
             pending = _select(pending, np.arange(len(pending)) >= stop)
     if pending is not None and len(pending):
-        starts, stop = _batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
+        starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
         yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
 
 

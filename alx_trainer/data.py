@@ -40,12 +40,23 @@ def host_files(files: Sequence[str], process_index: int, process_count: int) -> 
     return list(files)[process_index::process_count]
 
 
-def _parse_batch(serialized):
-    import tensorflow as tf
+_PARSER = None
 
-    parsed = tf.io.parse_example(serialized, contract.feature_spec())
-    cols = tf.RaggedTensor.from_sparse(parsed["col_tag"])
-    return parsed["row_tag"], cols.values, cols.row_splits
+
+def _parser():
+    """A tf.function parsing a batch of serialized records (traced once per process)."""
+    global _PARSER
+    if _PARSER is None:
+        import tensorflow as tf
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def parse(serialized):
+            parsed = tf.io.parse_example(serialized, contract.feature_spec())
+            cols = tf.RaggedTensor.from_sparse(parsed["col_tag"])
+            return parsed["row_tag"], cols.values, cols.row_splits
+
+        _PARSER = parse
+    return _PARSER
 
 
 def read_chunks(
@@ -58,10 +69,12 @@ def read_chunks(
     """
     import tensorflow as tf
 
+    parse = _parser()
     for path in files:
-        ds = tf.data.TFRecordDataset([path]).batch(chunk_rows).map(_parse_batch).prefetch(prefetch)
+        ds = tf.data.TFRecordDataset([path]).batch(chunk_rows).prefetch(prefetch)
         try:
-            for row_tag, values, splits in ds.as_numpy_iterator():
+            for serialized in ds:
+                row_tag, values, splits = (t.numpy() for t in parse(serialized))
                 chunk = RowChunk(row_tag.astype(np.int64), splits.astype(np.int64), values.astype(np.int64))
                 _check_ids(path, chunk, num_rows, num_cols)
                 yield chunk

@@ -59,16 +59,20 @@ class StepSpec:
     local_stats: bool
 
 
-def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) -> jax.Array:
-    """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh."""
-    n_pad = padded_rows(n, mesh)
-
+@functools.lru_cache(maxsize=None)
+def _init_fn(mesh: Mesh, n_pad: int, dim: int, dtype):
     @functools.partial(jax.jit, out_shardings=row_sharding(mesh))
-    def make(key):
+    def make(key, n, stddev):
         values = jax.random.normal(key, (n_pad, dim), jnp.float32) * stddev
         return jnp.where(jnp.arange(n_pad)[:, None] < n, values, 0).astype(dtype)
 
-    return make(jax.random.key(seed))
+    return make
+
+
+def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) -> jax.Array:
+    """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh."""
+    make = _init_fn(mesh, padded_rows(n, mesh), dim, jnp.dtype(dtype))
+    return make(jax.random.key(seed), n, jnp.float32(stddev))
 
 
 def table_from_numpy(mesh: Mesh, values: np.ndarray, dtype) -> jax.Array:
