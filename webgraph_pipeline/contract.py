@@ -49,7 +49,9 @@ def encode_row(row_tag: int, col_tag: Sequence[int], gt_tag: Sequence[int] = ())
         "col_tag": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(c) for c in col_tag])),
         "gt_tag": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(g) for g in gt_tag])),
     }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    # Deterministic: protobuf map fields otherwise serialize in an order that can change per process.
+    return example.SerializeToString(deterministic=True)
 
 
 def feature_spec() -> dict[str, Any]:

@@ -1,0 +1,158 @@
+"""The whole job through its command line: edge-list input, bad flags, determinism, Dataflow build."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import apache_beam as beam
+import pytest
+from apache_beam.internal import pickler
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from webgraph_pipeline import contract
+from webgraph_pipeline.cli import main
+from webgraph_pipeline.pipeline import JobSpec, build_pipeline
+from webgraph_pipeline.variants import get_variant
+
+from test_pipeline_graph import check_dataset, reference_graph  # noqa: E402  (tests/ is on sys.path)
+
+
+def run_cli(args, capsys):
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--input", "/nonexistent/*.wat", "--output", "OUT"], "no file matches"),
+    (["--input", "IN", "--output", "OUT", "--min_link", "3"], "unknown flag(s): --min_link"),
+    (["--input", "IN", "--output", "OUT", "--variant", "de-dense", "--min_links", "3"], "either --variant"),
+    (["--input", "IN", "--output", "OUT", "--test_fraction", "1.5"], "test_fraction"),
+    (["--input", "IN", "--output", "OUT", "--tlds", "d.e"], "top-level domain"),
+    (["--input", "IN", "--output", "OUT", "--urls", "IN"], "edges only"),
+    (["--input", "IN", "--output", "OUT", "--input_format", "edges", "--urls", "/nonexistent.txt"],
+     "no file matches"),
+    (["--input", "IN", "--output", "OUT", "--num_shards", "0"], "num_shards"),
+])
+def test_bad_flags_give_one_line_error_and_exit_2(args, message, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("1 2\n")
+    args = [str(tmp_path / "in.txt") if a == "IN" else str(tmp_path / "out") if a == "OUT" else a for a in args]
+    code, out, err = run_cli(args, capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("webgraph_pipeline: error: ") and message in last
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_variant_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--input", "x", "--output", "y", "--variant", "de-medium"])
+    assert e.value.code == 2 and "invalid choice: 'de-medium'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def small_edge_list(tmp_path_factory, data_dir):
+    """The first 1,500 real hollins.edu links (integer ids), plus a header, duplicates, a self-loop,
+    a comment and a bad line."""
+    lines = (data_dir / "hollins" / "edges.txt").read_text().splitlines()
+    assert lines[0] == "start end"
+    body = lines[1:1501]
+    path = tmp_path_factory.mktemp("edges") / "edges.txt"
+    path.write_text("\n".join([lines[0]] + body + body[:7] + ["5 5", "# a comment", "17"]) + "\n")
+    return path, {tuple(line.split()) for line in body if line.split()[0] != line.split()[1]}
+
+
+def test_edge_list_through_cli_counts_every_drop(small_edge_list, tmp_path, capsys):
+    path, edges = small_edge_list
+    out = tmp_path / "out"
+    code, stdout, _ = run_cli(["--input_format", "edges", "--input", path, "--output", out, "--min_links", "2",
+                               "--num_shards", "2"], capsys)
+    assert code == 0
+    stats = json.loads((out / contract.STATS_FILE).read_text())
+    check_dataset(out, reference_graph(edges, (), 2), stats)
+    dropped = stats["dropped"]
+    assert dropped["line.header"] == 1 and dropped["line.comment"] == 1 and dropped["line.too_few_fields"] == 1
+    assert dropped["edge.duplicate"] == 7 and dropped["edge.self_loop"] == 1
+    # Every edge that survived parsing is accounted for: kept, or dropped by the degree filter.
+    assert stats["edges"] + dropped["edge.degree_filter"] == len(edges)
+    assert "edge.degree_filter" in stdout and f"nodes {stats['nodes']:,}" in stdout
+    assert stats["input_files"] == [str(path)] and stats["config"]["min_links"] == 2
+
+
+def _file_bytes(directory):
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def test_runs_are_byte_identical_across_runs_and_direct_running_modes(small_edge_list, tmp_path, capsys):
+    path, _ = small_edge_list
+    common = ["--input_format", "edges", "--input", path, "--min_links", "1", "--num_shards", "3",
+              "--test_fraction", "0.3"]
+    outputs = []
+    for i, extra in enumerate([[], [], ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]]):
+        out = tmp_path / f"run{i}"
+        assert run_cli(common + ["--output", out] + extra, capsys)[0] == 0
+        outputs.append(_file_bytes(out))
+    assert len(outputs[0]) == 3 * 4 + 2  # 3 splits + vocabulary, 3 shards each; stats.json; the plot
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_rerun_into_same_directory_replaces_old_shards(small_edge_list, tmp_path, capsys):
+    path, _ = small_edge_list
+    out = tmp_path / "out"
+    for shards in ("4", "2"):
+        assert run_cli(["--input_format", "edges", "--input", path, "--output", out, "--num_shards", shards],
+                       capsys)[0] == 0
+    assert len([n for n in os.listdir(out) if n.startswith("train.tfr")]) == 2
+
+
+def test_interaction_data_through_cli(data_dir, tmp_path, capsys):
+    """MovieLens-100k (user item rating time) as a bipartite matrix; published: 943 users, 1,682 items."""
+    out = tmp_path / "ml"
+    code, _, _ = run_cli(["--input_format", "edges", "--input", data_dir / "ml-100k" / "u.data", "--bipartite",
+                          "--output", out, "--num_shards", "1"], capsys)
+    assert code == 0
+    stats = json.loads((out / contract.STATS_FILE).read_text())
+    assert (stats["num_rows"], stats["num_cols"], stats["edges"]) == (943, 1682, 100_000)
+    assert stats["splits"]["test"] + stats["splits"]["train"] == 943
+    assert stats["dropped"].get("edge.self_loop", 0) == 0
+
+
+def _all_fns(pipeline):
+    fns = []
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if isinstance(node.transform, beam.ParDo):
+                fns.append(node.transform.fn)
+            elif isinstance(node.transform, (beam.CombinePerKey, beam.CombineGlobally)):
+                fns.append(node.transform)
+
+    pipeline.visit(Visitor())
+    return fns
+
+
+@pytest.mark.parametrize("input_format", ["edges", "wat"])
+def test_dataflow_pipeline_pickles_and_converts_to_runner_api(input_format, data_dir):
+    if input_format == "wat":
+        pytest.importorskip("webgraph_pipeline.extract", reason="extraction stage (part 1) not in this checkout")
+    options = PipelineOptions([
+        "--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1",
+        "--temp_location", "gs://my-bucket/tmp", "--setup_file", "./setup.py",
+    ])
+    p = beam.Pipeline(options=options)
+    if input_format == "edges":
+        files = [str(data_dir / "hollins" / "edges.txt")]
+        spec = JobSpec(tuple(files), "gs://my-bucket/out", get_variant("de-dense"), input_format="edges",
+                       urls_file=str(data_dir / "hollins" / "urls.txt"))
+    else:
+        files = [str(next((data_dir / "commoncrawl").glob("*.wat")))]
+        spec = JobSpec(tuple(files), "gs://my-bucket/out", get_variant("in-sparse"))
+    build_pipeline(p, spec, files)
+    fns = _all_fns(p)
+    assert len(fns) > 30
+    for fn in fns:
+        assert type(pickler.loads(pickler.dumps(fn))) is type(fn)
+    proto = p.to_runner_api()
+    names = collections.Counter(t.unique_name.split("/")[0] for t in proto.components.transforms.values())
+    assert {"BuildWebGraph", "WriteTfRecords"} <= set(names)
