@@ -1,0 +1,97 @@
+"""Dense batching: every id of every row lands exactly once, in fixed shapes, any row length."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from alx_trainer import batching
+from alx_trainer.data import RowChunk, chunks_from_rows
+
+
+def _rows(seed: int, n: int, max_len: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 1000, size=int(rng.integers(0, max_len + 1))) for _ in range(n)]
+
+
+def _split(rows, row_ids, parts: int):
+    """The same rows as several CSR chunks (as a stream delivers them)."""
+    bounds = np.linspace(0, len(rows), parts + 1).astype(int)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        yield from chunks_from_rows(row_ids[lo:hi], rows[lo:hi])
+
+
+def _unpack(batches, long_batches, piece_len):
+    """Rebuild row -> ids from packed batches, independently of the packing code."""
+    got: dict[int, list[int]] = {}
+    for b in batches:
+        for k in range(len(b)):
+            for p in range(b.ids.shape[1]):
+                slot = b.seg[k, p]
+                if slot == b.row_ids.shape[1]:
+                    assert (b.ids[k, p] == batching.PAD_ID).all()
+                    continue
+                row = int(b.row_ids[k, slot])
+                got.setdefault(row, []).extend(int(i) for i in b.ids[k, p] if i != batching.PAD_ID)
+            for slot in range(b.row_ids.shape[1]):
+                if b.row_ids[k, slot] != batching.PAD_ID:
+                    got.setdefault(int(b.row_ids[k, slot]), [])
+    for b in long_batches:
+        for k in range(len(b)):
+            got.setdefault(int(b.owner[k]), []).extend(int(i) for i in b.ids[k].reshape(-1) if i != batching.PAD_ID)
+    return got
+
+
+@pytest.mark.parametrize("piece_len,batch_pieces,batch_rows,parts", [(4, 8, 8, 1), (4, 8, 3, 5), (8, 16, 16, 3), (2, 3, 2, 7)])
+def test_packing_keeps_every_id_once(piece_len, batch_pieces, batch_rows, parts):
+    rows = _rows(0, 300, max_len=3 * piece_len * batch_pieces)  # some rows longer than a whole batch
+    row_ids = np.arange(300) * 7 + 3
+    normal = list(batching.pack_normal(_split(rows, row_ids, parts), piece_len, batch_pieces, batch_rows))
+    long = list(batching.pack_long(_split(rows, row_ids, parts), piece_len, batch_pieces))
+    for b in normal:
+        assert b.ids.shape[1:] == (batch_pieces, piece_len) and b.ids.dtype == np.int32
+        assert b.seg.shape[1:] == (batch_pieces,) and b.row_ids.shape[1:] == (batch_rows,)
+    for b in long:
+        assert b.ids.shape[1:] == (batch_pieces, piece_len)
+    got = _unpack(normal, long, piece_len)
+    assert sorted(got) == sorted(row_ids.tolist())
+    for rid, ids in zip(row_ids, rows):
+        assert got[int(rid)] == ids.tolist()  # order within a row is kept, nothing lost or doubled
+    long_rows = {int(r) for r, ids in zip(row_ids, rows) if len(ids) > piece_len * batch_pieces}
+    assert long_rows and {int(o) for b in long for o in b.owner} == long_rows
+    for b in normal:  # row_len is the true length of each row
+        for k in range(len(b)):
+            for slot, rid in enumerate(b.row_ids[k]):
+                if rid != batching.PAD_ID:
+                    assert b.row_len[k, slot] == len(rows[(rid - 3) // 7])
+
+
+def test_streamed_chunks_pack_like_one_chunk_and_plan_counts_match():
+    rows = _rows(1, 200, max_len=40)
+    ids = np.arange(200)
+    one = list(batching.pack_normal(_split(rows, ids, 1), 4, 8, 5))
+    many = list(batching.pack_normal(_split(rows, ids, 9), 4, 8, 5))
+    cat = lambda bs, f: np.concatenate([getattr(b, f) for b in bs])  # noqa: E731
+    for f in ("ids", "seg", "row_ids", "row_len"):
+        np.testing.assert_array_equal(cat(one, f), cat(many, f))
+    pieces = batching.num_pieces(np.array([len(r) for r in rows]), 4)
+    starts, _ = batching.batch_starts(pieces[pieces <= 8], 8, 5, final=True)
+    assert len(starts) == len(cat(one, "ids"))
+
+
+def test_group_steps_pads_to_the_planned_count():
+    rows = _rows(2, 30, max_len=10)
+    batches = list(batching.pack_normal(chunks_from_rows(np.arange(30), rows), 4, 4, 4))
+    total = sum(len(b) for b in batches)
+    steps = list(batching.group_steps(iter(batches), 4, -(-total // 4) + 2, lambda k: batching.empty_batch(k, 4, 4, 4)))
+    assert len(steps) == -(-total // 4) + 2
+    assert all(s.ids.shape == (4, 4, 4) for s in steps)
+    assert (steps[-1].row_ids == batching.PAD_ID).all() and (steps[-1].seg == 4).all()
+    with pytest.raises(RuntimeError, match="plan allows"):
+        list(batching.group_steps(iter(batches), 4, 1, lambda k: batching.empty_batch(k, 4, 4, 4)))
+
+
+def test_empty_row_gets_a_slot():
+    chunk = RowChunk(np.array([5, 6]), np.array([0, 0, 2]), np.array([1, 2]))
+    (b,) = batching.pack_normal([chunk], 4, 4, 4)
+    assert b.row_ids[0, :2].tolist() == [5, 6] and b.row_len[0, :2].tolist() == [0, 2]

@@ -1,0 +1,118 @@
+"""TrainConfig: flags, config files (JSON/YAML), flags overriding the file, --help, one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import reference_ials as ref
+from alx_trainer import cli_train
+from alx_trainer.config import TrainConfig, parse_dataclass_args
+from conftest import REPO
+
+
+def test_flags_file_and_override(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("dim: 32\nsolver: lu\nreg: 2\ntied: true\neval_k: [10, 20]\n")
+    config = parse_dataclass_args(TrainConfig, ["--config", str(cfg_file), "--dim", "16", "--data", "d", "--model_dir", "m"])
+    assert config.dim == 16  # flag wins
+    assert config.solver == "lu" and config.reg == 2.0 and isinstance(config.reg, float) and config.tied
+    assert config.recall_ks() == [10, 20]
+    json_file = tmp_path / "c.json"
+    json_file.write_text(json.dumps({"tied": True, "alpha": 0.5}))
+    config = parse_dataclass_args(TrainConfig, ["--config", str(json_file), "--no-tied"])
+    assert config.tied is False and config.alpha == 0.5
+    assert parse_dataclass_args(TrainConfig, []) == TrainConfig()
+
+
+def test_help_documents_every_field():
+    out = subprocess.run(
+        [sys.executable, "-m", "alx_trainer", "train", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    for field in dataclasses.fields(TrainConfig):
+        assert f"--{field.name}" in out
+        assert field.metadata["help"], field.name
+    assert "--config" in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--data", "x", "--model_dir", "m", "--solver", "svd"], "solver: must be one of"),
+        (["--data", "x", "--model_dir", "m", "--dim", "0"], "dim: must be positive"),
+        (["--model_dir", "m"], "data: required"),
+        (["--data", "x", "--model_dir", "m", "--batch_rows", "999"], "batch_rows"),
+        (["--data", "x", "--model_dir", "m", "--eval_k", "a,b"], "eval_k"),
+        (["--config", "/nonexistent.json"], "config file not found"),
+    ],
+)
+def test_bad_config_is_a_one_line_error(argv, message, capsys):
+    assert cli_train.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("alx_trainer train: error:")
+
+
+def test_bad_config_file_keys_and_values(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"dimm": 3}')
+    assert cli_train.main(["--config", str(bad)]) == 1
+    assert "unknown config key 'dimm'" in capsys.readouterr().err
+    bad.write_text('{"dim": "x"}')
+    assert cli_train.main(["--config", str(bad)]) == 1
+    assert "dim: expected int" in capsys.readouterr().err
+    bad.write_text("{not json")
+    assert cli_train.main(["--config", str(bad)]) == 1
+    assert "cannot parse config file" in capsys.readouterr().err
+
+
+def _dataset(tmp_path):
+    rows = ref.random_rows(0, 12, 10, max_len=4)
+    return ref.write_dataset(str(tmp_path / "data"), rows, 12, 10), rows
+
+
+def test_missing_corrupt_and_non_contract_data(tmp_path, capsys):
+    common = ["--model_dir", str(tmp_path / "m"), "--dim", "4", "--epochs", "1", "--no-progress"]
+    assert cli_train.main(["--data", str(tmp_path / "nowhere")] + common) == 1
+    assert "no such dataset directory" in capsys.readouterr().err
+
+    data_dir, _ = _dataset(tmp_path)
+    os.remove(os.path.join(data_dir, "stats.json"))
+    assert cli_train.main(["--data", data_dir] + common) == 1
+    assert "no stats.json" in capsys.readouterr().err
+
+    data_dir, _ = _dataset(tmp_path)
+    shard = os.path.join(data_dir, "train.tfr-00001-of-00002")
+    with open(shard, "r+b") as f:
+        f.seek(20)
+        f.write(b"\xff\xff\xff\xff")
+    assert cli_train.main(["--data", data_dir] + common) == 1
+    err = capsys.readouterr().err.strip()
+    assert "train.tfr-00001-of-00002" in err and "corrupt" in err and len(err.splitlines()) == 1
+
+    rows = {0: [1, 2], 1: [9]}
+    data_dir = ref.write_dataset(str(tmp_path / "small"), rows, 2, 5)  # column 9 outside num_cols = 5
+    assert cli_train.main(["--data", data_dir] + common) == 1
+    assert "col_tag 9 outside [0, 5)" in capsys.readouterr().err
+
+
+def test_cli_trains_and_writes_metrics_and_tensorboard(tmp_path, capsys):
+    data_dir, _ = _dataset(tmp_path)
+    model_dir = tmp_path / "m"
+    argv = ["--data", data_dir, "--model_dir", str(model_dir), "--dim", "4", "--epochs", "2", "--piece_len", "2",
+            "--batch_pieces", "4", "--checkpoint_every", "1", "--keep_checkpoints", "1"]
+    assert cli_train.main(argv) == 0
+    assert "trained 2 epoch(s)" in capsys.readouterr().out
+    lines = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2]
+    for key in ("loss", "loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "seconds", "row_seconds"):
+        assert np.isfinite(lines[-1][key])
+    assert lines[1]["loss"] <= lines[0]["loss"] * (1 + 1e-6)  # ALS never increases the objective
+    assert any(p.name.startswith("events.out.tfevents") for p in (model_dir / "tensorboard").iterdir())
+    assert sorted(p.name for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]
+    assert json.loads((model_dir / "config.json").read_text())["dim"] == 4
