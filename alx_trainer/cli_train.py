@@ -47,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     last = model.metrics[-1] if model.metrics else {}
     summary = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if isinstance(v, float) and ("loss" in k or "recall" in k))
-    print(f"trained {model.epoch} epoch(s) into {config.model_dir}" + (f": {summary}" if summary else ""))
+    import jax
+
+    where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
+    print(f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}" + (f": {summary}" if summary else ""))
     return 0
 
 
