@@ -104,6 +104,11 @@ def test_strong_generalization_split_on_100k_nodes():
     kept = sum(len(r[1]) for r in out["test"])
     held = sum(len(r[2]) for r in out["test"])
     assert abs(held / (kept + held) - 0.25) < 0.01
+    # Rows with 2 or 3 links must still hold one out (50%, 33%): that is the whole bias; rows with
+    # at least 4 links hold out 25% in expectation (stochastic rounding).
+    big = [r for r in out["test"] if len(r[1]) + len(r[2]) >= 4]
+    big_held = sum(len(r[2]) for r in big)
+    assert abs(big_held / sum(len(r[1]) + len(r[2]) for r in big) - 0.25) < 0.005
     assert all(r[1] and r[2] for r in out["test"])
     # train_t against an independent transposition (a sparse matrix transpose).
     train_t = splits.transpose(out["train"])
