@@ -13,7 +13,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tfds_builder.web_graph import WebGraph, WebGraphConfig, sources
-from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR
+from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, write_dummy_data
 from webgraph_pipeline import contract
 
 # The hand graph of make_dummy_data.py: 0->1,2,3  1->0,2  2->0,3  3->0,1,4  4->0,3,5  5->0,4; 4 is the
@@ -45,6 +45,13 @@ def built(tmp_path_factory):
     builder = WebGraph(config="de-dense", data_dir=str(data_dir), source_dir=str(DUMMY_DIR))
     builder.download_and_prepare(download_config=BEAM)
     return data_dir, builder
+
+
+def test_dummy_data_is_what_the_generator_writes(tmp_path):
+    write_dummy_data(tmp_path)
+    ours = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert ours == sorted(p.relative_to(DUMMY_DIR) for p in DUMMY_DIR.rglob("*") if p.is_file())
+    assert all((tmp_path / p).read_bytes() == (DUMMY_DIR / p).read_bytes() for p in ours)
 
 
 def test_resolve_tells_sources_apart(tmp_path):

@@ -59,19 +59,20 @@ def circulant(n: int, steps: Sequence[int]) -> dict[int, tuple[int, ...]]:
     return {i: tuple(sorted((i + s) % n for s in steps)) for i in range(n)}
 
 
-def main() -> None:
-    DUMMY_DIR.mkdir(exist_ok=True)
-    for old in DUMMY_DIR.rglob("*"):
+def write_dummy_data(out: pathlib.Path = DUMMY_DIR) -> None:
+    """Write both graphs under `out` (replacing earlier files)."""
+    out.mkdir(exist_ok=True)
+    for old in out.rglob("*"):
         if old.is_file():
             old.unlink()
 
     splits = split_rows(HAND_GRAPH, HAND_TEST)
     for split, rows in splits.items():
-        write_split(DUMMY_DIR, split, rows, num_shards=1)
-    with open(DUMMY_DIR / contract.shard_name(contract.VOCAB_PREFIX, 0, 1), "w") as f:
+        write_split(out, split, rows, num_shards=1)
+    with open(out / contract.shard_name(contract.VOCAB_PREFIX, 0, 1), "w") as f:
         f.writelines(f"{i}\thttp://node{i}.example.de/\n" for i in sorted(HAND_GRAPH))
     contract.write_stats(
-        str(DUMMY_DIR),
+        str(out),
         {
             "nodes": len(HAND_GRAPH),
             "edges": sum(len(v) for v in HAND_GRAPH.values()),
@@ -83,12 +84,16 @@ def main() -> None:
         },
     )
 
-    official = DUMMY_DIR / "web_graph_tld_in_min_50"
-    official.mkdir()
+    official = out / "web_graph_tld_in_min_50"
+    official.mkdir(exist_ok=True)
     graph = circulant(12, (1, 2, 5))
     test = {r: (graph[r][:2], graph[r][2:]) for r in (3, 8)}
     for split, rows in split_rows(graph, test).items():
         write_split(official, split, rows, num_shards=2)
+
+
+def main() -> None:
+    write_dummy_data(DUMMY_DIR)
     print(f"wrote {sum(1 for p in DUMMY_DIR.rglob('*') if p.is_file())} files under {os.fspath(DUMMY_DIR)}")
 
 
