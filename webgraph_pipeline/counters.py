@@ -1,0 +1,84 @@
+"""How the pipeline counts what it keeps and drops, with or without Beam.
+
+Counter names are `<kind>.<reason>` in the Beam metrics namespace `webgraph`, for example
+`records.response`, `dropped_records.not_json`, `dropped_links.javascript_scheme`,
+`damage.corrupt_region`, `unreadable_files.not_found`. Record-level functions never touch Beam:
+they take an `inc(name, n=1)` function (the pattern of TFDS c4's `get_counter_inc_fn`).
+
+Public API:
+
+- `Inc`: the type of an `inc(name, n=1)` function.
+- `LocalCounts`: a `collections.Counter` with an `inc` method; tests use it directly, and the Beam
+  DoFns use one per input file and `flush_to_beam` it, so a hot loop never calls Beam per link.
+- `flush_to_beam(counts)`: add a `LocalCounts` to Beam counters and clear it.
+- `report_unreadable(path)`: record the name of an unreadable file in the Beam string set
+  `unreadable_files` (counts go through `inc` like everything else).
+- `collect_counters(pipeline_result) -> dict[str, int]`: every `webgraph` counter of a finished
+  pipeline, summed over steps (committed values where the runner has them).
+- `collect_unreadable_files(pipeline_result) -> list[str]`: the sorted names of unreadable files.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Protocol
+
+NAMESPACE = "webgraph"
+UNREADABLE_FILES = "unreadable_files"
+
+
+class Inc(Protocol):
+    def __call__(self, name: str, n: int = 1) -> None: ...
+
+
+class LocalCounts(collections.Counter):
+    """Counts kept in memory; `counts.inc` is an `Inc`."""
+
+    def inc(self, name: str, n: int = 1) -> None:
+        self[name] += n
+
+
+def flush_to_beam(counts: LocalCounts) -> None:
+    """Add the local counts to the Beam counters of namespace `webgraph`, then clear them."""
+    from apache_beam.metrics import Metrics
+
+    for name, value in counts.items():
+        if value:
+            Metrics.counter(NAMESPACE, name).inc(value)
+    counts.clear()
+
+
+def report_unreadable(path: str) -> None:
+    """Remember the name of a file that could not be read at all (Beam string set)."""
+    from apache_beam.metrics import Metrics
+
+    Metrics.string_set(NAMESPACE, UNREADABLE_FILES).add(path)
+
+
+def _value(result: Any) -> Any:
+    committed = getattr(result, "committed", None)
+    return committed if committed is not None else result.attempted
+
+
+def collect_counters(pipeline_result: Any) -> dict[str, int]:
+    """All `webgraph` counters of a finished pipeline as `{name: value}`, sorted by name."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    query = pipeline_result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+    totals: collections.Counter = collections.Counter()
+    for counter in query["counters"]:
+        totals[counter.key.metric.name] += int(_value(counter) or 0)
+    return dict(sorted(totals.items()))
+
+
+def collect_unreadable_files(pipeline_result: Any) -> list[str]:
+    """The names of the input files that could not be read at all, sorted."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    query = pipeline_result.metrics().query(
+        MetricsFilter().with_namespace(NAMESPACE).with_name(UNREADABLE_FILES)
+    )
+    names: set[str] = set()
+    for string_set in query.get("string_sets", []):
+        names.update(_value(string_set) or ())
+    return sorted(names)
