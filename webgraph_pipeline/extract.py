@@ -1,0 +1,139 @@
+"""The extraction stage as a Beam composite: WAT files -> deduplicated absolute edges.
+
+Public API:
+
+- `ExtractEdges(file_patterns, link_types=DEFAULT_LINK_TYPES, fail_on_unreadable=False,
+  wat_reader="warcio")`: `pipeline | ExtractEdges([...])` is a PCollection of unique
+  `(source_url, target_url)` str tuples, self-loops removed; a page seen in several records keeps
+  the union of its links. `file_patterns` is a path, glob or list of them that Beam's FileSystems
+  can open (local, gs://, s3://). Files are streamed record by record; gzip (whole-file or one
+  member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
+  (see counters.py); a pattern matching nothing or a file that cannot be opened is counted
+  `unreadable_files.<reason>`, logged and named in the string set `unreadable_files`, and the rest
+  goes on; `fail_on_unreadable=True` raises instead.
+- `expand_listing(listing_path, prefix) -> list[str]`: the file URLs of a listing such as Common
+  Crawl's `wat.paths.gz` (one relative path per line, plain or gzip), each joined to `prefix`.
+
+Steps: ListPatterns -> MatchFiles -> SpreadFiles (reshuffle, one file per work item) ->
+ReadWatEdges (wat.wat_edges under a per-file local counter) -> DedupEdges.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Iterator, Sequence, Union
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from webgraph_pipeline.counters import LocalCounts, flush_to_beam, report_unreadable
+from webgraph_pipeline.links import DEFAULT_LINK_TYPES
+from webgraph_pipeline.wat import WAT_READERS, wat_edges
+
+
+class UnreadableFileError(IOError):
+    """An input file or pattern could not be read and `fail_on_unreadable` is set."""
+
+
+def expand_listing(listing_path: str, prefix: str) -> list[str]:
+    """`prefix` joined to every non-empty line of a listing file (plain or gzip, any filesystem).
+
+    `expand_listing("wat.paths.gz", "https://data.commoncrawl.org/")` gives the WAT URLs of a
+    crawl; with a `gs://` or `s3://` prefix, the paths of a mirror.
+    """
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    with FileSystems.open(listing_path, compression_type=CompressionTypes.AUTO) as listing:
+        lines = listing.read().decode("utf-8").splitlines()
+    return [prefix + line.strip().lstrip("/") for line in lines if line.strip()]
+
+
+def _unreadable(path: str, reason: str, detail: str, fail: bool, counts: LocalCounts) -> None:
+    message = f"unreadable input {path}: {reason}: {detail}"
+    if fail:
+        raise UnreadableFileError(message)
+    logging.warning(message)
+    counts.inc(f"unreadable_files.{reason}")
+    report_unreadable(path)
+
+
+class MatchFilesFn(beam.DoFn):
+    """A path or glob -> the paths of the files it matches (counting patterns that match none)."""
+
+    def __init__(self, fail_on_unreadable: bool):
+        self._fail = fail_on_unreadable
+
+    def process(self, pattern: str) -> Iterator[str]:
+        counts = LocalCounts()
+        try:
+            matches = FileSystems.match([pattern])[0].metadata_list
+        except Exception as error:  # noqa: BLE001 - any filesystem error makes the input unreadable
+            matches = None
+            _unreadable(pattern, "match_failed", str(error), self._fail, counts)
+        if matches is not None and not matches:
+            _unreadable(pattern, "not_found", "no file matches", self._fail, counts)
+        for metadata in matches or ():
+            counts.inc("files.matched")
+            yield metadata.path
+        flush_to_beam(counts)
+
+
+class ReadWatEdgesFn(beam.DoFn):
+    """One WAT file -> its edges, streamed record by record; counters flushed once per file."""
+
+    def __init__(self, link_types: Sequence[str], fail_on_unreadable: bool, wat_reader: str):
+        self._link_types = tuple(link_types)
+        self._fail = fail_on_unreadable
+        self._reader = wat_reader
+
+    def process(self, path: str) -> Iterator[tuple[str, str]]:
+        counts = LocalCounts()
+        try:
+            try:
+                stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+            except Exception as error:  # noqa: BLE001 - any open error makes the file unreadable
+                _unreadable(path, "open_failed", str(error), self._fail, counts)
+                return
+            with stream:
+                counts.inc("files.read")
+                yield from wat_edges(stream, counts.inc, self._link_types, self._reader)
+        finally:
+            flush_to_beam(counts)
+
+
+class ExtractEdges(beam.PTransform):
+    """WAT files -> unique `(source_url, target_url)` edges (DESIGN rules 1-4)."""
+
+    def __init__(
+        self,
+        file_patterns: Union[str, Iterable[str]],
+        link_types: Sequence[str] = DEFAULT_LINK_TYPES,
+        fail_on_unreadable: bool = False,
+        wat_reader: str = "warcio",
+    ):
+        super().__init__()
+        patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
+        if not patterns:
+            raise ValueError("ExtractEdges needs at least one input path or glob")
+        if wat_reader not in WAT_READERS:
+            raise ValueError(f"unknown WAT reader {wat_reader!r}; expected one of {WAT_READERS}")
+        if not link_types:
+            raise ValueError("ExtractEdges needs at least one link type, e.g. 'A@/href'")
+        self._patterns = patterns
+        self._link_types = tuple(link_types)
+        self._fail = fail_on_unreadable
+        self._reader = wat_reader
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            pbegin
+            | "ListPatterns" >> beam.Create(self._patterns)
+            | "MatchFiles" >> beam.ParDo(MatchFilesFn(self._fail))
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadWatEdges"
+            >> beam.ParDo(
+                ReadWatEdgesFn(self._link_types, self._fail, self._reader)
+            ).with_output_types(tuple[str, str])
+            | "DedupEdges" >> beam.Distinct()
+        )
