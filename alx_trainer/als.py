@@ -141,7 +141,7 @@ class SideRunner:
 
     def _shape(self) -> tuple[int, int, int]:
         c = self.config
-        return c.piece_len, c.batch_pieces, c.rows_per_batch
+        return c.piece_len, c.batch_pieces, self.rows
 
     def _normal(self) -> Iterator[batching.DeviceBatch]:
         if self.cache is not None:
@@ -154,26 +154,31 @@ class SideRunner:
         return batching.pack_long(self.make_chunks(), self.config.piece_len, self.config.batch_pieces)
 
     def _plan(self) -> SidePlan:
-        """Count this host's batches (one streaming pass), then agree on the max over hosts."""
-        L, B, R = self._shape()
-        if self.config.cache_batches:
-            self.cache = (list(self._normal()), list(self._long()))
-            n_normal = sum(len(b) for b in self.cache[0])
-            n_long = sum(len(b) for b in self.cache[1])
-            long_rows = len({o for b in self.cache[1] for o in b.owner.tolist()})
-        else:  # next-fit packing depends on the row lengths only
-            lengths = [c.lengths for c in self.make_chunks()]
-            lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-            pieces = batching.num_pieces(lengths, L)
-            n_normal = len(batching.batch_starts(pieces[pieces <= B], B, R, final=True)[0])
-            n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
-            long_rows = int(np.sum(pieces > B))
+        """Count this host's batches (one streaming pass), then agree on the max over hosts.
+
+        Next-fit packing depends on the row lengths only. Row slots per batch (`batch_rows` 0) are
+        set from the mean pieces per row over all hosts, so slots are rarely the binding limit.
+        """
+        L, B = self.config.piece_len, self.config.batch_pieces
+        lengths = [c.lengths for c in self.make_chunks()]
+        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        pieces = batching.num_pieces(lengths, L)
+        normal = pieces[pieces <= B]
+        totals = _sum_over_hosts(np.array([normal.sum(), len(normal)], np.int64))
+        mean_pieces = totals[0] / max(totals[1], 1)
+        self.rows = self.config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
+        R = self.rows
+        n_normal = len(batching.batch_starts(normal, B, R, final=True)[0])
+        n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
+        long_rows = int(np.sum(pieces > B))
         k = self.per_step
         counts = np.array([-(-n_normal // k), -(-n_long // k), -(-long_rows // (k * R))], np.int64)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
             counts = np.asarray(multihost_utils.process_allgather(counts)).reshape(-1, 3).max(axis=0)
+        if self.config.cache_batches:
+            self.cache = (list(self._normal()), list(self._long()))
         return SidePlan(*(int(c) for c in counts))
 
     def run(self, src: jax.Array, dst: jax.Array, desc: str) -> tuple[jax.Array, np.ndarray]:
@@ -233,6 +238,14 @@ class SideRunner:
             dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in shaped])
             terms.append(t)
         return dst, terms
+
+
+def _sum_over_hosts(values: np.ndarray) -> np.ndarray:
+    if jax.process_count() == 1:
+        return values
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(values)).reshape(-1, len(values)).sum(axis=0)
 
 
 def _chunk_reader(dataset: Dataset, split: str, config: TrainConfig, num_rows: int, num_cols: int):

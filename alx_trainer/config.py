@@ -63,7 +63,9 @@ class TrainConfig:
     )
     piece_len: int = _field(16, "Dense batching: length L of one piece of a row (paper 4.3).")
     batch_pieces: int = _field(256, "Dense batching: pieces B per device per step.")
-    batch_rows: int = _field(0, "Dense batching: row slots per device per step (0: the same as batch_pieces).")
+    batch_rows: int = _field(
+        0, "Dense batching: row slots per device per step (0: auto, 1.25 x batch_pieces / mean pieces per row)."
+    )
     chunk_rows: int = _field(2048, "Records parsed per tf.data batch when streaming the input.")
     cache_batches: bool = _field(
         False, "Keep the packed batches of this host in memory after the first epoch instead of re-reading the files."
@@ -108,11 +110,6 @@ class TrainConfig:
                 raise ValueError(message)
         self.recall_ks()
         return self
-
-    @property
-    def rows_per_batch(self) -> int:
-        """Row slots per device batch (batch_rows, or batch_pieces when 0)."""
-        return self.batch_rows or self.batch_pieces
 
     def recall_ks(self) -> list[int]:
         """The parsed `eval_k` cut-offs."""
