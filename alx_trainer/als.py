@@ -58,6 +58,7 @@ class Dataset:
     num_cols: int
     files: dict[str, list[str]]  # split -> sorted shard paths (every host's)
     data_dir: str
+    tfds: bool = False  # files named by TFDS rather than by the contract
 
 
 def open_dataset(config: TrainConfig) -> Dataset:
@@ -399,10 +400,17 @@ def _model(config: TrainConfig, dataset: Dataset, tables: dict, epoch: int, hist
 
 
 def _evaluate(model: Model, dataset: Dataset, config: TrainConfig) -> dict:
-    """Recall@K on the test split through the evaluation module (fold-in of every test row)."""
+    """Recall@K (and NDCG@100 when there are enough columns) on the test split, through T2's evaluation."""
     from alx_trainer import evaluate
 
-    return evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks())
+    ndcg_k = 100 if dataset.num_cols >= 100 else None
+    if dataset.tfds:
+        from alx_trainer import tfds_input
+
+        rows = tfds_input.read_test_rows(dataset.files["test"])
+        shared = dataset.num_rows == dataset.num_cols
+        return evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k, exclude_self=shared)
+    return evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k)
 
 
 def load_model(model_dir: str) -> Model:

@@ -1,0 +1,74 @@
+"""`--data web_graph/de-dense`: a prepared TFDS dataset read through the trainer's own tf.data path.
+
+The TFDS files hold the same `tf.train.Example` features as the contract (`row_tag`, `col_tag`,
+`gt_tag`), so only the file list and the matrix shape come from TFDS: the shards of each split
+from `builder.info.splits`, the shape from the `stats.json` the builder keeps in its data
+directory (or `info.metadata["stats"]`), else from the largest id in the files.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from webgraph_pipeline import contract
+
+DEFAULT_VERSION = "1.0.0"
+
+
+def open_tfds(name: str, data_dir: str | None):
+    """An `als.Dataset` for a prepared TFDS dataset such as `web_graph/de-dense` (version 1.0.0 by default)."""
+    import tensorflow_datasets as tfds
+
+    from alx_trainer.als import Dataset
+
+    full = name if ":" in name else f"{name}:{DEFAULT_VERSION}"
+    try:
+        builder = tfds.builder(full, data_dir=data_dir)
+    except Exception as e:  # TFDS raises several types for an unknown or unprepared dataset
+        raise FileNotFoundError(f"{full}: not a prepared TFDS dataset in {data_dir or 'the default data_dir'} ({e})".splitlines()[0]) from None
+    root = os.fspath(builder.data_dir)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{full}: not prepared under {root}; run `tfds build tfds_builder/web_graph ...` first")
+    files: dict[str, list[str]] = {}
+    for split, info in builder.info.splits.items():
+        if split in contract.SPLIT_PREFIXES:
+            files[split] = sorted(os.path.join(root, f) for f in info.filenames)
+    for split in ("train", "train_t"):
+        if not files.get(split):
+            raise ValueError(f"{full}: has no {split!r} split; dataset does not match the WebGraph contract")
+    stats_path = os.path.join(root, contract.STATS_FILE)
+    if os.path.exists(stats_path):
+        stats = contract.read_stats(root)
+    elif "stats" in builder.info.metadata:
+        stats = dict(builder.info.metadata["stats"])
+    else:
+        stats = {"nodes": _max_id(files) + 1}
+    num_rows, num_cols = contract.matrix_shape(stats)
+    return Dataset(full, num_rows, num_cols, files, root, tfds=True)
+
+
+def _max_id(files: dict[str, list[str]]) -> int:
+    """The largest row or column id in the train splits (one streaming pass)."""
+    from alx_trainer import data
+
+    top = -1
+    big = np.iinfo(np.int64).max
+    for split in ("train", "train_t"):
+        for chunk in data.read_chunks(files[split], 4096, big, big):
+            top = max(top, int(chunk.row_ids.max(initial=-1)), int(chunk.cols.max(initial=-1)))
+    return top
+
+
+def read_test_rows(files: list[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(row_tag, col_tag, gt_tag) of every test example, for evaluation of a TFDS dataset."""
+    import tensorflow as tf
+
+    out = []
+    for batch in tf.data.TFRecordDataset(files).batch(4096):
+        parsed = tf.io.parse_example(batch, contract.feature_spec())
+        cols = tf.RaggedTensor.from_sparse(parsed["col_tag"]).numpy()
+        gts = tf.RaggedTensor.from_sparse(parsed["gt_tag"]).numpy()
+        out.extend((int(r), np.asarray(c, np.int64), np.asarray(g, np.int64)) for r, c, g in zip(parsed["row_tag"].numpy(), cols, gts))
+    return out

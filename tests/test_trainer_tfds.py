@@ -1,0 +1,40 @@
+"""`--data web_graph/de-dense`: a TFDS dataset built by tfds_builder trains through the same input path."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from alx_trainer import cli_train, tfds_input
+from tfds_builder.web_graph import WebGraph
+from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, HAND_GRAPH, HAND_TEST
+
+
+def test_train_from_tfds_name(tmp_path, capsys):
+    data_dir = str(tmp_path / "tfds")
+    builder = WebGraph(config="de-dense", data_dir=data_dir, source_dir=str(DUMMY_DIR))
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[])))
+
+    dataset = tfds_input.open_tfds("web_graph/de-dense", data_dir)
+    assert (dataset.num_rows, dataset.num_cols) == (len(HAND_GRAPH), len(HAND_GRAPH))
+    assert set(dataset.files) == {"train", "train_t", "test"}
+    assert tfds_input.read_test_rows(dataset.files["test"])[0][0] == next(iter(HAND_TEST))
+
+    model_dir = tmp_path / "m"
+    argv = ["--data", "web_graph/de-dense", "--tfds_data_dir", data_dir, "--model_dir", str(model_dir), "--dim", "4",
+            "--epochs", "2", "--no-progress", "--eval_k", "1,3", "--solver", "cholesky", "--reg", "0.1"]
+    assert cli_train.main(argv) == 0, capsys.readouterr().err
+    record = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()][-1]
+    rows_solved = sum(1 for r in HAND_GRAPH if r not in HAND_TEST)
+    assert record["rows_solved"] == rows_solved and np.isfinite(record["loss"])
+    assert 0 <= record["recall@3"] <= 1
+
+
+def test_unknown_tfds_name_is_a_clear_error(tmp_path, capsys):
+    argv = ["--data", "web_graph/de-dense", "--tfds_data_dir", str(tmp_path), "--model_dir", str(tmp_path / "m")]
+    assert cli_train.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "web_graph/de-dense:1.0.0" in err
