@@ -34,6 +34,7 @@ def default_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), ("cols",))
 
 
+@functools.lru_cache(maxsize=64)
 def _topk_kernel(mesh: Mesh, num_cols: int, k: int, approx: bool, recall_target: float):
     """The jitted sharded scorer: (queries [B, d], table [N_pad, d] row-sharded, exclude [B, E])."""
     axes = tuple(mesh.axis_names)
@@ -74,7 +75,6 @@ class ShardedScorer:
         table = np.zeros((padded, self.dim), np.float32)
         table[: self.num_cols] = np.asarray(col_table, np.float32)
         self.table = jax.device_put(table, NamedSharding(self.mesh, P(tuple(self.mesh.axis_names), None)))
-        self._kernels: dict[tuple, Any] = {}
 
     def default_batch_size(self, budget_bytes: int = SCORE_BUDGET_BYTES) -> int:
         """Rows per batch so that one batch of float32 scores stays within `budget_bytes`."""
@@ -104,10 +104,7 @@ class ShardedScorer:
             raise ValueError(f"k must be in 1..{self.table.shape[0]}, got {k}")
         batch = batch_size or self.default_batch_size()
         width = 1 << max(0, int(max((len(e) for e in exclude), default=0)) - 1).bit_length()
-        key = (k, bool(approx), float(recall_target))
-        if key not in self._kernels:
-            self._kernels[key] = _topk_kernel(self.mesh, self.num_cols, k, approx, recall_target)
-        kernel = self._kernels[key]
+        kernel = _topk_kernel(self.mesh, self.num_cols, k, bool(approx), float(recall_target))
         scores = np.empty((n, k), np.float32)
         ids = np.empty((n, k), np.int64)
         for start in range(0, n, batch):

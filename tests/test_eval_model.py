@@ -1,0 +1,169 @@
+"""Evaluation, predictions, export and sweep with the real trainer on real data (hollins.edu, ML-100k)."""
+
+import contextlib
+import io
+import json
+import os
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+
+from alx_trainer import __main__ as cli
+from alx_trainer import predict, sweep
+from alx_trainer.als import fold_in, load_model, train
+from alx_trainer.config import TrainConfig
+from alx_trainer.evaluate import ShardedScorer, evaluate
+from alx_trainer.interactions import read_split, read_vocab
+from tests import reference_ials
+
+
+def _run_cli(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hollins(tmp_path_factory, data_dir):
+    """The real hollins.edu crawl as one graph in the contract, and a model trained on it."""
+    root = tmp_path_factory.mktemp("hollins")
+    data = str(root / "data")
+    rc, _, err = _run_cli(["split", "--input", str(data_dir / "hollins" / "edges.txt"), "--format", "edges",
+                           "--names", str(data_dir / "hollins" / "urls.txt"), "--output", data,
+                           "--test_fraction", "0.1", "--seed", "0"])
+    assert rc == 0, err
+    config = TrainConfig(data=data, model_dir=str(root / "model"), dim=32, epochs=8, alpha=0.01, reg=0.1,
+                         eval_every=4, progress=False)
+    return data, train(config)
+
+
+def section(url: str) -> tuple[str, str]:
+    """A page's site section: host and first path directory (lower case); '' for top-level pages."""
+    parts = urlsplit(url)
+    dirs = parts.path.strip("/").split("/")
+    return parts.netloc.lower(), dirs[0].lower() if len(dirs) > 1 else ""
+
+
+def test_neighbours_are_mostly_pages_of_the_same_site_section(hollins):
+    data, model = hollins
+    vocab = read_vocab(data)
+    sections = np.array([hash(section(vocab[i])) for i in range(len(vocab))])
+    in_degree = {c: len(rows) for c, rows, _ in read_split(data, "train_t")}
+    queries = [i for i in range(len(vocab)) if in_degree.get(i, 0) >= 5]
+    assert len(queries) > 300
+    same = []
+    for q in queries[::4]:
+        found = predict.nearest_neighbors(model, q, 10, data_dir=data)
+        assert len(found) == 10 and q not in [p.id for p in found]
+        same.append(np.mean([sections[p.id] == sections[q] for p in found]))
+    # random baseline: the chance that another page is in the same section, for the same queries
+    chance = np.mean([((sections == sections[q]).sum() - 1) / (len(sections) - 1) for q in queries[::4]])
+    share = float(np.mean(same))
+    assert share > 0.5, share
+    assert share > 3 * chance, (share, chance)
+
+
+def test_recall_beats_popularity_and_trainer_callback_used_evaluate(hollins):
+    data, model = hollins
+    exact = evaluate(model, data)
+    assert exact["recall@20"] > exact["popularity/recall@20"] + 0.2
+    assert 0.0 <= exact["ndcg@100"] <= 1.0 and exact["recall@50"] >= exact["recall@20"] - 0.05
+    approx = evaluate(model, data, approx=True, recall_target=0.95)
+    assert approx["recall@20"] >= 0.95 * exact["recall@20"]
+    with open(os.path.join(model.config.model_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        logged = {r["epoch"]: r for r in map(json.loads, f)}
+    assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=1e-6)
+    assert "recall@20" in logged[4] and "recall@20" not in logged[3]
+
+
+def test_predicted_outlinks_match_brute_force(hollins):
+    data, model = hollins
+    vocab = read_vocab(data)
+    train_rows = {r: c for r, c, _ in read_split(data, "train")}
+    row = max(train_rows, key=lambda r: len(train_rows[r]))
+    preds = predict.predict_outlinks(model, data, vocab[row], 15)
+    scores = np.asarray(model.row_table, np.float64)[row] @ np.asarray(model.col_table, np.float64).T
+    scores[train_rows[row]] = -np.inf
+    scores[row] = -np.inf
+    want = np.argsort(-scores, kind="stable")[:15]
+    assert [p.id for p in preds] == list(want)
+    assert [p.name for p in preds] == [vocab[i] for i in want]
+    np.testing.assert_allclose([p.score for p in preds], scores[want], rtol=1e-4, atol=1e-5)
+    # a held-out row is folded in from its fold-in outlinks and never gets them back
+    test_row, kept, _ = read_split(data, "test")[0]
+    held = predict.predict_outlinks(model, data, test_row, 10)
+    assert len(held) == 10 and not set(p.id for p in held) & set(kept.tolist())
+
+
+def test_cli_eval_predict_export(hollins, tmp_path):
+    data, model = hollins
+    model_dir = model.config.model_dir
+    rc, out, err = _run_cli(["eval", "--data", data, "--model_dir", model_dir, "--output", str(tmp_path / "m.json")])
+    assert rc == 0, err
+    saved = json.loads((tmp_path / "m.json").read_text())
+    assert "recall@20" in out and saved["recall@20"] == pytest.approx(evaluate(load_model(model_dir), data)["recall@20"])
+    url = read_vocab(data)[0]
+    rc, out, err = _run_cli(["predict", "--data", data, "--model_dir", model_dir, url, "--k", "5"])
+    assert rc == 0 and out.count("http") >= 5, err
+    rc, out, err = _run_cli(["predict", "--data", data, "--model_dir", model_dir, "http://nowhere.example/"])
+    assert rc == 1 and "not in the vocabulary" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = _run_cli(["export", "--model_dir", model_dir, "--output", str(tmp_path / "exp"), "--data", data])
+    assert rc == 0, err
+    loaded = load_model(model_dir)
+    npz = np.load(tmp_path / "exp" / "embeddings.npz")
+    np.testing.assert_array_equal(npz["col_table"], loaded.col_table)
+    np.testing.assert_array_equal(npz["row_ids"], np.arange(len(loaded.row_table)))
+    assert npz["col_names"][0] == url
+    import tensorflow as tf
+
+    records = list(tf.data.TFRecordDataset(str(tmp_path / "exp" / "col_embeddings.tfr-00000-of-00001")))
+    ex = tf.train.Example.FromString(records[3].numpy()).features.feature
+    assert len(records) == len(loaded.col_table) and ex["id"].int64_list.value[0] == 3
+    np.testing.assert_allclose(ex["embedding"].float_list.value, loaded.col_table[3], rtol=1e-6)
+
+
+def test_sweep_is_resumable_and_marks_the_best_cell(hollins, tmp_path):
+    data, _ = hollins
+    base = TrainConfig(data=data, model_dir=str(tmp_path), dim=8, epochs=2, progress=False)
+    calls = []
+
+    def counted_train(config):
+        calls.append((config.reg, config.alpha))
+        return train(config)
+
+    out = str(tmp_path / "sweep")
+    rows = sweep.run_sweep(base, out, [0.1, 1.0], [0.01], train_fn=counted_train, log=lambda s: None)
+    assert len(rows) == 2 and len(calls) == 2
+    rows = sweep.run_sweep(base, out, [0.1, 1.0], [0.01, 0.001], train_fn=counted_train, log=lambda s: None)
+    assert len(rows) == 4 and sorted(calls[2:]) == [(0.1, 0.001), (1.0, 0.001)]
+    assert not os.path.exists(os.path.join(out, "models", "reg0.1_alpha0.01"))
+    best = sweep.best_row(rows)
+    assert best["recall@20"] == max(r["recall@20"] for r in rows)
+    rc, text, err = _run_cli(["sweep", "--out_dir", out, "--lambdas", "0.1,1", "--alphas", "0.01,0.001",
+                              "--data", data, "--dim", "8", "--epochs", "2", "--no-progress"])
+    assert rc == 0, err
+    assert len(calls) == 4 and "done before, skipped" in text
+    star = [line for line in text.splitlines() if "*" in line and not line.startswith("best")]
+    assert len(star) == 1 and f"{best['recall@20']:.4f}*" in star[0]
+    with open(os.path.join(out, sweep.HEATMAP_PNG), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, data_dir):
+    data = str(tmp_path / "ml100k")
+    rc, _, err = _run_cli(["split", "--input", str(data_dir / "ml-100k" / "u.data"), "--format", "udata",
+                           "--output", data, "--test_rows", "50"])
+    assert rc == 0, err
+    config = TrainConfig(data=data, model_dir=str(tmp_path / "m"), dim=16, epochs=40, alpha=0.01, reg=3.0,
+                         solver="cholesky", eval_every=0, checkpoint_every=0, progress=False)
+    model = train(config)
+    rows = read_split(data, "train")[:200]
+    folded = fold_in(model.col_table, [c for _, c, _ in rows], config)
+    trained = model.row_table[[r for r, _, _ in rows]]
+    assert np.linalg.norm(folded - trained) / np.linalg.norm(trained) < 1e-2
+    # and the fold-in is Eq. 4 itself: a float64 NumPy solve against the same column table
+    want = reference_ials.solve_rows(model.col_table, {i: c for i, (_, c, _) in enumerate(rows)},
+                                     np.zeros((len(rows), 16)), config.alpha, config.reg)
+    np.testing.assert_allclose(folded, want, rtol=1e-3, atol=1e-4)
