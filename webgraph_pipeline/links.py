@@ -25,7 +25,7 @@ from typing import Any, Iterable, Optional
 import orjson
 
 from webgraph_pipeline.counters import Inc
-from webgraph_pipeline.urls import normalize_url, resolve_url
+from webgraph_pipeline.urls import LinkResolver, normalize_url, resolve_url
 
 DEFAULT_LINK_TYPES = ("A@/href", "AREA@/href")
 
@@ -90,6 +90,7 @@ def link_targets(
     targets: set[str] = set()
     drops: dict[str, int] = {}
     seen = 0
+    resolve = LinkResolver(base)
     for link in links:
         if not isinstance(link, dict) or link.get("path") not in link_types:
             drops["link_type"] = drops.get("link_type", 0) + 1
@@ -98,7 +99,7 @@ def link_targets(
         if not isinstance(href, str):
             drops["no_url"] = drops.get("no_url", 0) + 1
             continue
-        target, reason = resolve_url(base, href)
+        target, reason = resolve(href)
         if target is None:
             drops[reason] = drops.get(reason, 0) + 1
         elif target == page_url:

@@ -9,6 +9,7 @@ Public API (plain functions, no Beam):
   ASCII whitespace, decode HTML character references, join relative references, then
   `normalize_url`. Equivalent to `normalize_url(urljoin(base, href))`, with fast paths for the
   common shapes (absolute, root-relative, fragment-only links) that skip `urljoin`.
+- `LinkResolver(base)`: the same as a callable for the many links of one page (base parsed once).
 - `MAX_URL_LENGTH`, `DROP_REASONS`.
 
 Normalization: scheme and host lower-cased; IDN hosts IDNA-encoded (`bücher.de` ->
@@ -73,7 +74,10 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 # ASCII (spaces and controls are rejected before this point).
 _SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
 
+# `scheme://` + authority, matched case-insensitively; then path and query; the fragment is cut.
+_ABSOLUTE_RE = re.compile(r"((?i:(https?))://([^/?#]*))([^#]*)")
 _host_cache: dict[str, Result] = {}
+_origin_cache: dict[str, Result] = {}
 _HOST_CACHE_LIMIT = 200_000
 
 
@@ -164,26 +168,52 @@ def normalize_url(url: str) -> Result:
     reason = _bad_char_reason(url)
     if reason is not None:
         return None, reason
-    match = _SCHEME_RE.match(url)
+    return _normalize_clean(url)
+
+
+def _normalize_clean(url: str) -> Result:
+    """`normalize_url` for a URL already checked for length, whitespace and control chars."""
+    match = _ABSOLUTE_RE.match(url)
     if match is None:
-        return None, "no_scheme"
-    scheme = match.group(1).lower()
-    if scheme != "http" and scheme != "https":
-        return None, _scheme_reason(scheme)
-    rest = url[match.end():]
-    if not rest.startswith("//"):
+        scheme_match = _SCHEME_RE.match(url)
+        if scheme_match is None:
+            return None, "no_scheme"
+        scheme = scheme_match.group(1).lower()
+        if scheme != "http" and scheme != "https":
+            return None, _scheme_reason(scheme)
         return None, "no_host"
-    rest = rest[2:]
-    # Authority ends at the first '/', '?' or '#'.
-    end = len(rest)
-    for sep in "/?#":
-        i = rest.find(sep, 0, end)
-        if i >= 0:
-            end = i
-    authority, tail = rest[:end], rest[end:]
-    hash_at = tail.find("#")
-    if hash_at >= 0:
-        tail = tail[:hash_at]
+    raw_origin = match.group(1)
+    origin = _origin_cache.get(raw_origin)
+    if origin is None:
+        origin = _normalize_origin(match.group(2).lower(), match.group(3))
+        if len(_origin_cache) >= _HOST_CACHE_LIMIT:
+            _origin_cache.clear()
+        _origin_cache[raw_origin] = origin
+    if origin[0] is None:
+        return origin
+    return _join_tail(origin[0], match.group(4))
+
+
+def _join_tail(origin: str, tail: str) -> Result:
+    """A normalized origin + a path/query tail (fragment already cut): dot segments, non-ASCII."""
+    if not tail or tail[0] == "?":
+        tail = "/" + tail
+    if "/." in tail:
+        query_at = tail.find("?")
+        if query_at < 0:
+            tail = _remove_dot_segments(tail)
+        elif "/." in tail[:query_at]:
+            tail = _remove_dot_segments(tail[:query_at]) + tail[query_at:]
+    if not tail.isascii():
+        tail = quote(tail, safe=_SAFE)
+    normalized = origin + tail
+    if len(normalized) > MAX_URL_LENGTH:
+        return None, "url_too_long"
+    return normalized, None
+
+
+def _normalize_origin(scheme: str, authority: str) -> Result:
+    """`scheme://host[:port]` normalized, from a lower-case scheme and a raw authority."""
     at = authority.rfind("@")
     if at >= 0:
         authority = authority[at + 1:]
@@ -208,29 +238,60 @@ def normalize_url(url: str) -> Result:
     host, reason = _normalize_host(host)
     if reason is not None:
         return None, reason
-    if not tail or tail[0] == "?":
-        tail = "/" + tail
-    if "/." in tail:
-        query_at = tail.find("?")
-        if query_at < 0:
-            tail = _remove_dot_segments(tail)
-        elif "/." in tail[:query_at]:
-            tail = _remove_dot_segments(tail[:query_at]) + tail[query_at:]
-    if not tail.isascii():
-        tail = quote(tail, safe=_SAFE)
-    if port:
-        normalized = f"{scheme}://{host}:{port}{tail}"
-    else:
-        normalized = f"{scheme}://{host}{tail}"
-    if len(normalized) > MAX_URL_LENGTH:
-        return None, "url_too_long"
-    return normalized, None
+    return (f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"), None
 
 
-def _origin(base: str) -> str:
-    """`scheme://authority` of an absolute URL."""
-    slash = base.find("/", base.find("//") + 2)
-    return base if slash < 0 else base[:slash]
+class LinkResolver:
+    """`resolve_url` for many links of one page: the base is parsed once.
+
+    `LinkResolver(base)(href)` == `resolve_url(base, href)`.
+    """
+
+    def __init__(self, base: str):
+        self.base = base
+        normalized, _ = normalize_url(base)
+        if normalized is None:
+            raise ValueError(f"link base is not a valid http(s) URL: {base[:200]!r}")
+        self._base_result: Result = (normalized, None)
+        match = _ABSOLUTE_RE.match(normalized)
+        self._origin = match.group(1)
+        self._scheme = match.group(2)
+
+    def __call__(self, href: str) -> Result:
+        if href and (href[0] in _HTML_WS or href[-1] in _HTML_WS):
+            href = href.strip(_HTML_WS)
+        if not href:
+            return None, "empty_url"
+        if len(href) > MAX_URL_LENGTH:
+            return None, "url_too_long"
+        if "&" in href and ";" in href:
+            href = _CHAR_REF_RE.sub(_decode_char_ref, href)
+        reason = _bad_char_reason(href)
+        if reason is not None:
+            return None, reason
+        first = href[0]
+        if first == "#":
+            return self._base_result
+        if first == "/":
+            if href.startswith("//"):
+                return _normalize_clean(self._scheme + ":" + href)
+            hash_at = href.find("#")
+            return _join_tail(self._origin, href if hash_at < 0 else href[:hash_at])
+        if _ABSOLUTE_RE.match(href) is not None:
+            return _normalize_clean(href)
+        match = _SCHEME_RE.match(href)
+        if match is not None:
+            scheme = match.group(1).lower()
+            if scheme != "http" and scheme != "https":
+                return None, _scheme_reason(scheme)
+        joined = urljoin(self.base, href)
+        if len(joined) > MAX_URL_LENGTH:
+            return None, "url_too_long"
+        return _normalize_clean(joined)
+
+
+def _decode_char_ref(match: re.Match) -> str:
+    return html.unescape(match.group())
 
 
 def resolve_url(base: str, href: str) -> Result:
@@ -238,30 +299,4 @@ def resolve_url(base: str, href: str) -> Result:
 
     `base` must be an absolute http(s) URL (normally a normalized page URL or its `<base>`).
     """
-    if href and (href[0] in _HTML_WS or href[-1] in _HTML_WS):
-        href = href.strip(_HTML_WS)
-    if not href:
-        return None, "empty_url"
-    if len(href) > MAX_URL_LENGTH:
-        return None, "url_too_long"
-    if "&" in href and ";" in href:
-        href = _CHAR_REF_RE.sub(lambda m: html.unescape(m.group()), href)
-    reason = _bad_char_reason(href)
-    if reason is not None:
-        return None, reason
-    first = href[0]
-    if first == "#":
-        return normalize_url(base)
-    if first == "/":
-        if href.startswith("//"):
-            scheme_end = base.find(":")
-            return normalize_url(base[: scheme_end + 1] + href)
-        return normalize_url(_origin(base) + href)
-    match = _SCHEME_RE.match(href)
-    if match is not None:
-        scheme = match.group(1).lower()
-        if scheme != "http" and scheme != "https":
-            return None, _scheme_reason(scheme)
-        if href.startswith("//", match.end()):
-            return normalize_url(href)
-    return normalize_url(urljoin(base, href))
+    return LinkResolver(base)(href)

@@ -33,7 +33,7 @@ _WARC_LINE = b"\nWARC/1."
 _SCAN_CHUNK = 1 << 20
 
 # One record as the readers see it: (WARC type, target URI, declared Content-Length, payload of
-# metadata records else None, offset of the record relative to where the reader started).
+# metadata records else None, offset of the record in the file).
 _RawRecord = tuple[str, Optional[str], Optional[int], Optional[bytes], int]
 
 
@@ -109,28 +109,35 @@ def iter_wat_payloads(
         last_offset: Optional[int] = None
         try:
             for warc_type, uri, length, payload, offset in read_records(fileobj):
+                first_after_resume = resumed and last_offset is None
                 last_offset = offset
                 if length is None or (payload is not None and len(payload) < length):
-                    inc("damage.truncated_record")
+                    # Cut short: the file ends here, or a damaged gzip member ran into the next.
+                    if not first_after_resume:  # else: part of the region already counted
+                        inc("damage.truncated_record")
+                    if seekable:
+                        break
                 elif payload is None:
                     inc("dropped_records.other_warc_type")
                 else:
                     yield uri, payload
-            return
+            else:
+                return
         except Exception as error:  # noqa: BLE001 - any reader failure is damage to survive
             # A failure right where reading resumed is the same damaged region: count it once.
             if not (resumed and last_offset is None):
                 inc("damage.corrupt_region")
                 logging.warning(
-                    "damaged WAT data after offset %d: %s: %.120r", start, type(error).__name__, str(error)
+                    "damaged WAT data after offset %d: %s: %.120r",
+                    start, type(error).__name__, str(error),
                 )
             if not seekable:
                 return
-            failed_at = start + (last_offset if last_offset is not None else 0)
-            next_start = _next_sync_point(fileobj, failed_at + 1, marker)
-            if next_start is None:
-                return
-            start, resumed = next_start, True
+        damaged_at = last_offset if last_offset is not None else start
+        next_start = _next_sync_point(fileobj, damaged_at + 1, marker)
+        if next_start is None:
+            return
+        start, resumed = next_start, True
 
 
 def wat_edges(
