@@ -1,0 +1,115 @@
+"""`ExtractEdges` on the DirectRunner: the same edges as the plain functions, counters queryable,
+unreadable inputs named (or fatal on request), and Common Crawl style listings."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from extract_fixtures import a_links, envelope, wat_bytes
+from webgraph_pipeline.counters import LocalCounts, collect_counters, collect_unreadable_files
+from webgraph_pipeline.extract import ExtractEdges, UnreadableFileError, expand_listing
+from webgraph_pipeline.wat import wat_edges
+
+REAL_WAT = "commoncrawl/CC-MAIN-20140820021334-00006.head.warc.wat"
+
+
+@pytest.fixture(scope="module")
+def wat_dir(tmp_path_factory, data_dir):
+    """Three WAT files: the real sample, and two generated ones in which `http://p.de/` appears
+    in three records (its edges must be the union) and an edge repeats across files; the last
+    generated file has a corrupt gzip member."""
+    out = tmp_path_factory.mktemp("wat")
+    shutil.copy(data_dir / REAL_WAT, out / "real.wat")
+    one, _ = wat_bytes([
+        envelope("http://p.de/", a_links("/a", "/b", "http://q.de/")),
+        envelope("http://q.de/", a_links("http://p.de/", "javascript:x()", "#")),
+    ])
+    (out / "one.wat.gz").write_bytes(one)
+    two, offsets = wat_bytes([
+        envelope("http://P.DE:80/", a_links("/c", "/a")),
+        envelope("http://lost.de/", a_links("/gone")),
+        envelope("http://p.de/#x", a_links("http://r.de/", "mailto:a@p.de")),
+    ])
+    damaged = bytearray(two)
+    damaged[offsets[1] + 40: offsets[1] + 70] = bytes(30)
+    (out / "two.wat.gz").write_bytes(bytes(damaged))
+    with gzip.open(out / "wat.paths.gz", "wt") as listing:
+        listing.write("one.wat.gz\n\ntwo.wat.gz\n")
+    return out
+
+
+def plain_edges_and_counts(paths, reader):
+    counts, edges = LocalCounts(), set()
+    for path in paths:
+        with open(path, "rb") as f:
+            edges.update(wat_edges(f, counts.inc, reader=reader))
+        counts.inc("files.matched")
+        counts.inc("files.read")
+    return edges, counts
+
+
+def test_expand_listing(wat_dir):
+    listed = expand_listing(str(wat_dir / "wat.paths.gz"), str(wat_dir))
+    assert listed == [str(wat_dir / "one.wat.gz"), str(wat_dir / "two.wat.gz")]
+    assert expand_listing(str(wat_dir / "wat.paths.gz"), "s3://bucket/crawl/") == [
+        "s3://bucket/crawl/one.wat.gz", "s3://bucket/crawl/two.wat.gz"
+    ]
+
+
+@pytest.mark.parametrize("reader", ["warcio", "fastwarc"])
+def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
+    files = [wat_dir / "real.wat", wat_dir / "one.wat.gz", wat_dir / "two.wat.gz"]
+    expected, counts = plain_edges_and_counts(files, reader)
+    # Hand-checked facts of the generated files: the union of p.de's three records, no self-loop.
+    assert {t for s, t in expected if s == "http://p.de/"} == {
+        "http://p.de/a", "http://p.de/b", "http://p.de/c", "http://q.de/", "http://r.de/"
+    }
+    assert not any(s.startswith("http://lost.de") for s, _ in expected)
+
+    missing = str(wat_dir / "missing-*.wat.gz")
+    patterns = [str(wat_dir / "*.wat"), *expand_listing(str(wat_dir / "wat.paths.gz"), str(wat_dir)),
+                missing]
+    pipeline = BeamTestPipeline()
+    edges = pipeline | "Extract" >> ExtractEdges(patterns, wat_reader=reader)
+    assert_that(edges, equal_to(sorted(expected)))
+    assert_that(
+        edges | beam.combiners.Count.Globally(), equal_to([len(expected)]), label="NoDuplicates"
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+
+    counts.inc("unreadable_files.not_found")
+    assert collect_counters(result) == dict(counts)
+    assert collect_counters(result)["damage.corrupt_region"] == 1
+    assert collect_unreadable_files(result) == [missing]
+
+
+def test_unreadable_input_can_be_fatal(wat_dir):
+    missing = str(wat_dir / "nowhere.wat.gz")
+    pipeline = BeamTestPipeline()
+    _ = pipeline | ExtractEdges([str(wat_dir / "one.wat.gz"), missing], fail_on_unreadable=True)
+    with pytest.raises(Exception, match="nowhere.wat.gz") as error:
+        pipeline.run().wait_until_finish()
+    assert "unreadable input" in str(error.value) or isinstance(error.value, UnreadableFileError)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="at least one input"):
+        ExtractEdges([])
+    with pytest.raises(ValueError, match="unknown WAT reader"):
+        ExtractEdges("x.wat", wat_reader="nope")
+
+
+def test_gzip_detected_from_bytes_not_name(wat_dir, tmp_path):
+    """A per-record gzip file without a .gz name is still read (gzip is detected from bytes)."""
+    shutil.copy(wat_dir / "one.wat.gz", tmp_path / "one.wat")
+    counts = LocalCounts()
+    with open(tmp_path / "one.wat", "rb") as f:
+        assert ("http://p.de/", "http://q.de/") in set(wat_edges(io.BufferedReader(f), counts.inc))
