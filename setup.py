@@ -32,6 +32,7 @@ setup(
         "tqdm>=4.66,<5",
         "matplotlib>=3.8,<4",
         "tensorboardx>=2.6,<3",
+        "pyyaml>=6,<7",
     ],
     extras_require={
         "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1"],
