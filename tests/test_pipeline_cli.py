@@ -72,11 +72,12 @@ def test_edge_list_through_cli_counts_every_drop(small_edge_list, tmp_path, caps
     stats = json.loads((out / contract.STATS_FILE).read_text())
     check_dataset(out, reference_graph(edges, (), 2), stats)
     dropped = stats["dropped"]
-    assert dropped["line.header"] == 1 and dropped["line.comment"] == 1 and dropped["line.too_few_fields"] == 1
-    assert dropped["edge.duplicate"] == 7 and dropped["edge.self_loop"] == 1
+    assert dropped["dropped_lines.header"] == 1 and dropped["dropped_lines.comment"] == 1
+    assert dropped["dropped_lines.too_few_fields"] == 1
+    assert dropped["dropped_edges.duplicate"] == 7 and dropped["dropped_edges.self_loop"] == 1
     # Every edge that survived parsing is accounted for: kept, or dropped by the degree filter.
-    assert stats["edges"] + dropped["edge.degree_filter"] == len(edges)
-    assert "edge.degree_filter" in stdout and f"nodes {stats['nodes']:,}" in stdout
+    assert stats["edges"] + dropped["dropped_edges.degree_filter"] == len(edges)
+    assert "dropped_edges.degree_filter" in stdout and f"nodes {stats['nodes']:,}" in stdout
     assert stats["input_files"] == [str(path)] and stats["config"]["min_links"] == 2
 
 
@@ -91,19 +92,16 @@ def test_runs_are_byte_identical_across_runs_and_direct_running_modes(small_edge
     outputs = []
     for i, extra in enumerate([[], [], ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]]):
         out = tmp_path / f"run{i}"
+        out.mkdir()
+        # Files of an earlier run with other settings are replaced, other files are left alone.
+        for name in ("train.tfr-00004-of-00005", "vocab.tsv-00000-of-00001", "stats.json", "notes.txt"):
+            (out / name).write_text("stale")
         assert run_cli(common + ["--output", out] + extra, capsys)[0] == 0
+        assert (out / "notes.txt").read_text() == "stale"
+        (out / "notes.txt").unlink()
         outputs.append(_file_bytes(out))
     assert len(outputs[0]) == 3 * 4 + 2  # 3 splits + vocabulary, 3 shards each; stats.json; the plot
     assert outputs[0] == outputs[1] == outputs[2]
-
-
-def test_rerun_into_same_directory_replaces_old_shards(small_edge_list, tmp_path, capsys):
-    path, _ = small_edge_list
-    out = tmp_path / "out"
-    for shards in ("4", "2"):
-        assert run_cli(["--input_format", "edges", "--input", path, "--output", out, "--num_shards", shards],
-                       capsys)[0] == 0
-    assert len([n for n in os.listdir(out) if n.startswith("train.tfr")]) == 2
 
 
 def test_interaction_data_through_cli(data_dir, tmp_path, capsys):
@@ -115,7 +113,7 @@ def test_interaction_data_through_cli(data_dir, tmp_path, capsys):
     stats = json.loads((out / contract.STATS_FILE).read_text())
     assert (stats["num_rows"], stats["num_cols"], stats["edges"]) == (943, 1682, 100_000)
     assert stats["splits"]["test"] + stats["splits"]["train"] == 943
-    assert stats["dropped"].get("edge.self_loop", 0) == 0
+    assert stats["dropped"].get("dropped_edges.self_loop", 0) == 0
 
 
 def _all_fns(pipeline):

@@ -128,6 +128,9 @@ def format_report(stats: dict[str, Any]) -> str:
     )
     if "num_rows" in stats:
         lines.append(f"interaction matrix: {stats['num_rows']:,} rows x {stats['num_cols']:,} columns")
+    if stats["unreadable_files"]:
+        lines.append(f"UNREADABLE input files ({len(stats['unreadable_files'])}): "
+                     + " ".join(stats["unreadable_files"]))
     lines.append(f"input files {len(stats['input_files'])}  wall time {stats['wall_seconds']} s")
     return "\n".join(lines)
 

@@ -5,8 +5,8 @@ MovieLens `user item rating time` file reads as (user, item) pairs); layout `adj
 `src dst1 dst2 ...`. Tokens are URLs (normalized and validated like WAT links), integer ids
 (joined with a URL list `id url` when one is given), or opaque names (e.g. user ids).
 Header lines (only words, such as `start end`), blank lines and `#` comments are skipped.
-Everything dropped is counted in the `webgraph` namespace: `line.<reason>`, `url.<reason>`,
-`urls_file.<reason>`, `edge.<reason>`.
+Everything dropped is counted in the `webgraph` namespace: `dropped_lines.<reason>`,
+`dropped_urls.<reason>`, `dropped_url_list.<reason>`, `dropped_edges.<reason>`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, Optional
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from webgraph_pipeline.filters import NAMESPACE
+from webgraph_pipeline.counters import NAMESPACE
 
 LAYOUTS = ("pairs", "adjacency")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*\Z")
@@ -89,7 +89,7 @@ class _ParseEdgesFn(_Counted):
     def process(self, line: str) -> Iterator[Edge]:
         pairs, reason = parse_edge_line(line, self._layout)
         if reason:
-            self.count(f"line.{reason}")
+            self.count(f"dropped_lines.{reason}")
         yield from pairs
 
 
@@ -101,8 +101,8 @@ class _NormalizeFn(_Counted):
         for token in edge:
             name, reason = normalize_token(token)
             if reason:
-                self.count(f"url.{reason}")
-                self.count("edge.invalid_endpoint")
+                self.count(f"dropped_urls.{reason}")
+                self.count("dropped_edges.invalid_endpoint")
                 return
             out.append(name)
         yield out[0], out[1]
@@ -112,12 +112,12 @@ class _ParseUrlsFn(_Counted):
     def process(self, line: str) -> Iterator[tuple[str, Optional[str]]]:
         entry, reason = parse_url_line(line)
         if reason:
-            self.count(f"urls_file.{reason}")
+            self.count(f"dropped_url_list.{reason}")
             return
         node_id, raw = entry
         url, reason = normalize_token(raw) if "://" in raw else (None, "not_a_url")
         if reason:
-            self.count(f"url.{reason}")
+            self.count(f"dropped_urls.{reason}")
         yield node_id, url
 
 
@@ -131,15 +131,15 @@ class _JoinUrlFn(_Counted):
         node_id, grouped = kv
         others, urls = list(grouped["edges"]), sorted({u or "" for u in grouped["url"]})
         if len(urls) > 1:
-            self.count("urls_file.duplicate_id")
+            self.count("dropped_url_list.duplicate_id")
         if not others:
             return
         if not urls:
-            self.count("edge.unknown_id", len(others))
+            self.count("dropped_edges.unknown_id", len(others))
             return
         url = urls[-1]  # a valid URL sorts after the '' of an invalid one
         if not url:
-            self.count("edge.invalid_endpoint", len(others))
+            self.count("dropped_edges.invalid_endpoint", len(others))
             return
         for other in others:
             yield other, url
@@ -155,9 +155,9 @@ class _DedupFn(_Counted):
         edge, copies = kv
         n = sum(1 for _ in copies)
         if n > 1:
-            self.count("edge.duplicate", n - 1)
+            self.count("dropped_edges.duplicate", n - 1)
         if self._drop_self_loops and edge[0] == edge[1]:
-            self.count("edge.self_loop")
+            self.count("dropped_edges.self_loop")
             return
         yield edge
 

@@ -1,8 +1,8 @@
 """TLD and degree filters of the WebGraph job (paper section 5), as plain functions and Beam steps.
 
 Edges are `(source, target)` string pairs. Every dropped edge or node is counted in the Beam
-namespace `webgraph`: `edge.tld_filter`, `edge.degree_filter`, `node.degree_filter`
-(and `node.degree_filter_pass<N>` per pass when there are several).
+namespace `webgraph`: `dropped_edges.tld_filter`, `dropped_edges.degree_filter`,
+`dropped_nodes.degree_filter` (and `dropped_nodes.degree_filter_pass<N>` per pass when there are several).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-NAMESPACE = "webgraph"
+from webgraph_pipeline.counters import NAMESPACE
+
 Edge = tuple[str, str]
 
 
@@ -39,7 +40,7 @@ def node_passes(out_degree: int, in_degree: int, min_links: int) -> bool:
 class _TldFilterFn(beam.DoFn):
     def __init__(self, tlds: frozenset[str]):
         self._tlds = tlds
-        self._dropped = Metrics.counter(NAMESPACE, "edge.tld_filter")
+        self._dropped = Metrics.counter(NAMESPACE, "dropped_edges.tld_filter")
 
     def process(self, edge: Edge) -> Iterator[Edge]:
         if edge_in_tlds(edge, self._tlds):
@@ -90,7 +91,7 @@ class _JoinKeptFn(beam.DoFn):
 
     def __init__(self, node_is_source: bool):
         self._node_is_source = node_is_source
-        self._dropped = Metrics.counter(NAMESPACE, "edge.degree_filter")
+        self._dropped = Metrics.counter(NAMESPACE, "dropped_edges.degree_filter")
 
     def process(self, kv: tuple[str, dict[str, list]]) -> Iterator[Edge]:
         node, grouped = kv
@@ -177,8 +178,8 @@ class FilterByDegree(beam.PTransform):
         if self._k <= 0:
             return edges
         for i in range(1, self._passes + 1):
-            names = ("node.degree_filter",)
+            names = ("dropped_nodes.degree_filter",)
             if self._passes > 1:
-                names += (f"node.degree_filter_pass{i}",)
+                names += (f"dropped_nodes.degree_filter_pass{i}",)
             edges = edges | f"Pass{i}" >> _DegreePass(self._k, self._bipartite, names)
         return edges

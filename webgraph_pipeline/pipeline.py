@@ -15,8 +15,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_pipeline import contract
+from webgraph_pipeline.counters import collect_counters, collect_unreadable_files
 from webgraph_pipeline.edges_input import ReadEdgeList
-from webgraph_pipeline.filters import NAMESPACE
 from webgraph_pipeline.graph import BuildWebGraph
 from webgraph_pipeline.variants import GraphConfig
 from webgraph_pipeline.write import DEGREE_PLOT, WriteTfRecords
@@ -107,22 +107,20 @@ def remove_stale_outputs(output_dir: str) -> list[str]:
     return stale
 
 
-def collect_counters(result) -> dict[str, int]:
-    """Every `webgraph` counter of a finished job, by name (committed values, else attempted)."""
-    from apache_beam.metrics.metric import MetricsFilter
-
-    out: dict[str, int] = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
-        value = c.committed if c.committed is not None else c.attempted
-        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
-    return out
+def is_loss(counter: str) -> bool:
+    """Whether a counter counts input that did not make it into the graph (vs. what was kept)."""
+    kind = counter.split(".", 1)[0]
+    return kind.startswith("dropped_") or kind in ("damage", "unreadable_files")
 
 
-def finish_stats(output_dir: str, counters: dict[str, int], seconds: float) -> dict[str, Any]:
+def finish_stats(
+    output_dir: str, counters: dict[str, int], unreadable_files: list[str], seconds: float
+) -> dict[str, Any]:
     """Add the counters to the stats.json the job wrote; returns the final stats."""
     stats = contract.read_stats(output_dir)
     stats["counters"] = dict(sorted(counters.items()))
-    stats["dropped"] = {k: v for k, v in stats["counters"].items() if not k.startswith("split.")}
+    stats["dropped"] = {k: v for k, v in stats["counters"].items() if is_loss(k)}
+    stats["unreadable_files"] = unreadable_files
     contract.write_stats(output_dir, stats)
     stats["wall_seconds"] = round(seconds, 1)  # reported, not stored: it would break byte-identity
     return stats
@@ -140,7 +138,9 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     build_pipeline(p, spec, input_files)
     result = p.run()
     result.wait_until_finish()
-    return finish_stats(spec.output_dir, collect_counters(result), time.time() - start)
+    return finish_stats(
+        spec.output_dir, collect_counters(result), collect_unreadable_files(result), time.time() - start
+    )
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from webgraph_pipeline.filters import NAMESPACE
+from webgraph_pipeline.counters import NAMESPACE
 
 # (row id, row name, sorted column ids)
 NamedRow = tuple[int, str, tuple[int, ...]]
@@ -74,7 +74,7 @@ def transpose(rows: Sequence[Row]) -> list[Row]:
 class _AssignRowFn(beam.DoFn):
     def __init__(self, seed: int, test_fraction: float, holdout_fraction: float):
         self._args = (seed, test_fraction, holdout_fraction)
-        self._single = Metrics.counter(NAMESPACE, "split.single_outlink_row_kept_in_train")
+        self._single = Metrics.counter(NAMESPACE, "split.single_outlink_rows_in_train")
 
     def process(self, row: NamedRow) -> Iterator:
         split, out = assign_row(row, *self._args)
