@@ -57,17 +57,28 @@ def _warcio_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
 def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
+    metadata = WarcRecordType.metadata
     for record in ArchiveIterator(fileobj, parse_http=False, fsspec_args=False):
         headers = record.headers
-        length = headers.get("Content-Length")
-        is_metadata = record.record_type == WarcRecordType.metadata
-        yield (
-            "metadata" if is_metadata else str(record.record_type),
-            headers.get("WARC-Target-URI"),
-            int(length) if length and length.isdigit() else None,
-            record.reader.read() if is_metadata else None,
-            record.stream_pos,
-        )
+        if record.record_type == metadata:
+            # A record cut inside its header is typed `unknown` by FastWARC (handled below), so
+            # a metadata record here has its Content-Length.
+            yield (
+                "metadata",
+                headers.get("WARC-Target-URI"),
+                record.content_length,
+                record.reader.read(),
+                record.stream_pos,
+            )
+        else:
+            length = headers.get("Content-Length")
+            yield (
+                str(record.record_type),
+                None,
+                int(length) if length and length.isdigit() else None,
+                None,
+                record.stream_pos,
+            )
 
 
 _READERS = {"warcio": _warcio_records, "fastwarc": _fastwarc_records}
