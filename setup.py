@@ -35,11 +35,12 @@ setup(
         "pyyaml>=6,<7",
     ],
     extras_require={
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1"],
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1",
+                 "fastwarc>=2.0,<3"],
         "dataflow": ["apache-beam[gcp]>=2.60,<3"],
         "gpu": ["jax[cuda12]>=0.5,<1"],
         "tpu": ["jax[tpu]>=0.5,<1"],
-        "fast": ["fastwarc>=0.14,<3"],
+        "fast": ["fastwarc>=2.0,<3"],
     },
     entry_points={
         "console_scripts": [
