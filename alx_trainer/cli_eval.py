@@ -41,10 +41,29 @@ def _model(model_dir: str):
     return load_model(model_dir)
 
 
+def _tfds_eval_data(name: str, tfds_data_dir: str):
+    """Test rows and evaluate() options (popularity, self-exclusion) of a prepared TFDS dataset."""
+    import numpy as np
+
+    from alx_trainer.als import open_dataset
+    from alx_trainer.config import TrainConfig
+    from alx_trainer.interactions import read_records
+
+    dataset = open_dataset(TrainConfig(data=name, model_dir="-", tfds_data_dir=tfds_data_dir))
+    if "test" not in dataset.files:
+        raise FileNotFoundError(f"{name}: the dataset has no test split")
+    train = read_records(dataset.files["train"])
+    cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
+    popularity = np.bincount(cols, minlength=dataset.num_cols).astype(np.float32)
+    shared = dataset.num_rows == dataset.num_cols
+    return read_records(dataset.files["test"]), {"popularity": popularity, "exclude_self": shared}
+
+
 def main_eval(argv: Sequence[str]) -> int:
     """Recall@K / NDCG of a trained model and of the popularity baseline on a test split."""
     p = argparse.ArgumentParser(prog="alx_trainer eval", description=main_eval.__doc__)
-    p.add_argument("--data", required=True, help="Dataset directory in the WebGraph contract.")
+    p.add_argument("--data", required=True, help="Dataset directory in the WebGraph contract, or a TFDS name.")
+    p.add_argument("--tfds_data_dir", default="", help="TFDS data_dir when --data is a TFDS name.")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("--k", type=_ks, default=[20, 50], help="Cut-offs K of Recall@K, comma-separated.")
     p.add_argument("--ndcg_k", type=int, default=100, help="Cut-off of NDCG (0: none).")
@@ -58,9 +77,13 @@ def main_eval(argv: Sequence[str]) -> int:
     def body() -> int:
         from alx_trainer.evaluate import evaluate, format_metrics
 
+        data, extra = args.data, {}
+        if not os.path.isdir(args.data):
+            data, extra = _tfds_eval_data(args.data, args.tfds_data_dir)
         result = evaluate(
-            _model(args.model_dir), args.data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
+            _model(args.model_dir), data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
             recall_target=args.recall_target, batch_size=args.batch_size or None, max_rows=args.max_rows or None,
+            **extra,
         )
         print(format_metrics(result))
         if args.output:

@@ -100,13 +100,14 @@ class ShardedScorer:
             raise ValueError(f"queries must be [n, {self.dim}], got {queries.shape}")
         if len(exclude) != n:
             raise ValueError(f"need one exclusion list per query: {len(exclude)} for {n} queries")
-        if not 0 < k <= self.table.shape[0]:
-            raise ValueError(f"k must be in 1..{self.table.shape[0]}, got {k}")
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        k_run = min(k, self.table.shape[0])  # more than the table holds: the rest is padding
         batch = batch_size or self.default_batch_size()
         width = 1 << max(0, int(max((len(e) for e in exclude), default=0)) - 1).bit_length()
-        kernel = _topk_kernel(self.mesh, self.num_cols, k, bool(approx), float(recall_target))
-        scores = np.empty((n, k), np.float32)
-        ids = np.empty((n, k), np.int64)
+        kernel = _topk_kernel(self.mesh, self.num_cols, k_run, bool(approx), float(recall_target))
+        scores = np.full((n, k), -np.inf, np.float32)
+        ids = np.full((n, k), -1, np.int64)
         for start in range(0, n, batch):
             stop = min(n, start + batch)
             q = np.zeros((batch, self.dim), np.float32)
@@ -115,8 +116,8 @@ class ShardedScorer:
             for i, e in enumerate(exclude[start:stop]):
                 ex[i, : len(e)] = e
             s, j = kernel(q, self.table, ex)
-            scores[start:stop] = np.asarray(s)[: stop - start]
-            ids[start:stop] = np.asarray(j)[: stop - start]
+            scores[start:stop, :k_run] = np.asarray(s)[: stop - start]
+            ids[start:stop, :k_run] = np.asarray(j)[: stop - start]
         ids[~np.isfinite(scores)] = -1
         return scores, ids
 

@@ -285,9 +285,13 @@ def write_dataset(
 
 def read_split(data_dir: str, split: str, batch_size: int = 4096) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Every record of one split as `(row_tag, col_tag, gt_tag)` with int64 NumPy arrays."""
+    return read_records(list(contract.iter_split_files(data_dir, split)), batch_size)
+
+
+def read_records(files: Sequence[str], batch_size: int = 4096) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Every record of some TFRecord files in the contract's feature layout, in file order."""
     import tensorflow as tf
 
-    files = list(contract.iter_split_files(data_dir, split))
     spec = contract.feature_spec()
     out: list[tuple[int, np.ndarray, np.ndarray]] = []
     ds = tf.data.TFRecordDataset(files).batch(batch_size).map(lambda s: tf.io.parse_example(s, spec))

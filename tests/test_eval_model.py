@@ -13,7 +13,7 @@ from alx_trainer import __main__ as cli
 from alx_trainer import predict, sweep
 from alx_trainer.als import fold_in, load_model, train
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluate import ShardedScorer, evaluate
+from alx_trainer.evaluate import evaluate
 from alx_trainer.interactions import read_split, read_vocab
 from tests import reference_ials
 
@@ -167,3 +167,26 @@ def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, da
     want = reference_ials.solve_rows(model.col_table, {i: c for i, (_, c, _) in enumerate(rows)},
                                      np.zeros((len(rows), 16)), config.alpha, config.reg)
     np.testing.assert_allclose(folded, want, rtol=1e-3, atol=1e-4)
+
+
+def test_cli_eval_of_a_tfds_dataset(tmp_path):
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfds_builder.web_graph import WebGraph
+    from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR
+
+    tfds_dir = str(tmp_path / "tfds")
+    builder = WebGraph(config="de-dense", data_dir=tfds_dir, source_dir=str(DUMMY_DIR))
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[])))
+    model_dir = str(tmp_path / "m")
+    train(TrainConfig(data="web_graph/de-dense", tfds_data_dir=tfds_dir, model_dir=model_dir, dim=4, epochs=2,
+                      solver="cholesky", reg=0.1, eval_every=0, progress=False))
+    out_json = tmp_path / "m.json"
+    rc, out, err = _run_cli(["eval", "--data", "web_graph/de-dense", "--tfds_data_dir", tfds_dir,
+                             "--model_dir", model_dir, "--k", "1,3", "--output", str(out_json)])
+    assert rc == 0, err
+    result = json.loads(out_json.read_text())
+    assert 0 <= result["recall@3"] <= 1 and 0 <= result["popularity/recall@3"] <= 1 and result["num_rows"] >= 1
+    rc, _, err = _run_cli(["eval", "--data", "web_graph/nothing", "--tfds_data_dir", tfds_dir, "--model_dir", model_dir])
+    assert rc == 1 and len(err.strip().splitlines()) == 1

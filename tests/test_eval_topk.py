@@ -47,6 +47,9 @@ def test_more_k_than_admissible_columns_gives_padding():
     scores, ids = ShardedScorer(cols).topk(np.ones((1, 1), np.float32), [np.arange(5)], 8)
     np.testing.assert_array_equal(ids[0], [9, 8, 7, 6, 5, -1, -1, -1])
     assert np.isneginf(scores[0, 5:]).all()
+    # k beyond the whole (padded) table
+    _, ids = ShardedScorer(cols).topk(np.ones((1, 1), np.float32), [np.array([0])], 20)
+    np.testing.assert_array_equal(ids[0], list(range(9, 0, -1)) + [-1] * 11)
 
 
 @pytest.mark.parametrize("recall_target", [0.8, 0.95])
