@@ -236,3 +236,30 @@ def test_base_href_link_types_and_union_semantics():
     assert counts["dropped_links.duplicate"] == 1
     only_img, _ = run(wat_bytes([page])[0], link_types=["IMG@/src"])
     assert only_img == {("http://site.de/dir/page.html", "http://cdn.de/root/img.png")}
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_unseekable_stream_keeps_everything_before_damage(reader):
+    class Unseekable(io.RawIOBase):
+        def __init__(self, data):
+            self._inner = io.BytesIO(data)
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            return self._inner.readinto(buffer)
+
+    middle = envelope("http://lost.de/", a_links("http://z.de/"))
+    data, offsets = wat_bytes([BEFORE, middle, AFTER])
+    damaged = data[: offsets[1] + 30] + bytes(30) + data[offsets[1] + 60:]
+    counts = LocalCounts()
+    edges = set(wat_edges(io.BufferedReader(Unseekable(damaged)), counts.inc, reader=reader))
+    assert {e for e in GOOD_EDGES if e[0] == "http://before.de/"} <= edges
+    assert not any(s == "http://lost.de/" for s, _ in edges)
+    assert counts["damage.corrupt_region"] == 1
+
+
+def test_unknown_reader_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown WAT reader"):
+        list(wat_edges(io.BytesIO(b""), LocalCounts().inc, reader="nope"))

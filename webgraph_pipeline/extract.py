@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from webgraph_pipeline.counters import LocalCounts, flush_to_beam, report_unreadable
 from webgraph_pipeline.links import DEFAULT_LINK_TYPES
-from webgraph_pipeline.wat import WAT_READERS, wat_edges
+from webgraph_pipeline.wat import check_reader, wat_edges
 
 
 class UnreadableFileError(IOError):
@@ -116,8 +116,7 @@ class ExtractEdges(beam.PTransform):
         patterns = [file_patterns] if isinstance(file_patterns, str) else list(file_patterns)
         if not patterns:
             raise ValueError("ExtractEdges needs at least one input path or glob")
-        if wat_reader not in WAT_READERS:
-            raise ValueError(f"unknown WAT reader {wat_reader!r}; expected one of {WAT_READERS}")
+        check_reader(wat_reader)
         if not link_types:
             raise ValueError("ExtractEdges needs at least one link type, e.g. 'A@/href'")
         self._patterns = patterns

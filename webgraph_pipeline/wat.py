@@ -4,7 +4,9 @@ Public API:
 
 - `WAT_READERS = ("warcio", "fastwarc")`: warcio is the default; FastWARC (optional extra `fast`)
   is offered because it is measured faster (benchmarks/wat_throughput.py) and passes the same
-  damaged-input tests.
+  damaged-input tests; it needs a seekable stream (all Beam filesystems give one), so on a
+  non-seekable stream warcio is used instead.
+- `check_reader(name)`: raise a clear error for an unknown or uninstalled reader.
 - `iter_wat_payloads(fileobj, inc, reader="warcio") -> Iterator[(target_uri, payload_bytes)]`:
   every WARC `metadata` record of a WAT stream (plain, gzip, or one gzip member per record),
   record by record; other WARC types are counted `dropped_records.other_warc_type`.
@@ -84,6 +86,20 @@ def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
 _READERS = {"warcio": _warcio_records, "fastwarc": _fastwarc_records}
 
 
+def check_reader(reader: str):
+    """The record function of a WAT reader name; a clear error if unknown or not installed."""
+    if reader not in _READERS:
+        raise ValueError(f"unknown WAT reader {reader!r}; expected one of {WAT_READERS}")
+    if reader == "fastwarc":
+        try:
+            import fastwarc  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                "wat_reader 'fastwarc' needs FastWARC: pip install 'webgraph-alx[fast]'"
+            ) from None
+    return _READERS[reader]
+
+
 def _next_sync_point(fileobj: IO[bytes], position: int, marker: bytes) -> Optional[int]:
     """Offset of the first `marker` at or after `position` (a record start), or None."""
     fileobj.seek(position)
@@ -106,10 +122,11 @@ def iter_wat_payloads(
     fileobj: IO[bytes], inc: Inc, reader: str = "warcio"
 ) -> Iterator[tuple[Optional[str], bytes]]:
     """`(WARC-Target-URI, payload)` of every intact metadata record, surviving damage."""
-    if reader not in _READERS:
-        raise ValueError(f"unknown WAT reader {reader!r}; expected one of {WAT_READERS}")
-    read_records = _READERS[reader]
+    read_records = check_reader(reader)
     seekable = fileobj.seekable()
+    if not seekable and reader == "fastwarc":
+        # FastWARC needs seek() on Python streams (it panics without); warcio does not.
+        read_records = _warcio_records
     start = fileobj.tell() if seekable else 0
     head = fileobj.read(len(_GZIP_MAGIC)) if seekable else b""
     marker = _GZIP_MAGIC if head == _GZIP_MAGIC else _WARC_LINE
