@@ -226,9 +226,15 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         """After the Beam job: keep the source and the pipeline's stats with the dataset."""
         source = self._source
         if source.kind == sources.WAT:
-            from webgraph_pipeline.pipeline import collect_counters, finish_stats
+            from webgraph_pipeline.counters import collect_counters, collect_unreadable_files
+            from webgraph_pipeline.pipeline import finish_stats
 
-            self._stats = finish_stats(os.fspath(self.data_dir), collect_counters(pipeline_result), 0.0)
+            self._stats = finish_stats(
+                os.fspath(self.data_dir),
+                collect_counters(pipeline_result),
+                collect_unreadable_files(pipeline_result),
+                0.0,
+            )
             del self._stats["wall_seconds"]  # finish_stats reports it without storing it
         self.info.metadata["source"] = {"kind": source.kind, "path": source.path}
         if self._stats is not None:
