@@ -63,7 +63,9 @@ class Dataset:
 
 def open_dataset(config: TrainConfig) -> Dataset:
     """A contract directory, or a TFDS name resolved by `alx_trainer.tfds_input`."""
-    if os.path.isdir(config.data):
+    import tensorflow as tf
+
+    if tf.io.gfile.isdir(config.data):  # local or remote (gs://) contract directory
         stats = contract.read_stats(config.data)
         num_rows, num_cols = contract.matrix_shape(stats)
         files = {}
@@ -74,7 +76,7 @@ def open_dataset(config: TrainConfig) -> Dataset:
                 if split != "test":
                     raise
         return Dataset(config.data, num_rows, num_cols, files, config.data)
-    if "/" in config.data and not os.path.exists(config.data) and not config.data.startswith(("/", ".")):
+    if "/" in config.data and "://" not in config.data and not config.data.startswith(("/", ".")):
         from alx_trainer import tfds_input
 
         return tfds_input.open_tfds(config.data, config.tfds_data_dir or None)
@@ -290,22 +292,31 @@ def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict
 
 
 class _Recorder:
-    """Per-epoch metrics to `<model_dir>/metrics.jsonl` and TensorBoard (process 0 only)."""
+    """Per-epoch metrics to `<model_dir>/metrics.jsonl` and TensorBoard (process 0 only).
 
-    def __init__(self, model_dir: str):
+    On resume, records of epochs after the restored checkpoint are dropped (they are recomputed).
+    The file is rewritten whole each epoch, which also works on object stores such as gs://.
+    """
+
+    def __init__(self, model_dir: str, start_epoch: int):
+        import tensorflow as tf
+
         self.enabled = jax.process_index() == 0
         self.path = os.path.join(model_dir, "metrics.jsonl")
+        self.records = [r for r in _read_metrics(self.path) if r.get("epoch", 0) <= start_epoch]
         self.writer = None
+        self._gfile = tf.io.gfile
         if self.enabled:
             from tensorboardX import SummaryWriter
 
             self.writer = SummaryWriter(os.path.join(model_dir, "tensorboard"))
 
     def write(self, record: dict) -> None:
+        self.records.append(record)
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        with self._gfile.GFile(self.path, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in self.records))
         for key, value in record.items():
             if key != "epoch" and isinstance(value, (int, float)):
                 self.writer.add_scalar(key, value, record["epoch"])
@@ -316,6 +327,15 @@ class _Recorder:
             self.writer.close()
 
 
+def _read_metrics(path: str) -> list[dict]:
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path, "r") as f:
+        return [json.loads(line) for line in f.read().splitlines() if line.strip()]
+
+
 def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = None, mesh=None) -> Model:
     """Train (or resume) per `config`; returns the final `Model`."""
     config.validate()
@@ -323,10 +343,12 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
     dataset = open_dataset(config)
     if config.tied and dataset.num_rows != dataset.num_cols:
         raise ValueError(f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}")
-    os.makedirs(config.model_dir, exist_ok=True)
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(config.model_dir)
     if jax.process_index() == 0:
-        with open(os.path.join(config.model_dir, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+        with tf.io.gfile.GFile(os.path.join(config.model_dir, "config.json"), "w") as f:
+            f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
 
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
@@ -348,8 +370,8 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
         reader = _chunk_reader(dataset, side.split, config, n_this, n_other)
         runners[side.name] = SideRunner(config, mesh, step_spec(config, num_other), reader)
 
-    recorder = _Recorder(config.model_dir)
-    history: list[dict] = []
+    recorder = _Recorder(config.model_dir, start)
+    history = recorder.records
     model = None
     try:
         for epoch in range(start + 1, config.epochs + 1):
@@ -378,7 +400,6 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
                 model = _model(config, dataset, tables, epoch, history)
             if model is not None and config.eval_every and "test" in dataset.files and (epoch % config.eval_every == 0 or last):
                 record.update(_evaluate(model, dataset, config))
-            history.append(record)
             recorder.write(record)
             if (config.checkpoint_every and epoch % config.checkpoint_every == 0) or last:
                 checkpoint.save(mgr, epoch, tables, _meta(config, dataset, tables, epoch))
@@ -419,11 +440,7 @@ def load_model(model_dir: str) -> Model:
     config = TrainConfig(**meta["config"])
     row = tables["row"][: meta["num_rows"]]
     col = row if "col" not in tables else tables["col"][: meta["num_cols"]]
-    history = []
-    path = os.path.join(model_dir, "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            history = [json.loads(line) for line in f if line.strip()]
+    history = [r for r in _read_metrics(os.path.join(model_dir, "metrics.jsonl")) if r.get("epoch", 0) <= epoch]
     return Model(row, col, config, epoch, history)
 
 

@@ -17,7 +17,8 @@ CHECKPOINT_SUBDIR = "checkpoints"
 
 
 def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.CheckpointManager:
-    path = os.path.abspath(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+    path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
+    path = path if "://" in path else os.path.abspath(path)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=False
     )
@@ -43,8 +44,10 @@ def restore(mgr: ocp.CheckpointManager, epoch: int, like: dict[str, jax.Array]) 
 
 def restore_numpy(model_dir: str, epoch: int | None = None) -> tuple[dict[str, np.ndarray], dict, int]:
     """Tables as host NumPy arrays (padded), the metadata and the epoch; FileNotFoundError if none."""
+    import tensorflow as tf
+
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
-    if not os.path.isdir(path):
+    if not tf.io.gfile.isdir(path):
         raise FileNotFoundError(f"{path}: no checkpoints; train a model into {model_dir} first")
     mgr = manager(model_dir, read_only=True)
     epoch = mgr.latest_step() if epoch is None else epoch
