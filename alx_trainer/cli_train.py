@@ -2,6 +2,21 @@
 
 Every `TrainConfig` field is a flag (see `--help`); `--config FILE` (JSON/YAML) sets them too,
 flags winning. Errors print one line `alx_trainer train: error: ...` and exit 1.
+
+Multi-host (a TPU VM slice; every worker runs the same command, reads its own share of the shard
+files, and `jax.distributed.initialize()` finds the coordinator by itself):
+
+    gcloud compute tpus tpu-vm create alx --zone=us-central2-b --accelerator-type=v4-32 \
+        --version=tpu-ubuntu2204-base
+    gcloud compute tpus tpu-vm ssh alx --zone=us-central2-b --worker=all \
+        --command="git clone REPO_URL alx && cd alx && pip install -e '.[tpu]'"
+    gcloud compute tpus tpu-vm ssh alx --zone=us-central2-b --worker=all \
+        --command="cd alx && python -m alx_trainer train --distributed \
+                   --data gs://BUCKET/web_graph/de-dense --model_dir gs://BUCKET/alx/de-dense \
+                   --dim 128 --epochs 16 --alpha 0.1 --reg 1.0"
+
+Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
+--coordinator_address HOST0:PORT --num_processes N --process_id I` on each process.
 """
 
 from __future__ import annotations
