@@ -263,3 +263,26 @@ def test_unseekable_stream_keeps_everything_before_damage(reader):
 def test_unknown_reader_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown WAT reader"):
         list(wat_edges(io.BytesIO(b""), LocalCounts().inc, reader="nope"))
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_plain_per_record_gzip_and_whole_file_gzip_read_alike(data_dir, reader):
+    import gzip
+
+    plain = (data_dir / WAT).read_bytes()
+    per_record, _ = wat_bytes([BEFORE, AFTER])
+    expected, _ = run(plain, reader)
+    assert run(gzip.compress(plain), reader)[0] == expected
+    assert run(wat_bytes([BEFORE, AFTER], gzip=False)[0], reader)[0] == GOOD_EDGES
+    assert run(per_record, reader)[0] == GOOD_EDGES
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_whole_file_gzip_cut_short(reader):
+    import gzip
+
+    last = envelope("http://cut.de/", a_links(*[f"http://c.de/{i}" for i in range(300)]))
+    whole = gzip.compress(wat_bytes([BEFORE, AFTER, last], gzip=False)[0])
+    edges, counts = run(whole[: len(whole) - 200], reader)
+    assert edges == GOOD_EDGES
+    assert counts["damage.corrupt_region"] + counts["damage.truncated_record"] == 1

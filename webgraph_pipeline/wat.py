@@ -18,11 +18,15 @@ every record before the damage is kept; a record whose payload is shorter than i
 Content-Length is counted `damage.truncated_record` and dropped; an unreadable region is counted
 `damage.corrupt_region`, and when the stream is seekable reading resumes at the next gzip member
 (per-record gzip) or `WARC/1.x` line (plain files) after it, so one bad record loses nothing else.
+A whole-file gzip (one stream, which warcio refuses to seek in) is read through a streaming
+decompressor: damage there ends the file, keeping everything before it.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import zlib
 from typing import IO, Iterable, Iterator, Optional
 
 from webgraph_pipeline.counters import Inc
@@ -123,14 +127,64 @@ def iter_wat_payloads(
 ) -> Iterator[tuple[Optional[str], bytes]]:
     """`(WARC-Target-URI, payload)` of every intact metadata record, surviving damage."""
     read_records = check_reader(reader)
-    seekable = fileobj.seekable()
-    if not seekable and reader == "fastwarc":
+    if not fileobj.seekable() and reader == "fastwarc":
         # FastWARC needs seek() on Python streams (it panics without); warcio does not.
         read_records = _warcio_records
-    start = fileobj.tell() if seekable else 0
+    return _resilient_payloads(fileobj, inc, read_records, skip=0)
+
+
+class _Gunzip(io.RawIOBase):
+    """A gzip stream (one or more members) decompressed as it is read; a file cut short reads
+    as an early end (the reader then sees a truncated record) instead of raising and losing the
+    data already decompressed, as `gzip.GzipFile` does. Not seekable."""
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self._inflate = zlib.decompressobj(31)
+        self._buffer = b""
+        self._pos = 0
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self) -> None:
+        while self._pos >= len(self._buffer) and not self._done:
+            chunk = self._raw.read(_SCAN_CHUNK)
+            if not chunk:
+                self._done = True
+                data = self._inflate.flush()
+            else:
+                data = self._inflate.decompress(chunk)
+                while self._inflate.eof and self._inflate.unused_data:  # next member
+                    rest = self._inflate.unused_data
+                    self._inflate = zlib.decompressobj(31)
+                    data += self._inflate.decompress(rest)
+            self._buffer, self._pos = data, 0
+
+    def readinto(self, buffer) -> int:
+        self._fill()
+        n = min(len(buffer), len(self._buffer) - self._pos)
+        buffer[:n] = self._buffer[self._pos: self._pos + n]
+        self._pos += n
+        return n
+
+
+def _is_whole_file_gzip(error: Exception) -> bool:
+    """warcio refuses a gzip file that is one stream rather than one member per record."""
+    return "non-chunked gzip" in str(error)
+
+
+def _resilient_payloads(
+    fileobj: IO[bytes], inc: Inc, read_records, skip: int
+) -> Iterator[tuple[Optional[str], bytes]]:
+    """`iter_wat_payloads` with a reader function; the first `skip` records are passed over."""
+    seekable = fileobj.seekable()
+    origin = start = fileobj.tell() if seekable else 0
     head = fileobj.read(len(_GZIP_MAGIC)) if seekable else b""
     marker = _GZIP_MAGIC if head == _GZIP_MAGIC else _WARC_LINE
     resumed = False
+    seen = 0
     while True:
         if seekable:
             fileobj.seek(start)
@@ -139,6 +193,9 @@ def iter_wat_payloads(
             for warc_type, uri, length, payload, offset in read_records(fileobj):
                 first_after_resume = resumed and last_offset is None
                 last_offset = offset
+                seen += 1
+                if seen <= skip:
+                    continue
                 if length is None or (payload is not None and len(payload) < length):
                     # Cut short: the file ends here, or a damaged gzip member ran into the next.
                     if not first_after_resume:  # else: part of the region already counted
@@ -152,6 +209,13 @@ def iter_wat_payloads(
             else:
                 return
         except Exception as error:  # noqa: BLE001 - any reader failure is damage to survive
+            if seekable and not resumed and marker == _GZIP_MAGIC and _is_whole_file_gzip(error):
+                # One gzip stream for the whole file: read it decompressed, after the records
+                # already seen.
+                fileobj.seek(origin)
+                plain = io.BufferedReader(_Gunzip(fileobj))
+                yield from _resilient_payloads(plain, inc, read_records, skip=seen)
+                return
             # A failure right where reading resumed is the same damaged region: count it once.
             if not (resumed and last_offset is None):
                 inc("damage.corrupt_region")
@@ -162,7 +226,10 @@ def iter_wat_payloads(
             if not seekable:
                 return
         damaged_at = last_offset if last_offset is not None else start
-        next_start = _next_sync_point(fileobj, damaged_at + 1, marker)
+        try:
+            next_start = _next_sync_point(fileobj, damaged_at + 1, marker)
+        except Exception:  # noqa: BLE001 - e.g. a cut whole-file gzip: nothing more to read
+            next_start = None
         if next_start is None:
             return
         start, resumed = next_start, True
