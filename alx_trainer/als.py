@@ -14,6 +14,13 @@ then one compiled step per dense batch (sharded gather, solve, sharded scatter).
 whole batch get their statistics summed over several batches, then one solve. Rows that never occur
 in a split keep their initial embedding. With tied tables the row and column half-epochs both
 update the one table, each reading a snapshot of it taken at the start of the half-epoch.
+
+Per-epoch metrics (`Model.metrics`, `metrics.jsonl`, TensorBoard): `loss_observed` (sum over
+training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final tables when untied),
+`loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
+`loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
+`col_seconds`, `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from
+`alx_trainer.evaluate.evaluate` when the dataset has a test split.
 """
 
 from __future__ import annotations
