@@ -92,3 +92,19 @@ def test_stats_kept_with_the_dataset_match_the_pipeline(both):
         assert ours[key] == theirs[key], key
     assert tfds.builder("web_graph/hollins:1.0.0", data_dir=data_dir).info.metadata["stats"] == ours
     assert not [f for f in os.listdir(os.path.join(data_dir, "web_graph", "hollins", "1.0.0")) if "incomplete" in f]
+
+
+def test_wat_build_with_an_empty_split_says_why(tmp_path):
+    """de-dense (.de pages with >= 50 in- and out-links) leaves nothing of the Common Crawl sample."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfds_builder.web_graph import WebGraph
+
+    wat = tmp_path / "wat"
+    wat.mkdir()
+    shutil.copy(os.path.join(REPO, "data", "commoncrawl", "CC-MAIN-20140820021334-00006.head.warc.wat"), wat)
+    builder = WebGraph(config="de-dense", data_dir=str(tmp_path / "tfds"), source_dir=str(wat))
+    with pytest.raises(Exception, match=r"graph of 1 WAT file\(s\) with tlds=\['de'\], min_links=50: split\(s\) "):
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[]))
+        )

@@ -115,10 +115,10 @@ def _named_config(name: str) -> WebGraphConfig:
     )
 
 
-def _write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str]) -> None:
+def _write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str]) -> str:
     """stats.json of a WAT build before the counters are known (TFDS shards the files itself).
 
-    Fails the job with a clear message when a split came out empty.
+    Fails the job with a clear message when a split came out empty; returns the file's path.
     """
     from webgraph_pipeline.write import build_stats
 
@@ -127,6 +127,12 @@ def _write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, A
     stats = build_stats(summary, config, input_files, num_shards=0)
     del stats["num_shards"]
     contract.write_stats(data_dir, stats)
+    return os.path.join(data_dir, contract.STATS_FILE)
+
+
+def _example_after(row: tuple[int, Sequence[int], Sequence[int]], _stats_path: str) -> tuple[int, dict[str, Any]]:
+    """`sources.row_to_example`, as a step that runs only once stats.json is written."""
+    return sources.row_to_example(row)
 
 
 class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -214,11 +220,14 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         data_dir = os.fspath(self.data_dir)
         spec = JobSpec(input_patterns=tuple(wat_files), output_dir=data_dir, config=self.builder_config.graph_config())
         graph = read_edges(pipeline, spec, wat_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
-        _ = graph["summary"] | "WriteStats" >> beam.Map(
+        # The examples wait for stats.json, whose writing checks that no split is empty: so an
+        # empty split fails with that reason, before TFDS's writer can fail on it.
+        stats_written = graph["summary"] | "WriteStats" >> beam.Map(
             _write_job_stats, data_dir, spec.stats_config(), list(wat_files)
         )
+        after_stats = beam.pvalue.AsSingleton(stats_written)
         return {
-            split: graph[split] | f"ToExamples[{split}]" >> beam.Map(sources.row_to_example)
+            split: graph[split] | f"ToExamples[{split}]" >> beam.Map(_example_after, after_stats)
             for split in contract.SPLIT_PREFIXES
         }
 
