@@ -27,7 +27,8 @@ def run_cli(args, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--input", "/nonexistent/*.wat", "--output", "OUT"], "no file matches"),
-    (["--input", "IN", "--output", "OUT", "--min_link", "3"], "unknown flag(s): --min_link"),
+    (["--input", "IN", "--output", "OUT", "--min_link", "3"], "unknown argument(s): --min_link"),
+    (["--input", "IN", "IN", "--output", "OUT"], "quote globs"),
     (["--input", "IN", "--output", "OUT", "--variant", "de-dense", "--min_links", "3"], "either --variant"),
     (["--input", "IN", "--output", "OUT", "--test_fraction", "1.5"], "test_fraction"),
     (["--input", "IN", "--output", "OUT", "--tlds", "d.e"], "top-level domain"),
@@ -132,8 +133,6 @@ def _all_fns(pipeline):
 
 @pytest.mark.parametrize("input_format", ["edges", "wat"])
 def test_dataflow_pipeline_pickles_and_converts_to_runner_api(input_format, data_dir):
-    if input_format == "wat":
-        pytest.importorskip("webgraph_pipeline.extract", reason="extraction stage (part 1) not in this checkout")
     options = PipelineOptions([
         "--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1",
         "--temp_location", "gs://my-bucket/tmp", "--setup_file", "./setup.py",

@@ -77,13 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def unknown_beam_args(beam_argv: Sequence[str]) -> list[str]:
-    """The flags that neither this CLI nor any Beam pipeline option knows."""
-    from apache_beam.options.pipeline_options import PipelineOptions
+    """The arguments that neither this CLI nor any Beam pipeline option takes (flags or strays,
+    such as the extra file names of a glob the shell expanded)."""
+    from apache_beam.options import pipeline_options
 
-    options = PipelineOptions(list(beam_argv))
-    known = options.get_all_options()
-    every = options.get_all_options(retain_unknown_options=True)
-    return sorted(f"--{k}" for k in set(every) - set(known))
+    # The parser Beam itself builds in PipelineOptions.get_all_options, from every options class.
+    parser = pipeline_options._BeamArgumentParser(allow_abbrev=False)
+    classes = {str(c): c for c in pipeline_options.PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001
+    _, unknown = parser.parse_known_args(list(beam_argv))
+    return unknown
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]]:
@@ -95,7 +99,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     args, beam_argv = parser.parse_known_args(argv)
     unknown = unknown_beam_args(beam_argv)
     if unknown:
-        raise ValueError(f"unknown flag(s): {' '.join(unknown)} (see --help)")
+        hint = "; quote globs so the shell does not expand them" if any(not a.startswith("-") for a in unknown) else ""
+        raise ValueError(f"unknown argument(s): {' '.join(unknown)} (see --help{hint})")
     if args.variant and (args.tlds is not None or args.min_links is not None):
         raise ValueError("--variant sets --tlds and --min_links; give either --variant or those flags")
     base = get_variant(args.variant) if args.variant else GraphConfig(

@@ -81,9 +81,8 @@ def page_links(page_url: str, targets: Sequence[str]) -> tuple[Optional[str], li
         {"path": "A@/href", "url": relative_link(resolve_from, t), "text": f"link {i}"}
         for i, t in enumerate(targets)
     ]
-    host = urlsplit(page_url)
     links.insert(min(1, len(links)), {"path": "IMG@/src", "url": "/images/logo.png", "alt": "logo"})
-    if host.netloc:
+    if not base:  # with a <base href>, "#top" would point at the base, not at the page itself
         links.append({"path": "A@/href", "url": "#top", "text": "top"})
     return base, links
 
