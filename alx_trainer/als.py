@@ -202,12 +202,16 @@ class SideRunner:
         bar = tqdm(total=self.plan.steps, desc=desc, unit="step", disable=not show, file=sys.stderr, leave=False)
         start, rows_done = time.perf_counter(), 0
         make_empty = lambda k: batching.empty_batch(k, L, B, R)  # noqa: E731
-        steps = batching.group_steps(self._normal(), self.per_step, self.plan.steps, make_empty)
-        for batch in data.prefetch(lambda: steps):
-            arrays = [sharding.host_batch(self.mesh, a) for a in (batch.ids, batch.seg, batch.row_ids, batch.row_len)]
+
+        def to_device():  # runs in the prefetch thread: packing and host-to-device copies overlap the steps
+            for batch in batching.group_steps(self._normal(), self.per_step, self.plan.steps, make_empty):
+                arrays = [sharding.host_batch(self.mesh, a) for a in (batch.ids, batch.seg, batch.row_ids, batch.row_len)]
+                yield arrays, int((batch.row_ids >= 0).sum())
+
+        for arrays, rows in data.prefetch(to_device):
             dst, t = self.step(src, dst, gram, *arrays)
             terms.append(t)
-            rows_done += int((batch.row_ids >= 0).sum())
+            rows_done += rows
             bar.update(1)
             bar.set_postfix(rows_per_s=f"{rows_done / max(time.perf_counter() - start, 1e-9):.0f}", refresh=False)
         bar.close()
