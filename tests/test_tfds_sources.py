@@ -6,6 +6,7 @@ expected here are worked out by hand from its `HAND_GRAPH`, not read back from t
 
 import json
 import shutil
+import sys
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -149,3 +150,18 @@ def test_corrupt_shard_fails_the_build_naming_the_file(tmp_path):
     builder = WebGraph(config="in-dense", data_dir=str(tmp_path / "tfds"), source_dir=str(source))
     with pytest.raises(Exception, match=r"test.tfr-00001-of-00002: unreadable TFRecord file"):
         builder.download_and_prepare(download_config=BEAM)
+
+
+def test_beam_steps_pickle_by_a_module_name_workers_can_import():
+    """`tfds build tfds_builder/web_graph` imports the builder as `web_graph.web_graph_dataset_builder`;
+    its Beam steps must still refer to `tfds_builder...`, which setup.py installs on Dataflow workers."""
+    from apache_beam.internal import pickler
+    from tensorflow_datasets.core.community.load import builder_cls_from_module
+
+    with tfds.core.utils.add_sys_path(DUMMY_DIR.parent.parent):
+        cls = builder_cls_from_module("web_graph.web_graph_dataset_builder")
+    steps = sys.modules[cls.__module__].sources
+    assert cls.__module__ == "web_graph.web_graph_dataset_builder" and steps is sources
+    for fn in (steps.read_shard, steps.write_job_stats, steps.example_after):
+        assert fn.__module__ == "tfds_builder.web_graph.sources"
+        assert pickler.loads(pickler.dumps(fn)) is fn

@@ -1,4 +1,4 @@
-"""Where a `web_graph` build reads from, and the plain record logic (no Beam, no TFDS).
+"""Where a `web_graph` build reads from, and the plain functions its Beam steps run (no TFDS).
 
 A source is a directory (local, gs://, s3://: anything `tf.io.gfile` opens). Its kind is decided
 by what the directory holds, checked in this order, first for `<dir>/<official subfolder>` (for
@@ -190,3 +190,23 @@ def read_shard(filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
         except tf.errors.OpError as e:
             raise ValueError(f"{filename}: unreadable TFRecord file ({e.message.splitlines()[0]})") from e
         yield record_to_example(filename, record)
+
+
+def write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str]) -> str:
+    """stats.json of a WAT build before the counters are known (TFDS shards the files itself).
+
+    Fails the job with a clear message when a split came out empty; returns the file's path.
+    """
+    from webgraph_pipeline.write import build_stats
+
+    where = f"graph of {len(input_files)} WAT file(s) with tlds={config['tlds']}, min_links={config['min_links']}"
+    check_splits_not_empty(summary["splits"], where)
+    stats = build_stats(summary, config, input_files, num_shards=0)
+    del stats["num_shards"]
+    contract.write_stats(data_dir, stats)
+    return os.path.join(data_dir, contract.STATS_FILE)
+
+
+def example_after(row: tuple[int, Sequence[int], Sequence[int]], _stats_path: str) -> tuple[int, dict[str, Any]]:
+    """`row_to_example`, as a step that runs only once stats.json is written (see the builder)."""
+    return row_to_example(row)

@@ -30,7 +30,9 @@ import tensorflow_datasets as tfds
 from webgraph_pipeline import contract
 from webgraph_pipeline.variants import VARIANTS, GraphConfig
 
-from . import sources
+# Absolute, not relative: Beam pickles the step functions by module name, and Dataflow workers
+# import `tfds_builder` (installed with setup.py), whatever name `tfds build` loaded this file under.
+from tfds_builder.web_graph import sources
 
 HOMEPAGE = "https://arxiv.org/abs/2112.02194"
 OFFICIAL_ROOT = "gs://gresearch/web_graph/"
@@ -113,26 +115,6 @@ def _named_config(name: str) -> WebGraphConfig:
         holdout_fraction=variant.holdout_fraction,
         subfolder=subfolder,
     )
-
-
-def _write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str]) -> str:
-    """stats.json of a WAT build before the counters are known (TFDS shards the files itself).
-
-    Fails the job with a clear message when a split came out empty; returns the file's path.
-    """
-    from webgraph_pipeline.write import build_stats
-
-    where = f"graph of {len(input_files)} WAT file(s) with tlds={config['tlds']}, min_links={config['min_links']}"
-    sources.check_splits_not_empty(summary["splits"], where)
-    stats = build_stats(summary, config, input_files, num_shards=0)
-    del stats["num_shards"]
-    contract.write_stats(data_dir, stats)
-    return os.path.join(data_dir, contract.STATS_FILE)
-
-
-def _example_after(row: tuple[int, Sequence[int], Sequence[int]], _stats_path: str) -> tuple[int, dict[str, Any]]:
-    """`sources.row_to_example`, as a step that runs only once stats.json is written."""
-    return sources.row_to_example(row)
 
 
 class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -223,11 +205,11 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         # The examples wait for stats.json, whose writing checks that no split is empty: so an
         # empty split fails with that reason, before TFDS's writer can fail on it.
         stats_written = graph["summary"] | "WriteStats" >> beam.Map(
-            _write_job_stats, data_dir, spec.stats_config(), list(wat_files)
+            sources.write_job_stats, data_dir, spec.stats_config(), list(wat_files)
         )
         after_stats = beam.pvalue.AsSingleton(stats_written)
         return {
-            split: graph[split] | f"ToExamples[{split}]" >> beam.Map(_example_after, after_stats)
+            split: graph[split] | f"ToExamples[{split}]" >> beam.Map(sources.example_after, after_stats)
             for split in contract.SPLIT_PREFIXES
         }
 
