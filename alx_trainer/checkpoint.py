@@ -54,9 +54,9 @@ def restore_numpy(model_dir: str, epoch: int | None = None) -> tuple[dict[str, n
     if epoch is None:
         raise FileNotFoundError(f"{path}: no complete checkpoint")
     meta = mgr.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    shapes = meta["table_shapes"]
     sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = {k: jax.ShapeDtypeStruct(tuple(s), np.dtype(meta["table_dtype"]) if meta["table_dtype"] != "bfloat16" else jax.numpy.bfloat16, sharding=sharding) for k, s in shapes.items()}
+    dtype = jax.numpy.dtype(meta["table_dtype"])  # knows bfloat16
+    abstract = {k: jax.ShapeDtypeStruct(tuple(s), dtype, sharding=sharding) for k, s in meta["table_shapes"].items()}
     tables = mgr.restore(epoch, args=ocp.args.Composite(tables=ocp.args.StandardRestore(abstract)))["tables"]
     mgr.close()
     return {k: np.asarray(v, dtype=np.float32) for k, v in tables.items()}, dict(meta), epoch

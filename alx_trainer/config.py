@@ -151,22 +151,24 @@ def _field_type(cls: type, field: dataclasses.Field) -> type:
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:
+    """A config-file value as the field's type; ValueError naming the field otherwise."""
     if kind is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
         raise ValueError(f"{name}: expected a boolean, got {value!r}")
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
     if kind is str and isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}") from None
-    return value
+    if isinstance(value, bool) or isinstance(value, (list, dict)) or value is None:
+        raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}")
+    try:
+        converted = kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}") from None
+    if kind is int and isinstance(value, float) and converted != value:
+        raise ValueError(f"{name}: expected int, got {value!r}")
+    return converted
 
 
 def build_parser(cls: type, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:

@@ -41,10 +41,6 @@ def row_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(AXIS))
 
 
-def replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, P())
-
-
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
     """Static parameters of a step kernel (one compiled program per distinct spec and shape)."""
