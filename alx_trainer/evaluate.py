@@ -103,7 +103,8 @@ class ShardedScorer:
         if k <= 0:
             raise ValueError(f"k must be positive, got {k}")
         k_run = min(k, self.table.shape[0])  # more than the table holds: the rest is padding
-        batch = batch_size or self.default_batch_size()
+        # an explicit batch size keeps one static shape across calls; by default fit small queries
+        batch = batch_size or min(self.default_batch_size(), max(n, 1))
         width = 1 << max(0, int(max((len(e) for e in exclude), default=0)) - 1).bit_length()
         kernel = _topk_kernel(self.mesh, self.num_cols, k_run, bool(approx), float(recall_target))
         scores = np.full((n, k), -np.inf, np.float32)

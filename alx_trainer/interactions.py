@@ -294,8 +294,8 @@ def read_records(files: Sequence[str], batch_size: int = 4096) -> list[tuple[int
 
     spec = contract.feature_spec()
     out: list[tuple[int, np.ndarray, np.ndarray]] = []
-    ds = tf.data.TFRecordDataset(files).batch(batch_size).map(lambda s: tf.io.parse_example(s, spec))
-    for batch in ds:
+    for serialized in tf.data.TFRecordDataset(files).batch(batch_size):
+        batch = tf.io.parse_example(serialized, spec)
         rows = batch["row_tag"].numpy()
         cols = tf.RaggedTensor.from_sparse(batch["col_tag"])
         gts = tf.RaggedTensor.from_sparse(batch["gt_tag"])
