@@ -39,8 +39,10 @@ class UnreadableFileError(IOError):
 def expand_listing(listing_path: str, prefix: str) -> list[str]:
     """`prefix` joined to every non-empty line of a listing file (plain or gzip, any filesystem).
 
-    `expand_listing("wat.paths.gz", "https://data.commoncrawl.org/")` gives the WAT URLs of a
-    crawl; with a `gs://` or `s3://` prefix, the paths of a mirror.
+    `expand_listing("wat.paths.gz", "s3://commoncrawl/")` gives the WAT files of a crawl in
+    Common Crawl's bucket (Beam's S3 filesystem needs `apache-beam[aws]`); a local directory or a
+    `gs://` prefix gives the paths of a mirror. (Beam has no http filesystem, so an
+    `https://data.commoncrawl.org/` prefix gives names that cannot be opened.)
     """
     if prefix and not prefix.endswith("/"):
         prefix += "/"

@@ -12,6 +12,8 @@ Public API (plain functions; counting goes through an `inc(name, n=1)` function,
   `dropped_links.{link_type,no_url,self_loop,duplicate,<url reason>}` (url reasons: urls.py).
   Kept pages count `records.response`, kept links `links.kept`, other envelope types
   `records.<type>`.
+- `link_targets(base, page_url, links, link_types, inc) -> set[str]`: the link part of
+  `page_links`, for callers that already have the page URL and base.
 
 The page URL is the envelope's `WARC-Header-Metadata.WARC-Target-URI` (or `fallback_url`, the WAT
 record's own target, when the envelope lacks it). Relative links are resolved against

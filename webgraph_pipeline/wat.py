@@ -48,14 +48,12 @@ def _warcio_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
 
     records = ArchiveIterator(fileobj)
     for record in records:
-        headers = record.rec_headers
-        length = headers.get_header("Content-Length")
-        payload = record.raw_stream.read() if record.rec_type == "metadata" else None
+        is_metadata = record.rec_type == "metadata"
         yield (
             record.rec_type,
-            headers.get_header("WARC-Target-URI"),
-            int(length) if length and length.isdigit() else None,
-            payload,
+            record.rec_headers.get_header("WARC-Target-URI") if is_metadata else None,
+            record.length,  # Content-Length as int, None when the header is missing
+            record.raw_stream.read() if is_metadata else None,
             records.get_record_offset(),
         )
 
