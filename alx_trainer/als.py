@@ -174,7 +174,10 @@ class SideRunner:
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         pieces = batching.num_pieces(lengths, L)
         normal = pieces[pieces <= B]
-        totals = _sum_over_hosts(np.array([normal.sum(), len(normal)], np.int64))
+        multihost = len(self.mesh.local_devices) < self.mesh.size  # the mesh spans processes
+        totals = np.array([normal.sum(), len(normal)], np.int64)
+        if multihost:
+            totals = _over_hosts(totals).sum(axis=0)
         mean_pieces = totals[0] / max(totals[1], 1)
         self.rows = self.config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
         R = self.rows
@@ -183,10 +186,8 @@ class SideRunner:
         long_rows = int(np.sum(pieces > B))
         k = self.per_step
         counts = np.array([-(-n_normal // k), -(-n_long // k), -(-long_rows // (k * R))], np.int64)
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
-            counts = np.asarray(multihost_utils.process_allgather(counts)).reshape(-1, 3).max(axis=0)
+        if multihost:
+            counts = _over_hosts(counts).max(axis=0)
         if self.config.cache_batches:
             self.cache = (list(self._normal()), list(self._long()))
         return SidePlan(*(int(c) for c in counts))
@@ -254,12 +255,11 @@ class SideRunner:
         return dst, terms
 
 
-def _sum_over_hosts(values: np.ndarray) -> np.ndarray:
-    if jax.process_count() == 1:
-        return values
+def _over_hosts(values: np.ndarray) -> np.ndarray:
+    """[processes, len(values)]: every process's `values` (a collective: all processes call it)."""
     from jax.experimental import multihost_utils
 
-    return np.asarray(multihost_utils.process_allgather(values)).reshape(-1, len(values)).sum(axis=0)
+    return np.asarray(multihost_utils.process_allgather(values)).reshape(-1, len(values))
 
 
 def _chunk_reader(dataset: Dataset, split: str, config: TrainConfig, num_rows: int, num_cols: int):
