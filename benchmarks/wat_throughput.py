@@ -201,7 +201,7 @@ def json_vs_orjson(path: str, limit: int = 20000) -> tuple[float, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=100_000, help="WARC records in the input")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per method (best is kept)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per method (best is kept)")
     parser.add_argument("--workdir", default=None, help="where the input is written (temp dir)")
     args = parser.parse_args(argv)
 

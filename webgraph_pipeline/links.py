@@ -88,29 +88,35 @@ def _link_base(page_url: str, html_meta: dict) -> str:
 def link_targets(
     base: str, page_url: str, links: Iterable[Any], link_types: frozenset[str], inc: Inc
 ) -> set[str]:
-    """Normalized targets of the hyperlinks among `links`, without `page_url` itself."""
-    targets: set[str] = set()
+    """Normalized targets of the hyperlinks among `links`, without `page_url` itself.
+
+    Each distinct href is resolved once (navigation links repeat a lot); counts stay per link.
+    """
+    hrefs: dict[str, int] = {}
     drops: dict[str, int] = {}
-    seen = 0
-    resolve = LinkResolver(base)
     for link in links:
         if not isinstance(link, dict) or link.get("path") not in link_types:
             drops["link_type"] = drops.get("link_type", 0) + 1
             continue
         href = link.get("url")
-        if not isinstance(href, str):
+        if isinstance(href, str):
+            hrefs[href] = hrefs.get(href, 0) + 1
+        else:
             drops["no_url"] = drops.get("no_url", 0) + 1
-            continue
+    targets: set[str] = set()
+    kept = 0
+    resolve = LinkResolver(base)
+    for href, n in hrefs.items():
         target, reason = resolve(href)
         if target is None:
-            drops[reason] = drops.get(reason, 0) + 1
+            drops[reason] = drops.get(reason, 0) + n
         elif target == page_url:
-            drops["self_loop"] = drops.get("self_loop", 0) + 1
+            drops["self_loop"] = drops.get("self_loop", 0) + n
         else:
-            seen += 1
+            kept += n
             targets.add(target)
-    if seen > len(targets):
-        drops["duplicate"] = seen - len(targets)
+    if kept > len(targets):
+        drops["duplicate"] = kept - len(targets)
     for reason, n in drops.items():
         inc(f"dropped_links.{reason}", n)
     if targets:
