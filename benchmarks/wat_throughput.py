@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import time
@@ -202,14 +203,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=100_000, help="WARC records in the input")
     parser.add_argument("--repeat", type=int, default=1, help="runs per method (best is kept)")
-    parser.add_argument("--workdir", default=None, help="where the input is written (temp dir)")
+    parser.add_argument(
+        "--workdir", default=None, help="keep the input here (default: a temp dir, removed)"
+    )
     args = parser.parse_args(argv)
 
     workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="wat_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"bench-{args.records}.wat.gz"
     n = write_input(path, args.records)
-    print(f"input: {path} ({n:,} WARC records, {os.path.getsize(path) / 1e6:.1f} MB per-record gzip)")
+    size_mb = os.path.getsize(path) / 1e6
+    print(f"input: {path} ({n:,} WARC records, {size_mb:.1f} MB per-record gzip)")
 
     json_rate, orjson_rate = json_vs_orjson(str(path))
     print(f"JSON decode only: json {json_rate:,.0f}/s, orjson {orjson_rate:,.0f}/s "
@@ -226,10 +230,13 @@ def main(argv=None) -> int:
     for name, fn in methods:
         seconds, out = timed(fn, str(path), args.repeat)
         rates[name[:4].strip()] = n / seconds
-        print(f"{name:34s} {n / seconds:>10,.0f} records/s per core  ({seconds:.2f} s CPU, {out:,})")
+        print(f"{name:34s} {n / seconds:>10,.0f} records/s per core  "
+              f"({seconds:.2f} s CPU, {out:,})")
     a, a2, b, c = rates["(a)"], rates["(a')"], rates["(b)"], rates["(c)"]
     print(f"ratios: a/b = {a / b:.2f} (target >= 1.5), a/c = {a / c:.2f} (target >= 0.5)")
     print(f"        a'/b = {a2 / b:.2f}, a'/c = {a2 / c:.2f}")
+    if args.workdir is None:
+        shutil.rmtree(workdir)
     return 0
 
 

@@ -11,8 +11,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-
 from extract_fixtures import a_links, envelope, wat_bytes
+
 from webgraph_pipeline.counters import LocalCounts, collect_counters, collect_unreadable_files
 from webgraph_pipeline.extract import ExtractEdges, UnreadableFileError, expand_listing
 from webgraph_pipeline.wat import wat_edges
@@ -74,8 +74,8 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     assert not any(s.startswith("http://lost.de") for s, _ in expected)
 
     missing = str(wat_dir / "missing-*.wat.gz")
-    patterns = [str(wat_dir / "*.wat"), *expand_listing(str(wat_dir / "wat.paths.gz"), str(wat_dir)),
-                missing]
+    listed = expand_listing(str(wat_dir / "wat.paths.gz"), str(wat_dir))
+    patterns = [str(wat_dir / "*.wat"), *listed, missing]
     pipeline = BeamTestPipeline()
     edges = pipeline | "Extract" >> ExtractEdges(patterns, wat_reader=reader)
     assert_that(edges, equal_to(sorted(expected)))

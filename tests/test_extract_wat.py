@@ -9,9 +9,9 @@ from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import pytest
+from extract_fixtures import a_links, envelope, wat_bytes
 from warcio.archiveiterator import ArchiveIterator
 
-from extract_fixtures import a_links, envelope, wat_bytes
 from webgraph_pipeline.counters import LocalCounts
 from webgraph_pipeline.wat import wat_edges
 
@@ -225,7 +225,9 @@ def test_bad_urls_counted_by_reason_good_ones_normalized():
 
 
 def test_base_href_link_types_and_union_semantics():
-    links = [("A@/href", "rel/x"), ("AREA@/href", "/area"), ("IMG@/src", "img.png"), ("A@/href", "rel/x")]
+    links = [
+        ("A@/href", "rel/x"), ("AREA@/href", "/area"), ("IMG@/src", "img.png"), ("A@/href", "rel/x")
+    ]
     page = envelope("http://site.de/dir/page.html", links, base="http://cdn.de/root/")
     edges, counts = run(wat_bytes([page])[0])
     assert edges == {

@@ -10,8 +10,9 @@ Public API:
 - `iter_wat_payloads(fileobj, inc, reader="warcio") -> Iterator[(target_uri, payload_bytes)]`:
   every WARC `metadata` record of a WAT stream (plain, gzip, or one gzip member per record),
   record by record; other WARC types are counted `dropped_records.other_warc_type`.
-- `wat_edges(fileobj, inc, link_types=DEFAULT_LINK_TYPES, reader="warcio") -> Iterator[(source_url, target_url)]`:
-  the edges of every page of a WAT stream (deduplicated within a record, self-loops dropped).
+- `wat_edges(fileobj, inc, link_types=DEFAULT_LINK_TYPES, reader="warcio")
+  -> Iterator[(source_url, target_url)]`: the edges of every page of a WAT stream
+  (deduplicated within a record, self-loops dropped).
 
 Damage (corrupt or truncated gzip member, a file cut mid-record, bytes that are no WARC record):
 every record before the damage is kept; a record whose payload is shorter than its
@@ -38,9 +39,9 @@ _GZIP_MAGIC = b"\x1f\x8b\x08"
 _WARC_LINE = b"\nWARC/1."
 _SCAN_CHUNK = 1 << 20
 
-# One record as the readers see it: (WARC type, target URI, declared Content-Length, payload of
-# metadata records else None, offset of the record in the file).
-_RawRecord = tuple[str, Optional[str], Optional[int], Optional[bytes], int]
+# One record as the readers see it: (target URI, declared Content-Length, payload of metadata
+# records else None, offset of the record in the file).
+_RawRecord = tuple[Optional[str], Optional[int], Optional[bytes], int]
 
 
 def _warcio_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
@@ -50,7 +51,6 @@ def _warcio_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
     for record in records:
         is_metadata = record.rec_type == "metadata"
         yield (
-            record.rec_type,
             record.rec_headers.get_header("WARC-Target-URI") if is_metadata else None,
             record.length,  # Content-Length as int, None when the header is missing
             record.raw_stream.read() if is_metadata else None,
@@ -68,7 +68,6 @@ def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
             # A record cut inside its header is typed `unknown` by FastWARC (handled below), so
             # a metadata record here has its Content-Length.
             yield (
-                "metadata",
                 headers.get("WARC-Target-URI"),
                 record.content_length,
                 record.reader.read(),
@@ -77,7 +76,6 @@ def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
         else:
             length = headers.get("Content-Length")
             yield (
-                str(record.record_type),
                 None,
                 int(length) if length and length.isdigit() else None,
                 None,
@@ -188,7 +186,7 @@ def _resilient_payloads(
             fileobj.seek(start)
         last_offset: Optional[int] = None
         try:
-            for warc_type, uri, length, payload, offset in read_records(fileobj):
+            for uri, length, payload, offset in read_records(fileobj):
                 first_after_resume = resumed and last_offset is None
                 last_offset = offset
                 seen += 1
