@@ -113,3 +113,18 @@ def test_gzip_detected_from_bytes_not_name(wat_dir, tmp_path):
     counts = LocalCounts()
     with open(tmp_path / "one.wat", "rb") as f:
         assert ("http://p.de/", "http://q.de/") in set(wat_edges(io.BufferedReader(f), counts.inc))
+
+
+def test_file_that_cannot_be_opened_or_matched(tmp_path):
+    """Without a runner: the DoFns count, name and go on, or raise when asked to."""
+    from webgraph_pipeline.extract import MatchFilesFn, ReadWatEdgesFn
+
+    gone = str(tmp_path / "gone.wat.gz")
+    assert list(ReadWatEdgesFn(["A@/href"], False, "warcio").process(gone)) == []
+    with pytest.raises(UnreadableFileError, match="gone.wat.gz: open_failed"):
+        list(ReadWatEdgesFn(["A@/href"], True, "warcio").process(gone))
+    (tmp_path / "dangling.wat").symlink_to(tmp_path / "nowhere")
+    pattern = str(tmp_path / "dangling*.wat")
+    assert list(MatchFilesFn(False).process(pattern)) == []
+    with pytest.raises(UnreadableFileError, match="dangling"):
+        list(MatchFilesFn(True).process(pattern))
