@@ -112,7 +112,7 @@ def table_dtype(config: TrainConfig):
     return jnp.bfloat16 if config.table_dtype == "bfloat16" else jnp.float32
 
 
-def step_spec(config: TrainConfig, num_other: int) -> sharding.StepSpec:
+def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> sharding.StepSpec:
     matvec = config.cg_form == "matvec" or (config.cg_form == "auto" and jax.default_backend() == "cpu")
     return sharding.StepSpec(
         alpha=config.alpha,
@@ -123,6 +123,7 @@ def step_spec(config: TrainConfig, num_other: int) -> sharding.StepSpec:
         cg_iters=config.cg_iters,
         matvec=matvec and config.stats == "gather",
         local_stats=config.stats == "local",
+        observed_loss=observed_loss,
     )
 
 
@@ -379,7 +380,9 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
         num_other = size["col"] if side.name == "row" else size["row"]
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
         reader = _chunk_reader(dataset, side.split, config, n_this, n_other)
-        runners[side.name] = SideRunner(config, mesh, step_spec(config, num_other), reader)
+        # The observed loss is reported from the last half-epoch (the column side) only.
+        spec = step_spec(config, num_other, observed_loss=side.name == "col")
+        runners[side.name] = SideRunner(config, mesh, spec, reader)
 
     recorder = _Recorder(config.model_dir, start)
     history = recorder.records
@@ -394,7 +397,8 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
                 tables[side.table], terms = runners[side.name].run(src, tables[side.table], f"epoch {epoch} {side.name}s")
                 _check_finite(tables[side.table], epoch, side.name)
                 record[f"{side.name}_seconds"] = time.perf_counter() - ts
-                record["loss_observed"] = float(terms[0])
+                if side.name == "col":
+                    record["loss_observed"] = float(terms[0])
                 record[f"loss_reg_{side.name}"] = float(terms[1])
                 record[f"{side.name}s_solved"] = int(terms[2])
             gram = runners["row"].gramian
@@ -473,6 +477,6 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     src = sharding.table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)
     dst = sharding.table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
     runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
-    runner = SideRunner(runner_config, mesh, step_spec(config, num_cols), lambda: data.chunks_from_rows(np.arange(n), rows))
+    runner = SideRunner(runner_config, mesh, step_spec(config, num_cols, observed_loss=False), lambda: data.chunks_from_rows(np.arange(n), rows))
     dst, _ = runner.run(src, dst, "fold-in")
     return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

@@ -8,7 +8,8 @@ Both tables are `[rows_padded, d]` arrays sharded by rows over the 1-D mesh axis
 - sharded scatter: `all_gather` the solved rows and their ids, masked local update.
 - "local statistics" (paper 4.2 alternative): each device builds partial d x d statistics of every
   device's batch from its own shard only, then one `psum_scatter` sums them.
-Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2).
+Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2);
+the matrix-free kernel skips the observed loss when `observed_loss` is off.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class StepSpec:
     cg_iters: int
     matvec: bool  # CG without building the d x d matrices (gather mode only)
     local_stats: bool
+    observed_loss: bool = True  # compute sum (1 - h.x)^2 (one more pass over the gathered ids)
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,9 +173,12 @@ def _step_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len)
 
         x = solvers.cg(matvec, b, x0, spec.cg_iters)
         x = jnp.where(valid[:, None], x, 0)
-        hx = jnp.einsum("bld,bd->bl", h, jnp.take(x, seg, axis=0, mode="fill", fill_value=0))
-        per_entry = jnp.where(ids >= 0, (1 - hx) ** 2, 0).sum(axis=1)
-        observed = jax.ops.segment_sum(per_entry, seg, num_segments=rows)
+        if spec.observed_loss:
+            hx = jnp.einsum("bld,bd->bl", h, jnp.take(x, seg, axis=0, mode="fill", fill_value=0))
+            per_entry = jnp.where(ids >= 0, (1 - hx) ** 2, 0).sum(axis=1)
+            observed = jax.ops.segment_sum(per_entry, seg, num_segments=rows)
+        else:
+            observed = jnp.zeros(rows, jnp.float32)
         terms = _loss_terms(valid, observed, lam, x)
     else:
         a_obs, b = _explicit_stats(h, seg, rows)

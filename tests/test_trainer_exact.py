@@ -126,8 +126,8 @@ def test_step_compiles_once_per_side(dataset, tmp_path):
     mesh = sharding.make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), epochs=3, alpha=0.4321)  # a spec no other test uses
     als.train(config, mesh=mesh)
-    for num_other in (NUM_COLS, NUM_ROWS):
-        step = sharding.make_step(mesh, als.step_spec(config, num_other))
+    for num_other, observed_loss in ((NUM_COLS, False), (NUM_ROWS, True)):  # the row side, the column side
+        step = sharding.make_step(mesh, als.step_spec(config, num_other, observed_loss))
         assert step._cache_size() == 1
 
 
