@@ -76,9 +76,10 @@ _SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
 
 # `scheme://` + authority, matched case-insensitively; then path and query; the fragment is cut.
 _ABSOLUTE_RE = re.compile(r"((?i:(https?))://([^/?#]*))([^#]*)")
-_host_cache: dict[str, Result] = {}
+# Normalized `scheme://host[:port]` (or the drop) by raw origin: the links of a page and of a
+# site share a few origins, so IDNA and host checks run once per origin. Cleared when full.
 _origin_cache: dict[str, Result] = {}
-_HOST_CACHE_LIMIT = 200_000
+_ORIGIN_CACHE_LIMIT = 200_000
 
 
 def _bad_char_reason(url: str) -> Optional[str]:
@@ -95,17 +96,6 @@ def _scheme_reason(scheme: str) -> str:
 
 def _normalize_host(host: str) -> Result:
     """Validate and normalize a host (without port): IDNA, lower case, label and length limits."""
-    cached = _host_cache.get(host)
-    if cached is not None:
-        return cached
-    result = _normalize_host_uncached(host)
-    if len(_host_cache) >= _HOST_CACHE_LIMIT:
-        _host_cache.clear()
-    _host_cache[host] = result
-    return result
-
-
-def _normalize_host_uncached(host: str) -> Result:
     if host.startswith("["):
         if not host.endswith("]"):
             return None, "bad_ipv6"
@@ -186,7 +176,7 @@ def _normalize_clean(url: str) -> Result:
     origin = _origin_cache.get(raw_origin)
     if origin is None:
         origin = _normalize_origin(match.group(2).lower(), match.group(3))
-        if len(_origin_cache) >= _HOST_CACHE_LIMIT:
+        if len(_origin_cache) >= _ORIGIN_CACHE_LIMIT:
             _origin_cache.clear()
         _origin_cache[raw_origin] = origin
     if origin[0] is None:
