@@ -27,6 +27,7 @@ Row = tuple[int, np.ndarray, np.ndarray]  # (row_tag, fold-in col_tag, gt_tag)
 FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
 
 SCORE_BUDGET_BYTES = 1 << 30  # default bound on one batch of float32 scores (all devices together)
+FOLD_IN_CHUNK = 1 << 16  # test rows folded in per call of the trainer's solve
 
 
 def default_mesh() -> Mesh:
@@ -219,8 +220,10 @@ def evaluate(
     batch = batch_size or scorer.default_batch_size()
     fold_in_fn = fold_in_fn or _default_fold_in()
     ids = np.empty((len(rows), k), np.int64)
-    for start in range(0, len(rows), batch):
-        part = rows[start : start + batch]
+    # fold in many rows per call (the solve streams them itself); score them `batch` rows at a time
+    chunk = max(batch, (FOLD_IN_CHUNK // batch) * batch)
+    for start in range(0, len(rows), chunk):
+        part = rows[start : start + chunk]
         queries = np.asarray(fold_in_fn(col_table, [c for _, c, _ in part], config), np.float32)
         _, ids[start : start + len(part)] = scorer.topk(
             queries, exclude[start : start + len(part)], k,
