@@ -124,6 +124,7 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         matvec=matvec and config.stats == "gather",
         local_stats=config.stats == "local",
         observed_loss=observed_loss,
+        replicated_src=config.replicate_fixed_table and config.stats == "gather",
     )
 
 
@@ -199,6 +200,7 @@ class SideRunner:
 
         L, B, R = self._shape()
         gram = self.gramian(src)
+        step_src = sharding.make_replicate(self.mesh)(src) if self.spec.replicated_src else src
         terms = []
         show = self.config.progress and jax.process_index() == 0
         bar = tqdm(total=self.plan.steps, desc=desc, unit="step", disable=not show, file=sys.stderr, leave=False)
@@ -211,7 +213,7 @@ class SideRunner:
                 yield arrays, int((batch.row_ids >= 0).sum())
 
         for arrays, rows in data.prefetch(to_device):
-            dst, t = self.step(src, dst, gram, *arrays)
+            dst, t = self.step(step_src, dst, gram, *arrays)
             terms.append(t)
             rows_done += rows
             bar.update(1)

@@ -58,6 +58,11 @@ class TrainConfig:
         "'gather': sharded gather of embeddings (paper 4.2); 'local': per-shard partial statistics, "
         "then a reduce-scatter (the paper's alternative). Both give the same tables.",
     )
+    replicate_fixed_table: bool = _field(
+        False,
+        "Copy the fixed table whole to every device once per half-epoch instead of a sharded gather per "
+        "step (needs it to fit one device; fewer collectives, e.g. CPU hosts with one device per core).",
+    )
     table_dtype: str = _field(
         "auto", "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). Solves are float32."
     )

@@ -99,6 +99,16 @@ def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
     assert _rel(a.col_table, b.col_table) < 1e-5
 
 
+def test_replicated_fixed_table_matches_sharded_gather(dataset, tmp_path):
+    data_dir, _ = dataset
+    mesh = sharding.make_mesh()
+    kw = dict(solver="cg", cg_iters=3, cg_form="matvec", epochs=2)
+    a = als.train(_config(data_dir, str(tmp_path / "s"), **kw), mesh=mesh)
+    b = als.train(_config(data_dir, str(tmp_path / "r"), replicate_fixed_table=True, **kw), mesh=mesh)
+    assert _rel(a.row_table, b.row_table) < 1e-5
+    assert _rel(a.col_table, b.col_table) < 1e-5
+
+
 def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path):
     data_dir, _ = dataset
     one = als.train(_config(data_dir, str(tmp_path / "one"), epochs=2), mesh=sharding.make_mesh(jax.devices()[:1]))
