@@ -418,6 +418,8 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
             if model is not None and config.eval_every and "test" in dataset.files and (epoch % config.eval_every == 0 or last):
                 record.update(_evaluate(model, dataset, config))
             recorder.write(record)
+            if model is not None:
+                model.metrics = list(history)  # now including this epoch's record
             if (config.checkpoint_every and epoch % config.checkpoint_every == 0) or last:
                 checkpoint.save(mgr, epoch, tables, _meta(config, dataset, tables, epoch))
             if callback is not None:

@@ -29,6 +29,7 @@ def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):
     model = als.train(config, mesh=sharding.make_mesh(jax.devices()[:2]))
     assert np.isfinite(model.row_table).all() and np.isfinite(model.col_table).all()
     assert np.abs(model.col_table).max() > 0.01  # trained, not collapsed to zero
+    assert [r["epoch"] for r in model.metrics] == [1, 2, 3]
     losses = [r["loss"] for r in model.metrics]
     assert losses[-1] < losses[0]
     recall = model.metrics[-1]["recall@20"]  # per-epoch evaluation on the held-out users

@@ -107,8 +107,10 @@ def test_cli_trains_and_writes_metrics_and_tensorboard(tmp_path, capsys):
     argv = ["--data", data_dir, "--model_dir", str(model_dir), "--dim", "4", "--epochs", "2", "--piece_len", "2",
             "--batch_pieces", "4", "--checkpoint_every", "1", "--keep_checkpoints", "1"]
     assert cli_train.main(argv) == 0
-    assert "trained 2 epoch(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "trained 2 epoch(s)" in out
     lines = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    assert f"loss={lines[-1]['loss']:.6g}" in out  # the summary is the last epoch's
     assert [r["epoch"] for r in lines] == [1, 2]
     for key in ("loss", "loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "seconds", "row_seconds"):
         assert np.isfinite(lines[-1][key])
