@@ -140,7 +140,9 @@ class SidePlan:
 class SideRunner:
     """Compiled kernels and the batch stream of one side; `run` does one half-epoch."""
 
-    def __init__(self, config: TrainConfig, mesh, spec: sharding.StepSpec, make_chunks: Callable[[], Iterator[data.RowChunk]]):
+    def __init__(
+        self, config: TrainConfig, mesh, spec: sharding.StepSpec, make_chunks: Callable[[], Iterator[data.RowChunk]]
+    ):
         self.config, self.mesh, self.spec = config, mesh, spec
         self.make_chunks = make_chunks
         self.per_step = len(mesh.local_devices)
@@ -372,7 +374,8 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
         if saved["table_shapes"] != {k: list(v.shape) for k, v in tables.items()}:
             raise ValueError(
                 f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this run "
-                f"({ {k: list(v.shape) for k, v in tables.items()} }); same dataset, dim, tied and device count needed to resume"
+                f"({ {k: list(v.shape) for k, v in tables.items()} }); "
+                "same dataset, dim, tied and device count needed to resume"
             )
         tables, _ = checkpoint.restore(mgr, start, tables)
 
@@ -413,9 +416,10 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
             record["seconds"] = time.perf_counter() - t0
             last = epoch == config.epochs
             model = None
-            if callback is not None or (config.eval_every and "test" in dataset.files and (epoch % config.eval_every == 0 or last)):
+            evaluate_now = bool(config.eval_every and "test" in dataset.files and (epoch % config.eval_every == 0 or last))
+            if callback is not None or evaluate_now:
                 model = _model(config, dataset, tables, epoch, history)
-            if model is not None and config.eval_every and "test" in dataset.files and (epoch % config.eval_every == 0 or last):
+            if evaluate_now:
                 record.update(_evaluate(model, dataset, config))
             recorder.write(record)
             if model is not None:
@@ -481,6 +485,7 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     src = sharding.table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)
     dst = sharding.table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
     runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
-    runner = SideRunner(runner_config, mesh, step_spec(config, num_cols, observed_loss=False), lambda: data.chunks_from_rows(np.arange(n), rows))
+    spec = step_spec(config, num_cols, observed_loss=False)
+    runner = SideRunner(runner_config, mesh, spec, lambda: data.chunks_from_rows(np.arange(n), rows))
     dst, _ = runner.run(src, dst, "fold-in")
     return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

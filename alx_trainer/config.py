@@ -64,7 +64,8 @@ class TrainConfig:
         "step (needs it to fit one device; fewer collectives, e.g. CPU hosts with one device per core).",
     )
     table_dtype: str = _field(
-        "auto", "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). Solves are float32."
+        "auto",
+        "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). Solves are float32.",
     )
     piece_len: int = _field(16, "Dense batching: length L of one piece of a row (paper 4.3).")
     batch_pieces: int = _field(256, "Dense batching: pieces B per device per step.")
@@ -179,7 +180,9 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
 def build_parser(cls: type, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with one flag per dataclass field (defaults shown in --help)."""
     parser = argparse.ArgumentParser(
-        prog=prog, description=description or (cls.__doc__ or "").strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        prog=prog,
+        description=description or (cls.__doc__ or "").strip(),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--config", default=None, help="JSON or YAML file of field values; flags override it.")
     for field in dataclasses.fields(cls):

@@ -83,13 +83,16 @@ def read_chunks(
             raise ValueError(f"{path}: corrupt or non-contract TFRecord ({message})") from None
 
 
+_MISMATCH = "dataset does not match the contract"
+
+
 def _check_ids(path: str, chunk: RowChunk, num_rows: int, num_cols: int) -> None:
     if len(chunk.row_ids) and (chunk.row_ids.min() < 0 or chunk.row_ids.max() >= num_rows):
         bad = chunk.row_ids[(chunk.row_ids < 0) | (chunk.row_ids >= num_rows)][0]
-        raise ValueError(f"{path}: row_tag {bad} outside [0, {num_rows}) from stats.json; dataset does not match the contract")
+        raise ValueError(f"{path}: row_tag {bad} outside [0, {num_rows}) from stats.json; {_MISMATCH}")
     if len(chunk.cols) and (chunk.cols.min() < 0 or chunk.cols.max() >= num_cols):
         bad = chunk.cols[(chunk.cols < 0) | (chunk.cols >= num_cols)][0]
-        raise ValueError(f"{path}: col_tag {bad} outside [0, {num_cols}) from stats.json; dataset does not match the contract")
+        raise ValueError(f"{path}: col_tag {bad} outside [0, {num_cols}) from stats.json; {_MISMATCH}")
 
 
 def chunks_from_rows(row_ids: Sequence[int], rows: Sequence[Sequence[int]]) -> Iterator[RowChunk]:

@@ -27,7 +27,8 @@ def open_tfds(name: str, data_dir: str | None):
     try:
         builder = tfds.builder(full, data_dir=data_dir)
     except Exception as e:  # TFDS raises several types for an unknown or unprepared dataset
-        raise FileNotFoundError(f"{full}: not a prepared TFDS dataset in {data_dir or 'the default data_dir'} ({e})".splitlines()[0]) from None
+        where = data_dir or "the default data_dir"
+        raise FileNotFoundError(f"{full}: not a prepared TFDS dataset in {where} ({e})".splitlines()[0]) from None
     root = os.fspath(builder.data_dir)
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{full}: not prepared under {root}; run `tfds build tfds_builder/web_graph ...` first")
@@ -70,5 +71,6 @@ def read_test_rows(files: list[str]) -> list[tuple[int, np.ndarray, np.ndarray]]
         parsed = tf.io.parse_example(batch, contract.feature_spec())
         cols = tf.RaggedTensor.from_sparse(parsed["col_tag"]).numpy()
         gts = tf.RaggedTensor.from_sparse(parsed["gt_tag"]).numpy()
-        out.extend((int(r), np.asarray(c, np.int64), np.asarray(g, np.int64)) for r, c, g in zip(parsed["row_tag"].numpy(), cols, gts))
+        for r, c, g in zip(parsed["row_tag"].numpy(), cols, gts):
+            out.append((int(r), np.asarray(c, np.int64), np.asarray(g, np.int64)))
     return out
