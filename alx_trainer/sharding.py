@@ -171,14 +171,19 @@ def _step_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len)
     if spec.matvec and spec.solver == "cg":
         valid = row_ids >= 0
         lam = _row_reg(spec, row_len)
-        b = jax.ops.segment_sum(h.sum(axis=1), seg, num_segments=rows)
+
+        def per_row(p):  # [R, d] -> [B, d]: each piece's row vector (zero for padding pieces)
+            return jnp.take(p, seg, axis=0, mode="fill", fill_value=0)
 
         def matvec(p):
-            hp = jnp.einsum("bld,bd->bl", h, jnp.take(p, seg, axis=0, mode="fill", fill_value=0))
+            hp = jnp.einsum("bld,bd->bl", h, per_row(p))
             obs = jax.ops.segment_sum(jnp.einsum("bl,bld->bd", hp, h), seg, num_segments=rows)
             return obs + spec.alpha * (p @ gram) + lam[:, None] * p
 
-        x = solvers.cg(matvec, b, x0, spec.cg_iters)
+        # r0 = b - A x0 = sum_i h_i (1 - h_i.x0) - (alpha G + lambda) x0: b and A x0 in one pass.
+        residual = jnp.einsum("bl,bld->bd", 1 - jnp.einsum("bld,bd->bl", h, per_row(x0)), h)
+        r0 = jax.ops.segment_sum(residual, seg, num_segments=rows) - spec.alpha * (x0 @ gram) - lam[:, None] * x0
+        x = solvers.cg(matvec, None, x0, spec.cg_iters, r0=r0)
         x = jnp.where(valid[:, None], x, 0)
         if spec.observed_loss:
             hx = jnp.einsum("bld,bd->bl", h, jnp.take(x, seg, axis=0, mode="fill", fill_value=0))

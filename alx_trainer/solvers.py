@@ -14,13 +14,16 @@ import jax.numpy as jnp
 Matvec = Callable[[jax.Array], jax.Array]
 
 
-def cg(matvec: Matvec, b: jax.Array, x0: jax.Array, iters: int) -> jax.Array:
-    """`iters` conjugate-gradient steps per row from the warm start `x0` (rows independent)."""
+def cg(matvec: Matvec, b: jax.Array | None, x0: jax.Array, iters: int, r0: jax.Array | None = None) -> jax.Array:
+    """`iters` conjugate-gradient steps per row from the warm start `x0` (rows independent).
+
+    `r0` = b - A x0 may be given instead of `b` when the caller computes it more cheaply.
+    """
 
     def dot(u, v):
         return jnp.sum(u * v, axis=-1, keepdims=True)
 
-    r = b - matvec(x0)
+    r = b - matvec(x0) if r0 is None else r0
     rs = dot(r, r)
 
     def body(_, carry):
