@@ -96,7 +96,7 @@ def run_ours(data_dir, model_dir, dim, cg_iters, epochs, alpha, reg, batch_piece
     return float(np.median(seconds[1:])), result["recall@20"], seconds[1:]
 
 
-def run_implicit(matrix, split, dim, cg_iters, epochs, alpha, reg, data_dir):
+def run_implicit(matrix, split, dim, cg_iters, epochs, alpha, reg, data_dir, num_threads=0):
     import scipy.sparse as sp
     from implicit.cpu.als import AlternatingLeastSquares
     from threadpoolctl import threadpool_limits
@@ -108,7 +108,7 @@ def run_implicit(matrix, split, dim, cg_iters, epochs, alpha, reg, data_dir):
     user_items = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(matrix.num_rows, matrix.num_cols))
     confidence, regularization = 1.0 + 1.0 / alpha, reg / alpha
     model = AlternatingLeastSquares(factors=dim, regularization=regularization, alpha=confidence, iterations=epochs,
-                                    use_cg=True, random_state=0)
+                                    use_cg=True, random_state=0, num_threads=num_threads)
     model.cg_steps = cg_iters
     seconds: list[float] = []
     with threadpool_limits(1, "blas"):  # implicit's own advice: its threads, not BLAS's
@@ -166,6 +166,9 @@ def main(argv=None) -> int:
         print(f"epoch time ratio ours/implicit: {ours[0] / imp[0]:.2f} (< 1: ours faster; medians of epochs 2..)")
         print(f"fastest epoch: ours {min(ours[2]):.3f} s, implicit {min(imp[2]):.3f} s, ratio {min(ours[2]) / min(imp[2]):.2f}")
         print(f"ours: {flops / ours[0] / 1e9:.2f} GFLOP/s = {100 * flops / ours[0] / peak:.1f}% of the measured matmul peak")
+        one_core = run_implicit(matrix, split, args.dim, args.cg_iters, 4, *p_imp, data_dir, num_threads=1)
+        print(f"implicit on one thread (XLA runs each of our steps on one core): {one_core[0]:.3f} s/epoch; "
+              f"ours/implicit per core: {ours[0] / one_core[0]:.2f}")
         streamed = run_ours(data_dir, os.path.join(tmp, "streamed"), args.dim, args.cg_iters, 4, *p_ours, args.batch_pieces,
                             cache=False)
         print(f"ours re-reading the TFRecords every epoch (cache_batches off, the default): {streamed[0]:.3f} s/epoch")
