@@ -15,7 +15,7 @@ $(BIN)/.installed: setup.py
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
-	$(BIN)/python -m webgraph_pipeline --input 'data/commoncrawl/*.wat' --output demo_out/edges
+	$(BIN)/python demo.py --out demo_out
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) tests

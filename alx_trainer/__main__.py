@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# TensorFlow (tf.data, TFRecords) logs its C++ start-up chatter unless told otherwise.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # command -> (module, function); each function takes the remaining argv and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
