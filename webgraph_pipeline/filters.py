@@ -99,6 +99,13 @@ class _JoinKeptFn(beam.DoFn):
         if not grouped["keep"]:
             self._dropped.inc(len(others))
             return
+        if self._node_is_source and not others:
+            # A kept source has >= K out-links in this very PCollection; a group without them
+            # means the runner split or lost a key group. Fail rather than lose edges silently.
+            raise RuntimeError(
+                f"runner lost data: source {node!r} passed the degree filter but its CoGroupByKey "
+                "group holds none of its edges"
+            )
         for other in others:
             yield (node, other) if self._node_is_source else (other, node)
 
