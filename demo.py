@@ -66,7 +66,7 @@ def plot_recall(metrics_path: str, png_path: str) -> None:
 
 def example_test_pages(dataset_dir: str, count: int) -> list[str]:
     """URLs of the first `count` test rows (pages the model never trained on)."""
-    from alx_trainer.interactions import read_split, read_vocab
+    from webgraph_pipeline.contract import read_split, read_vocab
 
     urls = read_vocab(dataset_dir)
     return [urls[row] for row, _, _ in read_split(dataset_dir, "test")[:count]]

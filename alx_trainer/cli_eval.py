@@ -47,7 +47,7 @@ def _tfds_eval_data(name: str, tfds_data_dir: str):
 
     from alx_trainer.als import open_dataset
     from alx_trainer.config import TrainConfig
-    from alx_trainer.interactions import read_records
+    from webgraph_pipeline.contract import read_records
 
     dataset = open_dataset(TrainConfig(data=name, model_dir="-", tfds_data_dir=tfds_data_dir))
     if "test" not in dataset.files:

@@ -145,7 +145,7 @@ def _load_eval_data(data_dir: str, mtime: float) -> tuple[list[Row], np.ndarray,
     """Test rows, column popularity (training rows per column) and whether ids are shared."""
     from webgraph_pipeline import contract
 
-    from alx_trainer.interactions import read_split
+    from webgraph_pipeline.contract import read_split
 
     stats = contract.read_stats(data_dir)
     _, num_cols = contract.matrix_shape(stats)

@@ -5,8 +5,8 @@ ids; `build_matrix` gives them dense ids (one shared id space for a graph, separ
 users x items); `split_rows` holds out whole rows (a count or a fraction), keeping a fold-in
 fraction of each held-out row's items and the rest as ground truth; `write_dataset` writes the
 `train`, `train_t`, `test` TFRecords, a vocabulary and `stats.json` through
-`webgraph_pipeline.contract`, so MovieLens is evaluated exactly like WebGraph. `read_split` reads
-any split of a dataset directory back.
+`webgraph_pipeline.contract`, so MovieLens is evaluated exactly like WebGraph (`contract.read_split`
+reads any split back).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def write_dataset(
     tf.io.gfile.makedirs(data_dir)
     stale = [p for s in contract.SPLIT_PREFIXES for p in tf.io.gfile.glob(contract.split_glob(data_dir, s))]
     stale += tf.io.gfile.glob(contract.vocab_glob(data_dir))
-    stale += tf.io.gfile.glob(os.path.join(data_dir, f"{contract.COL_VOCAB_PREFIX}-*-of-*"))
+    stale += tf.io.gfile.glob(contract.vocab_glob(data_dir, columns=True))
     for path in stale:
         tf.io.gfile.remove(path)
     train_t = transpose(split.train, matrix.num_cols)
@@ -281,54 +281,3 @@ def write_dataset(
     }
     contract.write_stats(data_dir, stats)
     return stats
-
-
-def read_split(data_dir: str, split: str, batch_size: int = 4096) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """Every record of one split as `(row_tag, col_tag, gt_tag)` with int64 NumPy arrays."""
-    return read_records(list(contract.iter_split_files(data_dir, split)), batch_size)
-
-
-def read_records(files: Sequence[str], batch_size: int = 4096) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """Every record of some TFRecord files in the contract's feature layout, in file order."""
-    import tensorflow as tf
-
-    spec = contract.feature_spec()
-    out: list[tuple[int, np.ndarray, np.ndarray]] = []
-    for serialized in tf.data.TFRecordDataset(files).batch(batch_size):
-        batch = tf.io.parse_example(serialized, spec)
-        rows = batch["row_tag"].numpy()
-        cols = tf.RaggedTensor.from_sparse(batch["col_tag"])
-        gts = tf.RaggedTensor.from_sparse(batch["gt_tag"])
-        # from_sparse drops trailing empty rows: pad the splits up to the batch size.
-        c_split, g_split = _full_splits(cols, len(rows)), _full_splits(gts, len(rows))
-        c_val, g_val = cols.values.numpy(), gts.values.numpy()
-        for i, r in enumerate(rows):
-            out.append((int(r), c_val[c_split[i] : c_split[i + 1]], g_val[g_split[i] : g_split[i + 1]]))
-    return out
-
-
-def _full_splits(ragged, n: int) -> np.ndarray:
-    splits = ragged.row_splits.numpy()
-    return np.concatenate([splits, np.full(n + 1 - len(splits), splits[-1], splits.dtype)])
-
-
-def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
-    """Vocabulary shards of a dataset directory, id -> name (URL): `vocab.tsv-*`, or with
-    `columns` the column names of interaction data (`vocab.cols.tsv-*`, else `vocab.tsv-*`)."""
-    import tensorflow as tf
-
-    pattern = contract.vocab_glob(data_dir)
-    col_pattern = os.path.join(data_dir, f"{contract.COL_VOCAB_PREFIX}-*-of-*")
-    files = sorted(tf.io.gfile.glob(col_pattern)) if columns else []
-    files = files or sorted(tf.io.gfile.glob(pattern))
-    if not files:
-        raise FileNotFoundError(f"no vocabulary shards match {pattern}")
-    vocab: dict[int, str] = {}
-    for path in files:
-        with tf.io.gfile.GFile(path, "r") as f:
-            for n, line in enumerate(f, 1):
-                key, sep, name = line.rstrip("\n").partition("\t")
-                if not sep or not key.isdigit():
-                    raise ValueError(f"{path}:{n}: expected `id<TAB>name`, got {line.strip()!r}")
-                vocab[int(key)] = name
-    return vocab

@@ -32,7 +32,7 @@ class Prediction:
 @functools.lru_cache(maxsize=4)
 def load_vocab(data_dir: str) -> tuple[dict[int, str], dict[str, int]]:
     """(column id -> URL, URL -> column id) from a dataset directory's vocabulary shards."""
-    from alx_trainer.interactions import read_vocab
+    from webgraph_pipeline.contract import read_vocab
 
     names = read_vocab(data_dir, columns=True)
     return names, {name: i for i, name in names.items()}
@@ -56,7 +56,7 @@ def resolve_node(node: str | int, data_dir: str | None) -> int:
 @functools.lru_cache(maxsize=4)
 def known_rows(data_dir: str) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """(training row -> its columns, held-out row -> its fold-in columns) of a dataset directory."""
-    from alx_trainer.interactions import read_split
+    from webgraph_pipeline.contract import read_split
 
     train = {r: c for r, c, _ in read_split(data_dir, "train")}
     test = {r: c for r, c, _ in read_split(data_dir, "test")}

@@ -93,9 +93,9 @@ def test_written_dataset_round_trips_through_the_contract(tmp_path, data_dir):
     assert contract.matrix_shape(stats) == (943, 1682)
     assert stats["splits"]["test"] == 100 and stats["splits"]["train"] == 843
     assert len(list(contract.iter_split_files(str(out), "train_t"))) == 3
-    test = it.read_split(str(out), "test")
-    train = it.read_split(str(out), "train")
-    train_t = it.read_split(str(out), "train_t")
+    test = contract.read_split(str(out), "test")
+    train = contract.read_split(str(out), "train")
+    train_t = contract.read_split(str(out), "train_t")
     pairs = {(r, c) for r, cols, _ in train for c in cols}
     assert pairs == {(r, c) for c, rows, _ in train_t for r in rows}
     assert all(len(g) == 0 for _, _, g in train)
@@ -107,4 +107,4 @@ def test_written_dataset_round_trips_through_the_contract(tmp_path, data_dir):
     assert main_split(["--input", str(data_dir / "ml-100k" / "u.data"), "--format", "udata", "--output",
                        str(out), "--test_rows", "100", "--seed", "5", "--num_shards", "3"]) == 0
     assert first == {p: open(os.path.join(out, p), "rb").read() for p in os.listdir(out)}
-    assert it.read_vocab(str(out), columns=True)[0] == "1"  # item ids are dense, named by original id
+    assert contract.read_vocab(str(out), columns=True)[0] == "1"  # item ids are dense, named by original id

@@ -14,7 +14,7 @@ from alx_trainer import predict, sweep
 from alx_trainer.als import fold_in, load_model, train
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluate import evaluate
-from alx_trainer.interactions import read_split, read_vocab
+from webgraph_pipeline.contract import read_split, read_vocab
 from tests import reference_ials
 
 

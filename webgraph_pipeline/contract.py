@@ -1,7 +1,7 @@
 """The dataset contract shared by the pipeline, the TFDS builder and the trainer (see DESIGN.md).
 
-File names, the `tf.train.Example` feature layout and `stats.json` access live here and nowhere
-else. This module imports TensorFlow lazily and never Apache Beam, so the trainer can use it.
+File names, the `tf.train.Example` feature layout, reading splits and vocabularies back, and
+`stats.json` access live here and nowhere else. This module imports TensorFlow lazily and never Apache Beam, so the trainer can use it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
 
 # TFDS split name -> file prefix of its TFRecord shards.
 SPLIT_PREFIXES: Mapping[str, str] = {
@@ -35,9 +37,9 @@ def split_glob(data_dir: str, split: str) -> str:
     return os.path.join(data_dir, f"{SPLIT_PREFIXES[split]}{TFRECORD_SUFFIX}-*-of-*")
 
 
-def vocab_glob(data_dir: str) -> str:
-    """The glob that matches every vocabulary shard under `data_dir`."""
-    return os.path.join(data_dir, f"{VOCAB_PREFIX}-*-of-*")
+def vocab_glob(data_dir: str, columns: bool = False) -> str:
+    """The glob that matches every vocabulary shard (with `columns`: column-name shard) under `data_dir`."""
+    return os.path.join(data_dir, f"{COL_VOCAB_PREFIX if columns else VOCAB_PREFIX}-*-of-*")
 
 
 def encode_row(row_tag: int, col_tag: Sequence[int], gt_tag: Sequence[int] = ()) -> bytes:
@@ -125,3 +127,53 @@ def iter_split_files(data_dir: str, split: str) -> Iterable[str]:
     if not files:
         raise FileNotFoundError(f"no {split!r} shards match {split_glob(data_dir, split)}")
     return files
+
+
+def read_split(data_dir: str, split: str, batch_size: int = 4096) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Every record of one split as `(row_tag, col_tag, gt_tag)` with int64 NumPy arrays."""
+    return read_records(list(iter_split_files(data_dir, split)), batch_size)
+
+
+def read_records(files: Sequence[str], batch_size: int = 4096) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Every record of some TFRecord files in the contract's feature layout, in file order."""
+    import tensorflow as tf
+
+    spec = feature_spec()
+    out: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for serialized in tf.data.TFRecordDataset(files).batch(batch_size):
+        batch = tf.io.parse_example(serialized, spec)
+        rows = batch["row_tag"].numpy()
+        cols = tf.RaggedTensor.from_sparse(batch["col_tag"])
+        gts = tf.RaggedTensor.from_sparse(batch["gt_tag"])
+        # from_sparse drops trailing empty rows: pad the splits up to the batch size.
+        c_split, g_split = _full_splits(cols, len(rows)), _full_splits(gts, len(rows))
+        c_val, g_val = cols.values.numpy(), gts.values.numpy()
+        for i, r in enumerate(rows):
+            out.append((int(r), c_val[c_split[i] : c_split[i + 1]], g_val[g_split[i] : g_split[i + 1]]))
+    return out
+
+
+def _full_splits(ragged, n: int) -> np.ndarray:
+    splits = ragged.row_splits.numpy()
+    return np.concatenate([splits, np.full(n + 1 - len(splits), splits[-1], splits.dtype)])
+
+
+def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
+    """Vocabulary shards of a dataset directory, id -> name (URL): `vocab.tsv-*`, or with
+    `columns` the column names of interaction data (`vocab.cols.tsv-*`, else `vocab.tsv-*`)."""
+    import tensorflow as tf
+
+    pattern = vocab_glob(data_dir)
+    files = sorted(tf.io.gfile.glob(vocab_glob(data_dir, columns=True))) if columns else []
+    files = files or sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"no vocabulary shards match {pattern}")
+    vocab: dict[int, str] = {}
+    for path in files:
+        with tf.io.gfile.GFile(path, "r") as f:
+            for n, line in enumerate(f, 1):
+                key, sep, name = line.rstrip("\n").partition("\t")
+                if not sep or not key.isdigit():
+                    raise ValueError(f"{path}:{n}: expected `id<TAB>name`, got {line.strip()!r}")
+                vocab[int(key)] = name
+    return vocab
