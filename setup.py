@@ -15,7 +15,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["webgraph_pipeline*", "tfds_builder*", "alx_trainer*"]),
     include_package_data=True,
-    package_data={"": ["*.txt", "*.tsv", "*.json", "*.wat", "*.wat.gz", "checksums.tsv"]},
+    package_data={"tfds_builder.web_graph": ["*.md", "*.bib", "*.tsv", "dummy_data/*", "dummy_data/*/*"]},
     install_requires=[
         "apache-beam>=2.60,<3",
         "google-crc32c>=1.5,<2",  # Beam's TFRecord reader and writer checksum every record with it
@@ -35,7 +35,7 @@ setup(
         "pyyaml>=6,<7",
     ],
     extras_require={
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1",
+        "test": ["pytest>=8,<10", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1",
                  "fastwarc>=2.0,<3"],
         "dataflow": ["apache-beam[gcp]>=2.60,<3"],
         "gpu": ["jax[cuda12]>=0.5,<1"],
