@@ -9,7 +9,6 @@ import os
 
 import apache_beam as beam
 import pytest
-import tensorflow as tf
 
 from webgraph_pipeline import contract
 from webgraph_pipeline.graph import BuildWebGraph
@@ -31,25 +30,12 @@ def reference_graph(edges, tlds=(), min_links=0, passes=1):
 
 
 def read_split(data_dir, split):
-    """Every record of a split, parsed with the public feature spec, as (row, cols, gt) tuples."""
-    files = list(contract.iter_split_files(data_dir, split))
-    rows = []
-    for batch in tf.data.TFRecordDataset(files).batch(4096):
-        parsed = tf.io.parse_example(batch, contract.feature_spec())
-        cols, gts = tf.sparse.to_dense(parsed["col_tag"], -1), tf.sparse.to_dense(parsed["gt_tag"], -1)
-        for r, c, g in zip(parsed["row_tag"].numpy(), cols.numpy(), gts.numpy()):
-            rows.append((int(r), tuple(int(x) for x in c if x >= 0), tuple(int(x) for x in g if x >= 0)))
-    return rows
+    """Every record of a split, parsed with the public feature spec, as (row, cols, gt) int tuples."""
+    return [(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in contract.read_split(str(data_dir), split)]
 
 
 def read_vocab(data_dir, prefix=contract.VOCAB_PREFIX):
-    vocab = {}
-    for f in sorted(tf.io.gfile.glob(os.path.join(data_dir, f"{prefix}-*-of-*"))):
-        for line in tf.io.gfile.GFile(f).read().splitlines():
-            i, name = line.split("\t")
-            assert int(i) not in vocab
-            vocab[int(i)] = name
-    return vocab
+    return contract.read_vocab(str(data_dir), columns=prefix == contract.COL_VOCAB_PREFIX)
 
 
 def build(edges, config, out_dir, num_shards=3):

@@ -175,5 +175,7 @@ def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
                 key, sep, name = line.rstrip("\n").partition("\t")
                 if not sep or not key.isdigit():
                     raise ValueError(f"{path}:{n}: expected `id<TAB>name`, got {line.strip()!r}")
+                if int(key) in vocab:
+                    raise ValueError(f"{path}:{n}: id {key} is named twice")
                 vocab[int(key)] = name
     return vocab

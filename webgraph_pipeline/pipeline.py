@@ -37,6 +37,9 @@ class JobSpec:
     num_shards: int = 10
     link_types: Optional[tuple[str, ...]] = None
     fail_on_unreadable: bool = False
+    wat_reader: str = "warcio"
+    input_listing: Optional[str] = None
+    listing_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:
@@ -45,6 +48,8 @@ class JobSpec:
             raise ValueError(f"num_shards must be >= 1, got {self.num_shards}")
         if self.input_format == "wat" and (self.urls_file or self.config.bipartite):
             raise ValueError("--urls and --bipartite apply to --input_format edges only")
+        if not self.input_patterns and not self.input_listing:
+            raise ValueError("give --input GLOB or --input_listing FILE")
 
     def stats_config(self) -> dict[str, Any]:
         """The settings recorded in stats.json."""
@@ -69,6 +74,23 @@ def match_inputs(patterns: Sequence[str]) -> list[str]:
     return sorted(files)
 
 
+def input_files_of(spec: JobSpec) -> list[str]:
+    """The files of the globs (each must match) plus those of the listing (taken as named: a crawl
+    lists tens of thousands, and one that cannot be opened is counted as unreadable by the job)."""
+    files = match_inputs(spec.input_patterns) if spec.input_patterns else []
+    if spec.input_listing:
+        from webgraph_pipeline.extract import expand_listing
+
+        try:
+            listed = expand_listing(spec.input_listing, spec.listing_prefix)
+        except Exception as e:  # a missing or unreadable listing: one line naming it
+            raise FileNotFoundError(f"--input_listing {spec.input_listing!r}: cannot read it ({e})") from None
+        if not listed:
+            raise FileNotFoundError(f"--input_listing {spec.input_listing!r}: lists no file")
+        files += listed
+    return files
+
+
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """The labelled reading step of either input format -> deduplicated (source, target) pairs."""
     if spec.input_format == "edges":
@@ -77,7 +99,7 @@ def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
         )
     from webgraph_pipeline.extract import ExtractEdges
 
-    kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable}
+    kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable, "wat_reader": spec.wat_reader}
     if spec.link_types is not None:
         kwargs["link_types"] = spec.link_types
     return p | "ExtractEdges" >> ExtractEdges(list(input_files), **kwargs)
@@ -130,7 +152,7 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     """Run the job to completion with Beam options `beam_argv`; returns the final stats."""
     import tensorflow as tf
 
-    input_files = match_inputs(spec.input_patterns)
+    input_files = input_files_of(spec)
     tf.io.gfile.makedirs(spec.output_dir)
     remove_stale_outputs(spec.output_dir)
     start = time.time()
