@@ -112,6 +112,17 @@ def table_dtype(config: TrainConfig):
     return jnp.bfloat16 if config.table_dtype == "bfloat16" else jnp.float32
 
 
+def resolve_layout(config: TrainConfig) -> str:
+    """The step layout of `config` on this backend and process count (see `TrainConfig.layout`)."""
+    layout = config.layout
+    if layout == "auto":
+        single_cpu = jax.default_backend() == "cpu" and jax.process_count() == 1
+        layout = "owner" if single_cpu and config.stats == "gather" else "sharded"
+    if layout == "owner" and jax.process_count() > 1:
+        raise ValueError(f"layout: 'owner' runs in one process, this run has {jax.process_count()}; use 'replicated'")
+    return layout
+
+
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> sharding.StepSpec:
     matvec = config.cg_form == "matvec" or (config.cg_form == "auto" and jax.default_backend() == "cpu")
     return sharding.StepSpec(
@@ -124,43 +135,76 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         matvec=matvec and config.stats == "gather",
         local_stats=config.stats == "local",
         observed_loss=observed_loss,
-        replicated_src=config.replicate_fixed_table and config.stats == "gather",
+        layout=resolve_layout(config),
     )
 
 
 @dataclasses.dataclass
 class SidePlan:
-    """Global step counts of one side (the max over hosts, so every host runs the same steps)."""
+    """Global counts of one side (the max over hosts, so every host runs the same steps).
+
+    `steps` is a multiple of `per_call` (the batches each device scans per compiled call).
+    """
 
     steps: int
+    per_call: int
     long_steps: int
     long_solves: int
 
 
 class SideRunner:
-    """Compiled kernels and the batch stream of one side; `run` does one half-epoch."""
+    """Compiled kernels and the batch stream of one side; `run` does one half-epoch.
+
+    `num_rows` is the size of the table being solved: with the 'owner' layout each row goes to
+    the device holding its shard of that table, and the packed batches stay in memory.
+    """
 
     def __init__(
-        self, config: TrainConfig, mesh, spec: sharding.StepSpec, make_chunks: Callable[[], Iterator[data.RowChunk]]
+        self,
+        config: TrainConfig,
+        mesh,
+        spec: sharding.StepSpec,
+        make_chunks: Callable[[], Iterator[data.RowChunk]],
+        num_rows: int,
     ):
         self.config, self.mesh, self.spec = config, mesh, spec
         self.make_chunks = make_chunks
         self.per_step = len(mesh.local_devices)
+        self.shard = sharding.padded_rows(num_rows, mesh) // mesh.size
         self.step = sharding.make_step(mesh, spec)
-        self.gramian = sharding.make_gramian(mesh)
-        self.long_stats = sharding.make_long_stats(mesh)
+        self.long_stats = sharding.make_long_stats(mesh, spec)
         self.solve_scatter = sharding.make_solve_scatter(mesh, spec)
         self.cache: tuple[list, list] | None = None
+        self.device_calls: list | None = None  # 'owner' layout: the calls already on the devices
         self.plan = self._plan()
+
+    def gramian(self, table: jax.Array) -> jax.Array:
+        """`T^T T`, replicated (through the host for the collective-free 'owner' layout)."""
+        if self.spec.owner:
+            return sharding.gramian_via_host(self.mesh, table)
+        return sharding.make_gramian(self.mesh)(table)
+
+    def _replicated(self, table: jax.Array) -> jax.Array:
+        if not self.spec.replicated_src:
+            return table
+        if self.spec.owner:
+            return sharding.replicate_via_host(self.mesh, table)
+        return sharding.make_replicate(self.mesh)(table)
 
     def _shape(self) -> tuple[int, int, int]:
         c = self.config
         return c.piece_len, c.batch_pieces, self.rows
 
-    def _normal(self) -> Iterator[batching.DeviceBatch]:
+    def _empty(self, k: int) -> batching.DeviceBatch:
+        return batching.empty_batch(k, *self._shape())
+
+    def _calls(self) -> Iterator[batching.DeviceBatch]:
+        """This host's calls: [local devices, per_call, ...] arrays, exactly `steps / per_call` of them."""
         if self.cache is not None:
             return iter(self.cache[0])
-        return batching.pack_normal(self.make_chunks(), *self._shape())
+        steps = batching.pack_normal(self.make_chunks(), *self._shape())
+        steps = batching.group_steps(steps, self.per_step, self.plan.steps, self._empty)
+        return batching.stack_calls(steps, self.plan.per_call)
 
     def _long(self) -> Iterator[batching.LongBatch]:
         if self.cache is not None:
@@ -172,9 +216,11 @@ class SideRunner:
 
         Next-fit packing depends on the row lengths only. Row slots per batch (`batch_rows` 0) are
         set from the mean pieces per row over all hosts, so slots are rarely the binding limit.
+        With the 'owner' layout each device's rows are packed apart and kept in memory.
         """
         L, B = self.config.piece_len, self.config.batch_pieces
-        lengths = [c.lengths for c in self.make_chunks()]
+        chunks = list(self.make_chunks()) if self.spec.owner else None
+        lengths = [c.lengths for c in (chunks if chunks is not None else self.make_chunks())]
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         pieces = batching.num_pieces(lengths, L)
         normal = pieces[pieces <= B]
@@ -184,47 +230,75 @@ class SideRunner:
             totals = _over_hosts(totals).sum(axis=0)
         mean_pieces = totals[0] / max(totals[1], 1)
         self.rows = self.config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
-        R = self.rows
-        n_normal = len(batching.batch_starts(normal, B, R, final=True)[0])
+        R, k = self.rows, self.per_step
         n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
-        long_rows = int(np.sum(pieces > B))
-        k = self.per_step
-        counts = np.array([-(-n_normal // k), -(-n_long // k), -(-long_rows // (k * R))], np.int64)
+        if chunks is not None:
+            by_device = self._pack_by_owner(chunks)
+            steps = max((len(b) for b in by_device), default=0)
+            long_ids = np.concatenate([c.row_ids[batching.num_pieces(c.lengths, L) > B] for c in chunks] or [np.zeros(0)])
+            per_device = np.bincount((long_ids // self.shard).astype(np.int64), minlength=k)
+            long_solves = int(-(-per_device.max(initial=0) // R))
+        else:
+            steps = -(-len(batching.batch_starts(normal, B, R, final=True)[0]) // k)
+            long_solves = -(-int(np.sum(pieces > B)) // (k * R))
+        counts = np.array([steps, -(-n_long // k), long_solves], np.int64)
         if multihost:
             counts = _over_hosts(counts).max(axis=0)
-        if self.config.cache_batches:
-            self.cache = (list(self._normal()), list(self._long()))
-        return SidePlan(*(int(c) for c in counts))
+        steps, long_steps, long_solves = (int(c) for c in counts)
+        calls = -(-steps // self.config.steps_per_call)
+        per_call = max(1, -(-steps // max(calls, 1)))  # as few padding steps as `calls` calls allow
+        plan = SidePlan(calls * per_call, per_call, long_steps, long_solves)
+        if chunks is not None:
+            steps_iter = batching.owner_steps(by_device, self._empty(1))
+            grouped = batching.group_steps(steps_iter, k, plan.steps, self._empty)
+            self.cache = (list(batching.stack_calls(grouped, per_call)), list(batching.pack_long(chunks, L, B)))
+        elif self.config.cache_batches:
+            self.plan = plan
+            self.cache = (list(self._calls()), list(self._long()))
+        return plan
+
+    def _pack_by_owner(self, chunks: list[data.RowChunk]) -> list[batching.DeviceBatch]:
+        """Device j's rows (those of its table shard) packed into its own batches."""
+        packed = []
+        for j in range(self.per_step):
+            mine = [batching.select_rows(c, c.row_ids // self.shard == j) for c in chunks]
+            batches = list(batching.pack_normal(mine, *self._shape()))
+            packed.append(batching.merge(batches) if batches else self._empty(0))
+        return packed
 
     def run(self, src: jax.Array, dst: jax.Array, desc: str) -> tuple[jax.Array, np.ndarray]:
         """Solve every row of this side into `dst` (donated) with `src` fixed; loss terms summed."""
         from tqdm import tqdm
 
-        L, B, R = self._shape()
         gram = self.gramian(src)
-        step_src = sharding.make_replicate(self.mesh)(src) if self.spec.replicated_src else src
+        step_src = self._replicated(src)
         terms = []
         show = self.config.progress and jax.process_index() == 0
         bar = tqdm(total=self.plan.steps, desc=desc, unit="step", disable=not show, file=sys.stderr, leave=False)
         start, rows_done = time.perf_counter(), 0
-        make_empty = lambda k: batching.empty_batch(k, L, B, R)  # noqa: E731
 
         def to_device():  # runs in the prefetch thread: packing and host-to-device copies overlap the steps
-            for batch in batching.group_steps(self._normal(), self.per_step, self.plan.steps, make_empty):
-                arrays = [sharding.host_batch(self.mesh, a) for a in (batch.ids, batch.seg, batch.row_ids, batch.row_len)]
-                yield arrays, int((batch.row_ids >= 0).sum())
+            for call in self._calls():
+                arrays = [sharding.host_batch(self.mesh, a) for a in (call.ids, call.seg, call.row_ids, call.row_len)]
+                yield arrays, int((call.row_ids >= 0).sum())
 
-        for arrays, rows in data.prefetch(to_device):
+        if self.spec.owner:  # one process whose devices share host memory: keep the batches on them
+            if self.device_calls is None:
+                self.device_calls = list(to_device())
+            calls = iter(self.device_calls)
+        else:
+            calls = data.prefetch(to_device)
+        for arrays, rows in calls:
             dst, t = self.step(step_src, dst, gram, *arrays)
             terms.append(t)
             rows_done += rows
-            bar.update(1)
+            bar.update(self.plan.per_call)
             bar.set_postfix(rows_per_s=f"{rows_done / max(time.perf_counter() - start, 1e-9):.0f}", refresh=False)
         bar.close()
         if self.plan.long_steps:
-            dst, long_terms = self._run_long(src, dst, gram)
+            dst, long_terms = self._run_long(step_src, dst, gram)
             terms.extend(long_terms)
-        total = np.sum([np.asarray(t, np.float64) for t in terms], axis=0) if terms else np.zeros(3)
+        total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
         return dst, total
 
     def _run_long(self, src, dst, gram):
@@ -243,21 +317,28 @@ class SideRunner:
                 slot[0] += a[k]
                 slot[1] += b[k]
         owners = sorted(acc)
-        per = self.per_step * R
+        if self.spec.owner:  # slot j of every solve holds rows of device j's shard
+            queues = [[o for o in owners if o // self.shard == j] for j in range(self.per_step)]
+        else:
+            queues = [owners[j::self.per_step] for j in range(self.per_step)]
         terms = []
         for s in range(self.plan.long_solves):
-            part = owners[s * per : (s + 1) * per]
-            a = np.zeros((per, d, d), np.float32)
-            b = np.zeros((per, d), np.float32)
-            ids = np.full(per, batching.PAD_ID, np.int32)
-            lens = np.zeros(per, np.int32)
-            for k, owner in enumerate(part):
-                a[k], b[k], lens[k] = acc[owner]
-                ids[k] = owner
-            shaped = [x.reshape((self.per_step, R) + x.shape[1:]) for x in (a, b, ids, lens)]
-            dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in shaped])
+            a = np.zeros((self.per_step, R, d, d), np.float32)
+            b = np.zeros((self.per_step, R, d), np.float32)
+            ids = np.full((self.per_step, R), batching.PAD_ID, np.int32)
+            lens = np.zeros((self.per_step, R), np.int32)
+            for j, queue in enumerate(queues):
+                for i, owner in enumerate(queue[s * R : (s + 1) * R]):
+                    a[j, i], b[j, i], lens[j, i] = acc[owner]
+                    ids[j, i] = owner
+            dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in (a, b, ids, lens)])
             terms.append(t)
         return dst, terms
+
+
+def _host_terms(terms: jax.Array) -> np.ndarray:
+    """[observed, reg, rows] in float64 from a step's terms ([3] summed, or [devices, 3] per device)."""
+    return np.asarray(sharding.local_rows(terms) if terms.ndim == 2 else terms, np.float64).reshape(-1, 3).sum(axis=0)
 
 
 def _over_hosts(values: np.ndarray) -> np.ndarray:
@@ -272,8 +353,11 @@ def _chunk_reader(dataset: Dataset, split: str, config: TrainConfig, num_rows: i
     return lambda: data.read_chunks(files, config.chunk_rows, num_rows, num_cols)
 
 
-def _check_finite(table: jax.Array, epoch: int, side: str) -> None:
-    if not bool(jnp.isfinite(table).all()):
+def _check_finite(mesh, table: jax.Array, epoch: int, side: str) -> None:
+    finite = sharding.local_all_finite(mesh, table)
+    if jax.process_count() > 1:
+        finite = bool(_over_hosts(np.array([finite], np.int64)).all())
+    if not finite:
         raise TrainingCollapse(
             f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical collapse); "
             "raise --reg or use --table_dtype float32"
@@ -387,7 +471,7 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
         reader = _chunk_reader(dataset, side.split, config, n_this, n_other)
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, num_other, observed_loss=side.name == "col")
-        runners[side.name] = SideRunner(config, mesh, spec, reader)
+        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this)
 
     recorder = _Recorder(config.model_dir, start)
     history = recorder.records
@@ -400,7 +484,7 @@ def train(config: TrainConfig, callback: Callable[[int, Model], None] | None = N
                 ts = time.perf_counter()
                 src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
                 tables[side.table], terms = runners[side.name].run(src, tables[side.table], f"epoch {epoch} {side.name}s")
-                _check_finite(tables[side.table], epoch, side.name)
+                _check_finite(mesh, tables[side.table], epoch, side.name)
                 record[f"{side.name}_seconds"] = time.perf_counter() - ts
                 if side.name == "col":
                     record["loss_observed"] = float(terms[0])
@@ -448,13 +532,14 @@ def _evaluate(model: Model, dataset: Dataset, config: TrainConfig) -> dict:
     from alx_trainer import evaluate
 
     ndcg_k = 100 if dataset.num_cols >= 100 else None
+    mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
     if dataset.tfds:
         from alx_trainer import tfds_input
 
         rows = tfds_input.read_test_rows(dataset.files["test"])
         shared = dataset.num_rows == dataset.num_cols
-        return evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k, exclude_self=shared)
-    return evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k)
+        return evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k, exclude_self=shared, mesh=mesh)
+    return evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
 
 
 def load_model(model_dir: str) -> Model:
@@ -471,8 +556,11 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     """Embeddings [len(rows), d] float32 solving Eq. 4 for each row against the fixed `col_table`.
 
     Uses the configured solver (CG starts from zero) and the training step kernels; single process.
+    The default mesh is every local device, but one device on CPU (see `cli_train.split_cpu`).
     """
-    mesh = mesh if mesh is not None else sharding.make_mesh(jax.local_devices())
+    if mesh is None:
+        cpu = jax.default_backend() == "cpu"
+        mesh = sharding.make_mesh(jax.local_devices()[:1] if cpu else jax.local_devices())
     n = len(rows)
     num_cols = col_table.shape[0]
     for i, r in enumerate(rows):
@@ -486,6 +574,6 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     dst = sharding.table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
     runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
     spec = step_spec(config, num_cols, observed_loss=False)
-    runner = SideRunner(runner_config, mesh, spec, lambda: data.chunks_from_rows(np.arange(n), rows))
+    runner = SideRunner(runner_config, mesh, spec, lambda: data.chunks_from_rows(np.arange(n), rows), n)
     dst, _ = runner.run(src, dst, "fold-in")
     return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

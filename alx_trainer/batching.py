@@ -12,7 +12,7 @@ every row length trains exactly.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def _concat(a: RowChunk | None, b: RowChunk) -> RowChunk:
     )
 
 
-def _select(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
+def select_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
     """The rows of `chunk` where `keep` is true."""
     lengths = chunk.lengths[keep]
     starts = chunk.indptr[:-1][keep]
@@ -130,11 +130,11 @@ def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, b
     pending: RowChunk | None = None
     for chunk in chunks:
         fits = num_pieces(chunk.lengths, piece_len) <= batch_pieces
-        pending = _concat(pending, chunk if fits.all() else _select(chunk, fits))
+        pending = _concat(pending, chunk if fits.all() else select_rows(chunk, fits))
         starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False)
         if starts:
             yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
-            pending = _select(pending, np.arange(len(pending)) >= stop)
+            pending = select_rows(pending, np.arange(len(pending)) >= stop)
     if pending is not None and len(pending):
         starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
         yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
@@ -147,7 +147,7 @@ def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> 
         long = num_pieces(chunk.lengths, piece_len) > batch_pieces
         if not long.any():
             continue
-        sub = _select(chunk, long)
+        sub = select_rows(chunk, long)
         lengths = sub.lengths
         nb = -(-lengths // per_batch)
         batch_row = np.repeat(np.arange(len(sub)), nb)
@@ -172,13 +172,13 @@ def group_steps(batches: Iterable, per_step: int, num_steps: int, make_empty) ->
         buffer.append(batch)
         have += len(batch)
         while have >= per_step:
-            merged = _merge(buffer)
+            merged = merge(buffer)
             yield _slice(merged, 0, per_step)
             emitted += 1
             rest = _slice(merged, per_step, len(merged))
             buffer, have = ([rest], len(rest)) if len(rest) else ([], 0)
     if have:
-        merged = _merge(buffer + [make_empty(per_step - have)])
+        merged = merge(buffer + [make_empty(per_step - have)])
         yield merged
         emitted += 1
     if emitted > num_steps:
@@ -187,7 +187,26 @@ def group_steps(batches: Iterable, per_step: int, num_steps: int, make_empty) ->
         yield make_empty(per_step)
 
 
-def _merge(items: list):
+def owner_steps(per_device: Sequence[DeviceBatch], empty: DeviceBatch) -> Iterator[DeviceBatch]:
+    """Steps whose slot j holds device j's next batch (`per_device[j]`, k_j batches), or `empty` once it has none."""
+    for s in range(max((len(b) for b in per_device), default=0)):
+        yield merge([_slice(b, s, s + 1) if s < len(b) else empty for b in per_device])
+
+
+def stack_calls(steps: Iterable[DeviceBatch], per_call: int) -> Iterator[DeviceBatch]:
+    """Every `per_call` consecutive steps ([k, ...] arrays) as one call ([k, per_call, ...] arrays)."""
+    group: list[DeviceBatch] = []
+    for step in steps:
+        group.append(step)
+        if len(group) == per_call:
+            yield DeviceBatch(*(np.stack([getattr(g, f.name) for g in group], axis=1) for f in dataclasses.fields(DeviceBatch)))
+            group = []
+    if group:
+        raise ValueError(f"{len(group)} steps left over: the step count must be a multiple of {per_call}")
+
+
+def merge(items: list):
+    """Concatenate batches of one kind along their first axis."""
     if len(items) == 1:
         return items[0]
     cls = type(items[0])

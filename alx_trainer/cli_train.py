@@ -21,6 +21,7 @@ Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
 
 from __future__ import annotations
 
+import os
 import sys
 
 from alx_trainer.config import TrainConfig, parse_dataclass_args
@@ -44,6 +45,33 @@ def _init_distributed(config: TrainConfig) -> None:
         jax.distributed.initialize()
 
 
+def split_cpu(config: TrainConfig) -> int:
+    """Make `config.cpu_devices` JAX CPU devices (before JAX starts); returns the count asked for.
+
+    Auto (0) gives one device per core only to runs whose CPU programs have no collective and no
+    LAPACK call (CG with the matrix-free product in the 'owner' layout): XLA's CPU runtime can
+    deadlock when per-core devices run such programs at once (seen with batched Cholesky and with
+    in-process all-gathers on this 2-core machine), so other runs keep one CPU device.
+    """
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return 0
+    safe = (
+        config.solver == "cg"
+        and config.cg_form in ("auto", "matvec")
+        and config.layout in ("auto", "owner")
+        and config.stats == "gather"
+        and not config.distributed
+    )
+    count = config.cpu_devices or ((os.cpu_count() or 1) if safe else 1)
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # JAX already started in this process (e.g. called from Python): keep its devices
+        return 0
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, train, print a one-line summary; 0 on success, 1 on a reported error."""
     try:
@@ -54,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if config.distributed:
             _init_distributed(config)
+        else:
+            split_cpu(config)
         from alx_trainer import als
 
         model = als.train(config)

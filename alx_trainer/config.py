@@ -20,6 +20,7 @@ SOLVERS = ("cg", "cholesky", "lu", "qr")
 STATS_MODES = ("gather", "local")
 CG_FORMS = ("auto", "matvec", "explicit")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
+LAYOUTS = ("auto", "sharded", "replicated", "owner")
 
 
 def _field(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
@@ -58,10 +59,18 @@ class TrainConfig:
         "'gather': sharded gather of embeddings (paper 4.2); 'local': per-shard partial statistics, "
         "then a reduce-scatter (the paper's alternative). Both give the same tables.",
     )
-    replicate_fixed_table: bool = _field(
-        False,
-        "Copy the fixed table whole to every device once per half-epoch instead of a sharded gather per "
-        "step (needs it to fit one device; fewer collectives, e.g. CPU hosts with one device per core).",
+    layout: str = _field(
+        "auto",
+        "How steps reach the tables: 'sharded' (paper 4.2: sharded gather and scatter every step); "
+        "'replicated' (the fixed table copied whole to every device once per half-epoch, so it must fit one); "
+        "'owner' (replicated, and each device solves only the rows of its own shard: no collective per step; "
+        "one process, packed batches held in memory); 'auto' = owner for a one-process CPU run, else sharded.",
+    )
+    steps_per_call: int = _field(8, "Dense batches each device runs per compiled call (a lax.scan): fewer dispatches.")
+    cpu_devices: int = _field(
+        0,
+        "CPU runs of the command line: split the host into this many JAX devices, each running its own steps "
+        "(0: one per core). Ignored on GPU/TPU and when XLA_FLAGS sets --xla_force_host_platform_device_count.",
     )
     table_dtype: str = _field(
         "auto",
@@ -102,6 +111,13 @@ class TrainConfig:
             (self.cg_iters > 0, f"cg_iters: must be positive, got {self.cg_iters}"),
             (self.cg_form in CG_FORMS, f"cg_form: must be one of {CG_FORMS}, got {self.cg_form!r}"),
             (self.stats in STATS_MODES, f"stats: must be one of {STATS_MODES}, got {self.stats!r}"),
+            (self.layout in LAYOUTS, f"layout: must be one of {LAYOUTS}, got {self.layout!r}"),
+            (
+                self.stats == "gather" or self.layout in ("auto", "sharded"),
+                f"stats: 'local' needs layout 'sharded' (the fixed table stays sharded), got layout {self.layout!r}",
+            ),
+            (self.steps_per_call > 0, f"steps_per_call: must be positive, got {self.steps_per_call}"),
+            (self.cpu_devices >= 0, f"cpu_devices: must be >= 0, got {self.cpu_devices}"),
             (self.table_dtype in TABLE_DTYPES, f"table_dtype: must be one of {TABLE_DTYPES}, got {self.table_dtype!r}"),
             (self.piece_len > 0, f"piece_len: must be positive, got {self.piece_len}"),
             (self.batch_pieces > 0, f"batch_pieces: must be positive, got {self.batch_pieces}"),

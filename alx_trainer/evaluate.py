@@ -35,6 +35,12 @@ def default_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), ("cols",))
 
 
+def one_device_mesh() -> Mesh:
+    """The first device alone: evaluation of CPU runs whose devices are split per core (the
+    training loop uses it; see `alx_trainer.cli_train.split_cpu` for why)."""
+    return Mesh(np.array(jax.devices()[:1]), ("cols",))
+
+
 @functools.lru_cache(maxsize=64)
 def _topk_kernel(mesh: Mesh, num_cols: int, k: int, approx: bool, recall_target: float):
     """The jitted sharded scorer: (queries [B, d], table [N_pad, d] row-sharded, exclude [B, E])."""

@@ -6,12 +6,16 @@ Both tables are `[rows_padded, d]` arrays sharded by rows over the 1-D mesh axis
   (the reduce half of the paper's all-reduce: each device keeps only its own batch).
 - solve: per-row normal equations (paper Eq. 4) with the configured solver, in float32.
 - sharded scatter: `all_gather` the solved rows and their ids, masked local update.
-- optionally (`replicated_src`), when the fixed table fits one device: one all-gather of it per
-  half-epoch replaces the per-step sharded gather (fewer collectives; fastest on CPU hosts).
+Layouts (`StepSpec.layout`): 'sharded' is the paper's (both tables sharded, the gather and scatter
+above every step); 'replicated' copies the fixed table whole to every device once per half-epoch,
+so a step's gather is a local lookup; 'owner' adds that each device solves only rows of its own
+shard (the trainer routes them there), so a step needs no collective at all, its loss terms come
+back per device, and the per-half-epoch gramian and replication go through the host (one process).
+A step kernel runs a `lax.scan` over K stacked dense batches: fewer dispatches per half-epoch.
 - "local statistics" (paper 4.2 alternative): each device builds partial d x d statistics of every
   device's batch from its own shard only, then one `psum_scatter` sums them.
-Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2);
-the matrix-free kernel skips the observed loss when `observed_loss` is off.
+Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2,
+row count); the matrix-free kernel skips the observed loss when `observed_loss` is off.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from alx_trainer import solvers
 
 AXIS = "d"
+LAYOUTS = ("sharded", "replicated", "owner")
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -57,7 +62,16 @@ class StepSpec:
     matvec: bool  # CG without building the d x d matrices (gather mode only)
     local_stats: bool
     observed_loss: bool = True  # compute sum (1 - h.x)^2 (one more pass over the gathered ids)
-    replicated_src: bool = False  # the fixed table arrives whole on every device (see `replicate`)
+    layout: str = "sharded"  # one of LAYOUTS (see the module docstring)
+
+    @property
+    def replicated_src(self) -> bool:
+        """The fixed table arrives whole on every device (`replicate`)."""
+        return self.layout != "sharded"
+
+    @property
+    def owner(self) -> bool:
+        return self.layout == "owner"
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,14 +115,36 @@ def sharded_gather(table_l: jax.Array, ids: jax.Array) -> jax.Array:
     return jax.lax.psum_scatter(found, AXIS, scatter_dimension=0, tiled=True)[0]
 
 
+def local_update(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
+    """Write the rows of `values` [n, d] whose global `ids` [n] live in this shard; others are dropped."""
+    shard = table_l.shape[0]
+    local = ids - jax.lax.axis_index(AXIS) * shard
+    mine = (local >= 0) & (local < shard)
+    return table_l.at[jnp.where(mine, local, shard)].set(values.astype(table_l.dtype), mode="drop")
+
+
 def sharded_scatter(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
     """Write `values` [R, d] at global row `ids` [R] (PAD -1 ignored) into the sharded table."""
     all_ids = jax.lax.all_gather(ids, AXIS).reshape(-1)
     all_values = jax.lax.all_gather(values, AXIS).reshape(-1, values.shape[-1])
-    shard = table_l.shape[0]
-    local = all_ids - jax.lax.axis_index(AXIS) * shard
-    mine = (local >= 0) & (local < shard)
-    return table_l.at[jnp.where(mine, local, shard)].set(all_values.astype(table_l.dtype), mode="drop")
+    return local_update(table_l, all_ids, all_values)
+
+
+def _rows_in(spec: StepSpec, table_l: jax.Array, ids: jax.Array) -> jax.Array:
+    """float32 rows `ids` of the table being solved: local when every id is this device's own."""
+    return _local_lookup(table_l, ids) if spec.owner else sharded_gather(table_l, ids)
+
+
+def _rows_out(spec: StepSpec, table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
+    return local_update(table_l, ids, values) if spec.owner else sharded_scatter(table_l, ids, values)
+
+
+def _fixed_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
+    """float32 rows `ids` of the fixed table (zeros at padding ids)."""
+    if spec.replicated_src:  # a plain local lookup, no collective
+        rows = jnp.take(src_l, jnp.where(ids >= 0, ids, src_l.shape[0]), axis=0, mode="fill", fill_value=0)
+        return rows.astype(jnp.float32)
+    return sharded_gather(src_l, ids)
 
 
 def _gramian_local(table_l: jax.Array) -> jax.Array:
@@ -153,21 +189,18 @@ def _solve_explicit(spec: StepSpec, gram, a_obs, b, x0, row_ids, row_len):
 
 
 def _loss_terms(valid, observed, lam, x):
+    """This device's [observed, reg, rows] of the rows it solved."""
     observed = jnp.sum(jnp.where(valid, observed, 0))
     reg = jnp.sum(jnp.where(valid, lam * jnp.sum(x * x, -1), 0))
     rows = jnp.sum(valid.astype(jnp.float32))
-    return jax.lax.psum(jnp.stack([observed, reg, rows]), AXIS)
+    return jnp.stack([observed, reg, rows])
 
 
-def _step_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
-    ids, seg, row_ids, row_len = ids[0], seg[0], row_ids[0], row_len[0]
+def _batch_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+    """Solve one dense batch (ids [B, L], seg [B], row_ids/row_len [R]); returns (dst_l, terms)."""
     rows = row_ids.shape[0]
-    if spec.replicated_src:  # a plain local lookup, no collective
-        h = jnp.take(src_l, jnp.where(ids >= 0, ids, src_l.shape[0]), axis=0, mode="fill", fill_value=0)
-        h = h.astype(jnp.float32)
-    else:
-        h = sharded_gather(src_l, ids)  # [B, L, d] float32, zeros at padding
-    x0 = sharded_gather(dst_l, row_ids)  # warm start [R, d]
+    h = _fixed_rows(spec, src_l, ids)  # [B, L, d] float32, zeros at padding
+    x0 = _rows_in(spec, dst_l, row_ids)  # warm start [R, d]
     if spec.matvec and spec.solver == "cg":
         valid = row_ids >= 0
         lam = _row_reg(spec, row_len)
@@ -195,35 +228,55 @@ def _step_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len)
     else:
         a_obs, b = _explicit_stats(h, seg, rows)
         x, terms = _solve_explicit(spec, gram, a_obs, b, x0, row_ids, row_len)
-    return sharded_scatter(dst_l, row_ids, x), terms
+    return _rows_out(spec, dst_l, row_ids, x), terms
 
 
-def _step_local(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
-    rows = row_ids.shape[1]
-    all_ids = jax.lax.all_gather(ids[0], AXIS)  # [D, B, L]
-    all_seg = jax.lax.all_gather(seg[0], AXIS)  # [D, B]
+def _batch_local(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+    """One dense batch with the paper's "local statistics" (sharded layout only)."""
+    rows = row_ids.shape[0]
+    all_ids = jax.lax.all_gather(ids, AXIS)  # [D, B, L]
+    all_seg = jax.lax.all_gather(seg, AXIS)  # [D, B]
     h = _local_lookup(src_l, all_ids)  # only this shard's rows, zeros elsewhere
     a_part, b_part = jax.vmap(lambda hh, ss: _explicit_stats(hh, ss, rows))(h, all_seg)
     a_obs = jax.lax.psum_scatter(a_part, AXIS, scatter_dimension=0, tiled=True)[0]
     b = jax.lax.psum_scatter(b_part, AXIS, scatter_dimension=0, tiled=True)[0]
-    x0 = sharded_gather(dst_l, row_ids[0])
-    x, terms = _solve_explicit(spec, gram, a_obs, b, x0, row_ids[0], row_len[0])
-    return sharded_scatter(dst_l, row_ids[0], x), terms
+    x0 = sharded_gather(dst_l, row_ids)
+    x, terms = _solve_explicit(spec, gram, a_obs, b, x0, row_ids, row_len)
+    return sharded_scatter(dst_l, row_ids, x), terms
+
+
+def _step(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+    """Scan this device's K stacked batches ([1, K, ...]); loss terms summed over them."""
+    body = functools.partial(_batch_local if spec.local_stats else _batch_gather, spec, src_l)
+
+    def one(dst_l, batch):
+        if not spec.owner:  # collectives inside: every device runs every batch
+            return body(dst_l, gram, *batch)
+        # No collective: a device skips its padding batches (row slots all empty).
+        return jax.lax.cond(jnp.any(batch[2] >= 0), lambda t: body(t, gram, *batch), lambda t: (t, jnp.zeros(3)), dst_l)
+
+    dst_l, terms = jax.lax.scan(one, dst_l, (ids[0], seg[0], row_ids[0], row_len[0]))
+    terms = terms.sum(axis=0)
+    return dst_l, (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
+
+
+def _terms_spec(spec: StepSpec):
+    """Loss terms come back summed over devices ([3], replicated) or per device ([D, 3]) for 'owner'."""
+    return P(AXIS) if spec.owner else P()
 
 
 @functools.lru_cache(maxsize=None)
 def make_step(mesh: Mesh, spec: StepSpec):
-    """`step(src, dst, gram, ids, seg, row_ids, row_len) -> (dst, [observed, reg, rows])`.
+    """`step(src, dst, gram, ids, seg, row_ids, row_len) -> (dst, terms)`.
 
-    `src` is the fixed table, `dst` the table being solved (donated, updated in place).
+    `src` is the fixed table (replicated unless the layout is 'sharded'), `dst` the table being
+    solved (donated, updated in place); the batch arrays are [D, K, ...] (K batches per device).
     """
-    body = _step_local if spec.local_stats else _step_gather
-    src_spec = P() if spec.replicated_src and not spec.local_stats else P(AXIS)
     fn = jax.shard_map(
-        functools.partial(body, spec),
+        functools.partial(_step, spec),
         mesh=mesh,
-        in_specs=(src_spec, P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
-        out_specs=(P(AXIS), P()),
+        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), _terms_spec(spec)),
         check_vma=False,
     )
     return jax.jit(fn, donate_argnums=(1,))
@@ -231,27 +284,64 @@ def make_step(mesh: Mesh, spec: StepSpec):
 
 @functools.lru_cache(maxsize=None)
 def make_replicate(mesh: Mesh):
-    """`replicate(table)`: the whole table on every device (one all-gather), for `replicated_src` steps."""
+    """`replicate(table)`: the whole table on every device (one all-gather)."""
     return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))
 
 
-def _long_stats(src_l, ids):
-    h = sharded_gather(src_l, ids[0])  # [B, L, d]
+def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
+    """The whole table on every device through host memory (no collective; one process)."""
+    return jax.device_put(np.asarray(table), NamedSharding(mesh, P()))
+
+
+@functools.lru_cache(maxsize=None)
+def _partial_gramians(mesh: Mesh):
+    def local(table_l):
+        t = table_l.astype(jnp.float32)
+        return (t.T @ t)[None]
+
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False))
+
+
+def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
+    """`T^T T` [d, d] float32, replicated: per-device parts summed in host memory (no collective)."""
+    parts = np.asarray(_partial_gramians(mesh)(table), np.float64).sum(axis=0)
+    return jax.device_put(parts.astype(np.float32), NamedSharding(mesh, P()))
+
+
+@functools.lru_cache(maxsize=None)
+def _finite_flags(mesh: Mesh):
+    local = lambda t: jnp.isfinite(t).all()[None]  # noqa: E731
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False))
+
+
+def local_all_finite(mesh: Mesh, table: jax.Array) -> bool:
+    """Whether this process's shards of `table` are all finite (no collective)."""
+    return bool(local_rows(_finite_flags(mesh)(table)).all())
+
+
+def _long_stats(spec: StepSpec, src_l, ids):
+    h = _fixed_rows(spec, src_l, ids[0])  # [B, L, d]
     a = jnp.einsum("bld,ble->de", h, h)
     return a[None], h.sum(axis=(0, 1))[None]
 
 
 @functools.lru_cache(maxsize=None)
-def make_long_stats(mesh: Mesh):
+def make_long_stats(mesh: Mesh, spec: StepSpec):
     """`long_stats(src, ids [D, B, L]) -> (A_obs [D, d, d], b [D, d])`: one long-row part per device."""
-    fn = jax.shard_map(_long_stats, mesh=mesh, in_specs=(P(AXIS), P(AXIS)), out_specs=(P(AXIS), P(AXIS)), check_vma=False)
+    fn = jax.shard_map(
+        functools.partial(_long_stats, spec),
+        mesh=mesh,
+        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), P(AXIS)),
+        check_vma=False,
+    )
     return jax.jit(fn)
 
 
 def _solve_scatter(spec: StepSpec, dst_l, gram, a_obs, b, row_ids, row_len):
-    x0 = sharded_gather(dst_l, row_ids[0])
+    x0 = _rows_in(spec, dst_l, row_ids[0])
     x, terms = _solve_explicit(spec, gram, a_obs[0], b[0], x0, row_ids[0], row_len[0])
-    return sharded_scatter(dst_l, row_ids[0], x), terms
+    return _rows_out(spec, dst_l, row_ids[0], x), (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -261,7 +351,7 @@ def make_solve_scatter(mesh: Mesh, spec: StepSpec):
         functools.partial(_solve_scatter, spec),
         mesh=mesh,
         in_specs=(P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
-        out_specs=(P(AXIS), P()),
+        out_specs=(P(AXIS), _terms_spec(spec)),
         check_vma=False,
     )
     return jax.jit(fn, donate_argnums=(0,))

@@ -13,7 +13,7 @@ from alx_trainer import __main__ as cli
 from alx_trainer import predict, sweep
 from alx_trainer.als import fold_in, load_model, train
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluate import evaluate
+from alx_trainer.evaluate import evaluate, one_device_mesh
 from webgraph_pipeline.contract import read_split, read_vocab
 from tests import reference_ials
 
@@ -74,7 +74,9 @@ def test_recall_beats_popularity_and_trainer_callback_used_evaluate(hollins):
     assert approx["recall@20"] >= 0.95 * exact["recall@20"]
     with open(os.path.join(model.config.model_dir, "metrics.jsonl"), encoding="utf-8") as f:
         logged = {r["epoch"]: r for r in map(json.loads, f)}
-    assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=1e-6)
+    # the training loop evaluates CPU runs on one device; the same call gives the same figure
+    assert logged[8]["recall@20"] == pytest.approx(evaluate(model, data, mesh=one_device_mesh())["recall@20"], abs=1e-6)
+    assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=0.01)  # 8 shards: ties may break apart
     assert "recall@20" in logged[4] and "recall@20" not in logged[3]
 
 

@@ -95,3 +95,20 @@ def test_empty_row_gets_a_slot():
     chunk = RowChunk(np.array([5, 6]), np.array([0, 0, 2]), np.array([1, 2]))
     (b,) = batching.pack_normal([chunk], 4, 4, 4)
     assert b.row_ids[0, :2].tolist() == [5, 6] and b.row_len[0, :2].tolist() == [0, 2]
+
+
+def test_owner_steps_and_stack_calls():
+    """Slot j of every step holds device j's batches in order (empties once it runs out); K steps stack per call."""
+    make = lambda lo, n: batching.merge([batching.empty_batch(1, 2, 2, 2) for _ in range(n)])  # noqa: E731
+    a, b = make(0, 3), make(0, 1)
+    a.row_ids[:, 0] = [10, 11, 12]
+    b.row_ids[:, 0] = [20]
+    steps = list(batching.owner_steps([a, b], batching.empty_batch(1, 2, 2, 2)))
+    assert [s.row_ids[:, 0].tolist() for s in steps] == [[10, 20], [11, -1], [12, -1]]
+    steps = list(batching.group_steps(iter(steps), 2, 4, lambda k: batching.empty_batch(k, 2, 2, 2)))
+    (first, second) = batching.stack_calls(steps, 2)
+    assert first.ids.shape == (2, 2, 2, 2) and first.row_ids.shape == (2, 2, 2)
+    assert first.row_ids[:, :, 0].tolist() == [[10, 11], [20, -1]]
+    assert second.row_ids[:, :, 0].tolist() == [[12, -1], [-1, -1]]
+    with pytest.raises(ValueError, match="multiple of 3"):
+        list(batching.stack_calls(steps, 3))

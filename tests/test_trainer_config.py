@@ -118,3 +118,15 @@ def test_cli_trains_and_writes_metrics_and_tensorboard(tmp_path, capsys):
     assert any(p.name.startswith("events.out.tfevents") for p in (model_dir / "tensorboard").iterdir())
     assert sorted(p.name for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]
     assert json.loads((model_dir / "config.json").read_text())["dim"] == 4
+
+
+def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
+    """The command line makes one JAX device per core for CG (matrix-free, 'owner' layout), one device otherwise."""
+    data_dir, _ = _dataset(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # not the test session's 8 virtual devices
+    common = ["--data", data_dir, "--dim", "4", "--epochs", "1", "--no-progress"]
+    for extra, devices in (([], os.cpu_count()), (["--solver", "cholesky"], 1), (["--cpu_devices", "3"], 3)):
+        run = subprocess.run([sys.executable, "-m", "alx_trainer", "train", "--model_dir", str(tmp_path / str(devices)),
+                              *common, *extra], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert f"on {devices} device(s) in 1 process(es)" in run.stdout

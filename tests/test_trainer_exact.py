@@ -99,20 +99,25 @@ def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
     assert _rel(a.col_table, b.col_table) < 1e-5
 
 
-def test_replicated_fixed_table_matches_sharded_gather(dataset, tmp_path):
+@pytest.mark.parametrize("layout", ["replicated", "owner"])
+def test_layouts_match_sharded_gather(dataset, tmp_path, layout):
     data_dir, _ = dataset
     mesh = sharding.make_mesh()
-    kw = dict(solver="cg", cg_iters=3, cg_form="matvec", epochs=2)
-    a = als.train(_config(data_dir, str(tmp_path / "s"), **kw), mesh=mesh)
-    b = als.train(_config(data_dir, str(tmp_path / "r"), replicate_fixed_table=True, **kw), mesh=mesh)
+    kw = dict(solver="cg", cg_iters=3, cg_form="matvec", epochs=2, steps_per_call=3)
+    a = als.train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=mesh)
+    b = als.train(_config(data_dir, str(tmp_path / "r"), layout=layout, **kw), mesh=mesh)
     assert _rel(a.row_table, b.row_table) < 1e-5
     assert _rel(a.col_table, b.col_table) < 1e-5
+    for key in ("loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "rows_solved", "cols_solved"):
+        assert b.metrics[-1][key] == pytest.approx(a.metrics[-1][key], rel=1e-5), key
 
 
-def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path):
+@pytest.mark.parametrize("layout", ["sharded", "owner"])
+def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path, layout):
     data_dir, _ = dataset
-    one = als.train(_config(data_dir, str(tmp_path / "one"), epochs=2), mesh=sharding.make_mesh(jax.devices()[:1]))
-    eight = als.train(_config(data_dir, str(tmp_path / "eight"), epochs=2), mesh=sharding.make_mesh())
+    kw = dict(epochs=2, layout=layout)
+    one = als.train(_config(data_dir, str(tmp_path / "one"), **kw), mesh=sharding.make_mesh(jax.devices()[:1]))
+    eight = als.train(_config(data_dir, str(tmp_path / "eight"), **kw), mesh=sharding.make_mesh())
     np.testing.assert_allclose(one.row_table, eight.row_table, rtol=0, atol=1e-5 * np.abs(one.row_table).max())
     np.testing.assert_allclose(one.col_table, eight.col_table, rtol=0, atol=1e-5 * np.abs(one.col_table).max())
 
