@@ -10,7 +10,8 @@ Public API (used by evaluation, the CLI and the benchmark):
 - `Model` (row_table, col_table, config, epoch, metrics), `TrainingCollapse`.
 
 A half-epoch solves every row of one side with the other table fixed: gramian of the fixed table,
-then one compiled step per dense batch (sharded gather, solve, sharded scatter). Rows longer than a
+then compiled steps of K dense batches each (gather, solve, scatter; see `sharding` for the
+layouts: 'sharded', 'replicated', and 'owner', where each device solves the rows of its own shard). Rows longer than a
 whole batch get their statistics summed over several batches, then one solve. Rows that never occur
 in a split keep their initial embedding. With tied tables the row and column half-epochs both
 update the one table, each reading a snapshot of it taken at the start of the half-epoch.
