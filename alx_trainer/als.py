@@ -175,7 +175,8 @@ class SideRunner:
         self.step = sharding.make_step(mesh, spec)
         self.long_stats = sharding.make_long_stats(mesh, spec)
         self.solve_scatter = sharding.make_solve_scatter(mesh, spec)
-        self.cache: tuple[list, list] | None = None
+        self.cached_calls: list | None = None  # `cache_batches`: this host's packed calls
+        self.cached_long: list | None = None  # `cache_batches` or 'owner': the long-row batches
         self.device_calls: list | None = None  # 'owner' layout: the calls already on the devices
         self.plan = self._plan()
 
@@ -201,15 +202,15 @@ class SideRunner:
 
     def _calls(self) -> Iterator[batching.DeviceBatch]:
         """This host's calls: [local devices, per_call, ...] arrays, exactly `steps / per_call` of them."""
-        if self.cache is not None:
-            return iter(self.cache[0])
+        if self.cached_calls is not None:
+            return iter(self.cached_calls)
         steps = batching.pack_normal(self.make_chunks(), *self._shape())
         steps = batching.group_steps(steps, self.per_step, self.plan.steps, self._empty)
         return batching.stack_calls(steps, self.plan.per_call)
 
     def _long(self) -> Iterator[batching.LongBatch]:
-        if self.cache is not None:
-            return iter(self.cache[1])
+        if self.cached_long is not None:
+            return iter(self.cached_long)
         return batching.pack_long(self.make_chunks(), self.config.piece_len, self.config.batch_pieces)
 
     def _plan(self) -> SidePlan:
@@ -252,11 +253,17 @@ class SideRunner:
         if chunks is not None:
             steps_iter = batching.owner_steps(by_device, self._empty(1))
             grouped = batching.group_steps(steps_iter, k, plan.steps, self._empty)
-            self.cache = (list(batching.stack_calls(grouped, per_call)), list(batching.pack_long(chunks, L, B)))
+            self.device_calls = [self._device_call(c) for c in batching.stack_calls(grouped, per_call)]
+            self.cached_long = list(batching.pack_long(chunks, L, B))
         elif self.config.cache_batches:
             self.plan = plan
-            self.cache = (list(self._calls()), list(self._long()))
+            self.cached_calls, self.cached_long = list(self._calls()), list(self._long())
         return plan
+
+    def _device_call(self, call: batching.DeviceBatch) -> tuple[list[jax.Array], int]:
+        """A call's arrays on the devices, and how many rows it solves."""
+        arrays = [sharding.host_batch(self.mesh, a) for a in (call.ids, call.seg, call.row_ids, call.row_len)]
+        return arrays, int((call.row_ids >= 0).sum())
 
     def _pack_by_owner(self, chunks: list[data.RowChunk]) -> list[batching.DeviceBatch]:
         """Device j's rows (those of its table shard) packed into its own batches."""
@@ -278,17 +285,10 @@ class SideRunner:
         bar = tqdm(total=self.plan.steps, desc=desc, unit="step", disable=not show, file=sys.stderr, leave=False)
         start, rows_done = time.perf_counter(), 0
 
-        def to_device():  # runs in the prefetch thread: packing and host-to-device copies overlap the steps
-            for call in self._calls():
-                arrays = [sharding.host_batch(self.mesh, a) for a in (call.ids, call.seg, call.row_ids, call.row_len)]
-                yield arrays, int((call.row_ids >= 0).sum())
-
-        if self.spec.owner:  # one process whose devices share host memory: keep the batches on them
-            if self.device_calls is None:
-                self.device_calls = list(to_device())
+        if self.device_calls is not None:  # 'owner': one process, the batches stay on its devices
             calls = iter(self.device_calls)
-        else:
-            calls = data.prefetch(to_device)
+        else:  # packing and host-to-device copies run in the prefetch thread, overlapping the steps
+            calls = data.prefetch(lambda: map(self._device_call, self._calls()))
         for arrays, rows in calls:
             dst, t = self.step(step_src, dst, gram, *arrays)
             terms.append(t)

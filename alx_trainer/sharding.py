@@ -147,9 +147,14 @@ def _fixed_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
     return sharded_gather(src_l, ids)
 
 
-def _gramian_local(table_l: jax.Array) -> jax.Array:
+def _local_gramian(table_l: jax.Array) -> jax.Array:
+    """`T_mu^T T_mu` of this device's shard, float32."""
     t = table_l.astype(jnp.float32)
-    return jax.lax.psum(t.T @ t, AXIS)
+    return t.T @ t
+
+
+def _gramian_local(table_l: jax.Array) -> jax.Array:
+    return jax.lax.psum(_local_gramian(table_l), AXIS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -295,10 +300,7 @@ def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
 
 @functools.lru_cache(maxsize=None)
 def _partial_gramians(mesh: Mesh):
-    def local(table_l):
-        t = table_l.astype(jnp.float32)
-        return (t.T @ t)[None]
-
+    local = lambda t: _local_gramian(t)[None]  # noqa: E731
     return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False))
 
 

@@ -99,8 +99,7 @@ def test_empty_row_gets_a_slot():
 
 def test_owner_steps_and_stack_calls():
     """Slot j of every step holds device j's batches in order (empties once it runs out); K steps stack per call."""
-    make = lambda lo, n: batching.merge([batching.empty_batch(1, 2, 2, 2) for _ in range(n)])  # noqa: E731
-    a, b = make(0, 3), make(0, 1)
+    a, b = batching.empty_batch(3, 2, 2, 2), batching.empty_batch(1, 2, 2, 2)
     a.row_ids[:, 0] = [10, 11, 12]
     b.row_ids[:, 0] = [20]
     steps = list(batching.owner_steps([a, b], batching.empty_batch(1, 2, 2, 2)))
