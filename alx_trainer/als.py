@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 from typing import Callable, Iterator, Sequence
 
@@ -37,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import batching, checkpoint, data, sharding
+from alx_trainer import batching, checkpoint, data, per_core, sharding
 from alx_trainer.config import TrainConfig
 from webgraph_pipeline import contract
 
@@ -172,12 +173,15 @@ class SideRunner:
         self.make_chunks = make_chunks
         self.per_step = len(mesh.local_devices)
         self.shard = sharding.padded_rows(num_rows, mesh) // mesh.size
-        self.step = sharding.make_step(mesh, spec)
+        # 'owner' on per-core CPU devices: a program and a pinned thread per device (per_core)
+        self.per_device = spec.owner and per_core.applies(mesh.local_devices)
+        self.step = sharding.make_device_step(spec) if self.per_device else sharding.make_step(mesh, spec)
         self.long_stats = sharding.make_long_stats(mesh, spec)
         self.solve_scatter = sharding.make_solve_scatter(mesh, spec)
         self.cached_calls: list | None = None  # `cache_batches`: this host's packed calls
         self.cached_long: list | None = None  # `cache_batches` or 'owner': the long-row batches
         self.device_calls: list | None = None  # 'owner' layout: the calls already on the devices
+        # (with `per_device`: device j's own calls, all-padding ones left out, at [j])
         self.plan = self._plan()
 
     def gramian(self, table: jax.Array) -> jax.Array:
@@ -253,7 +257,14 @@ class SideRunner:
         if chunks is not None:
             steps_iter = batching.owner_steps(by_device, self._empty(1))
             grouped = batching.group_steps(steps_iter, k, plan.steps, self._empty)
-            self.device_calls = [self._device_call(c) for c in batching.stack_calls(grouped, per_call)]
+            calls = list(batching.stack_calls(grouped, per_call))
+            if self.per_device:
+                self.device_calls = [
+                    [self._one_device_call(c, j, d) for c in calls if (c.row_ids[j] >= 0).any()]
+                    for j, d in enumerate(self.mesh.local_devices)
+                ]
+            else:
+                self.device_calls = [self._device_call(c) for c in calls]
             self.cached_long = list(batching.pack_long(chunks, L, B))
         elif self.config.cache_batches:
             self.plan = plan
@@ -265,11 +276,17 @@ class SideRunner:
         arrays = [sharding.host_batch(self.mesh, a) for a in (call.ids, call.seg, call.row_ids, call.row_len)]
         return arrays, int((call.row_ids >= 0).sum())
 
+    def _one_device_call(self, call: batching.DeviceBatch, j: int, device) -> tuple[list[jax.Array], int]:
+        """Device j's part of a call ([1, K, ...] arrays) on that device, and its row count."""
+        arrays = [jax.device_put(a[j : j + 1], device) for a in (call.ids, call.seg, call.row_ids, call.row_len)]
+        return arrays, int((call.row_ids[j] >= 0).sum())
+
     def _pack_by_owner(self, chunks: list[data.RowChunk]) -> list[batching.DeviceBatch]:
-        """Device j's rows (those of its table shard) packed into its own batches."""
+        """Device j's rows (those of its table shard, ids counted from the shard's start) in its own batches."""
         packed = []
         for j in range(self.per_step):
             mine = [batching.select_rows(c, c.row_ids // self.shard == j) for c in chunks]
+            mine = [dataclasses.replace(c, row_ids=c.row_ids - j * self.shard) for c in mine]
             batches = list(batching.pack_normal(mine, *self._shape()))
             packed.append(batching.merge(batches) if batches else self._empty(0))
         return packed
@@ -285,22 +302,54 @@ class SideRunner:
         bar = tqdm(total=self.plan.steps, desc=desc, unit="step", disable=not show, file=sys.stderr, leave=False)
         start, rows_done = time.perf_counter(), 0
 
-        if self.device_calls is not None:  # 'owner': one process, the batches stay on its devices
-            calls = iter(self.device_calls)
-        else:  # packing and host-to-device copies run in the prefetch thread, overlapping the steps
-            calls = data.prefetch(lambda: map(self._device_call, self._calls()))
-        for arrays, rows in calls:
-            dst, t = self.step(step_src, dst, gram, *arrays)
-            terms.append(t)
-            rows_done += rows
-            bar.update(self.plan.per_call)
-            bar.set_postfix(rows_per_s=f"{rows_done / max(time.perf_counter() - start, 1e-9):.0f}", refresh=False)
+        lock = threading.Lock()
+
+        def done(rows: int) -> None:
+            nonlocal rows_done
+            with lock:
+                rows_done += rows
+                bar.update(self.plan.per_call)
+                bar.set_postfix(rows_per_s=f"{rows_done / max(time.perf_counter() - start, 1e-9):.0f}", refresh=False)
+
+        if self.per_device:
+            bar.total = self.plan.per_call * sum(len(c) for c in self.device_calls)
+            dst, terms = self._run_per_device(step_src, dst, gram, done)
+        else:
+            if self.device_calls is not None:  # 'owner': one process, the batches stay on its devices
+                calls = iter(self.device_calls)
+            else:  # packing and host-to-device copies run in the prefetch thread, overlapping the steps
+                calls = data.prefetch(lambda: map(self._device_call, self._calls()))
+            for arrays, rows in calls:
+                dst, t = self.step(step_src, dst, gram, *arrays)
+                terms.append(t)
+                done(rows)
         bar.close()
         if self.plan.long_steps:
             dst, long_terms = self._run_long(step_src, dst, gram)
             terms.extend(long_terms)
         total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
         return dst, total
+
+    def _run_per_device(self, src, dst, gram, done: Callable[[int], None]) -> tuple[jax.Array, list]:
+        """Each device's calls in its own thread on its own arrays; `dst` reassembled from the parts."""
+        srcs, grams, parts = (sharding.device_parts(x) for x in (src, gram, dst))
+        devices = self.mesh.local_devices
+
+        def device_task(j: int) -> Callable[[], tuple[jax.Array, list]]:
+            def task():
+                d = devices[j]
+                table, terms = parts[d], []
+                for arrays, rows in self.device_calls[j]:
+                    table, t = self.step(srcs[d], table, grams[d], *arrays)
+                    terms.append(t)
+                    done(rows)
+                return table, terms
+
+            return task
+
+        results = per_core.run([device_task(j) for j in range(len(devices))])
+        dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [table for table, _ in results])
+        return dst, [t for _, terms in results for t in terms]
 
     def _run_long(self, src, dst, gram):
         """Rows longer than one device batch: sum their statistics over parts, then solve."""
@@ -331,7 +380,7 @@ class SideRunner:
             for j, queue in enumerate(queues):
                 for i, owner in enumerate(queue[s * R : (s + 1) * R]):
                     a[j, i], b[j, i], lens[j, i] = acc[owner]
-                    ids[j, i] = owner
+                    ids[j, i] = owner - j * self.shard if self.spec.owner else owner  # 'owner': shard-local
             dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in (a, b, ids, lens)])
             terms.append(t)
         return dst, terms

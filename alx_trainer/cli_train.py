@@ -49,10 +49,13 @@ def split_cpu(config: TrainConfig) -> int:
     """Make `config.cpu_devices` JAX CPU devices (before JAX starts); returns the count asked for.
 
     Auto (0) gives one device per core only to runs whose CPU programs have no collective and no
-    LAPACK call (CG with the matrix-free product in the 'owner' layout): XLA's CPU runtime can
-    deadlock when per-core devices run such programs at once (seen with batched Cholesky and with
-    in-process all-gathers on this 2-core machine), so other runs keep one CPU device.
+    LAPACK call (CG with the matrix-free product in the 'owner' layout) on a host without GPU or
+    TPU plugins: XLA's CPU runtime can deadlock when per-core devices run such programs at once
+    (seen with batched Cholesky and with in-process all-gathers on this 2-core machine), so other
+    runs keep one CPU device. See `per_core` for how the devices are run.
     """
+    from alx_trainer import per_core
+
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return 0
     safe = (
@@ -61,15 +64,10 @@ def split_cpu(config: TrainConfig) -> int:
         and config.layout in ("auto", "owner")
         and config.stats == "gather"
         and not config.distributed
+        and not per_core.accelerator_plugins()
     )
-    count = config.cpu_devices or ((os.cpu_count() or 1) if safe else 1)
-    import jax
-
-    try:
-        jax.config.update("jax_num_cpu_devices", count)
-    except RuntimeError:  # JAX already started in this process (e.g. called from Python): keep its devices
-        return 0
-    return count
+    count = config.cpu_devices or (len(per_core.cores()) if safe else 1)
+    return count if per_core.use_cpu_devices(count) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,8 @@ so a step's gather is a local lookup; 'owner' adds that each device solves only 
 shard (the trainer routes them there), so a step needs no collective at all, its loss terms come
 back per device, and the per-half-epoch gramian and replication go through the host (one process).
 A step kernel runs a `lax.scan` over K stacked dense batches: fewer dispatches per half-epoch.
+On a CPU host split into one device per core, the 'owner' step also compiles per device
+(`make_device_step`) and each device's calls run in their own pinned thread (`per_core`).
 - "local statistics" (paper 4.2 alternative): each device builds partial d x d statistics of every
   device's batch from its own shard only, then one `psum_scatter` sums them.
 Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2,
@@ -99,10 +101,15 @@ def table_from_numpy(mesh: Mesh, values: np.ndarray, dtype) -> jax.Array:
     return jax.make_array_from_callback(padded.shape, sharding, lambda idx: padded[idx].astype(dtype))
 
 
-def _local_lookup(table_l: jax.Array, ids: jax.Array) -> jax.Array:
-    """Rows of the local shard for global `ids`; zero where the id lives on another device."""
+def _shard_start(table_l: jax.Array) -> jax.Array:
+    """The global row id of this device's first table row (inside `shard_map`)."""
+    return jax.lax.axis_index(AXIS) * table_l.shape[0]
+
+
+def _local_lookup(table_l: jax.Array, ids: jax.Array, start) -> jax.Array:
+    """Rows of the local shard for `ids` counted from `start`; zero where the id lives elsewhere."""
     shard = table_l.shape[0]
-    local = ids - jax.lax.axis_index(AXIS) * shard
+    local = ids - start
     mine = (local >= 0) & (local < shard)
     rows = jnp.take(table_l, jnp.where(mine, local, 0), axis=0).astype(jnp.float32)
     return jnp.where(mine[..., None], rows, 0.0)
@@ -111,14 +118,14 @@ def _local_lookup(table_l: jax.Array, ids: jax.Array) -> jax.Array:
 def sharded_gather(table_l: jax.Array, ids: jax.Array) -> jax.Array:
     """float32 embeddings of this device's `ids` ([...]) from the row-sharded table."""
     all_ids = jax.lax.all_gather(ids, AXIS)  # [D, ...]
-    found = _local_lookup(table_l, all_ids)
+    found = _local_lookup(table_l, all_ids, _shard_start(table_l))
     return jax.lax.psum_scatter(found, AXIS, scatter_dimension=0, tiled=True)[0]
 
 
-def local_update(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
-    """Write the rows of `values` [n, d] whose global `ids` [n] live in this shard; others are dropped."""
+def local_update(table_l: jax.Array, ids: jax.Array, values: jax.Array, start) -> jax.Array:
+    """Write the rows of `values` [n, d] whose `ids` [n] (counted from `start`) live in this shard."""
     shard = table_l.shape[0]
-    local = ids - jax.lax.axis_index(AXIS) * shard
+    local = ids - start
     mine = (local >= 0) & (local < shard)
     return table_l.at[jnp.where(mine, local, shard)].set(values.astype(table_l.dtype), mode="drop")
 
@@ -127,16 +134,16 @@ def sharded_scatter(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> ja
     """Write `values` [R, d] at global row `ids` [R] (PAD -1 ignored) into the sharded table."""
     all_ids = jax.lax.all_gather(ids, AXIS).reshape(-1)
     all_values = jax.lax.all_gather(values, AXIS).reshape(-1, values.shape[-1])
-    return local_update(table_l, all_ids, all_values)
+    return local_update(table_l, all_ids, all_values, _shard_start(table_l))
 
 
 def _rows_in(spec: StepSpec, table_l: jax.Array, ids: jax.Array) -> jax.Array:
-    """float32 rows `ids` of the table being solved: local when every id is this device's own."""
-    return _local_lookup(table_l, ids) if spec.owner else sharded_gather(table_l, ids)
+    """float32 rows `ids` of the table being solved ('owner': ids are rows of this device's shard)."""
+    return _local_lookup(table_l, ids, 0) if spec.owner else sharded_gather(table_l, ids)
 
 
 def _rows_out(spec: StepSpec, table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
-    return local_update(table_l, ids, values) if spec.owner else sharded_scatter(table_l, ids, values)
+    return local_update(table_l, ids, values, 0) if spec.owner else sharded_scatter(table_l, ids, values)
 
 
 def _fixed_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
@@ -241,7 +248,7 @@ def _batch_local(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len)
     rows = row_ids.shape[0]
     all_ids = jax.lax.all_gather(ids, AXIS)  # [D, B, L]
     all_seg = jax.lax.all_gather(seg, AXIS)  # [D, B]
-    h = _local_lookup(src_l, all_ids)  # only this shard's rows, zeros elsewhere
+    h = _local_lookup(src_l, all_ids, _shard_start(src_l))  # only this shard's rows, zeros elsewhere
     a_part, b_part = jax.vmap(lambda hh, ss: _explicit_stats(hh, ss, rows))(h, all_seg)
     a_obs = jax.lax.psum_scatter(a_part, AXIS, scatter_dimension=0, tiled=True)[0]
     b = jax.lax.psum_scatter(b_part, AXIS, scatter_dimension=0, tiled=True)[0]
@@ -285,6 +292,22 @@ def make_step(mesh: Mesh, spec: StepSpec):
         check_vma=False,
     )
     return jax.jit(fn, donate_argnums=(1,))
+
+
+@functools.lru_cache(maxsize=None)
+def make_device_step(spec: StepSpec):
+    """The 'owner' step of one device on single-device arrays (no mesh: run per device, see `per_core`).
+
+    Same arguments as `make_step` with a leading device axis of 1; one compilation per device.
+    """
+    if not spec.owner:
+        raise ValueError("a per-device step needs the 'owner' layout (it has no collective)")
+    return jax.jit(functools.partial(_step, spec), donate_argnums=(1,))
+
+
+def device_parts(array: jax.Array) -> dict:
+    """This process's shards of `array` by device (single-device arrays sharing its buffers)."""
+    return {s.device: s.data for s in array.addressable_shards}
 
 
 @functools.lru_cache(maxsize=None)

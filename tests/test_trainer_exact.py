@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import reference_ials as ref
-from alx_trainer import als, sharding
+from alx_trainer import als, per_core, sharding
 from alx_trainer.config import TrainConfig
 
 NUM_ROWS, NUM_COLS = 60, 90
@@ -120,6 +120,23 @@ def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path, la
     eight = als.train(_config(data_dir, str(tmp_path / "eight"), **kw), mesh=sharding.make_mesh())
     np.testing.assert_allclose(one.row_table, eight.row_table, rtol=0, atol=1e-5 * np.abs(one.row_table).max())
     np.testing.assert_allclose(one.col_table, eight.col_table, rtol=0, atol=1e-5 * np.abs(one.col_table).max())
+
+
+def test_owner_devices_in_their_own_threads_match_sharded(dataset, tmp_path):
+    """Two devices (one per core here): the 'owner' steps run per device, each in its own thread."""
+    data_dir, _ = dataset
+    two = jax.devices()[:2]
+    assert per_core.applies(two)
+    kw = dict(solver="cg", cg_iters=3, cg_form="matvec", epochs=2, steps_per_call=2, alpha=0.4567)  # a spec of its own
+    ref_model = als.train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=sharding.make_mesh())
+    got = als.train(_config(data_dir, str(tmp_path / "o"), layout="owner", **kw), mesh=sharding.make_mesh(two))
+    assert _rel(got.row_table, ref_model.row_table) < 1e-5
+    assert _rel(got.col_table, ref_model.col_table) < 1e-5
+    for key in ("loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "rows_solved", "cols_solved"):
+        assert got.metrics[-1][key] == pytest.approx(ref_model.metrics[-1][key], rel=1e-5), key
+    config = _config(data_dir, "", layout="owner", **kw)
+    for num_other, observed_loss in ((NUM_COLS, False), (NUM_ROWS, True)):  # one compilation per device and side
+        assert sharding.make_device_step(als.step_spec(config, num_other, observed_loss))._cache_size() == 2
 
 
 def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):

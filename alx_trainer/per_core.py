@@ -1,0 +1,98 @@
+"""One thread per CPU device, each pinned to its own core.
+
+A CPU host split into one JAX device per core (`jax_num_cpu_devices`) runs its programs on
+XLA's runtime threads, which take over kernels and whole loop bodies of any device on any core:
+a device's work then moves between cores and away from the blocks it keeps in a core's own L2
+cache. Measured on a 2-core host (ML-1M, d=128, 3 CG steps): two devices in one program took
+0.15 s per epoch, while two single-device processes on their own cores did not slow each other
+down at all. `use_cpu_devices` therefore (1) turns off asynchronous dispatch, so a
+single-device program runs in the thread that calls it, and (2) creates the CPU client while
+the process may use one core only: XLA sizes its runtime thread pools by the cores it may use,
+and its threads keep that core. `run` then gives each device a thread pinned to its own core.
+Together: 0.12 s per epoch on the same host.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+import jax
+
+T = TypeVar("T")
+
+
+def use_cpu_devices(count: int) -> bool:
+    """Split the CPU into `count` JAX devices; with more than one, set up as described above.
+
+    Call before JAX starts (it starts it); returns False, changing nothing, if it had started.
+    """
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # the backend exists already: its devices stay as they are
+        return False
+    if count > 1:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+        _start_on_one_core()
+    return True
+
+
+def _start_on_one_core() -> None:
+    """Create JAX's backends while this thread may only run on its first core (see above)."""
+    allowed = cores()
+    if not hasattr(os, "sched_setaffinity") or len(allowed) < 2:
+        jax.devices()
+        return
+    os.sched_setaffinity(0, allowed[:1])
+    try:
+        jax.devices()
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def accelerator_plugins() -> bool:
+    """Whether a GPU or TPU backend may be installed (then the CPU is not split)."""
+    import importlib.util
+    from importlib import metadata
+
+    return bool(metadata.entry_points(group="jax_plugins")) or importlib.util.find_spec("libtpu") is not None
+
+
+def cores() -> list[int]:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def applies(devices: Sequence) -> bool:
+    """Whether `devices` get a thread each: several CPU devices of this process, at most one per core."""
+    local = all(d.process_index == jax.process_index() for d in devices)
+    return local and all(d.platform == "cpu" for d in devices) and 1 < len(devices) <= len(cores())
+
+
+def run(tasks: Sequence[Callable[[], T]]) -> list[T]:
+    """Run task j in thread j (pinned to core j when dispatch is synchronous); results in order.
+
+    The first task to raise re-raises here, after every thread has finished.
+    """
+    cpus = cores()
+    pin = (
+        hasattr(os, "sched_setaffinity")
+        and not jax.config.read("jax_cpu_enable_async_dispatch")
+        and len(tasks) <= len(cpus)
+    )
+
+    def pinned(j: int) -> T:
+        if pin:
+            os.sched_setaffinity(0, {cpus[j]})  # pid 0: this thread only
+        try:
+            return tasks[j]()
+        finally:
+            if pin:
+                os.sched_setaffinity(0, cpus)
+
+    with ThreadPoolExecutor(max_workers=len(tasks), thread_name_prefix="alx-device") as pool:
+        futures = [pool.submit(pinned, j) for j in range(len(tasks))]
+    return [f.result() for f in futures]

@@ -1,0 +1,47 @@
+"""One thread per CPU device (`alx_trainer.per_core`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from alx_trainer import per_core
+
+
+def test_run_returns_results_in_order_and_reraises():
+    assert per_core.run([lambda: "a", lambda: "b", lambda: "c"]) == ["a", "b", "c"]
+
+    def bad():
+        raise KeyError("device 1 failed")
+
+    with pytest.raises(KeyError, match="device 1 failed"):
+        per_core.run([lambda: 0, bad])
+
+
+SCRIPT = """
+import json, os, sys, threading
+from alx_trainer import per_core
+before = sorted(os.sched_getaffinity(0))
+assert per_core.use_cpu_devices(2)
+import jax
+pinned = per_core.run([lambda: sorted(os.sched_getaffinity(0))] * 2)
+print(json.dumps({"devices": len(jax.devices()), "async": jax.config.read("jax_cpu_enable_async_dispatch"),
+                  "before": before, "after": sorted(os.sched_getaffinity(0)), "pinned": pinned,
+                  "again": per_core.use_cpu_devices(3)}))
+"""
+
+
+@pytest.mark.skipif(len(per_core.cores()) < 2 or not hasattr(os, "sched_setaffinity"), reason="needs 2 cores")
+def test_use_cpu_devices_pins_one_thread_per_device(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    run = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["devices"] == 2 and got["async"] is False
+    assert got["after"] == got["before"]  # the main thread gets its cores back
+    assert got["pinned"] == [[got["before"][0]], [got["before"][1]]]  # device j's thread on core j only
+    assert got["again"] is False  # JAX has started: its devices stay
