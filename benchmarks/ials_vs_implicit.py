@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,40 +48,31 @@ def build_split(data_dir: str, seed: int = 0):
     return matrix, split
 
 
-def matmul_peak(n: int = 4096, repeats: int = 5) -> float:
-    """Measured float32 FLOP/s of this machine: a large matmul on every JAX CPU device at once.
-
-    Each device runs in its own thread (`per_core.run`, as our trainer runs them), so the rate is
-    that of all the cores ours uses together.
-    """
-    import threading
-
+def _matmul_rate(n: int, repeats: int) -> float:
     import jax
     import jax.numpy as jnp
 
-    from alx_trainer import per_core
-
-    devices = jax.devices()
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
     f = jax.jit(jnp.dot)
-    together = threading.Barrier(len(devices))
+    f(a, b).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
 
-    def task(device):
-        def timed() -> float:
-            a = jax.device_put(jax.random.normal(jax.random.key(0), (n, n), jnp.float32), device)
-            b = jax.device_put(jax.random.normal(jax.random.key(1), (n, n), jnp.float32), device)
-            f(a, b).block_until_ready()
-            best = float("inf")
-            for _ in range(repeats):
-                together.wait()
-                t = time.perf_counter()
-                f(a, b).block_until_ready()
-                best = min(best, time.perf_counter() - t)
-            return best
 
-        return timed
+def matmul_peak(n: int = 4096, repeats: int = 5) -> float:
+    """Measured float32 FLOP/s of a large matmul with JAX as it starts by default (one device, every core).
 
-    seconds = per_core.run([task(d) for d in devices])
-    return len(devices) * 2 * n**3 / max(seconds)
+    Run in a fresh process: this one's CPU client is set up for one thread per device (`per_core`).
+    """
+    code = f"import ials_vs_implicit as b; print(b._matmul_rate({n}, {repeats}))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), *sys.path]))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(run.stdout.split()[-1])
 
 
 def epoch_flops(split, num_rows: int, num_cols: int, dim: int, cg_iters: int) -> float:
@@ -161,6 +153,7 @@ def main(argv=None) -> int:
     from alx_trainer import per_core
 
     per_core.use_cpu_devices(args.devices)  # as the command line splits a CPU host
+    import jax
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "ml1m")
