@@ -56,7 +56,7 @@ def split_cpu(config: TrainConfig) -> int:
     """
     from alx_trainer import per_core
 
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "") or per_core.accelerator_plugins():
         return 0
     safe = (
         config.solver == "cg"
@@ -64,7 +64,6 @@ def split_cpu(config: TrainConfig) -> int:
         and config.layout in ("auto", "owner")
         and config.stats == "gather"
         and not config.distributed
-        and not per_core.accelerator_plugins()
     )
     count = config.cpu_devices or (len(per_core.cores()) if safe else 1)
     return count if per_core.use_cpu_devices(count) else 0
