@@ -27,6 +27,7 @@ training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -260,8 +261,8 @@ class SideRunner:
             calls = list(batching.stack_calls(grouped, per_call))
             if self.per_device:
                 self.device_calls = [
-                    [self._one_device_call(c, j, d) for c in calls if (c.row_ids[j] >= 0).any()]
-                    for j, d in enumerate(self.mesh.local_devices)
+                    [self._device_call(c, j) for c in calls if (c.row_ids[j] >= 0).any()]
+                    for j in range(self.per_step)
                 ]
             else:
                 self.device_calls = [self._device_call(c) for c in calls]
@@ -271,15 +272,13 @@ class SideRunner:
             self.cached_calls, self.cached_long = list(self._calls()), list(self._long())
         return plan
 
-    def _device_call(self, call: batching.DeviceBatch) -> tuple[list[jax.Array], int]:
-        """A call's arrays on the devices, and how many rows it solves."""
-        arrays = [sharding.host_batch(self.mesh, a) for a in (call.ids, call.seg, call.row_ids, call.row_len)]
-        return arrays, int((call.row_ids >= 0).sum())
-
-    def _one_device_call(self, call: batching.DeviceBatch, j: int, device) -> tuple[list[jax.Array], int]:
-        """Device j's part of a call ([1, K, ...] arrays) on that device, and its row count."""
-        arrays = [jax.device_put(a[j : j + 1], device) for a in (call.ids, call.seg, call.row_ids, call.row_len)]
-        return arrays, int((call.row_ids[j] >= 0).sum())
+    def _device_call(self, call: batching.DeviceBatch, j: int | None = None) -> tuple[list[jax.Array], int]:
+        """A call's arrays on the devices, and how many rows it solves; with `j`, device j's part only."""
+        arrays = (call.ids, call.seg, call.row_ids, call.row_len)
+        if j is None:
+            return [sharding.host_batch(self.mesh, a) for a in arrays], int((call.row_ids >= 0).sum())
+        device = self.mesh.local_devices[j]
+        return [jax.device_put(a[j : j + 1], device) for a in arrays], int((call.row_ids[j] >= 0).sum())
 
     def _pack_by_owner(self, chunks: list[data.RowChunk]) -> list[batching.DeviceBatch]:
         """Device j's rows (those of its table shard, ids counted from the shard's start) in its own batches."""
@@ -333,21 +332,17 @@ class SideRunner:
     def _run_per_device(self, src, dst, gram, done: Callable[[int], None]) -> tuple[jax.Array, list]:
         """Each device's calls in its own thread on its own arrays; `dst` reassembled from the parts."""
         srcs, grams, parts = (sharding.device_parts(x) for x in (src, gram, dst))
+
+        def task(device, calls) -> tuple[jax.Array, list]:
+            table, terms = parts[device], []
+            for arrays, rows in calls:
+                table, t = self.step(srcs[device], table, grams[device], *arrays)
+                terms.append(t)
+                done(rows)
+            return table, terms
+
         devices = self.mesh.local_devices
-
-        def device_task(j: int) -> Callable[[], tuple[jax.Array, list]]:
-            def task():
-                d = devices[j]
-                table, terms = parts[d], []
-                for arrays, rows in self.device_calls[j]:
-                    table, t = self.step(srcs[d], table, grams[d], *arrays)
-                    terms.append(t)
-                    done(rows)
-                return table, terms
-
-            return task
-
-        results = per_core.run([device_task(j) for j in range(len(devices))])
+        results = per_core.run([functools.partial(task, d, c) for d, c in zip(devices, self.device_calls)])
         dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [table for table, _ in results])
         return dst, [t for _, terms in results for t in terms]
 
