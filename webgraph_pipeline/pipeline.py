@@ -18,6 +18,7 @@ from webgraph_pipeline import contract
 from webgraph_pipeline.counters import collect_counters, collect_unreadable_files
 from webgraph_pipeline.edges_input import ReadEdgeList
 from webgraph_pipeline.graph import BuildWebGraph
+from webgraph_pipeline.local_runner import disable_time_based_flush
 from webgraph_pipeline.variants import GraphConfig
 from webgraph_pipeline.write import DEGREE_PLOT, WriteTfRecords
 
@@ -155,6 +156,7 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     input_files = input_files_of(spec)
     tf.io.gfile.makedirs(spec.output_dir)
     remove_stale_outputs(spec.output_dir)
+    disable_time_based_flush()  # Beam's local runner loses data with it (local_runner.py)
     start = time.time()
     p = beam.Pipeline(options=PipelineOptions(list(beam_argv)))
     build_pipeline(p, spec, input_files)

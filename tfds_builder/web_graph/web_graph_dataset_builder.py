@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from webgraph_pipeline import contract
+from webgraph_pipeline.local_runner import disable_time_based_flush
 from webgraph_pipeline.variants import VARIANTS, GraphConfig
 
 # Absolute, not relative: Beam pickles the step functions by module name, and Dataflow workers
@@ -160,6 +161,7 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         )
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager, pipeline):
+        disable_time_based_flush()  # before `tfds build` runs the pipeline: see webgraph_pipeline/local_runner.py
         root = self._source_dir or os.fspath(dl_manager.manual_dir)
         config: WebGraphConfig = self.builder_config
         source = sources.resolve(root, config.subfolder)
