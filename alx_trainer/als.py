@@ -69,6 +69,7 @@ class Dataset:
     files: dict[str, list[str]]  # split -> sorted shard paths (every host's)
     data_dir: str
     tfds: bool = False  # files named by TFDS rather than by the contract
+    bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
 
 
 def open_dataset(config: TrainConfig) -> Dataset:
@@ -85,7 +86,7 @@ def open_dataset(config: TrainConfig) -> Dataset:
             except FileNotFoundError:
                 if split != "test":
                     raise
-        return Dataset(config.data, num_rows, num_cols, files, config.data)
+        return Dataset(config.data, num_rows, num_cols, files, config.data, bipartite=contract.is_bipartite(stats))
     if "/" in config.data and "://" not in config.data and not config.data.startswith(("/", ".")):
         from alx_trainer import tfds_input
 
@@ -582,8 +583,8 @@ def _evaluate(model: Model, dataset: Dataset, config: TrainConfig) -> dict:
         from alx_trainer import tfds_input
 
         rows = tfds_input.read_test_rows(dataset.files["test"])
-        shared = dataset.num_rows == dataset.num_cols
-        return evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k, exclude_self=shared, mesh=mesh)
+        return evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k, exclude_self=not dataset.bipartite,
+                                 mesh=mesh)
     return evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
 
 

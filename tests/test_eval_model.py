@@ -15,6 +15,7 @@ from alx_trainer.als import fold_in, load_model, train
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluate import evaluate, one_device_mesh
 from webgraph_pipeline.contract import read_split, read_vocab
+from pipeline_data import make_dataset
 from tests import reference_ials
 
 
@@ -30,10 +31,8 @@ def hollins(tmp_path_factory, data_dir):
     """The real hollins.edu crawl as one graph in the contract, and a model trained on it."""
     root = tmp_path_factory.mktemp("hollins")
     data = str(root / "data")
-    rc, _, err = _run_cli(["split", "--input", str(data_dir / "hollins" / "edges.txt"), "--format", "edges",
-                           "--names", str(data_dir / "hollins" / "urls.txt"), "--output", data,
-                           "--test_fraction", "0.1", "--seed", "0"])
-    assert rc == 0, err
+    make_dataset(data, "--edge_format", "pairs", "--header", "--input", data_dir / "hollins" / "edges.txt",
+                 "--urls", data_dir / "hollins" / "urls.txt", "--test_fraction", "0.1", "--num_shards", "1")
     config = TrainConfig(data=data, model_dir=str(root / "model"), dim=32, epochs=8, alpha=0.01, reg=0.1,
                          eval_every=4, progress=False)
     return data, train(config)
@@ -155,9 +154,8 @@ def test_sweep_is_resumable_and_marks_the_best_cell(hollins, tmp_path):
 
 def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, data_dir):
     data = str(tmp_path / "ml100k")
-    rc, _, err = _run_cli(["split", "--input", str(data_dir / "ml-100k" / "u.data"), "--format", "udata",
-                           "--output", data, "--test_rows", "50"])
-    assert rc == 0, err
+    make_dataset(data, "--edge_format", "movielens", "--input", data_dir / "ml-100k" / "u.data",
+                 "--test_fraction", "0.05", "--num_shards", "1")
     config = TrainConfig(data=data, model_dir=str(tmp_path / "m"), dim=16, epochs=40, alpha=0.01, reg=3.0,
                          solver="cholesky", eval_every=0, checkpoint_every=0, progress=False)
     model = train(config)
