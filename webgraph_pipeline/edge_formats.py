@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 from typing import Optional
 
 import numpy as np
@@ -38,6 +39,7 @@ BOM = "\ufeff"
 _WS = np.zeros(256, bool)
 _WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 _ASCII_WS_TO_SPACE = bytes.maketrans(bytes([9, 10, 11, 12, 13, 28, 29, 30, 31]), b" " * 9)
+_OTHER_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1b]")  # bytes <= 32 that str.split() does not split on
 _COMMENT = np.zeros(256, bool)
 _COMMENT[[ord("#"), ord("%")]] = True
 
@@ -108,15 +110,21 @@ def _tokenize(text: str) -> tuple[list[str], np.ndarray, np.ndarray, int]:
     number of lines of a block."""
     raw = text.encode("utf-8")
     arr = np.frombuffer(raw, np.uint8)
-    ws = _WS[arr]
+    # Bytes <= 32 are whitespace unless a control byte outside _WS occurs (rare).
+    ws = arr <= 32 if not _OTHER_CONTROL.search(raw) else _WS[arr]
     if len(raw) == len(text):  # ASCII: str.split() splits on exactly the bytes of _WS
         tokens = text.split()
     else:  # str.split() would also split on non-ASCII spaces; split on _WS only, as the scan does
         tokens = [t.decode("utf-8") for t in raw.translate(_ASCII_WS_TO_SPACE).split(b" ") if t]
-    starts = np.flatnonzero(~ws & np.concatenate(([True], ws[:-1])))
-    newlines = np.cumsum(arr == 10)
-    line_of = newlines[starts]  # newlines before the token (a token never starts at one)
-    num_lines = int(newlines[-1]) + 1 if len(arr) else 0
+    # One sorted stream of events, token starts and newlines: a token's line = newlines before it.
+    is_start = np.empty(len(arr), bool)
+    is_start[:1] = ~ws[:1]
+    np.greater(ws[:-1], ws[1:], out=is_start[1:])  # whitespace, then not
+    events = np.flatnonzero(is_start | (arr == 10))
+    is_newline = arr[events] == 10
+    starts = events[~is_newline]
+    line_of = np.cumsum(is_newline)[~is_newline]
+    num_lines = int(is_newline.sum()) + 1 if len(arr) else 0
     return tokens, line_of, _COMMENT[arr[starts]], num_lines
 
 
