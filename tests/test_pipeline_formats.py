@@ -118,7 +118,7 @@ def test_odd_file_through_the_job(tmp_path, capsys):
     path.write_bytes(ODD)
     out = tmp_path / "out"
     code, stdout, _ = run_cli(["--edge_format", "pairs", "--bipartite", "--input", path, "--output", out,
-                               "--num_shards", "1"], capsys)
+                               "--num_shards", "1", "--test_fraction", "0"], capsys)
     assert code == 0
     stats = json.loads((out / contract.STATS_FILE).read_text())
     assert sorted(contract.read_vocab(str(out)).values()) == ["u1", "u2", "u3"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import tempfile
 from typing import Mapping, Sequence
 
@@ -62,14 +63,11 @@ def run_pipeline(out: pathlib.Path, variant: str, tld: str, num_shards: int) -> 
 
 
 def write_dummy_data(out: pathlib.Path = DUMMY_DIR) -> None:
-    """Write both datasets under `out` (replacing earlier files)."""
-    out.mkdir(exist_ok=True)
-    for old in out.rglob("*"):
-        if old.is_file():
-            old.unlink()
+    """Write both datasets under `out` (replacing whatever was there)."""
+    if out.exists():
+        shutil.rmtree(out)
     run_pipeline(out, "de-dense", "de", num_shards=1)
     official = out / OFFICIAL_SUBDIR
-    official.mkdir(exist_ok=True)
     run_pipeline(official, "in-dense", "in", num_shards=2)
     for path in official.iterdir():
         if ".tfr-" not in path.name:  # the official layout holds the record shards only
