@@ -116,7 +116,7 @@ def test_cli_eval_predict_export(hollins, tmp_path):
     npz = np.load(tmp_path / "exp" / "embeddings.npz")
     np.testing.assert_array_equal(npz["col_table"], loaded.col_table)
     np.testing.assert_array_equal(npz["row_ids"], np.arange(len(loaded.row_table)))
-    assert npz["col_names"][0] == url
+    assert npz["col_names"][0] == read_vocab(data)[0]
     import tensorflow as tf
 
     records = list(tf.data.TFRecordDataset(str(tmp_path / "exp" / "col_embeddings.tfr-00000-of-00001")))
