@@ -34,7 +34,7 @@ def _ks(text: str) -> list[int]:
 
 
 def _model(model_dir: str):
-    from alx_trainer.als import load_model
+    from alx_trainer.train import load_model
 
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"{model_dir}: model directory not found")
@@ -45,7 +45,7 @@ def _tfds_eval_data(name: str, tfds_data_dir: str):
     """Test rows and evaluate() options (popularity, self-exclusion) of a prepared TFDS dataset."""
     import numpy as np
 
-    from alx_trainer.als import open_dataset
+    from alx_trainer.train import open_dataset
     from alx_trainer.config import TrainConfig
     from webgraph_pipeline.contract import read_records
 
@@ -75,7 +75,7 @@ def main_eval(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
 
     def body() -> int:
-        from alx_trainer.evaluate import evaluate, format_metrics
+        from alx_trainer.evaluation.evaluate import evaluate, format_metrics
 
         data, extra = args.data, {}
         if not os.path.isdir(args.data):
@@ -97,7 +97,7 @@ def main_eval(argv: Sequence[str]) -> int:
 def main_sweep(argv: Sequence[str]) -> int:
     """Grid search over lambda x alpha (the paper's grid by default); every other flag is `train`'s."""
     from alx_trainer.config import TrainConfig, parse_dataclass_args
-    from alx_trainer.sweep import PAPER_ALPHAS, PAPER_LAMBDAS, parse_grid
+    from alx_trainer.tools.sweep import PAPER_ALPHAS, PAPER_LAMBDAS, parse_grid
 
     p = argparse.ArgumentParser(
         prog="alx_trainer sweep", description=main_sweep.__doc__,
@@ -113,7 +113,7 @@ def main_sweep(argv: Sequence[str]) -> int:
     def body() -> int:
         import dataclasses
 
-        from alx_trainer.sweep import HEATMAP_PNG, format_table, plot_heatmap, run_sweep
+        from alx_trainer.tools.sweep import HEATMAP_PNG, format_table, plot_heatmap, run_sweep
 
         lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
         config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep")
@@ -138,7 +138,7 @@ def main_predict(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
 
     def body() -> int:
-        from alx_trainer.predict import format_predictions, nearest_neighbors, predict_outlinks
+        from alx_trainer.tools.predict import format_predictions, nearest_neighbors, predict_outlinks
 
         model = _model(args.model_dir)
         for node in args.node:
@@ -163,7 +163,7 @@ def main_export(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
 
     def body() -> int:
-        from alx_trainer.predict import export_tables
+        from alx_trainer.tools.predict import export_tables
 
         for path in export_tables(_model(args.model_dir), args.output, data_dir=args.data or None,
                                   num_shards=args.num_shards):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from alx_trainer import __main__ as cli
-from alx_trainer import predict, sweep
-from alx_trainer.als import fold_in, load_model, train
+from alx_trainer.tools import predict, sweep
+from alx_trainer.train import fold_in, load_model, train
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluate import evaluate, one_device_mesh
+from alx_trainer.evaluation.evaluate import evaluate, one_device_mesh
 from webgraph_pipeline.contract import read_split, read_vocab
 from tests import reference_ials
 

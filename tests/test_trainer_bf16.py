@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 import reference_ials as ref
-from alx_trainer import als, cli_train, interactions, sharding
+from alx_trainer import interactions
+from alx_trainer import train as als
+from alx_trainer.cli import train as cli_train
+from alx_trainer.ops import sharding
 from alx_trainer.config import TrainConfig
 
 

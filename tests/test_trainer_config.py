@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import reference_ials as ref
-from alx_trainer import cli_train
+from alx_trainer.cli import train as cli_train
 from alx_trainer.config import TrainConfig, parse_dataclass_args
 from conftest import REPO
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import reference_ials as ref
-from alx_trainer import als, per_core, sharding
+from alx_trainer import train as als
+from alx_trainer.ops import per_core, sharding
 from alx_trainer.config import TrainConfig
 
 NUM_ROWS, NUM_COLS = 60, 90

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 
 import reference_ials as ref
-from alx_trainer import als, sharding
+from alx_trainer import train as als
+from alx_trainer.ops import sharding
 from alx_trainer.config import TrainConfig
 from conftest import REPO
 

@@ -11,7 +11,8 @@ import time
 import numpy as np
 
 import reference_ials as ref
-from alx_trainer import als, checkpoint
+from alx_trainer import checkpoint
+from alx_trainer import train as als
 from alx_trainer.config import TrainConfig, parse_dataclass_args
 from conftest import REPO
 

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from alx_trainer import solvers
+from alx_trainer.ops import solvers
 
 AXIS = "d"
 LAYOUTS = ("sharded", "replicated", "owner")

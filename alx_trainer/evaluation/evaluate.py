@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from alx_trainer import metrics
+from alx_trainer.evaluation import metrics
 
 Row = tuple[int, np.ndarray, np.ndarray]  # (row_tag, fold-in col_tag, gt_tag)
 FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
@@ -37,7 +37,7 @@ def default_mesh() -> Mesh:
 
 def one_device_mesh() -> Mesh:
     """The first device alone: evaluation of CPU runs whose devices are split per core (the
-    training loop uses it; see `alx_trainer.cli_train.split_cpu` for why)."""
+    training loop uses it; see `alx_trainer.cli.train.split_cpu` for why)."""
     return Mesh(np.array(jax.devices()[:1]), ("cols",))
 
 
@@ -133,7 +133,7 @@ class ShardedScorer:
 def _tables(model_or_tables: Any) -> tuple[np.ndarray | None, np.ndarray, Any]:
     """(row_table, col_table, config) from a Model, a model directory or a (row, col) pair."""
     if isinstance(model_or_tables, (str, os.PathLike)):
-        from alx_trainer.als import load_model
+        from alx_trainer.train import load_model
 
         model_or_tables = load_model(os.fspath(model_or_tables))
     if isinstance(model_or_tables, tuple):
@@ -172,7 +172,7 @@ def load_eval_data(data_dir: str) -> tuple[list[Row], np.ndarray, bool]:
 
 
 def _default_fold_in() -> FoldInFn:
-    from alx_trainer.als import fold_in
+    from alx_trainer.train import fold_in
 
     return fold_in
 

@@ -54,7 +54,7 @@ def split_cpu(config: TrainConfig) -> int:
     (seen with batched Cholesky and with in-process all-gathers on this 2-core machine), so other
     runs keep one CPU device. See `per_core` for how the devices are run.
     """
-    from alx_trainer import per_core
+    from alx_trainer.ops import per_core
 
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "") or per_core.accelerator_plugins():
         return 0
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             _init_distributed(config)
         else:
             split_cpu(config)
-        from alx_trainer import als
+        from alx_trainer import train as als
 
         model = als.train(config)
     except (ValueError, FileNotFoundError, als.TrainingCollapse) as e:

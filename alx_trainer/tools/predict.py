@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from alx_trainer.evaluate import ShardedScorer, _tables
+from alx_trainer.evaluation.evaluate import ShardedScorer, _tables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,7 @@ def predict_outlinks(
         known = train[row]
         query = np.asarray(row_table, np.float32)[row][None]
     elif row in test:
-        from alx_trainer.als import fold_in
+        from alx_trainer.train import fold_in
 
         known = test[row]
         query = np.asarray(fold_in(col_table, [known], config or model_config), np.float32)

@@ -83,13 +83,13 @@ def run_sweep(
 
     `base_config` is a trainer config (dataclass with `reg`, `alpha`, `model_dir`); each cell gets
     `reg=lambda, alpha=alpha` and its own model directory under `out_dir/models/`.
-    `train_fn(config) -> model` defaults to `alx_trainer.als.train`; `eval_fn(model, config)`
+    `train_fn(config) -> model` defaults to `alx_trainer.train.train`; `eval_fn(model, config)`
     to `evaluate(model, config.data, config, ks=config.recall_ks())`.
     """
     if train_fn is None:
-        from alx_trainer.als import train as train_fn
+        from alx_trainer.train import train as train_fn
     if eval_fn is None:
-        from alx_trainer.evaluate import evaluate
+        from alx_trainer.evaluation.evaluate import evaluate
 
         def eval_fn(model: Any, config: Any) -> Mapping[str, float]:
             ks = config.recall_ks() if hasattr(config, "recall_ks") else (20, 50)

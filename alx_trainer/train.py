@@ -21,7 +21,7 @@ training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final t
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
 `col_seconds`, `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from
-`alx_trainer.evaluate.evaluate` when the dataset has a test split.
+`alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import batching, checkpoint, data, per_core, sharding
+from alx_trainer import checkpoint
+from alx_trainer.data import batching
+from alx_trainer.data import records as data
+from alx_trainer.ops import per_core, sharding
 from alx_trainer.config import TrainConfig
 from webgraph_pipeline import contract
 
@@ -87,7 +90,7 @@ def open_dataset(config: TrainConfig) -> Dataset:
                     raise
         return Dataset(config.data, num_rows, num_cols, files, config.data)
     if "/" in config.data and "://" not in config.data and not config.data.startswith(("/", ".")):
-        from alx_trainer import tfds_input
+        from alx_trainer.data import tfds_input
 
         return tfds_input.open_tfds(config.data, config.tfds_data_dir or None)
     raise FileNotFoundError(f"{config.data}: no such dataset directory (nor a TFDS name like web_graph/de-dense)")
@@ -574,12 +577,12 @@ def _model(config: TrainConfig, dataset: Dataset, tables: dict, epoch: int, hist
 
 def _evaluate(model: Model, dataset: Dataset, config: TrainConfig) -> dict:
     """Recall@K (and NDCG@100 when there are enough columns) on the test split, through T2's evaluation."""
-    from alx_trainer import evaluate
+    from alx_trainer.evaluation import evaluate
 
     ndcg_k = 100 if dataset.num_cols >= 100 else None
     mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
     if dataset.tfds:
-        from alx_trainer import tfds_input
+        from alx_trainer.data import tfds_input
 
         rows = tfds_input.read_test_rows(dataset.files["test"])
         shared = dataset.num_rows == dataset.num_cols

@@ -21,7 +21,7 @@ def open_tfds(name: str, data_dir: str | None):
     """An `als.Dataset` for a prepared TFDS dataset such as `web_graph/de-dense` (version 1.0.0 by default)."""
     import tensorflow_datasets as tfds
 
-    from alx_trainer.als import Dataset
+    from alx_trainer.train import Dataset
 
     full = name if ":" in name else f"{name}:{DEFAULT_VERSION}"
     try:
@@ -52,7 +52,7 @@ def open_tfds(name: str, data_dir: str | None):
 
 def _max_id(files: dict[str, list[str]]) -> int:
     """The largest row or column id in the train splits (one streaming pass)."""
-    from alx_trainer import data
+    from alx_trainer.data import records as data
 
     top = -1
     big = np.iinfo(np.int64).max
