@@ -45,9 +45,9 @@ def make_split(data_dir: str, test_rows: int, seed: int):
 
 
 def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float, alpha: float) -> dict:
-    from alx_trainer.train import train
     from alx_trainer.config import TrainConfig
     from alx_trainer.evaluation.evaluate import evaluate
+    from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha, reg=reg,
                          eval_every=0, checkpoint_every=0, progress=False)

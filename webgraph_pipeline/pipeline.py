@@ -163,11 +163,3 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     return finish_stats(
         spec.output_dir, collect_counters(result), collect_unreadable_files(result), time.time() - start
     )
-
-
-def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    """Parse a command line like `python -m webgraph_pipeline` takes, and run the job."""
-    from webgraph_pipeline.cli import parse_args
-
-    spec, beam_argv = parse_args(argv)
-    return run_job(spec, beam_argv)
