@@ -1,4 +1,4 @@
-"""One thread per CPU device (`alx_trainer.per_core`)."""
+"""One thread per CPU device (`alx_trainer.ops.per_core`)."""
 
 from __future__ import annotations
 
