@@ -13,8 +13,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_pipeline import contract
 from webgraph_pipeline.cli import main
-from webgraph_pipeline.pipeline import JobSpec, build_pipeline
 from webgraph_pipeline.edge_formats import EdgeFormat
+from webgraph_pipeline.pipeline import JobSpec, build_pipeline
 from webgraph_pipeline.variants import GraphConfig, get_variant
 
 from test_pipeline_graph import check_dataset, reference_graph  # noqa: E402  (tests/ is on sys.path)

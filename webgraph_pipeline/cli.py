@@ -11,8 +11,8 @@ from typing import Any, Optional, Sequence
 from webgraph_pipeline.edge_formats import BIPARTITE_FORMATS, FORMATS, EdgeFormat
 from webgraph_pipeline.output_dir import OutputError, check_output
 from webgraph_pipeline.pipeline import INPUT_FORMATS, EmptyDatasetError, JobSpec, input_files_of, match_inputs, run_job
-from webgraph_pipeline.wat import WAT_READERS, check_reader
 from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant, parse_tlds
+from webgraph_pipeline.wat import WAT_READERS, check_reader
 
 EPILOG = """\
 Any other flag is an Apache Beam pipeline option (e.g. --runner, --direct_num_workers).
@@ -192,6 +192,12 @@ def format_report(stats: dict[str, Any]) -> str:
                      + " ".join(stats["unreadable_files"]))
     lines.append(f"input files {len(stats['input_files'])}  wall time {stats['wall_seconds']} s")
     return "\n".join(lines)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Parse a command line like `python -m webgraph_pipeline` takes, and run the job; its stats."""
+    spec, beam_argv = parse_args(argv)
+    return run_job(spec, beam_argv)
 
 
 def one_line(error: BaseException) -> str:

@@ -30,6 +30,7 @@ LINE_EXAMPLES = "line_examples"  # string set of `reason<TAB>path:line`
 EMPTY_FILES = "empty_files"  # string set of `path<TAB>commonest reason<TAB>lines`
 _INT = re.compile(r"-?\d+\Z")
 
+PAIRS = EdgeFormat("pairs")
 EdgeBatch = tuple[list[str], list[str]]
 Edge = tuple[str, str]
 
@@ -235,7 +236,7 @@ class ReadEdgeList(beam.PTransform):
     """
 
     def __init__(
-        self, files: Sequence[str], fmt: EdgeFormat = EdgeFormat(), urls_file: Optional[str] = None,
+        self, files: Sequence[str], fmt: EdgeFormat = PAIRS, urls_file: Optional[str] = None,
         block_bytes: int = BLOCK_BYTES,
     ):
         super().__init__()

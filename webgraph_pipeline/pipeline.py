@@ -13,9 +13,8 @@ from typing import Any, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
-
 from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_pipeline import contract, output_dir
 from webgraph_pipeline.counters import NAMESPACE, collect_counters, collect_string_set, collect_unreadable_files
@@ -290,10 +289,3 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     output_dir.swap_in(staging, spec.output_dir)
     return stats
 
-
-def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    """Parse a command line like `python -m webgraph_pipeline` takes, and run the job."""
-    from webgraph_pipeline.cli import parse_args
-
-    spec, beam_argv = parse_args(argv)
-    return run_job(spec, beam_argv)
