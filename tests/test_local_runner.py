@@ -81,6 +81,6 @@ def test_cogroupbykey_on_two_worker_processes_loses_elements_with_beams_time_flu
 
 def test_cogroupbykey_on_two_worker_processes_equals_in_memory_with_the_workaround(one_ms_flush, tmp_path):
     disable_time_based_flush()
-    expected = {k: 8 * 20 for k in range(100)}  # 2000 numbers -> 20 per key, once per tag
+    expected = dict.fromkeys(range(100), 8 * 20)  # 2000 numbers -> 20 per key, once per tag
     assert _cogroup_sizes(TWO_PROCESSES, tmp_path / "two_processes") == expected
     assert _cogroup_sizes([], tmp_path / "in_memory") == expected
