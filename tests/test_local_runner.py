@@ -9,6 +9,7 @@ CoGroupByKey on two worker processes with the flush period shrunk from 1000 ms t
 
 from __future__ import annotations
 
+import sys
 import time
 
 import apache_beam as beam
@@ -70,13 +71,23 @@ def _cogroup_sizes(argv: list[str], out_dir, tags: int = 8, keys: int = 2000, pa
 
 @pytest.fixture
 def one_ms_flush(monkeypatch):
-    """Beam's runner flush period shrunk from 1000 ms to 1 ms, so the race shows on small inputs."""
+    """Beam's runner flush period shrunk from 1000 ms to 1 ms and threads switched every 10 us, so
+    the race shows on small inputs."""
     monkeypatch.setattr(worker_handlers, "DATA_BUFFER_TIME_LIMIT_MS", 1)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(interval)
 
 
 def test_cogroupbykey_on_two_worker_processes_loses_elements_with_beams_time_flush(one_ms_flush, tmp_path):
-    sizes = _cogroup_sizes(TWO_PROCESSES, tmp_path / "out")
-    assert sum(sizes.values()) < 8 * 2000  # the reproducer: whole chunks of the Flatten are gone
+    # A race: it lost 25-50% in 8 of 9 runs of this size on a 2-core machine; three tries.
+    totals = []
+    for attempt in range(3):
+        totals.append(sum(_cogroup_sizes(TWO_PROCESSES, tmp_path / f"out{attempt}").values()))
+        if totals[-1] < 8 * 2000:
+            break
+    assert min(totals) < 8 * 2000, totals  # the reproducer: whole chunks of the Flatten are gone
 
 
 def test_cogroupbykey_on_two_worker_processes_equals_in_memory_with_the_workaround(one_ms_flush, tmp_path):
