@@ -1,6 +1,5 @@
 """The synthetic power-law matrix: contract records byte-identical to encode_row, counts read back, seeded."""
 
-
 import numpy as np
 
 from webgraph_pipeline import contract, synthetic_matrix
