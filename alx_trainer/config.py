@@ -85,6 +85,11 @@ class TrainConfig:
     cache_batches: bool = _field(
         False, "Keep the packed batches of this host in memory after the first epoch instead of re-reading the files."
     )
+    stream_batches: bool = _field(
+        False,
+        "'owner' layout: build the dense batches from the TFRecords every half-epoch (bounded host memory) "
+        "instead of holding them all in memory; for matrices whose packed batches do not fit.",
+    )
     checkpoint_every: int = _field(1, "Save an orbax checkpoint every this many epochs (0: only at the end).")
     keep_checkpoints: int = _field(3, "How many most recent checkpoints to keep.")
     eval_every: int = _field(1, "Evaluate on the test split every this many epochs when it exists (0: never).")
