@@ -57,7 +57,7 @@ def _sorted_unique(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
-def write_split(out: str, split: str, rows: np.ndarray, cols: np.ndarray, num_rows: int, num_shards: int,
+def write_split(out: str, split: str, rows: np.ndarray, cols: np.ndarray, num_shards: int,
                 rows_per_block: int = 200_000) -> int:
     """Write pairs sorted by row as the CSR records of `split` (one record per row with a column); returns records."""
     import tensorflow as tf
@@ -90,11 +90,11 @@ def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0
     keys = generate_pairs(num_rows, num_cols, nnz, seed, row_exponent, col_exponent)
     rows, cols = np.divmod(keys, num_cols)
     del keys
-    n_train = write_split(out, "train", rows, cols, num_rows, num_shards)
+    n_train = write_split(out, "train", rows, cols, num_shards)
     order = np.lexsort((rows, cols))
     rows, cols = rows[order], cols[order]
     del order
-    n_train_t = write_split(out, "train_t", cols, rows, num_cols, num_shards)
+    n_train_t = write_split(out, "train_t", cols, rows, num_shards)
     square = num_rows == num_cols
     stats = {
         "nodes": num_rows if square else num_rows + num_cols,
