@@ -11,11 +11,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # command -> (module, function); each function takes the remaining argv and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("alx_trainer.cli_train", "main"),
-    "eval": ("alx_trainer.cli_eval", "main_eval"),
-    "sweep": ("alx_trainer.cli_eval", "main_sweep"),
-    "predict": ("alx_trainer.cli_eval", "main_predict"),
-    "export": ("alx_trainer.cli_eval", "main_export"),
+    "train": ("alx_trainer.cli.train", "main"),
+    "eval": ("alx_trainer.cli.tools", "main_eval"),
+    "sweep": ("alx_trainer.cli.tools", "main_sweep"),
+    "predict": ("alx_trainer.cli.tools", "main_predict"),
+    "export": ("alx_trainer.cli.tools", "main_export"),
     "split": ("alx_trainer.cli_eval", "main_split"),
 }
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from alx_trainer import hugepages
+    from alx_trainer.cli import hugepages
 
     if sys.argv[1:2] == ["train"]:  # large tables: see `hugepages`
         hugepages.restart_with_hugepages("alx_trainer", sys.argv[1:])

@@ -7,7 +7,7 @@ users held out; 80% of each held-out user's items fold the user in, 20% are the 
 `cg_iters` conjugate-gradient steps per solve, `dim` factors, and each with its best parameters from
 the same small grid (implicit's parameters mapped from ours: confidence C = 1 + 1/alpha for an
 observed pair, regularization lambda / alpha). Recall@20 of both comes from T2's
-`alx_trainer.evaluate.evaluate` (held-out users folded in with an exact solve of each model's own
+`alx_trainer.evaluation.evaluate.evaluate` (held-out users folded in with an exact solve of each model's own
 objective, fold-in items excluded from the ranking). Seconds per epoch skip the first epoch of ours
 (XLA compilation). The FLOPs of one of our epochs are counted from the shapes actually run and
 compared with the machine's measured float32 matmul rate (a large `jnp.dot`). Ours runs as the
@@ -94,13 +94,15 @@ def epoch_flops(split, num_rows: int, num_cols: int, dim: int, cg_iters: int) ->
 def run_ours(data_dir, model_dir, dim, cg_iters, epochs, alpha, reg, batch_pieces, devices=None):
     import jax
 
-    from alx_trainer import als, evaluate, sharding
     from alx_trainer.config import TrainConfig
+    from alx_trainer.evaluation import evaluate
+    from alx_trainer.ops import sharding
+    from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha, reg=reg,
                          solver="cg", cg_iters=cg_iters, progress=False, eval_every=0, batch_pieces=batch_pieces,
                          piece_len=16, checkpoint_every=0, init_stddev=0.1)
-    model = als.train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
+    model = train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
     seconds = [r["seconds"] for r in model.metrics]
     exact = dataclasses.replace(config, solver="cholesky")
     result = evaluate.evaluate(model, data_dir, exact, ks=(20,), ndcg_k=None, mesh=evaluate.one_device_mesh())
@@ -112,7 +114,7 @@ def run_implicit(matrix, split, dim, cg_iters, epochs, alpha, reg, data_dir, num
     from implicit.cpu.als import AlternatingLeastSquares
     from threadpoolctl import threadpool_limits
 
-    from alx_trainer import evaluate
+    from alx_trainer.evaluation import evaluate
 
     rows = np.concatenate([np.full(len(v), r) for r, v in split.train.items()])
     cols = np.concatenate(list(split.train.values()))
@@ -150,7 +152,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch_pieces", type=int, default=256, help="ours: pieces of 16 ids per device batch")
     parser.add_argument("--devices", type=int, default=os.cpu_count(), help="ours: JAX CPU devices (default: one per core)")
     args = parser.parse_args(argv)
-    from alx_trainer import per_core
+    from alx_trainer.ops import per_core
 
     per_core.use_cpu_devices(args.devices)  # as the command line splits a CPU host
     import jax

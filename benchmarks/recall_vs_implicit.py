@@ -12,7 +12,7 @@ so `implicit(alpha=1/alpha, regularization=lambda/alpha)`.
 
 Held-out users are folded in by each library's own exact solve: ours by the trainer's `fold_in`
 (Eq. 4, Cholesky), implicit's by `recalculate_user` (its Cholesky least squares). Both are then
-ranked and scored by the same code (`alx_trainer.evaluate.evaluate`: fold-in items excluded, exact
+ranked and scored by the same code (`alx_trainer.evaluation.evaluate.evaluate`: fold-in items excluded, exact
 top-k, Recall@K with denominator min(K, |gt|), NDCG@100), next to the popularity baseline.
 """
 
@@ -45,9 +45,9 @@ def make_split(data_dir: str, test_rows: int, seed: int):
 
 
 def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float, alpha: float) -> dict:
-    from alx_trainer.als import train
     from alx_trainer.config import TrainConfig
-    from alx_trainer.evaluate import evaluate
+    from alx_trainer.evaluation.evaluate import evaluate
+    from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha, reg=reg,
                          eval_every=0, checkpoint_every=0, progress=False)
@@ -63,7 +63,7 @@ def fit_implicit(matrix, split, data_dir: str, dim: int, epochs: int, reg: float
     from implicit.cpu.als import AlternatingLeastSquares
     from threadpoolctl import threadpool_limits
 
-    from alx_trainer.evaluate import evaluate
+    from alx_trainer.evaluation.evaluate import evaluate
 
     rows = np.concatenate([np.full(len(v), r) for r, v in split.train.items()])
     cols = np.concatenate(list(split.train.values()))

@@ -14,6 +14,7 @@ FLOPs and bytes of an epoch (see `trainer_scale.epoch_work`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -36,7 +37,7 @@ def main() -> None:
     parser.add_argument("--piece_len", type=int, default=16)
     args = parser.parse_args()
 
-    from alx_trainer import cli_train
+    from alx_trainer.cli import train as cli_train
     from alx_trainer.config import TrainConfig
 
     config = TrainConfig(data=args.data, model_dir="/tmp/unused", dim=args.dim, cg_iters=args.cg_iters, progress=False,
@@ -44,25 +45,31 @@ def main() -> None:
     cli_train.split_cpu(config)
     import jax
 
-    from alx_trainer import als, batching, sharding
+    from alx_trainer import train as training
+    from alx_trainer.data import batching, records
+    from alx_trainer.data.dataset import open_dataset
+    from alx_trainer.model import init_tables
+    from alx_trainer.ops import sharding
+    from alx_trainer.ops.side_runner import SideRunner, step_spec
 
     mesh = sharding.make_mesh()
-    dataset = als.open_dataset(config)
+    dataset = open_dataset(config.data)
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
-    tables = als.init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     report: dict = {"devices": len(mesh.devices.flat), "dim": args.dim}
-    for side in als.sides(False):
+    for side in training.sides(False):
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
-        reader = als._chunk_reader(dataset, side.split, config, n_this, n_other)
+        files = records.host_files(dataset.files[side.split], 0, 1)
+        reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
         t = time.perf_counter()
         chunks = list(reader())
         read_s = time.perf_counter() - t
         lengths = np.concatenate([c.lengths for c in chunks])
         pieces = batching.num_pieces(lengths, config.piece_len)
         long = pieces > config.batch_pieces
-        spec = als.step_spec(config, n_other, observed_loss=side.name == "col")
+        spec = step_spec(config, n_other, observed_loss=side.name == "col")
         t = time.perf_counter()
-        runner = als.SideRunner(config, mesh, spec, lambda: iter(chunks), n_this)
+        runner = SideRunner(config, mesh, spec, lambda: iter(chunks), n_this)
         init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s = [], []

@@ -93,14 +93,14 @@ def implicit_worker(data: str, dim: int, epochs: int, cg_iters: int, threads: in
     from implicit.cpu.als import AlternatingLeastSquares
     from threadpoolctl import threadpool_limits
 
-    from alx_trainer import data as data_lib
+    from alx_trainer.data import records
     from webgraph_pipeline import contract
 
     stats = contract.read_stats(data)
     num_rows, num_cols = contract.matrix_shape(stats)
     files = list(contract.iter_split_files(data, "train"))
     rows, cols = [], []
-    for chunk in data_lib.read_chunks(files, 8192, num_rows, num_cols):
+    for chunk in records.read_chunks(files, 8192, num_rows, num_cols):
         rows.append(np.repeat(chunk.row_ids, chunk.lengths))
         cols.append(chunk.cols)
     row_ids, col_ids = np.concatenate(rows), np.concatenate(cols)

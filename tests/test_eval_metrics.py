@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from alx_trainer import metrics
+from alx_trainer.evaluation import metrics
 
 
 def test_recall_denominator_is_min_of_k_and_gt_size():

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from alx_trainer import __main__ as cli
-from alx_trainer import predict, sweep
-from alx_trainer.als import fold_in, load_model, train
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluate import evaluate, one_device_mesh
-from webgraph_pipeline.contract import read_split, read_vocab
+from alx_trainer.evaluation.evaluate import evaluate, one_device_mesh
+from alx_trainer.model import fold_in, load_model
+from alx_trainer.tools import predict, sweep
+from alx_trainer.train import train
 from tests import reference_ials
+from webgraph_pipeline.contract import read_split, read_vocab
 
 
 def _run_cli(argv):
@@ -96,7 +97,7 @@ def test_predicted_outlinks_match_brute_force(hollins):
     # a held-out row is folded in from its fold-in outlinks and never gets them back
     test_row, kept, _ = read_split(data, "test")[0]
     held = predict.predict_outlinks(model, data, test_row, 10)
-    assert len(held) == 10 and not set(p.id for p in held) & set(kept.tolist())
+    assert len(held) == 10 and not {p.id for p in held} & set(kept.tolist())
 
 
 def test_cli_eval_predict_export(hollins, tmp_path):
@@ -146,7 +147,7 @@ def test_sweep_is_resumable_and_marks_the_best_cell(hollins, tmp_path):
     rc, text, err = _run_cli(["sweep", "--out_dir", out, "--lambdas", "0.1,1", "--alphas", "0.01,0.001",
                               "--data", data, "--dim", "8", "--epochs", "2", "--no-progress"])
     assert rc == 0, err
-    assert len(calls) == 4 and "done before, skipped" in text
+    assert len(calls) == 4 and "done before, skipped" in err  # progress is logged to stderr
     star = [line for line in text.splitlines() if "*" in line and not line.startswith("best")]
     assert len(star) == 1 and f"{best['recall@20']:.4f}*" in star[0]
     with open(os.path.join(out, sweep.HEATMAP_PNG), "rb") as f:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from alx_trainer import hugepages
+from alx_trainer.cli import hugepages
 
 
 def _thp_madvise() -> bool:
@@ -28,7 +28,7 @@ def test_restart_sets_the_tunable_once(tmp_path):
     (tmp_path / "envprint.py").write_text("import os\nprint(os.environ.get('GLIBC_TUNABLES'))\n")
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *sys.path])
-    code = "from alx_trainer import hugepages; hugepages.restart_with_hugepages('envprint', []); print('not restarted')"
+    code = "from alx_trainer.cli import hugepages; hugepages.restart_with_hugepages('envprint', []); print('not restarted')"
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == hugepages.TUNABLE  # the restarted process has it; the original never printed
 

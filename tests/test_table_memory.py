@@ -10,7 +10,8 @@ import sys
 SCRIPT = """
 import json, resource, sys
 import jax, jax.numpy as jnp, numpy as np
-from alx_trainer import checkpoint, sharding
+from alx_trainer import checkpoint
+from alx_trainer.ops import sharding
 
 def rss():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024

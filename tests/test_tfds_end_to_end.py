@@ -13,7 +13,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from webgraph_pipeline import contract
-from webgraph_pipeline.pipeline import run
+from webgraph_pipeline.cli import run
 from webgraph_pipeline.wat_writer import read_edge_list, write_wat_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

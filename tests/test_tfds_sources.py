@@ -9,9 +9,9 @@ import shutil
 import sys
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfds_builder.web_graph import WebGraph, WebGraphConfig, sources
 from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, write_dummy_data

@@ -8,9 +8,14 @@ import jax
 import numpy as np
 import pytest
 
-import reference_ials as ref
-from alx_trainer import als, cli_train, interactions, sharding
+from alx_trainer import interactions
+from alx_trainer.cli import train as cli_train
 from alx_trainer.config import TrainConfig
+from alx_trainer.model import load_model
+from alx_trainer.ops import sharding
+from alx_trainer.train import train
+
+import reference_ials as ref
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +31,7 @@ def ml1m(tmp_path_factory, data_dir):
 def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):
     config = TrainConfig(data=ml1m, model_dir=str(tmp_path / "m"), dim=16, epochs=3, table_dtype="bfloat16",
                          alpha=0.1, reg=1.0, init_stddev=0.1, progress=False, eval_k="20", batch_pieces=512)
-    model = als.train(config, mesh=sharding.make_mesh(jax.devices()[:2]))
+    model = train(config, mesh=sharding.make_mesh(jax.devices()[:2]))
     assert np.isfinite(model.row_table).all() and np.isfinite(model.col_table).all()
     assert np.abs(model.col_table).max() > 0.01  # trained, not collapsed to zero
     assert [r["epoch"] for r in model.metrics] == [1, 2, 3]
@@ -36,7 +41,7 @@ def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):
     assert model.metrics[-1]["popularity/recall@20"] < recall < 1
     lines = [json.loads(x) for x in open(tmp_path / "m" / "metrics.jsonl")]
     assert all("recall@20" in r for r in lines)
-    assert als.load_model(config.model_dir).row_table.dtype == np.float32
+    assert load_model(config.model_dir).row_table.dtype == np.float32
 
 
 def test_collapse_stops_with_epoch_and_side(tmp_path, capsys):

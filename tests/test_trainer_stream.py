@@ -7,7 +7,14 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer import als, per_core, sharding
+import functools
+
+from alx_trainer import train as training
+from alx_trainer.data import records
+from alx_trainer.data.dataset import open_dataset
+from alx_trainer.model import Model
+from alx_trainer.ops import per_core, sharding
+from alx_trainer.ops.side_runner import SideRunner, step_spec
 from alx_trainer.config import TrainConfig
 from webgraph_pipeline import synthetic_matrix
 
@@ -20,11 +27,11 @@ def matrix(tmp_path_factory):
     return out
 
 
-def _train(data: str, model_dir: str, devices: int, **overrides) -> als.Model:
+def _train(data: str, model_dir: str, devices: int, **overrides) -> Model:
     config = TrainConfig(data=data, model_dir=model_dir, dim=8, epochs=2, alpha=0.1, reg=1.0, layout="owner",
                          piece_len=4, batch_pieces=8, steps_per_call=3, chunk_rows=64, eval_every=0,
                          progress=False, **overrides)
-    return als.train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
+    return training.train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
 
 
 @pytest.mark.parametrize("devices", [1, 2])
@@ -43,10 +50,10 @@ def test_streamed_batches_give_the_in_memory_tables(matrix, tmp_path, devices):
 def test_streaming_runner_holds_no_batches(matrix):
     config = TrainConfig(data=matrix, model_dir="unused", dim=8, layout="owner", piece_len=4, batch_pieces=8,
                          stream_batches=True, progress=False)
-    dataset = als.open_dataset(config)
+    dataset = open_dataset(config.data)
     mesh = sharding.make_mesh(jax.devices()[:1])
-    runner = als.SideRunner(config, mesh, als.step_spec(config, 150), als._chunk_reader(dataset, "train", config, 400, 150),
-                            400)
+    reader = functools.partial(records.read_chunks, dataset.files["train"], config.chunk_rows, 400, 150)
+    runner = SideRunner(config, mesh, step_spec(config, 150), reader, 400)
     assert runner.streaming and runner.device_calls is None and runner.cached_long is None
     assert runner.plan.long_steps > 0  # the long-row path is exercised
 

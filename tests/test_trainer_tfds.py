@@ -8,7 +8,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from alx_trainer import cli_train, tfds_input
+from alx_trainer.cli import train as cli_train
+from alx_trainer.data import tfds_input
 from tfds_builder.web_graph import WebGraph
 from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, HAND_GRAPH, HAND_TEST
 

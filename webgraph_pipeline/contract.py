@@ -1,7 +1,8 @@
 """The dataset contract shared by the pipeline, the TFDS builder and the trainer (see DESIGN.md).
 
 File names, the `tf.train.Example` feature layout, reading splits and vocabularies back, and
-`stats.json` access live here and nowhere else. This module imports TensorFlow lazily and never Apache Beam, so the trainer can use it.
+`stats.json` access live here and nowhere else. This module imports TensorFlow lazily and never
+Apache Beam, so the trainer can use it.
 """
 
 from __future__ import annotations

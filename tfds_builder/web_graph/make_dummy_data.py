@@ -27,7 +27,9 @@ HAND_TEST: Mapping[int, tuple[Sequence[int], Sequence[int]]] = {4: ((0, 3), (5,)
 Row = tuple[int, Sequence[int], Sequence[int]]
 
 
-def split_rows(graph: Mapping[int, Sequence[int]], test: Mapping[int, tuple[Sequence[int], Sequence[int]]]) -> dict[str, list[Row]]:
+def split_rows(
+    graph: Mapping[int, Sequence[int]], test: Mapping[int, tuple[Sequence[int], Sequence[int]]]
+) -> dict[str, list[Row]]:
     """`train` (non-test rows), `train_t` (their transpose) and `test` rows of a graph."""
     train = [(r, tuple(sorted(cols)), ()) for r, cols in sorted(graph.items()) if r not in test]
     incoming: dict[int, list[int]] = {}

@@ -17,8 +17,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from alx_trainer import batching
-from alx_trainer.data import RowChunk
+from alx_trainer.data import batching
+from alx_trainer.data.records import RowChunk
 
 _DONE = object()
 

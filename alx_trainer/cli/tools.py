@@ -1,0 +1,158 @@
+"""Command lines `python -m alx_trainer eval|sweep|predict|export`; each returns an exit code.
+
+Bad input gives one line on stderr naming what and where, and exit code 1 (2 for bad flags).
+Results go to stdout; diagnostics (sweep progress) to stderr through `logging` (`--log_level`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+
+from alx_trainer.cli.common import add_log_level, ks, run, setup_logging
+from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.data.dataset import open_dataset
+from alx_trainer.evaluation.evaluate import evaluate, format_metrics
+from alx_trainer.model import Model, load_model
+from alx_trainer.tools.predict import export_tables, format_predictions, nearest_neighbors, predict_outlinks
+from alx_trainer.tools.sweep import (
+    HEATMAP_PNG,
+    PAPER_ALPHAS,
+    PAPER_LAMBDAS,
+    format_table,
+    parse_grid,
+    plot_heatmap,
+    run_sweep,
+)
+from webgraph_pipeline import contract
+
+
+def _model(model_dir: str) -> Model:
+    if not os.path.isdir(model_dir):
+        raise FileNotFoundError(f"{model_dir}: model directory not found")
+    return load_model(model_dir)
+
+
+def _tfds_eval_data(name: str, tfds_data_dir: str):
+    """Test rows and evaluate() options (popularity, self-exclusion) of a prepared TFDS dataset."""
+    dataset = open_dataset(name, tfds_data_dir)
+    if "test" not in dataset.files:
+        raise FileNotFoundError(f"{name}: the dataset has no test split")
+    train = contract.read_records(dataset.files["train"])
+    cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
+    popularity = np.bincount(cols, minlength=dataset.num_cols).astype(np.float32)
+    shared = dataset.num_rows == dataset.num_cols
+    return contract.read_records(dataset.files["test"]), {"popularity": popularity, "exclude_self": shared}
+
+
+def main_eval(argv: Sequence[str]) -> int:
+    """Recall@K / NDCG of a trained model and of the popularity baseline on a test split."""
+    p = argparse.ArgumentParser(prog="alx_trainer eval", description=main_eval.__doc__)
+    p.add_argument("--data", required=True, help="Dataset directory in the WebGraph contract, or a TFDS name.")
+    p.add_argument("--tfds_data_dir", default="", help="TFDS data_dir when --data is a TFDS name.")
+    p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
+    p.add_argument("--k", type=ks, default=[20, 50], help="Cut-offs K of Recall@K, comma-separated.")
+    p.add_argument("--ndcg_k", type=int, default=100, help="Cut-off of NDCG (0: none).")
+    p.add_argument("--approx", action="store_true", help="Approximate top-k (lax.approx_max_k) per shard.")
+    p.add_argument("--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k.")
+    p.add_argument("--batch_size", type=int, default=0, help="Test rows per scoring batch (0: by memory budget).")
+    p.add_argument("--max_rows", type=int, default=0, help="Evaluate only the first N test rows (0: all).")
+    p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
+    add_log_level(p)
+    args = p.parse_args(list(argv))
+    setup_logging(args.log_level)
+
+    def body() -> int:
+        data, extra = args.data, {}
+        if not os.path.isdir(args.data):
+            data, extra = _tfds_eval_data(args.data, args.tfds_data_dir)
+        result = evaluate(
+            _model(args.model_dir), data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
+            recall_target=args.recall_target, batch_size=args.batch_size or None, max_rows=args.max_rows or None,
+            **extra,
+        )
+        print(format_metrics(result))
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as f:
+                json.dump(result, f, indent=2, sort_keys=True)
+        return 0
+
+    return run("eval", body)
+
+
+def main_sweep(argv: Sequence[str]) -> int:
+    """Grid search over lambda x alpha (the paper's grid by default); every other flag is `train`'s."""
+    p = argparse.ArgumentParser(
+        prog="alx_trainer sweep", description=main_sweep.__doc__,
+        epilog="Remaining flags (--data, --dim, --epochs, ...) configure each training run; see `train --help`.",
+    )
+    p.add_argument("--out_dir", required=True, help="Where sweep.csv, the heatmap and the models go.")
+    p.add_argument("--lambdas", default=",".join(f"{v:g}" for v in PAPER_LAMBDAS), help="L2 regularization values.")
+    p.add_argument("--alphas", default=",".join(f"{v:g}" for v in PAPER_ALPHAS), help="Unobserved weights.")
+    p.add_argument("--metric", default="recall@20", help="Metric of the table's best cell and the heatmap.")
+    p.add_argument("--keep_models", action="store_true", help="Keep every cell's model directory.")
+    args, rest = p.parse_known_args(list(argv))
+
+    def body() -> int:
+        lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
+        config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep")
+        config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
+        setup_logging(config.log_level)
+        rows = run_sweep(config, args.out_dir, lambdas, alphas, keep_models=args.keep_models)
+        print(format_table(rows, args.metric))
+        print(f"heatmap: {plot_heatmap(rows, os.path.join(args.out_dir, HEATMAP_PNG), args.metric)}")
+        return 0
+
+    return run("sweep", body)
+
+
+def main_predict(argv: Sequence[str]) -> int:
+    """Top-K predicted outlinks of a URL or id, or its nearest neighbours (--neighbors)."""
+    p = argparse.ArgumentParser(prog="alx_trainer predict", description=main_predict.__doc__)
+    p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
+    p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
+    p.add_argument("node", nargs="+", help="URL(s) from the vocabulary, or node ids.")
+    p.add_argument("--k", type=int, default=10, help="How many predictions per node.")
+    p.add_argument("--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks.")
+    p.add_argument("--table", choices=("row", "col"), default="col", help="Table of --neighbors.")
+    add_log_level(p)
+    args = p.parse_args(list(argv))
+    setup_logging(args.log_level)
+
+    def body() -> int:
+        model = _model(args.model_dir)
+        for node in args.node:
+            if args.neighbors:
+                preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
+                print(format_predictions(f"nearest neighbours of {node} ({args.table} table):", preds))
+            else:
+                preds = predict_outlinks(model, args.data, node, args.k)
+                print(format_predictions(f"predicted outlinks of {node}:", preds))
+        return 0
+
+    return run("predict", body)
+
+
+def main_export(argv: Sequence[str]) -> int:
+    """Write a model's tables with their ids (and URLs) as NumPy .npz/.npy and TFRecord."""
+    p = argparse.ArgumentParser(prog="alx_trainer export", description=main_export.__doc__)
+    p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
+    p.add_argument("--output", required=True, help="Output directory.")
+    p.add_argument("--data", default="", help="Dataset directory whose vocabulary names the ids (optional).")
+    p.add_argument("--num_shards", type=int, default=1, help="TFRecord shards per table.")
+    add_log_level(p)
+    args = p.parse_args(list(argv))
+    setup_logging(args.log_level)
+
+    def body() -> int:
+        for path in export_tables(_model(args.model_dir), args.output, data_dir=args.data or None,
+                                  num_shards=args.num_shards):
+            print(path)
+        return 0
+
+    return run("export", body)
