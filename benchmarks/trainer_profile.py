@@ -69,7 +69,7 @@ def main() -> None:
         long = pieces > config.batch_pieces
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
         t = time.perf_counter()
-        runner = SideRunner(config, mesh, spec, lambda: iter(chunks), n_this)
+        runner = SideRunner(config, mesh, spec, functools.partial(iter, chunks), n_this)
         init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s = [], []

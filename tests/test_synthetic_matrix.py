@@ -4,6 +4,7 @@ import numpy as np
 
 from webgraph_pipeline import contract, synthetic_matrix
 
+
 def test_encode_rows_is_byte_identical_to_encode_row():
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 30, 300)

@@ -3,19 +3,19 @@ in-memory path's tables (one device, and one thread per CPU device), with and wi
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 import pytest
 
-import functools
-
 from alx_trainer import train as training
+from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.data.dataset import open_dataset
 from alx_trainer.model import Model
 from alx_trainer.ops import per_core, sharding
 from alx_trainer.ops.side_runner import SideRunner, step_spec
-from alx_trainer.config import TrainConfig
 from webgraph_pipeline import synthetic_matrix
 
 
