@@ -1,4 +1,4 @@
-"""`python -m alx_trainer train|eval|sweep|predict|export|split ...`: one entry point, one module per command."""
+"""`python -m alx_trainer train|eval|sweep|predict|export ...`: one entry point, one module per command."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("alx_trainer.cli.tools", "main_sweep"),
     "predict": ("alx_trainer.cli.tools", "main_predict"),
     "export": ("alx_trainer.cli.tools", "main_export"),
-    "split": ("alx_trainer.cli_eval", "main_split"),
 }
 
 USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [options]"

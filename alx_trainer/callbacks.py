@@ -94,8 +94,8 @@ class Evaluator(Callback):
         model = run.model(epoch)
         if dataset.tfds:
             rows = tfds_input.read_test_rows(dataset.files["test"])
-            shared = dataset.num_rows == dataset.num_cols
-            result = evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k, exclude_self=shared, mesh=mesh)
+            result = evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k,
+                                       exclude_self=not dataset.bipartite, mesh=mesh)
         else:
             result = evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
         record.update(result)

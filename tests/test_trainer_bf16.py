@@ -8,7 +8,6 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer import interactions
 from alx_trainer.cli import train as cli_train
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import load_model
@@ -16,16 +15,16 @@ from alx_trainer.ops import sharding
 from alx_trainer.train import train
 
 import reference_ials as ref
+from pipeline_data import make_dataset
 
 
 @pytest.fixture(scope="module")
 def ml1m(tmp_path_factory, data_dir):
-    pairs = interactions.read_ml1m_implicit([str(data_dir / "ml-1m-implicit" / "train.txt")])
-    matrix = interactions.build_matrix(pairs)
-    split = interactions.split_rows(matrix, test_rows=300, seed=0)
-    out = str(tmp_path_factory.mktemp("ml1m") / "data")
-    interactions.write_dataset(out, matrix, split, num_shards=2)
-    return out
+    out = tmp_path_factory.mktemp("ml1m") / "data"
+    stats = make_dataset(out, "--edge_format", "adjacency", "--bipartite", "--input",
+                         data_dir / "ml-1m-implicit" / "train.txt", "--test_fraction", "0.05", "--num_shards", "2")
+    assert stats["splits"]["test"] > 200
+    return str(out)
 
 
 def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):

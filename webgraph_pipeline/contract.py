@@ -112,6 +112,14 @@ def matrix_shape(stats: Mapping[str, Any]) -> tuple[int, int]:
     return int(stats.get("num_rows", nodes)), int(stats.get("num_cols", nodes))
 
 
+def is_bipartite(stats: Mapping[str, Any]) -> bool:
+    """Whether a dataset is users x items (separate row and column ids), as its stats.json says
+    (`bipartite`, or the job's `config`); never guessed from the shape."""
+    if "bipartite" in stats:
+        return bool(stats["bipartite"])
+    return bool(stats.get("config", {}).get("bipartite", False))
+
+
 def write_stats(data_dir: str, stats: Mapping[str, Any]) -> None:
     """Write `stats.json` (sorted keys, so identical inputs give identical bytes)."""
     import tensorflow as tf

@@ -46,8 +46,7 @@ def _tfds_eval_data(name: str, tfds_data_dir: str):
     train = contract.read_records(dataset.files["train"])
     cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
     popularity = np.bincount(cols, minlength=dataset.num_cols).astype(np.float32)
-    shared = dataset.num_rows == dataset.num_cols
-    return contract.read_records(dataset.files["test"]), {"popularity": popularity, "exclude_self": shared}
+    return contract.read_records(dataset.files["test"]), {"popularity": popularity, "exclude_self": not dataset.bipartite}
 
 
 def main_eval(argv: Sequence[str]) -> int:

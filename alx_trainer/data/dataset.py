@@ -29,4 +29,4 @@ def open_directory(data_dir: str) -> Dataset:
         except FileNotFoundError:
             if split != "test":
                 raise
-    return Dataset(data_dir, num_rows, num_cols, files, data_dir)
+    return Dataset(data_dir, num_rows, num_cols, files, data_dir, bipartite=contract.is_bipartite(stats))

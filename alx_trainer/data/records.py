@@ -46,6 +46,7 @@ class Dataset:
     files: dict[str, list[str]]  # split -> sorted shard paths (every host's)
     data_dir: str
     tfds: bool = False  # files named by TFDS rather than by the contract
+    bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
 
 
 def host_files(files: Sequence[str], process_index: int, process_count: int) -> list[str]:

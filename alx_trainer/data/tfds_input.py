@@ -49,7 +49,7 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
     else:
         stats = {"nodes": _max_id(files) + 1}
     num_rows, num_cols = contract.matrix_shape(stats)
-    return Dataset(full, num_rows, num_cols, files, root, tfds=True)
+    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=contract.is_bipartite(stats))
 
 
 def _max_id(files: dict[str, list[str]]) -> int:

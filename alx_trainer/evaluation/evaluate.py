@@ -156,8 +156,7 @@ def _load_eval_data(data_dir: str, mtime: float) -> tuple[list[Row], np.ndarray,
     train = contract.read_split(data_dir, "train")
     cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
     popularity = np.bincount(cols, minlength=num_cols).astype(np.float32)
-    shared = bool(stats.get("shared_ids", "num_rows" not in stats and "num_cols" not in stats))
-    return test, popularity, shared
+    return test, popularity, not contract.is_bipartite(stats)
 
 
 def load_eval_data(data_dir: str) -> tuple[list[Row], np.ndarray, bool]:
@@ -242,4 +241,5 @@ def format_metrics(result: Mapping[str, float]) -> str:
         pop = result.get(f"popularity/{name}")
         lines.append(f"{name:<12} {result[name]:>8.4f} {'' if pop is None else f'{pop:>10.4f}'}")
     lines.append(f"rows: {int(result.get('num_rows', 0))} ({int(result.get('num_rows_with_gt', 0))} with ground truth)")
+    lines.append("recall@K = hits / min(K, |gt|) (ALX paper); recall_gt@K = hits / |gt| (LightGCN)")
     return "\n".join(lines)

@@ -111,8 +111,7 @@ def _names_or_empty(data_dir: str) -> dict[int, str]:
 
 
 def _shared_ids(data_dir: str) -> bool:
-    stats = contract.read_stats(data_dir)
-    return bool(stats.get("shared_ids", "num_rows" not in stats and "num_cols" not in stats))
+    return not contract.is_bipartite(contract.read_stats(data_dir))
 
 
 def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
