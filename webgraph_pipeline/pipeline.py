@@ -91,12 +91,31 @@ def input_files_of(spec: JobSpec) -> list[str]:
     return files
 
 
+class BatchPairs(beam.PTransform):
+    """(source, target) pairs -> edge batches `(sources, targets)` of up to `max_edges` edges.
+
+    An adapter for `ReadEdgeList`, which emits pairs; the graph stage takes batches.
+    """
+
+    def __init__(self, max_edges: int = 50_000):
+        super().__init__()
+        self._max = max_edges
+
+    def expand(self, pairs):
+        return (
+            pairs
+            | "Batch" >> beam.BatchElements(min_batch_size=min(1_000, self._max), max_batch_size=self._max)
+            | "Columns" >> beam.Map(lambda batch: ([s for s, _ in batch], [t for _, t in batch]))
+        )
+
+
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
-    """The labelled reading step of either input format -> deduplicated (source, target) pairs."""
+    """The labelled reading step of either input format -> edge batches `(sources, targets)`."""
     if spec.input_format == "edges":
-        return p | "ReadEdgeList" >> ReadEdgeList(
+        pairs = p | "ReadEdgeList" >> ReadEdgeList(
             input_files, urls_file=spec.urls_file, layout=spec.edge_layout, bipartite=spec.config.bipartite
         )
+        return pairs | "BatchPairs" >> BatchPairs()
     from webgraph_pipeline.extract import ExtractEdges
 
     kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable, "wat_reader": spec.wat_reader}
