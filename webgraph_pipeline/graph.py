@@ -296,7 +296,7 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
 
 
 class _BuildRowsFn(beam.DoFn):
-    """(source bucket, {'edges', 'table'}) -> `train`/`test` rows (row_tag, col_tag, gt_tag), `transpose`
+    """(source bucket, {'edges', 'table'}) -> `train`/`test` row lists (row_tag, col_tag, gt_tag), `transpose`
     pieces (bucket, (col ids, row ids)) of the train rows, and summary `parts`."""
 
     def __init__(self, seed: int, test_fraction: float, holdout_fraction: float, num_buckets: int):
@@ -312,6 +312,7 @@ class _BuildRowsFn(beam.DoFn):
         train_rows, train_cols, lengths = [], [], np.diff(offsets)
         parts = col.histogram_part("out_degree", lengths)
         single = 0
+        out_rows: dict[str, list] = {"train": [], "test": []}
         for i, at_row in enumerate(rows.tolist()):
             row_cols = tuple(cols[offsets[i]:offsets[i + 1]].tolist())
             split, out = assign_row((int(ids[at_row]), names[at_row], row_cols), *self._args)
@@ -322,8 +323,11 @@ class _BuildRowsFn(beam.DoFn):
             else:
                 parts[("test.col_tag", None)] += len(out[1])
                 parts[("test.gt_tag", None)] += len(out[2])
-            parts[("split." + split, None)] += 1
-            yield beam.pvalue.TaggedOutput(split, out)
+            out_rows[split].append(out)
+        for split, batch in out_rows.items():
+            parts[("split." + split, None)] += len(batch)
+            if batch:
+                yield beam.pvalue.TaggedOutput(split, batch)
         parts[("edges", None)] += len(src)
         if single:
             counts = LocalCounts()
@@ -339,18 +343,17 @@ class _BuildRowsFn(beam.DoFn):
 
 
 def _transposed_rows(kv) -> Iterator[Any]:
-    """(bucket, pieces of (col ids, row ids)) -> train_t rows (col, sorted rows, ()); tagged `parts`."""
+    """(bucket, pieces of (col ids, row ids)) -> a list of train_t rows (col, sorted rows, ()); tagged `parts`."""
     _, pieces = kv
     col_ids, row_ids = col.concat(pieces, 2, (np.int64, np.int64))
     cols, offsets, rows = col.group_rows(col_ids, row_ids)
-    for i, c in enumerate(cols.tolist()):
-        yield c, tuple(rows[offsets[i]:offsets[i + 1]].tolist()), ()
+    yield [(c, tuple(rows[offsets[i]:offsets[i + 1]].tolist()), ()) for i, c in enumerate(cols.tolist())]
     yield beam.pvalue.TaggedOutput("parts", _part("split.train_t", len(cols)))
 
 
-def _vocab_entries(pieces) -> Iterator[tuple[int, str]]:
-    _, (_, ids, names) = pieces
-    yield from zip(ids.tolist(), names.tolist())
+def _vocab_entries(piece) -> list[tuple[int, str]]:
+    _, (_, ids, names) = piece
+    return list(zip(ids.tolist(), names.tolist()))
 
 
 def _node_count(kind: str):
@@ -358,10 +361,11 @@ def _node_count(kind: str):
 
 
 class BuildWebGraph(beam.PTransform):
-    """Edge batches -> dict of PCollections.
+    """Edge batches -> dict of PCollections whose elements are lists (one per bucket: rows travel in
+    batches too; `beam.FlatMap(iter)` gives single rows).
 
-    `train`, `train_t`, `test`: (row_tag, col_tag tuple, gt_tag tuple); `vocab`: (id, name);
-    `col_vocab`: (id, name) of the columns (bipartite only; otherwise `vocab` covers both);
+    `train`, `train_t`, `test`: lists of (row_tag, col_tag tuple, gt_tag tuple); `vocab`: lists of
+    (id, name); `col_vocab`: the same for the columns (bipartite only; otherwise `vocab` covers both);
     `summary`: one dict with nodes, edges, rows per split and degree histograms.
     num_buckets: hash buckets of the per-bucket steps (work items; more for bigger graphs).
     fingerprint_bits: narrower than 64 only to force collisions in tests.
@@ -419,9 +423,9 @@ class BuildWebGraph(beam.PTransform):
             | "Transpose" >> beam.FlatMap(_transposed_rows).with_outputs("parts", main="rows")
         )
         out = {"train": built.train, "train_t": transposed.rows, "test": built.test}
-        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.FlatMap(_vocab_entries)
+        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(_vocab_entries)
         if cfg.bipartite:
-            out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.FlatMap(_vocab_entries)
+            out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(_vocab_entries)
         parts = [joined.parts, built.parts, transposed.parts]
         parts += [tables[k] | f"NodeCount_{k}" >> beam.Map(_node_count(k)) for k in kinds]
         out["summary"] = (
