@@ -31,7 +31,7 @@ from webgraph_pipeline.ids import bucket_offsets
 from webgraph_pipeline.splits import assign_row
 from webgraph_pipeline.variants import GraphConfig
 
-DEFAULT_GRAPH_BUCKETS = 64
+DEFAULT_GRAPH_BUCKETS = 16
 ROWS, COLS = "rows", "cols"
 
 
@@ -180,8 +180,15 @@ class _KeepTargetsFn(beam.DoFn):
         yield from col.split_by_bucket(src[keep], self._b, src[keep], dst[keep])
 
 
+def _one_piece(kv) -> tuple[int, col.Arrays]:
+    """(bucket, edge pieces) -> (bucket, (src, dst)): so the next step splits each bucket once,
+    not each piece (pieces would multiply by the bucket count at every re-keying)."""
+    bucket, pieces = kv
+    return bucket, col.concat(pieces, 2)
+
+
 class _DegreePass(beam.PTransform):
-    """One pass of the degree filter on edge pieces keyed by source bucket (same keying out)."""
+    """One pass of the degree filter on edges keyed by source bucket (one element per bucket, out too)."""
 
     def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int):
         super().__init__()
@@ -199,6 +206,8 @@ class _DegreePass(beam.PTransform):
             {"edges": verdict.edges, "kept": verdict.kept}
             | "GroupByTargetBucket" >> beam.CoGroupByKey()
             | "KeepTargets" >> beam.ParDo(_KeepTargetsFn(self._b))
+            | "GroupKeptBySource" >> beam.GroupByKey()
+            | "OnePiecePerBucket" >> beam.Map(_one_piece)
         )
 
 
