@@ -18,7 +18,6 @@ from webgraph_pipeline.fingerprints import bucket_of
 
 Arrays = tuple[np.ndarray, ...]
 
-_EMPTY_U64 = np.zeros(0, dtype=np.uint64)
 
 
 def concat(pieces: Iterable[Arrays], width: int, dtypes: Sequence = ()) -> Arrays:
