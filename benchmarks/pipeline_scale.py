@@ -114,13 +114,14 @@ def graph_stage_job(num_edges: int, out: str) -> None:
 
 
 def write_powerlaw_edges(num_edges: int, work_dir: str) -> str:
-    """The same generated graph as graph_stage_job's, as a `src dst` text file (cached)."""
+    """The same generated graph as graph_stage_job's, as a `src dst` text file of integer ids (cached)."""
     path = os.path.join(work_dir, f"powerlaw_{num_edges}.txt")
     if not os.path.exists(path):
         with open(path + ".tmp", "w") as f:
             for i, start in enumerate(range(0, num_edges, BATCH_EDGES)):
                 src, dst = powerlaw_batch(0, i, min(BATCH_EDGES, num_edges - start), max(num_edges // 8, 1))
-                f.write("".join(f"{a} {b}\n" for a, b in zip(src, dst)))
+                # bare integer ids: a line of two `n<id>` words would read as a header line
+                f.write("".join(f"{a[1:]} {b[1:]}\n" for a, b in zip(src, dst)))
         os.rename(path + ".tmp", path)
     return path
 
