@@ -12,7 +12,6 @@ import pytest
 
 from webgraph_pipeline import contract
 from webgraph_pipeline.graph import BuildWebGraph
-from webgraph_pipeline.pipeline import BatchPairs
 from webgraph_pipeline.variants import GraphConfig
 from webgraph_pipeline.wat_writer import synthetic_pages
 from webgraph_pipeline.write import DEGREE_PLOT, WriteTfRecords
@@ -41,7 +40,10 @@ def read_vocab(data_dir, prefix=contract.VOCAB_PREFIX):
 
 def build(edges, config, out_dir, num_shards=3):
     with beam.Pipeline() as p:
-        graph = p | beam.Create(sorted(edges)) | BatchPairs(max_edges=500) | BuildWebGraph(config)
+        edges = sorted(edges)
+        batches = [([s for s, _ in edges[i:i + 500]], [t for _, t in edges[i:i + 500]])
+                   for i in range(0, len(edges), 500)]
+        graph = p | beam.Create(batches) | BuildWebGraph(config)
         graph | WriteTfRecords(str(out_dir), config.to_dict(), ["in-memory"], num_shards=num_shards)
     return json.loads((out_dir / contract.STATS_FILE).read_text())
 

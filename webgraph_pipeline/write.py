@@ -140,7 +140,7 @@ class WriteTfRecords(beam.PTransform):
 
     Takes the dict `BuildWebGraph` returns (rows and vocabulary entries in lists); yields the
     PCollection of written paths.
-    stats.json is written here without the Beam counters; `pipeline.run` adds them at the end.
+    stats.json is written here without the Beam counters; `pipeline.run_job` adds them at the end.
     """
 
     def __init__(

@@ -28,9 +28,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from alx_trainer import solvers
+from alx_trainer.ops import solvers
 
 AXIS = "d"
 LAYOUTS = ("sharded", "replicated", "owner")
