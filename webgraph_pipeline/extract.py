@@ -7,8 +7,8 @@ Public API:
   a tuple `(sources, targets)` of two equal-length lists of normalized URLs (at most `BATCH_EDGES`
   edges, from one file). Links are deduplicated within a record and self-loops dropped there;
   edges repeated across records (a page seen in several records keeps the union of its links) are
-  deduplicated, and counted, by the graph stage (graph.py). `file_patterns` is a path, glob or list of them that Beam's FileSystems
-  can open (local, gs://, s3://). Files are streamed record by record; gzip (whole-file or one
+  deduplicated, and counted, by the graph stage (graph.py). `file_patterns` is a path, glob or
+  list of them that Beam's FileSystems can open (local, gs://, s3://). Files are streamed record by record; gzip (whole-file or one
   member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
   (see counters.py); a pattern matching nothing or a file that cannot be opened is counted
   `unreadable_files.<reason>`, logged and named in the string set `unreadable_files`, and the rest
@@ -33,7 +33,6 @@ from apache_beam.io.filesystems import FileSystems
 from webgraph_pipeline.counters import LocalCounts, flush_to_beam, report_unreadable
 from webgraph_pipeline.links import DEFAULT_LINK_TYPES
 from webgraph_pipeline.wat import check_reader, wat_edges
-
 
 BATCH_EDGES = 50_000
 EdgeBatch = tuple[list[str], list[str]]
