@@ -8,8 +8,8 @@ Public API:
   edges, from one file). Links are deduplicated within a record and self-loops dropped there;
   edges repeated across records (a page seen in several records keeps the union of its links) are
   deduplicated, and counted, by the graph stage (graph.py). `file_patterns` is a path, glob or
-  list of them that Beam's FileSystems can open (local, gs://, s3://). Files are streamed record by record; gzip (whole-file or one
-  member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
+  list of them that Beam's FileSystems can open (local, gs://, s3://). Files are streamed record
+  by record; gzip (whole-file or one member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
   (see counters.py); a pattern matching nothing or a file that cannot be opened is counted
   `unreadable_files.<reason>`, logged and named in the string set `unreadable_files`, and the rest
   goes on; `fail_on_unreadable=True` raises instead.
