@@ -16,7 +16,7 @@ from typing import Any, Sequence, TypeVar
 
 T = TypeVar("T")
 
-SOLVERS = ("cg", "cholesky", "lu", "qr")
+SOLVERS = ("cg", "cholesky", "lu", "qr", "block")
 STATS_MODES = ("gather", "local")
 CG_FORMS = ("auto", "matvec", "explicit")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
@@ -46,7 +46,12 @@ class TrainConfig:
     init_stddev: float = _field(0.1, "Standard deviation of the normal initial embeddings.")
     seed: int = _field(0, "Random seed of the initial tables.")
     tied: bool = _field(False, "One shared table for rows and columns (square data only, e.g. a web graph).")
-    solver: str = _field("cg", f"Linear solver per row, one of {SOLVERS}.")
+    solver: str = _field(
+        "cg",
+        f"Linear solver per row, one of {SOLVERS}; 'block' is iALS++ (one sweep of exact solves over "
+        "blocks of --block_size coordinates per half-epoch; block_size >= dim is the exact solve).",
+    )
+    block_size: int = _field(128, "Coordinates per block of the 'block' solver (iALS++); capped at dim.")
     cg_iters: int = _field(3, "Conjugate-gradient iterations per half-epoch, warm-started from the current row.")
     cg_form: str = _field(
         "auto",
@@ -109,6 +114,7 @@ class TrainConfig:
             (self.init_stddev > 0, f"init_stddev: must be positive, got {self.init_stddev}"),
             (self.solver in SOLVERS, f"solver: must be one of {SOLVERS}, got {self.solver!r}"),
             (self.cg_iters > 0, f"cg_iters: must be positive, got {self.cg_iters}"),
+            (self.block_size > 0, f"block_size: must be positive, got {self.block_size}"),
             (self.cg_form in CG_FORMS, f"cg_form: must be one of {CG_FORMS}, got {self.cg_form!r}"),
             (self.stats in STATS_MODES, f"stats: must be one of {STATS_MODES}, got {self.stats!r}"),
             (self.layout in LAYOUTS, f"layout: must be one of {LAYOUTS}, got {self.layout!r}"),
