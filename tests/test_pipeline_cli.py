@@ -94,10 +94,10 @@ def test_runs_are_byte_identical_across_runs_and_direct_running_modes(small_edge
     for i, extra in enumerate([[], [], ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]]):
         out = tmp_path / f"run{i}"
         out.mkdir()
-        # Files of an earlier run with other settings are replaced, other files are left alone.
+        # Files of an earlier run with other settings are replaced; with --overwrite other files stay.
         for name in ("train.tfr-00004-of-00005", "vocab.tsv-00000-of-00001", "stats.json", "notes.txt"):
             (out / name).write_text("stale")
-        assert run_cli(common + ["--output", out] + extra, capsys)[0] == 0
+        assert run_cli(common + ["--output", out, "--overwrite"] + extra, capsys)[0] == 0
         assert (out / "notes.txt").read_text() == "stale"
         (out / "notes.txt").unlink()
         outputs.append(_file_bytes(out))

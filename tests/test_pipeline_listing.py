@@ -18,7 +18,7 @@ def test_listing_reads_listed_files_and_counts_a_missing_one(tmp_path, reader):
         f.write(f"{SAMPLE}\nmissing/file.warc.wat.gz\n\n")
     out = tmp_path / "out"
     code = cli.main(["--input_listing", str(listing), "--listing_prefix", str(DATA / "commoncrawl"),
-                     "--output", str(out), "--wat_reader", reader, "--num_shards", "1"])
+                     "--output", str(out), "--wat_reader", reader, "--num_shards", "1", "--allow_empty"])
     assert code == 0
     stats = json.loads((out / "stats.json").read_text())
     # Same graph as reading the sample by glob: the 0pointer.de page's 13 outlinks.

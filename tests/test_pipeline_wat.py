@@ -177,7 +177,9 @@ def test_junk_and_empty_files_among_good_ones(tmp_path, capsys):
 def test_real_common_crawl_sample(data_dir, tmp_path, capsys):
     """The bundled real WAT: one page with hyperlinks (0pointer.de/photos/, 13 distinct targets)."""
     out = tmp_path / "cc"
-    run_job(["--input", data_dir / "commoncrawl" / "*.wat", "--output", out, "--num_shards", "1"], capsys)
+    # One source page: no test row, so the job needs --allow_empty to keep the dataset.
+    run_job(["--input", data_dir / "commoncrawl" / "*.wat", "--output", out, "--num_shards", "1", "--allow_empty"],
+            capsys)
     stats = json.loads((out / contract.STATS_FILE).read_text())
     assert stats["nodes"] == 14 and stats["edges"] == 13
     assert stats["splits"]["train"] + stats["splits"]["test"] == 1 and stats["splits"]["train_t"] in (0, 13)

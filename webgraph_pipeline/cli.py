@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from typing import Any, Optional, Sequence
 
-from webgraph_pipeline.pipeline import INPUT_FORMATS, JobSpec, input_files_of, match_inputs, run_job
+from webgraph_pipeline.output_dir import OutputError, check_output
+from webgraph_pipeline.pipeline import INPUT_FORMATS, EmptyDatasetError, JobSpec, input_files_of, match_inputs, run_job
 from webgraph_pipeline.wat import WAT_READERS, check_reader
 from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant, parse_tlds
 
@@ -15,7 +18,7 @@ Any other flag is an Apache Beam pipeline option (e.g. --runner, --direct_num_wo
 
 Examples:
   # the demo: real Common Crawl WAT, no filter
-  python -m webgraph_pipeline --input 'data/commoncrawl/*.wat' --output /tmp/cc
+  python -m webgraph_pipeline --input 'data/commoncrawl/*.wat' --output /tmp/cc --allow_empty
   # a paper variant on WAT files, 2 local worker processes
   python -m webgraph_pipeline --input 'wat/*.warc.wat.gz' --output /tmp/de_dense --variant de-dense \\
       --direct_running_mode multi_processing --direct_num_workers 2
@@ -37,6 +40,9 @@ Common Crawl's own bucket can be read directly: --input 's3://commoncrawl/crawl-
 """
 
 
+DEBUG_ENV = "WEBGRAPH_DEBUG"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m webgraph_pipeline",
@@ -55,7 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "(e.g. Common Crawl's wat.paths.gz); with --listing_prefix")
     p.add_argument("--listing_prefix", default="",
                    help="wat: prefix of the listed paths, e.g. s3://commoncrawl/ or a mirror's gs:// folder")
-    p.add_argument("--output", required=True, help="output directory (local or gs://)")
+    p.add_argument("--output", required=True,
+                   help="output directory (local or gs://); the dataset is staged beside it and swapped in "
+                        "only when the job succeeds, so a failed run leaves the previous dataset intact")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --output that holds files other than a WebGraph dataset "
+                        "(they are left in place)")
+    p.add_argument("--allow_empty", action="store_true",
+                   help="keep a dataset with no node, no edge or no test row instead of failing")
+    p.add_argument("--debug", action="store_true",
+                   help=f"show the full traceback of an error (or set {DEBUG_ENV}=1)")
     p.add_argument("--input_format", choices=INPUT_FORMATS, default="wat",
                    help="wat: Common Crawl WAT files (default); edges: text edge lists `src dst`")
     p.add_argument("--variant", choices=sorted(VARIANTS),
@@ -124,8 +139,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
         input_format=args.input_format, urls_file=args.urls, edge_layout=args.edge_layout,
         num_shards=args.num_shards, link_types=link_types, fail_on_unreadable=args.fail_on_unreadable,
         wat_reader=args.wat_reader, input_listing=args.input_listing, listing_prefix=args.listing_prefix,
+        overwrite=args.overwrite, allow_empty=args.allow_empty,
     )
     check_reader(spec.wat_reader)
+    check_output(spec.output_dir, spec.overwrite)
     input_files_of(spec)
     if spec.urls_file:
         match_inputs([spec.urls_file])
@@ -152,14 +169,37 @@ def format_report(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type when it says nothing, else the last line of its message
+    (a Beam worker error carries the whole remote traceback before the cause)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point; returns the exit status (2 for bad flags or inputs)."""
+    """Entry point; returns the exit status: 2 for bad flags, inputs or output, 1 for a failed or empty job."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         spec, beam_argv = parse_args(argv)
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"webgraph_pipeline: error: {e}", file=sys.stderr)
         return 2
-    stats = run_job(spec, beam_argv)
+    try:
+        stats = run_job(spec, beam_argv)
+    except OutputError as e:
+        print(f"webgraph_pipeline: error: {e}", file=sys.stderr)
+        return 2
+    except EmptyDatasetError as e:
+        print(f"webgraph_pipeline: error: {e}; {spec.output_dir} is unchanged", file=sys.stderr)
+        return 1
+    except Exception as e:  # any failure of the job itself: one line, the previous dataset kept
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else f" (--debug or {DEBUG_ENV}=1 shows the traceback)"
+        print(f"webgraph_pipeline: error: the job failed: {one_line(e)}; {spec.output_dir} is unchanged{hint}",
+              file=sys.stderr)
+        return 1
     print(format_report(stats))
     print(f"wrote {spec.output_dir}")
     return 0

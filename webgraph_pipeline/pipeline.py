@@ -14,12 +14,12 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from webgraph_pipeline import contract
+from webgraph_pipeline import contract, output_dir
 from webgraph_pipeline.counters import collect_counters, collect_unreadable_files
 from webgraph_pipeline.edges_input import ReadEdgeList
 from webgraph_pipeline.graph import BuildWebGraph
 from webgraph_pipeline.variants import GraphConfig
-from webgraph_pipeline.write import DEGREE_PLOT, WriteTfRecords
+from webgraph_pipeline.write import WriteTfRecords
 
 INPUT_FORMATS = ("wat", "edges")
 
@@ -40,6 +40,8 @@ class JobSpec:
     wat_reader: str = "warcio"
     input_listing: Optional[str] = None
     listing_prefix: str = ""
+    overwrite: bool = False
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:
@@ -114,21 +116,6 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     )
 
 
-def remove_stale_outputs(output_dir: str) -> list[str]:
-    """Delete this job's files from an earlier run in `output_dir` (other files are left alone)."""
-    import os
-
-    import tensorflow as tf
-
-    patterns = [contract.split_glob(output_dir, s) for s in contract.SPLIT_PREFIXES]
-    patterns += [contract.vocab_glob(output_dir), os.path.join(output_dir, f"{contract.COL_VOCAB_PREFIX}-*-of-*")]
-    patterns += [os.path.join(output_dir, n) for n in (contract.STATS_FILE, DEGREE_PLOT)]
-    stale = sorted(f for pattern in patterns for f in tf.io.gfile.glob(pattern))
-    for f in stale:
-        tf.io.gfile.remove(f)
-    return stale
-
-
 def is_loss(counter: str) -> bool:
     """Whether a counter counts input that did not make it into the graph (vs. what was kept)."""
     kind = counter.split(".", 1)[0]
@@ -148,21 +135,53 @@ def finish_stats(
     return stats
 
 
-def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the job to completion with Beam options `beam_argv`; returns the final stats."""
-    import tensorflow as tf
+class EmptyDatasetError(RuntimeError):
+    """The job ran but its dataset has nothing to train or evaluate on."""
 
+
+def emptiness(stats: dict[str, Any], test_fraction: float) -> Optional[str]:
+    """Why a finished dataset is empty (no nodes, no edges, or no test rows although some were asked
+    for), naming the commonest drop reason; None when it is not."""
+    splits = stats.get("splits", {})
+    if not stats.get("nodes"):
+        what = "no node"
+    elif not stats.get("edges"):
+        what = "no edge"
+    elif test_fraction > 0 and not splits.get("test"):
+        what = "no test row"
+    else:
+        return None
+    dropped = stats.get("dropped", {})
+    reason = max(dropped, key=dropped.get) if dropped else None
+    why = f"; commonest drop: {reason} ({dropped[reason]:,})" if reason else "; nothing was dropped (is the input empty?)"
+    return f"the dataset has {what}{why}. Pass --allow_empty to keep such a dataset"
+
+
+def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the job to completion with Beam options `beam_argv`; returns the final stats.
+
+    The dataset is written into a staging directory and swapped into `spec.output_dir` only when the
+    job succeeded and the dataset is not empty (or `allow_empty`): any failure leaves the previous
+    dataset as it was.
+    """
+    output_dir.check_output(spec.output_dir, spec.overwrite)
     input_files = input_files_of(spec)
-    tf.io.gfile.makedirs(spec.output_dir)
-    remove_stale_outputs(spec.output_dir)
-    start = time.time()
-    p = beam.Pipeline(options=PipelineOptions(list(beam_argv)))
-    build_pipeline(p, spec, input_files)
-    result = p.run()
-    result.wait_until_finish()
-    return finish_stats(
-        spec.output_dir, collect_counters(result), collect_unreadable_files(result), time.time() - start
-    )
+    staging = output_dir.staging_dir(spec.output_dir)
+    try:
+        start = time.time()
+        p = beam.Pipeline(options=PipelineOptions(list(beam_argv)))
+        build_pipeline(p, dataclasses.replace(spec, output_dir=staging), input_files)
+        result = p.run()
+        result.wait_until_finish()
+        stats = finish_stats(staging, collect_counters(result), collect_unreadable_files(result), time.time() - start)
+        problem = None if spec.allow_empty else emptiness(stats, spec.config.test_fraction)
+        if problem:
+            raise EmptyDatasetError(problem)
+    except BaseException:
+        output_dir.discard(staging)
+        raise
+    output_dir.swap_in(staging, spec.output_dir)
+    return stats
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:

@@ -1,0 +1,123 @@
+"""The job's output directory: checked before any input is read, written only through a staging copy.
+
+A run writes its whole dataset into a staging directory beside `--output` (same parent, so the same
+filesystem or bucket) and swaps it in only once the job and stats.json have succeeded. Until then the
+previous dataset in `--output` is untouched, whatever happens to the run (a bad input found late,
+kill -9, a full disk). On a local filesystem the swap is two directory renames; on an object store
+(gs://, s3://), where directories do not exist, the staged files are moved in one by one with
+stats.json last, after the old stats.json is gone, so a half-moved dataset never looks complete.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import uuid
+
+import tensorflow as tf
+
+from webgraph_pipeline import contract
+from webgraph_pipeline.write import DEGREE_PLOT
+
+STAGING_TAG = ".staging-"
+# The names this job writes into its output directory; anything else there is not ours.
+DATASET_PATTERNS = tuple(
+    [f"{prefix}{contract.TFRECORD_SUFFIX}-*-of-*" for prefix in contract.SPLIT_PREFIXES.values()]
+    + [f"{contract.VOCAB_PREFIX}-*-of-*", f"{contract.COL_VOCAB_PREFIX}-*-of-*", contract.STATS_FILE, DEGREE_PLOT]
+)
+
+
+class OutputError(ValueError):
+    """An --output the job must not or cannot write to."""
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def _join(directory: str, name: str) -> str:
+    return os.path.join(directory, name) if _is_local(directory) else posixpath.join(directory, name)
+
+
+def is_dataset_file(name: str) -> bool:
+    """Whether a file name is one this job writes (a split shard, vocabulary shard, stats.json, plot)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in DATASET_PATTERNS)
+
+
+def _entries(directory: str) -> list[str]:
+    return sorted(e.rstrip("/") for e in tf.io.gfile.listdir(directory)) if tf.io.gfile.isdir(directory) else []
+
+
+def foreign_entries(output_dir: str) -> list[str]:
+    """What `output_dir` holds besides this job's dataset files (empty for a new or a dataset directory)."""
+    return [e for e in _entries(output_dir) if not is_dataset_file(e)]
+
+
+def check_output(output_dir: str, overwrite: bool) -> None:
+    """Refuse an --output that is a file, holds something other than our dataset (unless `overwrite`),
+    or cannot be written: all before any input is read. Creates the directory's parent if needed."""
+    target = output_dir.rstrip("/")
+    if not target:
+        raise OutputError("--output is empty")
+    if tf.io.gfile.exists(target) and not tf.io.gfile.isdir(target):
+        raise OutputError(f"--output {output_dir!r} is a file, not a directory")
+    foreign = foreign_entries(target)
+    if foreign and not overwrite:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise OutputError(
+            f"--output {output_dir!r} holds files that are not a WebGraph dataset ({shown}); "
+            "choose an empty or new directory, or pass --overwrite to write the dataset beside them"
+        )
+    parent = posixpath.dirname(target) if not _is_local(target) else os.path.dirname(os.path.abspath(target))
+    probe = _join(parent, f".{os.path.basename(target)}.write-check-{uuid.uuid4().hex}")
+    try:
+        tf.io.gfile.makedirs(parent)
+        with tf.io.gfile.GFile(probe, "w") as f:
+            f.write("ok")
+        tf.io.gfile.remove(probe)
+    except (tf.errors.OpError, OSError) as e:
+        raise OutputError(f"--output {output_dir!r}: cannot write beside it in {parent!r} ({type(e).__name__})") from None
+
+
+def staging_dir(output_dir: str) -> str:
+    """A new, unique staging directory beside `output_dir` (created)."""
+    path = f"{output_dir.rstrip('/')}{STAGING_TAG}{uuid.uuid4().hex[:12]}"
+    tf.io.gfile.makedirs(path)
+    return path
+
+
+def discard(staging: str) -> None:
+    """Remove a staging directory (best effort: a failed run must not fail again while cleaning up)."""
+    try:
+        tf.io.gfile.rmtree(staging)
+    except (tf.errors.OpError, OSError):
+        pass
+
+
+def swap_in(staging: str, output_dir: str) -> None:
+    """Make the staged dataset the content of `output_dir`, replacing the dataset files there.
+
+    Files in `output_dir` that are not ours (allowed by --overwrite) stay where they are.
+    """
+    target = output_dir.rstrip("/")
+    if _is_local(target) and not foreign_entries(target):
+        old = f"{target}{STAGING_TAG}old-{uuid.uuid4().hex[:12]}"
+        had_old = tf.io.gfile.exists(target)
+        if had_old:
+            os.rename(target, old)
+        os.rename(staging, target)
+        if had_old:
+            tf.io.gfile.rmtree(old)
+        return
+    tf.io.gfile.makedirs(target)
+    stats = _join(target, contract.STATS_FILE)
+    if tf.io.gfile.exists(stats):
+        tf.io.gfile.remove(stats)
+    new = _entries(staging)
+    for name in _entries(target):
+        if is_dataset_file(name) and name not in new:
+            tf.io.gfile.remove(_join(target, name))
+    for name in sorted(new, key=lambda n: n == contract.STATS_FILE):
+        tf.io.gfile.rename(_join(staging, name), _join(target, name), overwrite=True)
+    discard(staging)
