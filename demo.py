@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("== 1. Pack the real hollins.edu crawl into WAT files, next to the real Common Crawl sample")
     run([py, "-m", "webgraph_pipeline.wat_writer", "--edges", "data/hollins/edges.txt",
-         "--urls", "data/hollins/urls.txt", "--output", wat_dir, "--records_per_file", "2000"])
+         "--urls", "data/hollins/urls.txt", "--header", "--output", wat_dir, "--records_per_file", "2000"])
     for path in glob.glob(os.path.join(DATA, "commoncrawl", "*.wat")):
         shutil.copy(path, wat_dir)
 

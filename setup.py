@@ -1,6 +1,6 @@
 """WebGraph + ALX: Common Crawl link graphs as a benchmark, and sharded implicit ALS in JAX."""
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 setup(
     name="webgraph-alx",
@@ -13,9 +13,16 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["webgraph_pipeline*", "tfds_builder*", "alx_trainer*"]),
-    include_package_data=True,
-    package_data={"tfds_builder.web_graph": ["*.md", "*.bib", "*.tsv", "dummy_data/*", "dummy_data/*/*"]},
+    # Namespace discovery also lists the builder's dummy_data folders (data, no __init__.py), so
+    # setuptools knows they are meant to ship and their files can be declared as package data.
+    packages=find_namespace_packages(
+        include=["webgraph_pipeline*", "tfds_builder*", "alx_trainer*"], exclude=["*.__pycache__"]
+    ),
+    package_data={
+        "tfds_builder.web_graph": ["*.md", "*.bib", "*.tsv"],
+        "tfds_builder.web_graph.dummy_data": ["*"],
+        "tfds_builder.web_graph.dummy_data.web_graph_tld_in_min_50": ["*"],
+    },
     install_requires=[
         "apache-beam>=2.60,<3",
         "google-crc32c>=1.5,<2",  # Beam's TFRecord reader and writer checksum every record with it
@@ -36,7 +43,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8,<10", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1",
-                 "fastwarc>=2.0,<3"],
+                 "fastwarc>=2.0,<3", "ruff>=0.6,<1"],
         "dataflow": ["apache-beam[gcp]>=2.60,<3"],
         "gpu": ["jax[cuda12]>=0.5,<1"],
         "tpu": ["jax[tpu]>=0.5,<1"],
@@ -48,8 +55,5 @@ setup(
             "alx=alx_trainer.__main__:main",
         ]
     },
-    classifiers=[
-        "Programming Language :: Python :: 3",
-        "License :: OSI Approved :: Apache Software License",
-    ],
+    classifiers=["Programming Language :: Python :: 3"],  # the license is the SPDX `license` above
 )

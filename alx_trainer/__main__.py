@@ -1,4 +1,4 @@
-"""`python -m alx_trainer train|eval|sweep|predict|export|split ...`: one entry point, one module per command."""
+"""`python -m alx_trainer train|eval|sweep|predict|export ...`: one entry point, one module per command."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # command -> (module, function); each function takes the remaining argv and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("alx_trainer.cli_train", "main"),
-    "eval": ("alx_trainer.cli_eval", "main_eval"),
-    "sweep": ("alx_trainer.cli_eval", "main_sweep"),
-    "predict": ("alx_trainer.cli_eval", "main_predict"),
-    "export": ("alx_trainer.cli_eval", "main_export"),
-    "split": ("alx_trainer.cli_eval", "main_split"),
+    "train": ("alx_trainer.cli.train", "main"),
+    "eval": ("alx_trainer.cli.tools", "main_eval"),
+    "sweep": ("alx_trainer.cli.tools", "main_sweep"),
+    "predict": ("alx_trainer.cli.tools", "main_predict"),
+    "export": ("alx_trainer.cli.tools", "main_export"),
 }
 
 USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [options]"

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import tensorflow as tf
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
@@ -44,8 +45,6 @@ def restore(mgr: ocp.CheckpointManager, epoch: int, like: dict[str, jax.Array]) 
 
 def restore_numpy(model_dir: str, epoch: int | None = None) -> tuple[dict[str, np.ndarray], dict, int]:
     """Tables as host NumPy arrays (padded), the metadata and the epoch; FileNotFoundError if none."""
-    import tensorflow as tf
-
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
     if not tf.io.gfile.isdir(path):
         raise FileNotFoundError(f"{path}: no checkpoints; train a model into {model_dir} first")

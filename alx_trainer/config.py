@@ -12,7 +12,9 @@ import dataclasses
 import json
 import os
 import typing
-from typing import Any, Sequence, TypeVar
+from typing import Any, ClassVar, Sequence, TypeVar
+
+import yaml
 
 T = TypeVar("T")
 
@@ -21,6 +23,7 @@ STATS_MODES = ("gather", "local")
 CG_FORMS = ("auto", "matvec", "explicit")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
 LAYOUTS = ("auto", "sharded", "replicated", "owner")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _field(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
@@ -28,14 +31,19 @@ def _field(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's n
 
 
 @dataclasses.dataclass
-class TrainConfig:
-    """Every knob of `python -m alx_trainer train`; each field is also a flag of the same name."""
+class DataConfig:
+    """Where the training data is and how it is read."""
 
     data: str = _field("", "Dataset directory in the WebGraph contract, or a TFDS name such as web_graph/de-dense.")
-    model_dir: str = _field("", "Directory for checkpoints, metrics.jsonl, TensorBoard logs and config.json.")
     tfds_data_dir: str = _field("", "TFDS data_dir used when --data is a TFDS name (empty: the TFDS default).")
+    chunk_rows: int = _field(2048, "Records parsed per tf.data batch when streaming the input.")
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """The objective (paper Eq. 3) and the tables."""
+
     dim: int = _field(64, "Embedding dimension d.")
-    epochs: int = _field(8, "Number of epochs (one epoch = a row half-epoch and a column half-epoch).")
     alpha: float = _field(0.1, "Weight of the unobserved pairs (paper Eq. 3, alpha).")
     reg: float = _field(0.1, "L2 regularization lambda (paper Eq. 3).")
     reg_exponent: float = _field(
@@ -46,6 +54,16 @@ class TrainConfig:
     init_stddev: float = _field(0.1, "Standard deviation of the normal initial embeddings.")
     seed: int = _field(0, "Random seed of the initial tables.")
     tied: bool = _field(False, "One shared table for rows and columns (square data only, e.g. a web graph).")
+    table_dtype: str = _field(
+        "auto",
+        "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). Solves are float32.",
+    )
+
+
+@dataclasses.dataclass
+class SolverConfig:
+    """How each row's system is solved and how steps reach the tables."""
+
     solver: str = _field(
         "cg",
         f"Linear solver per row, one of {SOLVERS}; 'block' is iALS++ (one sweep of exact solves over "
@@ -74,35 +92,74 @@ class TrainConfig:
         "one process, packed batches held in memory); 'auto' = owner for a one-process CPU run, else sharded.",
     )
     steps_per_call: int = _field(8, "Dense batches each device runs per compiled call (a lax.scan): fewer dispatches.")
-    cpu_devices: int = _field(
-        0,
-        "CPU runs of the command line: split the host into this many JAX devices, each running its own steps "
-        "(0: one per core). Ignored on GPU/TPU and when XLA_FLAGS sets --xla_force_host_platform_device_count.",
-    )
-    table_dtype: str = _field(
-        "auto",
-        "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). Solves are float32.",
-    )
+
+
+@dataclasses.dataclass
+class BatchingConfig:
+    """Dense batching (paper 4.3)."""
+
     piece_len: int = _field(16, "Dense batching: length L of one piece of a row (paper 4.3).")
     batch_pieces: int = _field(256, "Dense batching: pieces B per device per step.")
     batch_rows: int = _field(
         0, "Dense batching: row slots per device per step (0: auto, 1.25 x batch_pieces / mean pieces per row)."
     )
-    chunk_rows: int = _field(2048, "Records parsed per tf.data batch when streaming the input.")
     cache_batches: bool = _field(
         False, "Keep the packed batches of this host in memory after the first epoch instead of re-reading the files."
     )
-    checkpoint_every: int = _field(1, "Save an orbax checkpoint every this many epochs (0: only at the end).")
-    keep_checkpoints: int = _field(3, "How many most recent checkpoints to keep.")
+
+
+@dataclasses.dataclass
+class EvaluationConfig:
+    """Evaluation during training."""
+
     eval_every: int = _field(1, "Evaluate on the test split every this many epochs when it exists (0: never).")
     eval_k: str = _field("20,50", "Comma-separated cut-offs K of Recall@K for the per-epoch evaluation.")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Where the run writes, how long it runs, and on which devices and processes."""
+
+    model_dir: str = _field("", "Directory for checkpoints, metrics.jsonl, TensorBoard logs and config.json.")
+    epochs: int = _field(8, "Number of epochs (one epoch = a row half-epoch and a column half-epoch).")
+    checkpoint_every: int = _field(1, "Save an orbax checkpoint every this many epochs (0: only at the end).")
+    keep_checkpoints: int = _field(3, "How many most recent checkpoints to keep.")
     progress: bool = _field(True, "Show a progress bar per half-epoch with rows per second.")
+    log_level: str = _field(
+        "info", f"Diagnostics (per-epoch metrics, sweep progress) on stderr from this level, one of {LOG_LEVELS}."
+    )
+    cpu_devices: int = _field(
+        0,
+        "CPU runs of the command line: split the host into this many JAX devices, each running its own steps "
+        "(0: one per core). Ignored on GPU/TPU and when XLA_FLAGS sets --xla_force_host_platform_device_count.",
+    )
     distributed: bool = _field(
         False, "Call jax.distributed.initialize() first (multi-host, e.g. every worker of a TPU VM slice)."
     )
     coordinator_address: str = _field("", "host:port of process 0 for jax.distributed (empty: auto-detect, e.g. on TPU).")
     num_processes: int = _field(0, "Number of processes for jax.distributed (0: auto-detect).")
     process_id: int = _field(-1, "This process's id for jax.distributed (-1: auto-detect).")
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "solver": SolverConfig,
+    "batching": BatchingConfig,
+    "evaluation": EvaluationConfig,
+    "run": RunConfig,
+}
+
+
+@dataclasses.dataclass
+class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, ModelConfig, DataConfig):
+    """Every knob of `python -m alx_trainer train`; each field is also a flag of the same name.
+
+    The fields come from the six sections (`SECTIONS`: data, model, solver, batching, evaluation,
+    run), and read flat (`config.dim`) as the flags and config files name them; `section(name)`
+    gives one section as its own dataclass and `to_dict(nested=True)` groups them.
+    """
+
+    sections: ClassVar[dict[str, type]] = SECTIONS
 
     def validate(self) -> "TrainConfig":
         """Raise ValueError with a one-line message naming the first bad field; return self."""
@@ -134,6 +191,7 @@ class TrainConfig:
             (self.checkpoint_every >= 0, f"checkpoint_every: must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints > 0, f"keep_checkpoints: must be positive, got {self.keep_checkpoints}"),
             (self.eval_every >= 0, f"eval_every: must be >= 0, got {self.eval_every}"),
+            (self.log_level in LOG_LEVELS, f"log_level: must be one of {LOG_LEVELS}, got {self.log_level!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -151,7 +209,15 @@ class TrainConfig:
             raise ValueError(f"eval_k: expected positive integers, got {self.eval_k!r}")
         return ks
 
-    def to_dict(self) -> dict[str, Any]:
+    def section(self, name: str) -> Any:
+        """One section (`data`, `model`, `solver`, `batching`, `evaluation`, `run`) as its own dataclass."""
+        cls = SECTIONS[name]
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
+
+    def to_dict(self, nested: bool = False) -> dict[str, Any]:
+        """The fields by name, or with `nested` grouped by section (both forms load as a config file)."""
+        if nested:
+            return {name: dataclasses.asdict(self.section(name)) for name in SECTIONS}
         return dataclasses.asdict(self)
 
 
@@ -163,8 +229,6 @@ def load_config_file(path: str) -> dict[str, Any]:
         text = f.read()
     try:
         if path.endswith((".yaml", ".yml")):
-            import yaml
-
             values = yaml.safe_load(text)
         else:
             values = json.loads(text)
@@ -208,16 +272,39 @@ def build_parser(cls: type, prog: str | None = None, description: str | None = N
         description=description or (cls.__doc__ or "").strip(),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--config", default=None, help="JSON or YAML file of field values; flags override it.")
-    for field in dataclasses.fields(cls):
-        kind = _field_type(cls, field)
-        help_text = field.metadata.get("help", "")
-        default = field.default if field.default is not dataclasses.MISSING else None
-        if kind is bool:
-            parser.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
-        else:
-            parser.add_argument(f"--{field.name}", type=kind, default=default, help=help_text)
+    parser.add_argument(
+        "--config", default=None, help="JSON or YAML file of field values (flat, or nested by section); flags override it."
+    )
+    sections = getattr(cls, "sections", None) or {"": cls}
+    for title, section in sections.items():
+        group = parser.add_argument_group(title, section.__doc__) if title else parser
+        for field in dataclasses.fields(section):
+            kind = _field_type(section, field)
+            help_text = field.metadata.get("help", "")
+            default = field.default if field.default is not dataclasses.MISSING else None
+            if kind is bool:
+                group.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            else:
+                group.add_argument(f"--{field.name}", type=kind, default=default, help=help_text)
     return parser
+
+
+def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Config-file values by field name: a section name mapping to a mapping (`solver: {cg_iters: 3}`)
+    contributes its fields (field values are never mappings, so a section named like a field is told
+    apart by its value)."""
+    sections = getattr(cls, "sections", None) or {}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in sections and isinstance(value, dict):
+            names = {f.name for f in dataclasses.fields(sections[key])}
+            for inner, inner_value in value.items():
+                if inner not in names:
+                    raise ValueError(f"{where}: unknown config key {key}.{inner!r}")
+                out[inner] = inner_value
+        else:
+            out[key] = value
+    return out
 
 
 def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None) -> T:
@@ -244,7 +331,7 @@ def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | N
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     if args.config:
-        for key, value in load_config_file(args.config).items():
+        for key, value in flat_values(cls, load_config_file(args.config), args.config).items():
             if key not in fields:
                 raise ValueError(f"{args.config}: unknown config key {key!r}")
             values[key] = _coerce(key, _field_type(cls, fields[key]), value)

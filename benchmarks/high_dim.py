@@ -5,8 +5,8 @@
 
 Data: the LightGCN Gowalla split (`train.txt`, `test.txt`: `user item item ...` per line; 29,858
 users x 40,981 items, 810,128 training pairs). Until the pipeline reads given splits, the training
-pairs are written in the dataset contract here (`alx_trainer.interactions`, every user a training
-row, no held-out rows); the test pairs are read only for Recall@20.
+pairs are written in the dataset contract here (`write_training_data`, every user a training row,
+no held-out rows); the test pairs are read only for Recall@20.
 
 Ours runs through the command line (`python -m alx_trainer train`, one process per fit), so each
 solver gets the CPU devices the command line gives it: CG with the matrix-free product on one JAX
@@ -30,6 +30,7 @@ FLOPs per epoch are counted from the matrix shape (useful work only, both sides)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -47,28 +48,69 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 ALPHA, REG, REG_EXPONENT = 0.02, 0.002, 1.0  # our Eq. 3 weights with frequency-scaled regularization
 
 
+@dataclasses.dataclass
+class Matrix:
+    """Users x items from `user item item ...` lines (Gowalla's ids are already dense from 0)."""
+
+    items: list[np.ndarray]
+    num_rows: int
+    num_cols: int
+
+    @property
+    def num_pairs(self) -> int:
+        return int(sum(len(i) for i in self.items))
+
+
+def _read_lines(path: str) -> dict[int, np.ndarray]:
+    rows = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                ids = [int(t) for t in line.split()]
+            except ValueError:
+                raise SystemExit(f"{path}:{lineno}: expected integer ids, got {line.strip()[:60]!r}") from None
+            if ids:
+                rows[ids[0]] = np.unique(np.asarray(ids[1:], np.int64))
+    return rows
+
+
 def read_gowalla(data: str):
-    """(matrix, test) from `train.txt`/`test.txt`: dense ids, test items mapped into them."""
-    from alx_trainer import interactions
-
-    matrix = interactions.build_matrix(interactions.read_ml1m_implicit([os.path.join(data, "train.txt")]))
-    test_pairs = interactions.read_ml1m_implicit([os.path.join(data, "test.txt")])
-    rows = np.searchsorted(matrix.row_ids, test_pairs.rows)
-    cols = np.searchsorted(matrix.col_ids, test_pairs.cols)
-    known = (rows < matrix.num_rows) & (cols < matrix.num_cols)
-    known &= (matrix.row_ids[np.minimum(rows, matrix.num_rows - 1)] == test_pairs.rows)
-    known &= (matrix.col_ids[np.minimum(cols, matrix.num_cols - 1)] == test_pairs.cols)
-    test: dict[int, list[int]] = {}
-    for r, c in zip(rows[known].tolist(), cols[known].tolist()):
-        test.setdefault(r, []).append(c)
-    return matrix, {r: np.asarray(c) for r, c in test.items()}, int((~known).sum())
+    """(matrix, test, test pairs dropped for ids unseen in training) from `train.txt`/`test.txt`."""
+    train = _read_lines(os.path.join(data, "train.txt"))
+    num_rows = max(train) + 1
+    num_cols = int(max(int(v.max()) for v in train.values() if len(v))) + 1
+    matrix = Matrix([train.get(r, np.zeros(0, np.int64)) for r in range(num_rows)], num_rows, num_cols)
+    test, unknown = {}, 0
+    for r, cols in _read_lines(os.path.join(data, "test.txt")).items():
+        keep = cols[cols < num_cols] if r < num_rows else cols[:0]
+        unknown += len(cols) - len(keep)
+        if len(keep):
+            test[r] = keep
+    return matrix, test, unknown
 
 
-def write_training_data(data_dir: str, matrix) -> None:
-    from alx_trainer import interactions
+def write_training_data(data_dir: str, matrix: Matrix, shards: int = 4) -> None:
+    """The training pairs in the dataset contract (train, train_t, stats.json), no test rows."""
+    import tensorflow as tf
 
-    split = interactions.split_rows(matrix, test_rows=0)
-    interactions.write_dataset(data_dir, matrix, split, num_shards=4, config={"source": "gowalla train.txt"})
+    from webgraph_pipeline import contract
+
+    os.makedirs(data_dir, exist_ok=True)
+    by_col: dict[int, list[int]] = {}
+    for r, cols in enumerate(matrix.items):
+        for c in cols.tolist():
+            by_col.setdefault(c, []).append(r)
+    splits = {"train": [(r, c) for r, c in enumerate(matrix.items) if len(c)], "train_t": sorted(by_col.items())}
+    for split, rows in splits.items():
+        for k in range(shards):
+            name = contract.shard_name(contract.SPLIT_PREFIXES[split], k, shards, contract.TFRECORD_SUFFIX)
+            with tf.io.TFRecordWriter(os.path.join(data_dir, name)) as f:
+                for r, cols in rows[k::shards]:
+                    f.write(contract.encode_row(r, list(cols)))
+    contract.write_stats(data_dir, {
+        "nodes": matrix.num_rows + matrix.num_cols, "num_rows": matrix.num_rows, "num_cols": matrix.num_cols,
+        "bipartite": True, "edges": matrix.num_pairs, "splits": {k: len(v) for k, v in splits.items()},
+        "dropped": {}, "config": {"source": "gowalla train.txt (benchmarks/high_dim.py)"}})
 
 
 def cg_flops(nnz: int, n_rows: int, n_cols: int, d: int, iters: int) -> float:
@@ -108,7 +150,7 @@ def run_ours(data_dir: str, model_dir: str, dim: int, epochs: int, solver_flags:
 
 def recall_at_20(row_table: np.ndarray, col_table: np.ndarray, matrix, test: dict[int, np.ndarray]) -> float:
     """LightGCN's Recall@20: mean over test users of hits in the top 20 / |test items|, training items excluded."""
-    from alx_trainer import evaluate
+    from alx_trainer.evaluation import evaluate
 
     users = sorted(test)
     scorer = evaluate.ShardedScorer(np.asarray(col_table, np.float32), evaluate.one_device_mesh())
@@ -151,7 +193,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from ials_vs_implicit import matmul_peak
 
-    from alx_trainer import als
+    from alx_trainer.model import load_model
 
     solvers = args.solvers.split(",")
     matrix, test, unknown = read_gowalla(args.data)
@@ -179,7 +221,7 @@ def main(argv=None) -> int:
                 seconds, rss, cpu = run_ours(data_dir, model_dir, dim, args.epochs, flags)
                 recall = ""
                 if dim <= args.recall_max_dim:
-                    model = als.load_model(model_dir)
+                    model = load_model(model_dir)
                     recall = f"{recall_at_20(model.row_table, model.col_table, matrix, test):.4f}"
                 print(f"{dim:>5} {name:<22} {seconds:>8.2f} {flops / 1e9:>8.1f} {flops / seconds / 1e9:>8.1f} "
                       f"{100 * flops / seconds / peak:>6.1f} {rss:>8.0f} {recall:>9} {os.getloadavg()[0]:>5.2f} {cpu:>9.0f}", flush=True)

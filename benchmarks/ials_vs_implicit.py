@@ -2,12 +2,13 @@
 
     python benchmarks/ials_vs_implicit.py [--epochs 6] [--dim 128] [--cg_iters 3] [--grid small|one] [--devices N]
 
-Both run in this process on the same held-out-users split (T2's `interactions.split_rows`, 10% of
-users held out; 80% of each held-out user's items fold the user in, 20% are the ground truth), with
+Both run in this process on the same held-out-users split, made by the pipeline (the contract's
+strong-generalization split: 10% of users held out by a seeded hash; 80% of each held-out user's
+items fold the user in, 20% are the ground truth), with
 `cg_iters` conjugate-gradient steps per solve, `dim` factors, and each with its best parameters from
 the same small grid (implicit's parameters mapped from ours: confidence C = 1 + 1/alpha for an
 observed pair, regularization lambda / alpha). Recall@20 of both comes from T2's
-`alx_trainer.evaluate.evaluate` (held-out users folded in with an exact solve of each model's own
+`alx_trainer.evaluation.evaluate.evaluate` (held-out users folded in with an exact solve of each model's own
 objective, fold-in items excluded from the ranking). Seconds per epoch skip the first epoch of ours
 (XLA compilation). The FLOPs of one of our epochs are counted from the shapes actually run and
 compared with the machine's measured float32 matmul rate (a large `jnp.dot`). Ours runs as the
@@ -38,14 +39,12 @@ GRID = {"small": [(0.1, 5.0), (0.3, 10.0), (0.5, 10.0), (1.0, 10.0), (1.0, 20.0)
 
 
 def build_split(data_dir: str, seed: int = 0):
-    from alx_trainer import interactions
+    from pipeline_split import make_split
 
-    pairs = interactions.read_ml1m_implicit([str(REPO / "data" / "ml-1m-implicit" / "train.txt"),
-                                             str(REPO / "data" / "ml-1m-implicit" / "test.txt")])
-    matrix = interactions.build_matrix(pairs)
-    split = interactions.split_rows(matrix, test_fraction=0.1, seed=seed)
-    interactions.write_dataset(data_dir, matrix, split, num_shards=4)
-    return matrix, split
+    ml1m = REPO / "data" / "ml-1m-implicit"
+    return make_split(data_dir, "--edge_format", "adjacency", "--bipartite", "--input", ml1m / "train.txt",
+                      "--input", ml1m / "test.txt", "--test_fraction", "0.1", "--holdout_fraction", "0.2",
+                      "--seed", seed, "--num_shards", "4")
 
 
 def _matmul_rate(n: int, repeats: int) -> float:
@@ -94,29 +93,31 @@ def epoch_flops(split, num_rows: int, num_cols: int, dim: int, cg_iters: int) ->
 def run_ours(data_dir, model_dir, dim, cg_iters, epochs, alpha, reg, batch_pieces, devices=None):
     import jax
 
-    from alx_trainer import als, evaluate, sharding
     from alx_trainer.config import TrainConfig
+    from alx_trainer.evaluation import evaluate
+    from alx_trainer.ops import sharding
+    from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha, reg=reg,
                          solver="cg", cg_iters=cg_iters, progress=False, eval_every=0, batch_pieces=batch_pieces,
                          piece_len=16, checkpoint_every=0, init_stddev=0.1)
-    model = als.train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
+    model = train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
     seconds = [r["seconds"] for r in model.metrics]
     exact = dataclasses.replace(config, solver="cholesky")
     result = evaluate.evaluate(model, data_dir, exact, ks=(20,), ndcg_k=None, mesh=evaluate.one_device_mesh())
     return float(np.median(seconds[1:])), result["recall@20"], seconds[1:]
 
 
-def run_implicit(matrix, split, dim, cg_iters, epochs, alpha, reg, data_dir, num_threads=0):
+def run_implicit(split, dim, cg_iters, epochs, alpha, reg, data_dir, num_threads=0):
     import scipy.sparse as sp
     from implicit.cpu.als import AlternatingLeastSquares
     from threadpoolctl import threadpool_limits
 
-    from alx_trainer import evaluate
+    from alx_trainer.evaluation import evaluate
 
     rows = np.concatenate([np.full(len(v), r) for r, v in split.train.items()])
     cols = np.concatenate(list(split.train.values()))
-    user_items = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(matrix.num_rows, matrix.num_cols))
+    user_items = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(split.num_rows, split.num_cols))
     confidence, regularization = 1.0 + 1.0 / alpha, reg / alpha
     model = AlternatingLeastSquares(factors=dim, regularization=regularization, alpha=confidence, iterations=epochs,
                                     use_cg=True, random_state=0, num_threads=num_threads)
@@ -150,27 +151,27 @@ def main(argv=None) -> int:
     parser.add_argument("--batch_pieces", type=int, default=256, help="ours: pieces of 16 ids per device batch")
     parser.add_argument("--devices", type=int, default=os.cpu_count(), help="ours: JAX CPU devices (default: one per core)")
     args = parser.parse_args(argv)
-    from alx_trainer import per_core
+    from alx_trainer.ops import per_core
 
     per_core.use_cpu_devices(args.devices)  # as the command line splits a CPU host
     import jax
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "ml1m")
-        matrix, split = build_split(data_dir)
+        split = build_split(data_dir)
         nnz = sum(len(v) for v in split.train.values())
-        print(f"ML-1M: {matrix.num_rows} users x {matrix.num_cols} items, {nnz} training pairs, "
+        print(f"ML-1M: {split.num_rows} users x {split.num_cols} items, {nnz} training pairs, "
               f"{len(split.test)} held-out users; d={args.dim}, {args.cg_iters} CG steps, {args.epochs} epochs per fit; "
               f"ours on {len(jax.devices())} JAX CPU devices, implicit on {os.cpu_count()} threads")
         peak = matmul_peak()
-        flops = epoch_flops(split, matrix.num_rows, matrix.num_cols, args.dim, args.cg_iters)
+        flops = epoch_flops(split, split.num_rows, split.num_cols, args.dim, args.cg_iters)
         print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s; one epoch of ours = {flops / 1e9:.2f} GFLOP")
 
         best = {}
         for alpha, reg in GRID[args.grid]:
             ours = run_ours(data_dir, os.path.join(tmp, f"m_{alpha}_{reg}"), args.dim, args.cg_iters, args.epochs, alpha, reg,
                             args.batch_pieces)
-            theirs = run_implicit(matrix, split, args.dim, args.cg_iters, args.epochs, alpha, reg, data_dir)
+            theirs = run_implicit(split, args.dim, args.cg_iters, args.epochs, alpha, reg, data_dir)
             print(f"alpha={alpha:<5} lambda={reg:<5} | ours: {ours[0]:.3f} s/epoch, Recall@20 {ours[1]:.4f} | "
                   f"implicit (C={1 + 1 / alpha:.3g}, reg={reg / alpha:.3g}): {theirs[0]:.3f} s/epoch, Recall@20 {theirs[1]:.4f}")
             for name, res in (("ours", ours), ("implicit", theirs)):
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
         print(f"epoch time ratio ours/implicit: {ours[0] / imp[0]:.2f} (< 1: ours faster; medians of epochs 2..)")
         print(f"fastest epoch: ours {min(ours[2]):.3f} s, implicit {min(imp[2]):.3f} s, ratio {min(ours[2]) / min(imp[2]):.2f}")
         print(f"ours: {flops / ours[0] / 1e9:.2f} GFLOP/s = {100 * flops / ours[0] / peak:.1f}% of the measured matmul peak")
-        one_thread = run_implicit(matrix, split, args.dim, args.cg_iters, 4, *p_imp, data_dir, num_threads=1)
+        one_thread = run_implicit(split, args.dim, args.cg_iters, 4, *p_imp, data_dir, num_threads=1)
         one_device = run_ours(data_dir, os.path.join(tmp, "one"), args.dim, args.cg_iters, 4, *p_ours, args.batch_pieces, 1)
         print(f"per core: ours on one device {one_device[0]:.3f} s/epoch, implicit on one thread {one_thread[0]:.3f} s/epoch, "
               f"ratio {one_device[0] / one_thread[0]:.2f}")

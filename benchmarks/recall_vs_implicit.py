@@ -2,9 +2,10 @@
 
     python benchmarks/recall_vs_implicit.py [--dim 128] [--epochs 8] [--lambdas 5,10,20] [--alphas 0.25,0.5,1]
 
-One split for both, written in the dataset contract by `alx_trainer.interactions` (600 held-out
-users chosen by seed; 80% of each held-out user's items fold the user in, 20% are the ground truth;
-the other 5,440 users train). Each library trains on the same training users with the same
+One split for both, made by the pipeline (`python -m webgraph_pipeline --edge_format adjacency
+--bipartite`: the contract's strong-generalization split, 10% of users held out by a seeded hash;
+80% of each held-out user's items fold the user in, 20% are the ground truth; the others train).
+Each library trains on the same training users with the same
 dimension and number of epochs over a grid of the same size, and its best cell by Recall@20 is
 reported. implicit's grid is ours in its own parametrization: our objective (paper Eq. 3) divided
 by alpha puts weight 1 + 1/alpha on an observed pair and 1 on the rest with L2 weight lambda/alpha,
@@ -12,7 +13,7 @@ so `implicit(alpha=1/alpha, regularization=lambda/alpha)`.
 
 Held-out users are folded in by each library's own exact solve: ours by the trainer's `fold_in`
 (Eq. 4, Cholesky), implicit's by `recalculate_user` (its Cholesky least squares). Both are then
-ranked and scored by the same code (`alx_trainer.evaluate.evaluate`: fold-in items excluded, exact
+ranked and scored by the same code (`alx_trainer.evaluation.evaluate.evaluate`: fold-in items excluded, exact
 top-k, Recall@K with denominator min(K, |gt|), NDCG@100), next to the popularity baseline.
 """
 
@@ -32,22 +33,19 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def make_split(data_dir: str, test_rows: int, seed: int):
-    from alx_trainer import interactions
+def make_split(data_dir: str, test_fraction: float, seed: int):
+    from pipeline_split import make_split as pipeline_split
 
     ml1m = REPO / "data" / "ml-1m-implicit"
-    matrix = interactions.build_matrix(
-        interactions.read_interactions([str(ml1m / "train.txt"), str(ml1m / "test.txt")], "ml1m"))
-    split = interactions.split_rows(matrix, test_rows=test_rows, fold_in_fraction=0.8, seed=seed)
-    interactions.write_dataset(data_dir, matrix, split, num_shards=2,
-                               config={"test_rows": test_rows, "fold_in_fraction": 0.8, "seed": seed})
-    return matrix, split
+    return pipeline_split(data_dir, "--edge_format", "adjacency", "--bipartite", "--input", ml1m / "train.txt",
+                          "--input", ml1m / "test.txt", "--test_fraction", test_fraction,
+                          "--holdout_fraction", "0.2", "--seed", seed, "--num_shards", "2")
 
 
 def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float, alpha: float) -> dict:
-    from alx_trainer.als import train
     from alx_trainer.config import TrainConfig
-    from alx_trainer.evaluate import evaluate
+    from alx_trainer.evaluation.evaluate import evaluate
+    from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha, reg=reg,
                          eval_every=0, checkpoint_every=0, progress=False)
@@ -58,17 +56,17 @@ def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float, a
     return {**result, "train_seconds": seconds}
 
 
-def fit_implicit(matrix, split, data_dir: str, dim: int, epochs: int, reg: float, confidence: float) -> dict:
+def fit_implicit(split, data_dir: str, dim: int, epochs: int, reg: float, confidence: float) -> dict:
     import scipy.sparse as sp
     from implicit.cpu.als import AlternatingLeastSquares
     from threadpoolctl import threadpool_limits
 
-    from alx_trainer.evaluate import evaluate
+    from alx_trainer.evaluation.evaluate import evaluate
 
     rows = np.concatenate([np.full(len(v), r) for r, v in split.train.items()])
     cols = np.concatenate(list(split.train.values()))
     user_items = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)),
-                               shape=(matrix.num_rows, matrix.num_cols))
+                               shape=(split.num_rows, split.num_cols))
     with threadpool_limits(1, "blas"):  # implicit's advice: its own threads, not BLAS's
         model = AlternatingLeastSquares(factors=dim, regularization=reg, alpha=confidence, iterations=epochs,
                                         random_state=0)
@@ -80,7 +78,7 @@ def fit_implicit(matrix, split, data_dir: str, dim: int, epochs: int, reg: float
         indptr = np.cumsum([0] + [len(c) for c in fold_rows])
         indices = np.concatenate(fold_rows) if fold_rows else np.zeros(0, np.int64)
         new = sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr),
-                            shape=(len(fold_rows), matrix.num_cols))
+                            shape=(len(fold_rows), split.num_cols))
         return model.recalculate_user(np.arange(len(fold_rows)), new)
 
     result = evaluate((None, np.asarray(model.item_factors, np.float32)), data_dir, fold_in_fn=fold_in)
@@ -97,14 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--lambdas", type=floats, default=[5.0, 10.0, 20.0], help="our L2 regularization grid")
     p.add_argument("--alphas", type=floats, default=[0.25, 0.5, 1.0], help="our unobserved-weight grid")
-    p.add_argument("--test_rows", type=int, default=600)
+    p.add_argument("--test_fraction", type=float, default=0.1, help="share of users held out (pipeline hash)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "ml1m")
-        matrix, split = make_split(data_dir, args.test_rows, args.seed)
-        print(f"ML-1M: {matrix.num_rows} users x {matrix.num_cols} movies, {matrix.num_pairs} pairs; "
+        split = make_split(data_dir, args.test_fraction, args.seed)
+        print(f"ML-1M: {split.num_rows} users x {split.num_cols} movies, "
+              f"{sum(len(v) for v in split.train.values())} training pairs; "
               f"{len(split.test)} held-out users (80% fold-in / 20% ground truth), seed {args.seed}; "
               f"d={args.dim}, {args.epochs} epochs, grid {len(args.lambdas)}x{len(args.alphas)}", flush=True)
         header = f"{'library':<9} {'lambda':>7} {'alpha':>7} {'R@20':>7} {'R@50':>7} {'NDCG@100':>9} {'train s':>8}"
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells = [
                     ("ours", fit_ours(data_dir, os.path.join(tmp, f"m{lam}_{alpha}"), args.dim, args.epochs,
                                       lam, alpha)),
-                    ("implicit", fit_implicit(matrix, split, data_dir, args.dim, args.epochs, lam / alpha,
+                    ("implicit", fit_implicit(split, data_dir, args.dim, args.epochs, lam / alpha,
                                               1.0 / alpha)),
                 ]
                 for name, r in cells:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from alx_trainer import metrics
+from alx_trainer.evaluation import metrics
 
 
 def test_recall_denominator_is_min_of_k_and_gt_size():
@@ -36,7 +36,17 @@ def test_empty_ground_truth_and_padding_are_not_counted():
     assert metrics.mean_metric(rec) == pytest.approx(0.5)
     out = metrics.ranking_metrics(topk, gt, ks=(1, 2), ndcg_k=2)
     assert out["recall@1"] == pytest.approx(0.0) and out["recall@2"] == pytest.approx(0.5)
-    assert set(out) == {"recall@1", "recall@2", "ndcg@2"}
+    assert set(out) == {"recall@1", "recall@2", "recall_gt@1", "recall_gt@2", "ndcg@2"}
+
+
+def test_the_two_recall_definitions():
+    # 5 test items, top-2 holds 1 of them: hits/min(K,|gt|) = 1/2 (ALX), hits/|gt| = 1/5 (LightGCN)
+    topk = np.array([[7, 3], [1, 2]])
+    gt = [np.array([3, 4, 5, 6, 8]), np.array([2])]
+    np.testing.assert_allclose(metrics.recall_at_k(topk, gt, 2), [0.5, 1.0])
+    np.testing.assert_allclose(metrics.recall_at_k(topk, gt, 2, of_all_gt=True), [0.2, 1.0])
+    out = metrics.ranking_metrics(topk, gt, ks=(2,), ndcg_k=None)
+    assert out == {"recall@2": pytest.approx(0.75), "recall_gt@2": pytest.approx(0.6)}
 
 
 def test_bad_shapes_are_reported():

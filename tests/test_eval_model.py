@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 from alx_trainer import __main__ as cli
-from alx_trainer import predict, sweep
-from alx_trainer.als import fold_in, load_model, train
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluate import evaluate, one_device_mesh
-from webgraph_pipeline.contract import read_split, read_vocab
+from alx_trainer.evaluation.evaluate import evaluate, one_device_mesh
+from alx_trainer.model import fold_in, load_model
+from alx_trainer.tools import predict, sweep
+from alx_trainer.train import train
 from tests import reference_ials
+from webgraph_pipeline.contract import read_split, read_vocab
+
+from pipeline_data import make_dataset
 
 
 def _run_cli(argv):
@@ -30,10 +33,8 @@ def hollins(tmp_path_factory, data_dir):
     """The real hollins.edu crawl as one graph in the contract, and a model trained on it."""
     root = tmp_path_factory.mktemp("hollins")
     data = str(root / "data")
-    rc, _, err = _run_cli(["split", "--input", str(data_dir / "hollins" / "edges.txt"), "--format", "edges",
-                           "--names", str(data_dir / "hollins" / "urls.txt"), "--output", data,
-                           "--test_fraction", "0.1", "--seed", "0"])
-    assert rc == 0, err
+    make_dataset(data, "--edge_format", "pairs", "--header", "--input", data_dir / "hollins" / "edges.txt",
+                 "--urls", data_dir / "hollins" / "urls.txt", "--test_fraction", "0.1", "--num_shards", "1")
     config = TrainConfig(data=data, model_dir=str(root / "model"), dim=32, epochs=8, alpha=0.01, reg=0.1,
                          eval_every=4, progress=False)
     return data, train(config)
@@ -96,7 +97,7 @@ def test_predicted_outlinks_match_brute_force(hollins):
     # a held-out row is folded in from its fold-in outlinks and never gets them back
     test_row, kept, _ = read_split(data, "test")[0]
     held = predict.predict_outlinks(model, data, test_row, 10)
-    assert len(held) == 10 and not set(p.id for p in held) & set(kept.tolist())
+    assert len(held) == 10 and not {p.id for p in held} & set(kept.tolist())
 
 
 def test_cli_eval_predict_export(hollins, tmp_path):
@@ -106,7 +107,7 @@ def test_cli_eval_predict_export(hollins, tmp_path):
     assert rc == 0, err
     saved = json.loads((tmp_path / "m.json").read_text())
     assert "recall@20" in out and saved["recall@20"] == pytest.approx(evaluate(load_model(model_dir), data)["recall@20"])
-    url = read_vocab(data)[0]
+    url = read_vocab(data)[read_split(data, "train")[0][0]]  # a page with outlinks
     rc, out, err = _run_cli(["predict", "--data", data, "--model_dir", model_dir, url, "--k", "5"])
     assert rc == 0 and out.count("http") >= 5, err
     rc, out, err = _run_cli(["predict", "--data", data, "--model_dir", model_dir, "http://nowhere.example/"])
@@ -117,7 +118,7 @@ def test_cli_eval_predict_export(hollins, tmp_path):
     npz = np.load(tmp_path / "exp" / "embeddings.npz")
     np.testing.assert_array_equal(npz["col_table"], loaded.col_table)
     np.testing.assert_array_equal(npz["row_ids"], np.arange(len(loaded.row_table)))
-    assert npz["col_names"][0] == url
+    assert npz["col_names"][0] == read_vocab(data)[0]
     import tensorflow as tf
 
     records = list(tf.data.TFRecordDataset(str(tmp_path / "exp" / "col_embeddings.tfr-00000-of-00001")))
@@ -146,7 +147,7 @@ def test_sweep_is_resumable_and_marks_the_best_cell(hollins, tmp_path):
     rc, text, err = _run_cli(["sweep", "--out_dir", out, "--lambdas", "0.1,1", "--alphas", "0.01,0.001",
                               "--data", data, "--dim", "8", "--epochs", "2", "--no-progress"])
     assert rc == 0, err
-    assert len(calls) == 4 and "done before, skipped" in text
+    assert len(calls) == 4 and "done before, skipped" in err  # progress is logged to stderr
     star = [line for line in text.splitlines() if "*" in line and not line.startswith("best")]
     assert len(star) == 1 and f"{best['recall@20']:.4f}*" in star[0]
     with open(os.path.join(out, sweep.HEATMAP_PNG), "rb") as f:
@@ -155,9 +156,8 @@ def test_sweep_is_resumable_and_marks_the_best_cell(hollins, tmp_path):
 
 def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, data_dir):
     data = str(tmp_path / "ml100k")
-    rc, _, err = _run_cli(["split", "--input", str(data_dir / "ml-100k" / "u.data"), "--format", "udata",
-                           "--output", data, "--test_rows", "50"])
-    assert rc == 0, err
+    make_dataset(data, "--edge_format", "movielens", "--input", data_dir / "ml-100k" / "u.data",
+                 "--test_fraction", "0.05", "--num_shards", "1")
     config = TrainConfig(data=data, model_dir=str(tmp_path / "m"), dim=16, epochs=40, alpha=0.01, reg=3.0,
                          solver="cholesky", eval_every=0, checkpoint_every=0, progress=False)
     model = train(config)

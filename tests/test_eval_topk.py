@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from alx_trainer import metrics
-from alx_trainer.evaluate import SCORE_BUDGET_BYTES, ShardedScorer, evaluate
+from alx_trainer.evaluation import metrics
+from alx_trainer.evaluation.evaluate import SCORE_BUDGET_BYTES, ShardedScorer, evaluate
 
 
 def np_fold_in(col_table, rows, alpha, reg):

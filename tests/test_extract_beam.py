@@ -11,11 +11,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-from extract_fixtures import a_links, envelope, wat_bytes
 
 from webgraph_pipeline.counters import LocalCounts, collect_counters, collect_unreadable_files
 from webgraph_pipeline.extract import ExtractEdges, UnreadableFileError, expand_listing
 from webgraph_pipeline.wat import wat_edges
+
+from extract_fixtures import a_links, envelope, wat_bytes
 
 REAL_WAT = "commoncrawl/CC-MAIN-20140820021334-00006.head.warc.wat"
 

@@ -9,11 +9,12 @@ from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import pytest
-from extract_fixtures import a_links, envelope, wat_bytes
 from warcio.archiveiterator import ArchiveIterator
 
 from webgraph_pipeline.counters import LocalCounts
 from webgraph_pipeline.wat import wat_edges
+
+from extract_fixtures import a_links, envelope, wat_bytes
 
 WAT = "commoncrawl/CC-MAIN-20140820021334-00006.head.warc.wat"
 WARC = "commoncrawl/CC-MAIN-20140820021334-00006.head.warc"

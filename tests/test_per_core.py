@@ -1,4 +1,4 @@
-"""One thread per CPU device (`alx_trainer.per_core`)."""
+"""One thread per CPU device (`alx_trainer.ops.per_core`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from alx_trainer import per_core
+from alx_trainer.ops import per_core
 
 
 def test_run_returns_results_in_order_and_reraises():
@@ -24,7 +24,7 @@ def test_run_returns_results_in_order_and_reraises():
 
 SCRIPT = """
 import json, os, sys, threading
-from alx_trainer import per_core
+from alx_trainer.ops import per_core
 before = sorted(os.sched_getaffinity(0))
 assert per_core.use_cpu_devices(2)
 import jax

@@ -13,8 +13,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_pipeline import contract
 from webgraph_pipeline.cli import main
+from webgraph_pipeline.edge_formats import EdgeFormat
 from webgraph_pipeline.pipeline import JobSpec, build_pipeline
-from webgraph_pipeline.variants import get_variant
+from webgraph_pipeline.variants import GraphConfig, get_variant
 
 from test_pipeline_graph import check_dataset, reference_graph  # noqa: E402  (tests/ is on sys.path)
 
@@ -36,6 +37,13 @@ def run_cli(args, capsys):
     (["--input", "IN", "--output", "OUT", "--input_format", "edges", "--urls", "/nonexistent.txt"],
      "no file matches"),
     (["--input", "IN", "--output", "OUT", "--num_shards", "0"], "num_shards"),
+    (["--input", "IN", "--output", "OUT", "--edge_format", "given_split"], "needs --test_input"),
+    (["--input", "IN", "--output", "OUT", "--edge_format", "pairs", "--test_input", "IN"], "needs given_split"),
+    (["--input", "IN", "--output", "OUT", "--edge_format", "csv", "--delimiter", "ab"], "--delimiter"),
+    (["--input", "IN", "--output", "OUT", "--edge_format", "pairs", "--min_rating", "3"], "--min_rating"),
+    (["--input", "IN", "--output", "OUT", "--input_format", "wat", "--edge_format", "pairs"], "edges only"),
+    (["--input", "IN", "--output", "OUT", "--edge_format", "given_split", "--test_input", "IN", "--min_links", "2"],
+     "used as given"),
 ])
 def test_bad_flags_give_one_line_error_and_exit_2(args, message, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("1 2\n")
@@ -67,14 +75,19 @@ def small_edge_list(tmp_path_factory, data_dir):
 def test_edge_list_through_cli_counts_every_drop(small_edge_list, tmp_path, capsys):
     path, edges = small_edge_list
     out = tmp_path / "out"
-    code, stdout, _ = run_cli(["--input_format", "edges", "--input", path, "--output", out, "--min_links", "2",
-                               "--num_shards", "2"], capsys)
+    code, stdout, _ = run_cli(["--edge_format", "pairs", "--header", "--input", path, "--output", out,
+                               "--min_links", "2", "--num_shards", "2"], capsys)
     assert code == 0
     stats = json.loads((out / contract.STATS_FILE).read_text())
     check_dataset(out, reference_graph(edges, (), 2), stats)
-    dropped = stats["dropped"]
-    assert dropped["dropped_lines.header"] == 1 and dropped["dropped_lines.comment"] == 1
+    dropped, counters = stats["dropped"], stats["counters"]
+    assert counters["skipped_lines.header"] == 1 and counters["skipped_lines.comment"] == 1
     assert dropped["dropped_lines.too_few_fields"] == 1
+    # header, 1,500 links, 7 repeats, the self-loop, the comment, the bad line: lines 1510 and 1511
+    assert stats["line_examples"] == {"skipped_lines.header": [f"{path}:1"],
+                                      "skipped_lines.comment": [f"{path}:1510"],
+                                      "dropped_lines.too_few_fields": [f"{path}:1511"]}
+    assert counters["edges.parsed"] == 1500 + 7 + 1
     assert dropped["dropped_edges.duplicate"] == 7 and dropped["dropped_edges.self_loop"] == 1
     # Every edge that survived parsing is accounted for: kept, or dropped by the degree filter.
     assert stats["edges"] + dropped["dropped_edges.degree_filter"] == len(edges)
@@ -88,7 +101,7 @@ def _file_bytes(directory):
 
 def test_runs_are_byte_identical_across_runs_and_direct_running_modes(small_edge_list, tmp_path, capsys):
     path, _ = small_edge_list
-    common = ["--input_format", "edges", "--input", path, "--min_links", "1", "--num_shards", "3",
+    common = ["--edge_format", "pairs", "--header", "--input", path, "--min_links", "1", "--num_shards", "3",
               "--test_fraction", "0.3"]
     outputs = []
     for i, extra in enumerate([[], [], ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]]):
@@ -108,11 +121,12 @@ def test_runs_are_byte_identical_across_runs_and_direct_running_modes(small_edge
 def test_interaction_data_through_cli(data_dir, tmp_path, capsys):
     """MovieLens-100k (user item rating time) as a bipartite matrix; published: 943 users, 1,682 items."""
     out = tmp_path / "ml"
-    code, _, _ = run_cli(["--input_format", "edges", "--input", data_dir / "ml-100k" / "u.data", "--bipartite",
+    code, _, _ = run_cli(["--edge_format", "movielens", "--input", data_dir / "ml-100k" / "u.data",
                           "--output", out, "--num_shards", "1"], capsys)
     assert code == 0
     stats = json.loads((out / contract.STATS_FILE).read_text())
     assert (stats["num_rows"], stats["num_cols"], stats["edges"]) == (943, 1682, 100_000)
+    assert stats["bipartite"] is True and stats["protocol"] == "strong_generalization"
     assert stats["splits"]["test"] + stats["splits"]["train"] == 943
     assert stats["dropped"].get("dropped_edges.self_loop", 0) == 0
 
@@ -131,7 +145,7 @@ def _all_fns(pipeline):
     return fns
 
 
-@pytest.mark.parametrize("input_format", ["edges", "wat"])
+@pytest.mark.parametrize("input_format", ["edges", "wat", "given_split"])
 def test_dataflow_pipeline_pickles_and_converts_to_runner_api(input_format, data_dir):
     options = PipelineOptions([
         "--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1",
@@ -142,6 +156,10 @@ def test_dataflow_pipeline_pickles_and_converts_to_runner_api(input_format, data
         files = [str(data_dir / "hollins" / "edges.txt")]
         spec = JobSpec(tuple(files), "gs://my-bucket/out", get_variant("de-dense"), input_format="edges",
                        urls_file=str(data_dir / "hollins" / "urls.txt"))
+    elif input_format == "given_split":
+        files = [str(data_dir / "ml-1m-implicit" / "train.txt")]
+        spec = JobSpec(tuple(files), "gs://my-bucket/out", GraphConfig(bipartite=True), input_format="edges",
+                       edge_format=EdgeFormat("given_split"), test_patterns=(str(data_dir / "ml-1m-implicit" / "test.txt"),))
     else:
         files = [str(next((data_dir / "commoncrawl").glob("*.wat")))]
         spec = JobSpec(tuple(files), "gs://my-bucket/out", get_variant("in-sparse"))
@@ -152,4 +170,5 @@ def test_dataflow_pipeline_pickles_and_converts_to_runner_api(input_format, data
         assert type(pickler.loads(pickler.dumps(fn))) is type(fn)
     proto = p.to_runner_api()
     names = collections.Counter(t.unique_name.split("/")[0] for t in proto.components.transforms.values())
-    assert {"BuildWebGraph", "WriteTfRecords"} <= set(names)
+    graph_stage = "BuildGivenSplit" if input_format == "given_split" else "BuildWebGraph"
+    assert {graph_stage, "WriteTfRecords"} <= set(names)

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from conftest import DATA
 from webgraph_pipeline import cli
+
+from conftest import DATA
 
 SAMPLE = "CC-MAIN-20140820021334-00006.head.warc.wat"
 

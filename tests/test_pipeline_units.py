@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from webgraph_pipeline import ids, splits, variants
-from webgraph_pipeline.edges_input import parse_edge_line, parse_url_line
+from webgraph_pipeline.edges_input import parse_url_line
 from webgraph_pipeline.filters import edge_in_tlds, node_passes, tld_of
 from webgraph_pipeline.wat_writer import page_links, relative_link, synthetic_pages
 from webgraph_pipeline.write import shard_of
@@ -135,24 +135,9 @@ def test_records_parse_with_public_feature_spec():
     assert tf.sparse.to_dense(parsed["gt_tag"]).numpy().tolist() == [[0, 0], [5, 6]]
 
 
-@pytest.mark.parametrize("line, layout, expected", [
-    ("1 2", "pairs", ([("1", "2")], None)),
-    ("1\t2\t5\t881250949", "pairs", ([("1", "2")], None)),
-    ("0 5 7 9", "adjacency", ([("0", "5"), ("0", "7"), ("0", "9")], None)),
-    ("start end", "pairs", ([], "header")),
-    ("user item rating timestamp", "pairs", ([], "header")),
-    ("   ", "pairs", ([], "empty")),
-    ("# comment", "pairs", ([], "comment")),
-    ("42", "pairs", ([], "too_few_fields")),
-    ("http://a.de/ http://b.de/", "pairs", ([("http://a.de/", "http://b.de/")], None)),
-])
-def test_parse_edge_line(line, layout, expected):
-    assert parse_edge_line(line, layout) == expected
-
-
 def test_parse_url_line():
     assert parse_url_line("007 http://www1.hollins.edu/ \n") == (("7", "http://www1.hollins.edu/"), None)
-    assert parse_url_line("link url") == (None, "header")
+    assert parse_url_line("link url") == (None, "bad_id")
     assert parse_url_line("x http://a/") == (None, "bad_id")
     assert parse_url_line("1 http://a/ extra") == (None, "bad_fields")
 

@@ -193,10 +193,10 @@ def test_hollins_crawl_as_wat_equals_hollins_edge_list(data_dir, tmp_path, capsy
 
     hollins = data_dir / "hollins"
     wat_dir = tmp_path / "wat"
-    write_wat_files(read_edge_list(str(hollins / "edges.txt"), str(hollins / "urls.txt")), str(wat_dir), 2500)
+    write_wat_files(read_edge_list(str(hollins / "edges.txt"), str(hollins / "urls.txt"), header=True), str(wat_dir), 2500)
     common = ["--min_links", "3", "--num_shards", "2"]
     run_job(["--input", wat_dir / "*.warc.wat.gz", "--output", tmp_path / "from_wat", *common], capsys)
-    run_job(["--input_format", "edges", "--input", hollins / "edges.txt", "--urls", hollins / "urls.txt",
+    run_job(["--edge_format", "pairs", "--header", "--input", hollins / "edges.txt", "--urls", hollins / "urls.txt",
              "--output", tmp_path / "from_edges", *common], capsys)
     names = sorted(p.name for p in (tmp_path / "from_wat").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "from_edges").iterdir())

@@ -13,7 +13,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from webgraph_pipeline import contract
-from webgraph_pipeline.pipeline import run
+from webgraph_pipeline.cli import run
 from webgraph_pipeline.wat_writer import read_edge_list, write_wat_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def wat_dir(tmp_path_factory) -> str:
             shutil.copy(os.path.join(REPO, "data", "commoncrawl", name), d)
     hollins = os.path.join(REPO, "data", "hollins")
     write_wat_files(
-        read_edge_list(os.path.join(hollins, "edges.txt"), os.path.join(hollins, "urls.txt")), str(d),
+        read_edge_list(os.path.join(hollins, "edges.txt"), os.path.join(hollins, "urls.txt"), header=True), str(d),
         records_per_file=2500,
     )
     return str(d)

@@ -1,7 +1,8 @@
 """How the web_graph builder tells sources apart, its bad-input errors, and what a build keeps.
 
-The graph in `dummy_data/` is written by `tfds_builder/web_graph/make_dummy_data.py`; the rows
-expected here are worked out by hand from its `HAND_GRAPH`, not read back from the files.
+The datasets in `dummy_data/` are written by the pipeline through
+`tfds_builder/web_graph/make_dummy_data.py`; they are checked against its `DENSE_GRAPH` here, and a
+build must then hold exactly their rows.
 """
 
 import json
@@ -9,20 +10,20 @@ import shutil
 import sys
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfds_builder.web_graph import WebGraph, WebGraphConfig, sources
-from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, write_dummy_data
+from tfds_builder.web_graph.make_dummy_data import DENSE_GRAPH, DUMMY_DIR, NUM_NODES, node_url, write_dummy_data
 from webgraph_pipeline import contract
 
-# The hand graph of make_dummy_data.py: 0->1,2,3  1->0,2  2->0,3  3->0,1,4  4->0,3,5  5->0,4; 4 is the
-# test row with links 0 and 3 kept and 5 held out.
-HAND_ROWS = {
-    "train": {(0, (1, 2, 3), ()), (1, (0, 2), ()), (2, (0, 3), ()), (3, (0, 1, 4), ()), (5, (0, 4), ())},
-    "train_t": {(0, (1, 2, 3, 5), ()), (1, (0, 3), ()), (2, (0, 1), ()), (3, (0, 2), ()), (4, (3, 5), ())},
-    "test": {(4, (0, 3), (5,))},
+from test_pipeline_graph import check_dataset  # noqa: E402  (tests/ is on sys.path)
+
+# The rows of the pipeline-made dummy dataset, read with the contract's reader.
+SOURCE_ROWS = {
+    split: {(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in contract.read_split(str(DUMMY_DIR), split)}
+    for split in ("train", "train_t", "test")
 }
 BEAM = tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[]))
 
@@ -46,6 +47,14 @@ def built(tmp_path_factory):
     builder = WebGraph(config="de-dense", data_dir=str(data_dir), source_dir=str(DUMMY_DIR))
     builder.download_and_prepare(download_config=BEAM)
     return data_dir, builder
+
+
+def test_dummy_data_is_the_dense_graph():
+    edges = {(node_url(s, "de"), node_url(d, "de")) for s, ds in DENSE_GRAPH.items() for d in ds}
+    stats = json.loads((DUMMY_DIR / "stats.json").read_text())
+    check_dataset(DUMMY_DIR, edges, stats)
+    assert stats["config"]["name"] == "de-dense" and stats["protocol"] == "strong_generalization"
+    assert len(SOURCE_ROWS["test"]) >= 1 and all(len(c) + len(g) == 50 for _, c, g in SOURCE_ROWS["test"])
 
 
 def test_dummy_data_is_what_the_generator_writes(tmp_path):
@@ -117,7 +126,7 @@ def test_custom_config_is_validated_by_the_pipeline_rules():
 
 def test_build_keeps_exact_rows_counts_and_stats(built):
     data_dir, builder = built
-    for split, rows in HAND_ROWS.items():
+    for split, rows in SOURCE_ROWS.items():
         assert _rows(builder.as_dataset(split=split)) == rows
         assert builder.info.splits[split].num_examples == len(rows)
     written = json.loads((DUMMY_DIR / "stats.json").read_text())
@@ -130,10 +139,10 @@ def test_build_keeps_exact_rows_counts_and_stats(built):
 def test_tfds_load_reads_the_built_files(built):
     data_dir, _ = built
     ds = tfds.load("web_graph/de-dense:1.0.0", data_dir=str(data_dir), split="test")
-    assert _rows(ds) == HAND_ROWS["test"]
+    assert _rows(ds) == SOURCE_ROWS["test"]
     restored = tfds.builder("web_graph/de-dense:1.0.0", data_dir=str(data_dir))
-    assert restored.info.splits["train_t"].num_examples == 5
-    assert restored.info.metadata["stats"]["nodes"] == 6  # the stats travel with the built files
+    assert restored.info.splits["train_t"].num_examples == len(SOURCE_ROWS["train_t"])
+    assert restored.info.metadata["stats"]["nodes"] == NUM_NODES  # the stats travel with the built files
 
 
 def test_settings_mismatch_is_refused(tmp_path):

@@ -3,6 +3,13 @@
 import tensorflow_datasets as tfds
 
 from tfds_builder.web_graph import WebGraph
+from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, OFFICIAL_SUBDIR
+from webgraph_pipeline import contract
+
+
+def source_rows(directory) -> dict[str, int]:
+    """Records per split of a dummy source directory, read with the contract's reader."""
+    return {split: len(contract.read_split(str(directory), split)) for split in ("train", "train_t", "test")}
 
 
 class WebGraphFromPipelineDirTest(tfds.testing.DatasetBuilderTestCase):
@@ -10,7 +17,7 @@ class WebGraphFromPipelineDirTest(tfds.testing.DatasetBuilderTestCase):
 
     DATASET_CLASS = WebGraph
     BUILDER_CONFIG_NAMES_TO_TEST = ["de-dense"]
-    SPLITS = {"train": 5, "train_t": 5, "test": 1}
+    SPLITS = source_rows(DUMMY_DIR)
     OVERLAPPING_SPLITS = ["train", "train_t"]
     SKIP_CHECKSUMS = True
 
@@ -20,6 +27,6 @@ class WebGraphFromOfficialLayoutTest(tfds.testing.DatasetBuilderTestCase):
 
     DATASET_CLASS = WebGraph
     BUILDER_CONFIG_NAMES_TO_TEST = ["in-dense"]
-    SPLITS = {"train": 10, "train_t": 12, "test": 2}
+    SPLITS = source_rows(DUMMY_DIR / OFFICIAL_SUBDIR)
     OVERLAPPING_SPLITS = ["train", "train_t"]
     SKIP_CHECKSUMS = True

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alx_trainer import batching
-from alx_trainer.data import RowChunk, chunks_from_rows
+from alx_trainer.data import batching
+from alx_trainer.data.records import RowChunk, chunks_from_rows
 
 
 def _rows(seed: int, n: int, max_len: int) -> list[np.ndarray]:

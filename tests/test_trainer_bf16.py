@@ -8,25 +8,29 @@ import jax
 import numpy as np
 import pytest
 
-import reference_ials as ref
-from alx_trainer import als, cli_train, interactions, sharding
+from alx_trainer.cli import train as cli_train
 from alx_trainer.config import TrainConfig
+from alx_trainer.model import load_model
+from alx_trainer.ops import sharding
+from alx_trainer.train import train
+
+import reference_ials as ref
+from pipeline_data import make_dataset
 
 
 @pytest.fixture(scope="module")
 def ml1m(tmp_path_factory, data_dir):
-    pairs = interactions.read_ml1m_implicit([str(data_dir / "ml-1m-implicit" / "train.txt")])
-    matrix = interactions.build_matrix(pairs)
-    split = interactions.split_rows(matrix, test_rows=300, seed=0)
-    out = str(tmp_path_factory.mktemp("ml1m") / "data")
-    interactions.write_dataset(out, matrix, split, num_shards=2)
-    return out
+    out = tmp_path_factory.mktemp("ml1m") / "data"
+    stats = make_dataset(out, "--edge_format", "adjacency", "--bipartite", "--input",
+                         data_dir / "ml-1m-implicit" / "train.txt", "--test_fraction", "0.05", "--num_shards", "2")
+    assert stats["splits"]["test"] > 200
+    return str(out)
 
 
 def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):
     config = TrainConfig(data=ml1m, model_dir=str(tmp_path / "m"), dim=16, epochs=3, table_dtype="bfloat16",
                          alpha=0.1, reg=1.0, init_stddev=0.1, progress=False, eval_k="20", batch_pieces=512)
-    model = als.train(config, mesh=sharding.make_mesh(jax.devices()[:2]))
+    model = train(config, mesh=sharding.make_mesh(jax.devices()[:2]))
     assert np.isfinite(model.row_table).all() and np.isfinite(model.col_table).all()
     assert np.abs(model.col_table).max() > 0.01  # trained, not collapsed to zero
     assert [r["epoch"] for r in model.metrics] == [1, 2, 3]
@@ -36,7 +40,7 @@ def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):
     assert model.metrics[-1]["popularity/recall@20"] < recall < 1
     lines = [json.loads(x) for x in open(tmp_path / "m" / "metrics.jsonl")]
     assert all("recall@20" in r for r in lines)
-    assert als.load_model(config.model_dir).row_table.dtype == np.float32
+    assert load_model(config.model_dir).row_table.dtype == np.float32
 
 
 def test_collapse_stops_with_epoch_and_side(tmp_path, capsys):

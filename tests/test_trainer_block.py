@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import reference_ials as ref
-from alx_trainer import als, block_solver, sharding
 from alx_trainer.config import TrainConfig
+from alx_trainer.model import init_tables
+from alx_trainer.ops import block_solver, sharding
+from alx_trainer.train import train
 
 NUM_ROWS, NUM_COLS, DIM = 60, 90, 6
 ALPHA, REG = 0.5, 0.8
@@ -33,7 +35,7 @@ def _config(data_dir: str, model_dir: str, **kw) -> TrainConfig:
 
 
 def _initial(config: TrainConfig, mesh):
-    t = als.init_tables(config, NUM_ROWS, NUM_COLS, mesh)
+    t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
     return np.asarray(t["row"], np.float64)[:NUM_ROWS], np.asarray(t["col"], np.float64)[:NUM_COLS]
 
 
@@ -51,7 +53,7 @@ def test_block_sweeps_match_float64_reference(dataset, tmp_path, block_size, lay
     config = _config(data_dir, str(tmp_path / "m"), block_size=block_size, layout=layout, reg_exponent=0.5,
                      reg=0.05)
     w0, h0 = _initial(config, mesh)
-    model = als.train(config, mesh=mesh)
+    model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, 2, ALPHA, 0.05, reg_exponent=0.5, block_size=block_size)
     assert _rel(model.row_table, w) < 1e-4
     assert _rel(model.col_table, h) < 1e-4
@@ -65,7 +67,7 @@ def test_block_sweep_in_the_other_layouts(dataset, tmp_path, kw):
     mesh = sharding.make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), block_size=4, **kw)
     w0, h0 = _initial(config, mesh)
-    model = als.train(config, mesh=mesh)
+    model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG, block_size=4)
     assert _rel(model.row_table, w) < 1e-4
     assert _rel(model.col_table, h) < 1e-4
@@ -77,7 +79,7 @@ def test_full_block_is_the_exact_solve(dataset, tmp_path, block_size):
     mesh = sharding.make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), block_size=block_size)
     w0, h0 = _initial(config, mesh)
-    model = als.train(config, mesh=mesh)
+    model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)  # exact solves, no blocks
     assert _rel(model.row_table, w) < 1e-4
     assert _rel(model.col_table, h) < 1e-4
@@ -89,7 +91,7 @@ def test_small_blocks_are_not_the_exact_solve_but_never_raise_the_loss(dataset, 
     mesh = sharding.make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), block_size=1, epochs=4)
     w0, h0 = _initial(config, mesh)
-    model = als.train(config, mesh=mesh)
+    model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, 4, ALPHA, REG)
     assert _rel(model.col_table, h) > 1e-3
     losses = [m["loss"] for m in model.metrics]

@@ -11,9 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-import reference_ials as ref
-from alx_trainer import cli_train
+from alx_trainer.cli import train as cli_train
 from alx_trainer.config import TrainConfig, parse_dataclass_args
+
+import reference_ials as ref
 from conftest import REPO
 
 

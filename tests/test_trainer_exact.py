@@ -8,15 +8,19 @@ import jax
 import numpy as np
 import pytest
 
-import reference_ials as ref
-from alx_trainer import als, per_core, sharding
 from alx_trainer.config import TrainConfig
+from alx_trainer.model import fold_in, init_tables
+from alx_trainer.ops import per_core, sharding
+from alx_trainer.ops.side_runner import step_spec
+from alx_trainer.train import train
+
+import reference_ials as ref
 
 NUM_ROWS, NUM_COLS = 60, 90
 ALPHA, REG = 0.5, 0.8
 # piece_len 4 x batch_pieces 8 = 32 ids per device batch: rows 5 and 17 (46 ids) are longer than a
 # whole batch, row 9 fills exactly one batch, the rest are short.
-SHAPE = dict(piece_len=4, batch_pieces=8, batch_rows=4)
+SHAPE = {"piece_len": 4, "batch_pieces": 8, "batch_rows": 4}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +41,7 @@ def _config(data_dir: str, model_dir: str, **kw) -> TrainConfig:
 
 
 def _initial(config: TrainConfig, mesh):
-    t = als.init_tables(config, NUM_ROWS, NUM_COLS, mesh)
+    t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
     row = np.asarray(t["row"], np.float64)[:NUM_ROWS]
     col = None if config.tied else np.asarray(t["col"], np.float64)[:NUM_COLS]
     return row, col
@@ -53,7 +57,7 @@ def test_cholesky_matches_float64_reference_after_one_epoch(dataset, tmp_path):
     assert mesh.size == 8
     config = _config(data_dir, str(tmp_path / "m"))
     w0, h0 = _initial(config, mesh)
-    model = als.train(config, mesh=mesh)
+    model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, 1, ALPHA, REG)
     assert _rel(model.row_table, w) < 1e-4
     assert _rel(model.col_table, h) < 1e-4
@@ -69,7 +73,7 @@ def test_every_solver_matches_reference(dataset, tmp_path, solver):
     mesh = sharding.make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), solver=solver, cg_iters=12, epochs=2)
     w0, h0 = _initial(config, mesh)
-    model = als.train(config, mesh=mesh)
+    model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)
     assert _rel(model.row_table, w) < 1e-4
     assert _rel(model.col_table, h) < 1e-4
@@ -82,7 +86,7 @@ def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
     for iters in (1, 2, 4, 8):
         config = _config(data_dir, str(tmp_path / f"m{iters}"), solver="cg", cg_iters=iters)
         w0, h0 = _initial(config, mesh)
-        model = als.train(config, mesh=mesh)
+        model = train(config, mesh=mesh)
         w, h = ref.ials(rows, w0, h0, 1, ALPHA, REG)
         errors.append(_rel(model.col_table, h))
     assert errors == sorted(errors, reverse=True), errors
@@ -93,8 +97,8 @@ def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
 def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
     data_dir, _ = dataset
     mesh = sharding.make_mesh()
-    a = als.train(_config(data_dir, str(tmp_path / "g"), solver="cg", cg_iters=3, cg_form=cg_form), mesh=mesh)
-    b = als.train(_config(data_dir, str(tmp_path / "l"), solver="cg", cg_iters=3, stats="local"), mesh=mesh)
+    a = train(_config(data_dir, str(tmp_path / "g"), solver="cg", cg_iters=3, cg_form=cg_form), mesh=mesh)
+    b = train(_config(data_dir, str(tmp_path / "l"), solver="cg", cg_iters=3, stats="local"), mesh=mesh)
     assert _rel(a.row_table, b.row_table) < 1e-5
     assert _rel(a.col_table, b.col_table) < 1e-5
 
@@ -103,9 +107,9 @@ def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
 def test_layouts_match_sharded_gather(dataset, tmp_path, layout):
     data_dir, _ = dataset
     mesh = sharding.make_mesh()
-    kw = dict(solver="cg", cg_iters=3, cg_form="matvec", epochs=2, steps_per_call=3)
-    a = als.train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=mesh)
-    b = als.train(_config(data_dir, str(tmp_path / "r"), layout=layout, **kw), mesh=mesh)
+    kw = {"solver": "cg", "cg_iters": 3, "cg_form": "matvec", "epochs": 2, "steps_per_call": 3}
+    a = train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=mesh)
+    b = train(_config(data_dir, str(tmp_path / "r"), layout=layout, **kw), mesh=mesh)
     assert _rel(a.row_table, b.row_table) < 1e-5
     assert _rel(a.col_table, b.col_table) < 1e-5
     for key in ("loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "rows_solved", "cols_solved"):
@@ -115,9 +119,9 @@ def test_layouts_match_sharded_gather(dataset, tmp_path, layout):
 @pytest.mark.parametrize("layout", ["sharded", "owner"])
 def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path, layout):
     data_dir, _ = dataset
-    kw = dict(epochs=2, layout=layout)
-    one = als.train(_config(data_dir, str(tmp_path / "one"), **kw), mesh=sharding.make_mesh(jax.devices()[:1]))
-    eight = als.train(_config(data_dir, str(tmp_path / "eight"), **kw), mesh=sharding.make_mesh())
+    kw = {"epochs": 2, "layout": layout}
+    one = train(_config(data_dir, str(tmp_path / "one"), **kw), mesh=sharding.make_mesh(jax.devices()[:1]))
+    eight = train(_config(data_dir, str(tmp_path / "eight"), **kw), mesh=sharding.make_mesh())
     np.testing.assert_allclose(one.row_table, eight.row_table, rtol=0, atol=1e-5 * np.abs(one.row_table).max())
     np.testing.assert_allclose(one.col_table, eight.col_table, rtol=0, atol=1e-5 * np.abs(one.col_table).max())
 
@@ -127,16 +131,17 @@ def test_owner_devices_in_their_own_threads_match_sharded(dataset, tmp_path):
     data_dir, _ = dataset
     two = jax.devices()[:2]
     assert per_core.applies(two)
-    kw = dict(solver="cg", cg_iters=3, cg_form="matvec", epochs=2, steps_per_call=2, alpha=0.4567)  # a spec of its own
-    ref_model = als.train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=sharding.make_mesh())
-    got = als.train(_config(data_dir, str(tmp_path / "o"), layout="owner", **kw), mesh=sharding.make_mesh(two))
+    # a spec of its own (alpha)
+    kw = {"solver": "cg", "cg_iters": 3, "cg_form": "matvec", "epochs": 2, "steps_per_call": 2, "alpha": 0.4567}
+    ref_model = train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=sharding.make_mesh())
+    got = train(_config(data_dir, str(tmp_path / "o"), layout="owner", **kw), mesh=sharding.make_mesh(two))
     assert _rel(got.row_table, ref_model.row_table) < 1e-5
     assert _rel(got.col_table, ref_model.col_table) < 1e-5
     for key in ("loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "rows_solved", "cols_solved"):
         assert got.metrics[-1][key] == pytest.approx(ref_model.metrics[-1][key], rel=1e-5), key
     config = _config(data_dir, "", layout="owner", **kw)
     for num_other, observed_loss in ((NUM_COLS, False), (NUM_ROWS, True)):  # one compilation per device and side
-        assert sharding.make_device_step(als.step_spec(config, num_other, observed_loss))._cache_size() == 2
+        assert sharding.make_device_step(step_spec(config, num_other, observed_loss))._cache_size() == 2
 
 
 def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
@@ -145,9 +150,9 @@ def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
     data_dir = ref.write_dataset(str(tmp_path / "sq"), rows, n, n)
     mesh = sharding.make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), tied=True, reg=0.05, reg_exponent=1.0, epochs=2)
-    t = als.init_tables(config, n, n, mesh)
+    t = init_tables(config, n, n, mesh)
     t0 = np.asarray(t["row"], np.float64)[:n]
-    model = als.train(config, mesh=mesh)
+    model = train(config, mesh=mesh)
     w, _ = ref.ials(rows, t0, None, 2, ALPHA, 0.05, reg_exponent=1.0)
     assert _rel(model.row_table, w) < 1e-4
     assert model.col_table is model.row_table
@@ -157,23 +162,23 @@ def test_step_compiles_once_per_side(dataset, tmp_path):
     data_dir, _ = dataset
     mesh = sharding.make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), epochs=3, alpha=0.4321)  # a spec no other test uses
-    als.train(config, mesh=mesh)
+    train(config, mesh=mesh)
     for num_other, observed_loss in ((NUM_COLS, False), (NUM_ROWS, True)):  # the row side, the column side
-        step = sharding.make_step(mesh, als.step_spec(config, num_other, observed_loss))
+        step = sharding.make_step(mesh, step_spec(config, num_other, observed_loss))
         assert step._cache_size() == 1
 
 
 def test_fold_in_matches_reference(dataset, tmp_path):
     data_dir, rows = dataset
     mesh = sharding.make_mesh()
-    model = als.train(_config(data_dir, str(tmp_path / "m")), mesh=mesh)
+    model = train(_config(data_dir, str(tmp_path / "m")), mesh=mesh)
     new_rows = [np.array(rows[5]), np.array([1, 2, 3]), np.array(rows[9]), np.array([], np.int64)]
-    got = als.fold_in(model.col_table, new_rows, model.config, mesh=mesh)
+    got = fold_in(model.col_table, new_rows, model.config, mesh=mesh)
     target = np.zeros((len(new_rows), model.col_table.shape[1]))
     want = ref.solve_rows(model.col_table, dict(enumerate(new_rows)), target, ALPHA, REG)
     assert got.dtype == np.float32 and got.shape == want.shape
     assert _rel(got, want) < 1e-4
     np.testing.assert_array_equal(got[3], 0)
     # the default CG solver from a zero start converges to the same solution with enough steps
-    cg = als.fold_in(model.col_table, new_rows, dataclasses.replace(model.config, solver="cg", cg_iters=20), mesh=mesh)
+    cg = fold_in(model.col_table, new_rows, dataclasses.replace(model.config, solver="cg", cg_iters=20), mesh=mesh)
     assert _rel(cg, want) < 1e-4

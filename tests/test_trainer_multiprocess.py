@@ -9,9 +9,12 @@ import sys
 
 import numpy as np
 
-import reference_ials as ref
-from alx_trainer import als, sharding
 from alx_trainer.config import TrainConfig
+from alx_trainer.model import load_model
+from alx_trainer.ops import sharding
+from alx_trainer.train import train
+
+import reference_ials as ref
 from conftest import REPO
 
 ARGS = ["--dim", "6", "--epochs", "2", "--solver", "cg", "--cg_iters", "4", "--piece_len", "4", "--batch_pieces", "8",
@@ -47,8 +50,8 @@ def test_two_processes_equal_one_process(tmp_path):
 
     config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "single"), dim=6, epochs=2, solver="cg", cg_iters=4,
                          piece_len=4, batch_pieces=8, batch_rows=4, progress=False, eval_every=0, alpha=0.5, reg=0.8)
-    single = als.train(config, mesh=sharding.make_mesh())
-    multi = als.load_model(multi_dir)
+    single = train(config, mesh=sharding.make_mesh())
+    multi = load_model(multi_dir)
     assert multi.epoch == 2
     for a, b in ((multi.row_table, single.row_table), (multi.col_table, single.col_table)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())

@@ -10,9 +10,12 @@ import time
 
 import numpy as np
 
-import reference_ials as ref
-from alx_trainer import als, checkpoint
+from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.model import load_model
+from alx_trainer.train import train
+
+import reference_ials as ref
 from conftest import REPO
 
 EPOCHS = 12
@@ -45,8 +48,8 @@ def test_kill_9_then_resume_gives_the_same_tables(tmp_path):
     resumed = subprocess.run(_command(data_dir, killed_dir), cwd=REPO, env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     config = parse_dataclass_args(TrainConfig, _command(data_dir, str(tmp_path / "straight"))[4:])
-    als.train(config)  # uninterrupted, in this process (the same 8 virtual devices)
-    a, b = als.load_model(killed_dir), als.load_model(config.model_dir)
+    train(config)  # uninterrupted, in this process (the same 8 virtual devices)
+    a, b = load_model(killed_dir), load_model(config.model_dir)
     assert a.epoch == b.epoch == EPOCHS
     np.testing.assert_array_equal(a.row_table, b.row_table)
     np.testing.assert_array_equal(a.col_table, b.col_table)

@@ -8,9 +8,11 @@ import numpy as np
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from alx_trainer import cli_train, tfds_input
+from alx_trainer.cli import train as cli_train
+from alx_trainer.data import tfds_input
 from tfds_builder.web_graph import WebGraph
-from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, HAND_GRAPH, HAND_TEST
+from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, NUM_NODES
+from webgraph_pipeline import contract
 
 
 def test_train_from_tfds_name(tmp_path, capsys):
@@ -19,16 +21,17 @@ def test_train_from_tfds_name(tmp_path, capsys):
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[])))
 
     dataset = tfds_input.open_tfds("web_graph/de-dense", data_dir)
-    assert (dataset.num_rows, dataset.num_cols) == (len(HAND_GRAPH), len(HAND_GRAPH))
+    assert (dataset.num_rows, dataset.num_cols) == (NUM_NODES, NUM_NODES) and not dataset.bipartite
     assert set(dataset.files) == {"train", "train_t", "test"}
-    assert tfds_input.read_test_rows(dataset.files["test"])[0][0] == next(iter(HAND_TEST))
+    source_test = contract.read_split(str(DUMMY_DIR), "test")
+    assert sorted(r for r, _, _ in tfds_input.read_test_rows(dataset.files["test"])) == [r for r, _, _ in source_test]
 
     model_dir = tmp_path / "m"
     argv = ["--data", "web_graph/de-dense", "--tfds_data_dir", data_dir, "--model_dir", str(model_dir), "--dim", "4",
             "--epochs", "2", "--no-progress", "--eval_k", "1,3", "--solver", "cholesky", "--reg", "0.1"]
     assert cli_train.main(argv) == 0, capsys.readouterr().err
     record = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()][-1]
-    rows_solved = sum(1 for r in HAND_GRAPH if r not in HAND_TEST)
+    rows_solved = len(contract.read_split(str(DUMMY_DIR), "train"))
     assert record["rows_solved"] == rows_solved and np.isfinite(record["loss"])
     assert 0 <= record["recall@3"] <= 1
 

@@ -8,10 +8,11 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
+from webgraph_pipeline.edge_formats import BIPARTITE_FORMATS, FORMATS, EdgeFormat
 from webgraph_pipeline.output_dir import OutputError, check_output
 from webgraph_pipeline.pipeline import INPUT_FORMATS, EmptyDatasetError, JobSpec, input_files_of, match_inputs, run_job
-from webgraph_pipeline.wat import WAT_READERS, check_reader
 from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant, parse_tlds
+from webgraph_pipeline.wat import WAT_READERS, check_reader
 
 EPILOG = """\
 Any other flag is an Apache Beam pipeline option (e.g. --runner, --direct_num_workers).
@@ -22,12 +23,15 @@ Examples:
   # a paper variant on WAT files, 2 local worker processes
   python -m webgraph_pipeline --input 'wat/*.warc.wat.gz' --output /tmp/de_dense --variant de-dense \\
       --direct_running_mode multi_processing --direct_num_workers 2
-  # the real hollins.edu crawl (edge list of ids + URL list)
-  python -m webgraph_pipeline --input_format edges --input data/hollins/edges.txt \\
+  # the real hollins.edu crawl (edge list of ids + URL list, each with a header line)
+  python -m webgraph_pipeline --edge_format pairs --header --input data/hollins/edges.txt \\
       --urls data/hollins/urls.txt --output /tmp/hollins --min_links 2
-  # interaction data (MovieLens users x items), users with >= 5 items, items with >= 5 users
-  python -m webgraph_pipeline --input_format edges --input data/ml-100k/u.data --bipartite \\
-      --min_links 5 --output /tmp/ml100k
+  # interaction data (MovieLens users x items), ratings >= 4, users and items with >= 5 links
+  python -m webgraph_pipeline --edge_format movielens --input data/ml-100k/u.data \\
+      --min_rating 4 --min_links 5 --output /tmp/ml100k
+  # a published train/test split (LightGCN's Gowalla), used as given
+  python -m webgraph_pipeline --edge_format given_split --input gowalla/train.txt \\
+      --test_input gowalla/test.txt --output /tmp/gowalla
   # Google Cloud Dataflow (pip install 'webgraph-alx[dataflow]'; run from the repository root)
   python -m webgraph_pipeline --input 'gs://BUCKET/wat/*.warc.wat.gz' --output gs://BUCKET/webgraph/de-dense \\
       --variant de-dense --num_shards 200 \\
@@ -71,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep a dataset with no node, no edge or no test row instead of failing")
     p.add_argument("--debug", action="store_true",
                    help=f"show the full traceback of an error (or set {DEBUG_ENV}=1)")
-    p.add_argument("--input_format", choices=INPUT_FORMATS, default="wat",
-                   help="wat: Common Crawl WAT files (default); edges: text edge lists `src dst`")
+    p.add_argument("--input_format", choices=INPUT_FORMATS, default=None,
+                   help="wat: Common Crawl WAT files (default); edges: text edge lists (implied by --edge_format)")
     p.add_argument("--variant", choices=sorted(VARIANTS),
                    help="a paper Table 1 variant (sets --tlds and --min_links)")
     p.add_argument("--tlds", default=None, help="comma-separated TLDs both endpoints must have, e.g. de,in")
@@ -92,10 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail_on_unreadable", action="store_true",
                    help="wat: fail the job on an unreadable file instead of counting it")
     p.add_argument("--urls", default=None, help="edges: `id url` list naming the integer ids")
-    p.add_argument("--edge_layout", choices=("pairs", "adjacency"), default="pairs",
-                   help="edges: `src dst [ignored...]` per line, or `src dst1 dst2 ...`")
+    p.add_argument("--edge_format", choices=FORMATS, default=None,
+                   help="edges: the line layout (default pairs): pairs `src dst [ignored...]`; adjacency "
+                        "`src dst1 dst2 ...`; movielens `user item rating time` (u.data, or ratings.dat with ::); "
+                        "csv `src,dst[,rating...]` (see --delimiter); given_split `user item item ...` "
+                        "(a published split: --input TRAIN --test_input TEST). Ids: any token without whitespace")
+    p.add_argument("--header", action="store_true",
+                   help="edges: the first line of every input file (and of --urls) is a header; skip it")
+    p.add_argument("--delimiter", default=",", help="edges, csv: the one-character field delimiter")
+    p.add_argument("--min_rating", type=float, default=None,
+                   help="edges, movielens or csv: keep lines whose rating (3rd field) is >= this")
+    p.add_argument("--test_input", action="append", default=[],
+                   help="edges, given_split: the test file glob of the published split")
     p.add_argument("--bipartite", action="store_true",
-                   help="edges: interaction data (users x items): separate row and column ids")
+                   help="edges: interaction data (users x items): separate row and column ids "
+                        f"(implied by --edge_format {' and '.join(BIPARTITE_FORMATS)})")
     return p
 
 
@@ -129,14 +144,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     base = get_variant(args.variant) if args.variant else GraphConfig(
         tlds=parse_tlds(args.tlds or ""), min_links=args.min_links or 0
     )
+    input_format = args.input_format or ("edges" if args.edge_format else "wat")
+    if input_format == "wat" and args.edge_format:
+        raise ValueError("--edge_format applies to --input_format edges only")
+    edge_format = EdgeFormat(args.edge_format or "pairs", args.delimiter, args.header, args.min_rating)
     config = base.replace(
         degree_passes=args.degree_passes, seed=args.seed, test_fraction=args.test_fraction,
-        holdout_fraction=args.holdout_fraction, bipartite=args.bipartite, id_buckets=args.id_buckets,
+        holdout_fraction=args.holdout_fraction, bipartite=args.bipartite or edge_format.bipartite,
+        id_buckets=args.id_buckets,
     )
     link_types = tuple(t.strip() for t in args.link_types.split(",") if t.strip()) if args.link_types else None
     spec = JobSpec(
         input_patterns=tuple(args.input), output_dir=args.output, config=config,
-        input_format=args.input_format, urls_file=args.urls, edge_layout=args.edge_layout,
+        input_format=input_format, urls_file=args.urls, edge_format=edge_format, test_patterns=tuple(args.test_input),
         num_shards=args.num_shards, link_types=link_types, fail_on_unreadable=args.fail_on_unreadable,
         wat_reader=args.wat_reader, input_listing=args.input_listing, listing_prefix=args.listing_prefix,
         overwrite=args.overwrite, allow_empty=args.allow_empty,
@@ -144,6 +164,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     check_reader(spec.wat_reader)
     check_output(spec.output_dir, spec.overwrite)
     input_files_of(spec)
+    if spec.test_patterns:
+        match_inputs(spec.test_patterns)
     if spec.urls_file:
         match_inputs([spec.urls_file])
     return spec, beam_argv
@@ -161,12 +183,21 @@ def format_report(stats: dict[str, Any]) -> str:
         f"test links kept {stats['test_links']['col_tag']:,} held {stats['test_links']['gt_tag']:,}"
     )
     if "num_rows" in stats:
-        lines.append(f"interaction matrix: {stats['num_rows']:,} rows x {stats['num_cols']:,} columns")
+        lines.append(f"interaction matrix: {stats['num_rows']:,} rows x {stats['num_cols']:,} columns "
+                     f"({stats['protocol']})")
+    for reason, where in stats["line_examples"].items():
+        lines.append(f"first lines of {reason}: {', '.join(where)}")
     if stats["unreadable_files"]:
         lines.append(f"UNREADABLE input files ({len(stats['unreadable_files'])}): "
                      + " ".join(stats["unreadable_files"]))
     lines.append(f"input files {len(stats['input_files'])}  wall time {stats['wall_seconds']} s")
     return "\n".join(lines)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Parse a command line like `python -m webgraph_pipeline` takes, and run the job; its stats."""
+    spec, beam_argv = parse_args(argv)
+    return run_job(spec, beam_argv)
 
 
 def one_line(error: BaseException) -> str:

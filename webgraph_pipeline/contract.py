@@ -1,7 +1,8 @@
 """The dataset contract shared by the pipeline, the TFDS builder and the trainer (see DESIGN.md).
 
 File names, the `tf.train.Example` feature layout, reading splits and vocabularies back, and
-`stats.json` access live here and nowhere else. This module imports TensorFlow lazily and never Apache Beam, so the trainer can use it.
+`stats.json` access live here and nowhere else. This module imports TensorFlow lazily and never
+Apache Beam, so the trainer can use it.
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ def matrix_shape(stats: Mapping[str, Any]) -> tuple[int, int]:
     """
     nodes = int(stats["nodes"])
     return int(stats.get("num_rows", nodes)), int(stats.get("num_cols", nodes))
+
+
+def is_bipartite(stats: Mapping[str, Any]) -> bool:
+    """Whether a dataset is users x items (separate row and column ids), as its stats.json says
+    (`bipartite`, or the job's `config`); never guessed from the shape."""
+    if "bipartite" in stats:
+        return bool(stats["bipartite"])
+    return bool(stats.get("config", {}).get("bipartite", False))
 
 
 def write_stats(data_dir: str, stats: Mapping[str, Any]) -> None:

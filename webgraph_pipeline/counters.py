@@ -16,6 +16,7 @@ Public API:
 - `collect_counters(pipeline_result) -> dict[str, int]`: every `webgraph` counter of a finished
   pipeline, summed over steps (committed values where the runner has them).
 - `collect_unreadable_files(pipeline_result) -> list[str]`: the sorted names of unreadable files.
+- `collect_string_set(pipeline_result, name) -> list[str]`: any other string set, sorted.
 """
 
 from __future__ import annotations
@@ -71,14 +72,17 @@ def collect_counters(pipeline_result: Any) -> dict[str, int]:
     return dict(sorted(totals.items()))
 
 
-def collect_unreadable_files(pipeline_result: Any) -> list[str]:
-    """The names of the input files that could not be read at all, sorted."""
+def collect_string_set(pipeline_result: Any, name: str) -> list[str]:
+    """The sorted strings of one `webgraph` string set of a finished pipeline."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    query = pipeline_result.metrics().query(
-        MetricsFilter().with_namespace(NAMESPACE).with_name(UNREADABLE_FILES)
-    )
+    query = pipeline_result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))
     names: set[str] = set()
     for string_set in query.get("string_sets", []):
         names.update(_value(string_set) or ())
     return sorted(names)
+
+
+def collect_unreadable_files(pipeline_result: Any) -> list[str]:
+    """The names of the input files that could not be read at all, sorted."""
+    return collect_string_set(pipeline_result, UNREADABLE_FILES)

@@ -1,50 +1,57 @@
-"""`--input_format edges`: text edge lists in, deduplicated (source, target) name pairs out.
+"""`--input_format edges`: text edge lists in, edge batches out.
 
-Lines hold whitespace-separated tokens. Layout `pairs`: `src dst [ignored columns...]` (so a
-MovieLens `user item rating time` file reads as (user, item) pairs); layout `adjacency`:
-`src dst1 dst2 ...`. Tokens are URLs (normalized and validated like WAT links), integer ids
-(joined with a URL list `id url` when one is given), or opaque names (e.g. user ids).
-Header lines (only words, such as `start end`), blank lines and `#` comments are skipped.
-Everything dropped is counted in the `webgraph` namespace: `dropped_lines.<reason>`,
-`dropped_urls.<reason>`, `dropped_url_list.<reason>`, `dropped_edges.<reason>`.
+`ReadEdgeList` reads each file in blocks of whole lines and parses a block at a time with
+`edge_formats.parse_block` (the layouts are described there), so no Beam element is made per line.
+It emits EDGE BATCHES: `(src, dst)`, two equal-length lists of node names, not deduplicated and
+with self-loops kept (the graph stage drops and counts both). URL tokens are normalized like WAT
+links; with a URL list (`id url` lines) integer ids are replaced by their URLs.
+
+Everything dropped or skipped is counted in the `webgraph` namespace (`dropped_lines.<reason>`,
+`skipped_lines.<reason>`, `dropped_urls.<reason>`, `dropped_url_list.<reason>`,
+`dropped_edges.<reason>`, `unreadable_files.<reason>`); the first line numbers of each line reason
+go to the string set `line_examples`, and a file that yields no edge to `empty_files`.
 """
 
 from __future__ import annotations
 
+import collections
 import re
-from typing import Iterable, Iterator, Optional
+from typing import BinaryIO, Iterator, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from webgraph_pipeline.counters import NAMESPACE
+from webgraph_pipeline.counters import NAMESPACE, LocalCounts, flush_to_beam, report_unreadable
+from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat, ParsedBlock, parse_block
 
-LAYOUTS = ("pairs", "adjacency")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*\Z")
+BLOCK_BYTES = 1 << 20  # about 10^4-10^5 edges of a text edge list per block
+URL_BATCH = 50_000  # edges per batch after the URL-list join
+LINE_EXAMPLES = "line_examples"  # string set of `reason<TAB>path:line`
+EMPTY_FILES = "empty_files"  # string set of `path<TAB>commonest reason<TAB>lines`
 _INT = re.compile(r"-?\d+\Z")
 
+PAIRS = EdgeFormat("pairs")
+EdgeBatch = tuple[list[str], list[str]]
 Edge = tuple[str, str]
 
 
-def is_header(tokens: list[str]) -> bool:
-    """A header line names its columns: every token is a plain word (no digits-only id, no URL)."""
-    return all(_WORD.match(t) for t in tokens)
-
-
-def parse_edge_line(line: str, layout: str = "pairs") -> tuple[list[Edge], Optional[str]]:
-    """One line -> (token pairs, None), or ([], reason) for a line that yields no edge."""
-    tokens = line.split()
-    if not tokens:
-        return [], "empty"
-    if tokens[0].startswith("#"):
-        return [], "comment"
-    if is_header(tokens):
-        return [], "header"
-    if len(tokens) < 2:
-        return [], "too_few_fields"
-    if layout == "pairs":
-        return [(tokens[0], tokens[1])], None
-    return [(tokens[0], t) for t in tokens[1:]], None
+def read_line_blocks(f: BinaryIO, size: int = BLOCK_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(number of the first line, whole lines) blocks of about `size` bytes from a binary file."""
+    line, rest = 1, b""
+    while True:
+        chunk = f.read(size)
+        if not chunk:
+            if rest:
+                yield line, rest
+            return
+        data = rest + chunk
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # a line longer than the block: read on
+            rest = data
+            continue
+        yield line, data[:cut]
+        line += data.count(b"\n", 0, cut)
+        rest = data[cut:]
 
 
 def parse_url_line(line: str) -> tuple[Optional[tuple[str, str]], Optional[str]]:
@@ -52,8 +59,6 @@ def parse_url_line(line: str) -> tuple[Optional[tuple[str, str]], Optional[str]]
     tokens = line.split()
     if not tokens:
         return None, "empty"
-    if is_header(tokens):
-        return None, "header"
     if len(tokens) != 2:
         return None, "bad_fields"
     if not _INT.match(tokens[0]):
@@ -70,6 +75,113 @@ def normalize_token(token: str) -> tuple[Optional[str], Optional[str]]:
     return urls.normalize_url(token)
 
 
+def normalize_batch(src: list[str], dst: list[str], inc) -> EdgeBatch:
+    """Normalize the URL tokens of a batch; an edge with an invalid endpoint is dropped and counted."""
+    cache: dict[str, tuple[Optional[str], Optional[str]]] = {}
+    out_src, out_dst = [], []
+    for s, d in zip(src, dst):
+        ends = []
+        for token in (s, d):
+            if token not in cache:
+                cache[token] = normalize_token(token)
+            name, reason = cache[token]
+            if reason:
+                inc(f"dropped_urls.{reason}")
+                inc("dropped_edges.invalid_endpoint")
+                break
+            ends.append(name)
+        else:
+            out_src.append(ends[0])
+            out_dst.append(ends[1])
+    return out_src, out_dst
+
+
+def file_summary(counts: collections.Counter) -> str:
+    """The commonest reason a file's lines were dropped or skipped, with its count."""
+    reasons = {k: v for k, v in counts.items() if k.split(".")[0] in ("dropped_lines", "skipped_lines")}
+    if not reasons:
+        return "no line\t0"
+    reason = max(sorted(reasons), key=reasons.get)
+    return f"{reason}\t{reasons[reason]}"
+
+
+class _ReadEdgeFileFn(beam.DoFn):
+    """A file path -> its edge batches, one per block (counted; an unreadable file is reported)."""
+
+    def __init__(self, fmt: EdgeFormat, block_bytes: int):
+        self._fmt, self._block_bytes = fmt, block_bytes
+
+    def process(self, path: str) -> Iterator[EdgeBatch]:
+        from apache_beam.io.filesystems import FileSystems
+
+        counts = LocalCounts()
+        examples: dict[str, list[int]] = {}
+        edges = 0
+        try:
+            with FileSystems.open(path) as f:
+                for first_line, data in read_line_blocks(f, self._block_bytes):
+                    block = parse_block(data, first_line, self._fmt)
+                    _merge(block, counts, examples)
+                    src, dst = block.src, block.dst
+                    if b"://" in data:
+                        src, dst = normalize_batch(src, dst, counts.inc)
+                    if src:
+                        edges += len(src)
+                        yield src, dst
+        except OSError as e:
+            counts.inc(f"unreadable_files.{type(e).__name__}")
+            report_unreadable(path)
+            flush_to_beam(counts)
+            return
+        counts.inc("edges.parsed", edges)
+        line_examples = Metrics.string_set(NAMESPACE, LINE_EXAMPLES)
+        for reason, numbers in examples.items():
+            for n in numbers:
+                line_examples.add(f"{reason}\t{path}:{n}")
+        if not edges:
+            Metrics.string_set(NAMESPACE, EMPTY_FILES).add(f"{path}\t{file_summary(counts)}")
+        flush_to_beam(counts)
+
+
+def _merge(block: ParsedBlock, counts: LocalCounts, examples: dict[str, list[int]]) -> None:
+    counts.update(block.counts)
+    for reason, numbers in block.examples.items():
+        kept = examples.setdefault(reason, [])
+        kept.extend(numbers[: MAX_EXAMPLES - len(kept)])
+
+
+class _ReadUrlListFn(beam.DoFn):
+    """The URL-list path -> (id, normalized URL or None); bad lines counted by reason."""
+
+    def __init__(self, header: bool):
+        self._header = header
+
+    def process(self, path: str) -> Iterator[tuple[str, Optional[str]]]:
+        from apache_beam.io.filesystems import FileSystems
+
+        counts = LocalCounts()
+        with FileSystems.open(path) as f:
+            for n, raw in enumerate(f, 1):
+                if n == 1 and self._header:
+                    counts.inc("skipped_lines.url_list_header")
+                    continue
+                try:
+                    line = raw.decode("utf-8").lstrip("\ufeff")
+                except UnicodeDecodeError:
+                    counts.inc("dropped_url_list.undecodable")
+                    continue
+                entry, reason = parse_url_line(line)
+                if reason:
+                    counts.inc(f"dropped_url_list.{reason}")
+                    continue
+                node_id, raw_url = entry
+                url, reason = normalize_token(raw_url) if "://" in raw_url else (None, "not_a_url")
+                if reason:
+                    counts.inc(f"dropped_urls.{reason}")
+                yield node_id, url
+        flush_to_beam(counts)
+
+
 class _Counted(beam.DoFn):
     """A DoFn that counts drops as `<kind>.<reason>` in the webgraph namespace."""
 
@@ -80,45 +192,6 @@ class _Counted(beam.DoFn):
         if name not in self._counters:
             self._counters[name] = Metrics.counter(NAMESPACE, name)
         self._counters[name].inc(n)
-
-
-class _ParseEdgesFn(_Counted):
-    def __init__(self, layout: str):
-        self._layout = layout
-
-    def process(self, line: str) -> Iterator[Edge]:
-        pairs, reason = parse_edge_line(line, self._layout)
-        if reason:
-            self.count(f"dropped_lines.{reason}")
-        yield from pairs
-
-
-class _NormalizeFn(_Counted):
-    """Normalize URL tokens; an edge with an invalid endpoint is dropped (`url.<reason>`)."""
-
-    def process(self, edge: Edge) -> Iterator[Edge]:
-        out = []
-        for token in edge:
-            name, reason = normalize_token(token)
-            if reason:
-                self.count(f"dropped_urls.{reason}")
-                self.count("dropped_edges.invalid_endpoint")
-                return
-            out.append(name)
-        yield out[0], out[1]
-
-
-class _ParseUrlsFn(_Counted):
-    def process(self, line: str) -> Iterator[tuple[str, Optional[str]]]:
-        entry, reason = parse_url_line(line)
-        if reason:
-            self.count(f"dropped_url_list.{reason}")
-            return
-        node_id, raw = entry
-        url, reason = normalize_token(raw) if "://" in raw else (None, "not_a_url")
-        if reason:
-            self.count(f"dropped_urls.{reason}")
-        yield node_id, url
 
 
 class _JoinUrlFn(_Counted):
@@ -145,72 +218,61 @@ class _JoinUrlFn(_Counted):
             yield other, url
 
 
-class _DedupFn(_Counted):
-    """(edge, [None...]) -> edge once, counting duplicates and (for graphs) self-loops."""
+def unbatch(batch: EdgeBatch) -> Iterator[Edge]:
+    """The edges of a batch, one by one."""
+    return zip(*batch)
 
-    def __init__(self, drop_self_loops: bool):
-        self._drop_self_loops = drop_self_loops
 
-    def process(self, kv) -> Iterator[Edge]:
-        edge, copies = kv
-        n = sum(1 for _ in copies)
-        if n > 1:
-            self.count("dropped_edges.duplicate", n - 1)
-        if self._drop_self_loops and edge[0] == edge[1]:
-            self.count("dropped_edges.self_loop")
-            return
-        yield edge
+def to_batch(edges: Sequence[Edge]) -> EdgeBatch:
+    """A list of edges as an edge batch."""
+    return [s for s, _ in edges], [d for _, d in edges]
 
 
 class ReadEdgeList(beam.PTransform):
-    """Edge-list files (a list of globs) -> deduplicated (source, target) name pairs.
+    """Edge-list files -> PCollection of edge batches `(src names, dst names)`.
 
-    urls_file: an `id url` list; integer ids in the edge lists are then replaced by their URLs.
-    bipartite: sources and targets are different kinds (users, items), so `5 5` is no self-loop.
+    fmt: the `EdgeFormat` of every file. urls_file: an `id url` list (its first line is a header
+    when `fmt.header`); integer ids in the edge lists are then replaced by their URLs.
     """
 
     def __init__(
-        self, file_patterns: Iterable[str], urls_file: Optional[str] = None, layout: str = "pairs",
-        bipartite: bool = False,
+        self, files: Sequence[str], fmt: EdgeFormat = PAIRS, urls_file: Optional[str] = None,
+        block_bytes: int = BLOCK_BYTES,
     ):
         super().__init__()
-        if layout not in LAYOUTS:
-            raise ValueError(f"unknown edge-list layout {layout!r}; expected one of {LAYOUTS}")
-        self._patterns = list(file_patterns)
-        self._urls_file = urls_file
-        self._layout = layout
-        self._bipartite = bipartite
+        self._files, self._fmt, self._urls_file = list(files), fmt, urls_file
+        self._block_bytes = block_bytes
 
     def expand(self, pbegin):
-        lines = [
-            pbegin | f"ReadEdgeList{i}" >> beam.io.ReadFromText(pattern) for i, pattern in enumerate(self._patterns)
-        ] | "AllLines" >> beam.Flatten()
-        pairs = lines | "ParseEdgeLines" >> beam.ParDo(_ParseEdgesFn(self._layout))
-        if self._urls_file:
-            url_table = (
-                pbegin
-                | "ReadUrlList" >> beam.io.ReadFromText(self._urls_file)
-                | "ParseUrlLines" >> beam.ParDo(_ParseUrlsFn())
-            )
-            canon = lambda e: (_canonical_id(e[0]), _canonical_id(e[1]))  # noqa: E731
-            by_src = pairs | "CanonicalIds" >> beam.Map(canon)
-            by_dst = (
-                {"edges": by_src, "url": url_table}
-                | "JoinSourceUrl" >> beam.CoGroupByKey()
-                | "SourceUrl" >> beam.ParDo(_JoinUrlFn())
-            )
-            named = (
-                {"edges": by_dst, "url": url_table}
-                | "JoinTargetUrl" >> beam.CoGroupByKey()
-                | "TargetUrl" >> beam.ParDo(_JoinUrlFn())
-            )
-        else:
-            named = pairs | "NormalizeUrls" >> beam.ParDo(_NormalizeFn())
+        batches = (
+            pbegin
+            | "EdgeFiles" >> beam.Create(self._files)
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ParseBlocks" >> beam.ParDo(_ReadEdgeFileFn(self._fmt, self._block_bytes))
+        )
+        if not self._urls_file:
+            return batches
+        url_table = (
+            pbegin
+            | "UrlListFile" >> beam.Create([self._urls_file])
+            | "ReadUrlList" >> beam.ParDo(_ReadUrlListFn(self._fmt.header))
+        )
+        by_src = (
+            batches
+            | "Unbatch" >> beam.FlatMap(unbatch)
+            | "CanonicalIds" >> beam.Map(lambda e: (_canonical_id(e[0]), _canonical_id(e[1])))
+        )
+        by_dst = (
+            {"edges": by_src, "url": url_table}
+            | "JoinSourceUrl" >> beam.CoGroupByKey()
+            | "SourceUrl" >> beam.ParDo(_JoinUrlFn())
+        )
         return (
-            named
-            | "KeyEdge" >> beam.Map(lambda e: (e, None))
-            | "GroupDuplicates" >> beam.GroupByKey()
-            | "Dedup" >> beam.ParDo(_DedupFn(drop_self_loops=not self._bipartite))
+            {"edges": by_dst, "url": url_table}
+            | "JoinTargetUrl" >> beam.CoGroupByKey()
+            | "TargetUrl" >> beam.ParDo(_JoinUrlFn())
+            | "Rebatch" >> beam.BatchElements(min_batch_size=URL_BATCH, max_batch_size=URL_BATCH)
+            | "ToBatch" >> beam.Map(to_batch)
         )
 
 

@@ -1,7 +1,8 @@
 """The whole WebGraph job: read (WAT or edge lists) -> `BuildWebGraph` -> `WriteTfRecords`.
 
-`run_job` runs it and completes stats.json with the Beam counters (every drop by reason), which
-exist only once the job has finished.
+A published split (`--edge_format given_split`) goes through `BuildGivenSplit` instead of
+`BuildWebGraph`. `run_job` runs the job and completes stats.json with the Beam counters (every
+drop by reason), which exist only once the job has finished.
 """
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ from typing import Any, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_pipeline import contract, output_dir
-from webgraph_pipeline.counters import collect_counters, collect_unreadable_files
-from webgraph_pipeline.edges_input import ReadEdgeList
+from webgraph_pipeline.counters import NAMESPACE, collect_counters, collect_string_set, collect_unreadable_files
+from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat
+from webgraph_pipeline.edges_input import EMPTY_FILES, LINE_EXAMPLES, ReadEdgeList, unbatch
+from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
 from webgraph_pipeline.variants import GraphConfig
 from webgraph_pipeline.write import WriteTfRecords
 
 INPUT_FORMATS = ("wat", "edges")
+PROTOCOLS = ("strong_generalization", "given_split")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +38,8 @@ class JobSpec:
     config: GraphConfig
     input_format: str = "wat"
     urls_file: Optional[str] = None
-    edge_layout: str = "pairs"
+    edge_format: EdgeFormat = EdgeFormat()
+    test_patterns: tuple[str, ...] = ()
     num_shards: int = 10
     link_types: Optional[tuple[str, ...]] = None
     fail_on_unreadable: bool = False
@@ -52,11 +58,27 @@ class JobSpec:
             raise ValueError("--urls and --bipartite apply to --input_format edges only")
         if not self.input_patterns and not self.input_listing:
             raise ValueError("give --input GLOB or --input_listing FILE")
+        if self.edge_format.bipartite and not self.config.bipartite:
+            raise ValueError(f"--edge_format {self.edge_format.name} is users x items: the config must be bipartite")
+        if (self.protocol == "given_split") != bool(self.test_patterns):
+            raise ValueError("--edge_format given_split needs --test_input, and --test_input needs given_split")
+        if self.protocol == "given_split" and (self.urls_file or self.config.min_links or self.config.tlds):
+            raise ValueError("a given split is used as given: no --urls, --min_links, --tlds or --variant")
+
+    @property
+    def protocol(self) -> str:
+        """`given_split` for a published train/test split, else `strong_generalization`."""
+        return PROTOCOLS[self.edge_format.name == "given_split"]
 
     def stats_config(self) -> dict[str, Any]:
         """The settings recorded in stats.json."""
         out = self.config.to_dict()
-        out.update(input_format=self.input_format, urls_file=self.urls_file, edge_layout=self.edge_layout)
+        out.update(input_format=self.input_format, urls_file=self.urls_file, protocol=self.protocol)
+        if self.input_format == "edges":
+            out.update(edge_format=self.edge_format.name, header=self.edge_format.header,
+                       min_rating=self.edge_format.min_rating)
+            if self.edge_format.name == "csv":
+                out["delimiter"] = self.edge_format.delimiter
         if self.link_types is not None:
             out["link_types"] = list(self.link_types)
         return out
@@ -93,12 +115,48 @@ def input_files_of(spec: JobSpec) -> list[str]:
     return files
 
 
+class _DedupFn(beam.DoFn):
+    """(edge, [None...]) -> edge once, counting duplicates and (for graphs) self-loops."""
+
+    def __init__(self, drop_self_loops: bool):
+        self._drop_self_loops = drop_self_loops
+        self._duplicate = Metrics.counter(NAMESPACE, "dropped_edges.duplicate")
+        self._self_loop = Metrics.counter(NAMESPACE, "dropped_edges.self_loop")
+
+    def process(self, kv):
+        edge, copies = kv
+        n = sum(1 for _ in copies)
+        if n > 1:
+            self._duplicate.inc(n - 1)
+        if self._drop_self_loops and edge[0] == edge[1]:
+            self._self_loop.inc()
+            return
+        yield edge
+
+
+class UnbatchAndDedup(beam.PTransform):
+    """ADAPTER until the batch-based graph stage lands: edge batches -> deduplicated (src, dst)
+    pairs, counting `dropped_edges.duplicate` and (unless bipartite) `dropped_edges.self_loop`."""
+
+    def __init__(self, bipartite: bool):
+        super().__init__()
+        self._bipartite = bipartite
+
+    def expand(self, batches):
+        return (
+            batches
+            | "Unbatch" >> beam.FlatMap(unbatch)
+            | "KeyEdge" >> beam.Map(lambda e: (e, None))
+            | "GroupDuplicates" >> beam.GroupByKey()
+            | "Dedup" >> beam.ParDo(_DedupFn(drop_self_loops=not self._bipartite))
+        )
+
+
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """The labelled reading step of either input format -> deduplicated (source, target) pairs."""
     if spec.input_format == "edges":
-        return p | "ReadEdgeList" >> ReadEdgeList(
-            input_files, urls_file=spec.urls_file, layout=spec.edge_layout, bipartite=spec.config.bipartite
-        )
+        batches = p | "ReadEdgeList" >> ReadEdgeList(input_files, spec.edge_format, urls_file=spec.urls_file)
+        return batches | "UnbatchAndDedup" >> UnbatchAndDedup(spec.config.bipartite)
     from webgraph_pipeline.extract import ExtractEdges
 
     kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable, "wat_reader": spec.wat_reader}
@@ -107,9 +165,24 @@ def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     return p | "ExtractEdges" >> ExtractEdges(list(input_files), **kwargs)
 
 
+def read_given_split(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]) -> dict[str, Any]:
+    """The train and test files of a given split -> {'train', 'test'} deduplicated (user, item) pairs."""
+    parts = {"train": input_files, "test": match_inputs(spec.test_patterns)}
+    return {
+        name: p
+        | f"ReadEdgeList_{name}" >> ReadEdgeList(files, spec.edge_format)
+        | f"UnbatchAndDedup_{name}" >> UnbatchAndDedup(bipartite=True)
+        for name, files in parts.items()
+    }
+
+
 def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
-    """Add the whole job to `p`: read -> BuildWebGraph -> WriteTfRecords; returns the written paths."""
-    graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
+    """Add the whole job to `p`: read -> BuildWebGraph (or BuildGivenSplit) -> WriteTfRecords;
+    returns the written paths."""
+    if spec.protocol == "given_split":
+        graph = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(spec.config.id_buckets)
+    else:
+        graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
     return graph | "WriteTfRecords" >> WriteTfRecords(
         spec.output_dir, spec.stats_config(), input_files, spec.num_shards,
         plot_title=f"WebGraph {spec.config.name}: degree distribution",
@@ -122,14 +195,36 @@ def is_loss(counter: str) -> bool:
     return kind.startswith("dropped_") or kind in ("damage", "unreadable_files")
 
 
+def line_examples(entries: Sequence[str]) -> dict[str, list[str]]:
+    """`reason<TAB>path:line` strings -> {reason: the first few `path:line`, in file and line order}."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for entry in entries:
+        reason, where = entry.split("\t", 1)
+        path, _, line = where.rpartition(":")
+        out.setdefault(reason, []).append((path, int(line)))
+    return {r: [f"{p}:{n}" for p, n in sorted(v)[:MAX_EXAMPLES]] for r, v in sorted(out.items())}
+
+
+def empty_input_error(entries: Sequence[str]) -> EmptyInputError:
+    """The error for the files that yielded no edge (`path<TAB>reason<TAB>lines` strings)."""
+    path, reason, lines = entries[0].split("\t")
+    more = f" (and {len(entries) - 1} more file(s))" if len(entries) > 1 else ""
+    hint = "; is the --edge_format right?" if reason != "no line" else ""
+    return EmptyInputError(f"{path}: no edge read; commonest reason {reason} ({lines} lines){hint}{more}")
+
+
 def finish_stats(
-    output_dir: str, counters: dict[str, int], unreadable_files: list[str], seconds: float
+    output_dir: str, counters: dict[str, int], unreadable_files: list[str], seconds: float,
+    examples: Sequence[str] = (), protocol: str = PROTOCOLS[0],
 ) -> dict[str, Any]:
     """Add the counters to the stats.json the job wrote; returns the final stats."""
     stats = contract.read_stats(output_dir)
     stats["counters"] = dict(sorted(counters.items()))
     stats["dropped"] = {k: v for k, v in stats["counters"].items() if is_loss(k)}
     stats["unreadable_files"] = unreadable_files
+    stats["line_examples"] = line_examples(examples)
+    stats["protocol"] = protocol
+    stats["bipartite"] = bool(stats["config"].get("bipartite"))
     contract.write_stats(output_dir, stats)
     stats["wall_seconds"] = round(seconds, 1)  # reported, not stored: it would break byte-identity
     return stats
@@ -137,6 +232,11 @@ def finish_stats(
 
 class EmptyDatasetError(RuntimeError):
     """The job ran but its dataset has nothing to train or evaluate on."""
+
+
+class EmptyInputError(EmptyDatasetError):
+    """An input file yielded no edge (the message names it and its commonest drop reason); not
+    waived by --allow_empty: a file the format cannot read is a mistake, not a small dataset."""
 
 
 def emptiness(stats: dict[str, Any], test_fraction: float) -> Optional[str]:
@@ -173,7 +273,13 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
         build_pipeline(p, dataclasses.replace(spec, output_dir=staging), input_files)
         result = p.run()
         result.wait_until_finish()
-        stats = finish_stats(staging, collect_counters(result), collect_unreadable_files(result), time.time() - start)
+        empty = collect_string_set(result, EMPTY_FILES)
+        if empty:
+            raise empty_input_error(empty)
+        stats = finish_stats(
+            staging, collect_counters(result), collect_unreadable_files(result), time.time() - start,
+            collect_string_set(result, LINE_EXAMPLES), spec.protocol,
+        )
         problem = None if spec.allow_empty else emptiness(stats, spec.config.test_fraction)
         if problem:
             raise EmptyDatasetError(problem)
@@ -183,10 +289,3 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     output_dir.swap_in(staging, spec.output_dir)
     return stats
 
-
-def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    """Parse a command line like `python -m webgraph_pipeline` takes, and run the job."""
-    from webgraph_pipeline.cli import parse_args
-
-    spec, beam_argv = parse_args(argv)
-    return run_job(spec, beam_argv)

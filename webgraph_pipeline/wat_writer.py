@@ -29,7 +29,8 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import orjson
 
-from webgraph_pipeline.edges_input import parse_edge_line, parse_url_line
+from webgraph_pipeline.edge_formats import EdgeFormat, parse_block
+from webgraph_pipeline.edges_input import parse_url_line
 
 Page = tuple[str, Sequence[str]]  # (page URL, outlink URLs)
 WARC_DATE = "2021-06-12T00:00:00Z"
@@ -194,32 +195,32 @@ def write_wat_files(
     return paths
 
 
-def read_edge_list(edges_path: str, urls_path: Optional[str] = None) -> list[Page]:
-    """An edge-list file (and optional `id url` list) -> pages in first-seen order with their outlinks.
+def read_edge_list(edges_path: str, urls_path: Optional[str] = None, header: bool = False) -> list[Page]:
+    """A `src dst` edge-list file (and optional `id url` list) -> pages in first-seen order with
+    their outlinks; `header`: the first line of each file is a header.
 
     Every page of the URL list is a page even without outlinks (a crawled page with no links).
-    Lines that are not edges (headers, bad lines) are skipped, as `edges_input` does.
+    Lines that are not edges (comments, bad lines) are skipped, as the pipeline's `pairs` format does.
     """
     names: dict[str, str] = {}
     if urls_path:
         with open(urls_path, encoding="utf-8") as f:
-            for line in f:
-                entry, _ = parse_url_line(line)
+            for n, line in enumerate(f, 1):
+                entry, _ = parse_url_line(line) if n > 1 or not header else (None, "header")
                 if entry:
                     names.setdefault(entry[0], entry[1])
     adjacency: dict[str, list[str]] = {url: [] for url in names.values()}
-    with open(edges_path, encoding="utf-8") as f:
-        for line in f:
-            pairs, _ = parse_edge_line(line)
-            for src, dst in pairs:
-                if urls_path:
-                    src, dst = names.get(str(int(src)) if src.isdigit() else src), names.get(
-                        str(int(dst)) if dst.isdigit() else dst)
-                    if src is None or dst is None:
-                        continue
-                links = adjacency.setdefault(src, [])
-                if dst not in links:
-                    links.append(dst)
+    with open(edges_path, "rb") as f:
+        block = parse_block(f.read(), 1, EdgeFormat("pairs", header=header))
+    for src, dst in zip(block.src, block.dst):
+        if urls_path:
+            src, dst = names.get(str(int(src)) if src.isdigit() else src), names.get(
+                str(int(dst)) if dst.isdigit() else dst)
+            if src is None or dst is None:
+                continue
+        links = adjacency.setdefault(src, [])
+        if dst not in links:
+            links.append(dst)
     return list(adjacency.items())
 
 
@@ -275,6 +276,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     src.add_argument("--edges", help="edge-list file: `src dst` per line (URLs, or ids with --urls)")
     src.add_argument("--synthetic_pages", type=int, help="generate a power-law graph of this many pages")
     parser.add_argument("--urls", help="`id url` list that names the ids of --edges")
+    parser.add_argument("--header", action="store_true", help="the first line of --edges and --urls is a header")
     parser.add_argument("--output", required=True, help="output directory")
     parser.add_argument("--records_per_file", type=int, default=10_000, help="pages per WAT file")
     parser.add_argument("--mean_out", type=float, default=10.0, help="synthetic: mean out-degree")
@@ -283,7 +285,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.edges:
-            pages: Iterable[Page] = read_edge_list(args.edges, args.urls)
+            pages: Iterable[Page] = read_edge_list(args.edges, args.urls, args.header)
         else:
             if args.synthetic_pages < 2:
                 raise ValueError(f"--synthetic_pages must be >= 2, got {args.synthetic_pages}")

@@ -131,7 +131,7 @@ class WriteTfRecords(beam.PTransform):
     """Write `BuildWebGraph`'s output: the three splits, vocabulary shards, stats.json and a PNG.
 
     Takes the dict `BuildWebGraph` returns; yields the PCollection of written paths.
-    stats.json is written here without the Beam counters; `pipeline.run` adds them at the end.
+    stats.json is written here without the Beam counters; `pipeline.run_job` adds them at the end.
     """
 
     def __init__(

@@ -27,12 +27,11 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-from webgraph_pipeline import contract
-from webgraph_pipeline.variants import VARIANTS, GraphConfig
-
 # Absolute, not relative: Beam pickles the step functions by module name, and Dataflow workers
 # import `tfds_builder` (installed with setup.py), whatever name `tfds build` loaded this file under.
 from tfds_builder.web_graph import sources
+from webgraph_pipeline import contract
+from webgraph_pipeline.variants import VARIANTS, GraphConfig
 
 HOMEPAGE = "https://arxiv.org/abs/2112.02194"
 OFFICIAL_ROOT = "gs://gresearch/web_graph/"

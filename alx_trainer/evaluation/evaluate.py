@@ -19,9 +19,12 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from alx_trainer import metrics
+from alx_trainer.evaluation import metrics
+from alx_trainer.model import fold_in, load_model
+from webgraph_pipeline import contract
 
 Row = tuple[int, np.ndarray, np.ndarray]  # (row_tag, fold-in col_tag, gt_tag)
 FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
@@ -37,7 +40,7 @@ def default_mesh() -> Mesh:
 
 def one_device_mesh() -> Mesh:
     """The first device alone: evaluation of CPU runs whose devices are split per core (the
-    training loop uses it; see `alx_trainer.cli_train.split_cpu` for why)."""
+    training loop uses it; see `alx_trainer.cli.train.split_cpu` for why)."""
     return Mesh(np.array(jax.devices()[:1]), ("cols",))
 
 
@@ -133,8 +136,6 @@ class ShardedScorer:
 def _tables(model_or_tables: Any) -> tuple[np.ndarray | None, np.ndarray, Any]:
     """(row_table, col_table, config) from a Model, a model directory or a (row, col) pair."""
     if isinstance(model_or_tables, (str, os.PathLike)):
-        from alx_trainer.als import load_model
-
         model_or_tables = load_model(os.fspath(model_or_tables))
     if isinstance(model_or_tables, tuple):
         row, col = model_or_tables
@@ -149,32 +150,19 @@ def _tables(model_or_tables: Any) -> tuple[np.ndarray | None, np.ndarray, Any]:
 @functools.lru_cache(maxsize=8)
 def _load_eval_data(data_dir: str, mtime: float) -> tuple[list[Row], np.ndarray, bool]:
     """Test rows, column popularity (training rows per column) and whether ids are shared."""
-    from webgraph_pipeline import contract
-
-    from webgraph_pipeline.contract import read_split
-
     stats = contract.read_stats(data_dir)
     _, num_cols = contract.matrix_shape(stats)
-    test = read_split(data_dir, "test")
-    train = read_split(data_dir, "train")
+    test = contract.read_split(data_dir, "test")
+    train = contract.read_split(data_dir, "train")
     cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
     popularity = np.bincount(cols, minlength=num_cols).astype(np.float32)
-    shared = bool(stats.get("shared_ids", "num_rows" not in stats and "num_cols" not in stats))
-    return test, popularity, shared
+    return test, popularity, not contract.is_bipartite(stats)
 
 
 def load_eval_data(data_dir: str) -> tuple[list[Row], np.ndarray, bool]:
     """Cached read of a dataset directory's test rows and column popularity (see `evaluate`)."""
-    from webgraph_pipeline import contract
-
     path = os.path.join(data_dir, contract.STATS_FILE)
     return _load_eval_data(os.path.abspath(data_dir), os.path.getmtime(path) if os.path.exists(path) else 0.0)
-
-
-def _default_fold_in() -> FoldInFn:
-    from alx_trainer.als import fold_in
-
-    return fold_in
 
 
 def evaluate(
@@ -224,7 +212,7 @@ def evaluate(
     k = max(list(ks) + ([ndcg_k] if ndcg_k else []))
     scorer = ShardedScorer(col_table, mesh)
     batch = batch_size or scorer.default_batch_size()
-    fold_in_fn = fold_in_fn or _default_fold_in()
+    fold_in_fn = fold_in_fn or fold_in
     ids = np.empty((len(rows), k), np.int64)
     # fold in many rows per call (the solve streams them itself); score them `batch` rows at a time
     chunk = max(batch, (FOLD_IN_CHUNK // batch) * batch)
@@ -253,4 +241,5 @@ def format_metrics(result: Mapping[str, float]) -> str:
         pop = result.get(f"popularity/{name}")
         lines.append(f"{name:<12} {result[name]:>8.4f} {'' if pop is None else f'{pop:>10.4f}'}")
     lines.append(f"rows: {int(result.get('num_rows', 0))} ({int(result.get('num_rows_with_gt', 0))} with ground truth)")
+    lines.append("recall@K = hits / min(K, |gt|) (ALX paper); recall_gt@K = hits / |gt| (LightGCN)")
     return "\n".join(lines)

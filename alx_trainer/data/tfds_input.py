@@ -12,16 +12,18 @@ import os
 
 import numpy as np
 
+import tensorflow as tf
+
+from alx_trainer.data import records
+from alx_trainer.data.records import Dataset
 from webgraph_pipeline import contract
 
 DEFAULT_VERSION = "1.0.0"
 
 
-def open_tfds(name: str, data_dir: str | None):
-    """An `als.Dataset` for a prepared TFDS dataset such as `web_graph/de-dense` (version 1.0.0 by default)."""
-    import tensorflow_datasets as tfds
-
-    from alx_trainer.als import Dataset
+def open_tfds(name: str, data_dir: str | None) -> Dataset:
+    """A `Dataset` for a prepared TFDS dataset such as `web_graph/de-dense` (version 1.0.0 by default)."""
+    import tensorflow_datasets as tfds  # seconds to import; only TFDS names need it
 
     full = name if ":" in name else f"{name}:{DEFAULT_VERSION}"
     try:
@@ -47,25 +49,21 @@ def open_tfds(name: str, data_dir: str | None):
     else:
         stats = {"nodes": _max_id(files) + 1}
     num_rows, num_cols = contract.matrix_shape(stats)
-    return Dataset(full, num_rows, num_cols, files, root, tfds=True)
+    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=contract.is_bipartite(stats))
 
 
 def _max_id(files: dict[str, list[str]]) -> int:
     """The largest row or column id in the train splits (one streaming pass)."""
-    from alx_trainer import data
-
     top = -1
     big = np.iinfo(np.int64).max
     for split in ("train", "train_t"):
-        for chunk in data.read_chunks(files[split], 4096, big, big):
+        for chunk in records.read_chunks(files[split], 4096, big, big):
             top = max(top, int(chunk.row_ids.max(initial=-1)), int(chunk.cols.max(initial=-1)))
     return top
 
 
 def read_test_rows(files: list[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """(row_tag, col_tag, gt_tag) of every test example, for evaluation of a TFDS dataset."""
-    import tensorflow as tf
-
     out = []
     for batch in tf.data.TFRecordDataset(files).batch(4096):
         parsed = tf.io.parse_example(batch, contract.feature_spec())

@@ -14,8 +14,10 @@ Together: 0.12 s per epoch on the same host.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
 from typing import Callable, Sequence, TypeVar
 
 import jax
@@ -53,9 +55,6 @@ def _start_on_one_core() -> None:
 
 def accelerator_plugins() -> bool:
     """Whether a GPU or TPU backend may be installed (then the CPU is not split)."""
-    import importlib.util
-    from importlib import metadata
-
     return bool(metadata.entry_points(group="jax_plugins")) or importlib.util.find_spec("libtpu") is not None
 
 

@@ -29,9 +29,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from alx_trainer import block_solver, solvers
+from alx_trainer.ops import block_solver, solvers
 
 AXIS = "d"
 LAYOUTS = ("sharded", "replicated", "owner")

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from alx_trainer.data import RowChunk
+from alx_trainer.data.records import RowChunk
 
 PAD_ID = -1
 

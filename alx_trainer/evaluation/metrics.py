@@ -26,11 +26,12 @@ def _hits(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
     return hits
 
 
-def recall_at_k(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
-    """Per-row Recall@k = |top-k ∩ gt| / min(k, |gt|); NaN for rows with an empty ground truth."""
+def recall_at_k(topk: np.ndarray, gt: Sequence[np.ndarray], k: int, of_all_gt: bool = False) -> np.ndarray:
+    """Per-row Recall@k = |top-k ∩ gt| / min(k, |gt|) (the ALX paper's), or with `of_all_gt`
+    |top-k ∩ gt| / |gt| (LightGCN's and its successors'); NaN for rows with an empty ground truth."""
     hits = _hits(topk, gt, k).sum(axis=1).astype(np.float64)
     sizes = np.array([len(np.unique(np.asarray(g))) for g in gt], dtype=np.float64)
-    denom = np.minimum(float(k), sizes)
+    denom = sizes if of_all_gt else np.minimum(float(k), sizes)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(sizes > 0, hits / denom, np.nan)
 
@@ -56,8 +57,12 @@ def mean_metric(values: np.ndarray) -> float:
 def ranking_metrics(
     topk: np.ndarray, gt: Sequence[np.ndarray], ks: Sequence[int] = (20, 50), ndcg_k: int | None = 100
 ) -> dict[str, float]:
-    """`{"recall@20": ..., "recall@50": ..., "ndcg@100": ...}` averaged over rows with ground truth."""
-    out = {f"recall@{k}": mean_metric(recall_at_k(topk, gt, k)) for k in ks}
+    """`{"recall@20": ..., "recall_gt@20": ..., "ndcg@100": ...}` averaged over rows with ground truth:
+    `recall@K` = hits / min(K, |gt|) (ALX paper), `recall_gt@K` = hits / |gt| (LightGCN)."""
+    out = {}
+    for k in ks:
+        out[f"recall@{k}"] = mean_metric(recall_at_k(topk, gt, k))
+        out[f"recall_gt@{k}"] = mean_metric(recall_at_k(topk, gt, k, of_all_gt=True))
     if ndcg_k:
         out[f"ndcg@{ndcg_k}"] = mean_metric(ndcg_at_k(topk, gt, ndcg_k))
     return out

@@ -16,8 +16,11 @@ import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import tensorflow as tf
 
-from alx_trainer.evaluate import ShardedScorer, _tables
+from alx_trainer.evaluation.evaluate import ShardedScorer, _tables
+from alx_trainer.model import fold_in
+from webgraph_pipeline import contract
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,9 +35,7 @@ class Prediction:
 @functools.lru_cache(maxsize=4)
 def load_vocab(data_dir: str) -> tuple[dict[int, str], dict[str, int]]:
     """(column id -> URL, URL -> column id) from a dataset directory's vocabulary shards."""
-    from webgraph_pipeline.contract import read_vocab
-
-    names = read_vocab(data_dir, columns=True)
+    names = contract.read_vocab(data_dir, columns=True)
     return names, {name: i for i, name in names.items()}
 
 
@@ -56,10 +57,8 @@ def resolve_node(node: str | int, data_dir: str | None) -> int:
 @functools.lru_cache(maxsize=4)
 def known_rows(data_dir: str) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """(training row -> its columns, held-out row -> its fold-in columns) of a dataset directory."""
-    from webgraph_pipeline.contract import read_split
-
-    train = {r: c for r, c, _ in read_split(data_dir, "train")}
-    test = {r: c for r, c, _ in read_split(data_dir, "test")}
+    train = {r: c for r, c, _ in contract.read_split(data_dir, "train")}
+    test = {r: c for r, c, _ in contract.read_split(data_dir, "test")}
     return train, test
 
 
@@ -78,8 +77,6 @@ def predict_outlinks(
         known = train[row]
         query = np.asarray(row_table, np.float32)[row][None]
     elif row in test:
-        from alx_trainer.als import fold_in
-
         known = test[row]
         query = np.asarray(fold_in(col_table, [known], config or model_config), np.float32)
     else:
@@ -114,15 +111,10 @@ def _names_or_empty(data_dir: str) -> dict[int, str]:
 
 
 def _shared_ids(data_dir: str) -> bool:
-    from webgraph_pipeline import contract
-
-    stats = contract.read_stats(data_dir)
-    return bool(stats.get("shared_ids", "num_rows" not in stats and "num_cols" not in stats))
+    return not contract.is_bipartite(contract.read_stats(data_dir))
 
 
 def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
-    import tensorflow as tf
-
     feature = {
         "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[node_id])),
         "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
@@ -136,10 +128,6 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
     """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]), `row_table.npy`,
     `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`, `embedding`, and `name`
     when a vocabulary exists). Returns the written paths."""
-    import tensorflow as tf
-
-    from webgraph_pipeline import contract
-
     row_table, col_table, _ = _tables(model)
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
     names = _names_or_empty(data_dir) if data_dir else {}

@@ -11,7 +11,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from alx_trainer import block_solver
+from alx_trainer.ops import block_solver
 
 Matvec = Callable[[jax.Array], jax.Array]
 

@@ -13,6 +13,7 @@ import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
+import tensorflow as tf
 
 from webgraph_pipeline import contract
 
@@ -35,6 +36,19 @@ class RowChunk:
         return len(self.row_ids)
 
 
+@dataclasses.dataclass
+class Dataset:
+    """Where a dataset's shards are and the matrix shape (from stats.json or the TFDS info)."""
+
+    name: str
+    num_rows: int
+    num_cols: int
+    files: dict[str, list[str]]  # split -> sorted shard paths (every host's)
+    data_dir: str
+    tfds: bool = False  # files named by TFDS rather than by the contract
+    bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
+
+
 def host_files(files: Sequence[str], process_index: int, process_count: int) -> list[str]:
     """This host's share of the sorted shard files (round robin)."""
     return list(files)[process_index::process_count]
@@ -47,8 +61,6 @@ def _parser():
     """A tf.function parsing a batch of serialized records (traced once per process)."""
     global _PARSER
     if _PARSER is None:
-        import tensorflow as tf
-
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def parse(serialized):
             parsed = tf.io.parse_example(serialized, contract.feature_spec())
@@ -67,8 +79,6 @@ def read_chunks(
     Raises ValueError naming the file when a record is corrupt or an id lies outside the
     matrix shape from stats.json (the dataset does not match the contract).
     """
-    import tensorflow as tf
-
     parse = _parser()
     for path in files:
         ds = tf.data.TFRecordDataset([path]).batch(chunk_rows).prefetch(prefetch)

@@ -24,13 +24,15 @@ from __future__ import annotations
 import os
 import sys
 
+import jax
+
+from alx_trainer.cli.common import setup_logging
 from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.ops import per_core
 
 
 def _init_distributed(config: TrainConfig) -> None:
     """`jax.distributed.initialize` (explicit coordinator for CPU/GPU clusters, auto on a TPU slice)."""
-    import jax
-
     # CPU devices of several processes need gloo for cross-process collectives; TPU/GPU ignore it.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
@@ -54,8 +56,6 @@ def split_cpu(config: TrainConfig) -> int:
     (seen with batched Cholesky and with in-process all-gathers on this 2-core machine), so other
     runs keep one CPU device. See `per_core` for how the devices are run.
     """
-    from alx_trainer import per_core
-
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "") or per_core.accelerator_plugins():
         return 0
     safe = (
@@ -76,21 +76,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"alx_trainer train: error: {e}", file=sys.stderr)
         return 1
+    setup_logging(config.log_level)
+    # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad flag
+    from alx_trainer.train import TrainingCollapse, train
+
     try:
         if config.distributed:
             _init_distributed(config)
         else:
             split_cpu(config)
-        from alx_trainer import als
-
-        model = als.train(config)
-    except (ValueError, FileNotFoundError, als.TrainingCollapse) as e:
+        model = train(config)
+    except (ValueError, FileNotFoundError, TrainingCollapse) as e:
         print(f"alx_trainer train: error: {e}", file=sys.stderr)
         return 1
     last = model.metrics[-1] if model.metrics else {}
     summary = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if isinstance(v, float) and ("loss" in k or "recall" in k))
-    import jax
-
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
     print(f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}" + (f": {summary}" if summary else ""))
     return 0

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import logging
 import os
 import shutil
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from alx_trainer.evaluation.evaluate import evaluate
+from alx_trainer.train import train
 
 PAPER_LAMBDAS: tuple[float, ...] = (5e-2, 1e-2, 5e-3, 1e-3, 5e-4, 1e-4)
 PAPER_ALPHAS: tuple[float, ...] = (1e-3, 5e-4, 1e-4, 5e-5, 1e-5, 5e-6, 1e-6)
 RESULTS_CSV = "sweep.csv"
 HEATMAP_PNG = "sweep_heatmap.png"
+
+logger = logging.getLogger(__name__)
 
 TrainFn = Callable[[Any], Any]
 EvalFn = Callable[[Any, Any], Mapping[str, float]]
@@ -77,19 +85,17 @@ def run_sweep(
     train_fn: TrainFn | None = None,
     eval_fn: EvalFn | None = None,
     keep_models: bool = False,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logger.info,
 ) -> list[dict[str, Any]]:
     """Train and evaluate every (lambda, alpha) cell not yet in `out_dir/sweep.csv`; return all rows.
 
     `base_config` is a trainer config (dataclass with `reg`, `alpha`, `model_dir`); each cell gets
     `reg=lambda, alpha=alpha` and its own model directory under `out_dir/models/`.
-    `train_fn(config) -> model` defaults to `alx_trainer.als.train`; `eval_fn(model, config)`
+    `train_fn(config) -> model` defaults to `alx_trainer.train.train`; `eval_fn(model, config)`
     to `evaluate(model, config.data, config, ks=config.recall_ks())`.
     """
-    if train_fn is None:
-        from alx_trainer.als import train as train_fn
+    train_fn = train_fn or train
     if eval_fn is None:
-        from alx_trainer.evaluate import evaluate
 
         def eval_fn(model: Any, config: Any) -> Mapping[str, float]:
             ks = config.recall_ks() if hasattr(config, "recall_ks") else (20, 50)
@@ -162,15 +168,10 @@ def format_table(rows: Sequence[Mapping[str, float]], metric: str = "recall@20")
 
 def plot_heatmap(rows: Sequence[Mapping[str, float]], path: str, metric: str = "recall@20") -> str:
     """A lambda x alpha heatmap of `metric` with values written in and the best cell boxed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
     lambdas, alphas, grid = _grid(rows, metric)
     best = best_row(rows, metric)
-    fig, ax = plt.subplots(figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8))
+    fig = Figure(figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8))  # no pyplot: no GUI backend
+    ax = fig.subplots()
     im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(alphas)), [f"{a:.0e}" for a in alphas])
     ax.set_yticks(range(len(lambdas)), [f"{lam:.0e}" for lam in lambdas])
@@ -189,5 +190,4 @@ def plot_heatmap(rows: Sequence[Mapping[str, float]], path: str, metric: str = "
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path

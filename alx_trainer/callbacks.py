@@ -1,0 +1,197 @@
+"""What the epoch loop calls besides the solves: evaluation, metrics, checkpoints, progress, a user function.
+
+`alx_trainer.train.train` runs `Callback` hooks in list order (as Keras and implicit take
+callbacks): `on_train_begin`, then per half-epoch `on_half_epoch_begin`, `on_steps` (after each
+compiled call) and `on_half_epoch_end`, then `on_epoch_end` with the epoch's metrics record
+(a callback may add to it: `Evaluator` adds `recall@K`), and `on_train_end` (also after an error).
+`default_callbacks(config, ...)` is the list a `TrainConfig` asks for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+import tensorflow as tf
+from tensorboardX import SummaryWriter
+from tqdm import tqdm
+
+from alx_trainer import checkpoint
+from alx_trainer.config import TrainConfig
+from alx_trainer.data import tfds_input
+from alx_trainer.data.records import Dataset
+from alx_trainer.evaluation import evaluate
+from alx_trainer.model import METRICS_FILE, Model, trim
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Run:
+    """The state of a training run that callbacks see: tables (sharded, padded), history, where."""
+
+    config: TrainConfig
+    dataset: Dataset
+    mesh: Any
+    tables: dict[str, jax.Array]
+    start_epoch: int
+    history: list[dict]  # metrics records of the epochs done (restored ones first)
+    _model: Model | None = None
+
+    def model(self, epoch: int) -> Model:
+        """The tables as a `Model` (trimmed once per epoch; its metrics are the history so far)."""
+        if self._model is None or self._model.epoch != epoch:
+            row = trim(self.tables["row"], self.dataset.num_rows)
+            col = row if self.config.tied else trim(self.tables["col"], self.dataset.num_cols)
+            self._model = Model(row, col, self.config, epoch)
+        self._model.metrics = list(self.history)
+        return self._model
+
+    def is_last(self, epoch: int) -> bool:
+        return epoch == self.config.epochs
+
+
+class Callback:
+    """Hooks of the epoch loop; each does nothing unless overridden."""
+
+    def on_train_begin(self, run: Run) -> None:
+        pass
+
+    def on_half_epoch_begin(self, run: Run, epoch: int, side: str, total_steps: int) -> None:
+        pass
+
+    def on_steps(self, steps: int, rows: int) -> None:
+        """After each compiled call: `steps` dense batches solving `rows` rows (from device threads, one at a time)."""
+
+    def on_half_epoch_end(self, run: Run, epoch: int, side: str) -> None:
+        pass
+
+    def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
+        pass
+
+    def on_train_end(self, run: Run) -> None:
+        pass
+
+
+class Evaluator(Callback):
+    """Recall@K (and NDCG@100 when there are at least 100 columns) on the test split every `every` epochs and the last."""
+
+    def __init__(self, every: int):
+        self.every = every
+
+    def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
+        if "test" not in run.dataset.files or not (epoch % self.every == 0 or run.is_last(epoch)):
+            return
+        dataset, config = run.dataset, run.config
+        ndcg_k = 100 if dataset.num_cols >= 100 else None
+        mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
+        model = run.model(epoch)
+        if dataset.tfds:
+            rows = tfds_input.read_test_rows(dataset.files["test"])
+            result = evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k,
+                                       exclude_self=not dataset.bipartite, mesh=mesh)
+        else:
+            result = evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
+        record.update(result)
+
+
+class MetricsLogger(Callback):
+    """Per-epoch records to `<model_dir>/metrics.jsonl`, TensorBoard and the log (process 0 only).
+
+    The file is rewritten whole each epoch, which also works on object stores such as gs://.
+    """
+
+    def __init__(self, model_dir: str):
+        self.path = os.path.join(model_dir, METRICS_FILE)
+        self.tensorboard_dir = os.path.join(model_dir, "tensorboard")
+        self.enabled = jax.process_index() == 0
+        self.writer: SummaryWriter | None = None
+
+    def on_train_begin(self, run: Run) -> None:
+        if self.enabled:
+            self.writer = SummaryWriter(self.tensorboard_dir)
+
+    def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
+        if not self.enabled:
+            return
+        with tf.io.gfile.GFile(self.path, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in run.history))
+        for key, value in record.items():
+            if key != "epoch" and isinstance(value, (int, float)):
+                self.writer.add_scalar(key, value, record["epoch"])
+        self.writer.flush()
+        shown = ", ".join(f"{k}={v:.6g}" for k, v in record.items() if isinstance(v, float) and "/" not in k)
+        log.info("epoch %d: %s", epoch, shown)
+
+    def on_train_end(self, run: Run) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class Checkpointer(Callback):
+    """An orbax checkpoint every `every` epochs (0: only the last) and after the last epoch."""
+
+    def __init__(self, mgr, every: int):
+        self.mgr, self.every = mgr, every
+
+    def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
+        if (self.every and epoch % self.every == 0) or run.is_last(epoch):
+            checkpoint.save(self.mgr, epoch, run.tables, checkpoint_meta(run, epoch))
+
+
+def checkpoint_meta(run: Run, epoch: int) -> dict:
+    """The JSON saved beside the tables: epoch, config, real sizes, padded shapes and dtype."""
+    return {
+        "epoch": epoch,
+        "config": run.config.to_dict(),
+        "num_rows": run.dataset.num_rows,
+        "num_cols": run.dataset.num_cols,
+        "table_shapes": {k: list(v.shape) for k, v in run.tables.items()},
+        "table_dtype": str(next(iter(run.tables.values())).dtype),
+    }
+
+
+class ProgressBar(Callback):
+    """A tqdm bar per half-epoch on stderr with rows per second (process 0 only)."""
+
+    def __init__(self):
+        self.bar: tqdm | None = None
+        self.start, self.rows = 0.0, 0
+
+    def on_half_epoch_begin(self, run: Run, epoch: int, side: str, total_steps: int) -> None:
+        self.bar = tqdm(total=total_steps, desc=f"epoch {epoch} {side}s", unit="step", file=sys.stderr, leave=False)
+        self.start, self.rows = time.perf_counter(), 0
+
+    def on_steps(self, steps: int, rows: int) -> None:
+        self.rows += rows
+        self.bar.update(steps)
+        rate = self.rows / max(time.perf_counter() - self.start, 1e-9)
+        self.bar.set_postfix(rows_per_s=f"{rate:.0f}", refresh=False)
+
+    def on_half_epoch_end(self, run: Run, epoch: int, side: str) -> None:
+        self.bar.close()
+
+
+class LambdaCallback(Callback):
+    """`fn(epoch, model)` after every epoch (the model's metrics include that epoch's record)."""
+
+    def __init__(self, fn: Callable[[int, Model], None]):
+        self.fn = fn
+
+    def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
+        self.fn(epoch, run.model(epoch))
+
+
+def default_callbacks(config: TrainConfig, mgr) -> list[Callback]:
+    """Evaluation, metrics, checkpoints and progress as `config` asks, in that order."""
+    callbacks: list[Callback] = [Evaluator(config.eval_every)] if config.eval_every else []
+    callbacks += [MetricsLogger(config.model_dir), Checkpointer(mgr, config.checkpoint_every)]
+    if config.progress and jax.process_index() == 0:
+        callbacks.append(ProgressBar())
+    return callbacks

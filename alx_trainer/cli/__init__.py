@@ -1,0 +1,1 @@
+"""Command lines of `python -m alx_trainer`: one module per group of commands."""

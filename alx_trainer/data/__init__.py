@@ -1,0 +1,1 @@
+"""Input: records -> row chunks (`records`), TFDS datasets (`tfds_input`), row chunks -> dense batches (`batching`)."""

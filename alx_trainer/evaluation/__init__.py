@@ -1,0 +1,1 @@
+"""Fold-in evaluation (`evaluate`: sharded top-k scoring) and the ranking metrics (`metrics`)."""

@@ -1,0 +1,108 @@
+"""The model: its tables (init, trim to size), loading a trained one, and fold-in of new rows.
+
+- `Model` (row_table, col_table, config, epoch, metrics): float32 NumPy tables trimmed to size.
+- `init_tables(config, num_rows, num_cols, mesh)`: the initial sharded tables.
+- `load_model(model_dir) -> Model`: the latest checkpoint of a model directory.
+- `fold_in(col_table, rows, config, mesh=None) -> np.ndarray [n, d] float32`: solves Eq. 4 for new
+  rows (lists of column ids) against a fixed column table with the configured solver, through the
+  same dense batching and step kernels as training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorflow as tf
+from jax.experimental import multihost_utils
+
+from alx_trainer import checkpoint
+from alx_trainer.config import TrainConfig
+from alx_trainer.data import records
+from alx_trainer.ops import sharding
+from alx_trainer.ops.side_runner import SideRunner, step_spec
+
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclasses.dataclass
+class Model:
+    """A trained model: float32 tables trimmed to the real sizes, its config and epochs done."""
+
+    row_table: np.ndarray
+    col_table: np.ndarray
+    config: TrainConfig
+    epoch: int
+    metrics: list[dict] = dataclasses.field(default_factory=list)
+
+
+def table_dtype(config: TrainConfig):
+    if config.table_dtype == "auto":
+        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
+    return jnp.bfloat16 if config.table_dtype == "bfloat16" else jnp.float32
+
+
+def read_metrics(path: str) -> list[dict]:
+    """The per-epoch records of a `metrics.jsonl` (none when it does not exist)."""
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path, "r") as f:
+        return [json.loads(line) for line in f.read().splitlines() if line.strip()]
+
+
+def trim(table: jax.Array, n: int) -> np.ndarray:
+    """The first `n` rows of a sharded table as float32 NumPy (gathered from every process)."""
+    full = multihost_utils.process_allgather(table, tiled=True) if jax.process_count() > 1 else table
+    return np.asarray(jnp.asarray(full, jnp.float32))[:n]
+
+
+def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict[str, jax.Array]:
+    """The initial sharded tables (a function of the seed and shapes only, not of the mesh)."""
+    dtype = table_dtype(config)
+    tables = {"row": sharding.init_table(mesh, config.seed, num_rows, config.dim, config.init_stddev, dtype)}
+    if not config.tied:
+        tables["col"] = sharding.init_table(mesh, config.seed + 1, num_cols, config.dim, config.init_stddev, dtype)
+    return tables
+
+
+def load_model(model_dir: str) -> Model:
+    """The latest checkpoint of `model_dir` as float32 tables trimmed to the real sizes."""
+    tables, meta, epoch = checkpoint.restore_numpy(model_dir)
+    config = TrainConfig(**meta["config"])
+    row = tables["row"][: meta["num_rows"]]
+    col = row if "col" not in tables else tables["col"][: meta["num_cols"]]
+    history = [r for r in read_metrics(os.path.join(model_dir, METRICS_FILE)) if r.get("epoch", 0) <= epoch]
+    return Model(row, col, config, epoch, history)
+
+
+def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConfig, mesh=None) -> np.ndarray:
+    """Embeddings [len(rows), d] float32 solving Eq. 4 for each row against the fixed `col_table`.
+
+    Uses the configured solver (CG and the block sweep start from zero: one block sweep is only an
+    approximation for b < d) and the training step kernels; single process.
+    The default mesh is every local device, but one device on CPU (see `alx_trainer.cli.train.split_cpu`).
+    """
+    if mesh is None:
+        cpu = jax.default_backend() == "cpu"
+        mesh = sharding.make_mesh(jax.local_devices()[:1] if cpu else jax.local_devices())
+    n = len(rows)
+    num_cols = col_table.shape[0]
+    for i, r in enumerate(rows):
+        r = np.asarray(r)
+        if len(r) and (r.min() < 0 or r.max() >= num_cols):
+            raise ValueError(f"fold_in: row {i} has a column id outside [0, {num_cols})")
+    if n == 0:
+        return np.zeros((0, col_table.shape[1]), np.float32)
+    dtype = table_dtype(config)
+    src = sharding.table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)
+    dst = sharding.table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
+    runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
+    spec = step_spec(config, num_cols, observed_loss=False)
+    runner = SideRunner(runner_config, mesh, spec, lambda: records.chunks_from_rows(np.arange(n), rows), n)
+    dst, _ = runner.run(src, dst)
+    return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

@@ -1,0 +1,306 @@
+"""One half-epoch on the devices: `SideRunner` solves every row of one side with the other table fixed.
+
+A half-epoch computes the gramian of the fixed table, then runs compiled steps of K dense batches
+each (gather, solve, scatter; see `sharding` for the layouts: 'sharded', 'replicated', and 'owner',
+where each device solves the rows of its own shard). Rows longer than a whole batch get their
+statistics summed over several batches, then one solve. `step_spec` turns a `TrainConfig` into the
+kernels' `StepSpec`. The training loop (`alx_trainer.train`) and fold-in (`alx_trainer.model`) both
+run their solves through a `SideRunner`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from typing import Callable, Iterator
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from alx_trainer.config import TrainConfig
+from alx_trainer.data import batching, records
+from alx_trainer.ops import per_core, sharding
+
+# Called with (steps, rows) after each compiled call (from the device threads, under a lock).
+ProgressFn = Callable[[int, int], None]
+
+
+def resolve_layout(config: TrainConfig) -> str:
+    """The step layout of `config` on this backend and process count (see `TrainConfig.layout`)."""
+    layout = config.layout
+    if layout == "auto":
+        single_cpu = jax.default_backend() == "cpu" and jax.process_count() == 1
+        layout = "owner" if single_cpu and config.stats == "gather" else "sharded"
+    if layout == "owner" and jax.process_count() > 1:
+        raise ValueError(f"layout: 'owner' runs in one process, this run has {jax.process_count()}; use 'replicated'")
+    return layout
+
+
+def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> sharding.StepSpec:
+    matvec = config.cg_form == "matvec" or (config.cg_form == "auto" and jax.default_backend() == "cpu")
+    return sharding.StepSpec(
+        alpha=config.alpha,
+        reg=config.reg,
+        reg_exponent=config.reg_exponent,
+        num_other=num_other,
+        solver=config.solver,
+        cg_iters=config.cg_iters,
+        matvec=matvec and config.stats == "gather",
+        local_stats=config.stats == "local",
+        observed_loss=observed_loss,
+        layout=resolve_layout(config),
+        block_size=config.block_size if config.solver == "block" else 0,
+    )
+
+
+@dataclasses.dataclass
+class SidePlan:
+    """Global counts of one side (the max over hosts, so every host runs the same steps).
+
+    `steps` is a multiple of `per_call` (the batches each device scans per compiled call).
+    """
+
+    steps: int
+    per_call: int
+    long_steps: int
+    long_solves: int
+
+
+class SideRunner:
+    """Compiled kernels and the batch stream of one side; `run` does one half-epoch.
+
+    `num_rows` is the size of the table being solved: with the 'owner' layout each row goes to
+    the device holding its shard of that table, and the packed batches stay in memory.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        mesh,
+        spec: sharding.StepSpec,
+        make_chunks: Callable[[], Iterator[records.RowChunk]],
+        num_rows: int,
+    ):
+        self.config, self.mesh, self.spec = config, mesh, spec
+        self.make_chunks = make_chunks
+        self.per_step = len(mesh.local_devices)
+        self.shard = sharding.padded_rows(num_rows, mesh) // mesh.size
+        # 'owner' on per-core CPU devices: a program and a pinned thread per device (per_core)
+        self.per_device = spec.owner and per_core.applies(mesh.local_devices)
+        self.step = sharding.make_device_step(spec) if self.per_device else sharding.make_step(mesh, spec)
+        self.long_stats = sharding.make_long_stats(mesh, spec)
+        self.solve_scatter = sharding.make_solve_scatter(mesh, spec)
+        self.cached_calls: list | None = None  # `cache_batches`: this host's packed calls
+        self.cached_long: list | None = None  # `cache_batches` or 'owner': the long-row batches
+        self.device_calls: list | None = None  # 'owner' layout: the calls already on the devices
+        # (with `per_device`: device j's own calls, all-padding ones left out, at [j])
+        self.plan = self._plan()
+
+    def gramian(self, table: jax.Array) -> jax.Array:
+        """`T^T T`, replicated (through the host for the collective-free 'owner' layout)."""
+        if self.spec.owner:
+            return sharding.gramian_via_host(self.mesh, table)
+        return sharding.make_gramian(self.mesh)(table)
+
+    def _replicated(self, table: jax.Array) -> jax.Array:
+        if not self.spec.replicated_src:
+            return table
+        if self.spec.owner:
+            return sharding.replicate_via_host(self.mesh, table)
+        return sharding.make_replicate(self.mesh)(table)
+
+    def _shape(self) -> tuple[int, int, int]:
+        c = self.config
+        return c.piece_len, c.batch_pieces, self.rows
+
+    def _empty(self, k: int) -> batching.DeviceBatch:
+        return batching.empty_batch(k, *self._shape())
+
+    def _calls(self) -> Iterator[batching.DeviceBatch]:
+        """This host's calls: [local devices, per_call, ...] arrays, exactly `steps / per_call` of them."""
+        if self.cached_calls is not None:
+            return iter(self.cached_calls)
+        steps = batching.pack_normal(self.make_chunks(), *self._shape())
+        steps = batching.group_steps(steps, self.per_step, self.plan.steps, self._empty)
+        return batching.stack_calls(steps, self.plan.per_call)
+
+    def _long(self) -> Iterator[batching.LongBatch]:
+        if self.cached_long is not None:
+            return iter(self.cached_long)
+        return batching.pack_long(self.make_chunks(), self.config.piece_len, self.config.batch_pieces)
+
+    def _plan(self) -> SidePlan:
+        """Count this host's batches (one streaming pass), then agree on the max over hosts.
+
+        Next-fit packing depends on the row lengths only. Row slots per batch (`batch_rows` 0) are
+        set from the mean pieces per row over all hosts, so slots are rarely the binding limit.
+        With the 'owner' layout each device's rows are packed apart and kept in memory.
+        """
+        L, B = self.config.piece_len, self.config.batch_pieces
+        chunks = list(self.make_chunks()) if self.spec.owner else None
+        lengths = [c.lengths for c in (chunks if chunks is not None else self.make_chunks())]
+        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        pieces = batching.num_pieces(lengths, L)
+        normal = pieces[pieces <= B]
+        multihost = len(self.mesh.local_devices) < self.mesh.size  # the mesh spans processes
+        totals = np.array([normal.sum(), len(normal)], np.int64)
+        if multihost:
+            totals = over_hosts(totals).sum(axis=0)
+        mean_pieces = totals[0] / max(totals[1], 1)
+        self.rows = self.config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
+        R, k = self.rows, self.per_step
+        n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
+        if chunks is not None:
+            by_device = self._pack_by_owner(chunks)
+            steps = max((len(b) for b in by_device), default=0)
+            long_ids = np.concatenate([c.row_ids[batching.num_pieces(c.lengths, L) > B] for c in chunks] or [np.zeros(0)])
+            per_device = np.bincount((long_ids // self.shard).astype(np.int64), minlength=k)
+            long_solves = int(-(-per_device.max(initial=0) // R))
+        else:
+            steps = -(-len(batching.batch_starts(normal, B, R, final=True)[0]) // k)
+            long_solves = -(-int(np.sum(pieces > B)) // (k * R))
+        counts = np.array([steps, -(-n_long // k), long_solves], np.int64)
+        if multihost:
+            counts = over_hosts(counts).max(axis=0)
+        steps, long_steps, long_solves = (int(c) for c in counts)
+        calls = -(-steps // self.config.steps_per_call)
+        per_call = max(1, -(-steps // max(calls, 1)))  # as few padding steps as `calls` calls allow
+        plan = SidePlan(calls * per_call, per_call, long_steps, long_solves)
+        if chunks is not None:
+            steps_iter = batching.owner_steps(by_device, self._empty(1))
+            grouped = batching.group_steps(steps_iter, k, plan.steps, self._empty)
+            calls = list(batching.stack_calls(grouped, per_call))
+            if self.per_device:
+                self.device_calls = [
+                    [self._device_call(c, j) for c in calls if (c.row_ids[j] >= 0).any()]
+                    for j in range(self.per_step)
+                ]
+            else:
+                self.device_calls = [self._device_call(c) for c in calls]
+            self.cached_long = list(batching.pack_long(chunks, L, B))
+        elif self.config.cache_batches:
+            self.plan = plan
+            self.cached_calls, self.cached_long = list(self._calls()), list(self._long())
+        return plan
+
+    def _device_call(self, call: batching.DeviceBatch, j: int | None = None) -> tuple[list[jax.Array], int]:
+        """A call's arrays on the devices, and how many rows it solves; with `j`, device j's part only."""
+        arrays = (call.ids, call.seg, call.row_ids, call.row_len)
+        if j is None:
+            return [sharding.host_batch(self.mesh, a) for a in arrays], int((call.row_ids >= 0).sum())
+        device = self.mesh.local_devices[j]
+        return [jax.device_put(a[j : j + 1], device) for a in arrays], int((call.row_ids[j] >= 0).sum())
+
+    def _pack_by_owner(self, chunks: list[records.RowChunk]) -> list[batching.DeviceBatch]:
+        """Device j's rows (those of its table shard, ids counted from the shard's start) in its own batches."""
+        packed = []
+        for j in range(self.per_step):
+            mine = [batching.select_rows(c, c.row_ids // self.shard == j) for c in chunks]
+            mine = [dataclasses.replace(c, row_ids=c.row_ids - j * self.shard) for c in mine]
+            batches = list(batching.pack_normal(mine, *self._shape()))
+            packed.append(batching.merge(batches) if batches else self._empty(0))
+        return packed
+
+    @property
+    def total_steps(self) -> int:
+        """Steps a `run` reports through its `progress` (device j's own calls only with `per_device`)."""
+        if self.per_device:
+            return self.plan.per_call * sum(len(c) for c in self.device_calls)
+        return self.plan.steps
+
+    def run(
+        self, src: jax.Array, dst: jax.Array, progress: ProgressFn | None = None
+    ) -> tuple[jax.Array, np.ndarray]:
+        """Solve every row of this side into `dst` (donated) with `src` fixed; loss terms summed.
+
+        `progress(steps, rows)` is called after each compiled call of the normal rows.
+        """
+        gram = self.gramian(src)
+        step_src = self._replicated(src)
+        terms = []
+        lock = threading.Lock()
+
+        def done(rows: int) -> None:
+            if progress is not None:
+                with lock:
+                    progress(self.plan.per_call, rows)
+
+        if self.per_device:
+            dst, terms = self._run_per_device(step_src, dst, gram, done)
+        else:
+            if self.device_calls is not None:  # 'owner': one process, the batches stay on its devices
+                calls = iter(self.device_calls)
+            else:  # packing and host-to-device copies run in the prefetch thread, overlapping the steps
+                calls = records.prefetch(lambda: map(self._device_call, self._calls()))
+            for arrays, rows in calls:
+                dst, t = self.step(step_src, dst, gram, *arrays)
+                terms.append(t)
+                done(rows)
+        if self.plan.long_steps:
+            dst, long_terms = self._run_long(step_src, dst, gram)
+            terms.extend(long_terms)
+        total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
+        return dst, total
+
+    def _run_per_device(self, src, dst, gram, done: Callable[[int], None]) -> tuple[jax.Array, list]:
+        """Each device's calls in its own thread on its own arrays; `dst` reassembled from the parts."""
+        srcs, grams, parts = (sharding.device_parts(x) for x in (src, gram, dst))
+
+        def task(device, calls) -> tuple[jax.Array, list]:
+            table, terms = parts[device], []
+            for arrays, rows in calls:
+                table, t = self.step(srcs[device], table, grams[device], *arrays)
+                terms.append(t)
+                done(rows)
+            return table, terms
+
+        devices = self.mesh.local_devices
+        results = per_core.run([functools.partial(task, d, c) for d, c in zip(devices, self.device_calls)])
+        dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [table for table, _ in results])
+        return dst, [t for _, terms in results for t in terms]
+
+    def _run_long(self, src, dst, gram):
+        """Rows longer than one device batch: sum their statistics over parts, then solve."""
+        L, B, R = self._shape()
+        d = src.shape[1]
+        acc: dict[int, list] = {}  # row id -> [A_obs (float64), b, length]
+        make_empty = lambda k: batching.empty_long(k, L, B)  # noqa: E731
+        for batch in batching.group_steps(self._long(), self.per_step, self.plan.long_steps, make_empty):
+            a, b = self.long_stats(src, sharding.host_batch(self.mesh, batch.ids))
+            a, b = sharding.local_rows(a), sharding.local_rows(b)
+            for k, owner in enumerate(batch.owner.tolist()):
+                if owner == batching.PAD_ID:
+                    continue
+                slot = acc.setdefault(owner, [np.zeros((d, d)), np.zeros(d), int(batch.owner_len[k])])
+                slot[0] += a[k]
+                slot[1] += b[k]
+        owners = sorted(acc)
+        if self.spec.owner:  # slot j of every solve holds rows of device j's shard
+            queues = [[o for o in owners if o // self.shard == j] for j in range(self.per_step)]
+        else:
+            queues = [owners[j::self.per_step] for j in range(self.per_step)]
+        terms = []
+        for s in range(self.plan.long_solves):
+            a = np.zeros((self.per_step, R, d, d), np.float32)
+            b = np.zeros((self.per_step, R, d), np.float32)
+            ids = np.full((self.per_step, R), batching.PAD_ID, np.int32)
+            lens = np.zeros((self.per_step, R), np.int32)
+            for j, queue in enumerate(queues):
+                for i, owner in enumerate(queue[s * R : (s + 1) * R]):
+                    a[j, i], b[j, i], lens[j, i] = acc[owner]
+                    ids[j, i] = owner - j * self.shard if self.spec.owner else owner  # 'owner': shard-local
+            dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in (a, b, ids, lens)])
+            terms.append(t)
+        return dst, terms
+
+
+def _host_terms(terms: jax.Array) -> np.ndarray:
+    """[observed, reg, rows] in float64 from a step's terms ([3] summed, or [devices, 3] per device)."""
+    return np.asarray(sharding.local_rows(terms) if terms.ndim == 2 else terms, np.float64).reshape(-1, 3).sum(axis=0)
+
+
+def over_hosts(values: np.ndarray) -> np.ndarray:
+    """[processes, len(values)]: every process's `values` (a collective: all processes call it)."""
+    return np.asarray(multihost_utils.process_allgather(values)).reshape(-1, len(values))

@@ -1,0 +1,178 @@
+"""The epoch loop of sharded implicit ALS (paper Eq. 3, Algorithm 2); everything else is a callback.
+
+`train(config, callback=None, mesh=None, callbacks=None) -> Model` trains, resuming from the latest
+checkpoint in `config.model_dir`. Each epoch is a row half-epoch and a column half-epoch, each run
+by an `ops.side_runner.SideRunner` (solve every row of one side with the other table fixed). Rows
+that never occur in a split keep their initial embedding. With tied tables the row and column
+half-epochs both update the one table, each reading a snapshot of it taken at the start of the
+half-epoch. Evaluation, metrics, checkpoints and progress are `alx_trainer.callbacks`.
+
+Per-epoch metrics (`Model.metrics`, `metrics.jsonl`, TensorBoard): `loss_observed` (sum over
+training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final tables when untied),
+`loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
+`loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
+`col_seconds`, `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from
+`alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorflow as tf
+
+from alx_trainer import checkpoint
+from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
+from alx_trainer.config import TrainConfig
+from alx_trainer.data import records
+from alx_trainer.data.dataset import open_dataset
+from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
+from alx_trainer.ops import sharding
+from alx_trainer.ops.side_runner import SideRunner, over_hosts, step_spec
+
+
+class TrainingCollapse(RuntimeError):
+    """The tables became non-finite (paper 4.4); the message names the epoch and the side."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One half-epoch: solve table `table` from split `split` with table `other` fixed."""
+
+    name: str
+    split: str
+    table: str
+    other: str
+
+
+def sides(tied: bool) -> tuple[Side, Side]:
+    if tied:
+        return Side("row", "train", "row", "row"), Side("col", "train_t", "row", "row")
+    return Side("row", "train", "row", "col"), Side("col", "train_t", "col", "row")
+
+
+def train(
+    config: TrainConfig,
+    callback: Callable[[int, Model], None] | None = None,
+    mesh=None,
+    callbacks: Sequence[Callback] = (),
+) -> Model:
+    """Train (or resume) per `config`; returns the final `Model`.
+
+    The callbacks `config` asks for run first (evaluation, metrics, checkpoints, progress), then
+    `callbacks`, then `callback(epoch, model)`.
+    """
+    config.validate()
+    mesh = mesh if mesh is not None else sharding.make_mesh()
+    dataset = open_dataset(config.data, config.tfds_data_dir)
+    if config.tied and dataset.num_rows != dataset.num_cols:
+        raise ValueError(f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}")
+    tf.io.gfile.makedirs(config.model_dir)
+    if jax.process_index() == 0:
+        with tf.io.gfile.GFile(os.path.join(config.model_dir, "config.json"), "w") as f:
+            f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
+    start = _resume(mgr, config, tables)
+    runners = _runners(config, dataset, mesh)
+    history = [r for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE)) if r.get("epoch", 0) <= start]
+    run = Run(config, dataset, mesh, tables, start, history)
+    hooks = default_callbacks(config, mgr) + list(callbacks) + ([LambdaCallback(callback)] if callback else [])
+    for hook in hooks:
+        hook.on_train_begin(run)
+    try:
+        for epoch in range(start + 1, config.epochs + 1):
+            record = _epoch(run, runners, hooks, epoch)
+            run.history.append(record)
+            for hook in hooks:
+                hook.on_epoch_end(run, epoch, record)
+    finally:
+        for hook in hooks:
+            hook.on_train_end(run)
+        mgr.close()
+    return run.model(max(start, config.epochs))
+
+
+def _resume(mgr, config: TrainConfig, tables: dict[str, jax.Array]) -> int:
+    """Restore the latest checkpoint into `tables` (in place); the epoch it holds (0: none)."""
+    start = checkpoint.latest_epoch(mgr) or 0
+    if start:
+        saved = mgr.restore(start, args=checkpoint.ocp.args.Composite(meta=checkpoint.ocp.args.JsonRestore()))["meta"]
+        if saved["table_shapes"] != {k: list(v.shape) for k, v in tables.items()}:
+            raise ValueError(
+                f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this run "
+                f"({ {k: list(v.shape) for k, v in tables.items()} }); "
+                "same dataset, dim, tied and device count needed to resume"
+            )
+        restored, _ = checkpoint.restore(mgr, start, tables)
+        tables.update(restored)
+    return start
+
+
+def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, SideRunner]:
+    size = {"row": dataset.num_rows, "col": dataset.num_cols}
+    runners = {}
+    for side in sides(config.tied):
+        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
+        files = records.host_files(dataset.files[side.split], jax.process_index(), jax.process_count())
+        reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
+        # The observed loss is reported from the last half-epoch (the column side) only.
+        spec = step_spec(config, n_other, observed_loss=side.name == "col")
+        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this)
+    return runners
+
+
+def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int) -> dict:
+    """One epoch (row then column half-epoch) on `run.tables`; its metrics record."""
+    config, tables = run.config, run.tables
+    t0 = time.perf_counter()
+    record: dict = {"epoch": epoch}
+
+    def progress(steps: int, rows: int) -> None:
+        for hook in hooks:
+            hook.on_steps(steps, rows)
+
+    for side in sides(config.tied):
+        ts = time.perf_counter()
+        runner = runners[side.name]
+        for hook in hooks:
+            hook.on_half_epoch_begin(run, epoch, side.name, runner.total_steps)
+        src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
+        tables[side.table], terms = runner.run(src, tables[side.table], progress)
+        for hook in hooks:
+            hook.on_half_epoch_end(run, epoch, side.name)
+        _check_finite(run.mesh, tables[side.table], epoch, side.name)
+        record[f"{side.name}_seconds"] = time.perf_counter() - ts
+        if side.name == "col":
+            record["loss_observed"] = float(terms[0])
+        record[f"loss_reg_{side.name}"] = float(terms[1])
+        record[f"{side.name}s_solved"] = int(terms[2])
+    gram = runners["row"].gramian
+    g_row = np.asarray(gram(tables["row"]), np.float64)
+    g_col = g_row if config.tied else np.asarray(gram(tables["col"]), np.float64)
+    record["loss_unobserved"] = float(config.alpha * np.sum(g_row * g_col))
+    record["loss"] = record["loss_observed"] + record["loss_unobserved"] + sum(
+        record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
+    )
+    record["seconds"] = time.perf_counter() - t0
+    return record
+
+
+def _check_finite(mesh, table: jax.Array, epoch: int, side: str) -> None:
+    finite = sharding.local_all_finite(mesh, table)
+    if jax.process_count() > 1:
+        finite = bool(over_hosts(np.array([finite], np.int64)).all())
+    if not finite:
+        raise TrainingCollapse(
+            f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical collapse); "
+            "raise --reg or use --table_dtype float32"
+        )

@@ -1,0 +1,116 @@
+"""The epoch loop's callbacks and the configuration sections (`alx_trainer.callbacks`, `config`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import jax
+import numpy as np
+import pytest
+
+from alx_trainer.callbacks import Callback, ProgressBar
+from alx_trainer.config import SECTIONS, TrainConfig, parse_dataclass_args
+from alx_trainer.ops import sharding
+from alx_trainer.train import train
+
+import reference_ials as ref
+
+
+class Recorder(Callback):
+    """Every hook call in order; the steps and rows reported per half-epoch."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.steps: dict[tuple[int, str], list[int]] = {}
+
+    def on_train_begin(self, run):
+        self.calls.append(("begin", run.start_epoch))
+
+    def on_half_epoch_begin(self, run, epoch, side, total_steps):
+        self.calls.append(("half", epoch, side))
+        self.steps[(epoch, side)] = [total_steps, 0, 0]
+
+    def on_steps(self, steps, rows):
+        current = self.steps[next(reversed(self.steps))]
+        current[1] += steps
+        current[2] += rows
+
+    def on_half_epoch_end(self, run, epoch, side):
+        self.calls.append(("half_end", epoch, side))
+
+    def on_epoch_end(self, run, epoch, record):
+        self.calls.append(("epoch", epoch, sorted(record)))
+
+    def on_train_end(self, run):
+        self.calls.append(("end",))
+
+
+def test_hooks_run_in_order_and_report_every_step(tmp_path, monkeypatch, caplog):
+    rows = ref.random_rows(3, 40, 30, max_len=9, long_rows=(5,))
+    data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 40, 30)
+    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "m"), dim=8, epochs=2, piece_len=2,
+                         batch_pieces=4, steps_per_call=2, progress=True, eval_every=0)
+    recorder, seen = Recorder(), []
+    monkeypatch.setattr(logging.getLogger("alx_trainer"), "propagate", True)  # a CLI test may have set it off
+    with caplog.at_level(logging.INFO, logger="alx_trainer"):
+        model = train(config, callback=lambda epoch, m: seen.append((epoch, len(m.metrics))),
+                      mesh=sharding.make_mesh(jax.devices()[:2]), callbacks=[recorder])
+    kinds = [c[0] for c in recorder.calls]
+    assert kinds == ["begin"] + ["half", "half_end", "half", "half_end", "epoch"] * 2 + ["end"]
+    assert [c[1:] for c in recorder.calls if c[0] == "half"] == [(1, "row"), (1, "col"), (2, "row"), (2, "col")]
+    lengths = {"row": np.array([len(c) for c in rows.values()]), "col": np.bincount(np.concatenate(list(rows.values())))}
+    for (epoch, side), (total, steps, solved) in recorder.steps.items():
+        assert steps == total > 0
+        # rows longer than one batch (row 5: 8 pieces of 2 > 4) are solved apart, not in the steps
+        long = int(np.sum(-(-lengths[side] // 2) > 4))
+        assert solved + long == model.metrics[epoch - 1][f"{side}s_solved"] == np.count_nonzero(lengths[side])
+    assert ("epoch", 1, sorted(model.metrics[0])) in recorder.calls
+    assert seen == [(1, 1), (2, 2)]  # the user callback's model carries the metrics up to its epoch
+    lines = [r.getMessage() for r in caplog.records if r.name == "alx_trainer.callbacks"]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1", "epoch 2"] and "loss=" in lines[0]
+    saved = [json.loads(x) for x in open(tmp_path / "m" / "metrics.jsonl")]
+    assert [r["epoch"] for r in saved] == [1, 2] and saved[1]["loss"] == pytest.approx(model.metrics[1]["loss"])
+
+
+def test_progress_bar_counts_steps(capsys):
+    bar = ProgressBar()
+    bar.on_half_epoch_begin(None, 3, "row", 10)
+    bar.on_steps(4, 100)
+    bar.on_steps(6, 50)
+    assert bar.bar.n == 10 and bar.rows == 150
+    bar.on_half_epoch_end(None, 3, "row")
+    assert "epoch 3 rows" in capsys.readouterr().err
+
+
+def test_sections_cover_every_field_once():
+    names = [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(TrainConfig)) and len(set(names)) == len(names)
+    config = TrainConfig(dim=32, solver="lu", eval_k="10")
+    assert config.section("model").dim == 32 and config.section("solver").solver == "lu"
+    assert config.to_dict(nested=True)["evaluation"] == {"eval_every": 1, "eval_k": "10"}
+
+
+def test_nested_config_file_equals_flat(tmp_path):
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("data: {data: d, chunk_rows: 64}\nmodel: {dim: 16, tied: true}\nsolver: {solver: lu}\n"
+                      "run: {model_dir: m, epochs: 3}\n")
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps({"data": "d", "chunk_rows": 64, "dim": 16, "tied": True, "solver": "lu",
+                                "model_dir": "m", "epochs": 3}))
+    a = parse_dataclass_args(TrainConfig, ["--config", str(nested)])
+    b = parse_dataclass_args(TrainConfig, ["--config", str(flat)])
+    assert a == b and a.solver == "lu" and a.data == "d" and a.dim == 16
+    dumped = tmp_path / "dumped.json"
+    dumped.write_text(json.dumps(a.to_dict(nested=True)))
+    assert parse_dataclass_args(TrainConfig, ["--config", str(dumped), "--dim", "8"]) == dataclasses.replace(a, dim=8)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {dimm: 3}\n")
+    with pytest.raises(ValueError, match=r"unknown config key model.'dimm'"):
+        parse_dataclass_args(TrainConfig, ["--config", str(bad)])
+
+
+def test_log_level_is_checked():
+    with pytest.raises(ValueError, match="log_level"):
+        TrainConfig(data="d", model_dir="m", log_level="loud").validate()
