@@ -37,7 +37,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -204,7 +203,8 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     peak = matmul_peak()
     print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s (one JAX device, all cores)")
-    print(f"{'d':>5} {'solver':<22} {'s/epoch':>8} {'GFLOP':>8} {'GFLOP/s':>8} {'%peak':>6} {'RSS MiB':>8} {'Recall@20':>9} {'load':>5} {'fit CPU s':>9}")
+    print(f"{'d':>5} {'solver':<22} {'s/epoch':>8} {'GFLOP':>8} {'GFLOP/s':>8} {'%peak':>6} {'RSS MiB':>8} "
+          f"{'Recall@20':>9} {'load':>5} {'fit CPU s':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "gowalla")
         write_training_data(data_dir, matrix)
@@ -214,7 +214,8 @@ def main(argv=None) -> int:
                 runs.append((f"ours cg {args.cg_iters} steps", ["--solver", "cg", "--cg_iters", str(args.cg_iters)],
                              cg_flops(nnz, matrix.num_rows, matrix.num_cols, dim, args.cg_iters)))
             if "block" in solvers:
-                runs.append((f"ours block b={min(args.block_size, dim)}", ["--solver", "block", "--block_size", str(args.block_size)],
+                runs.append((f"ours block b={min(args.block_size, dim)}",
+                             ["--solver", "block", "--block_size", str(args.block_size)],
                              block_flops(nnz, matrix.num_rows, matrix.num_cols, dim, args.block_size)))
             for name, flags, flops in runs:
                 model_dir = os.path.join(tmp, f"{name.replace(' ', '_')}_{dim}")
@@ -224,7 +225,8 @@ def main(argv=None) -> int:
                     model = load_model(model_dir)
                     recall = f"{recall_at_20(model.row_table, model.col_table, matrix, test):.4f}"
                 print(f"{dim:>5} {name:<22} {seconds:>8.2f} {flops / 1e9:>8.1f} {flops / seconds / 1e9:>8.1f} "
-                      f"{100 * flops / seconds / peak:>6.1f} {rss:>8.0f} {recall:>9} {os.getloadavg()[0]:>5.2f} {cpu:>9.0f}", flush=True)
+                      f"{100 * flops / seconds / peak:>6.1f} {rss:>8.0f} {recall:>9} {os.getloadavg()[0]:>5.2f} {cpu:>9.0f}",
+                      flush=True)
             if "implicit" in solvers and dim <= args.implicit_max_dim:
                 flops = cg_flops(nnz, matrix.num_rows, matrix.num_cols, dim, args.cg_iters)
                 seconds, users, items = run_implicit(matrix, dim, args.cg_iters, args.epochs)

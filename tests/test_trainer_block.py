@@ -5,17 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import reference_ials as ref
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
 from alx_trainer.ops import block_solver, sharding
 from alx_trainer.train import train
 
+import reference_ials as ref
+
 NUM_ROWS, NUM_COLS, DIM = 60, 90, 6
 ALPHA, REG = 0.5, 0.8
 # 4 x 8 = 32 ids per device batch: rows 5 and 17 (46 ids) are longer than a whole batch (their
 # statistics are summed over batches, then swept on explicit matrices), row 9 fills one batch.
-SHAPE = dict(piece_len=4, batch_pieces=8, batch_rows=4)
+SHAPE = {"piece_len": 4, "batch_pieces": 8, "batch_rows": 4}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_block_sweeps_match_float64_reference(dataset, tmp_path, block_size, lay
     assert model.metrics[-1]["loss_observed"] == pytest.approx(expected["observed"], rel=1e-4)
 
 
-@pytest.mark.parametrize("kw", [dict(layout="replicated"), dict(stats="local")])
+@pytest.mark.parametrize("kw", [{"layout": "replicated"}, {"stats": "local"}])
 def test_block_sweep_in_the_other_layouts(dataset, tmp_path, kw):
     data_dir, rows = dataset
     mesh = sharding.make_mesh()
