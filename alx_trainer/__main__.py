@@ -36,4 +36,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from alx_trainer.cli import hugepages
+
+    if sys.argv[1:2] == ["train"]:  # large tables: see `hugepages`
+        hugepages.restart_with_hugepages("alx_trainer", sys.argv[1:])
     sys.exit(main())

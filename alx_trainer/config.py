@@ -106,6 +106,11 @@ class BatchingConfig:
     cache_batches: bool = _field(
         False, "Keep the packed batches of this host in memory after the first epoch instead of re-reading the files."
     )
+    stream_batches: bool = _field(
+        False,
+        "'owner' layout: build the dense batches from the TFRecords every half-epoch (bounded host memory) "
+        "instead of holding them all in memory; for matrices whose packed batches do not fit.",
+    )
 
 
 @dataclasses.dataclass

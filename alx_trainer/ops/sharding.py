@@ -79,20 +79,49 @@ class StepSpec:
         return self.layout == "owner"
 
 
+INIT_CHUNK = 16384  # rows generated at a time: initialization never holds more than a shard and a chunk
+
+
 @functools.lru_cache(maxsize=None)
-def _init_fn(mesh: Mesh, n_pad: int, dim: int, dtype):
-    @functools.partial(jax.jit, out_shardings=row_sharding(mesh))
-    def make(key, n, stddev):
-        values = jax.random.normal(key, (n_pad, dim), jnp.float32) * stddev
-        return jnp.where(jnp.arange(n_pad)[:, None] < n, values, 0).astype(dtype)
+def _init_shard_fn(shard: int, dim: int, dtype):
+    """`make(key, start, n, stddev)`: rows [start, start + shard) of the table, chunk by chunk.
+
+    Row r is `normal(fold_in(key, r)) * stddev` (zero for r >= n): a function of the seed and the
+    row id only, so the table does not depend on the mesh, and no full-size float32 temporary
+    exists (a whole-table `jax.random.normal` needs several table-sized buffers).
+    """
+    chunk = min(INIT_CHUNK, shard)
+
+    @jax.jit
+    def make(key, start, n, stddev):
+        def body(i, out):
+            at = jnp.minimum(i * chunk, shard - chunk)  # the last chunk overlaps its neighbour, same values
+            rows = start + at + jnp.arange(chunk)
+            values = jax.vmap(lambda r: jax.random.normal(jax.random.fold_in(key, r), (dim,), jnp.float32))(rows)
+            values = jnp.where((rows < n)[:, None], values * stddev, 0).astype(dtype)
+            return jax.lax.dynamic_update_slice(out, values, (at, 0))
+
+        return jax.lax.fori_loop(0, -(-shard // chunk), body, jnp.zeros((shard, dim), dtype))
 
     return make
 
 
 def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) -> jax.Array:
-    """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh."""
-    make = _init_fn(mesh, padded_rows(n, mesh), dim, jnp.dtype(dtype))
-    return make(jax.random.key(seed), n, jnp.float32(stddev))
+    """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh.
+
+    Each device's shard is generated on that device in chunks (see `_init_shard_fn`).
+    """
+    n_pad = padded_rows(n, mesh)
+    shard = n_pad // mesh.size
+    make = _init_shard_fn(shard, dim, jnp.dtype(dtype))
+    key = jax.random.key(seed)
+    sharding = row_sharding(mesh)
+    parts = []
+    for device, index in sharding.addressable_devices_indices_map((n_pad, dim)).items():
+        start = index[0].start or 0
+        with jax.default_device(device):
+            parts.append(jax.device_put(make(key, start, n, jnp.float32(stddev)), device))
+    return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
 
 
 def table_from_numpy(mesh: Mesh, values: np.ndarray, dtype) -> jax.Array:

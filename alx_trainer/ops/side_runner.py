@@ -21,7 +21,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching, records
-from alx_trainer.ops import per_core, sharding
+from alx_trainer.ops import owner_stream, per_core, sharding
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
@@ -139,9 +139,12 @@ class SideRunner:
         With the 'owner' layout each device's rows are packed apart and kept in memory.
         """
         L, B = self.config.piece_len, self.config.batch_pieces
-        chunks = list(self.make_chunks()) if self.spec.owner else None
-        lengths = [c.lengths for c in (chunks if chunks is not None else self.make_chunks())]
-        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        self.streaming = self.spec.owner and self.config.stream_batches and (self.per_device or self.per_step == 1)
+        chunks = list(self.make_chunks()) if self.spec.owner and not self.streaming else None
+        seen = [(c.lengths, c.row_ids) for c in (chunks if chunks is not None else self.make_chunks())]
+        lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
+        row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
+        del seen
         pieces = batching.num_pieces(lengths, L)
         normal = pieces[pieces <= B]
         multihost = len(self.mesh.local_devices) < self.mesh.size  # the mesh spans processes
@@ -152,11 +155,14 @@ class SideRunner:
         self.rows = self.config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
         R, k = self.rows, self.per_step
         n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
-        if chunks is not None:
-            by_device = self._pack_by_owner(chunks)
-            steps = max((len(b) for b in by_device), default=0)
-            long_ids = np.concatenate([c.row_ids[batching.num_pieces(c.lengths, L) > B] for c in chunks] or [np.zeros(0)])
-            per_device = np.bincount((long_ids // self.shard).astype(np.int64), minlength=k)
+        if self.spec.owner:
+            if chunks is not None:
+                by_device = self._pack_by_owner(chunks)
+                steps = max((len(b) for b in by_device), default=0)
+            else:  # streamed: only the counts now
+                self.stream_counts = owner_stream.owner_counts(lengths, row_ids, self.shard, k, L, B, R)
+                steps = max(self.stream_counts, default=0)
+            per_device = np.bincount((row_ids[pieces > B] // self.shard).astype(np.int64), minlength=k)
             long_solves = int(-(-per_device.max(initial=0) // R))
         else:
             steps = -(-len(batching.batch_starts(normal, B, R, final=True)[0]) // k)
@@ -168,7 +174,10 @@ class SideRunner:
         calls = -(-steps // self.config.steps_per_call)
         per_call = max(1, -(-steps // max(calls, 1)))  # as few padding steps as `calls` calls allow
         plan = SidePlan(calls * per_call, per_call, long_steps, long_solves)
-        if chunks is not None:
+        if self.streaming:
+            self.plan = plan
+            self.device_calls = None
+        elif chunks is not None:
             steps_iter = batching.owner_steps(by_device, self._empty(1))
             grouped = batching.group_steps(steps_iter, k, plan.steps, self._empty)
             calls = list(batching.stack_calls(grouped, per_call))
@@ -193,6 +202,15 @@ class SideRunner:
         device = self.mesh.local_devices[j]
         return [jax.device_put(a[j : j + 1], device) for a in arrays], int((call.row_ids[j] >= 0).sum())
 
+    def _stream_calls(self) -> list[Iterator[tuple[list[jax.Array], int]]]:
+        """Per device: its calls built from the files as they are consumed (see `owner_stream`)."""
+        parts = owner_stream.split_by_owner(self.make_chunks(), self.shard, self.per_step)
+        if self.per_device:  # device j's calls are [1, ...] arrays of its own
+            put = [functools.partial(_on_device, d) for d in self.mesh.local_devices]
+        else:
+            put = [self._device_call]
+        return [owner_stream.device_calls(p, *self._shape(), self.plan.per_call, f) for p, f in zip(parts, put)]
+
     def _pack_by_owner(self, chunks: list[records.RowChunk]) -> list[batching.DeviceBatch]:
         """Device j's rows (those of its table shard, ids counted from the shard's start) in its own batches."""
         packed = []
@@ -206,6 +224,8 @@ class SideRunner:
     @property
     def total_steps(self) -> int:
         """Steps a `run` reports through its `progress` (device j's own calls only with `per_device`)."""
+        if self.per_device and self.streaming:
+            return self.plan.per_call * sum(-(-n // self.plan.per_call) for n in self.stream_counts)
         if self.per_device:
             return self.plan.per_call * sum(len(c) for c in self.device_calls)
         return self.plan.steps
@@ -230,7 +250,9 @@ class SideRunner:
         if self.per_device:
             dst, terms = self._run_per_device(step_src, dst, gram, done)
         else:
-            if self.device_calls is not None:  # 'owner': one process, the batches stay on its devices
+            if self.streaming:  # one device: its calls built from the files as they run
+                calls = self._stream_calls()[0]
+            elif self.device_calls is not None:  # 'owner': one process, the batches stay on its devices
                 calls = iter(self.device_calls)
             else:  # packing and host-to-device copies run in the prefetch thread, overlapping the steps
                 calls = records.prefetch(lambda: map(self._device_call, self._calls()))
@@ -250,14 +272,19 @@ class SideRunner:
 
         def task(device, calls) -> tuple[jax.Array, list]:
             table, terms = parts[device], []
-            for arrays, rows in calls:
-                table, t = self.step(srcs[device], table, grams[device], *arrays)
-                terms.append(t)
-                done(rows)
+            try:
+                for arrays, rows in calls:
+                    table, t = self.step(srcs[device], table, grams[device], *arrays)
+                    terms.append(t)
+                    done(rows)
+            finally:
+                if hasattr(calls, "close"):  # a stream: stop its reader too
+                    calls.close()
             return table, terms
 
         devices = self.mesh.local_devices
-        results = per_core.run([functools.partial(task, d, c) for d, c in zip(devices, self.device_calls)])
+        per_device_calls = self._stream_calls() if self.streaming else self.device_calls
+        results = per_core.run([functools.partial(task, d, c) for d, c in zip(devices, per_device_calls)])
         dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [table for table, _ in results])
         return dst, [t for _, terms in results for t in terms]
 
@@ -294,6 +321,12 @@ class SideRunner:
             dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in (a, b, ids, lens)])
             terms.append(t)
         return dst, terms
+
+
+def _on_device(device, call: batching.DeviceBatch) -> tuple[list[jax.Array], int]:
+    """A one-device call's arrays on `device`, and how many rows it solves."""
+    arrays = (call.ids, call.seg, call.row_ids, call.row_len)
+    return [jax.device_put(a, device) for a in arrays], int((call.row_ids >= 0).sum())
 
 
 def _host_terms(terms: jax.Array) -> np.ndarray:

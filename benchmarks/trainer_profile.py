@@ -1,0 +1,107 @@
+"""Where one epoch of ours goes, per side: reading, packing, transfer, normal-row compute, long rows.
+
+    python benchmarks/trainer_profile.py --data DIR [--dim 64] [--cg_iters 3] [--epochs 2]
+
+Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout),
+then for each side times, in this order: reading the TFRecords into CSR chunks, packing them into
+each device's dense batches, copying those to the devices, and (over `--epochs` half-epochs, the
+first dropped as compilation) the compiled steps of the normal rows and the long-row path
+(rows with more than `batch_pieces` pieces: statistics summed on the host, then one solve). It
+also counts the padded slots of the dense batches against the observed pairs, and the useful
+FLOPs and bytes of an epoch (see `trainer_scale.epoch_work`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--cg_iters", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch_pieces", type=int, default=256)
+    parser.add_argument("--piece_len", type=int, default=16)
+    args = parser.parse_args()
+
+    from alx_trainer.cli import train as cli_train
+    from alx_trainer.config import TrainConfig
+
+    config = TrainConfig(data=args.data, model_dir="/tmp/unused", dim=args.dim, cg_iters=args.cg_iters, progress=False,
+                         eval_every=0, batch_pieces=args.batch_pieces, piece_len=args.piece_len)
+    cli_train.split_cpu(config)
+    import jax
+
+    from alx_trainer import train as training
+    from alx_trainer.data import batching, records
+    from alx_trainer.data.dataset import open_dataset
+    from alx_trainer.model import init_tables
+    from alx_trainer.ops import sharding
+    from alx_trainer.ops.side_runner import SideRunner, step_spec
+
+    mesh = sharding.make_mesh()
+    dataset = open_dataset(config.data)
+    size = {"row": dataset.num_rows, "col": dataset.num_cols}
+    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    report: dict = {"devices": len(mesh.devices.flat), "dim": args.dim}
+    for side in training.sides(False):
+        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
+        files = records.host_files(dataset.files[side.split], 0, 1)
+        reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
+        t = time.perf_counter()
+        chunks = list(reader())
+        read_s = time.perf_counter() - t
+        lengths = np.concatenate([c.lengths for c in chunks])
+        pieces = batching.num_pieces(lengths, config.piece_len)
+        long = pieces > config.batch_pieces
+        spec = step_spec(config, n_other, observed_loss=side.name == "col")
+        t = time.perf_counter()
+        runner = SideRunner(config, mesh, spec, functools.partial(iter, chunks), n_this)
+        init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
+        src, dst = tables[side.other], tables[side.table]
+        normal_s, long_s = [], []
+        for _ in range(args.epochs):
+            gram, step_src = runner.gramian(src), runner._replicated(src)
+            t = time.perf_counter()
+            if runner.per_device:
+                dst, _ = runner._run_per_device(step_src, dst, gram, lambda rows: None)
+            else:
+                for arrays, _rows in runner.device_calls:
+                    dst, _ = runner.step(step_src, dst, gram, *arrays)
+            jax.block_until_ready(dst)
+            normal_s.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            if runner.plan.long_steps:
+                dst, _ = runner._run_long(step_src, dst, gram)
+            jax.block_until_ready(dst)
+            long_s.append(time.perf_counter() - t)
+        tables[side.table] = dst
+        calls = runner.device_calls if runner.per_device else [runner.device_calls]
+        slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
+        report[side.name] = {
+            "rows": int(len(lengths)), "nnz": int(lengths.sum()), "long_rows": int(long.sum()),
+            "long_nnz": int(lengths[long].sum()), "long_batches": runner.plan.long_steps,
+            "long_solves": runner.plan.long_solves, "padded_slots": slots,
+            "slots_per_normal_nnz": slots / max(int(lengths[~long].sum()), 1),
+            "read_s": read_s, "plan_pack_transfer_s": init_s,
+            "normal_compute_s": normal_s[1:] or normal_s, "long_rows_s": long_s[1:] or long_s,
+        }
+        print(json.dumps({side.name: report[side.name]}), flush=True)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

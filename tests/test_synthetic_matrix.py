@@ -1,0 +1,54 @@
+"""The synthetic power-law matrix: contract records byte-identical to encode_row, counts read back, seeded."""
+
+import numpy as np
+
+from webgraph_pipeline import contract, synthetic_matrix
+
+
+def test_encode_rows_is_byte_identical_to_encode_row():
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 30, 300)
+    lengths[:3] = 0
+    lengths[10] = 2000  # a payload length needing a two-byte varint
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    # ids of every varint width from 1 to 6 bytes
+    cols = rng.integers(0, 2**40, indptr[-1]) >> rng.integers(0, 40, indptr[-1])
+    rows = rng.integers(0, 2**35, len(lengths)) >> rng.integers(0, 35, len(lengths))
+    got = contract.encode_rows(rows, indptr, cols)
+    expected = [contract.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist()) for k, r in enumerate(rows)]
+    assert got == expected
+
+def test_generated_matrix_reads_back_through_the_contract(tmp_path):
+    out = str(tmp_path / "m")
+    code = synthetic_matrix.main(["--out", out, "--rows", "300", "--cols", "120", "--nnz", "4000", "--seed", "7",
+                                  "--shards", "3"])
+    assert code == 0
+    stats = contract.read_stats(out)
+    assert contract.matrix_shape(stats) == (300, 120)
+    train = contract.read_split(out, "train")
+    train_t = contract.read_split(out, "train_t")
+    pairs = {(r, int(c)) for r, cols, _ in train for c in cols}
+    pairs_t = {(int(r), c) for c, rows, _ in train_t for r in rows}
+    assert sum(len(cols) for _, cols, _ in train) == 4000 == len(pairs)  # distinct pairs, exactly nnz
+    assert pairs == pairs_t  # the transpose holds the same matrix
+    assert stats["edges"] == 4000
+    assert stats["splits"] == {"train": len(train), "train_t": len(train_t)}
+    assert all(0 <= r < 300 and 0 <= c < 120 for r, c in pairs)
+    assert len(contract.iter_split_files(out, "train")) == 3
+    assert [r for r, _, _ in train] == sorted(r for r, _, _ in train)  # rows in id order, each once
+    assert all(list(cols) == sorted(cols) for _, cols, _ in train)
+    # power law: the busiest tenth of the columns holds far more than a tenth of the edges
+    col_degree = np.bincount([c for _, c in pairs], minlength=120)
+    assert np.sort(col_degree)[::-1][:12].sum() > 0.25 * 4000
+
+def test_generator_is_deterministic_by_seed(tmp_path):
+    keys = [synthetic_matrix.generate_pairs(500, 200, 3000, seed=s) for s in (1, 1, 2)]
+    assert np.array_equal(keys[0], keys[1])
+    assert not np.array_equal(keys[0], keys[2])
+    assert len(np.unique(keys[0])) == 3000
+
+def test_bad_arguments_exit_non_zero(tmp_path, capsys):
+    assert synthetic_matrix.main(["--out", str(tmp_path), "--rows", "0", "--cols", "5", "--nnz", "3"]) == 2
+    assert "--rows must be positive" in capsys.readouterr().err
+    assert synthetic_matrix.main(["--out", str(tmp_path), "--rows", "2", "--cols", "2", "--nnz", "5"]) == 2
+    assert "exceeds rows x cols" in capsys.readouterr().err
