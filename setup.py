@@ -29,6 +29,7 @@ setup(
         "warcio>=1.7,<2",
         "orjson>=3.9,<4",
         "numpy>=1.26,<3",
+        "pandas>=2.0,<4",  # hash_array: the graph stage's vectorized node fingerprints
         "tensorflow>=2.16,<3",
         "tensorflow-datasets>=4.9.6,<5",
         "mlcroissant>=1.0,<2",  # the `tfds` command line (tfds build) imports it

@@ -83,7 +83,8 @@ def load_model(model_dir: str) -> Model:
 def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConfig, mesh=None) -> np.ndarray:
     """Embeddings [len(rows), d] float32 solving Eq. 4 for each row against the fixed `col_table`.
 
-    Uses the configured solver (CG starts from zero) and the training step kernels; single process.
+    Uses the configured solver (CG and the block sweep start from zero: one block sweep is only an
+    approximation for b < d) and the training step kernels; single process.
     The default mesh is every local device, but one device on CPU (see `alx_trainer.cli.train.split_cpu`).
     """
     if mesh is None:

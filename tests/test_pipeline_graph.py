@@ -40,7 +40,10 @@ def read_vocab(data_dir, prefix=contract.VOCAB_PREFIX):
 
 def build(edges, config, out_dir, num_shards=3):
     with beam.Pipeline() as p:
-        graph = p | beam.Create(sorted(edges)) | BuildWebGraph(config)
+        edges = sorted(edges)
+        batches = [([s for s, _ in edges[i:i + 500]], [t for _, t in edges[i:i + 500]])
+                   for i in range(0, len(edges), 500)]
+        graph = p | beam.Create(batches) | BuildWebGraph(config)
         graph | WriteTfRecords(str(out_dir), config.to_dict(), ["in-memory"], num_shards=num_shards)
     return json.loads((out_dir / contract.STATS_FILE).read_text())
 

@@ -206,3 +206,11 @@ def test_hollins_crawl_as_wat_equals_hollins_edge_list(data_dir, tmp_path, capsy
         assert (tmp_path / "from_wat" / name).read_bytes() == (tmp_path / "from_edges" / name).read_bytes(), name
     stats = json.loads((tmp_path / "from_edges" / contract.STATS_FILE).read_text())
     assert stats["nodes"] > 1000 and stats["edges"] > 10_000
+    # Both equal the plain-Python reference of the rules (ids, rows, test rows, held-out links).
+    from reference_graph import reference_dataset
+
+    pages = read_edge_list(str(hollins / "edges.txt"), str(hollins / "urls.txt"))
+    ref = reference_dataset([(u, t) for u, targets in pages for t in targets], min_links=3)
+    assert read_vocab(tmp_path / "from_wat") == ref["vocab"]
+    for split in ("train", "train_t", "test"):
+        assert sorted(read_split(tmp_path / "from_wat", split)) == ref[split], split

@@ -3,11 +3,13 @@
 Public API:
 
 - `ExtractEdges(file_patterns, link_types=DEFAULT_LINK_TYPES, fail_on_unreadable=False,
-  wat_reader="warcio")`: `pipeline | ExtractEdges([...])` is a PCollection of unique
-  `(source_url, target_url)` str tuples, self-loops removed; a page seen in several records keeps
-  the union of its links. `file_patterns` is a path, glob or list of them that Beam's FileSystems
-  can open (local, gs://, s3://). Files are streamed record by record; gzip (whole-file or one
-  member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
+  wat_reader="warcio")`: `pipeline | ExtractEdges([...])` is a PCollection of edge batches, each
+  a tuple `(sources, targets)` of two equal-length lists of normalized URLs (at most `BATCH_EDGES`
+  edges, from one file). Links are deduplicated within a record and self-loops dropped there;
+  edges repeated across records (a page seen in several records keeps the union of its links) are
+  deduplicated, and counted, by the graph stage (graph.py). `file_patterns` is a path, glob or
+  list of them that Beam's FileSystems can open (local, gs://, s3://). Files are streamed record
+  by record; gzip (whole-file or one member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
   (see counters.py); a pattern matching nothing or a file that cannot be opened is counted
   `unreadable_files.<reason>`, logged and named in the string set `unreadable_files`, and the rest
   goes on; `fail_on_unreadable=True` raises instead.
@@ -15,12 +17,13 @@ Public API:
   Crawl's `wat.paths.gz` (one relative path per line, plain or gzip), each joined to `prefix`.
 
 Steps: ListPatterns -> MatchFiles -> SpreadFiles (reshuffle, one file per work item) ->
-ReadWatEdges (wat.wat_edges under a per-file local counter) -> DedupEdges.
+ReadWatEdges (wat.wat_edges under a per-file local counter, edges cut into batches).
 """
 
 from __future__ import annotations
 
 import logging
+from itertools import islice
 from typing import Iterable, Iterator, Sequence, Union
 
 import apache_beam as beam
@@ -30,6 +33,9 @@ from apache_beam.io.filesystems import FileSystems
 from webgraph_pipeline.counters import LocalCounts, flush_to_beam, report_unreadable
 from webgraph_pipeline.links import DEFAULT_LINK_TYPES
 from webgraph_pipeline.wat import check_reader, wat_edges
+
+BATCH_EDGES = 50_000
+EdgeBatch = tuple[list[str], list[str]]
 
 
 class UnreadableFileError(IOError):
@@ -81,15 +87,23 @@ class MatchFilesFn(beam.DoFn):
         flush_to_beam(counts)
 
 
+def edge_batches(edges: Iterable[tuple[str, str]], size: int = BATCH_EDGES) -> Iterator[EdgeBatch]:
+    """(sources, targets) lists of up to `size` edges each, in the order of `edges`."""
+    edges = iter(edges)
+    while chunk := list(islice(edges, size)):
+        sources, targets = zip(*chunk)
+        yield list(sources), list(targets)
+
+
 class ReadWatEdgesFn(beam.DoFn):
-    """One WAT file -> its edges, streamed record by record; counters flushed once per file."""
+    """One WAT file -> its edge batches, streamed record by record; counters flushed once per file."""
 
     def __init__(self, link_types: Sequence[str], fail_on_unreadable: bool, wat_reader: str):
         self._link_types = tuple(link_types)
         self._fail = fail_on_unreadable
         self._reader = wat_reader
 
-    def process(self, path: str) -> Iterator[tuple[str, str]]:
+    def process(self, path: str) -> Iterator[EdgeBatch]:
         counts = LocalCounts()
         try:
             try:
@@ -99,13 +113,14 @@ class ReadWatEdgesFn(beam.DoFn):
                 return
             with stream:
                 counts.inc("files.read")
-                yield from wat_edges(stream, counts.inc, self._link_types, self._reader)
+                yield from edge_batches(wat_edges(stream, counts.inc, self._link_types, self._reader))
         finally:
             flush_to_beam(counts)
 
 
 class ExtractEdges(beam.PTransform):
-    """WAT files -> unique `(source_url, target_url)` edges (DESIGN rules 1-4)."""
+    """WAT files -> edge batches `(sources, targets)` of absolute URLs (DESIGN rules 1-3; rule 4 is
+    the graph stage's)."""
 
     def __init__(
         self,
@@ -132,9 +147,5 @@ class ExtractEdges(beam.PTransform):
             | "ListPatterns" >> beam.Create(self._patterns)
             | "MatchFiles" >> beam.ParDo(MatchFilesFn(self._fail))
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadWatEdges"
-            >> beam.ParDo(
-                ReadWatEdgesFn(self._link_types, self._fail, self._reader)
-            ).with_output_types(tuple[str, str])
-            | "DedupEdges" >> beam.Distinct()
+            | "ReadWatEdges" >> beam.ParDo(ReadWatEdgesFn(self._link_types, self._fail, self._reader))
         )

@@ -1,184 +1,446 @@
-"""`BuildWebGraph`: deduplicated (source, target) edges -> the splits, vocabulary and summary.
+"""`BuildWebGraph`: edge batches -> the splits, vocabulary and summary, on integer fingerprints.
 
-No file is written here, so the TFDS builder can run this inside `tfds build`; `pipeline.py`
-composes reading -> `BuildWebGraph` -> `WriteTfRecords`.
+Input: a PCollection of edge batches, each a tuple `(sources, targets)` of two equal-length lists of
+node names (not deduplicated, self-loops included). Every name becomes a 64-bit fingerprint
+(`fingerprints.py`) in `Fingerprint`; from there on edges travel as NumPy uint64 arrays keyed by a
+hash bucket of one endpoint, and each name travels once per batch, to the vocabulary. Per bucket:
+
+  Fingerprint -> DedupEdges (duplicates, self-loops, TLD filter) -> DegreePass<i> (in-degree parts
+  by target bucket, KeepNodes by source bucket, KeepTargets by target bucket) -> KeptNodes (the
+  vocabulary, collision check) -> AssignIds (rank in (blake2b id bucket, name)) -> JoinTargetIds ->
+  BuildRows (source ids, rows, strong-generalization split) -> Transpose -> Summarize
+
+The rules and counters are those of DESIGN.md; `tests/reference_graph.py` works them out in plain
+Python. No file is written here, so the TFDS builder can run this inside `tfds build`.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Iterator
 
 import apache_beam as beam
+import numpy as np
 
-from webgraph_pipeline.filters import FilterByDegree, FilterByTld
-from webgraph_pipeline.ids import AssignIds
-from webgraph_pipeline.splits import NamedRow, SplitStrongGeneralization
+from webgraph_pipeline import columnar as col
+from webgraph_pipeline.counters import LocalCounts, flush_to_beam
+from webgraph_pipeline.filters import tld_of
+from webgraph_pipeline.fingerprints import FINGERPRINT_BITS, distinct_names, fingerprint, merge_vocabulary
+from webgraph_pipeline.ids import bucket_of as id_bucket_of
+from webgraph_pipeline.ids import bucket_offsets
+from webgraph_pipeline.splits import assign_row
 from webgraph_pipeline.variants import GraphConfig
 
-
-def named_row(kv: tuple[int, dict[str, list]]) -> Iterator[NamedRow]:
-    """(id, {'cols': [...], 'name': [name]}) -> (id, name, sorted distinct cols), for rows with links."""
-    row_id, grouped = kv
-    if grouped["cols"]:
-        (name,) = grouped["name"]
-        yield row_id, name, tuple(sorted(set(grouped["cols"])))
+DEFAULT_GRAPH_BUCKETS = 16
+ROWS, COLS = "rows", "cols"
 
 
-def histogram(pairs: list[tuple[int, int]]) -> list[list[int]]:
-    """[(degree, nodes)] -> [[degree, nodes], ...] sorted by degree (JSON-friendly)."""
-    return [[int(d), int(n)] for d, n in sorted(pairs)]
+def histogram(counts: dict[int, int]) -> list[list[int]]:
+    """{degree: nodes} -> [[degree, nodes], ...] sorted by degree (JSON-friendly)."""
+    return [[int(d), int(n)] for d, n in sorted(counts.items())]
 
 
-def summarize(
-    _: Any, rows: int, cols: int, edges: int, out_hist, in_hist, split_rows, test_links, bipartite: bool
-) -> dict[str, Any]:
-    """The graph's figures for stats.json, from the job's small side inputs."""
-    kept, held = test_links
+def summarize(parts: collections.Counter, bipartite: bool) -> dict[str, Any]:
+    """The graph's figures for stats.json, from the summed summary parts {(name, key): n}."""
+    get = lambda name: parts.get((name, None), 0)  # noqa: E731
+    rows, cols = get("nodes." + ROWS), get("nodes." + COLS)
     out: dict[str, Any] = {
         "nodes": int(rows + cols) if bipartite else int(rows),
-        "edges": int(edges),
-        "splits": {name: int(n) for name, n in split_rows},
-        "test_links": {"col_tag": int(kept), "gt_tag": int(held)},
-        "out_degree_histogram": histogram(out_hist),
-        "in_degree_histogram": histogram(in_hist),
+        "edges": int(get("edges")),
+        "splits": {name: int(get("split." + name)) for name in ("train", "train_t", "test")},
+        "test_links": {"col_tag": int(get("test.col_tag")), "gt_tag": int(get("test.gt_tag"))},
+        "out_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "out_degree"}),
+        "in_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "in_degree"}),
     }
     if bipartite:
         out["num_rows"], out["num_cols"] = int(rows), int(cols)
     return out
 
 
-def _sum_pairs(pairs) -> tuple[int, int]:
-    a = b = 0
-    for x, y in pairs:
-        a += x
-        b += y
-    return a, b
+class _SumParts(beam.CombineFn):
+    """Sums the summary parts ({(name, key): n} Counters) of every bucket."""
+
+    def create_accumulator(self) -> collections.Counter:
+        return collections.Counter()
+
+    def add_input(self, acc, part):
+        acc.update(part)
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = collections.Counter()
+        for a in accs:
+            out.update(a)
+        return out
+
+    def extract_output(self, acc):
+        return acc
 
 
-def _attach_id(kv: tuple[str, dict[str, list]]) -> Iterator[tuple[Any, int]]:
-    """(name, {'edges': [other...], 'id': [id]}) -> (other, id) for each edge of the node."""
+def _part(name: str, n: int) -> collections.Counter:
+    return collections.Counter({(name, None): int(n)})
+
+
+class _FingerprintFn(beam.DoFn):
+    """An edge batch (names) -> edge pieces keyed by source bucket, and the batch's distinct names.
+
+    Main output: (bucket, (src fps, dst fps, both-in-TLDs mask or None)); tagged `rows`/`cols`:
+    (bucket, (fps, names)) of the distinct names (one vocabulary unless bipartite).
+    """
+
+    def __init__(self, tlds: frozenset[str], bits: int, num_buckets: int, bipartite: bool):
+        self._tlds, self._bits, self._b, self._bipartite = tlds, bits, num_buckets, bipartite
+
+    def process(self, batch) -> Iterator[Any]:
+        src_names, dst_names = batch
+        if len(src_names) != len(dst_names):
+            raise ValueError(f"edge batch with {len(src_names)} sources but {len(dst_names)} targets")
+        src_names = np.array(src_names, dtype=object)
+        dst_names = np.array(dst_names, dtype=object)
+        src, dst = fingerprint(src_names, self._bits), fingerprint(dst_names, self._bits)
+        if self._bipartite:
+            named = {ROWS: distinct_names(src, src_names), COLS: distinct_names(dst, dst_names)}
+        else:
+            named = {ROWS: distinct_names(np.concatenate([src, dst]), np.concatenate([src_names, dst_names]))}
+        in_tlds = None
+        if self._tlds:
+            fps, names = named[ROWS]
+            ok = np.fromiter((tld_of(n) in self._tlds for n in names), dtype=bool, count=len(names))
+            in_tlds = ok[np.searchsorted(fps, src)] & ok[np.searchsorted(fps, dst)]
+        arrays = (src, dst) if in_tlds is None else (src, dst, in_tlds)
+        for bucket, piece in col.split_by_bucket(src, self._b, *arrays):
+            yield bucket, piece
+        for kind, (fps, names) in named.items():
+            for bucket, piece in col.split_by_bucket(fps, self._b, fps, names):
+                yield beam.pvalue.TaggedOutput(kind, (bucket, piece))
+
+
+class _DedupFn(beam.DoFn):
+    """(source bucket, pieces) -> (source bucket, (src, dst)) distinct edges, drops counted."""
+
+    def __init__(self, drop_self_loops: bool, with_tlds: bool):
+        self._drop_self_loops, self._with_tlds = drop_self_loops, with_tlds
+
+    def process(self, kv) -> Iterator[Any]:
+        bucket, pieces = kv
+        counts = LocalCounts()
+        if self._with_tlds:
+            src, dst, in_tlds = col.concat(pieces, 3, (np.uint64, np.uint64, bool))
+        else:
+            (src, dst), in_tlds = col.concat(pieces, 2), None
+        src, dst = col.dedup_edges(src, dst, in_tlds, self._drop_self_loops, counts.inc)
+        flush_to_beam(counts)
+        if len(src):
+            yield bucket, (src, dst)
+
+
+def _in_degree_parts(kv, num_buckets: int) -> Iterator[Any]:
+    """(source bucket, (src, dst)) -> (target bucket, (targets, in-link counts))."""
+    _, (_, dst) = kv
+    fps, counts = col.count_values(dst)
+    yield from col.split_by_bucket(fps, num_buckets, fps, counts)
+
+
+class _KeepNodesFn(beam.DoFn):
+    """(bucket, {'edges', 'in'}) -> the bucket's edges whose source is kept, keyed by target bucket;
+    tagged `kept`: (bucket, kept target fingerprints)."""
+
+    def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int):
+        self._k, self._bipartite, self._names, self._b = min_links, bipartite, counter_names, num_buckets
+
+    def process(self, kv) -> Iterator[Any]:
+        bucket, grouped = kv
+        counts = LocalCounts()
+        src, dst = col.concat(grouped["edges"], 2)
+        in_fps, in_counts = col.sum_counts(*col.concat(grouped["in"], 2, (np.uint64, np.int64)))
+        kept_src, kept_dst, dropped = col.degree_verdict(src, in_fps, in_counts, self._k, self._bipartite)
+        for name in self._names:
+            counts.inc(name, dropped)
+        keep = col.is_member(src, kept_src)
+        counts.inc("dropped_edges.degree_filter", int(len(src) - keep.sum()))
+        flush_to_beam(+counts)
+        yield beam.pvalue.TaggedOutput("kept", (bucket, kept_dst))
+        yield from col.split_by_bucket(dst[keep], self._b, src[keep], dst[keep])
+
+
+class _KeepTargetsFn(beam.DoFn):
+    """(target bucket, {'edges', 'kept'}) -> edges whose target is kept, keyed by source bucket."""
+
+    def __init__(self, num_buckets: int):
+        self._b = num_buckets
+
+    def process(self, kv) -> Iterator[Any]:
+        _, grouped = kv
+        src, dst = col.concat(grouped["edges"], 2)
+        kept = np.concatenate(list(grouped["kept"]) or [np.zeros(0, np.uint64)])
+        keep = col.is_member(dst, np.sort(kept))
+        counts = LocalCounts()
+        counts.inc("dropped_edges.degree_filter", int(len(dst) - keep.sum()))
+        flush_to_beam(+counts)
+        yield from col.split_by_bucket(src[keep], self._b, src[keep], dst[keep])
+
+
+def _one_piece(kv) -> tuple[int, col.Arrays]:
+    """(bucket, edge pieces) -> (bucket, (src, dst)): so the next step splits each bucket once,
+    not each piece (pieces would multiply by the bucket count at every re-keying)."""
+    bucket, pieces = kv
+    return bucket, col.concat(pieces, 2)
+
+
+class _DegreePass(beam.PTransform):
+    """One pass of the degree filter on edges keyed by source bucket (one element per bucket, out too)."""
+
+    def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int):
+        super().__init__()
+        self._args = (min_links, bipartite, counter_names, num_buckets)
+        self._b = num_buckets
+
+    def expand(self, edges):
+        in_parts = edges | "InDegreeParts" >> beam.FlatMap(_in_degree_parts, self._b)
+        verdict = (
+            {"edges": edges, "in": in_parts}
+            | "GroupBySourceBucket" >> beam.CoGroupByKey()
+            | "KeepNodes" >> beam.ParDo(_KeepNodesFn(*self._args)).with_outputs("kept", main="edges")
+        )
+        return (
+            {"edges": verdict.edges, "kept": verdict.kept}
+            | "GroupByTargetBucket" >> beam.CoGroupByKey()
+            | "KeepTargets" >> beam.ParDo(_KeepTargetsFn(self._b))
+            | "GroupKeptBySource" >> beam.GroupByKey()
+            | "OnePiecePerBucket" >> beam.Map(_one_piece)
+        )
+
+
+def _endpoints(kv, num_buckets: int, bipartite: bool) -> Iterator[Any]:
+    """(source bucket, (src, dst)) -> (bucket, fps) of its distinct sources (rows) and targets
+    (tagged `cols` when bipartite)."""
+    bucket, (src, dst) = kv
+    yield bucket, np.unique(src)
+    targets = np.unique(dst)
+    for b, (fps,) in col.split_by_bucket(targets, num_buckets, targets):
+        yield (beam.pvalue.TaggedOutput(COLS, (b, fps)) if bipartite else (b, fps))
+
+
+def _kept_names(kv, kind: str) -> Iterator[Any]:
+    """(bucket, {'names', 'nodes'}) -> (fps, names) of the bucket's kept nodes (after the collision check)."""
     _, grouped = kv
-    (node_id,) = grouped["id"]
-    for other in grouped["edges"]:
-        yield other, node_id
+    fps, names = col.concat(grouped["names"], 2, (np.uint64, object))
+    fps, names = merge_vocabulary(fps, names)
+    nodes = np.unique(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
+    if len(nodes):
+        yield nodes, names[col.lookup(nodes, fps, f"{kind} node")]
 
 
-def _to_ids(edges, src_ids, dst_ids):
-    """(src name, dst name) edges -> (src id, dst id), by two joins with the (name, id) tables."""
+class _GroupNodesFn(beam.DoFn):
+    """(fps, names) -> (id group, (fps, names, id buckets)) pieces; tagged `counts`: nodes per group."""
 
-    by_dst = (
-        {"edges": edges, "id": src_ids}
-        | "JoinSourceIds" >> beam.CoGroupByKey()
-        | "SourceIdByTarget" >> beam.FlatMap(_attach_id)
-    )
-    return (
-        {"edges": by_dst, "id": dst_ids}
-        | "JoinTargetIds" >> beam.CoGroupByKey()
-        | "IdEdge" >> beam.FlatMap(_attach_id)
-    )
+    def __init__(self, id_buckets: int, groups: int):
+        self._id_buckets, self._groups = id_buckets, groups
+
+    def process(self, table) -> Iterator[Any]:
+        fps, names = table
+        idb = np.fromiter((id_bucket_of(n, self._id_buckets) for n in names), dtype=np.int64, count=len(names))
+        group = idb * self._groups // self._id_buckets
+        yield beam.pvalue.TaggedOutput("counts", np.bincount(group, minlength=self._groups))
+        order = np.argsort(group, kind="stable")
+        sizes = np.bincount(group, minlength=self._groups)
+        ends = np.cumsum(sizes)
+        for g in np.flatnonzero(sizes):
+            take = order[ends[g] - sizes[g]: ends[g]]
+            yield int(g), (fps[take], names[take], idb[take])
+
+
+def _number_group(kv, offsets: dict[int, int], num_buckets: int) -> Iterator[Any]:
+    """(id group, pieces) -> (fp bucket, (fps, ids, names)) node-table pieces, ids ranked in (id bucket, name)."""
+    group, pieces = kv
+    fps, names, idb = col.concat(pieces, 3, (np.uint64, object, np.int64))
+    ids = col.rank_nodes(idb, names, offsets[group])
+    yield from col.split_by_bucket(fps, num_buckets, fps, ids, names)
+
+
+class _AssignIds(beam.PTransform):
+    """Kept (fps, names) per bucket -> node-table pieces (bucket, (fps, ids, names)), ids dense 0..N-1.
+
+    A node's id is its rank in the order (blake2b id bucket of its name, name), as before: ids groups
+    are contiguous ranges of id buckets, numbered from the prefix sum of the nodes per group.
+    """
+
+    def __init__(self, id_buckets: int, num_buckets: int):
+        super().__init__()
+        self._id_buckets, self._b = id_buckets, num_buckets
+
+    def expand(self, tables):
+        groups = min(self._id_buckets, self._b)
+        grouped = tables | "IdGroups" >> beam.ParDo(_GroupNodesFn(self._id_buckets, groups)).with_outputs(
+            "counts", main="pieces")
+        offsets = (
+            grouped.counts
+            | "NodesPerGroup" >> beam.CombineGlobally(lambda cs, n=groups: sum(cs, np.zeros(n, np.int64)))
+            | "PrefixSum" >> beam.Map(lambda c: bucket_offsets(enumerate(c.tolist())))
+        )
+        return (
+            grouped.pieces
+            | "GroupIdGroups" >> beam.GroupByKey()
+            | "NumberGroup" >> beam.FlatMap(_number_group, beam.pvalue.AsSingleton(offsets), self._b)
+        )
+
+
+def _table(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    fps, ids, names = col.concat(pieces, 3, (np.uint64, np.int64, object))
+    order = np.argsort(fps)
+    return fps[order], ids[order], names[order]
+
+
+def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
+    """(target bucket, {'edges', 'table'}) -> (source bucket, (src fps, dst ids)); tagged `parts`:
+    the in-degree histogram."""
+    _, grouped = kv
+    src, dst = col.concat(grouped["edges"], 2)
+    fps, ids, _ = _table(grouped["table"])
+    dst_ids = ids[col.lookup(dst, fps, "target")]
+    if len(dst_ids):
+        _, in_degree = col.count_values(dst_ids)
+        yield beam.pvalue.TaggedOutput("parts", col.histogram_part("in_degree", in_degree))
+    yield from col.split_by_bucket(src, num_buckets, src, dst_ids)
+
+
+class _BuildRowsFn(beam.DoFn):
+    """(source bucket, {'edges', 'table'}) -> `train`/`test` row lists (row_tag, col_tag, gt_tag), `transpose`
+    pieces (bucket, (col ids, row ids)) of the train rows, and summary `parts`."""
+
+    def __init__(self, seed: int, test_fraction: float, holdout_fraction: float, num_buckets: int):
+        self._args = (seed, test_fraction, holdout_fraction)
+        self._b = num_buckets
+
+    def process(self, kv) -> Iterator[Any]:
+        _, grouped = kv
+        src, dst_ids = col.concat(grouped["edges"], 2, (np.uint64, np.int64))
+        fps, ids, names = _table(grouped["table"])
+        at = col.lookup(src, fps, "source")
+        rows, offsets, cols = col.group_rows(at, dst_ids)
+        train_rows, train_cols, lengths = [], [], np.diff(offsets)
+        parts = col.histogram_part("out_degree", lengths)
+        single = 0
+        out_rows: dict[str, list] = {"train": [], "test": []}
+        for i, at_row in enumerate(rows.tolist()):
+            row_cols = tuple(cols[offsets[i]:offsets[i + 1]].tolist())
+            split, out = assign_row((int(ids[at_row]), names[at_row], row_cols), *self._args)
+            if split == "train":
+                single += len(row_cols) == 1
+                train_rows.append(out[0])
+                train_cols.append(len(row_cols))
+            else:
+                parts[("test.col_tag", None)] += len(out[1])
+                parts[("test.gt_tag", None)] += len(out[2])
+            out_rows[split].append(out)
+        for split, batch in out_rows.items():
+            parts[("split." + split, None)] += len(batch)
+            if batch:
+                yield beam.pvalue.TaggedOutput(split, batch)
+        parts[("edges", None)] += len(src)
+        if single:
+            counts = LocalCounts()
+            counts.inc("split.single_outlink_rows_in_train", single)
+            flush_to_beam(counts)
+        if train_rows:
+            row_ids = np.repeat(np.asarray(train_rows, dtype=np.int64), train_cols)
+            is_train = np.repeat(np.isin(ids[rows], train_rows), lengths)
+            col_ids = cols[is_train]
+            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, col_ids, row_ids):
+                yield beam.pvalue.TaggedOutput("transpose", (b, piece))
+        yield beam.pvalue.TaggedOutput("parts", parts)
+
+
+def _transposed_rows(kv) -> Iterator[Any]:
+    """(bucket, pieces of (col ids, row ids)) -> a list of train_t rows (col, sorted rows, ()); tagged `parts`."""
+    _, pieces = kv
+    col_ids, row_ids = col.concat(pieces, 2, (np.int64, np.int64))
+    cols, offsets, rows = col.group_rows(col_ids, row_ids)
+    yield [(c, tuple(rows[offsets[i]:offsets[i + 1]].tolist()), ()) for i, c in enumerate(cols.tolist())]
+    yield beam.pvalue.TaggedOutput("parts", _part("split.train_t", len(cols)))
+
+
+def _vocab_entries(piece) -> list[tuple[int, str]]:
+    _, (_, ids, names) = piece
+    return list(zip(ids.tolist(), names.tolist()))
+
+
+def _node_count(kind: str):
+    return lambda piece: _part("nodes." + kind, len(piece[1][0]))
 
 
 class BuildWebGraph(beam.PTransform):
-    """Edges (deduplicated, no self-loops) -> dict of PCollections.
+    """Edge batches -> dict of PCollections whose elements are lists (one per bucket: rows travel in
+    batches too; `beam.FlatMap(iter)` gives single rows).
 
-    `train`, `train_t`, `test`: (row_tag, col_tag tuple, gt_tag tuple); `vocab`: (id, name);
-    `col_vocab`: (id, name) of the columns (bipartite only; otherwise `vocab` covers both);
+    `train`, `train_t`, `test`: lists of (row_tag, col_tag tuple, gt_tag tuple); `vocab`: lists of
+    (id, name); `col_vocab`: the same for the columns (bipartite only; otherwise `vocab` covers both);
     `summary`: one dict with nodes, edges, rows per split and degree histograms.
+    num_buckets: hash buckets of the per-bucket steps (work items; more for bigger graphs).
+    fingerprint_bits: narrower than 64 only to force collisions in tests.
     """
 
-    def __init__(self, config: GraphConfig):
+    def __init__(self, config: GraphConfig, num_buckets: int = DEFAULT_GRAPH_BUCKETS,
+                 fingerprint_bits: int = FINGERPRINT_BITS):
         super().__init__()
-        self._config = config
+        if num_buckets < 1:
+            raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+        self._config, self._b, self._bits = config, num_buckets, fingerprint_bits
 
-    def expand(self, edges):
-        cfg = self._config
+    def expand(self, batches):
+        cfg, nb = self._config, self._b
+        kinds = (ROWS, COLS) if cfg.bipartite else (ROWS,)
+        tlds = frozenset(t.lower() for t in cfg.tlds)
+        fp = batches | "Fingerprint" >> beam.ParDo(
+            _FingerprintFn(tlds, self._bits, nb, cfg.bipartite)).with_outputs(*kinds, main="edges")
         edges = (
-            edges
-            | "FilterByTld" >> FilterByTld(cfg.tlds)
-            | "FilterByDegree" >> FilterByDegree(cfg.min_links, cfg.degree_passes, cfg.bipartite)
+            fp.edges
+            | "GroupEdgesBySource" >> beam.GroupByKey()
+            | "DedupEdges" >> beam.ParDo(_DedupFn(drop_self_loops=not cfg.bipartite, with_tlds=bool(tlds)))
         )
+        for i in range(1, (cfg.degree_passes if cfg.min_links > 0 else 0) + 1):
+            names = ("dropped_nodes.degree_filter",)
+            if cfg.degree_passes > 1:
+                names += (f"dropped_nodes.degree_filter_pass{i}",)
+            edges = edges | f"DegreePass{i}" >> _DegreePass(cfg.min_links, cfg.bipartite, names, nb)
+        ends = edges | "Endpoints" >> beam.FlatMap(_endpoints, nb, cfg.bipartite).with_outputs(COLS, main=ROWS)
+        tables = {}
+        for kind in kinds:
+            tables[kind] = (
+                {"names": fp[kind], "nodes": ends[kind]}
+                | f"GroupNames_{kind}" >> beam.CoGroupByKey()
+                | f"KeptNodes_{kind}" >> beam.FlatMap(_kept_names, kind)
+                | f"AssignIds_{kind}" >> _AssignIds(cfg.id_buckets, nb)
+            )
+        col_table = tables[COLS if cfg.bipartite else ROWS]
+        by_target = edges | "KeyByTarget" >> beam.FlatMap(
+            lambda kv, b=nb: col.split_by_bucket(kv[1][1], b, *kv[1]))
+        joined = (
+            {"edges": by_target, "table": col_table}
+            | "GroupTargets" >> beam.CoGroupByKey()
+            | "JoinTargetIds" >> beam.FlatMap(_join_target_ids, nb).with_outputs("parts", main="edges")
+        )
+        built = (
+            {"edges": joined.edges, "table": tables[ROWS]}
+            | "GroupSources" >> beam.CoGroupByKey()
+            | "BuildRows" >> beam.ParDo(_BuildRowsFn(cfg.seed, cfg.test_fraction, cfg.holdout_fraction, nb))
+            .with_outputs("train", "test", "transpose", "parts")
+        )
+        transposed = (
+            built.transpose
+            | "GroupByColumn" >> beam.GroupByKey()
+            | "Transpose" >> beam.FlatMap(_transposed_rows).with_outputs("parts", main="rows")
+        )
+        out = {"train": built.train, "train_t": transposed.rows, "test": built.test}
+        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(_vocab_entries)
         if cfg.bipartite:
-            row_ids = (
-                edges
-                | "Sources" >> beam.Map(lambda e: e[0])
-                | "DistinctSources" >> beam.Distinct()
-                | "AssignRowIds" >> AssignIds(cfg.id_buckets)
-            )
-            col_ids = (
-                edges
-                | "Targets" >> beam.Map(lambda e: e[1])
-                | "DistinctTargets" >> beam.Distinct()
-                | "AssignColIds" >> AssignIds(cfg.id_buckets)
-            )
-        else:
-            row_ids = col_ids = (
-                edges
-                | "Endpoints" >> beam.FlatMap(lambda e: e)
-                | "DistinctNodes" >> beam.Distinct()
-                | "AssignIds" >> AssignIds(cfg.id_buckets)
-            )
-        id_edges = _to_ids(edges, row_ids, col_ids)
-        vocab = row_ids | "IdToName" >> beam.Map(lambda kv: (kv[1], kv[0]))
-        rows = (
-            {"cols": id_edges, "name": vocab}
-            | "GroupRows" >> beam.CoGroupByKey()
-            | "NamedRow" >> beam.FlatMap(named_row)
+            out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(_vocab_entries)
+        parts = [joined.parts, built.parts, transposed.parts]
+        parts += [tables[k] | f"NodeCount_{k}" >> beam.Map(_node_count(k)) for k in kinds]
+        out["summary"] = (
+            parts
+            | "AllParts" >> beam.Flatten()
+            | "SumParts" >> beam.CombineGlobally(_SumParts())
+            | "Summarize" >> beam.Map(summarize, bipartite=cfg.bipartite)
         )
-        splits = rows | "SplitStrongGeneralization" >> SplitStrongGeneralization(
-            cfg.seed, cfg.test_fraction, cfg.holdout_fraction
-        )
-        out = dict(splits)
-        out["vocab"] = vocab
-        if cfg.bipartite:
-            out["col_vocab"] = col_ids | "ColIdToName" >> beam.Map(lambda kv: (kv[1], kv[0]))
-        out["summary"] = self._summary(row_ids, col_ids, id_edges, rows, splits)
         return out
-
-    def _summary(self, row_ids, col_ids, id_edges, rows, splits):
-        single = beam.pvalue.AsSingleton
-        count = lambda label, pcoll: pcoll | label >> beam.combiners.Count.Globally()  # noqa: E731
-        out_hist = (
-            rows
-            | "OutDegree" >> beam.Map(lambda r: len(r[2]))
-            | "OutDegreeHistogram" >> beam.combiners.Count.PerElement()
-            | "OutHistList" >> beam.combiners.ToList()
-        )
-        in_hist = (
-            id_edges
-            | "InLink" >> beam.Map(lambda e: (e[1], 1))
-            | "InDegree" >> beam.CombinePerKey(sum)
-            | "InDegreeValue" >> beam.Values()
-            | "InDegreeHistogram" >> beam.combiners.Count.PerElement()
-            | "InHistList" >> beam.combiners.ToList()
-        )
-        split_rows = (
-            [
-                splits[name] | f"Count_{name}" >> beam.combiners.Count.Globally() | f"Name_{name}" >> beam.Map(
-                    lambda n, name=name: (name, n)
-                )
-                for name in ("train", "train_t", "test")
-            ]
-            | "FlattenSplitCounts" >> beam.Flatten()
-            | "SplitCountList" >> beam.combiners.ToList()
-        )
-        test_links = (
-            splits["test"]
-            | "TestLinkCounts" >> beam.Map(lambda r: (len(r[1]), len(r[2])))
-            | "SumTestLinks" >> beam.CombineGlobally(_sum_pairs)
-        )
-        return (
-            id_edges.pipeline
-            | "SummaryTrigger" >> beam.Create([None])
-            | "Summarize"
-            >> beam.Map(
-                summarize,
-                single(count("CountRows", row_ids)),
-                single(count("CountCols", col_ids)),
-                single(count("CountEdges", id_edges)),
-                single(out_hist),
-                single(in_hist),
-                single(split_rows),
-                single(test_links),
-                bipartite=self._config.bipartite,
-            )
-        )

@@ -136,8 +136,8 @@ class _DedupFn(beam.DoFn):
 
 
 class UnbatchAndDedup(beam.PTransform):
-    """ADAPTER until the batch-based graph stage lands: edge batches -> deduplicated (src, dst)
-    pairs, counting `dropped_edges.duplicate` and (unless bipartite) `dropped_edges.self_loop`."""
+    """Edge batches -> deduplicated (src, dst) pairs for `BuildGivenSplit`, counting
+    `dropped_edges.duplicate` and (unless bipartite) `dropped_edges.self_loop`."""
 
     def __init__(self, bipartite: bool):
         super().__init__()
@@ -154,10 +154,9 @@ class UnbatchAndDedup(beam.PTransform):
 
 
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
-    """The labelled reading step of either input format -> deduplicated (source, target) pairs."""
+    """The labelled reading step of either input format -> edge batches `(sources, targets)`."""
     if spec.input_format == "edges":
-        batches = p | "ReadEdgeList" >> ReadEdgeList(input_files, spec.edge_format, urls_file=spec.urls_file)
-        return batches | "UnbatchAndDedup" >> UnbatchAndDedup(spec.config.bipartite)
+        return p | "ReadEdgeList" >> ReadEdgeList(input_files, spec.edge_format, urls_file=spec.urls_file)
     from webgraph_pipeline.extract import ExtractEdges
 
     kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable, "wat_reader": spec.wat_reader}
@@ -181,7 +180,12 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """Add the whole job to `p`: read -> BuildWebGraph (or BuildGivenSplit) -> WriteTfRecords;
     returns the written paths."""
     if spec.protocol == "given_split":
-        graph = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(spec.config.id_buckets)
+        given = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(spec.config.id_buckets)
+        graph = {  # WriteTfRecords takes rows in lists, as BuildWebGraph emits them
+            name: pcoll if name == "summary" else pcoll | f"Batch_{name}" >> beam.BatchElements(
+                min_batch_size=1_000, max_batch_size=50_000)
+            for name, pcoll in given.items()
+        }
     else:
         graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
     return graph | "WriteTfRecords" >> WriteTfRecords(

@@ -11,12 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterator, Sequence
-
-import apache_beam as beam
-from apache_beam.metrics import Metrics
-
-from webgraph_pipeline.counters import NAMESPACE
+from typing import Sequence
 
 # (row id, row name, sorted column ids)
 NamedRow = tuple[int, str, tuple[int, ...]]
@@ -69,36 +64,3 @@ def transpose(rows: Sequence[Row]) -> list[Row]:
         for c in col_tag:
             cols.setdefault(c, []).append(row_id)
     return [(c, tuple(sorted(r)), ()) for c, r in sorted(cols.items())]
-
-
-class _AssignRowFn(beam.DoFn):
-    def __init__(self, seed: int, test_fraction: float, holdout_fraction: float):
-        self._args = (seed, test_fraction, holdout_fraction)
-        self._single = Metrics.counter(NAMESPACE, "split.single_outlink_rows_in_train")
-
-    def process(self, row: NamedRow) -> Iterator:
-        split, out = assign_row(row, *self._args)
-        if split == "train" and len(row[2]) == 1:
-            self._single.inc()
-        yield beam.pvalue.TaggedOutput(split, out)
-
-
-class SplitStrongGeneralization(beam.PTransform):
-    """Rows (id, name, cols) -> {'train', 'train_t', 'test'} PCollections of (row_tag, col_tag, gt_tag).
-
-    `train_t` is the exact transpose of `train` (test rows never appear in it).
-    """
-
-    def __init__(self, seed: int = 0, test_fraction: float = 0.1, holdout_fraction: float = 0.25):
-        super().__init__()
-        self._args = (seed, test_fraction, holdout_fraction)
-
-    def expand(self, rows):
-        split = rows | "AssignSplit" >> beam.ParDo(_AssignRowFn(*self._args)).with_outputs("train", "test")
-        train_t = (
-            split.train
-            | "TransposeLinks" >> beam.FlatMap(lambda r: ((c, r[0]) for c in r[1]))
-            | "GroupByTarget" >> beam.GroupByKey()
-            | "TransposedRow" >> beam.Map(lambda kv: (kv[0], tuple(sorted(kv[1])), ()))
-        )
-        return {"train": split.train, "train_t": train_t, "test": split.test}

@@ -95,7 +95,7 @@ def build_stats(
 
 
 class _WriteShardFn(beam.DoFn):
-    """(shard, {'rows': [...], 'shard': [...]}) -> writes one sorted shard file, yields its path."""
+    """(shard, {'rows': [row lists], 'shard': [...]}) -> writes one sorted shard file, yields its path."""
 
     def __init__(self, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
         self._output_dir, self._prefix, self._suffix = output_dir, prefix, suffix
@@ -106,7 +106,7 @@ class _WriteShardFn(beam.DoFn):
         path = os.path.join(
             self._output_dir, contract.shard_name(self._prefix, shard, self._num_shards, self._suffix)
         )
-        rows = sorted(grouped["rows"])
+        rows = sorted(row for piece in grouped["rows"] for row in piece)
         if self._kind == "vocab":
             write_text_file(path, vocab_lines(rows))
         else:
@@ -114,10 +114,18 @@ class _WriteShardFn(beam.DoFn):
         yield path
 
 
+def shard_pieces(rows: Iterable[tuple], num_ids: int, num_shards: int) -> Iterator[tuple[int, list]]:
+    """(shard, its rows) for the shards that a list of (id, ...) rows falls in."""
+    pieces: dict[int, list] = {}
+    for row in rows:
+        pieces.setdefault(shard_of(row[0], num_ids, num_shards), []).append(row)
+    yield from pieces.items()
+
+
 def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
-    """Write (id, ...) elements into `num_shards` files by contiguous id range; every shard exists."""
-    keyed = pcoll | f"{label}ShardKey" >> beam.Map(
-        lambda r, n, s=num_shards: (shard_of(r[0], n, s), r), beam.pvalue.AsSingleton(size)
+    """Write lists of (id, ...) rows into `num_shards` files by contiguous id range; every shard exists."""
+    keyed = pcoll | f"{label}ShardKey" >> beam.FlatMap(
+        lambda rows, n, s=num_shards: shard_pieces(rows, n, s), beam.pvalue.AsSingleton(size)
     )
     all_shards = pcoll.pipeline | f"{label}Shards" >> beam.Create([(i, None) for i in range(num_shards)])
     return (
@@ -130,7 +138,8 @@ def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix
 class WriteTfRecords(beam.PTransform):
     """Write `BuildWebGraph`'s output: the three splits, vocabulary shards, stats.json and a PNG.
 
-    Takes the dict `BuildWebGraph` returns; yields the PCollection of written paths.
+    Takes the dict `BuildWebGraph` returns (rows and vocabulary entries in lists); yields the
+    PCollection of written paths.
     stats.json is written here without the Beam counters; `pipeline.run_job` adds them at the end.
     """
 

@@ -4,7 +4,8 @@ Both tables are `[rows_padded, d]` arrays sharded by rows over the 1-D mesh axis
 - `gramian`: local `T_mu^T T_mu`, then `psum`.
 - sharded gather: `all_gather` the batch ids, masked lookup in the local shard, `psum_scatter`
   (the reduce half of the paper's all-reduce: each device keeps only its own batch).
-- solve: per-row normal equations (paper Eq. 4) with the configured solver, in float32.
+- solve: per-row normal equations (paper Eq. 4) with the configured solver, in float32 ('block':
+  the iALS++ sweep of `block_solver`, from the gathered rows without building d x d matrices).
 - sharded scatter: `all_gather` the solved rows and their ids, masked local update.
 Layouts (`StepSpec.layout`): 'sharded' is the paper's (both tables sharded, the gather and scatter
 above every step); 'replicated' copies the fixed table whole to every device once per half-epoch,
@@ -31,7 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alx_trainer.ops import solvers
+from alx_trainer.ops import block_solver, solvers
 
 AXIS = "d"
 LAYOUTS = ("sharded", "replicated", "owner")
@@ -66,6 +67,7 @@ class StepSpec:
     local_stats: bool
     observed_loss: bool = True  # compute sum (1 - h.x)^2 (one more pass over the gathered ids)
     layout: str = "sharded"  # one of LAYOUTS (see the module docstring)
+    block_size: int = 0  # coordinates per block of the 'block' solver (iALS++)
 
     @property
     def replicated_src(self) -> bool:
@@ -223,7 +225,7 @@ def _solve_explicit(spec: StepSpec, gram, a_obs, b, x0, row_ids, row_len):
     eye = jnp.eye(d, dtype=jnp.float32)
     a = a_obs + spec.alpha * gram + lam[:, None, None] * eye
     a = jnp.where(valid[:, None, None], a, eye)  # padding slots: a harmless identity system
-    x = solvers.solve_explicit(spec.solver, a, jnp.where(valid[:, None], b, 0), x0, spec.cg_iters)
+    x = solvers.solve_explicit(spec.solver, a, jnp.where(valid[:, None], b, 0), x0, spec.cg_iters, spec.block_size)
     x = jnp.where(valid[:, None], x, 0)
     # sum_i (1 - h_i.x)^2 = n - 2 x.b + x^T A_obs x
     observed = row_len - 2 * jnp.sum(x * b, -1) + jnp.einsum("rd,rde,re->r", x, a_obs, x)
@@ -243,7 +245,13 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len
     rows = row_ids.shape[0]
     h = _fixed_rows(spec, src_l, ids)  # [B, L, d] float32, zeros at padding
     x0 = _rows_in(spec, dst_l, row_ids)  # warm start [R, d]
-    if spec.matvec and spec.solver == "cg":
+    if spec.solver == "block":  # iALS++: never builds the d x d matrices
+        valid = row_ids >= 0
+        lam = _row_reg(spec, row_len)
+        x, err = block_solver.sweep(h, seg, x0, gram, lam, spec.alpha, valid, spec.block_size)
+        per_entry = jnp.where(ids >= 0, err**2, 0).sum(axis=1)  # errors of the final x: the observed loss
+        terms = _loss_terms(valid, jax.ops.segment_sum(per_entry, seg, num_segments=rows), lam, x)
+    elif spec.matvec and spec.solver == "cg":
         valid = row_ids >= 0
         lam = _row_reg(spec, row_len)
 

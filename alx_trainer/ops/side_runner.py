@@ -51,6 +51,7 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         local_stats=config.stats == "local",
         observed_loss=observed_loss,
         layout=resolve_layout(config),
+        block_size=config.block_size if config.solver == "block" else 0,
     )
 
 

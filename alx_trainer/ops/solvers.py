@@ -11,6 +11,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from alx_trainer.ops import block_solver
+
 Matvec = Callable[[jax.Array], jax.Array]
 
 
@@ -61,8 +63,12 @@ def qr(a: jax.Array, b: jax.Array) -> jax.Array:
     return _triangular(r, jnp.einsum("rde,rd->re", q, b), lower=False)
 
 
-def solve_explicit(method: str, a: jax.Array, b: jax.Array, x0: jax.Array, cg_iters: int) -> jax.Array:
-    """Solve with the explicit matrices by `method` (cg warm-starts from `x0`)."""
+def solve_explicit(
+    method: str, a: jax.Array, b: jax.Array, x0: jax.Array, cg_iters: int, block_size: int = 0
+) -> jax.Array:
+    """Solve with the explicit matrices by `method` (cg and block warm-start from `x0`)."""
+    if method == "block":
+        return block_solver.sweep_explicit(a, b, x0, block_size)
     if method == "cg":
         return cg(lambda p: jnp.einsum("rde,re->rd", a, p), b, x0, cg_iters)
     if method == "cholesky":

@@ -210,7 +210,9 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         )
         after_stats = beam.pvalue.AsSingleton(stats_written)
         return {
-            split: graph[split] | f"ToExamples[{split}]" >> beam.Map(sources.example_after, after_stats)
+            split: graph[split]
+            | f"Rows[{split}]" >> beam.FlatMap(iter)  # BuildWebGraph emits rows in lists
+            | f"ToExamples[{split}]" >> beam.Map(sources.example_after, after_stats)
             for split in contract.SPLIT_PREFIXES
         }
 
