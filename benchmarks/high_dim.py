@@ -4,9 +4,8 @@
         [--cg_iters 3] [--epochs 2] [--recall_max_dim 1024] [--implicit_max_dim 2048]
 
 Data: the LightGCN Gowalla split (`train.txt`, `test.txt`: `user item item ...` per line; 29,858
-users x 40,981 items, 810,128 training pairs). Until the pipeline reads given splits, the training
-pairs are written in the dataset contract here (`write_training_data`, every user a training row,
-no held-out rows); the test pairs are read only for Recall@20.
+users x 40,981 items, 810,128 training pairs), made into a dataset by the pipeline (`--edge_format given_split`); the
+test pairs are used only for Recall@20.
 
 Ours runs through the command line (`python -m alx_trainer train`, one process per fit), so each
 solver gets the CPU devices the command line gives it: CG with the matrix-free product on one JAX
@@ -60,56 +59,16 @@ class Matrix:
         return int(sum(len(i) for i in self.items))
 
 
-def _read_lines(path: str) -> dict[int, np.ndarray]:
-    rows = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            try:
-                ids = [int(t) for t in line.split()]
-            except ValueError:
-                raise SystemExit(f"{path}:{lineno}: expected integer ids, got {line.strip()[:60]!r}") from None
-            if ids:
-                rows[ids[0]] = np.unique(np.asarray(ids[1:], np.int64))
-    return rows
+def gowalla(data: str, data_dir: str) -> tuple[Matrix, dict[int, np.ndarray]]:
+    """The given split made by the pipeline (`--edge_format given_split`) into `data_dir`, read back:
+    (training matrix, test user -> test items)."""
+    from pipeline_split import make_split
 
-
-def read_gowalla(data: str):
-    """(matrix, test, test pairs dropped for ids unseen in training) from `train.txt`/`test.txt`."""
-    train = _read_lines(os.path.join(data, "train.txt"))
-    num_rows = max(train) + 1
-    num_cols = int(max(int(v.max()) for v in train.values() if len(v))) + 1
-    matrix = Matrix([train.get(r, np.zeros(0, np.int64)) for r in range(num_rows)], num_rows, num_cols)
-    test, unknown = {}, 0
-    for r, cols in _read_lines(os.path.join(data, "test.txt")).items():
-        keep = cols[cols < num_cols] if r < num_rows else cols[:0]
-        unknown += len(cols) - len(keep)
-        if len(keep):
-            test[r] = keep
-    return matrix, test, unknown
-
-
-def write_training_data(data_dir: str, matrix: Matrix, shards: int = 4) -> None:
-    """The training pairs in the dataset contract (train, train_t, stats.json), no test rows."""
-    import tensorflow as tf
-
-    from webgraph_pipeline import contract
-
-    os.makedirs(data_dir, exist_ok=True)
-    by_col: dict[int, list[int]] = {}
-    for r, cols in enumerate(matrix.items):
-        for c in cols.tolist():
-            by_col.setdefault(c, []).append(r)
-    splits = {"train": [(r, c) for r, c in enumerate(matrix.items) if len(c)], "train_t": sorted(by_col.items())}
-    for split, rows in splits.items():
-        for k in range(shards):
-            name = contract.shard_name(contract.SPLIT_PREFIXES[split], k, shards, contract.TFRECORD_SUFFIX)
-            with tf.io.TFRecordWriter(os.path.join(data_dir, name)) as f:
-                for r, cols in rows[k::shards]:
-                    f.write(contract.encode_row(r, list(cols)))
-    contract.write_stats(data_dir, {
-        "nodes": matrix.num_rows + matrix.num_cols, "num_rows": matrix.num_rows, "num_cols": matrix.num_cols,
-        "bipartite": True, "edges": matrix.num_pairs, "splits": {k: len(v) for k, v in splits.items()},
-        "dropped": {}, "config": {"source": "gowalla train.txt (benchmarks/high_dim.py)"}})
+    split = make_split(data_dir, "--edge_format", "given_split", "--input", os.path.join(data, "train.txt"),
+                       "--test_input", os.path.join(data, "test.txt"), "--num_shards", "4")
+    empty = np.zeros(0, np.int64)
+    matrix = Matrix([split.train.get(r, empty) for r in range(split.num_rows)], split.num_rows, split.num_cols)
+    return matrix, {r: gt for r, (_, gt) in split.test.items()}
 
 
 def cg_flops(nnz: int, n_rows: int, n_cols: int, d: int, iters: int) -> float:
@@ -195,19 +154,19 @@ def main(argv=None) -> int:
     from alx_trainer.model import load_model
 
     solvers = args.solvers.split(",")
-    matrix, test, unknown = read_gowalla(args.data)
+    tmp = tempfile.TemporaryDirectory()
+    data_dir = os.path.join(tmp.name, "gowalla")
+    matrix, test = gowalla(args.data, data_dir)
     nnz = matrix.num_pairs
-    print(f"Gowalla: {matrix.num_rows} users x {matrix.num_cols} items, {nnz} training pairs, "
-          f"{sum(len(v) for v in test.values())} test pairs of {len(test)} users ({unknown} with unseen ids dropped); "
+    print(f"Gowalla (pipeline given split): {matrix.num_rows} users x {matrix.num_cols} items, {nnz} training pairs, "
+          f"{sum(len(v) for v in test.values())} test pairs of {len(test)} users; "
           f"{args.epochs} epochs per fit, the last timed; alpha={ALPHA}, lambda={REG}, nu={REG_EXPONENT}; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     peak = matmul_peak()
     print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s (one JAX device, all cores)")
     print(f"{'d':>5} {'solver':<22} {'s/epoch':>8} {'GFLOP':>8} {'GFLOP/s':>8} {'%peak':>6} {'RSS MiB':>8} "
           f"{'Recall@20':>9} {'load':>5} {'fit CPU s':>9}")
-    with tempfile.TemporaryDirectory() as tmp:
-        data_dir = os.path.join(tmp, "gowalla")
-        write_training_data(data_dir, matrix)
+    with tmp:
         for dim in [int(x) for x in args.dims.split(",")]:
             runs = []
             if "cg" in solvers:
@@ -218,7 +177,7 @@ def main(argv=None) -> int:
                              ["--solver", "block", "--block_size", str(args.block_size)],
                              block_flops(nnz, matrix.num_rows, matrix.num_cols, dim, args.block_size)))
             for name, flags, flops in runs:
-                model_dir = os.path.join(tmp, f"{name.replace(' ', '_')}_{dim}")
+                model_dir = os.path.join(tmp.name, f"{name.replace(' ', '_')}_{dim}")
                 seconds, rss, cpu = run_ours(data_dir, model_dir, dim, args.epochs, flags)
                 recall = ""
                 if dim <= args.recall_max_dim:
