@@ -2,6 +2,7 @@
 
     python benchmarks/trainer_scale.py [--sizes ml1m,25m,60m] [--dims 64,128] [--epochs 3] [--cg_iters 3]
                                        [--work /tmp/trainer_scale] [--hugepages both|on|off]
+                                       [--ours_flags='--stream_batches ...']
 
 Each size is written once by `python -m webgraph_pipeline.synthetic_matrix` (seeded, reused when
 its stats.json matches). Then, per size and d, every trainer runs in its own subprocess under
@@ -10,7 +11,8 @@ its stats.json matches). Then, per size and d, every trainer runs in its own sub
 the same d, `cg_steps` = our `cg_iters`, `num_threads` = the cores, BLAS at one thread, on the
 same TFRecords read into a CSR matrix. Seconds per epoch are medians over the epochs after the first
 (ours compiles in its first). `--hugepages`: ours with glibc's `malloc.hugetlb=1` tunable (large
-allocations, the tables among them, on transparent huge pages), without, or both.
+allocations, the tables among them, on transparent huge pages), without, or both. `--ours_flags`:
+more `alx_trainer train` flags for ours (e.g. `--stream_batches` for the in-sparse size).
 
 Work per epoch is counted, not measured: FLOPs of the matrix-free CG (`epoch_work`) and the
 bytes the steps must move at least (every gathered embedding once per pass that reads it); rates
