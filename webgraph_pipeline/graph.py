@@ -285,7 +285,8 @@ class _AssignIds(beam.PTransform):
         )
 
 
-def _table(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def node_table(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Node-table pieces -> (fps, ids, names) sorted by fingerprint."""
     fps, ids, names = col.concat(pieces, 3, (np.uint64, np.int64, object))
     order = np.argsort(fps)
     return fps[order], ids[order], names[order]
@@ -296,7 +297,7 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
     the in-degree histogram."""
     _, grouped = kv
     src, dst = col.concat(grouped["edges"], 2)
-    fps, ids, _ = _table(grouped["table"])
+    fps, ids, _ = node_table(grouped["table"])
     dst_ids = ids[col.lookup(dst, fps, "target")]
     if len(dst_ids):
         _, in_degree = col.count_values(dst_ids)
@@ -315,7 +316,7 @@ class _BuildRowsFn(beam.DoFn):
     def process(self, kv) -> Iterator[Any]:
         _, grouped = kv
         src, dst_ids = col.concat(grouped["edges"], 2, (np.uint64, np.int64))
-        fps, ids, names = _table(grouped["table"])
+        fps, ids, names = node_table(grouped["table"])
         at = col.lookup(src, fps, "source")
         rows, offsets, cols = col.group_rows(at, dst_ids)
         train_rows, train_cols, lengths = [], [], np.diff(offsets)
@@ -360,13 +361,109 @@ def _transposed_rows(kv) -> Iterator[Any]:
     yield beam.pvalue.TaggedOutput("parts", _part("split.train_t", len(cols)))
 
 
-def _vocab_entries(piece) -> list[tuple[int, str]]:
+def vocab_entries(piece) -> list[tuple[int, str]]:
+    """A node-table piece -> its (id, name) vocabulary entries."""
     _, (_, ids, names) = piece
     return list(zip(ids.tolist(), names.tolist()))
 
 
 def _node_count(kind: str):
     return lambda piece: _part("nodes." + kind, len(piece[1][0]))
+
+
+class DistinctEdges(beam.PTransform):
+    """Edge batches of names -> {'edges': distinct edges (source bucket, (src fps, dst fps)), and
+    'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, names)) for the vocabulary}.
+
+    Drops and counts duplicates, then (unless bipartite) self-loops, then edges outside `tlds`.
+    """
+
+    def __init__(self, tlds: frozenset[str], bipartite: bool, num_buckets: int, fingerprint_bits: int):
+        super().__init__()
+        self._tlds, self._bipartite, self._b, self._bits = tlds, bipartite, num_buckets, fingerprint_bits
+
+    def expand(self, batches):
+        kinds = (ROWS, COLS) if self._bipartite else (ROWS,)
+        fp = batches | "Fingerprint" >> beam.ParDo(
+            _FingerprintFn(self._tlds, self._bits, self._b, self._bipartite)).with_outputs(*kinds, main="edges")
+        edges = (
+            fp.edges
+            | "GroupEdgesBySource" >> beam.GroupByKey()
+            | "DedupEdges" >> beam.ParDo(_DedupFn(drop_self_loops=not self._bipartite, with_tlds=bool(self._tlds)))
+        )
+        return {"edges": edges, **{kind: fp[kind] for kind in kinds}}
+
+
+class NodeTables(beam.PTransform):
+    """{'edges': edges keyed by source bucket, 'rows' (and 'cols'): name pieces} -> {kind: node-table
+    pieces (bucket, (fps, ids, names))}: the edges' endpoints, named (collision check), numbered."""
+
+    def __init__(self, bipartite: bool, id_buckets: int, num_buckets: int):
+        super().__init__()
+        self._bipartite, self._id_buckets, self._b = bipartite, id_buckets, num_buckets
+
+    def expand(self, inputs):
+        kinds = (ROWS, COLS) if self._bipartite else (ROWS,)
+        ends = inputs["edges"] | "Endpoints" >> beam.FlatMap(_endpoints, self._b, self._bipartite).with_outputs(
+            COLS, main=ROWS)
+        return {
+            kind: {"names": inputs[kind], "nodes": ends[kind]}
+            | f"GroupNames_{kind}" >> beam.CoGroupByKey()
+            | f"KeptNodes_{kind}" >> beam.FlatMap(_kept_names, kind)
+            | f"AssignIds_{kind}" >> _AssignIds(self._id_buckets, self._b)
+            for kind in kinds
+        }
+
+
+class JoinTargetIds(beam.PTransform):
+    """{'edges': (source bucket, (src, dst)), 'table': the targets' node table} -> {'edges': (source
+    bucket, (src fps, dst ids)), 'parts': the in-degree histogram}."""
+
+    def __init__(self, num_buckets: int):
+        super().__init__()
+        self._b = num_buckets
+
+    def expand(self, inputs):
+        by_target = inputs["edges"] | "KeyByTarget" >> beam.FlatMap(
+            lambda kv, b=self._b: col.split_by_bucket(kv[1][1], b, *kv[1]))
+        joined = (
+            {"edges": by_target, "table": inputs["table"]}
+            | "GroupTargets" >> beam.CoGroupByKey()
+            | "Join" >> beam.FlatMap(_join_target_ids, self._b).with_outputs("parts", main="edges")
+        )
+        return {"edges": joined.edges, "parts": joined.parts}
+
+
+class Transpose(beam.PTransform):
+    """Transpose pieces (bucket, (col ids, row ids)) -> {'rows': lists of train_t rows, 'parts'}."""
+
+    def expand(self, pieces):
+        rows = (
+            pieces
+            | "GroupByColumn" >> beam.GroupByKey()
+            | "Rows" >> beam.FlatMap(_transposed_rows).with_outputs("parts", main="rows")
+        )
+        return {"rows": rows.rows, "parts": rows.parts}
+
+
+class Summarize(beam.PTransform):
+    """The flattened summary parts ({(name, key): n} Counters) of every step -> the one summary dict."""
+
+    def __init__(self, bipartite: bool):
+        super().__init__()
+        self._bipartite = bipartite
+
+    def expand(self, parts):
+        return (
+            parts
+            | "SumParts" >> beam.CombineGlobally(_SumParts())
+            | "Summary" >> beam.Map(summarize, bipartite=self._bipartite)
+        )
+
+
+def node_counts(tables: dict) -> list:
+    """The `nodes.<kind>` summary parts of the node tables {kind: pieces}."""
+    return [pieces | f"NodeCount_{kind}" >> beam.Map(_node_count(kind)) for kind, pieces in tables.items()]
 
 
 class BuildWebGraph(beam.PTransform):
@@ -389,58 +486,28 @@ class BuildWebGraph(beam.PTransform):
 
     def expand(self, batches):
         cfg, nb = self._config, self._b
-        kinds = (ROWS, COLS) if cfg.bipartite else (ROWS,)
         tlds = frozenset(t.lower() for t in cfg.tlds)
-        fp = batches | "Fingerprint" >> beam.ParDo(
-            _FingerprintFn(tlds, self._bits, nb, cfg.bipartite)).with_outputs(*kinds, main="edges")
-        edges = (
-            fp.edges
-            | "GroupEdgesBySource" >> beam.GroupByKey()
-            | "DedupEdges" >> beam.ParDo(_DedupFn(drop_self_loops=not cfg.bipartite, with_tlds=bool(tlds)))
-        )
+        distinct = batches | "DistinctEdges" >> DistinctEdges(tlds, cfg.bipartite, nb, self._bits)
+        edges = distinct["edges"]
         for i in range(1, (cfg.degree_passes if cfg.min_links > 0 else 0) + 1):
             names = ("dropped_nodes.degree_filter",)
             if cfg.degree_passes > 1:
                 names += (f"dropped_nodes.degree_filter_pass{i}",)
             edges = edges | f"DegreePass{i}" >> _DegreePass(cfg.min_links, cfg.bipartite, names, nb)
-        ends = edges | "Endpoints" >> beam.FlatMap(_endpoints, nb, cfg.bipartite).with_outputs(COLS, main=ROWS)
-        tables = {}
-        for kind in kinds:
-            tables[kind] = (
-                {"names": fp[kind], "nodes": ends[kind]}
-                | f"GroupNames_{kind}" >> beam.CoGroupByKey()
-                | f"KeptNodes_{kind}" >> beam.FlatMap(_kept_names, kind)
-                | f"AssignIds_{kind}" >> _AssignIds(cfg.id_buckets, nb)
-            )
+        tables = {**distinct, "edges": edges} | "NodeTables" >> NodeTables(cfg.bipartite, cfg.id_buckets, nb)
         col_table = tables[COLS if cfg.bipartite else ROWS]
-        by_target = edges | "KeyByTarget" >> beam.FlatMap(
-            lambda kv, b=nb: col.split_by_bucket(kv[1][1], b, *kv[1]))
-        joined = (
-            {"edges": by_target, "table": col_table}
-            | "GroupTargets" >> beam.CoGroupByKey()
-            | "JoinTargetIds" >> beam.FlatMap(_join_target_ids, nb).with_outputs("parts", main="edges")
-        )
+        joined = {"edges": edges, "table": col_table} | "JoinTargetIds" >> JoinTargetIds(nb)
         built = (
-            {"edges": joined.edges, "table": tables[ROWS]}
+            {"edges": joined["edges"], "table": tables[ROWS]}
             | "GroupSources" >> beam.CoGroupByKey()
             | "BuildRows" >> beam.ParDo(_BuildRowsFn(cfg.seed, cfg.test_fraction, cfg.holdout_fraction, nb))
             .with_outputs("train", "test", "transpose", "parts")
         )
-        transposed = (
-            built.transpose
-            | "GroupByColumn" >> beam.GroupByKey()
-            | "Transpose" >> beam.FlatMap(_transposed_rows).with_outputs("parts", main="rows")
-        )
-        out = {"train": built.train, "train_t": transposed.rows, "test": built.test}
-        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(_vocab_entries)
+        transposed = built.transpose | "Transpose" >> Transpose()
+        out = {"train": built.train, "train_t": transposed["rows"], "test": built.test}
+        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(vocab_entries)
         if cfg.bipartite:
-            out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(_vocab_entries)
-        parts = [joined.parts, built.parts, transposed.parts]
-        parts += [tables[k] | f"NodeCount_{k}" >> beam.Map(_node_count(k)) for k in kinds]
-        out["summary"] = (
-            parts
-            | "AllParts" >> beam.Flatten()
-            | "SumParts" >> beam.CombineGlobally(_SumParts())
-            | "Summarize" >> beam.Map(summarize, bipartite=cfg.bipartite)
-        )
+            out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(vocab_entries)
+        parts = [joined["parts"], built.parts, transposed["parts"], *node_counts(tables)]
+        out["summary"] = parts | "AllParts" >> beam.Flatten() | "Summarize" >> Summarize(cfg.bipartite)
         return out
