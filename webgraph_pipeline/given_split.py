@@ -35,14 +35,9 @@ from webgraph_pipeline.graph import (
 PARTS = ("train", "test")
 
 
-def _rows(row_ids: np.ndarray, offsets: np.ndarray, cols: np.ndarray, at: np.ndarray) -> list[tuple[int, ...]]:
-    """The sorted column ids of the rows `at` (indices into `row_ids`) as tuples."""
-    return [tuple(cols[offsets[i]:offsets[i + 1]].tolist()) for i in at.tolist()]
-
-
 class _UserRowsFn(beam.DoFn):
-    """(user bucket, {'train', 'test': (user fps, item ids) pieces, 'table'}) -> `train` and `test` row
-    lists, `transpose` pieces (bucket, (item ids, user ids)) and summary `parts`."""
+    """(user bucket, {'train', 'test': (user fps, item ids) pieces, 'table'}) -> `train` and `test`
+    RowBlocks, `transpose` pieces (bucket, (item ids, user ids)) and summary `parts`."""
 
     def __init__(self, num_buckets: int):
         self._b = num_buckets
@@ -54,32 +49,29 @@ class _UserRowsFn(beam.DoFn):
         for part in PARTS:
             users, items = col.concat(grouped[part], 2, (np.uint64, np.int64))
             parts[part] = col.group_rows(ids[col.lookup(users, fps, "user")], items)
-        (train_ids, train_off, train_cols), (test_ids, test_off, test_cols) = parts["train"], parts["test"]
+        (train_ids, train_ptr, train_cols), (test_ids, test_ptr, test_cols) = parts["train"], parts["test"]
         counts = LocalCounts()
-        lengths = np.diff(train_off)
+        lengths = np.diff(train_ptr)
         summary = col.histogram_part("out_degree", lengths)
         summary[("edges", None)] += len(train_cols)
         if len(train_ids):
-            yield beam.pvalue.TaggedOutput("train", [
-                (r, c, ()) for r, c in zip(train_ids.tolist(), _rows(train_ids, train_off, train_cols,
-                                                                      np.arange(len(train_ids))))])
+            yield beam.pvalue.TaggedOutput("train", col.row_block(train_ids, train_ptr, train_cols))
             user_of = np.repeat(train_ids, lengths)
             for b, piece in col.split_by_bucket(train_cols.astype(np.uint64), self._b, train_cols, user_of):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
         if len(test_ids):
-            at = np.searchsorted(train_ids, test_ids)
+            # col_tag: the user's training items (none for a user without a training row)
             has_train = col.is_member(test_ids, train_ids)
             counts.inc("given_split.test_users_without_train_items", int((~has_train).sum()))
-            kept = [c if ok else () for c, ok in zip(
-                _rows(train_ids, train_off, train_cols, np.minimum(at, max(len(train_ids) - 1, 0))),
-                has_train.tolist())]
-            held = _rows(test_ids, test_off, test_cols, np.arange(len(test_ids)))
-            yield beam.pvalue.TaggedOutput("test", list(zip(test_ids.tolist(), kept, held)))
-            width = np.int64(max(int(train_cols.max(initial=0)), int(test_cols.max(initial=0))) + 1)
+            at = np.searchsorted(train_ids, test_ids)
+            ptr = np.concatenate((train_ptr, [train_ptr[-1]]))  # a last, empty row for the others
+            kept_ptr, kept = col.ragged_take(ptr, train_cols, np.where(has_train, at, len(train_ids)))
+            yield beam.pvalue.TaggedOutput("test", col.row_block(test_ids, kept_ptr, kept, test_ptr, test_cols))
+            width = max(int(train_cols.max(initial=0)), int(test_cols.max(initial=0))) + 1
             both = np.intersect1d(np.repeat(train_ids, lengths) * width + train_cols,
-                                  np.repeat(test_ids, np.diff(test_off)) * width + test_cols, assume_unique=True)
+                                  np.repeat(test_ids, np.diff(test_ptr)) * width + test_cols, assume_unique=True)
             counts.inc("given_split.test_items_also_in_train", len(both))
-            summary[("test.col_tag", None)] += sum(map(len, kept))
+            summary[("test.col_tag", None)] += len(kept)
             summary[("test.gt_tag", None)] += len(test_cols)
         summary[("split.train", None)] += len(train_ids)
         summary[("split.test", None)] += len(test_ids)

@@ -28,7 +28,7 @@ from webgraph_pipeline.filters import tld_of
 from webgraph_pipeline.fingerprints import FINGERPRINT_BITS, distinct_names, fingerprint, merge_vocabulary
 from webgraph_pipeline.ids import bucket_of as id_bucket_of
 from webgraph_pipeline.ids import bucket_offsets
-from webgraph_pipeline.splits import assign_row
+from webgraph_pipeline.splits import split_block
 from webgraph_pipeline.variants import GraphConfig
 
 DEFAULT_GRAPH_BUCKETS = 16
@@ -306,8 +306,8 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
 
 
 class _BuildRowsFn(beam.DoFn):
-    """(source bucket, {'edges', 'table'}) -> `train`/`test` row lists (row_tag, col_tag, gt_tag), `transpose`
-    pieces (bucket, (col ids, row ids)) of the train rows, and summary `parts`."""
+    """(source bucket, {'edges', 'table'}) -> `train`/`test` RowBlocks, `transpose` pieces (bucket,
+    (col ids, row ids)) of the train rows, and summary `parts`."""
 
     def __init__(self, seed: int, test_fraction: float, holdout_fraction: float, num_buckets: int):
         self._args = (seed, test_fraction, holdout_fraction)
@@ -317,54 +317,50 @@ class _BuildRowsFn(beam.DoFn):
         _, grouped = kv
         src, dst_ids = col.concat(grouped["edges"], 2, (np.uint64, np.int64))
         fps, ids, names = node_table(grouped["table"])
-        at = col.lookup(src, fps, "source")
-        rows, offsets, cols = col.group_rows(at, dst_ids)
-        train_rows, train_cols, lengths = [], [], np.diff(offsets)
+        rows, offsets, cols = col.group_rows(col.lookup(src, fps, "source"), dst_ids)
+        lengths = np.diff(offsets)
+        is_test, held = split_block(names[rows], offsets, cols, *self._args)
         parts = col.histogram_part("out_degree", lengths)
-        single = 0
-        out_rows: dict[str, list] = {"train": [], "test": []}
-        for i, at_row in enumerate(rows.tolist()):
-            row_cols = tuple(cols[offsets[i]:offsets[i + 1]].tolist())
-            split, out = assign_row((int(ids[at_row]), names[at_row], row_cols), *self._args)
-            if split == "train":
-                single += len(row_cols) == 1
-                train_rows.append(out[0])
-                train_cols.append(len(row_cols))
-            else:
-                parts[("test.col_tag", None)] += len(out[1])
-                parts[("test.gt_tag", None)] += len(out[2])
-            out_rows[split].append(out)
-        for split, batch in out_rows.items():
-            parts[("split." + split, None)] += len(batch)
-            if batch:
-                yield beam.pvalue.TaggedOutput(split, batch)
         parts[("edges", None)] += len(src)
-        if single:
-            counts = LocalCounts()
-            counts.inc("split.single_outlink_rows_in_train", single)
-            flush_to_beam(counts)
-        if train_rows:
-            row_ids = np.repeat(np.asarray(train_rows, dtype=np.int64), train_cols)
-            is_train = np.repeat(np.isin(ids[rows], train_rows), lengths)
-            col_ids = cols[is_train]
-            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, col_ids, row_ids):
+        train, test = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+        if len(train):
+            block = col.take_rows(col.row_block(ids[rows], offsets, cols), train)
+            yield beam.pvalue.TaggedOutput("train", block)
+            single = int((lengths[train] == 1).sum())
+            if single:
+                counts = LocalCounts()
+                counts.inc("split.single_outlink_rows_in_train", single)
+                flush_to_beam(counts)
+            row_ids, ptr, col_ids = block[:3]
+            row_of = np.repeat(row_ids, np.diff(ptr))
+            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, col_ids, row_of):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
+        if len(test):
+            kept_ptr, kept = col.ragged_take(offsets, np.where(held, -1, cols), test)
+            held_ptr, gt = col.ragged_take(offsets, np.where(held, cols, -1), test)
+            kept_ptr, kept = col.drop_values(kept_ptr, kept, -1)
+            held_ptr, gt = col.drop_values(held_ptr, gt, -1)
+            yield beam.pvalue.TaggedOutput("test", col.row_block(ids[rows][test], kept_ptr, kept, held_ptr, gt))
+            parts[("test.col_tag", None)] += len(kept)
+            parts[("test.gt_tag", None)] += len(gt)
+        parts[("split.train", None)] += len(train)
+        parts[("split.test", None)] += len(test)
         yield beam.pvalue.TaggedOutput("parts", parts)
 
 
 def _transposed_rows(kv) -> Iterator[Any]:
-    """(bucket, pieces of (col ids, row ids)) -> a list of train_t rows (col, sorted rows, ()); tagged `parts`."""
+    """(bucket, pieces of (col ids, row ids)) -> a RowBlock of train_t rows (col, sorted rows); tagged `parts`."""
     _, pieces = kv
     col_ids, row_ids = col.concat(pieces, 2, (np.int64, np.int64))
     cols, offsets, rows = col.group_rows(col_ids, row_ids)
-    yield [(c, tuple(rows[offsets[i]:offsets[i + 1]].tolist()), ()) for i, c in enumerate(cols.tolist())]
+    yield col.row_block(cols, offsets, rows)
     yield beam.pvalue.TaggedOutput("parts", _part("split.train_t", len(cols)))
 
 
-def vocab_entries(piece) -> list[tuple[int, str]]:
-    """A node-table piece -> its (id, name) vocabulary entries."""
+def vocab_entries(piece) -> tuple[np.ndarray, np.ndarray]:
+    """A node-table piece -> its vocabulary entries (ids, names)."""
     _, (_, ids, names) = piece
-    return list(zip(ids.tolist(), names.tolist()))
+    return ids, names
 
 
 def _node_count(kind: str):
@@ -467,11 +463,12 @@ def node_counts(tables: dict) -> list:
 
 
 class BuildWebGraph(beam.PTransform):
-    """Edge batches -> dict of PCollections whose elements are lists (one per bucket: rows travel in
-    batches too; `beam.FlatMap(iter)` gives single rows).
+    """Edge batches -> dict of PCollections whose elements are arrays (one per bucket: rows travel in
+    blocks too; `beam.FlatMap(columnar.block_rows)` gives single rows).
 
-    `train`, `train_t`, `test`: lists of (row_tag, col_tag tuple, gt_tag tuple); `vocab`: lists of
-    (id, name); `col_vocab`: the same for the columns (bipartite only; otherwise `vocab` covers both);
+    `train`, `train_t`, `test`: `columnar.RowBlock`s (row ids, col_tag and gt_tag as ragged arrays);
+    `vocab`: (ids, names) arrays; `col_vocab`: the same for the columns (bipartite only; otherwise
+    `vocab` covers both);
     `summary`: one dict with nodes, edges, rows per split and degree histograms.
     num_buckets: hash buckets of the per-bucket steps (work items; more for bigger graphs).
     fingerprint_bits: narrower than 64 only to force collisions in tests.

@@ -13,6 +13,8 @@ import hashlib
 import math
 from typing import Sequence
 
+import numpy as np
+
 # (row id, row name, sorted column ids)
 NamedRow = tuple[int, str, tuple[int, ...]]
 # (row_tag, col_tag, gt_tag), the contract's record layout
@@ -24,6 +26,44 @@ def unit_hash(seed: int, *parts: str) -> float:
     text = "\x1f".join((str(seed),) + parts)
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64
+
+
+def unit_hashes(seed: int, tag: str, names: Sequence[str], cols: Sequence[int] = ()) -> np.ndarray:
+    """`unit_hash(seed, tag, name[, str(col)])` of each name (and column id), as a float64 array."""
+    prefix = f"{seed}\x1f{tag}\x1f"
+    if len(cols):
+        texts = [f"{prefix}{n}\x1f{c}" for n, c in zip(names, cols)]
+    else:
+        texts = [prefix + n for n in names]
+    digests = b"".join([hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest() for t in texts])
+    return np.frombuffer(digests, ">u8").astype(np.float64) / 2.0**64
+
+
+def split_block(names: np.ndarray, ptr: np.ndarray, cols: np.ndarray, seed: int, test_fraction: float,
+                holdout_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """The rules of `assign_row` for many rows at once: rows `names` with the sorted columns
+    cols[ptr[i]:ptr[i + 1]] -> (test-row mask, held-out mask over `cols`, False outside test rows)."""
+    lengths = np.diff(ptr)
+    is_test = np.zeros(len(names), bool)
+    held = np.zeros(len(cols), bool)
+    may = np.flatnonzero(lengths >= 2)
+    if not len(may) or test_fraction <= 0:
+        return is_test, held
+    is_test[may] = unit_hashes(seed, "row", names[may].tolist()) < test_fraction
+    rows = np.flatnonzero(is_test)
+    if not len(rows):
+        return is_test, held
+    n = lengths[rows]
+    u = unit_hashes(seed, "round", names[rows].tolist())
+    h = np.minimum(np.maximum(np.floor(holdout_fraction * n.astype(np.float64) + u), 1), n - 1).astype(np.int64)
+    owner = np.repeat(np.arange(len(rows)), n)
+    at = np.arange(len(owner)) - np.repeat(np.cumsum(n) - n, n) + np.repeat(ptr[rows], n)  # positions in cols
+    link = unit_hashes(seed, "link", np.repeat(names[rows], n).tolist(), cols[at].tolist())
+    order = np.lexsort((cols[at], link, owner))  # per row: by (link hash, column id)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order)) - np.repeat(np.cumsum(n) - n, n)
+    held[at] = rank < h[owner]
+    return is_test, held
 
 
 def is_test_row(name: str, num_links: int, seed: int, test_fraction: float) -> bool:
