@@ -115,6 +115,28 @@ class _FingerprintFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(kind, (bucket, piece))
 
 
+class _MergeNames(beam.CombineFn):
+    """Name pieces (fps, names) of one bucket -> one (sorted distinct fps, names) piece, collisions
+    checked; lifted before the shuffle, so a name crosses it about once per bundle, not once per batch."""
+
+    COMPACT_AT = 1 << 18  # entries that trigger a merge (or twice the merged piece, when larger)
+
+    def create_accumulator(self) -> list:
+        return []
+
+    def add_input(self, acc: list, piece) -> list:
+        acc.append(piece)
+        if sum(len(fps) for fps, _ in acc) > max(self.COMPACT_AT, 2 * len(acc[0][0])):  # amortized
+            acc[:] = [self.extract_output(acc)]
+        return acc
+
+    def merge_accumulators(self, accs) -> list:
+        return [self.extract_output([p for acc in accs for p in acc])]
+
+    def extract_output(self, acc: list):
+        return merge_vocabulary(*col.concat(acc, 2, (np.uint64, object)))
+
+
 class _DedupFn(beam.DoFn):
     """(source bucket, pieces) -> (source bucket, (src, dst)) distinct edges, drops counted."""
 
@@ -297,7 +319,9 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
     the in-degree histogram."""
     _, grouped = kv
     src, dst = col.concat(grouped["edges"], 2)
-    fps, ids, _ = node_table(grouped["table"])
+    fps, ids = col.concat(grouped["table"], 2, (np.uint64, np.int64))
+    order = np.argsort(fps)
+    fps, ids = fps[order], ids[order]
     dst_ids = ids[col.lookup(dst, fps, "target")]
     if len(dst_ids):
         _, in_degree = col.count_values(dst_ids)
@@ -387,7 +411,8 @@ class DistinctEdges(beam.PTransform):
             | "GroupEdgesBySource" >> beam.GroupByKey()
             | "DedupEdges" >> beam.ParDo(_DedupFn(drop_self_loops=not self._bipartite, with_tlds=bool(self._tlds)))
         )
-        return {"edges": edges, **{kind: fp[kind] for kind in kinds}}
+        names = {kind: fp[kind] | f"MergeNames_{kind}" >> beam.CombinePerKey(_MergeNames()) for kind in kinds}
+        return {"edges": edges, **names}
 
 
 class NodeTables(beam.PTransform):
@@ -423,7 +448,7 @@ class JoinTargetIds(beam.PTransform):
         by_target = inputs["edges"] | "KeyByTarget" >> beam.FlatMap(
             lambda kv, b=self._b: col.split_by_bucket(kv[1][1], b, *kv[1]))
         joined = (
-            {"edges": by_target, "table": inputs["table"]}
+            {"edges": by_target, "table": inputs["table"] | "FpsAndIds" >> beam.MapTuple(lambda b, t: (b, t[:2]))}
             | "GroupTargets" >> beam.CoGroupByKey()
             | "Join" >> beam.FlatMap(_join_target_ids, self._b).with_outputs("parts", main="edges")
         )
