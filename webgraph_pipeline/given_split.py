@@ -6,6 +6,12 @@ transpose, and `test` one row per user with test items, `col_tag` = that user's 
 update, and excludes them from the ranking) and `gt_tag` = its test items. Users and items are
 numbered over train and test together (separate row and column ids: the data is users x items).
 No degree filter and no re-splitting: the counts are the files'.
+
+With `validation_fraction` > 0 the training data is also re-split for tuning (`carve_validation`):
+each training user's items that are not also its test items are cut by the test split's hash rule
+(`splits.split_test_row`, under its own salt) into a held-out share (`validation` gt_tag) and the
+rest, which with any test-overlapping items is the user's `validation_train` row. Test is never read
+by tuning, and `validation_train` + `validation` gt together are exactly `train`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from apache_beam.metrics import Metrics
 
 from webgraph_pipeline.counters import NAMESPACE
 from webgraph_pipeline.ids import AssignIds
+from webgraph_pipeline.splits import split_test_row
 
 TRAIN, TEST = 0, 1
 
@@ -31,6 +38,23 @@ def user_rows(row_id: int, links: list[tuple[int, int]]) -> tuple[Row | None, Ro
     test = tuple(sorted({c for c, part in links if part == TEST}))
     overlap = len(set(train) & set(test))
     return ((row_id, train, ()) if train else None), ((row_id, train, test) if test else None), overlap
+
+
+def carve_validation(
+    name: str, train: Row, test_items: tuple[int, ...], seed: int, fraction: float
+) -> tuple[Row, Row | None]:
+    """A user's training row -> (its validation_train row, its validation row or None).
+
+    A share `fraction` of the user's training items that are not test items is held out (at least
+    one, and at least one such item kept); a user with fewer than two such items keeps them all.
+    """
+    row_id, items, _ = train
+    candidates = [c for c in items if c not in set(test_items)]
+    if len(candidates) < 2:
+        return (row_id, items, ()), None
+    _, held = split_test_row(f"validation\x1f{name}", candidates, seed, fraction)
+    kept = tuple(c for c in items if c not in set(held))
+    return (row_id, kept, ()), (row_id, kept, held)
 
 
 def histogram(pairs: list[tuple[int, int]]) -> list[list[int]]:
@@ -49,18 +73,25 @@ def _attach_item_id(kv: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tupl
 class _UserRowsFn(beam.DoFn):
     """(user, {'links': [(item id, part)...], 'id': [row id]}) -> tagged train and test rows."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int, validation_fraction: float) -> None:
+        self._seed, self._validation_fraction = seed, validation_fraction
         self._overlap = Metrics.counter(NAMESPACE, "given_split.test_items_also_in_train")
         self._cold = Metrics.counter(NAMESPACE, "given_split.test_users_without_train_items")
 
     def process(self, kv) -> Iterator[Any]:
-        _, grouped = kv
+        name, grouped = kv
         (row_id,) = grouped["id"]
         train, test, overlap = user_rows(row_id, list(grouped["links"]))
         if overlap:
             self._overlap.inc(overlap)
         if train:
             yield beam.pvalue.TaggedOutput("train", train)
+            if self._validation_fraction:
+                fit, validation = carve_validation(name, train, test[2] if test else (), self._seed,
+                                                   self._validation_fraction)
+                yield beam.pvalue.TaggedOutput("validation_train", fit)
+                if validation:
+                    yield beam.pvalue.TaggedOutput("validation", validation)
         if test:
             if not train:
                 self._cold.inc()
@@ -92,13 +123,24 @@ def _sum_pairs(pairs) -> tuple[int, int]:
     return a, b
 
 
+def _transpose(rows, label: str):
+    """Rows (user, items, ()) -> (item, users, ()) rows."""
+    return (
+        rows
+        | f"{label}TransposeLinks" >> beam.FlatMap(lambda r: ((c, r[0]) for c in r[1]))
+        | f"{label}GroupByItem" >> beam.GroupByKey()
+        | f"{label}TransposedRow" >> beam.Map(lambda kv: (kv[0], tuple(sorted(kv[1])), ()))
+    )
+
+
 class BuildGivenSplit(beam.PTransform):
     """{'train': (user, item) edges, 'test': (user, item) edges}, each deduplicated -> the dict of
     PCollections `BuildWebGraph` returns (`train`, `train_t`, `test`, `vocab`, `col_vocab`, `summary`)."""
 
-    def __init__(self, id_buckets: int):
+    def __init__(self, id_buckets: int, seed: int = 0, validation_fraction: float = 0.0):
         super().__init__()
         self._id_buckets = id_buckets
+        self._seed, self._validation_fraction = seed, validation_fraction
 
     def expand(self, parts):
         train = parts["train"] | "TagTrain" >> beam.Map(lambda e: (e[1], (e[0], TRAIN)))
@@ -124,15 +166,14 @@ class BuildGivenSplit(beam.PTransform):
         rows = (
             {"links": by_user, "id": row_ids}
             | "GroupUsers" >> beam.CoGroupByKey()
-            | "UserRows" >> beam.ParDo(_UserRowsFn()).with_outputs("train", "test")
+            | "UserRows" >> beam.ParDo(_UserRowsFn(self._seed, self._validation_fraction)).with_outputs(
+                "train", "test", "validation_train", "validation")
         )
-        train_t = (
-            rows.train
-            | "TransposeLinks" >> beam.FlatMap(lambda r: ((c, r[0]) for c in r[1]))
-            | "GroupByItem" >> beam.GroupByKey()
-            | "TransposedRow" >> beam.Map(lambda kv: (kv[0], tuple(sorted(kv[1])), ()))
-        )
-        out = {"train": rows.train, "train_t": train_t, "test": rows.test}
+        out = {"train": rows.train, "train_t": _transpose(rows.train, ""), "test": rows.test}
+        if self._validation_fraction:
+            out["validation_train"] = rows.validation_train
+            out["validation_train_t"] = _transpose(rows.validation_train, "Validation")
+            out["validation"] = rows.validation
         out["vocab"] = row_ids | "RowIdToName" >> beam.Map(lambda kv: (kv[1], kv[0]))
         out["col_vocab"] = col_ids | "ColIdToName" >> beam.Map(lambda kv: (kv[1], kv[0]))
         out["summary"] = self._summary(row_ids, col_ids, out)
@@ -145,7 +186,8 @@ class BuildGivenSplit(beam.PTransform):
             [
                 out[name] | f"Count_{name}" >> beam.combiners.Count.Globally()
                 | f"Name_{name}" >> beam.Map(lambda n, name=name: (name, n))
-                for name in ("train", "train_t", "test")
+                for name in ("train", "train_t", "test", "validation_train", "validation_train_t", "validation")
+                if name in out
             ]
             + [out["train"] | "TrainLinks" >> beam.Map(lambda r: len(r[1]))
                | "SumTrainLinks" >> beam.CombineGlobally(sum) | "NameEdges" >> beam.Map(lambda n: ("edges", n))]

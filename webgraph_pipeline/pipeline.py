@@ -65,6 +65,8 @@ class JobSpec:
             raise ValueError("--edge_format given_split needs --test_input, and --test_input needs given_split")
         if self.protocol == "given_split" and (self.urls_file or self.config.min_links or self.config.tlds):
             raise ValueError("a given split is used as given: no --urls, --min_links, --tlds or --variant")
+        if self.config.validation_fraction and self.protocol != "given_split":
+            raise ValueError("--validation_fraction: only with --edge_format given_split so far")
 
     @property
     def protocol(self) -> str:
@@ -180,7 +182,8 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """Add the whole job to `p`: read -> BuildWebGraph (or BuildGivenSplit) -> WriteTfRecords;
     returns the written paths."""
     if spec.protocol == "given_split":
-        given = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(spec.config.id_buckets)
+        given = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(
+            spec.config.id_buckets, spec.config.seed, spec.config.validation_fraction)
         graph = {  # WriteTfRecords takes rows in lists, as BuildWebGraph emits them
             name: pcoll if name == "summary" else pcoll | f"Batch_{name}" >> beam.BatchElements(
                 min_batch_size=1_000, max_batch_size=50_000)
