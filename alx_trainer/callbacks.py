@@ -96,10 +96,11 @@ class Evaluator(Callback):
         if dataset.tfds:
             rows = tfds_input.read_test_rows(dataset.files["test"])
             result = evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k,
-                                       exclude_self=not dataset.bipartite, mesh=mesh)
+                                       exclude_self=not dataset.bipartite, mesh=mesh, max_rows=config.eval_rows or None)
         else:
             result = evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh,
-                                       split=dataset.eval_split, baseline=dataset.eval_split == "test")
+                                       split=dataset.eval_split, baseline=dataset.eval_split == "test",
+                                       max_rows=config.eval_rows or None)
         record.update(result)
 
 

@@ -136,7 +136,8 @@ def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix
 
 
 class WriteTfRecords(beam.PTransform):
-    """Write `BuildWebGraph`'s output: the three splits (and the validation splits when given), vocabulary shards, stats.json and a PNG.
+    """Write `BuildWebGraph`'s output: the three splits (and the validation splits when given),
+    vocabulary shards, stats.json and a PNG.
 
     Takes the dict `BuildWebGraph` returns (rows and vocabulary entries in lists); yields the
     PCollection of written paths.

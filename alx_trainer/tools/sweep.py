@@ -253,7 +253,7 @@ def format_table(rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METR
             mark = "*" if (lam, a) == (best["lambda"], best["alpha"]) else " "
             cells.append("       -  " if np.isnan(grid[i, j]) else f"{grid[i, j]:>9.4f}{mark}")
         lines.append(f"{lam:>10.3g}" + "".join(cells))
-    lines.append(f"best (*): " + " ".join(f"{k}={best[k]:g}" for k in POINT + ("epochs",))
+    lines.append("best (*): " + " ".join(f"{k}={best[k]:g}" for k in POINT + ("epochs",))
                  + f" {metric}={best[metric]:.4f}")
     return "\n".join(lines)
 
