@@ -211,8 +211,10 @@ def write_outputs(rows: Sequence[Mapping[str, float]], out_dir: str, base_config
     tuned = point_config(base_config, best, epochs=int(best["epochs"]), validation=False, model_dir="", data="")
     keep = ("dim", "alpha", "reg", "reg_exponent", "epochs", "solver", "cg_iters", "block_size", "init_stddev",
             "seed", "eval_k", "ndcg_k")
+    values = {k: getattr(tuned, k) for k in keep}
+    values["eval_every"] = values["epochs"]  # `train --config` evaluates on test once, after the last epoch
     with open(paths["config"], "w", encoding="utf-8") as f:
-        json.dump({k: getattr(tuned, k) for k in keep}, f, indent=2)
+        json.dump(values, f, indent=2)
         f.write("\n")
     paths["heatmap"] = plot_heatmap(rows, os.path.join(out_dir, HEATMAP_PNG), metric)
     return paths
