@@ -22,6 +22,7 @@ import shutil
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import jax.monitoring
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -48,7 +49,6 @@ def _count_compiles() -> None:
     """Count XLA backend compilations from now on (`compilations()`); registers once per process."""
     if getattr(_count_compiles, "done", False):
         return
-    import jax.monitoring
 
     def listener(event: str, _duration: float, **_kw: Any) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
