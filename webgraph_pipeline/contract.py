@@ -13,12 +13,21 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-# TFDS split name -> file prefix of its TFRecord shards.
+# TFDS split name -> file prefix of its TFRecord shards: the splits every dataset has (`test` may be empty).
 SPLIT_PREFIXES: Mapping[str, str] = {
     "train": "train",
     "train_t": "train.transpose",
     "test": "test",
 }
+# Optional, for tuning (`--validation_fraction`): the training data re-split the way `test` splits it.
+# `validation_train` (+ transpose) is what to train on, `validation` the rows to evaluate (`col_tag`
+# = the row's validation_train items, `gt_tag` = its held-out training items).
+VALIDATION_PREFIXES: Mapping[str, str] = {
+    "validation_train": "validation.train",
+    "validation_train_t": "validation.train.transpose",
+    "validation": "validation",
+}
+ALL_SPLIT_PREFIXES: Mapping[str, str] = {**SPLIT_PREFIXES, **VALIDATION_PREFIXES}
 TFRECORD_SUFFIX = ".tfr"
 VOCAB_PREFIX = "vocab.tsv"
 # Interaction data (users x items) only: the column (item) names; `vocab.tsv` then holds the rows.
@@ -33,9 +42,9 @@ def shard_name(prefix: str, index: int, num_shards: int, suffix: str = "") -> st
 
 def split_glob(data_dir: str, split: str) -> str:
     """The glob that matches every TFRecord shard of `split` under `data_dir`."""
-    if split not in SPLIT_PREFIXES:
-        raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLIT_PREFIXES)}")
-    return os.path.join(data_dir, f"{SPLIT_PREFIXES[split]}{TFRECORD_SUFFIX}-*-of-*")
+    if split not in ALL_SPLIT_PREFIXES:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(ALL_SPLIT_PREFIXES)}")
+    return os.path.join(data_dir, f"{ALL_SPLIT_PREFIXES[split]}{TFRECORD_SUFFIX}-*-of-*")
 
 
 def vocab_glob(data_dir: str, columns: bool = False) -> str:

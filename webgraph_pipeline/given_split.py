@@ -6,6 +6,12 @@ transpose, and `test` one row per user with test items, `col_tag` = that user's 
 update, and excludes them from the ranking) and `gt_tag` = its test items. Users and items are
 numbered over train and test together (separate row and column ids: the data is users x items).
 No degree filter and no re-splitting: the counts are the files'.
+
+With `validation_fraction` > 0 the training data is also re-split for tuning (`carve_validation`):
+each training user's items that are not also its test items are cut by the test split's hash rule
+(`splits.split_block`, under its own salt) into a held-out share (`validation` gt_tag) and the
+rest, which with any test-overlapping items is the user's `validation_train` row. Test is never read
+by tuning, and `validation_train` + `validation` gt together are exactly `train`.
 """
 
 from __future__ import annotations
@@ -31,20 +37,64 @@ from webgraph_pipeline.graph import (
     node_table,
     vocab_entries,
 )
+from webgraph_pipeline.splits import split_block
 
 PARTS = ("train", "test")
+Row = tuple[int, tuple[int, ...], tuple[int, ...]]
+
+
+def carve_validation(
+    name: str, train: Row, test_items: tuple[int, ...], seed: int, fraction: float
+) -> tuple[Row, Row | None]:
+    """A user's training row -> (its validation_train row, its validation row or None).
+
+    A share `fraction` of the user's training items that are not test items is held out (at least
+    one, and at least one such item kept); a user with fewer than two such items keeps them all.
+    """
+    row_id, items, _ = train
+    candidates = [c for c in items if c not in set(test_items)]
+    if len(candidates) < 2:
+        return (row_id, items, ()), None
+    candidates = sorted(candidates)
+    # every row with two or more links is a "test" row at fraction 1: only the held-out rule applies
+    _, mask = split_block(np.array([f"validation\x1f{name}"], object), np.array([0, len(candidates)]),
+                          np.array(candidates, np.int64), seed, 1.0, fraction)
+    held = tuple(c for c, h in zip(candidates, mask.tolist()) if h)
+    kept = tuple(c for c in items if c not in set(held))
+    return (row_id, kept, ()), (row_id, kept, held)
+
+
+def _validation_blocks(names, train_ids, train_ptr, train_cols, test_ids, test_ptr, test_cols, seed, fraction):
+    """(validation_train block, validation block): `carve_validation` for every training user."""
+    fit_rows, val_rows = [], []
+    test_of = {int(u): tuple(test_cols[test_ptr[i]:test_ptr[i + 1]].tolist()) for i, u in enumerate(test_ids)}
+    for i, u in enumerate(train_ids.tolist()):
+        items = tuple(train_cols[train_ptr[i]:train_ptr[i + 1]].tolist())
+        fit, val = carve_validation(str(names[i]), (u, items, ()), test_of.get(u, ()), seed, fraction)
+        fit_rows.append(fit)
+        if val:
+            val_rows.append(val)
+
+    def block(rows):
+        ptr = np.cumsum([0] + [len(r[1]) for r in rows])
+        gt_ptr = np.cumsum([0] + [len(r[2]) for r in rows])
+        flat = lambda k: np.array([c for r in rows for c in r[k]], np.int64)  # noqa: E731
+        return col.row_block(np.array([r[0] for r in rows], np.int64), ptr, flat(1), gt_ptr, flat(2))
+
+    return block(fit_rows), block(val_rows)
 
 
 class _UserRowsFn(beam.DoFn):
     """(user bucket, {'train', 'test': (user fps, item ids) pieces, 'table'}) -> `train` and `test`
     RowBlocks, `transpose` pieces (bucket, (item ids, user ids)) and summary `parts`."""
 
-    def __init__(self, num_buckets: int):
+    def __init__(self, num_buckets: int, seed: int = 0, validation_fraction: float = 0.0):
         self._b = num_buckets
+        self._seed, self._validation_fraction = seed, validation_fraction
 
     def process(self, kv) -> Iterator[Any]:
         _, grouped = kv
-        fps, ids, _ = node_table(grouped["table"])
+        fps, ids, names = node_table(grouped["table"])
         parts = {}
         for part in PARTS:
             users, items = col.concat(grouped[part], 2, (np.uint64, np.int64))
@@ -75,6 +125,18 @@ class _UserRowsFn(beam.DoFn):
             summary[("test.gt_tag", None)] += len(test_cols)
         summary[("split.train", None)] += len(train_ids)
         summary[("split.test", None)] += len(test_ids)
+        if self._validation_fraction and len(train_ids):
+            by_id = np.argsort(ids)
+            user_names = names[by_id][np.searchsorted(ids[by_id], train_ids)]
+            fit, val = _validation_blocks(user_names, train_ids, train_ptr, train_cols, test_ids, test_ptr, test_cols,
+                                          self._seed, self._validation_fraction)
+            yield beam.pvalue.TaggedOutput("validation_train", fit)
+            yield beam.pvalue.TaggedOutput("validation", val)
+            fit_user = np.repeat(fit[0], np.diff(fit[1]))
+            for b, piece in col.split_by_bucket(fit[2].astype(np.uint64), self._b, fit[2], fit_user):
+                yield beam.pvalue.TaggedOutput("validation_transpose", (b, piece))
+            summary[("split.validation_train", None)] += len(fit[0])
+            summary[("split.validation", None)] += len(val[0])
         flush_to_beam(+counts)
         yield beam.pvalue.TaggedOutput("parts", summary)
 
@@ -89,9 +151,10 @@ class BuildGivenSplit(beam.PTransform):
     """
 
     def __init__(self, id_buckets: int, num_buckets: int = DEFAULT_GRAPH_BUCKETS,
-                 fingerprint_bits: int = FINGERPRINT_BITS):
+                 fingerprint_bits: int = FINGERPRINT_BITS, seed: int = 0, validation_fraction: float = 0.0):
         super().__init__()
         self._id_buckets, self._b, self._bits = id_buckets, num_buckets, fingerprint_bits
+        self._seed, self._validation_fraction = seed, validation_fraction
 
     def expand(self, batches):
         nb = self._b
@@ -111,10 +174,14 @@ class BuildGivenSplit(beam.PTransform):
         rows = (
             {"train": joined["train"]["edges"], "test": joined["test"]["edges"], "table": tables[ROWS]}
             | "GroupUsers" >> beam.CoGroupByKey()
-            | "UserRows" >> beam.ParDo(_UserRowsFn(nb)).with_outputs("train", "test", "transpose", "parts")
+            | "UserRows" >> beam.ParDo(_UserRowsFn(nb, self._seed, self._validation_fraction)).with_outputs(
+                "train", "test", "transpose", "parts", "validation_train", "validation", "validation_transpose")
         )
         transposed = rows.transpose | "Transpose" >> Transpose()
         out = {"train": rows.train, "train_t": transposed["rows"], "test": rows.test}
+        if self._validation_fraction:  # the transpose's own parts count train_t: not summed for this one
+            out["validation_train"], out["validation"] = rows.validation_train, rows.validation
+            out["validation_train_t"] = (rows.validation_transpose | "ValidationTranspose" >> Transpose())["rows"]
         out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(vocab_entries)
         out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(vocab_entries)
         parts = [joined["train"]["parts"], rows.parts, transposed["parts"], *node_counts(tables)]

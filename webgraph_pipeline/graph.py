@@ -47,7 +47,8 @@ def summarize(parts: collections.Counter, bipartite: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "nodes": int(rows + cols) if bipartite else int(rows),
         "edges": int(get("edges")),
-        "splits": {name: int(get("split." + name)) for name in ("train", "train_t", "test")},
+        "splits": {name: int(get("split." + name)) for name in ("train", "train_t", "test")}
+        | {name[6:]: int(n) for (name, _), n in parts.items() if name.startswith("split.validation")},
         "test_links": {"col_tag": int(get("test.col_tag")), "gt_tag": int(get("test.gt_tag"))},
         "out_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "out_degree"}),
         "in_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "in_degree"}),

@@ -64,6 +64,8 @@ class JobSpec:
             raise ValueError("--edge_format given_split needs --test_input, and --test_input needs given_split")
         if self.protocol == "given_split" and (self.urls_file or self.config.min_links or self.config.tlds):
             raise ValueError("a given split is used as given: no --urls, --min_links, --tlds or --variant")
+        if self.config.validation_fraction and self.protocol != "given_split":
+            raise ValueError("--validation_fraction: only with --edge_format given_split so far")
 
     @property
     def protocol(self) -> str:
@@ -137,7 +139,8 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """Add the whole job to `p`: read -> BuildWebGraph (or BuildGivenSplit) -> WriteTfRecords;
     returns the written paths."""
     if spec.protocol == "given_split":
-        graph = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(spec.config.id_buckets)
+        graph = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(
+            spec.config.id_buckets, seed=spec.config.seed, validation_fraction=spec.config.validation_fraction)
     else:
         graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
     return graph | "WriteTfRecords" >> WriteTfRecords(

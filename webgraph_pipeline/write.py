@@ -22,7 +22,7 @@ from webgraph_pipeline import columnar as col
 from webgraph_pipeline import contract
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
-_SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.SPLIT_PREFIXES.items())
+_SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.ALL_SPLIT_PREFIXES.items())
 DEGREE_PLOT = "degree_distribution.png"
 
 
@@ -150,7 +150,8 @@ def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix
 
 
 class WriteTfRecords(beam.PTransform):
-    """Write `BuildWebGraph`'s output: the three splits, vocabulary shards, stats.json and a PNG.
+    """Write `BuildWebGraph`'s output: the three splits (and the validation splits when given),
+    vocabulary shards, stats.json and a PNG.
 
     Takes the dict `BuildWebGraph` returns (RowBlocks and vocabulary arrays); yields the
     PCollection of written paths.
@@ -183,7 +184,9 @@ class WriteTfRecords(beam.PTransform):
         }
         written = []
         for split, prefix, suffix in _SPLIT_FILES:
-            size = sizes["cols" if split == "train_t" else "rows"]
+            if split not in graph:  # the validation splits are optional
+                continue
+            size = sizes["cols" if split.endswith("train_t") else "rows"]
             written.append(
                 _write_sharded(graph[split], size, split, self._output_dir, prefix, suffix, self._num_shards, "rows")
             )

@@ -41,9 +41,6 @@ def resolve_layout(config: TrainConfig) -> str:
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> sharding.StepSpec:
     matvec = config.cg_form == "matvec" or (config.cg_form == "auto" and jax.default_backend() == "cpu")
     return sharding.StepSpec(
-        alpha=config.alpha,
-        reg=config.reg,
-        reg_exponent=config.reg_exponent,
         num_other=num_other,
         solver=config.solver,
         cg_iters=config.cg_iters,
@@ -84,6 +81,7 @@ class SideRunner:
         num_rows: int,
     ):
         self.config, self.mesh, self.spec = config, mesh, spec
+        self.hyper = sharding.hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.make_chunks = make_chunks
         self.per_step = len(mesh.local_devices)
         self.shard = sharding.padded_rows(num_rows, mesh) // mesh.size
@@ -103,6 +101,10 @@ class SideRunner:
         if self.spec.owner:
             return sharding.gramian_via_host(self.mesh, table)
         return sharding.make_gramian(self.mesh)(table)
+
+    def fixed(self, src: jax.Array) -> sharding.Fixed:
+        """The steps' `fixed` argument: the gramian of `src` and (alpha, lambda, nu), replicated."""
+        return self.gramian(src), jax.device_put(self.hyper, sharding.NamedSharding(self.mesh, sharding.P()))
 
     def _replicated(self, table: jax.Array) -> jax.Array:
         if not self.spec.replicated_src:
@@ -242,7 +244,7 @@ class SideRunner:
 
         `progress(steps, rows)` is called after each compiled call of the normal rows.
         """
-        gram = self.gramian(src)
+        gram = self.fixed(src)
         step_src = self._replicated(src)
         terms = []
         lock = threading.Lock()
@@ -273,7 +275,9 @@ class SideRunner:
 
     def _run_per_device(self, src, dst, gram, done: Callable[[int], None]) -> tuple[jax.Array, list]:
         """Each device's calls in its own thread on its own arrays; `dst` reassembled from the parts."""
-        srcs, grams, parts = (sharding.device_parts(x) for x in (src, gram, dst))
+        srcs, parts = sharding.device_parts(src), sharding.device_parts(dst)
+        hypers = sharding.device_parts(gram[1])
+        grams = {d: (g, hypers[d]) for d, g in sharding.device_parts(gram[0]).items()}
 
         def task(device, calls) -> tuple[jax.Array, list]:
             table, terms = parts[device], []
