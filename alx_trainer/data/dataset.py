@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from alx_trainer.data import tfds_input
+from alx_trainer.data import integrity, tfds_input
 from alx_trainer.data.records import Dataset
 from webgraph_pipeline import contract
 
@@ -19,14 +19,23 @@ def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
 
 
 def open_directory(data_dir: str) -> Dataset:
-    """The shard files and matrix shape of a directory written in the dataset contract."""
+    """The shard files and matrix shape of a directory written in the dataset contract; a `DataError`
+    when a split lacks shards or has none although stats.json counts rows in it."""
     stats = contract.read_stats(data_dir)
     num_rows, num_cols = contract.matrix_shape(stats)
+    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in contract.SPLIT_PREFIXES}
     files = {}
     for split in contract.SPLIT_PREFIXES:
         try:
             files[split] = list(contract.iter_split_files(data_dir, split))
         except FileNotFoundError:
-            if split != "test":
-                raise
-    return Dataset(data_dir, num_rows, num_cols, files, data_dir, bipartite=contract.is_bipartite(stats))
+            if split != "test" or splits.get("test", 0) > 0:
+                counted = f", although stats.json counts {splits[split]} rows in it" if split in splits else ""
+                raise integrity.DataError(
+                    f"{data_dir}: no {split!r} shard ({contract.split_glob(data_dir, split)} matches nothing{counted}); "
+                    f"restore them or {integrity.REBUILD}"
+                ) from None
+            continue
+        integrity.check_shards(data_dir, split, files[split])
+    return Dataset(data_dir, num_rows, num_cols, files, data_dir, bipartite=contract.is_bipartite(stats),
+                   splits=splits, fingerprint=contract.dataset_fingerprint(stats))

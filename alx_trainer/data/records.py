@@ -47,6 +47,8 @@ class Dataset:
     data_dir: str
     tfds: bool = False  # files named by TFDS rather than by the contract
     bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
+    splits: dict[str, int] = dataclasses.field(default_factory=dict)  # rows per split, as stats.json says
+    fingerprint: str | None = None  # stats.json `dataset_fingerprint` (None: written before it existed)
 
 
 def host_files(files: Sequence[str], process_index: int, process_count: int) -> list[str]:
