@@ -28,6 +28,9 @@ def setup_logging(level: str) -> None:
     logger.addHandler(handler)
     logger.setLevel(level.upper())
     logger.propagate = False
+    # orbax logs routine notices through absl as warnings (a read-only checkpoint manager's settings):
+    # kept for --log_level debug, so an error stays one line otherwise
+    logging.getLogger("absl").setLevel(logging.DEBUG if level == "debug" else logging.ERROR)
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:

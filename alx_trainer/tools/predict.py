@@ -108,12 +108,12 @@ def nearest_neighbors(
         raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     scores, ids = ShardedScorer(unit, mesh).topk(unit[node_id][None], [np.array([node_id])], k)
-    return _named(ids[0], scores[0], _names_or_empty(data_dir) if data_dir else {})
+    return _named(ids[0], scores[0], _names_or_empty(data_dir, columns=table == "col") if data_dir else {})
 
 
-def _names_or_empty(data_dir: str) -> dict[int, str]:
+def _names_or_empty(data_dir: str, columns: bool = True) -> dict[int, str]:
     try:
-        return load_vocab(os.path.abspath(data_dir))[0]
+        return load_vocab(os.path.abspath(data_dir), columns)[0]
     except FileNotFoundError:
         return {}
 
