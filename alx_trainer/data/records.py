@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import re
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
@@ -92,6 +93,7 @@ def read_chunks(
                 yield chunk
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             message = str(e.message).splitlines()[0] if hasattr(e, "message") else str(e)
+            message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)  # tf.function's frame, not the cause
             raise ValueError(f"{path}: corrupt or non-contract TFRecord ({message})") from None
 
 
