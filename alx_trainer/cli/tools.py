@@ -158,6 +158,8 @@ def main_export(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise FileExistsError(f"--output {args.output} is a file, not a directory; give a directory to export into")
         for path in export_tables(_model(args.model_dir, args.data), args.output, data_dir=args.data or None,
                                   num_shards=args.num_shards):
             print(path)
