@@ -226,3 +226,31 @@ def test_url_list_naming_an_id_twice_counts_the_extra_line_once(tmp_path):
     assert stats["counters"]["dropped_url_list.duplicate_id"] == 2
     names = sorted(contract.read_vocab(str(tmp_path / "out")).values())
     assert names == ["http://a.example/", "http://b.example/", "http://d.example/"] and stats["edges"] == 6
+
+
+def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
+    from alx_trainer import run_lock
+
+    model = str(tmp_path / "m")
+    me = run_lock.acquire(model)
+    with pytest.raises(run_lock.LockHeld, match=f"pid {os.getpid()} on host {socket.gethostname()}"):
+        run_lock.acquire(model)  # this very process holds it: alive
+    lock = tmp_path / "m" / run_lock.LOCK_FILE
+    reused = dict(me, pid_start_ticks=me["pid_start_ticks"] + 1)  # our pid, another start: a reused pid
+    lock.write_text(json.dumps(reused))
+    assert run_lock.acquire(model)["pid_start_ticks"] == me["pid_start_ticks"]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock.write_text(json.dumps({"host": "elsewhere", "pid": dead.pid}))
+    with pytest.raises(run_lock.LockHeld, match="host elsewhere"):  # never guessed stale across hosts
+        run_lock.acquire(model)
+    run_lock.release(model, me)
+    assert lock.exists()  # not ours: left alone
+
+
+def test_missing_shards_are_named():
+    files = [f"/d/train.tfr-{i:05d}-of-00004" for i in (0, 2)]
+    assert contract.missing_shards(files) == (["train.tfr-00001-of-00004", "train.tfr-00003-of-00004"], None)
+    assert contract.missing_shards(files + ["/d/train.tfr-00001-of-00003"])[1] == (
+        "shard names disagree on the shard count (3, 4)")
+    assert contract.missing_shards([f"/d/train.tfr-{i:05d}-of-00002" for i in (0, 1)]) == ([], None)
