@@ -20,6 +20,9 @@ import yaml
 T = TypeVar("T")
 
 SOLVERS = ("cg", "cholesky", "lu", "qr", "block")
+# Solvers whose CPU programs call LAPACK's batched potrf: jaxlib 0.10 splits the batch over XLA's intra-op
+# pool and blocks on it, so per-core devices calling it at once wait on each other forever.
+POTRF_SOLVERS = ("cholesky", "block")
 STATS_MODES = ("gather", "local")
 CG_FORMS = ("auto", "matvec", "explicit")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
@@ -197,6 +200,11 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
             ),
             (self.steps_per_call > 0, f"steps_per_call: must be positive, got {self.steps_per_call}"),
             (self.cpu_devices >= 0, f"cpu_devices: must be >= 0, got {self.cpu_devices}"),
+            (
+                self.cpu_devices <= 1 or self.solver not in POTRF_SOLVERS,
+                f"cpu_devices: solver {self.solver!r} calls LAPACK potrf, which deadlocks when several CPU devices "
+                f"run it at once (jaxlib 0.10); use --cpu_devices 1, got {self.cpu_devices}",
+            ),
             (self.table_dtype in TABLE_DTYPES, f"table_dtype: must be one of {TABLE_DTYPES}, got {self.table_dtype!r}"),
             (self.piece_len > 0, f"piece_len: must be positive, got {self.piece_len}"),
             (self.batch_pieces > 0, f"batch_pieces: must be positive, got {self.batch_pieces}"),

@@ -18,6 +18,23 @@ def test_encode_rows_is_byte_identical_to_encode_row():
     expected = [contract.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist()) for k, r in enumerate(rows)]
     assert got == expected
 
+
+def test_encode_rows_with_gt_tag_is_byte_identical_to_encode_row():
+    rng = np.random.default_rng(4)
+    ptrs, values = [], []
+    for _ in range(2):  # col_tag and gt_tag, each with empty rows and a two-byte payload length
+        lengths = rng.integers(0, 6, 200)
+        lengths[rng.integers(0, 200, 40)] = 0
+        lengths[7] = 300
+        ptrs.append(np.concatenate([[0], np.cumsum(lengths)]))
+        values.append(rng.integers(0, 2**40, ptrs[-1][-1]) >> rng.integers(0, 40, ptrs[-1][-1]))
+    rows = rng.integers(0, 2**35, 200) >> rng.integers(0, 35, 200)
+    got = contract.encode_rows(rows, ptrs[0], values[0], ptrs[1], values[1])
+    expected = [contract.encode_row(int(r), values[0][ptrs[0][k]:ptrs[0][k + 1]].tolist(),
+                                    values[1][ptrs[1][k]:ptrs[1][k + 1]].tolist()) for k, r in enumerate(rows)]
+    assert got == expected
+
+
 def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     out = str(tmp_path / "m")
     code = synthetic_matrix.main(["--out", out, "--rows", "300", "--cols", "120", "--nnz", "4000", "--seed", "7",

@@ -55,6 +55,8 @@ def test_help_documents_every_field():
         (["--data", "x", "--model_dir", "m", "--reg", "nan"], "reg: must be a finite number >= 0, got nan"),
         (["--data", "x", "--model_dir", "m", "--alpha=-inf"], "alpha: must be a finite number"),
         (["--data", "x", "--model_dir", "m", "--init_stddev", "inf"], "init_stddev: must be a finite"),
+        (["--data", "x", "--model_dir", "m", "--solver", "block", "--cpu_devices", "2"], "cpu_devices: solver 'block'"),
+        (["--data", "x", "--model_dir", "m", "--solver", "cholesky", "--cpu_devices", "2"], "calls LAPACK potrf"),
     ],
 )
 def test_bad_config_is_a_one_line_usage_error(argv, message, capsys):
