@@ -265,9 +265,39 @@ def _varint_len(values: np.ndarray) -> np.ndarray:
     """Bytes of the protobuf varint of each non-negative value."""
     values = np.asarray(values, np.uint64)
     n = np.ones(values.shape, np.int64)
+    top = int(values.max()) if values.size else 0
     for k in range(1, 10):
+        if top < 1 << (7 * k):  # no value needs more bytes
+            break
         n += values >= np.uint64(1 << (7 * k))
     return n
+
+
+def _varint_stream(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The varints of `values` (of byte lengths `lengths`) concatenated, vectorized.
+
+    Each value's varint is built in one little-endian word, 7 bits per byte with the continuation
+    bit set on all bytes but its last; the words' leading bytes are then picked by a mask.
+    """
+    values = np.asarray(values, np.uint64)
+    width = int(lengths.max()) if len(lengths) else 1
+    if width <= 4:  # ids below 2^28: one uint32 word each, continuation bits and byte mask looked up by length
+        v = values.astype(np.uint32)
+        word = v & np.uint32(0x7F)
+        for k in range(1, width):
+            word |= (v << np.uint32(k)) & np.uint32(0x7F << (8 * k))
+        word |= np.array([0, 0, 0x80, 0x8080, 0x808080], np.uint32)[lengths]
+        keep = np.array([0, 0x1, 0x101, 0x10101, 0x1010101], "<u4")[lengths].view(bool).reshape(len(values), 4)
+        return word.astype("<u4", copy=False).view(np.uint8).reshape(len(values), 4)[keep]
+    word = values & np.uint64(0x7F)
+    for k in range(1, min(width, 8)):
+        word |= (values << np.uint64(k)) & np.uint64(0x7F << (8 * k))
+        word |= (lengths > k).astype(np.uint64) << np.uint64(8 * k - 1)
+    table = word.astype("<u8", copy=False).view(np.uint8).reshape(len(values), 8)
+    if width > 8:  # 9-byte varints (2^56 <= value < 2^63, the largest non-negative int64): the last byte apart
+        table = np.concatenate([table, (values >> np.uint64(56)).astype(np.uint8)[:, None]], axis=1)
+        table[:, 7] |= ((lengths > 8) << 7).astype(np.uint8)
+    return table[np.arange(table.shape[1]) < lengths[:, None]]
 
 
 def _put_varints(buf: np.ndarray, pos: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -302,7 +332,6 @@ class _Int64Feature:
         self.feat = 1 + _varint_len(self.ilist) + self.ilist  # Feature {int64_list}
         self.entry = 2 + len(key) + 1 + _varint_len(self.feat) + self.feat  # map entry {key, value}
         self.item = 1 + _varint_len(self.entry) + self.entry  # Features.feature[key]
-        self._before = before
 
     def put(self, buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Write each row's map entry at `pos`; returns the positions just after."""
@@ -315,9 +344,11 @@ class _Int64Feature:
         has = self.payload > 0
         pos[has] = _put_bytes(buf, pos[has], b"\x0a")
         pos[has] = _put_varints(buf, pos[has], self.payload[has])
-        # Each value goes at its row's start plus the varint bytes of the row's values before it.
-        row = np.repeat(np.arange(len(pos)), np.diff(self.ptr))
-        _put_varints(buf, pos[row] + self._before[:-1] - self._before[self.ptr[:-1]][row], self.values)
+        # The values' varints, one stream, fill the bytes from pos[k] to pos[k] + payload[k] (a mask).
+        edge = np.zeros(len(buf) + 1, np.int8)
+        edge[pos[has]] = 1
+        edge[pos[has] + self.payload[has]] = -1
+        buf[np.cumsum(edge[:-1], dtype=np.int8).view(bool)] = _varint_stream(self.values, self.vlen)
         return pos + self.payload
 
 

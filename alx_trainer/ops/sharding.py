@@ -355,20 +355,45 @@ def make_replicate(mesh: Mesh):
 
 
 def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
-    """The whole table on every device through host memory (no collective; one process)."""
-    return jax.device_put(np.asarray(table), NamedSharding(mesh, P()))
+    """The whole table on every device through host memory (no collective; one process).
+
+    One host copy: CPU devices alias it (`may_alias`, 64-byte aligned), so per-core devices share
+    one fixed table instead of holding one each; one device just keeps the table it has.
+    """
+    if mesh.size == 1:
+        return table
+    host = aligned_empty(table.shape, table.dtype)
+    for shard in table.addressable_shards:
+        host[shard.index] = np.asarray(shard.data)
+    return jax.device_put(host, NamedSharding(mesh, P()), may_alias=True)
 
 
-@functools.lru_cache(maxsize=None)
-def _partial_gramians(mesh: Mesh):
-    local = lambda t: _local_gramian(t)[None]  # noqa: E731
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False))
+def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
+    """An uninitialized host array starting on an `align`-byte boundary (XLA:CPU aliases only such buffers)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
+GRAM_CHUNK = 65536  # rows cast to float32 at a time by `gramian_via_host`
 
 
 def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
-    """`T^T T` [d, d] float32, replicated: per-device parts summed in host memory (no collective)."""
-    parts = np.asarray(_partial_gramians(mesh)(table), np.float64).sum(axis=0)
-    return jax.device_put(parts.astype(np.float32), NamedSharding(mesh, P()))
+    """`T^T T` [d, d] float32, replicated, summed in host memory (no collective; one process).
+
+    Each shard is read in place (a NumPy view of its CPU buffer) and cast to float32 a chunk of
+    rows at a time, so a bfloat16 table never gets a float32 copy; parts are summed in float64.
+    """
+    d = table.shape[1]
+    total = np.zeros((d, d))
+    for shard in table.addressable_shards:
+        rows = np.asarray(shard.data)
+        for lo in range(0, len(rows), GRAM_CHUNK):
+            t = rows[lo : lo + GRAM_CHUNK].astype(np.float32)
+            total += t.T @ t
+    return jax.device_put(total.astype(np.float32), NamedSharding(mesh, P()))
 
 
 @functools.lru_cache(maxsize=None)

@@ -142,7 +142,11 @@ class SideRunner:
         L, B = self.config.piece_len, self.config.batch_pieces
         self.streaming = self.spec.owner and self.config.stream_batches and (self.per_device or self.per_step == 1)
         chunks = list(self.make_chunks()) if self.spec.owner and not self.streaming else None
-        seen = [(c.lengths, c.row_ids) for c in (chunks if chunks is not None else self.make_chunks())]
+        seen, long_rows = [], []  # streamed: the long rows are kept from this pass (a file pass fewer per run)
+        for c in chunks if chunks is not None else self.make_chunks():
+            seen.append((c.lengths, c.row_ids))
+            if self.streaming and (long := batching.num_pieces(c.lengths, L) > B).any():
+                long_rows.append(batching.select_rows(c, long))
         lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
         row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
         del seen
@@ -178,6 +182,7 @@ class SideRunner:
         if self.streaming:
             self.plan = plan
             self.device_calls = None
+            self.cached_long = list(batching.pack_long(long_rows, L, B))
         elif chunks is not None:
             steps_iter = batching.owner_steps(by_device, self._empty(1))
             grouped = batching.group_steps(steps_iter, k, plan.steps, self._empty)
