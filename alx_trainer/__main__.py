@@ -18,12 +18,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("alx_trainer.cli.tools", "main_export"),
 }
 
-USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [options]"
+DEBUG_ENV = "ALX_DEBUG"  # as alx_trainer.cli.common reads it (not imported: it would slow --help)
+USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [--debug] [options]"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch to the command's own parser; print the usage for no or an unknown command."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:  # any command: errors show their traceback (as ALX_DEBUG=1 does)
+        os.environ[DEBUG_ENV] = "1"
+        argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

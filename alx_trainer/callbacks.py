@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import tfds_input
+from alx_trainer.data import integrity, tfds_input
 from alx_trainer.data.records import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
@@ -85,6 +85,24 @@ class Evaluator(Callback):
 
     def __init__(self, every: int):
         self.every = every
+
+    def on_train_begin(self, run: Run) -> None:
+        """Something to evaluate, before epoch 1: the test rows are read (and kept for the
+        evaluations) and counted against stats.json."""
+        dataset = run.dataset
+        if "test" not in dataset.files:
+            log.warning("%s has no test split: training without evaluation", dataset.name)
+            return
+        if dataset.tfds:
+            counted, how = dataset.splits.get("test"), "stats.json"
+        else:
+            counted, how = len(evaluate.load_eval_data(dataset.data_dir, dataset.eval_split)[0]), "read before epoch 1"
+            integrity.check_rows(dataset.name, "test", counted, dataset.splits, how)
+        if counted == 0:
+            raise integrity.DataError(
+                f"{dataset.name}: no test rows to evaluate ({how}); pass --eval_every 0 to train without "
+                "evaluation, or build the dataset with a --test_fraction above 0"
+            )
 
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
         if "test" not in run.dataset.files or not (epoch % self.every == 0 or run.is_last(epoch)):
@@ -157,6 +175,7 @@ def checkpoint_meta(run: Run, epoch: int) -> dict:
         "num_cols": run.dataset.num_cols,
         "table_shapes": {k: list(v.shape) for k, v in run.tables.items()},
         "table_dtype": str(next(iter(run.tables.values())).dtype),
+        "dataset_fingerprint": run.dataset.fingerprint,
     }
 
 

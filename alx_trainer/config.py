@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import typing
 from typing import Any, ClassVar, Sequence, TypeVar
@@ -27,6 +28,10 @@ CG_FORMS = ("auto", "matvec", "explicit")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
 LAYOUTS = ("auto", "sharded", "replicated", "owner")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value (a usage error: the command line exits with status 2)."""
 
 
 def _field(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
@@ -181,15 +186,19 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
     sections: ClassVar[dict[str, type]] = SECTIONS
 
     def validate(self) -> "TrainConfig":
-        """Raise ValueError with a one-line message naming the first bad field; return self."""
+        """Raise ConfigError with a one-line message naming the first bad field; return self."""
         checks = [
             (bool(self.data), "data: required (a dataset directory or a TFDS name)"),
             (bool(self.model_dir), "model_dir: required"),
             (self.dim > 0, f"dim: must be positive, got {self.dim}"),
             (self.epochs >= 0, f"epochs: must be >= 0, got {self.epochs}"),
-            (self.alpha >= 0, f"alpha: must be >= 0, got {self.alpha}"),
-            (self.reg >= 0, f"reg: must be >= 0, got {self.reg}"),
-            (self.init_stddev > 0, f"init_stddev: must be positive, got {self.init_stddev}"),
+            (math.isfinite(self.alpha) and self.alpha >= 0, f"alpha: must be a finite number >= 0, got {self.alpha}"),
+            (math.isfinite(self.reg) and self.reg >= 0, f"reg: must be a finite number >= 0, got {self.reg}"),
+            (math.isfinite(self.reg_exponent), f"reg_exponent: must be a finite number, got {self.reg_exponent}"),
+            (
+                math.isfinite(self.init_stddev) and self.init_stddev > 0,
+                f"init_stddev: must be a finite positive number, got {self.init_stddev}",
+            ),
             (self.solver in SOLVERS, f"solver: must be one of {SOLVERS}, got {self.solver!r}"),
             (self.cg_iters > 0, f"cg_iters: must be positive, got {self.cg_iters}"),
             (self.block_size > 0, f"block_size: must be positive, got {self.block_size}"),
@@ -221,7 +230,7 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise ConfigError(message)
         self.recall_ks()
         return self
 
@@ -230,9 +239,9 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
         try:
             ks = [int(k) for k in self.eval_k.split(",") if k.strip()]
         except ValueError:
-            raise ValueError(f"eval_k: expected comma-separated integers, got {self.eval_k!r}") from None
+            raise ConfigError(f"eval_k: expected comma-separated integers, got {self.eval_k!r}") from None
         if not ks or min(ks) <= 0:
-            raise ValueError(f"eval_k: expected positive integers, got {self.eval_k!r}")
+            raise ConfigError(f"eval_k: expected positive integers, got {self.eval_k!r}")
         return ks
 
     def section(self, name: str) -> Any:
@@ -250,7 +259,7 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
 def load_config_file(path: str) -> dict[str, Any]:
     """A JSON or YAML mapping of field values; a one-line error when missing or malformed."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: config file not found")
     with open(path, encoding="utf-8") as f:
         text = f.read()
     try:
@@ -259,9 +268,9 @@ def load_config_file(path: str) -> dict[str, Any]:
         else:
             values = json.loads(text)
     except Exception as e:  # JSON and YAML raise different types; both mean a malformed file
-        raise ValueError(f"{path}: cannot parse config file ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+        raise ConfigError(f"{path}: cannot parse config file ({type(e).__name__}: {str(e).splitlines()[0]})") from e
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: config file must hold a mapping of field names to values")
+        raise ConfigError(f"{path}: config file must hold a mapping of field names to values")
     return values
 
 
@@ -277,17 +286,17 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
-        raise ValueError(f"{name}: expected a boolean, got {value!r}")
+        raise ConfigError(f"{name}: expected a boolean, got {value!r}")
     if kind is str and isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     if isinstance(value, bool) or isinstance(value, (list, dict)) or value is None:
-        raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}")
+        raise ConfigError(f"{name}: expected {kind.__name__}, got {value!r}")
     try:
         converted = kind(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}") from None
+        raise ConfigError(f"{name}: expected {kind.__name__}, got {value!r}") from None
     if kind is int and isinstance(value, float) and converted != value:
-        raise ValueError(f"{name}: expected int, got {value!r}")
+        raise ConfigError(f"{name}: expected int, got {value!r}")
     return converted
 
 
@@ -326,7 +335,7 @@ def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]
             names = {f.name for f in dataclasses.fields(sections[key])}
             for inner, inner_value in value.items():
                 if inner not in names:
-                    raise ValueError(f"{where}: unknown config key {key}.{inner!r}")
+                    raise ConfigError(f"{where}: unknown config key {key}.{inner!r}")
                 out[inner] = inner_value
         else:
             out[key] = value
@@ -359,7 +368,7 @@ def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | N
     if args.config:
         for key, value in flat_values(cls, load_config_file(args.config), args.config).items():
             if key not in fields:
-                raise ValueError(f"{args.config}: unknown config key {key!r}")
+                raise ConfigError(f"{args.config}: unknown config key {key!r}")
             values[key] = _coerce(key, _field_type(cls, fields[key]), value)
     values.update(explicit)
     return cls(**values)

@@ -39,6 +39,7 @@ class Model:
     config: TrainConfig
     epoch: int
     metrics: list[dict] = dataclasses.field(default_factory=list)
+    dataset_fingerprint: str | None = None  # of the training data, as its checkpoint recorded it
 
 
 def table_dtype(config: TrainConfig):
@@ -77,7 +78,7 @@ def load_model(model_dir: str) -> Model:
     row = tables["row"][: meta["num_rows"]]
     col = row if "col" not in tables else tables["col"][: meta["num_cols"]]
     history = [r for r in read_metrics(os.path.join(model_dir, METRICS_FILE)) if r.get("epoch", 0) <= epoch]
-    return Model(row, col, config, epoch, history)
+    return Model(row, col, config, epoch, history, meta.get("dataset_fingerprint"))
 
 
 def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConfig, mesh=None) -> np.ndarray:

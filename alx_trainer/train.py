@@ -17,6 +17,7 @@ training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -29,17 +30,17 @@ import jax.numpy as jnp
 import numpy as np
 import tensorflow as tf
 
-from alx_trainer import checkpoint
+from alx_trainer import checkpoint, run_lock
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data import integrity, records
 from alx_trainer.data.dataset import open_dataset, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
 from alx_trainer.ops import sharding
 from alx_trainer.ops.side_runner import SideRunner, over_hosts, step_spec
 
 
-class TrainingCollapse(RuntimeError):
+class TrainingCollapse(FloatingPointError):
     """The tables became non-finite (paper 4.4); the message names the epoch and the side."""
 
 
@@ -75,23 +76,40 @@ def train(
     dataset = open_dataset(config.data, config.tfds_data_dir)
     if config.validation:
         dataset = validation_view(dataset)
+    integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
     if config.tied and dataset.num_rows != dataset.num_cols:
         raise ValueError(f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}")
+    if tf.io.gfile.exists(config.model_dir) and not tf.io.gfile.isdir(config.model_dir):
+        raise ValueError(f"--model_dir {config.model_dir} is a file, not a directory; choose a directory")
     tf.io.gfile.makedirs(config.model_dir)
+    # one writer per model directory (process 0 speaks for a multi-host run)
+    lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
+    with lock:
+        return _train(config, dataset, mesh, list(callbacks) + ([LambdaCallback(callback)] if callback else []))
+
+
+def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Callback]) -> Model:
+    """`train` once the data is open and the model directory is this run's."""
+    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
+    try:
+        start = _resume(mgr, config, dataset, tables)
+        runners = _runners(config, dataset, mesh)
+        for side in sides(config.tied):  # the planning pass read every row once: count them
+            integrity.check_rows(config.data, side.split, runners[side.name].plan.rows, dataset.splits,
+                                 "counted by the pass that plans the batches")
+    except BaseException:
+        mgr.close()
+        raise
     if jax.process_index() == 0:
         with tf.io.gfile.GFile(os.path.join(config.model_dir, "config.json"), "w") as f:
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
-
-    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
-    mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
-    start = _resume(mgr, config, tables)
-    runners = _runners(config, dataset, mesh)
     history = [r for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE)) if r.get("epoch", 0) <= start]
     run = Run(config, dataset, mesh, tables, start, history)
-    hooks = default_callbacks(config, mgr) + list(callbacks) + ([LambdaCallback(callback)] if callback else [])
-    for hook in hooks:
-        hook.on_train_begin(run)
+    hooks = default_callbacks(config, mgr) + extra
     try:
+        for hook in hooks:
+            hook.on_train_begin(run)
         for epoch in range(start + 1, config.epochs + 1):
             record = _epoch(run, runners, hooks, epoch)
             run.history.append(record)
@@ -104,11 +122,18 @@ def train(
     return run.model(max(start, config.epochs))
 
 
-def _resume(mgr, config: TrainConfig, tables: dict[str, jax.Array]) -> int:
-    """Restore the latest checkpoint into `tables` (in place); the epoch it holds (0: none)."""
+def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str, jax.Array]) -> int:
+    """Restore the latest checkpoint into `tables` (in place); the epoch it holds (0: none).
+
+    A checkpoint of another dataset (its recorded fingerprint differs from `dataset`'s) is refused.
+    """
     start = checkpoint.latest_epoch(mgr) or 0
     if start:
         saved = mgr.restore(start, args=checkpoint.ocp.args.Composite(meta=checkpoint.ocp.args.JsonRestore()))["meta"]
+        integrity.check_same_data(
+            config.model_dir, saved.get("dataset_fingerprint"), saved.get("config", {}).get("data", "?"),
+            config.data, dataset.fingerprint,
+        )
         if saved["table_shapes"] != {k: list(v.shape) for k, v in tables.items()}:
             raise ValueError(
                 f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this run "

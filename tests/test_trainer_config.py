@@ -51,12 +51,16 @@ def test_help_documents_every_field():
         (["--data", "x", "--model_dir", "m", "--batch_rows", "999"], "batch_rows"),
         (["--data", "x", "--model_dir", "m", "--eval_k", "a,b"], "eval_k"),
         (["--config", "/nonexistent.json"], "config file not found"),
+        (["--data", "x", "--model_dir", "m", "--reg", "inf"], "reg: must be a finite number >= 0, got inf"),
+        (["--data", "x", "--model_dir", "m", "--reg", "nan"], "reg: must be a finite number >= 0, got nan"),
+        (["--data", "x", "--model_dir", "m", "--alpha=-inf"], "alpha: must be a finite number"),
+        (["--data", "x", "--model_dir", "m", "--init_stddev", "inf"], "init_stddev: must be a finite"),
         (["--data", "x", "--model_dir", "m", "--solver", "block", "--cpu_devices", "2"], "cpu_devices: solver 'block'"),
         (["--data", "x", "--model_dir", "m", "--solver", "cholesky", "--cpu_devices", "2"], "calls LAPACK potrf"),
     ],
 )
-def test_bad_config_is_a_one_line_error(argv, message, capsys):
-    assert cli_train.main(argv) == 1
+def test_bad_config_is_a_one_line_usage_error(argv, message, capsys):
+    assert cli_train.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and err.startswith("alx_trainer train: error:")
 
@@ -64,13 +68,13 @@ def test_bad_config_is_a_one_line_error(argv, message, capsys):
 def test_bad_config_file_keys_and_values(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"dimm": 3}')
-    assert cli_train.main(["--config", str(bad)]) == 1
+    assert cli_train.main(["--config", str(bad)]) == 2
     assert "unknown config key 'dimm'" in capsys.readouterr().err
     bad.write_text('{"dim": "x"}')
-    assert cli_train.main(["--config", str(bad)]) == 1
+    assert cli_train.main(["--config", str(bad)]) == 2
     assert "dim: expected int" in capsys.readouterr().err
     bad.write_text("{not json")
-    assert cli_train.main(["--config", str(bad)]) == 1
+    assert cli_train.main(["--config", str(bad)]) == 2
     assert "cannot parse config file" in capsys.readouterr().err
 
 

@@ -7,9 +7,12 @@ Apache Beam, so the trainer can use it.
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
 import json
 import os
-from typing import Any, Iterable, Mapping, Sequence
+import re
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -33,6 +36,11 @@ VOCAB_PREFIX = "vocab.tsv"
 # Interaction data (users x items) only: the column (item) names; `vocab.tsv` then holds the rows.
 COL_VOCAB_PREFIX = "vocab.cols.tsv"
 STATS_FILE = "stats.json"
+# stats.json keys of the dataset's identity (see `fingerprint_dataset`).
+FINGERPRINT_KEY = "dataset_fingerprint"
+FILE_DIGESTS_KEY = "file_sha256"
+_HASH_BLOCK = 1 << 22
+_SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
 
 
 def shard_name(prefix: str, index: int, num_shards: int, suffix: str = "") -> str:
@@ -134,6 +142,70 @@ def write_stats(data_dir: str, stats: Mapping[str, Any]) -> None:
 
     with tf.io.gfile.GFile(os.path.join(data_dir, STATS_FILE), "w") as f:
         f.write(json.dumps(stats, indent=2, sort_keys=True) + "\n")
+
+
+def data_files(data_dir: str) -> list[str]:
+    """Names of the files that hold a dataset's content: every split shard and vocabulary shard (sorted)."""
+    import tensorflow as tf
+
+    patterns = [split_glob(data_dir, split) for split in ALL_SPLIT_PREFIXES]
+    patterns += [vocab_glob(data_dir), vocab_glob(data_dir, columns=True)]
+    return sorted({os.path.basename(p) for pattern in patterns for p in tf.io.gfile.glob(pattern)})
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of one file (local or remote), read in 4 MiB blocks."""
+    import tensorflow as tf
+
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for block in iter(lambda: f.read(_HASH_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def combine_digests(digests: Mapping[str, str]) -> str:
+    """The dataset fingerprint: SHA-256 of the sorted `name<TAB>sha256` lines of its data files."""
+    lines = "".join(f"{name}\t{digests[name]}\n" for name in sorted(digests))
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+
+def fingerprint_dataset(data_dir: str, threads: int = 4) -> dict[str, Any]:
+    """Hash every data file of a written dataset; returns the stats.json entries of its identity:
+    `file_sha256` (name -> SHA-256) and `dataset_fingerprint` (`combine_digests` of them).
+
+    Two datasets share a fingerprint exactly when their split and vocabulary files are
+    byte-identical, so the same job on the same input gives the same fingerprint; {} when the
+    directory holds no file named by the contract. SHA-256 because
+    it is the fastest of hashlib's digests on CPUs with SHA instructions; files hash in threads
+    (hashlib releases the GIL).
+    """
+    names = data_files(data_dir)
+    if not names:  # files named otherwise (a TFDS build): no identity to give
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        digests = dict(zip(names, pool.map(file_sha256, [os.path.join(data_dir, n) for n in names])))
+    return {FILE_DIGESTS_KEY: digests, FINGERPRINT_KEY: combine_digests(digests)}
+
+
+def dataset_fingerprint(stats: Mapping[str, Any]) -> Optional[str]:
+    """The `dataset_fingerprint` stats.json records (None for datasets written before it existed)."""
+    value = stats.get(FINGERPRINT_KEY)
+    return str(value) if value else None
+
+
+def missing_shards(files: Sequence[str]) -> tuple[list[str], Optional[str]]:
+    """Which shards of `-of-N` are absent from `files` (paths of one split), and a reason when the
+    names disagree on N; ([], None) when the split is complete."""
+    parsed = [_SHARD_RE.match(os.path.basename(f)) for f in files]
+    if not files or not all(parsed):
+        return [], None
+    totals = sorted({int(m["total"]) for m in parsed})
+    if len(totals) > 1:
+        return [], f"shard names disagree on the shard count ({', '.join(map(str, totals))})"
+    present = {int(m["index"]) for m in parsed}
+    prefix = parsed[0]["prefix"]
+    return [f"{prefix}-{i:05d}-of-{totals[0]:05d}" for i in range(totals[0]) if i not in present], None
 
 
 def iter_split_files(data_dir: str, split: str) -> Iterable[str]:

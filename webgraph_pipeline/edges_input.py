@@ -198,13 +198,21 @@ class _JoinUrlFn(_Counted):
     """(id, {'edges': [other...], 'url': [url...]}) -> (other, url): the keyed endpoint's URL.
 
     Keyed by source it yields (target id, source URL); re-keyed by target, (source URL, target URL).
+    An id listed on several lines of the URL list keeps its largest valid URL; `count_duplicates`
+    counts each extra line once as `dropped_url_list.duplicate_id` (set on the first join only:
+    it sees every id of the list, and the second join would count the same lines again).
     """
+
+    def __init__(self, count_duplicates: bool):
+        super().__init__()
+        self._count_duplicates = count_duplicates
 
     def process(self, kv) -> Iterator[Edge]:
         node_id, grouped = kv
-        others, urls = list(grouped["edges"]), sorted({u or "" for u in grouped["url"]})
-        if len(urls) > 1:
-            self.count("dropped_url_list.duplicate_id")
+        lines = list(grouped["url"])
+        others, urls = list(grouped["edges"]), sorted({u or "" for u in lines})
+        if self._count_duplicates and len(lines) > 1:
+            self.count("dropped_url_list.duplicate_id", len(lines) - 1)
         if not others:
             return
         if not urls:
@@ -265,12 +273,12 @@ class ReadEdgeList(beam.PTransform):
         by_dst = (
             {"edges": by_src, "url": url_table}
             | "JoinSourceUrl" >> beam.CoGroupByKey()
-            | "SourceUrl" >> beam.ParDo(_JoinUrlFn())
+            | "SourceUrl" >> beam.ParDo(_JoinUrlFn(count_duplicates=True))
         )
         return (
             {"edges": by_dst, "url": url_table}
             | "JoinTargetUrl" >> beam.CoGroupByKey()
-            | "TargetUrl" >> beam.ParDo(_JoinUrlFn())
+            | "TargetUrl" >> beam.ParDo(_JoinUrlFn(count_duplicates=False))
             | "Rebatch" >> beam.BatchElements(min_batch_size=URL_BATCH, max_batch_size=URL_BATCH)
             | "ToBatch" >> beam.Map(to_batch)
         )

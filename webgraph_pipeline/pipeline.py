@@ -185,6 +185,7 @@ def finish_stats(
     stats["line_examples"] = line_examples(examples)
     stats["protocol"] = protocol
     stats["bipartite"] = bool(stats["config"].get("bipartite"))
+    stats.update(contract.fingerprint_dataset(output_dir))  # the files are final: the dataset's identity
     contract.write_stats(output_dir, stats)
     stats["wall_seconds"] = round(seconds, 1)  # reported, not stored: it would break byte-identity
     return stats

@@ -156,6 +156,7 @@ def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0
         "protocol": "synthetic_power_law",
         "config": {"seed": seed, "row_exponent": row_exponent, "col_exponent": col_exponent, "num_shards": num_shards},
     }
+    stats.update(contract.fingerprint_dataset(out))
     contract.write_stats(out, stats)
     return stats
 

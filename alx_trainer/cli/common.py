@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import traceback
 from typing import Callable
 
+from alx_trainer.config import ConfigError
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
-EXPECTED_ERRORS = (ValueError, FileNotFoundError, KeyError, OSError)
+DEBUG_ENV = "ALX_DEBUG"  # set (not 0) or --debug: errors show their traceback
+# Errors the commands raise on purpose, with a message that says what, where and what to do.
+EXPECTED_ERRORS = (ValueError, OSError, KeyError, ArithmeticError)
 
 
 def setup_logging(level: str) -> None:
@@ -22,19 +28,46 @@ def setup_logging(level: str) -> None:
     logger.addHandler(handler)
     logger.setLevel(level.upper())
     logger.propagate = False
+    # orbax logs routine notices through absl as warnings (a read-only checkpoint manager's settings):
+    # kept for --log_level debug, so an error stays one line otherwise
+    logging.getLogger("absl").setLevel(logging.DEBUG if level == "debug" else logging.ERROR)
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log_level", choices=LOG_LEVELS, default="info", help="Diagnostics on stderr from this level.")
 
 
+def debugging() -> bool:
+    """Whether `--debug` (see `alx_trainer.__main__`) or ALX_DEBUG=1 asked for tracebacks."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: the last non-empty line of its message, else its type."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def run(prog: str, body: Callable[[], int]) -> int:
-    """`body()`, or a one-line `alx_trainer PROG: error: ...` on stderr and exit code 1 for bad input."""
+    """`body()`, or one line `alx_trainer PROG: error: ...` on stderr and its exit status: 2 for a bad
+    flag or config value (`ConfigError`), 1 for bad data or a failure (the previous results stay)."""
     try:
         return body()
-    except EXPECTED_ERRORS as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"alx_trainer {prog}: error: {message}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"alx_trainer {prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # every error becomes one line; --debug / ALX_DEBUG=1 adds the traceback
+        if debugging():
+            traceback.print_exc()
+        if isinstance(e, ConfigError):
+            print(f"alx_trainer {prog}: error: {one_line(e)}", file=sys.stderr)
+            return 2
+        if isinstance(e, EXPECTED_ERRORS):
+            print(f"alx_trainer {prog}: error: {one_line(e)}", file=sys.stderr)
+        else:
+            hint = "" if debugging() else f" (--debug or {DEBUG_ENV}=1 shows the traceback)"
+            print(f"alx_trainer {prog}: error: {type(e).__name__}: {one_line(e)}{hint}", file=sys.stderr)
         return 1
 
 
@@ -47,3 +80,18 @@ def ks(text: str) -> list[int]:
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (argparse then exits 2 with a one-line usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    return parse

@@ -1,6 +1,7 @@
 """Command lines `python -m alx_trainer eval|sweep|predict|export`; each returns an exit code.
 
-Bad input gives one line on stderr naming what and where, and exit code 1 (2 for bad flags).
+Bad input gives one line on stderr naming what and where, and exit code 1 (2 for bad flags); a
+`--data` other than the model's training data (another `dataset_fingerprint`) is refused.
 Results go to stdout; diagnostics (sweep progress) to stderr through `logging` (`--log_level`).
 """
 
@@ -14,9 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-from alx_trainer.cli.common import add_log_level, ks, run, setup_logging
+from alx_trainer.cli.common import add_log_level, at_least, ks, run, setup_logging
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.data import integrity
 from alx_trainer.data.dataset import open_dataset
 from alx_trainer.evaluation.evaluate import evaluate, format_metrics
 from alx_trainer.model import Model, load_model
@@ -36,10 +38,16 @@ from alx_trainer.tools.sweep import (
 from webgraph_pipeline import contract
 
 
-def _model(model_dir: str) -> Model:
+def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> Model:
+    """The model of `model_dir`; with `data`, refused unless it was trained on that dataset (same
+    `dataset_fingerprint`; a warning when either side predates fingerprints)."""
     if not os.path.isdir(model_dir):
-        raise FileNotFoundError(f"{model_dir}: model directory not found")
-    return load_model(model_dir)
+        raise FileNotFoundError(f"{model_dir}: model directory not found; give the --model_dir of a `train` run")
+    model = load_model(model_dir)
+    if data:
+        dataset = open_dataset(data, tfds_data_dir)
+        integrity.check_same_data(model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint)
+    return model
 
 
 def _tfds_eval_data(name: str, tfds_data_dir: str):
@@ -60,11 +68,11 @@ def main_eval(argv: Sequence[str]) -> int:
     p.add_argument("--tfds_data_dir", default="", help="TFDS data_dir when --data is a TFDS name.")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("--k", type=ks, default=[20, 50], help="Cut-offs K of Recall@K, comma-separated.")
-    p.add_argument("--ndcg_k", type=int, default=100, help="Cut-off of NDCG (0: none).")
+    p.add_argument("--ndcg_k", type=at_least(0), default=100, help="Cut-off of NDCG (0: none).")
     p.add_argument("--approx", action="store_true", help="Approximate top-k (lax.approx_max_k) per shard.")
     p.add_argument("--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k.")
-    p.add_argument("--batch_size", type=int, default=0, help="Test rows per scoring batch (0: by memory budget).")
-    p.add_argument("--max_rows", type=int, default=0, help="Evaluate only the first N test rows (0: all).")
+    p.add_argument("--batch_size", type=at_least(0), default=0, help="Test rows per scoring batch (0: by memory budget).")
+    p.add_argument("--max_rows", type=at_least(0), default=0, help="Evaluate only the first N test rows (0: all).")
     p.add_argument("--split", choices=("test", "validation"), default="test",
                    help="Rows to evaluate: test, or validation (a dataset directory made with --validation_fraction).")
     p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
@@ -73,13 +81,14 @@ def main_eval(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
+        model = _model(args.model_dir, args.data, args.tfds_data_dir)
         data, extra = args.data, {"split": args.split}
         if not os.path.isdir(args.data):
             if args.split != "test":
                 raise ValueError(f"--split {args.split}: only for a dataset directory, not a TFDS name")
             data, extra = _tfds_eval_data(args.data, args.tfds_data_dir)
         result = evaluate(
-            _model(args.model_dir), data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
+            model, data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
             recall_target=args.recall_target, batch_size=args.batch_size or None, max_rows=args.max_rows or None,
             **extra,
         )
@@ -138,7 +147,7 @@ def main_predict(argv: Sequence[str]) -> int:
     p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("node", nargs="+", help="URL(s) from the vocabulary, or node ids.")
-    p.add_argument("--k", type=int, default=10, help="How many predictions per node.")
+    p.add_argument("--k", type=at_least(1), default=10, help="How many predictions per node.")
     p.add_argument("--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks.")
     p.add_argument("--table", choices=("row", "col"), default="col", help="Table of --neighbors.")
     add_log_level(p)
@@ -146,7 +155,7 @@ def main_predict(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        model = _model(args.model_dir)
+        model = _model(args.model_dir, args.data)
         for node in args.node:
             if args.neighbors:
                 preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
@@ -165,13 +174,15 @@ def main_export(argv: Sequence[str]) -> int:
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("--output", required=True, help="Output directory.")
     p.add_argument("--data", default="", help="Dataset directory whose vocabulary names the ids (optional).")
-    p.add_argument("--num_shards", type=int, default=1, help="TFRecord shards per table.")
+    p.add_argument("--num_shards", type=at_least(1), default=1, help="TFRecord shards per table.")
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
 
     def body() -> int:
-        for path in export_tables(_model(args.model_dir), args.output, data_dir=args.data or None,
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise FileExistsError(f"--output {args.output} is a file, not a directory; give a directory to export into")
+        for path in export_tables(_model(args.model_dir, args.data), args.output, data_dir=args.data or None,
                                   num_shards=args.num_shards):
             print(path)
         return 0

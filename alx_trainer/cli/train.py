@@ -1,7 +1,8 @@
 """`python -m alx_trainer train --data DIR_OR_TFDS_NAME --model_dir DIR [options]`.
 
 Every `TrainConfig` field is a flag (see `--help`); `--config FILE` (JSON/YAML) sets them too,
-flags winning. Errors print one line `alx_trainer train: error: ...` and exit 1.
+flags winning. Errors print one line `alx_trainer train: error: ...` and exit 2 (a bad flag or
+value) or 1 (bad data, a failed run).
 
 Multi-host (a TPU VM slice; every worker runs the same command, reads its own share of the shard
 files, and `jax.distributed.initialize()` finds the coordinator by itself):
@@ -26,7 +27,7 @@ import sys
 
 import jax
 
-from alx_trainer.cli.common import setup_logging
+from alx_trainer.cli.common import run, setup_logging
 from alx_trainer.config import TrainConfig, parse_dataclass_args
 from alx_trainer.ops import per_core
 
@@ -70,25 +71,22 @@ def split_cpu(config: TrainConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse flags, train, print a one-line summary; 0 on success, 1 on a reported error."""
-    try:
-        config = parse_dataclass_args(TrainConfig, argv, prog="python -m alx_trainer train").validate()
-    except (ValueError, FileNotFoundError) as e:
-        print(f"alx_trainer train: error: {e}", file=sys.stderr)
-        return 1
+    """Parse flags, train, print a one-line summary; 0 on success, 2 for a bad flag or value, 1 for
+    bad data or a failed run (one line on stderr; `--debug` or ALX_DEBUG=1 adds the traceback)."""
+    return run("train", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    config = parse_dataclass_args(TrainConfig, argv, prog="python -m alx_trainer train").validate()
     setup_logging(config.log_level)
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad flag
-    from alx_trainer.train import TrainingCollapse, train
+    from alx_trainer.train import train
 
-    try:
-        if config.distributed:
-            _init_distributed(config)
-        else:
-            split_cpu(config)
-        model = train(config)
-    except (ValueError, FileNotFoundError, TrainingCollapse) as e:
-        print(f"alx_trainer train: error: {e}", file=sys.stderr)
-        return 1
+    if config.distributed:
+        _init_distributed(config)
+    else:
+        split_cpu(config)
+    model = train(config)
     last = model.metrics[-1] if model.metrics else {}
     summary = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if isinstance(v, float) and ("loss" in k or "recall" in k))
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"

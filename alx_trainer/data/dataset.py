@@ -6,7 +6,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from alx_trainer.data import tfds_input
+from alx_trainer.data import integrity, tfds_input
 from alx_trainer.data.records import Dataset
 from webgraph_pipeline import contract
 
@@ -21,17 +21,27 @@ def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
 
 
 def open_directory(data_dir: str) -> Dataset:
-    """The shard files and matrix shape of a directory written in the dataset contract."""
+    """The shard files and matrix shape of a directory written in the dataset contract; a `DataError`
+    when a split lacks shards or has none although stats.json counts rows in it."""
     stats = contract.read_stats(data_dir)
     num_rows, num_cols = contract.matrix_shape(stats)
+    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in contract.ALL_SPLIT_PREFIXES}
     files = {}
     for split in contract.ALL_SPLIT_PREFIXES:
         try:
             files[split] = list(contract.iter_split_files(data_dir, split))
         except FileNotFoundError:
-            if split in ("train", "train_t"):
-                raise
-    return Dataset(data_dir, num_rows, num_cols, files, data_dir, bipartite=contract.is_bipartite(stats))
+            optional = split == "test" or split in contract.VALIDATION_PREFIXES
+            if not optional or splits.get(split, 0) > 0:
+                counted = f", although stats.json counts {splits[split]} rows in it" if split in splits else ""
+                raise integrity.DataError(
+                    f"{data_dir}: no {split!r} shard ({contract.split_glob(data_dir, split)} matches nothing{counted}); "
+                    f"restore them or {integrity.REBUILD}"
+                ) from None
+            continue
+        integrity.check_shards(data_dir, split, files[split])
+    return Dataset(data_dir, num_rows, num_cols, files, data_dir, bipartite=contract.is_bipartite(stats),
+                   splits=splits, fingerprint=contract.dataset_fingerprint(stats))
 
 
 def validation_view(dataset: Dataset) -> Dataset:
@@ -41,6 +51,7 @@ def validation_view(dataset: Dataset) -> Dataset:
         raise FileNotFoundError(
             f"{dataset.name}: no {missing[0]!r} split; make the dataset with the pipeline's --validation_fraction"
         )
-    files = {"train": dataset.files["validation_train"], "train_t": dataset.files["validation_train_t"],
-             "test": dataset.files["validation"]}
-    return dataclasses.replace(dataset, files=files, eval_split="validation")
+    places = {"train": "validation_train", "train_t": "validation_train_t", "test": "validation"}
+    files = {place: dataset.files[split] for place, split in places.items()}
+    splits = {place: dataset.splits[split] for place, split in places.items() if split in dataset.splits}
+    return dataclasses.replace(dataset, files=files, splits=splits, eval_split="validation")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import re
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
@@ -48,6 +49,8 @@ class Dataset:
     tfds: bool = False  # files named by TFDS rather than by the contract
     bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
     eval_split: str = "test"  # the contract split that files["test"] holds ("validation" when tuning)
+    splits: dict[str, int] = dataclasses.field(default_factory=dict)  # rows per split, as stats.json says
+    fingerprint: str | None = None  # stats.json `dataset_fingerprint` (None: written before it existed)
 
 
 def host_files(files: Sequence[str], process_index: int, process_count: int) -> list[str]:
@@ -91,6 +94,7 @@ def read_chunks(
                 yield chunk
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             message = str(e.message).splitlines()[0] if hasattr(e, "message") else str(e)
+            message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)  # tf.function's frame, not the cause
             raise ValueError(f"{path}: corrupt or non-contract TFRecord ({message})") from None
 
 

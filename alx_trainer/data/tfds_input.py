@@ -14,7 +14,7 @@ import numpy as np
 
 import tensorflow as tf
 
-from alx_trainer.data import records
+from alx_trainer.data import integrity, records
 from alx_trainer.data.records import Dataset
 from webgraph_pipeline import contract
 
@@ -38,6 +38,10 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
     for split, info in builder.info.splits.items():
         if split in contract.SPLIT_PREFIXES:
             files[split] = sorted(os.path.join(root, f) for f in info.filenames)
+    absent = [f for split_files in files.values() for f in split_files if not os.path.exists(f)]
+    if absent:
+        raise integrity.DataError(f"{full}: {len(absent)} shard file(s) of the prepared dataset are missing "
+                                  f"({absent[0]}, ...); run `tfds build` again")
     for split in ("train", "train_t"):
         if not files.get(split):
             raise ValueError(f"{full}: has no {split!r} split; dataset does not match the WebGraph contract")
@@ -49,7 +53,9 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
     else:
         stats = {"nodes": _max_id(files) + 1}
     num_rows, num_cols = contract.matrix_shape(stats)
-    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=contract.is_bipartite(stats))
+    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in contract.SPLIT_PREFIXES}
+    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=contract.is_bipartite(stats),
+                   splits=splits, fingerprint=contract.dataset_fingerprint(stats))
 
 
 def _max_id(files: dict[str, list[str]]) -> int:

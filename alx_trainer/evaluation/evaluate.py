@@ -206,7 +206,8 @@ def evaluate(
         rows = list(data_dir_or_rows)
     rows = rows[:max_rows] if max_rows else rows
     if not rows:
-        raise ValueError("no test rows to evaluate")
+        where = f"{os.fspath(data_dir_or_rows)}: " if isinstance(data_dir_or_rows, (str, os.PathLike)) else ""
+        raise ValueError(f"{where}no test rows to evaluate (the dataset was built without a test split?)")
     num_cols = col_table.shape[0]
     for r, cols, gt in rows:
         bad = [c for c in np.concatenate([cols, gt]) if not 0 <= c < num_cols]

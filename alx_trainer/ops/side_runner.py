@@ -63,6 +63,7 @@ class SidePlan:
     per_call: int
     long_steps: int
     long_solves: int
+    rows: int = 0  # records read by the planning pass, over all hosts (checked against stats.json)
 
 
 class SideRunner:
@@ -154,7 +155,7 @@ class SideRunner:
         pieces = batching.num_pieces(lengths, L)
         normal = pieces[pieces <= B]
         multihost = len(self.mesh.local_devices) < self.mesh.size  # the mesh spans processes
-        totals = np.array([normal.sum(), len(normal)], np.int64)
+        totals = np.array([normal.sum(), len(normal), len(row_ids)], np.int64)
         if multihost:
             totals = over_hosts(totals).sum(axis=0)
         mean_pieces = totals[0] / max(totals[1], 1)
@@ -179,7 +180,7 @@ class SideRunner:
         steps, long_steps, long_solves = (int(c) for c in counts)
         calls = -(-steps // self.config.steps_per_call)
         per_call = max(1, -(-steps // max(calls, 1)))  # as few padding steps as `calls` calls allow
-        plan = SidePlan(calls * per_call, per_call, long_steps, long_solves)
+        plan = SidePlan(calls * per_call, per_call, long_steps, long_solves, int(totals[2]))
         if self.streaming:
             self.plan = plan
             self.device_calls = None

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from alx_trainer.evaluation.evaluate import ShardedScorer, _tables
 from alx_trainer.model import fold_in
-from webgraph_pipeline import contract
+from webgraph_pipeline import contract, urls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,26 +32,34 @@ class Prediction:
     score: float
 
 
-@functools.lru_cache(maxsize=4)
-def load_vocab(data_dir: str) -> tuple[dict[int, str], dict[str, int]]:
-    """(column id -> URL, URL -> column id) from a dataset directory's vocabulary shards."""
-    names = contract.read_vocab(data_dir, columns=True)
+@functools.lru_cache(maxsize=8)
+def load_vocab(data_dir: str, columns: bool = True) -> tuple[dict[int, str], dict[str, int]]:
+    """(id -> name, name -> id) from a dataset directory's vocabulary shards: the column names
+    (`columns`, the default) or the row names; the same for a graph, whose ids are shared."""
+    names = contract.read_vocab(data_dir, columns=columns)
     return names, {name: i for i, name in names.items()}
 
 
-def resolve_node(node: str | int, data_dir: str | None) -> int:
-    """An id from an int, a numeric string, or a URL looked up in the vocabulary."""
+def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) -> int:
+    """An id from an int, a numeric string, or a name looked up in the vocabulary (the column
+    names, or with `columns=False` the row names). A URL is normalized first with the pipeline's
+    own `normalize_url`, as the dataset's names were, so `HTTP://Example.com` finds `http://example.com/`."""
     if isinstance(node, (int, np.integer)):
         return int(node)
     if node.isdigit():
         return int(node)
     if data_dir is None:
         raise ValueError(f"{node!r} is not an id and no dataset directory was given to look it up")
-    _, ids = load_vocab(data_dir)
-    for candidate in (node, node.rstrip("/"), node + "/"):
-        if candidate in ids:
-            return ids[candidate]
-    raise KeyError(f"{node!r} is not in the vocabulary of {data_dir}")
+    name = node
+    if "://" in node:
+        name, reason = urls.normalize_url(node)
+        if name is None:
+            raise ValueError(f"{node!r} is not a URL the dataset could hold ({reason}); give a node's URL or id")
+    _, ids = load_vocab(os.path.abspath(data_dir), columns)
+    if name not in ids:
+        shown = repr(node) if name == node else f"{node!r} (normalized: {name!r})"
+        raise KeyError(f"{shown} is not in the vocabulary of {data_dir}; give a node's URL or id")
+    return ids[name]
 
 
 @functools.lru_cache(maxsize=4)
@@ -71,7 +79,7 @@ def predict_outlinks(
 ) -> list[Prediction]:
     """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks and itself."""
     row_table, col_table, model_config = _tables(model)
-    row = resolve_node(node, data_dir)
+    row = resolve_node(node, data_dir, columns=False)
     train, test = known_rows(os.path.abspath(data_dir))
     if row in train:
         known = train[row]
@@ -95,17 +103,17 @@ def nearest_neighbors(
     if table not in ("row", "col"):
         raise ValueError(f"table must be 'row' or 'col', got {table!r}")
     emb = np.asarray(col_table if table == "col" else row_table, np.float32)
-    node_id = resolve_node(node, data_dir)
+    node_id = resolve_node(node, data_dir, columns=table == "col")
     if not 0 <= node_id < len(emb):
         raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     scores, ids = ShardedScorer(unit, mesh).topk(unit[node_id][None], [np.array([node_id])], k)
-    return _named(ids[0], scores[0], _names_or_empty(data_dir) if data_dir else {})
+    return _named(ids[0], scores[0], _names_or_empty(data_dir, columns=table == "col") if data_dir else {})
 
 
-def _names_or_empty(data_dir: str) -> dict[int, str]:
+def _names_or_empty(data_dir: str, columns: bool = True) -> dict[int, str]:
     try:
-        return load_vocab(os.path.abspath(data_dir))[0]
+        return load_vocab(os.path.abspath(data_dir), columns)[0]
     except FileNotFoundError:
         return {}
 
