@@ -9,9 +9,11 @@ import traceback
 from typing import Any, Optional, Sequence
 
 from webgraph_pipeline.edge_formats import BIPARTITE_FORMATS, FORMATS, EdgeFormat
+from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, problem_line
 from webgraph_pipeline.output_dir import OutputError, check_output
 from webgraph_pipeline.pipeline import INPUT_FORMATS, EmptyDatasetError, JobSpec, input_files_of, match_inputs, run_job
-from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant, parse_tlds
+from webgraph_pipeline.tlds import parse_tlds
+from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant
 from webgraph_pipeline.wat import WAT_READERS, check_reader
 
 EPILOG = """\
@@ -79,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wat: Common Crawl WAT files (default); edges: text edge lists (implied by --edge_format)")
     p.add_argument("--variant", choices=sorted(VARIANTS),
                    help="a paper Table 1 variant (sets --tlds and --min_links)")
-    p.add_argument("--tlds", default=None, help="comma-separated TLDs both endpoints must have, e.g. de,in")
+    p.add_argument("--tlds", default=None,
+                   help="comma-separated TLDs both endpoints must have, e.g. de,in (any case; IDN TLDs such "
+                        "as рф are IDNA-encoded; each must be a TLD of the Public Suffix List)")
     p.add_argument("--min_links", type=int, default=None, help="K: keep nodes with >= K in- and out-links")
     p.add_argument("--degree_passes", type=int, default=1, help="passes of the degree filter (paper: 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the test-row and held-out hashes")
@@ -94,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wat_reader", choices=WAT_READERS, default="warcio",
                    help="wat: WARC record reader; fastwarc (pip install 'webgraph-alx[fast]') is about 2x faster")
     p.add_argument("--fail_on_unreadable", action="store_true",
-                   help="wat: fail the job on an unreadable file instead of counting it")
+                   help="stop the job at the first input file that cannot be read whole (unreadable: "
+                        "not found, empty, bad gzip, not WARC, not WAT; or partly read: damaged, truncated) "
+                        "instead of counting it, naming it in stats.json and going on")
     p.add_argument("--urls", default=None, help="edges: `id url` list naming the integer ids")
     p.add_argument("--edge_format", choices=FORMATS, default=None,
                    help="edges: the line layout (default pairs): pairs `src dst [ignored...]`; adjacency "
@@ -187,9 +193,11 @@ def format_report(stats: dict[str, Any]) -> str:
                      f"({stats['protocol']})")
     for reason, where in stats["line_examples"].items():
         lines.append(f"first lines of {reason}: {', '.join(where)}")
-    if stats["unreadable_files"]:
-        lines.append(f"UNREADABLE input files ({len(stats['unreadable_files'])}): "
-                     + " ".join(stats["unreadable_files"]))
+    for status, title in ((UNREADABLE, "UNREADABLE"), (PARTLY_READ, "PARTLY READ (damaged)")):
+        problems = [p for p in stats["file_problems"] if p["status"] == status]
+        if problems:
+            lines.append(f"{title} input files ({len(problems)}):")
+            lines += [f"  {problem_line(p)}" for p in problems]
     lines.append(f"input files {len(stats['input_files'])}  wall time {stats['wall_seconds']} s")
     return "\n".join(lines)
 
