@@ -100,8 +100,8 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     damaged_at = int((wat_dir / "two.offsets").read_text().split()[1])
     where = f"byte {damaged_at} (record 2)" if reader == "warcio" else "after byte 0 (record 2)"
     assert collect_file_problems(result) == [
-        {"file": missing, "status": "unreadable", "reason": "not_found", "where": "no file matches"},
-        {"file": str(wat_dir / "two.wat.gz"), "status": "partly_read", "reason": "corrupt_region", "where": where},
+        {"file": missing, "status": "unreadable", "reason": "not_found", "detail": "no file matches"},
+        {"file": str(wat_dir / "two.wat.gz"), "status": "partly_read", "reason": "corrupt_region", "detail": where},
     ]
 
 

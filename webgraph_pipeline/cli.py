@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
@@ -208,11 +209,27 @@ def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     return run_job(spec, beam_argv)
 
 
+BEAM_STEP_LOGGER = "apache_beam.runners.common"  # logs a failing step's exception, traceback included
+
+
 def one_line(error: BaseException) -> str:
     """An exception as one line: its type when it says nothing, else the last line of its message
     (a Beam worker error carries the whole remote traceback before the cause)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
+
+
+class _NoTracebacks(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is None
+
+
+def quiet_step_tracebacks() -> None:
+    """Drop the record Beam logs, traceback and all, when a step raises: the command line reports
+    the error in one line (and --debug shows the traceback)."""
+    logger = logging.getLogger(BEAM_STEP_LOGGER)
+    if not any(isinstance(f, _NoTracebacks) for f in logger.filters):
+        logger.addFilter(_NoTracebacks())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -224,6 +241,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"webgraph_pipeline: error: {e}", file=sys.stderr)
         return 2
+    if not debug:
+        quiet_step_tracebacks()
     try:
         stats = run_job(spec, beam_argv)
     except OutputError as e:

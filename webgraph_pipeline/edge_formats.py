@@ -105,7 +105,7 @@ def decode_block(data: bytes, first_line: int, block: ParsedBlock) -> tuple[str,
             text = None
         if text is None:
             bad.append(i)
-        out.append(text or "")
+        out.append(" " if text is None else text)  # blank, but a line even when it is the block's only one
     block.drop("dropped_lines.undecodable", np.array(bad) + first_line)
     return "\n".join(out), bad
 

@@ -186,7 +186,7 @@ def wat_advice(links_read: int, num_files: int, tlds: Sequence[str], min_links: 
     if not filters:
         return f"{links_read:,} links were read: too few pages for the splits; give more input"
     todo = " or ".join((["other tlds"] if tlds else []) + (["a lower min_links"] if min_links else []))
-    return f"{links_read:,} links were read, too few kept by {', '.join(filters)}: give more input, {todo}"
+    return f"{links_read:,} links were read, too few kept by {', '.join(filters)}: give more input, or {todo}"
 
 
 def stats_advice(stats: Mapping[str, Any]) -> str:

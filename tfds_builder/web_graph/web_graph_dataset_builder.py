@@ -27,6 +27,7 @@ to the usual traceback; `WEBGRAPH_DEBUG=1` shows the traceback of all.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import textwrap
@@ -314,12 +315,15 @@ def one_line_errors() -> None:
     """Under the `tfds` command line, print a build's user errors as one line (see the module doc)."""
     main = sys.modules.get("__main__")
     is_cli = _TFDS_CLI in sys.modules or getattr(getattr(main, "__spec__", None), "name", "") == _TFDS_CLI
-    if not is_cli or getattr(sys.excepthook, "web_graph", False):
+    if not is_cli or getattr(sys.excepthook, "web_graph", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
         return
     previous = sys.excepthook
+    # Beam logs a failing step's exception, traceback and all, before re-raising it: not for ours.
+    logging.getLogger("apache_beam.runners.common").addFilter(
+        lambda record: not (record.exc_info and one_line(record.exc_info[1])))
 
     def hook(kind, error, tb):
-        found = None if os.environ.get(DEBUG_ENV, "") not in ("", "0") else one_line(error)
+        found = one_line(error)
         if found is None:
             previous(kind, error, tb)
             return
