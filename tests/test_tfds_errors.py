@@ -18,13 +18,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ERROR = "tfds build web_graph: error: "
 
 
-def tfds_build(config: dict, manual_dir, data_dir, env=None) -> tuple[int, list[str]]:
+def tfds_build(config: dict, manual_dir, data_dir, env=None, logs: list | None = None) -> tuple[int, list[str]]:
+    """Run `tfds build`: (exit status, stderr lines); the log lines TFDS sends to stdout go to `logs`."""
     cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", "tfds_builder/web_graph",
            f"--config={json.dumps(config)}", f"--data_dir={data_dir}", "--beam_pipeline_options=runner=DirectRunner"]
     if manual_dir is not None:
         cmd.append(f"--manual_dir={manual_dir}")
     done = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, **(env or {})),
                           capture_output=True, text=True, timeout=600)
+    if logs is not None:
+        logs.extend(done.stdout.splitlines())
     return done.returncode, done.stderr.strip().splitlines()
 
 
@@ -81,13 +84,14 @@ def test_bad_wat_files_are_not_told_to_lower_min_links(tmp_path):
     d.mkdir()
     (d / "a.warc.wat").write_text("my notes, not a WAT file\n" * 20)
     (d / "b.warc.wat.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 8)
-    code, err = tfds_build({"name": "x", "min_links": 2}, d, tmp_path / "tfds")
+    logs: list[str] = []
+    code, err = tfds_build({"name": "x", "min_links": 2}, d, tmp_path / "tfds", logs=logs)
     line = check_one_line(code, err, 1, "split(s) ['train', 'train_t', 'test'] are empty",
                           "no link was read from the 2 WAT file(s): they are damaged or not WAT files")
     assert "min_links" not in line.split("are empty")[1]
-    # The warnings before it name each file and why.
-    assert any(f"unreadable input file {d / 'a.warc.wat'}: not_warc" in e for e in err)
-    assert any(f"unreadable input file {d / 'b.warc.wat.gz'}: bad_gzip" in e for e in err)
+    # The warnings before it (TFDS logs to stdout) name each file and why.
+    assert any(f"unreadable input file {d / 'a.warc.wat'}: not_warc" in line for line in logs + err)
+    assert any(f"unreadable input file {d / 'b.warc.wat.gz'}: bad_gzip" in line for line in logs + err)
 
 
 def test_degree_filter_emptiness_says_lower_min_links(wat_dir, tmp_path):
