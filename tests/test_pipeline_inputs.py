@@ -276,7 +276,7 @@ def test_next_run_removes_dead_staging_and_keeps_the_rest(tmp_path):
     os.makedirs(not_ours)
     run = cli("--edge_format", "pairs", "--input", edges, "--output", out, "--test_fraction", "0")
     assert run.code == 0, run.err[-2000:]
-    assert not os.path.exists(dead)
+    assert not os.path.exists(dead) and f"removed {dead}, left by process" in run.err
     assert all(os.path.exists(p) for p in (unowned, elsewhere, not_ours))
     assert f"left {unowned} in place (no owner marker)" in run.err
     assert f"left {elsewhere} in place (host another-host)" in run.err

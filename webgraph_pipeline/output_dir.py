@@ -170,6 +170,7 @@ def clean_stale_staging(output_dir: str) -> list[str]:
         else:
             discard(staging)
             removed.append(staging)
+            logging.warning("removed %s, left by process %s that no longer runs", staging, owner["pid"])
     return removed
 
 

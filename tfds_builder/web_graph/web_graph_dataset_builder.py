@@ -58,6 +58,7 @@ _NAMED = {
 }
 
 
+_BASE_FIELDS = {f.name for f in dataclasses.fields(tfds.core.BuilderConfig)}
 _INTEGER_FIELDS = ("min_links", "degree_passes", "seed")
 _FRACTION_FIELDS = ("test_fraction", "holdout_fraction")
 
@@ -304,7 +305,8 @@ def one_line(error: BaseException) -> Optional[tuple[str, int]]:
             return line, 2 if isinstance(error, sources.ConfigError) else 1
         if isinstance(error, TypeError) and "WebGraphConfig.__init__()" in str(error):
             # An unknown key in a JSON --config: TFDS passes the keys to the dataclass as they are.
-            known = ", ".join(f.name for f in dataclasses.fields(WebGraphConfig) if f.name != "subfolder")
+            ours = [f.name for f in dataclasses.fields(WebGraphConfig) if f.name not in _BASE_FIELDS]
+            known = ", ".join(["name", "description"] + [n for n in ours if n != "subfolder"])
             wrong = str(error).split("__init__() ", 1)[1]
             return f"web_graph config: {wrong}; the keys are {known}", 2
         error = error.__cause__ or error.__context__
