@@ -80,7 +80,8 @@ class Callback:
 
 
 class Evaluator(Callback):
-    """Recall@K (and NDCG@100 when there are at least 100 columns) on the test split every `every` epochs and the last."""
+    """Recall@K (and NDCG@`ndcg_k` when there are at least that many columns) on the test split (the validation split
+    when tuning) every `every` epochs and the last."""
 
     def __init__(self, every: int):
         self.every = every
@@ -89,15 +90,17 @@ class Evaluator(Callback):
         if "test" not in run.dataset.files or not (epoch % self.every == 0 or run.is_last(epoch)):
             return
         dataset, config = run.dataset, run.config
-        ndcg_k = 100 if dataset.num_cols >= 100 else None
+        ndcg_k = config.ndcg_k if 0 < config.ndcg_k <= dataset.num_cols else None
         mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
         if dataset.tfds:
             rows = tfds_input.read_test_rows(dataset.files["test"])
             result = evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k,
-                                       exclude_self=not dataset.bipartite, mesh=mesh)
+                                       exclude_self=not dataset.bipartite, mesh=mesh, max_rows=config.eval_rows or None)
         else:
-            result = evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
+            result = evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh,
+                                       split=dataset.eval_split, baseline=dataset.eval_split == "test",
+                                       max_rows=config.eval_rows or None)
         record.update(result)
 
 

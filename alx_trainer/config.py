@@ -19,6 +19,9 @@ import yaml
 T = TypeVar("T")
 
 SOLVERS = ("cg", "cholesky", "lu", "qr", "block")
+# Solvers whose CPU programs call LAPACK's batched potrf: jaxlib 0.10 splits the batch over XLA's intra-op
+# pool and blocks on it, so per-core devices calling it at once wait on each other forever.
+POTRF_SOLVERS = ("cholesky", "block")
 STATS_MODES = ("gather", "local")
 CG_FORMS = ("auto", "matvec", "explicit")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
@@ -37,6 +40,11 @@ class DataConfig:
     data: str = _field("", "Dataset directory in the WebGraph contract, or a TFDS name such as web_graph/de-dense.")
     tfds_data_dir: str = _field("", "TFDS data_dir used when --data is a TFDS name (empty: the TFDS default).")
     chunk_rows: int = _field(2048, "Records parsed per tf.data batch when streaming the input.")
+    validation: bool = _field(
+        False,
+        "Tuning: train on the validation_train split and evaluate on the validation split (a dataset made "
+        "with the pipeline's --validation_fraction); the test split is not read.",
+    )
 
 
 @dataclasses.dataclass
@@ -119,6 +127,12 @@ class EvaluationConfig:
 
     eval_every: int = _field(1, "Evaluate on the test split every this many epochs when it exists (0: never).")
     eval_k: str = _field("20,50", "Comma-separated cut-offs K of Recall@K for the per-epoch evaluation.")
+    ndcg_k: int = _field(100, "Cut-off of the per-epoch NDCG (0: none; none when there are fewer columns).")
+    eval_rows: int = _field(
+        0,
+        "Per-epoch evaluation on the first N rows of the split only (0: all). Row ids are ranked by a hash of "
+        "the name, so this is a fixed random sample (cheaper tuning; the sweep's final test run uses all rows).",
+    )
 
 
 @dataclasses.dataclass
@@ -188,6 +202,11 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
             ),
             (self.steps_per_call > 0, f"steps_per_call: must be positive, got {self.steps_per_call}"),
             (self.cpu_devices >= 0, f"cpu_devices: must be >= 0, got {self.cpu_devices}"),
+            (
+                self.cpu_devices <= 1 or self.solver not in POTRF_SOLVERS,
+                f"cpu_devices: solver {self.solver!r} calls LAPACK potrf, which deadlocks when several CPU devices "
+                f"run it at once (jaxlib 0.10); use --cpu_devices 1, got {self.cpu_devices}",
+            ),
             (self.table_dtype in TABLE_DTYPES, f"table_dtype: must be one of {TABLE_DTYPES}, got {self.table_dtype!r}"),
             (self.piece_len > 0, f"piece_len: must be positive, got {self.piece_len}"),
             (self.batch_pieces > 0, f"batch_pieces: must be positive, got {self.batch_pieces}"),
@@ -196,6 +215,8 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
             (self.checkpoint_every >= 0, f"checkpoint_every: must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints > 0, f"keep_checkpoints: must be positive, got {self.keep_checkpoints}"),
             (self.eval_every >= 0, f"eval_every: must be >= 0, got {self.eval_every}"),
+            (self.ndcg_k >= 0, f"ndcg_k: must be >= 0, got {self.ndcg_k}"),
+            (self.eval_rows >= 0, f"eval_rows: must be >= 0, got {self.eval_rows}"),
             (self.log_level in LOG_LEVELS, f"log_level: must be one of {LOG_LEVELS}, got {self.log_level!r}"),
         ]
         for ok, message in checks:

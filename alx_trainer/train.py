@@ -33,7 +33,7 @@ from alx_trainer import checkpoint
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
-from alx_trainer.data.dataset import open_dataset
+from alx_trainer.data.dataset import open_dataset, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
 from alx_trainer.ops import sharding
 from alx_trainer.ops.side_runner import SideRunner, over_hosts, step_spec
@@ -73,6 +73,8 @@ def train(
     config.validate()
     mesh = mesh if mesh is not None else sharding.make_mesh()
     dataset = open_dataset(config.data, config.tfds_data_dir)
+    if config.validation:
+        dataset = validation_view(dataset)
     if config.tied and dataset.num_rows != dataset.num_cols:
         raise ValueError(f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}")
     tf.io.gfile.makedirs(config.model_dir)

@@ -258,6 +258,17 @@ def bench_text_edges(num_edges: int, args) -> dict:
     return {"edges_in": num_edges, "wall_s": wall, "cpu_s": cpu, "peak_rss_bytes": peak, "exit": code}
 
 
+def print_marginal_costs(rows: list[dict], what: str) -> None:
+    """CPU us per edge between consecutive sizes: the per-edge cost without the fixed start-up
+    (imports of Beam and TensorFlow, pipeline construction), and the start-up it implies."""
+    done = sorted((r for r in rows if r.get("exit") == 0), key=lambda r: r["edges_in"])
+    for a, b in zip(done, done[1:]):
+        per_edge = (b["cpu_s"] - a["cpu_s"]) / (b["edges_in"] - a["edges_in"])
+        fixed = a["cpu_s"] - per_edge * a["edges_in"]
+        print(f"{what}, {a['edges_in']:,} -> {b['edges_in']:,} edges: {per_edge * 1e6:.2f} CPU us per extra edge "
+              f"({1 / per_edge:,.0f} edges/s/core beyond a fixed {fixed:.1f} CPU s)", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pages", type=int, nargs="*", default=[20_000])
@@ -284,6 +295,8 @@ def main() -> int:
     results = {"wat": [bench_wat(pages, args) for pages in args.pages]}
     results["graph_stage"] = [bench_graph_stage(n, args) for n in args.graph_edges]
     results["text_edges"] = [bench_text_edges(n, args) for n in args.text_edges]
+    print_marginal_costs(results["text_edges"], "text edge list (whole job)")
+    print_marginal_costs(results["graph_stage"], "graph stage alone")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -74,7 +74,7 @@ def main() -> None:
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s = [], []
         for _ in range(args.epochs):
-            gram, step_src = runner.gramian(src), runner._replicated(src)
+            gram, step_src = runner.fixed(src), runner._replicated(src)
             t = time.perf_counter()
             if runner.per_device:
                 dst, _ = runner._run_per_device(step_src, dst, gram, lambda rows: None)

@@ -2,6 +2,7 @@
 
     python benchmarks/trainer_scale.py [--sizes ml1m,25m,60m] [--dims 64,128] [--epochs 3] [--cg_iters 3]
                                        [--work /tmp/trainer_scale] [--hugepages both|on|off]
+                                       [--ours_flags='--stream_batches ...']
 
 Each size is written once by `python -m webgraph_pipeline.synthetic_matrix` (seeded, reused when
 its stats.json matches). Then, per size and d, every trainer runs in its own subprocess under
@@ -10,7 +11,8 @@ its stats.json matches). Then, per size and d, every trainer runs in its own sub
 the same d, `cg_steps` = our `cg_iters`, `num_threads` = the cores, BLAS at one thread, on the
 same TFRecords read into a CSR matrix. Seconds per epoch are medians over the epochs after the first
 (ours compiles in its first). `--hugepages`: ours with glibc's `malloc.hugetlb=1` tunable (large
-allocations, the tables among them, on transparent huge pages), without, or both.
+allocations, the tables among them, on transparent huge pages), without, or both. `--ours_flags`:
+more `alx_trainer train` flags for ours (e.g. `--stream_batches` for the in-sparse size).
 
 Work per epoch is counted, not measured: FLOPs of the matrix-free CG (`epoch_work`) and the
 bytes the steps must move at least (every gathered embedding once per pass that reads it); rates
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Sequence
 
 import numpy as np
 
@@ -76,11 +79,11 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[str, float]:
     return run.stdout, peak_kb / 2**20
 
 
-def run_ours(data: str, dim: int, epochs: int, cg_iters: int, hugepages: bool) -> dict:
+def run_ours(data: str, dim: int, epochs: int, cg_iters: int, hugepages: bool, flags: Sequence[str] = ()) -> dict:
     with tempfile.TemporaryDirectory() as model_dir:
         cmd = [sys.executable, "-m", "alx_trainer", "train", "--data", data, "--model_dir", model_dir,
                "--dim", str(dim), "--epochs", str(epochs), "--cg_iters", str(cg_iters), "--eval_every", "0",
-               "--checkpoint_every", "0", "--no-progress"]
+               "--checkpoint_every", "0", "--no-progress", *flags]
         _, peak = timed(cmd, {"GLIBC_TUNABLES": HUGEPAGES_ENV} if hugepages else {"GLIBC_TUNABLES": ""})
         records = [json.loads(line) for line in open(os.path.join(model_dir, "metrics.jsonl"))]
     seconds = [r["seconds"] for r in records]
@@ -160,6 +163,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "trainer_scale"))
     parser.add_argument("--hugepages", choices=("both", "on", "off"), default="both")
+    parser.add_argument("--ours_flags", default="", help="more flags for ours, e.g. '--stream_batches'")
     parser.add_argument("--data", help="(with --implicit_worker) the dataset directory")
     parser.add_argument("--implicit_worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -171,7 +175,7 @@ def main() -> None:
     os.makedirs(args.work, exist_ok=True)
     peak_flops, bandwidth = matmul_peak(), memory_bandwidth()
     print(f"machine: matmul peak {peak_flops / 1e9:.1f} GFLOP/s, copy bandwidth {bandwidth / 1e9:.1f} GB/s, "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+          f"load {os.getloadavg()[0]:.1f}; ours: {args.ours_flags or 'CLI defaults'}", flush=True)
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.hugepages]
     for name in args.sizes.split(","):
         data = ensure_matrix(args.work, name)
@@ -180,7 +184,8 @@ def main() -> None:
             flops, byte_count = epoch_work(stats["num_rows"], stats["num_cols"], stats["edges"], dim, args.cg_iters)
             results = {}
             for hp in modes:  # ours and implicit interleaved in one run
-                results[f"ours{'+hp' if hp else ''}"] = run_ours(data, dim, args.epochs, args.cg_iters, hp)
+                results[f"ours{'+hp' if hp else ''}"] = run_ours(data, dim, args.epochs, args.cg_iters, hp,
+                                                                 args.ours_flags.split())
                 if "implicit" not in results:
                     results["implicit"] = run_implicit(data, dim, args.epochs, args.cg_iters, args.threads)
             base = results["implicit"]["s_per_epoch"]

@@ -11,8 +11,9 @@ from webgraph_pipeline import contract
 def test_shard_names_match_public_layout():
     assert contract.shard_name("train", 3, 10, ".tfr") == "train.tfr-00003-of-00010"
     assert contract.split_glob("/d", "train_t") == "/d/train.transpose.tfr-*-of-*"
+    assert contract.split_glob("/d", "validation_train_t") == "/d/validation.train.transpose.tfr-*-of-*"
     with pytest.raises(ValueError, match="unknown split"):
-        contract.split_glob("/d", "validation")
+        contract.split_glob("/d", "valid")
 
 
 def test_records_round_trip_through_tfrecord_and_feature_spec(tmp_path):

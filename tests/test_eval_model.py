@@ -1,4 +1,4 @@
-"""Evaluation, predictions, export and sweep with the real trainer on real data (hollins.edu, ML-100k)."""
+"""Evaluation, predictions and export with the real trainer on real data (hollins.edu, ML-100k)."""
 
 import contextlib
 import io
@@ -13,7 +13,7 @@ from alx_trainer import __main__ as cli
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.evaluate import evaluate, one_device_mesh
 from alx_trainer.model import fold_in, load_model
-from alx_trainer.tools import predict, sweep
+from alx_trainer.tools import predict
 from alx_trainer.train import train
 from tests import reference_ials
 from webgraph_pipeline.contract import read_split, read_vocab
@@ -125,33 +125,6 @@ def test_cli_eval_predict_export(hollins, tmp_path):
     ex = tf.train.Example.FromString(records[3].numpy()).features.feature
     assert len(records) == len(loaded.col_table) and ex["id"].int64_list.value[0] == 3
     np.testing.assert_allclose(ex["embedding"].float_list.value, loaded.col_table[3], rtol=1e-6)
-
-
-def test_sweep_is_resumable_and_marks_the_best_cell(hollins, tmp_path):
-    data, _ = hollins
-    base = TrainConfig(data=data, model_dir=str(tmp_path), dim=8, epochs=2, progress=False)
-    calls = []
-
-    def counted_train(config):
-        calls.append((config.reg, config.alpha))
-        return train(config)
-
-    out = str(tmp_path / "sweep")
-    rows = sweep.run_sweep(base, out, [0.1, 1.0], [0.01], train_fn=counted_train, log=lambda s: None)
-    assert len(rows) == 2 and len(calls) == 2
-    rows = sweep.run_sweep(base, out, [0.1, 1.0], [0.01, 0.001], train_fn=counted_train, log=lambda s: None)
-    assert len(rows) == 4 and sorted(calls[2:]) == [(0.1, 0.001), (1.0, 0.001)]
-    assert not os.path.exists(os.path.join(out, "models", "reg0.1_alpha0.01"))
-    best = sweep.best_row(rows)
-    assert best["recall@20"] == max(r["recall@20"] for r in rows)
-    rc, text, err = _run_cli(["sweep", "--out_dir", out, "--lambdas", "0.1,1", "--alphas", "0.01,0.001",
-                              "--data", data, "--dim", "8", "--epochs", "2", "--no-progress"])
-    assert rc == 0, err
-    assert len(calls) == 4 and "done before, skipped" in err  # progress is logged to stderr
-    star = [line for line in text.splitlines() if "*" in line and not line.startswith("best")]
-    assert len(star) == 1 and f"{best['recall@20']:.4f}*" in star[0]
-    with open(os.path.join(out, sweep.HEATMAP_PNG), "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, data_dir):

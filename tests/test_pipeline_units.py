@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import re
 from urllib.parse import urljoin
 
@@ -93,18 +94,40 @@ def test_ids_are_dense_deterministic_and_ordered_by_bucket_then_name():
         rank_nodes(np.zeros(2), np.array(["x", "x"], dtype=object), 0)
 
 
+def assign_rows(rows, seed, test_fraction, holdout_fraction):
+    """{'train': [...], 'test': [...]} records of (row id, name, sorted cols) rows, by `splits.split_block`."""
+    names = np.array([name for _, name, _ in rows], dtype=object)
+    ptr = np.concatenate([[0], np.cumsum([len(c) for _, _, c in rows])]).astype(np.int64)
+    cols = np.array([c for _, _, cs in rows for c in cs], dtype=np.int64)
+    is_test, held = splits.split_block(names, ptr, cols, seed, test_fraction, holdout_fraction)
+    out = {"train": [], "test": []}
+    for i, (row_id, _, row_cols) in enumerate(rows):
+        h = held[ptr[i]:ptr[i + 1]]
+        if is_test[i]:
+            out["test"].append((row_id, tuple(np.array(row_cols)[~h].tolist()), tuple(np.array(row_cols)[h].tolist())))
+        else:
+            assert not h.any()
+            out["train"].append((row_id, tuple(row_cols), ()))
+    return out
+
+
 def test_split_rules_on_small_rows():
-    assert splits.assign_row((5, "http://a.de/", (9,)), seed=0, test_fraction=1.0, holdout_fraction=0.25) == (
-        "train", (5, (9,), ()))
-    for n in range(2, 30):
-        cols = tuple(range(100, 100 + n))
-        split, (row, kept, held) = splits.assign_row((1, f"http://r{n}.de/", cols), 3, 1.0, 0.25)
-        assert split == "test" and row == 1
+    assert assign_rows([(5, "http://a.de/", (9,))], seed=0, test_fraction=1.0, holdout_fraction=0.25) == {
+        "train": [(5, (9,), ())], "test": []}
+    rows = [(n, f"http://r{n}.de/", tuple(range(100, 100 + n))) for n in range(2, 30)]
+    out = assign_rows(rows, 3, 1.0, 0.25)
+    assert not out["train"] and [r for r, _, _ in out["test"]] == list(range(2, 30))
+    for (n, kept, held), (_, _, cols) in zip(out["test"], rows):
         assert kept and held and sorted(kept + held) == list(cols) and not set(kept) & set(held)
-    assert splits.assign_row((1, "x", (1, 2, 3)), 0, 0.0, 0.25)[0] == "train"
+        assert len(held) == min(max(int(0.25 * n + splits.unit_hashes(3, "round", [f"http://r{n}.de/"])[0]), 1), n - 1)
+    assert assign_rows([(1, "x", (1, 2, 3))], 0, 0.0, 0.25)["test"] == []
     # The split depends on the seed.
-    picks = {seed: splits.is_test_row("http://a.de/", 5, seed, 0.5) for seed in range(40)}
+    picks = {seed: bool(assign_rows([(0, "http://a.de/", (1, 2, 3, 4, 5))], seed, 0.5, 0.25)["test"])
+             for seed in range(40)}
     assert 0 < sum(picks.values()) < 40
+    # The row hash is blake2b-8 of "seed<US>row<US>name" over 2^64, worked out here with hashlib.
+    digest = hashlib.blake2b("7\x1frow\x1fhttp://a.de/".encode(), digest_size=8).digest()
+    assert splits.unit_hashes(7, "row", ["http://a.de/"])[0] == int.from_bytes(digest, "big") / 2.0**64
 
 
 def _synthetic_rows(num_pages: int) -> list[tuple[int, str, tuple[int, ...]]]:
@@ -118,10 +141,7 @@ def test_strong_generalization_split_on_100k_nodes():
     smaller graph in test_pipeline_graph.py, to keep the DirectRunner within the test budget)."""
     rows = _synthetic_rows(100_000)
     assert len(rows) > 95_000
-    out = collections.defaultdict(list)
-    for row in rows:
-        split, rec = splits.assign_row(row, seed=11, test_fraction=0.1, holdout_fraction=0.25)
-        out[split].append(rec)
+    out = assign_rows(rows, seed=11, test_fraction=0.1, holdout_fraction=0.25)
     eligible = sum(1 for r in rows if len(r[2]) >= 2)
     assert abs(len(out["test"]) / eligible - 0.10) < 0.01
     assert abs(len(out["test"]) / len(rows) - 0.10) < 0.01
@@ -134,8 +154,12 @@ def test_strong_generalization_split_on_100k_nodes():
     big_held = sum(len(r[2]) for r in big)
     assert abs(big_held / sum(len(r[1]) + len(r[2]) for r in big) - 0.25) < 0.005
     assert all(r[1] and r[2] for r in out["test"])
-    # train_t against an independent transposition (a sparse matrix transpose).
-    train_t = splits.transpose(out["train"])
+    # train_t (the Beam step's rule: columns' sorted rows) against a sparse matrix transpose.
+    transposed = collections.defaultdict(list)
+    for row_id, cols, _ in out["train"]:
+        for c in cols:
+            transposed[c].append(row_id)
+    train_t = [(c, tuple(sorted(r)), ()) for c, r in sorted(transposed.items())]
     r_idx = np.array([r for r, cols, _ in out["train"] for _ in cols])
     c_idx = np.array([c for _, cols, _ in out["train"] for c in cols])
     import scipy.sparse as sp

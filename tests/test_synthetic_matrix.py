@@ -1,22 +1,41 @@
 """The synthetic power-law matrix: contract records byte-identical to encode_row, counts read back, seeded."""
 
 import numpy as np
+import pytest
 
 from webgraph_pipeline import contract, synthetic_matrix
 
 
-def test_encode_rows_is_byte_identical_to_encode_row():
+@pytest.mark.parametrize("top_bits", [28, 40, 63])  # varints of 1-4 bytes (one uint32 word), 1-6, 1-9
+def test_encode_rows_is_byte_identical_to_encode_row(top_bits):
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 30, 300)
     lengths[:3] = 0
     lengths[10] = 2000  # a payload length needing a two-byte varint
     indptr = np.concatenate([[0], np.cumsum(lengths)])
-    # ids of every varint width from 1 to 6 bytes
-    cols = rng.integers(0, 2**40, indptr[-1]) >> rng.integers(0, 40, indptr[-1])
+    cols = rng.integers(0, 2**top_bits, indptr[-1]) >> rng.integers(0, top_bits, indptr[-1])
+    cols[:3] = [0, 2**top_bits - 1, 2**(top_bits - 1)]
     rows = rng.integers(0, 2**35, len(lengths)) >> rng.integers(0, 35, len(lengths))
     got = contract.encode_rows(rows, indptr, cols)
     expected = [contract.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist()) for k, r in enumerate(rows)]
     assert got == expected
+
+
+def test_encode_rows_with_gt_tag_is_byte_identical_to_encode_row():
+    rng = np.random.default_rng(4)
+    ptrs, values = [], []
+    for _ in range(2):  # col_tag and gt_tag, each with empty rows and a two-byte payload length
+        lengths = rng.integers(0, 6, 200)
+        lengths[rng.integers(0, 200, 40)] = 0
+        lengths[7] = 300
+        ptrs.append(np.concatenate([[0], np.cumsum(lengths)]))
+        values.append(rng.integers(0, 2**40, ptrs[-1][-1]) >> rng.integers(0, 40, ptrs[-1][-1]))
+    rows = rng.integers(0, 2**35, 200) >> rng.integers(0, 35, 200)
+    got = contract.encode_rows(rows, ptrs[0], values[0], ptrs[1], values[1])
+    expected = [contract.encode_row(int(r), values[0][ptrs[0][k]:ptrs[0][k + 1]].tolist(),
+                                    values[1][ptrs[1][k]:ptrs[1][k + 1]].tolist()) for k, r in enumerate(rows)]
+    assert got == expected
+
 
 def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     out = str(tmp_path / "m")
@@ -42,13 +61,37 @@ def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     assert np.sort(col_degree)[::-1][:12].sum() > 0.25 * 4000
 
 def test_generator_is_deterministic_by_seed(tmp_path):
-    keys = [synthetic_matrix.generate_pairs(500, 200, 3000, seed=s) for s in (1, 1, 2)]
-    assert np.array_equal(keys[0], keys[1])
-    assert not np.array_equal(keys[0], keys[2])
-    assert len(np.unique(keys[0])) == 3000
+    def files(seed: int, name: str) -> dict[str, bytes]:
+        out = tmp_path / name
+        synthetic_matrix.write_matrix(str(out), 500, 200, 3000, seed=seed, num_shards=2)
+        return {p.name: p.read_bytes() for p in sorted(out.glob("train*"))}
+
+    first = files(1, "a")
+    assert first == files(1, "b")
+    assert first != files(2, "c")
+
+
+def test_rows_get_their_degrees_in_distinct_columns_across_blocks_and_buckets(tmp_path, monkeypatch):
+    # small blocks and buckets: many row blocks per shard, many column buckets per transpose shard
+    monkeypatch.setattr(synthetic_matrix, "BLOCK_EDGES", 97)
+    monkeypatch.setattr(synthetic_matrix, "BUCKET_COLS", 7)
+    out = str(tmp_path / "m")
+    synthetic_matrix.write_matrix(out, 300, 40, 3000, seed=5, num_shards=3)
+    degrees = synthetic_matrix.row_degrees(np.random.default_rng(5), 300, 40, 3000, 0.5)
+    train = {r: list(c) for r, c, _ in contract.read_split(out, "train")}
+    assert {r: len(c) for r, c in train.items()} == {r: int(d) for r, d in enumerate(degrees) if d}
+    assert all(c == sorted(set(c)) and all(0 <= x < 40 for x in c) for c in train.values())
+    assert max(len(c) for c in train.values()) <= 20  # at most half of the columns
+    transpose = {}
+    for c, rows, _ in contract.read_split(out, "train_t"):
+        assert list(rows) == sorted(set(rows))
+        transpose[c] = list(rows)
+    assert {(r, c) for c, rows in transpose.items() for r in rows} == {(r, c) for r, cs in train.items() for c in cs}
+    assert not list((tmp_path / "m").glob(".transpose*"))  # the buckets are removed
+
 
 def test_bad_arguments_exit_non_zero(tmp_path, capsys):
     assert synthetic_matrix.main(["--out", str(tmp_path), "--rows", "0", "--cols", "5", "--nnz", "3"]) == 2
     assert "--rows must be positive" in capsys.readouterr().err
     assert synthetic_matrix.main(["--out", str(tmp_path), "--rows", "2", "--cols", "2", "--nnz", "5"]) == 2
-    assert "exceeds rows x cols" in capsys.readouterr().err
+    assert "exceeds rows x cols / 2" in capsys.readouterr().err

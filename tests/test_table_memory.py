@@ -55,3 +55,54 @@ def test_init_and_checkpoint_peak_memory(tmp_path):
     assert got["init"] < 1.5 * got["table"]
     # The save adds well under a table (a compressed save held a second, encoded copy).
     assert got["save"] < 0.5 * got["table"]
+
+
+REPLICA_SCRIPT = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+from alx_trainer.ops import sharding
+
+def rss():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
+
+def peak():
+    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
+
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+sharding.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
+mesh = sharding.make_mesh(jax.devices()[:2])
+table = sharding.init_table(mesh, 0, 1_000_003, 64, 0.1, jnp.bfloat16)
+table.block_until_ready()
+gram = sharding.gramian_via_host(mesh, table)  # once before the peak is reset (first-use buffers)
+before = rss()
+reset_peak()
+gram = np.asarray(sharding.gramian_via_host(mesh, table))
+after_gram = peak()
+replica = sharding.replicate_via_host(mesh, table)
+replica.block_until_ready()
+after_replica = peak()
+host = np.asarray(table).astype(np.float64)
+print(json.dumps({
+    "table": table.nbytes, "gram": after_gram - before, "replica": after_replica - before,
+    "gram_err": float(np.abs(gram - host.T @ host).max() / np.abs(host.T @ host).max()),
+    "buffers": len({s.data.unsafe_buffer_pointer() for s in replica.addressable_shards}),
+    "devices": len(replica.addressable_shards),
+    "same": all(np.array_equal(np.asarray(s.data), np.asarray(table)) for s in replica.addressable_shards),
+}))
+"""
+
+
+def test_fixed_table_replica_is_one_shared_copy_and_gramian_casts_by_chunks():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    run = subprocess.run([sys.executable, "-c", REPLICA_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["gram_err"] < 1e-5  # float32 sums of the bfloat16 rows against float64
+    # float32 copies of both bfloat16 shards would be two tables; chunks of 30k rows are 0.06 of one each
+    assert got["gram"] < 0.5 * got["table"], got
+    # every device sees the same host buffer: one table more, not one per device
+    assert got["devices"] == 2 and got["buffers"] == 1 and got["same"]
+    assert got["replica"] < 1.4 * got["table"], got

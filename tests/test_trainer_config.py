@@ -51,6 +51,8 @@ def test_help_documents_every_field():
         (["--data", "x", "--model_dir", "m", "--batch_rows", "999"], "batch_rows"),
         (["--data", "x", "--model_dir", "m", "--eval_k", "a,b"], "eval_k"),
         (["--config", "/nonexistent.json"], "config file not found"),
+        (["--data", "x", "--model_dir", "m", "--solver", "block", "--cpu_devices", "2"], "cpu_devices: solver 'block'"),
+        (["--data", "x", "--model_dir", "m", "--solver", "cholesky", "--cpu_devices", "2"], "calls LAPACK potrf"),
     ],
 )
 def test_bad_config_is_a_one_line_error(argv, message, capsys):

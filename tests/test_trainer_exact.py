@@ -161,8 +161,12 @@ def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
 def test_step_compiles_once_per_side(dataset, tmp_path):
     data_dir, _ = dataset
     mesh = sharding.make_mesh()
-    config = _config(data_dir, str(tmp_path / "m"), epochs=3, alpha=0.4321)  # a spec no other test uses
-    train(config, mesh=mesh)
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, cg_iters=13)  # a spec no other test uses
+    first = train(config, mesh=mesh)
+    # other objective weights (alpha, lambda, nu) reuse the compiled steps, and do take effect
+    other = dataclasses.replace(config, model_dir=str(tmp_path / "m2"), alpha=0.4321, reg=0.7, reg_exponent=0.5)
+    second = train(other, mesh=mesh)
+    assert _rel(second.row_table, first.row_table) > 1e-2
     for num_other, observed_loss in ((NUM_COLS, False), (NUM_ROWS, True)):  # the row side, the column side
         step = sharding.make_step(mesh, step_spec(config, num_other, observed_loss))
         assert step._cache_size() == 1

@@ -16,7 +16,7 @@ from alx_trainer.data.dataset import open_dataset
 from alx_trainer.model import Model
 from alx_trainer.ops import per_core, sharding
 from alx_trainer.ops.side_runner import SideRunner, step_spec
-from webgraph_pipeline import synthetic_matrix
+from webgraph_pipeline import contract, synthetic_matrix
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +47,23 @@ def test_streamed_batches_give_the_in_memory_tables(matrix, tmp_path, devices):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
 
 
-def test_streaming_runner_holds_no_batches(matrix):
+def test_streaming_runner_holds_only_the_long_rows(matrix):
     config = TrainConfig(data=matrix, model_dir="unused", dim=8, layout="owner", piece_len=4, batch_pieces=8,
                          stream_batches=True, progress=False)
     dataset = open_dataset(config.data)
     mesh = sharding.make_mesh(jax.devices()[:1])
     reader = functools.partial(records.read_chunks, dataset.files["train"], config.chunk_rows, 400, 150)
     runner = SideRunner(config, mesh, step_spec(config, 150), reader, 400)
-    assert runner.streaming and runner.device_calls is None and runner.cached_long is None
-    assert runner.plan.long_steps > 0  # the long-row path is exercised
+    assert runner.streaming and runner.device_calls is None  # no normal batch is held
+    # the long rows are kept from the planning pass: every id of every row with more than 8 x 4 ids, once
+    rows = [(int(r), list(c)) for r, c, _ in contract.read_split(matrix, "train")]
+    long = {r: c for r, c in rows if len(c) > 8 * 4}
+    assert long and runner.plan.long_steps == sum(len(b) for b in runner.cached_long) > 0  # one device
+    held: dict[int, list] = {}
+    for batch in runner.cached_long:
+        for owner, ids in zip(batch.owner.tolist(), batch.ids.reshape(len(batch.owner), -1)):
+            held.setdefault(owner, []).extend(int(i) for i in ids if i >= 0)
+    assert {r: sorted(c) for r, c in held.items()} == {r: sorted(int(x) for x in c) for r, c in long.items()}
 
 
 def test_bfloat16_storage_streamed_stays_close_to_float32(matrix, tmp_path):

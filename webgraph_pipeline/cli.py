@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test_fraction", type=float, default=0.1, help="share of source rows in test")
     p.add_argument("--holdout_fraction", type=float, default=0.25,
                    help="share of each test row's outlinks held out as gt_tag")
+    p.add_argument("--validation_fraction", type=float, default=0.0,
+                   help="given_split: share of each user's training items held out as a validation split "
+                        "for tuning (validation.train, validation.train.transpose, validation); 0: none")
     p.add_argument("--num_shards", type=int, default=10, help="shards per split and of the vocabulary")
     p.add_argument("--id_buckets", type=int, default=GraphConfig.id_buckets,
                    help="hash buckets used to number the nodes (part of what decides the ids)")
@@ -157,7 +160,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     edge_format = EdgeFormat(args.edge_format or "pairs", args.delimiter, args.header, args.min_rating)
     config = base.replace(
         degree_passes=args.degree_passes, seed=args.seed, test_fraction=args.test_fraction,
-        holdout_fraction=args.holdout_fraction, bipartite=args.bipartite or edge_format.bipartite,
+        holdout_fraction=args.holdout_fraction, validation_fraction=args.validation_fraction,
+        bipartite=args.bipartite or edge_format.bipartite,
         id_buckets=args.id_buckets,
     )
     link_types = tuple(t.strip() for t in args.link_types.split(",") if t.strip()) if args.link_types else None

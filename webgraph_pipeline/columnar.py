@@ -141,3 +141,60 @@ def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
     """{(name, degree): nodes} of an array of node degrees (a summary part)."""
     values, counts = np.unique(degrees, return_counts=True)
     return collections.Counter({(name, int(v)): int(c) for v, c in zip(values, counts)})
+
+
+# A block of rows of a split: (row ids, col_tag offsets, col_tag ids, gt_tag offsets, gt_tag ids);
+# row i has the columns cols[col_ptr[i]:col_ptr[i + 1]] and held-out links gt[gt_ptr[i]:gt_ptr[i + 1]].
+RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def ragged_take(ptr: np.ndarray, values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of the rows `at` of the ragged array (ptr, values), in the order of `at`."""
+    lengths = (ptr[1:] - ptr[:-1])[at]
+    out_ptr = np.zeros(len(at) + 1, np.int64)
+    np.cumsum(lengths, out=out_ptr[1:])
+    index = np.arange(out_ptr[-1], dtype=np.int64) + np.repeat(ptr[:-1][at] - out_ptr[:-1], lengths)
+    return out_ptr, values[index]
+
+
+def drop_values(ptr: np.ndarray, values: np.ndarray, drop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ragged array (ptr, values) without the entries equal to `drop`."""
+    keep = values != drop
+    kept_before = np.concatenate(([0], np.cumsum(keep)))
+    return kept_before[ptr].astype(np.int64), values[keep]
+
+
+def row_block(row_ids: np.ndarray, col_ptr: np.ndarray, cols: np.ndarray,
+              gt_ptr: Optional[np.ndarray] = None, gt: Optional[np.ndarray] = None) -> RowBlock:
+    """A RowBlock (int64 arrays); no gt_tag when `gt` is None."""
+    if gt is None:
+        gt_ptr, gt = np.zeros(len(row_ids) + 1, np.int64), np.zeros(0, np.int64)
+    as64 = lambda a: np.asarray(a, np.int64)  # noqa: E731
+    return as64(row_ids), as64(col_ptr), as64(cols), as64(gt_ptr), as64(gt)
+
+
+def take_rows(block: RowBlock, at: np.ndarray) -> RowBlock:
+    """The rows `at` of a block, in that order."""
+    row_ids, col_ptr, cols, gt_ptr, gt = block
+    return (row_ids[at], *ragged_take(col_ptr, cols, at), *ragged_take(gt_ptr, gt, at))
+
+
+def concat_blocks(blocks: Iterable[RowBlock]) -> RowBlock:
+    """One block of the rows of several, in order."""
+    blocks = list(blocks)
+    if not blocks:
+        return row_block(np.zeros(0), np.zeros(1), np.zeros(0))
+    out = [np.concatenate([b[0] for b in blocks])]
+    for p, v in ((1, 2), (3, 4)):
+        ends = np.cumsum([b[p][-1] for b in blocks])
+        ptr = np.concatenate([[0]] + [b[p][1:] + (ends[i - 1] if i else 0) for i, b in enumerate(blocks)])
+        out += [ptr.astype(np.int64), np.concatenate([b[v] for b in blocks])]
+    return tuple(out)
+
+
+def block_rows(block: RowBlock) -> Iterator[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+    """The rows of a block as (row_tag, col_tag tuple, gt_tag tuple)."""
+    row_ids, col_ptr, cols, gt_ptr, gt = block
+    cols, gt, col_ptr, gt_ptr = cols.tolist(), gt.tolist(), col_ptr.tolist(), gt_ptr.tolist()
+    for i, r in enumerate(row_ids.tolist()):
+        yield r, tuple(cols[col_ptr[i]:col_ptr[i + 1]]), tuple(gt[gt_ptr[i]:gt_ptr[i + 1]])

@@ -13,12 +13,21 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-# TFDS split name -> file prefix of its TFRecord shards.
+# TFDS split name -> file prefix of its TFRecord shards: the splits every dataset has (`test` may be empty).
 SPLIT_PREFIXES: Mapping[str, str] = {
     "train": "train",
     "train_t": "train.transpose",
     "test": "test",
 }
+# Optional, for tuning (`--validation_fraction`): the training data re-split the way `test` splits it.
+# `validation_train` (+ transpose) is what to train on, `validation` the rows to evaluate (`col_tag`
+# = the row's validation_train items, `gt_tag` = its held-out training items).
+VALIDATION_PREFIXES: Mapping[str, str] = {
+    "validation_train": "validation.train",
+    "validation_train_t": "validation.train.transpose",
+    "validation": "validation",
+}
+ALL_SPLIT_PREFIXES: Mapping[str, str] = {**SPLIT_PREFIXES, **VALIDATION_PREFIXES}
 TFRECORD_SUFFIX = ".tfr"
 VOCAB_PREFIX = "vocab.tsv"
 # Interaction data (users x items) only: the column (item) names; `vocab.tsv` then holds the rows.
@@ -33,9 +42,9 @@ def shard_name(prefix: str, index: int, num_shards: int, suffix: str = "") -> st
 
 def split_glob(data_dir: str, split: str) -> str:
     """The glob that matches every TFRecord shard of `split` under `data_dir`."""
-    if split not in SPLIT_PREFIXES:
-        raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLIT_PREFIXES)}")
-    return os.path.join(data_dir, f"{SPLIT_PREFIXES[split]}{TFRECORD_SUFFIX}-*-of-*")
+    if split not in ALL_SPLIT_PREFIXES:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(ALL_SPLIT_PREFIXES)}")
+    return os.path.join(data_dir, f"{ALL_SPLIT_PREFIXES[split]}{TFRECORD_SUFFIX}-*-of-*")
 
 
 def vocab_glob(data_dir: str, columns: bool = False) -> str:
@@ -193,9 +202,39 @@ def _varint_len(values: np.ndarray) -> np.ndarray:
     """Bytes of the protobuf varint of each non-negative value."""
     values = np.asarray(values, np.uint64)
     n = np.ones(values.shape, np.int64)
+    top = int(values.max()) if values.size else 0
     for k in range(1, 10):
+        if top < 1 << (7 * k):  # no value needs more bytes
+            break
         n += values >= np.uint64(1 << (7 * k))
     return n
+
+
+def _varint_stream(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The varints of `values` (of byte lengths `lengths`) concatenated, vectorized.
+
+    Each value's varint is built in one little-endian word, 7 bits per byte with the continuation
+    bit set on all bytes but its last; the words' leading bytes are then picked by a mask.
+    """
+    values = np.asarray(values, np.uint64)
+    width = int(lengths.max()) if len(lengths) else 1
+    if width <= 4:  # ids below 2^28: one uint32 word each, continuation bits and byte mask looked up by length
+        v = values.astype(np.uint32)
+        word = v & np.uint32(0x7F)
+        for k in range(1, width):
+            word |= (v << np.uint32(k)) & np.uint32(0x7F << (8 * k))
+        word |= np.array([0, 0, 0x80, 0x8080, 0x808080], np.uint32)[lengths]
+        keep = np.array([0, 0x1, 0x101, 0x10101, 0x1010101], "<u4")[lengths].view(bool).reshape(len(values), 4)
+        return word.astype("<u4", copy=False).view(np.uint8).reshape(len(values), 4)[keep]
+    word = values & np.uint64(0x7F)
+    for k in range(1, min(width, 8)):
+        word |= (values << np.uint64(k)) & np.uint64(0x7F << (8 * k))
+        word |= (lengths > k).astype(np.uint64) << np.uint64(8 * k - 1)
+    table = word.astype("<u8", copy=False).view(np.uint8).reshape(len(values), 8)
+    if width > 8:  # 9-byte varints (2^56 <= value < 2^63, the largest non-negative int64): the last byte apart
+        table = np.concatenate([table, (values >> np.uint64(56)).astype(np.uint8)[:, None]], axis=1)
+        table[:, 7] |= ((lengths > 8) << 7).astype(np.uint8)
+    return table[np.arange(table.shape[1]) < lengths[:, None]]
 
 
 def _put_varints(buf: np.ndarray, pos: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -218,64 +257,69 @@ def _put_bytes(buf: np.ndarray, pos: np.ndarray, data: bytes) -> np.ndarray:
     return pos + len(data)
 
 
-def encode_rows(row_tags: np.ndarray, indptr: np.ndarray, cols: np.ndarray) -> list[bytes]:
-    """`encode_row(row_tags[k], cols[indptr[k]:indptr[k+1]])` for every k (empty gt_tag), vectorized.
+class _Int64Feature:
+    """The serialized sizes of one int64-list feature (`key`) for each row of a ragged array."""
 
-    Byte-identical to `encode_row` (checked by tests/test_synthetic_matrix.py): the deterministic
+    def __init__(self, key: bytes, ptr: np.ndarray, values: np.ndarray):
+        self.key, self.ptr, self.values = key, ptr, values
+        self.vlen = _varint_len(values)
+        before = np.concatenate(([0], np.cumsum(self.vlen)))
+        self.payload = before[ptr[1:]] - before[ptr[:-1]]  # packed varint bytes per row
+        self.ilist = np.where(self.payload > 0, 1 + _varint_len(self.payload) + self.payload, 0)  # Int64List
+        self.feat = 1 + _varint_len(self.ilist) + self.ilist  # Feature {int64_list}
+        self.entry = 2 + len(key) + 1 + _varint_len(self.feat) + self.feat  # map entry {key, value}
+        self.item = 1 + _varint_len(self.entry) + self.entry  # Features.feature[key]
+
+    def put(self, buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Write each row's map entry at `pos`; returns the positions just after."""
+        pos = _put_bytes(buf, pos, b"\x0a")
+        pos = _put_varints(buf, pos, self.entry)
+        pos = _put_bytes(buf, pos, b"\x0a" + bytes([len(self.key)]) + self.key + b"\x12")
+        pos = _put_varints(buf, pos, self.feat)
+        pos = _put_bytes(buf, pos, b"\x1a")
+        pos = _put_varints(buf, pos, self.ilist)
+        has = self.payload > 0
+        pos[has] = _put_bytes(buf, pos[has], b"\x0a")
+        pos[has] = _put_varints(buf, pos[has], self.payload[has])
+        # The values' varints, one stream, fill the bytes from pos[k] to pos[k] + payload[k] (a mask).
+        edge = np.zeros(len(buf) + 1, np.int8)
+        edge[pos[has]] = 1
+        edge[pos[has] + self.payload[has]] = -1
+        buf[np.cumsum(edge[:-1], dtype=np.int8).view(bool)] = _varint_stream(self.values, self.vlen)
+        return pos + self.payload
+
+
+def encode_rows(row_tags: np.ndarray, indptr: np.ndarray, cols: np.ndarray,
+                gt_ptr: np.ndarray | None = None, gt: np.ndarray | None = None) -> list[bytes]:
+    """`encode_row(row_tags[k], cols[indptr[k]:indptr[k+1]], gt[gt_ptr[k]:gt_ptr[k+1]])` for every
+    k (gt_tag empty when `gt` is None), vectorized.
+
+    Byte-identical to `encode_row` (checked by tests/test_contract.py): the deterministic
     serialization writes the features sorted by key, `col_tag`, `gt_tag`, `row_tag`, each an
     int64 list packed as varints. Ids must be non-negative.
     """
     row_tags = np.asarray(row_tags, np.int64)
-    indptr = np.asarray(indptr, np.int64)
-    cols = np.asarray(cols, np.int64)
-    if (len(row_tags) and row_tags.min() < 0) or (len(cols) and cols.min() < 0):
-        raise ValueError("encode_rows: ids must be non-negative")
     n = len(row_tags)
-    col_vlen = _varint_len(cols)
-    payload = np.add.reduceat(col_vlen, indptr[:-1]) if len(cols) else np.zeros(n, np.int64)
-    payload = np.where(np.diff(indptr) > 0, payload, 0)  # reduceat repeats a value for empty rows
-    ilist = np.where(payload > 0, 1 + _varint_len(payload) + payload, 0)  # Int64List {packed values}
-    feat = 1 + _varint_len(ilist) + ilist  # Feature {int64_list}
-    col_entry = 9 + 1 + _varint_len(feat) + feat  # key "col_tag", value Feature
-    col_item = 1 + _varint_len(col_entry) + col_entry
-    gt_item = b"\x0a\x0c\x0a\x06gt_tag\x12\x02\x1a\x00"
-    row_vlen = _varint_len(row_tags)
-    row_ilist = 2 + row_vlen
-    row_feat = 1 + _varint_len(row_ilist) + row_ilist
-    row_entry = 9 + 1 + _varint_len(row_feat) + row_feat
-    row_item = 1 + _varint_len(row_entry) + row_entry
-    features = col_item + len(gt_item) + row_item
-    total = 1 + _varint_len(features) + features
-    ends = np.cumsum(total)
-    starts = ends - total
-    buf = np.zeros(int(ends[-1]) if n else 0, np.uint8)
+    if gt is None:
+        gt_ptr, gt = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+    features = [
+        _Int64Feature(b"col_tag", np.asarray(indptr, np.int64), np.asarray(cols, np.int64)),
+        _Int64Feature(b"gt_tag", np.asarray(gt_ptr, np.int64), np.asarray(gt, np.int64)),
+        _Int64Feature(b"row_tag", np.arange(n + 1, dtype=np.int64), row_tags),
+    ]
+    if any(len(f.values) and f.values.min() < 0 for f in features):
+        raise ValueError("encode_rows: ids must be non-negative")
     if n == 0:
         return []
+    size = sum(f.item for f in features)
+    total = 1 + _varint_len(size) + size
+    ends = np.cumsum(total)
+    starts = ends - total
+    buf = np.zeros(int(ends[-1]), np.uint8)
     pos = _put_bytes(buf, starts, b"\x0a")
-    pos = _put_varints(buf, pos, features)
-    pos = _put_bytes(buf, pos, b"\x0a")
-    pos = _put_varints(buf, pos, col_entry)
-    pos = _put_bytes(buf, pos, b"\x0a\x07col_tag\x12")
-    pos = _put_varints(buf, pos, feat)
-    pos = _put_bytes(buf, pos, b"\x1a")
-    pos = _put_varints(buf, pos, ilist)
-    has = payload > 0
-    pos[has] = _put_bytes(buf, pos[has], b"\x0a")
-    pos[has] = _put_varints(buf, pos[has], payload[has])
-    # Every column id: its row's values start at `pos`, then the varints of the ids before it.
-    entry_row = np.repeat(np.arange(n), np.diff(indptr))
-    before = np.cumsum(col_vlen) - col_vlen
-    _put_varints(buf, pos[entry_row] + before - before[indptr[:-1]][entry_row], cols)
-    pos = pos + payload
-    pos = _put_bytes(buf, pos, gt_item + b"\x0a")
-    pos = _put_varints(buf, pos, row_entry)
-    pos = _put_bytes(buf, pos, b"\x0a\x07row_tag\x12")
-    pos = _put_varints(buf, pos, row_feat)
-    pos = _put_bytes(buf, pos, b"\x1a")
-    pos = _put_varints(buf, pos, row_ilist)
-    pos = _put_bytes(buf, pos, b"\x0a")
-    pos = _put_varints(buf, pos, row_vlen)
-    pos = _put_varints(buf, pos, row_tags)
+    pos = _put_varints(buf, pos, size)
+    for feature in features:
+        pos = feature.put(buf, pos)
     if not np.array_equal(pos, ends):
         raise AssertionError("encode_rows: computed lengths and written bytes disagree")
     data = buf.tobytes()

@@ -6,6 +6,12 @@ transpose, and `test` one row per user with test items, `col_tag` = that user's 
 update, and excludes them from the ranking) and `gt_tag` = its test items. Users and items are
 numbered over train and test together (separate row and column ids: the data is users x items).
 No degree filter and no re-splitting: the counts are the files'.
+
+With `validation_fraction` > 0 the training data is also re-split for tuning (`carve_validation`):
+each training user's items that are not also its test items are cut by the test split's hash rule
+(`splits.split_block`, under its own salt) into a held-out share (`validation` gt_tag) and the
+rest, which with any test-overlapping items is the user's `validation_train` row. Test is never read
+by tuning, and `validation_train` + `validation` gt together are exactly `train`.
 """
 
 from __future__ import annotations
@@ -13,164 +19,171 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
+import numpy as np
 
-from webgraph_pipeline.counters import NAMESPACE
-from webgraph_pipeline.ids import AssignIds
+from webgraph_pipeline import columnar as col
+from webgraph_pipeline.counters import LocalCounts, flush_to_beam
+from webgraph_pipeline.fingerprints import FINGERPRINT_BITS
+from webgraph_pipeline.graph import (
+    COLS,
+    DEFAULT_GRAPH_BUCKETS,
+    ROWS,
+    DistinctEdges,
+    JoinTargetIds,
+    NodeTables,
+    Summarize,
+    Transpose,
+    node_counts,
+    node_table,
+    vocab_entries,
+)
+from webgraph_pipeline.splits import split_block
 
-TRAIN, TEST = 0, 1
-
-# (row_tag, col_tag, gt_tag), the contract's record layout
+PARTS = ("train", "test")
 Row = tuple[int, tuple[int, ...], tuple[int, ...]]
 
 
-def user_rows(row_id: int, links: list[tuple[int, int]]) -> tuple[Row | None, Row | None, int]:
-    """A user's (item id, TRAIN | TEST) links -> (train row or None, test row or None, number of
-    its test items that are also training items)."""
-    train = tuple(sorted({c for c, part in links if part == TRAIN}))
-    test = tuple(sorted({c for c, part in links if part == TEST}))
-    overlap = len(set(train) & set(test))
-    return ((row_id, train, ()) if train else None), ((row_id, train, test) if test else None), overlap
+def carve_validation(
+    name: str, train: Row, test_items: tuple[int, ...], seed: int, fraction: float
+) -> tuple[Row, Row | None]:
+    """A user's training row -> (its validation_train row, its validation row or None).
+
+    A share `fraction` of the user's training items that are not test items is held out (at least
+    one, and at least one such item kept); a user with fewer than two such items keeps them all.
+    """
+    row_id, items, _ = train
+    candidates = [c for c in items if c not in set(test_items)]
+    if len(candidates) < 2:
+        return (row_id, items, ()), None
+    candidates = sorted(candidates)
+    # every row with two or more links is a "test" row at fraction 1: only the held-out rule applies
+    _, mask = split_block(np.array([f"validation\x1f{name}"], object), np.array([0, len(candidates)]),
+                          np.array(candidates, np.int64), seed, 1.0, fraction)
+    held = tuple(c for c, h in zip(candidates, mask.tolist()) if h)
+    kept = tuple(c for c in items if c not in set(held))
+    return (row_id, kept, ()), (row_id, kept, held)
 
 
-def histogram(pairs: list[tuple[int, int]]) -> list[list[int]]:
-    """[(degree, rows)] -> [[degree, rows], ...] sorted by degree (JSON-friendly)."""
-    return [[int(d), int(n)] for d, n in sorted(pairs)]
+def _validation_blocks(names, train_ids, train_ptr, train_cols, test_ids, test_ptr, test_cols, seed, fraction):
+    """(validation_train block, validation block): `carve_validation` for every training user."""
+    fit_rows, val_rows = [], []
+    test_of = {int(u): tuple(test_cols[test_ptr[i]:test_ptr[i + 1]].tolist()) for i, u in enumerate(test_ids)}
+    for i, u in enumerate(train_ids.tolist()):
+        items = tuple(train_cols[train_ptr[i]:train_ptr[i + 1]].tolist())
+        fit, val = carve_validation(str(names[i]), (u, items, ()), test_of.get(u, ()), seed, fraction)
+        fit_rows.append(fit)
+        if val:
+            val_rows.append(val)
 
+    def block(rows):
+        ptr = np.cumsum([0] + [len(r[1]) for r in rows])
+        gt_ptr = np.cumsum([0] + [len(r[2]) for r in rows])
+        flat = lambda k: np.array([c for r in rows for c in r[k]], np.int64)  # noqa: E731
+        return col.row_block(np.array([r[0] for r in rows], np.int64), ptr, flat(1), gt_ptr, flat(2))
 
-def _attach_item_id(kv: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[int, int]]]:
-    """(item, {'links': [(user, part)...], 'id': [item id]}) -> (user, (item id, part))."""
-    _, grouped = kv
-    (item_id,) = grouped["id"]
-    for user, part in grouped["links"]:
-        yield user, (item_id, part)
+    return block(fit_rows), block(val_rows)
 
 
 class _UserRowsFn(beam.DoFn):
-    """(user, {'links': [(item id, part)...], 'id': [row id]}) -> tagged train and test rows."""
+    """(user bucket, {'train', 'test': (user fps, item ids) pieces, 'table'}) -> `train` and `test`
+    RowBlocks, `transpose` pieces (bucket, (item ids, user ids)) and summary `parts`."""
 
-    def __init__(self) -> None:
-        self._overlap = Metrics.counter(NAMESPACE, "given_split.test_items_also_in_train")
-        self._cold = Metrics.counter(NAMESPACE, "given_split.test_users_without_train_items")
+    def __init__(self, num_buckets: int, seed: int = 0, validation_fraction: float = 0.0):
+        self._b = num_buckets
+        self._seed, self._validation_fraction = seed, validation_fraction
 
     def process(self, kv) -> Iterator[Any]:
         _, grouped = kv
-        (row_id,) = grouped["id"]
-        train, test, overlap = user_rows(row_id, list(grouped["links"]))
-        if overlap:
-            self._overlap.inc(overlap)
-        if train:
-            yield beam.pvalue.TaggedOutput("train", train)
-        if test:
-            if not train:
-                self._cold.inc()
-            yield beam.pvalue.TaggedOutput("test", test)
-
-
-def summarize_given(_: Any, rows: int, cols: int, split_rows, test_links, out_hist, in_hist) -> dict[str, Any]:
-    """The figures of a given split for stats.json (`edges` are the training interactions)."""
-    splits = dict(split_rows)
-    kept, held = test_links
-    return {
-        "protocol": "given_split",
-        "nodes": int(rows + cols),
-        "num_rows": int(rows),
-        "num_cols": int(cols),
-        "edges": int(splits.pop("edges")),
-        "splits": {name: int(n) for name, n in splits.items()},
-        "test_links": {"col_tag": int(kept), "gt_tag": int(held)},
-        "out_degree_histogram": histogram(out_hist),
-        "in_degree_histogram": histogram(in_hist),
-    }
-
-
-def _sum_pairs(pairs) -> tuple[int, int]:
-    a = b = 0
-    for x, y in pairs:
-        a += x
-        b += y
-    return a, b
+        fps, ids, names = node_table(grouped["table"])
+        parts = {}
+        for part in PARTS:
+            users, items = col.concat(grouped[part], 2, (np.uint64, np.int64))
+            parts[part] = col.group_rows(ids[col.lookup(users, fps, "user")], items)
+        (train_ids, train_ptr, train_cols), (test_ids, test_ptr, test_cols) = parts["train"], parts["test"]
+        counts = LocalCounts()
+        lengths = np.diff(train_ptr)
+        summary = col.histogram_part("out_degree", lengths)
+        summary[("edges", None)] += len(train_cols)
+        if len(train_ids):
+            yield beam.pvalue.TaggedOutput("train", col.row_block(train_ids, train_ptr, train_cols))
+            user_of = np.repeat(train_ids, lengths)
+            for b, piece in col.split_by_bucket(train_cols.astype(np.uint64), self._b, train_cols, user_of):
+                yield beam.pvalue.TaggedOutput("transpose", (b, piece))
+        if len(test_ids):
+            # col_tag: the user's training items (none for a user without a training row)
+            has_train = col.is_member(test_ids, train_ids)
+            counts.inc("given_split.test_users_without_train_items", int((~has_train).sum()))
+            at = np.searchsorted(train_ids, test_ids)
+            ptr = np.concatenate((train_ptr, [train_ptr[-1]]))  # a last, empty row for the others
+            kept_ptr, kept = col.ragged_take(ptr, train_cols, np.where(has_train, at, len(train_ids)))
+            yield beam.pvalue.TaggedOutput("test", col.row_block(test_ids, kept_ptr, kept, test_ptr, test_cols))
+            width = max(int(train_cols.max(initial=0)), int(test_cols.max(initial=0))) + 1
+            both = np.intersect1d(np.repeat(train_ids, lengths) * width + train_cols,
+                                  np.repeat(test_ids, np.diff(test_ptr)) * width + test_cols, assume_unique=True)
+            counts.inc("given_split.test_items_also_in_train", len(both))
+            summary[("test.col_tag", None)] += len(kept)
+            summary[("test.gt_tag", None)] += len(test_cols)
+        summary[("split.train", None)] += len(train_ids)
+        summary[("split.test", None)] += len(test_ids)
+        if self._validation_fraction and len(train_ids):
+            by_id = np.argsort(ids)
+            user_names = names[by_id][np.searchsorted(ids[by_id], train_ids)]
+            fit, val = _validation_blocks(user_names, train_ids, train_ptr, train_cols, test_ids, test_ptr, test_cols,
+                                          self._seed, self._validation_fraction)
+            yield beam.pvalue.TaggedOutput("validation_train", fit)
+            yield beam.pvalue.TaggedOutput("validation", val)
+            fit_user = np.repeat(fit[0], np.diff(fit[1]))
+            for b, piece in col.split_by_bucket(fit[2].astype(np.uint64), self._b, fit[2], fit_user):
+                yield beam.pvalue.TaggedOutput("validation_transpose", (b, piece))
+            summary[("split.validation_train", None)] += len(fit[0])
+            summary[("split.validation", None)] += len(val[0])
+        flush_to_beam(+counts)
+        yield beam.pvalue.TaggedOutput("parts", summary)
 
 
 class BuildGivenSplit(beam.PTransform):
-    """{'train': (user, item) edges, 'test': (user, item) edges}, each deduplicated -> the dict of
-    PCollections `BuildWebGraph` returns (`train`, `train_t`, `test`, `vocab`, `col_vocab`, `summary`)."""
+    """{'train': edge batches, 'test': edge batches} of (user, item) names -> the dict of PCollections
+    `BuildWebGraph` returns (`train`, `train_t`, `test`, `vocab`, `col_vocab`, `summary`).
 
-    def __init__(self, id_buckets: int):
+    The graph stage's own steps do the work: `DistinctEdges` per file (duplicates counted),
+    `NodeTables` over both (users and items numbered by the graph's id rule), `JoinTargetIds`
+    per file, then the rows per user bucket.
+    """
+
+    def __init__(self, id_buckets: int, num_buckets: int = DEFAULT_GRAPH_BUCKETS,
+                 fingerprint_bits: int = FINGERPRINT_BITS, seed: int = 0, validation_fraction: float = 0.0):
         super().__init__()
-        self._id_buckets = id_buckets
+        self._id_buckets, self._b, self._bits = id_buckets, num_buckets, fingerprint_bits
+        self._seed, self._validation_fraction = seed, validation_fraction
 
-    def expand(self, parts):
-        train = parts["train"] | "TagTrain" >> beam.Map(lambda e: (e[1], (e[0], TRAIN)))
-        test = parts["test"] | "TagTest" >> beam.Map(lambda e: (e[1], (e[0], TEST)))
-        links = (train, test) | "AllLinks" >> beam.Flatten()
-        row_ids = (
-            links
-            | "Users" >> beam.Map(lambda kv: kv[1][0])
-            | "DistinctUsers" >> beam.Distinct()
-            | "AssignRowIds" >> AssignIds(self._id_buckets)
-        )
-        col_ids = (
-            links
-            | "Items" >> beam.Keys()
-            | "DistinctItems" >> beam.Distinct()
-            | "AssignColIds" >> AssignIds(self._id_buckets)
-        )
-        by_user = (
-            {"links": links, "id": col_ids}
-            | "JoinItemIds" >> beam.CoGroupByKey()
-            | "ItemIdByUser" >> beam.FlatMap(_attach_item_id)
-        )
+    def expand(self, batches):
+        nb = self._b
+        distinct = {
+            part: batches[part] | f"DistinctEdges_{part}" >> DistinctEdges(frozenset(), True, nb, self._bits)
+            for part in PARTS
+        }
+        both = {
+            key: [distinct[part][key] for part in PARTS] | f"Both_{key}" >> beam.Flatten()
+            for key in ("edges", ROWS, COLS)
+        }
+        tables = both | "NodeTables" >> NodeTables(True, self._id_buckets, nb)
+        joined = {
+            part: {"edges": distinct[part]["edges"], "table": tables[COLS]} | f"JoinItemIds_{part}" >> JoinTargetIds(nb)
+            for part in PARTS
+        }
         rows = (
-            {"links": by_user, "id": row_ids}
+            {"train": joined["train"]["edges"], "test": joined["test"]["edges"], "table": tables[ROWS]}
             | "GroupUsers" >> beam.CoGroupByKey()
-            | "UserRows" >> beam.ParDo(_UserRowsFn()).with_outputs("train", "test")
+            | "UserRows" >> beam.ParDo(_UserRowsFn(nb, self._seed, self._validation_fraction)).with_outputs(
+                "train", "test", "transpose", "parts", "validation_train", "validation", "validation_transpose")
         )
-        train_t = (
-            rows.train
-            | "TransposeLinks" >> beam.FlatMap(lambda r: ((c, r[0]) for c in r[1]))
-            | "GroupByItem" >> beam.GroupByKey()
-            | "TransposedRow" >> beam.Map(lambda kv: (kv[0], tuple(sorted(kv[1])), ()))
-        )
-        out = {"train": rows.train, "train_t": train_t, "test": rows.test}
-        out["vocab"] = row_ids | "RowIdToName" >> beam.Map(lambda kv: (kv[1], kv[0]))
-        out["col_vocab"] = col_ids | "ColIdToName" >> beam.Map(lambda kv: (kv[1], kv[0]))
-        out["summary"] = self._summary(row_ids, col_ids, out)
+        transposed = rows.transpose | "Transpose" >> Transpose()
+        out = {"train": rows.train, "train_t": transposed["rows"], "test": rows.test}
+        if self._validation_fraction:  # the transpose's own parts count train_t: not summed for this one
+            out["validation_train"], out["validation"] = rows.validation_train, rows.validation
+            out["validation_train_t"] = (rows.validation_transpose | "ValidationTranspose" >> Transpose())["rows"]
+        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(vocab_entries)
+        out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(vocab_entries)
+        parts = [joined["train"]["parts"], rows.parts, transposed["parts"], *node_counts(tables)]
+        out["summary"] = parts | "AllParts" >> beam.Flatten() | "Summarize" >> Summarize(bipartite=True)
         return out
-
-    def _summary(self, row_ids, col_ids, out):
-        single = beam.pvalue.AsSingleton
-        count = lambda label, pcoll: pcoll | label >> beam.combiners.Count.Globally()  # noqa: E731
-        split_rows = (
-            [
-                out[name] | f"Count_{name}" >> beam.combiners.Count.Globally()
-                | f"Name_{name}" >> beam.Map(lambda n, name=name: (name, n))
-                for name in ("train", "train_t", "test")
-            ]
-            + [out["train"] | "TrainLinks" >> beam.Map(lambda r: len(r[1]))
-               | "SumTrainLinks" >> beam.CombineGlobally(sum) | "NameEdges" >> beam.Map(lambda n: ("edges", n))]
-        ) | "FlattenSplitCounts" >> beam.Flatten() | "SplitCountList" >> beam.combiners.ToList()
-        test_links = (
-            out["test"]
-            | "TestLinkCounts" >> beam.Map(lambda r: (len(r[1]), len(r[2])))
-            | "SumTestLinks" >> beam.CombineGlobally(_sum_pairs)
-        )
-        hist = lambda label, pcoll: (  # noqa: E731
-            pcoll | f"{label}Degree" >> beam.Map(lambda r: len(r[1]))
-            | f"{label}Histogram" >> beam.combiners.Count.PerElement()
-            | f"{label}HistList" >> beam.combiners.ToList()
-        )
-        return (
-            row_ids.pipeline
-            | "SummaryTrigger" >> beam.Create([None])
-            | "Summarize"
-            >> beam.Map(
-                summarize_given,
-                single(count("CountRows", row_ids)),
-                single(count("CountCols", col_ids)),
-                single(split_rows),
-                single(test_links),
-                single(hist("Out", out["train"])),
-                single(hist("In", out["train_t"])),
-            )
-        )

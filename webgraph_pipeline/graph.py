@@ -28,7 +28,7 @@ from webgraph_pipeline.filters import tld_of
 from webgraph_pipeline.fingerprints import FINGERPRINT_BITS, distinct_names, fingerprint, merge_vocabulary
 from webgraph_pipeline.ids import bucket_of as id_bucket_of
 from webgraph_pipeline.ids import bucket_offsets
-from webgraph_pipeline.splits import assign_row
+from webgraph_pipeline.splits import split_block
 from webgraph_pipeline.variants import GraphConfig
 
 DEFAULT_GRAPH_BUCKETS = 16
@@ -47,7 +47,8 @@ def summarize(parts: collections.Counter, bipartite: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "nodes": int(rows + cols) if bipartite else int(rows),
         "edges": int(get("edges")),
-        "splits": {name: int(get("split." + name)) for name in ("train", "train_t", "test")},
+        "splits": {name: int(get("split." + name)) for name in ("train", "train_t", "test")}
+        | {name[6:]: int(n) for (name, _), n in parts.items() if name.startswith("split.validation")},
         "test_links": {"col_tag": int(get("test.col_tag")), "gt_tag": int(get("test.gt_tag"))},
         "out_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "out_degree"}),
         "in_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "in_degree"}),
@@ -113,6 +114,28 @@ class _FingerprintFn(beam.DoFn):
         for kind, (fps, names) in named.items():
             for bucket, piece in col.split_by_bucket(fps, self._b, fps, names):
                 yield beam.pvalue.TaggedOutput(kind, (bucket, piece))
+
+
+class _MergeNames(beam.CombineFn):
+    """Name pieces (fps, names) of one bucket -> one (sorted distinct fps, names) piece, collisions
+    checked; lifted before the shuffle, so a name crosses it about once per bundle, not once per batch."""
+
+    COMPACT_AT = 1 << 18  # entries that trigger a merge (or twice the merged piece, when larger)
+
+    def create_accumulator(self) -> list:
+        return []
+
+    def add_input(self, acc: list, piece) -> list:
+        acc.append(piece)
+        if sum(len(fps) for fps, _ in acc) > max(self.COMPACT_AT, 2 * len(acc[0][0])):  # amortized
+            acc[:] = [self.extract_output(acc)]
+        return acc
+
+    def merge_accumulators(self, accs) -> list:
+        return [self.extract_output([p for acc in accs for p in acc])]
+
+    def extract_output(self, acc: list):
+        return merge_vocabulary(*col.concat(acc, 2, (np.uint64, object)))
 
 
 class _DedupFn(beam.DoFn):
@@ -285,7 +308,8 @@ class _AssignIds(beam.PTransform):
         )
 
 
-def _table(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def node_table(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Node-table pieces -> (fps, ids, names) sorted by fingerprint."""
     fps, ids, names = col.concat(pieces, 3, (np.uint64, np.int64, object))
     order = np.argsort(fps)
     return fps[order], ids[order], names[order]
@@ -296,7 +320,9 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
     the in-degree histogram."""
     _, grouped = kv
     src, dst = col.concat(grouped["edges"], 2)
-    fps, ids, _ = _table(grouped["table"])
+    fps, ids = col.concat(grouped["table"], 2, (np.uint64, np.int64))
+    order = np.argsort(fps)
+    fps, ids = fps[order], ids[order]
     dst_ids = ids[col.lookup(dst, fps, "target")]
     if len(dst_ids):
         _, in_degree = col.count_values(dst_ids)
@@ -305,8 +331,8 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
 
 
 class _BuildRowsFn(beam.DoFn):
-    """(source bucket, {'edges', 'table'}) -> `train`/`test` row lists (row_tag, col_tag, gt_tag), `transpose`
-    pieces (bucket, (col ids, row ids)) of the train rows, and summary `parts`."""
+    """(source bucket, {'edges', 'table'}) -> `train`/`test` RowBlocks, `transpose` pieces (bucket,
+    (col ids, row ids)) of the train rows, and summary `parts`."""
 
     def __init__(self, seed: int, test_fraction: float, holdout_fraction: float, num_buckets: int):
         self._args = (seed, test_fraction, holdout_fraction)
@@ -315,66 +341,160 @@ class _BuildRowsFn(beam.DoFn):
     def process(self, kv) -> Iterator[Any]:
         _, grouped = kv
         src, dst_ids = col.concat(grouped["edges"], 2, (np.uint64, np.int64))
-        fps, ids, names = _table(grouped["table"])
-        at = col.lookup(src, fps, "source")
-        rows, offsets, cols = col.group_rows(at, dst_ids)
-        train_rows, train_cols, lengths = [], [], np.diff(offsets)
+        fps, ids, names = node_table(grouped["table"])
+        rows, offsets, cols = col.group_rows(col.lookup(src, fps, "source"), dst_ids)
+        lengths = np.diff(offsets)
+        is_test, held = split_block(names[rows], offsets, cols, *self._args)
         parts = col.histogram_part("out_degree", lengths)
-        single = 0
-        out_rows: dict[str, list] = {"train": [], "test": []}
-        for i, at_row in enumerate(rows.tolist()):
-            row_cols = tuple(cols[offsets[i]:offsets[i + 1]].tolist())
-            split, out = assign_row((int(ids[at_row]), names[at_row], row_cols), *self._args)
-            if split == "train":
-                single += len(row_cols) == 1
-                train_rows.append(out[0])
-                train_cols.append(len(row_cols))
-            else:
-                parts[("test.col_tag", None)] += len(out[1])
-                parts[("test.gt_tag", None)] += len(out[2])
-            out_rows[split].append(out)
-        for split, batch in out_rows.items():
-            parts[("split." + split, None)] += len(batch)
-            if batch:
-                yield beam.pvalue.TaggedOutput(split, batch)
         parts[("edges", None)] += len(src)
-        if single:
-            counts = LocalCounts()
-            counts.inc("split.single_outlink_rows_in_train", single)
-            flush_to_beam(counts)
-        if train_rows:
-            row_ids = np.repeat(np.asarray(train_rows, dtype=np.int64), train_cols)
-            is_train = np.repeat(np.isin(ids[rows], train_rows), lengths)
-            col_ids = cols[is_train]
-            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, col_ids, row_ids):
+        train, test = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+        if len(train):
+            block = col.take_rows(col.row_block(ids[rows], offsets, cols), train)
+            yield beam.pvalue.TaggedOutput("train", block)
+            single = int((lengths[train] == 1).sum())
+            if single:
+                counts = LocalCounts()
+                counts.inc("split.single_outlink_rows_in_train", single)
+                flush_to_beam(counts)
+            row_ids, ptr, col_ids = block[:3]
+            row_of = np.repeat(row_ids, np.diff(ptr))
+            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, col_ids, row_of):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
+        if len(test):
+            kept_ptr, kept = col.ragged_take(offsets, np.where(held, -1, cols), test)
+            held_ptr, gt = col.ragged_take(offsets, np.where(held, cols, -1), test)
+            kept_ptr, kept = col.drop_values(kept_ptr, kept, -1)
+            held_ptr, gt = col.drop_values(held_ptr, gt, -1)
+            yield beam.pvalue.TaggedOutput("test", col.row_block(ids[rows][test], kept_ptr, kept, held_ptr, gt))
+            parts[("test.col_tag", None)] += len(kept)
+            parts[("test.gt_tag", None)] += len(gt)
+        parts[("split.train", None)] += len(train)
+        parts[("split.test", None)] += len(test)
         yield beam.pvalue.TaggedOutput("parts", parts)
 
 
 def _transposed_rows(kv) -> Iterator[Any]:
-    """(bucket, pieces of (col ids, row ids)) -> a list of train_t rows (col, sorted rows, ()); tagged `parts`."""
+    """(bucket, pieces of (col ids, row ids)) -> a RowBlock of train_t rows (col, sorted rows); tagged `parts`."""
     _, pieces = kv
     col_ids, row_ids = col.concat(pieces, 2, (np.int64, np.int64))
     cols, offsets, rows = col.group_rows(col_ids, row_ids)
-    yield [(c, tuple(rows[offsets[i]:offsets[i + 1]].tolist()), ()) for i, c in enumerate(cols.tolist())]
+    yield col.row_block(cols, offsets, rows)
     yield beam.pvalue.TaggedOutput("parts", _part("split.train_t", len(cols)))
 
 
-def _vocab_entries(piece) -> list[tuple[int, str]]:
+def vocab_entries(piece) -> tuple[np.ndarray, np.ndarray]:
+    """A node-table piece -> its vocabulary entries (ids, names)."""
     _, (_, ids, names) = piece
-    return list(zip(ids.tolist(), names.tolist()))
+    return ids, names
 
 
 def _node_count(kind: str):
     return lambda piece: _part("nodes." + kind, len(piece[1][0]))
 
 
-class BuildWebGraph(beam.PTransform):
-    """Edge batches -> dict of PCollections whose elements are lists (one per bucket: rows travel in
-    batches too; `beam.FlatMap(iter)` gives single rows).
+class DistinctEdges(beam.PTransform):
+    """Edge batches of names -> {'edges': distinct edges (source bucket, (src fps, dst fps)), and
+    'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, names)) for the vocabulary}.
 
-    `train`, `train_t`, `test`: lists of (row_tag, col_tag tuple, gt_tag tuple); `vocab`: lists of
-    (id, name); `col_vocab`: the same for the columns (bipartite only; otherwise `vocab` covers both);
+    Drops and counts duplicates, then (unless bipartite) self-loops, then edges outside `tlds`.
+    """
+
+    def __init__(self, tlds: frozenset[str], bipartite: bool, num_buckets: int, fingerprint_bits: int):
+        super().__init__()
+        self._tlds, self._bipartite, self._b, self._bits = tlds, bipartite, num_buckets, fingerprint_bits
+
+    def expand(self, batches):
+        kinds = (ROWS, COLS) if self._bipartite else (ROWS,)
+        fp = batches | "Fingerprint" >> beam.ParDo(
+            _FingerprintFn(self._tlds, self._bits, self._b, self._bipartite)).with_outputs(*kinds, main="edges")
+        edges = (
+            fp.edges
+            | "GroupEdgesBySource" >> beam.GroupByKey()
+            | "DedupEdges" >> beam.ParDo(_DedupFn(drop_self_loops=not self._bipartite, with_tlds=bool(self._tlds)))
+        )
+        names = {kind: fp[kind] | f"MergeNames_{kind}" >> beam.CombinePerKey(_MergeNames()) for kind in kinds}
+        return {"edges": edges, **names}
+
+
+class NodeTables(beam.PTransform):
+    """{'edges': edges keyed by source bucket, 'rows' (and 'cols'): name pieces} -> {kind: node-table
+    pieces (bucket, (fps, ids, names))}: the edges' endpoints, named (collision check), numbered."""
+
+    def __init__(self, bipartite: bool, id_buckets: int, num_buckets: int):
+        super().__init__()
+        self._bipartite, self._id_buckets, self._b = bipartite, id_buckets, num_buckets
+
+    def expand(self, inputs):
+        kinds = (ROWS, COLS) if self._bipartite else (ROWS,)
+        ends = inputs["edges"] | "Endpoints" >> beam.FlatMap(_endpoints, self._b, self._bipartite).with_outputs(
+            COLS, main=ROWS)
+        return {
+            kind: {"names": inputs[kind], "nodes": ends[kind]}
+            | f"GroupNames_{kind}" >> beam.CoGroupByKey()
+            | f"KeptNodes_{kind}" >> beam.FlatMap(_kept_names, kind)
+            | f"AssignIds_{kind}" >> _AssignIds(self._id_buckets, self._b)
+            for kind in kinds
+        }
+
+
+class JoinTargetIds(beam.PTransform):
+    """{'edges': (source bucket, (src, dst)), 'table': the targets' node table} -> {'edges': (source
+    bucket, (src fps, dst ids)), 'parts': the in-degree histogram}."""
+
+    def __init__(self, num_buckets: int):
+        super().__init__()
+        self._b = num_buckets
+
+    def expand(self, inputs):
+        by_target = inputs["edges"] | "KeyByTarget" >> beam.FlatMap(
+            lambda kv, b=self._b: col.split_by_bucket(kv[1][1], b, *kv[1]))
+        joined = (
+            {"edges": by_target, "table": inputs["table"] | "FpsAndIds" >> beam.MapTuple(lambda b, t: (b, t[:2]))}
+            | "GroupTargets" >> beam.CoGroupByKey()
+            | "Join" >> beam.FlatMap(_join_target_ids, self._b).with_outputs("parts", main="edges")
+        )
+        return {"edges": joined.edges, "parts": joined.parts}
+
+
+class Transpose(beam.PTransform):
+    """Transpose pieces (bucket, (col ids, row ids)) -> {'rows': lists of train_t rows, 'parts'}."""
+
+    def expand(self, pieces):
+        rows = (
+            pieces
+            | "GroupByColumn" >> beam.GroupByKey()
+            | "Rows" >> beam.FlatMap(_transposed_rows).with_outputs("parts", main="rows")
+        )
+        return {"rows": rows.rows, "parts": rows.parts}
+
+
+class Summarize(beam.PTransform):
+    """The flattened summary parts ({(name, key): n} Counters) of every step -> the one summary dict."""
+
+    def __init__(self, bipartite: bool):
+        super().__init__()
+        self._bipartite = bipartite
+
+    def expand(self, parts):
+        return (
+            parts
+            | "SumParts" >> beam.CombineGlobally(_SumParts())
+            | "Summary" >> beam.Map(summarize, bipartite=self._bipartite)
+        )
+
+
+def node_counts(tables: dict) -> list:
+    """The `nodes.<kind>` summary parts of the node tables {kind: pieces}."""
+    return [pieces | f"NodeCount_{kind}" >> beam.Map(_node_count(kind)) for kind, pieces in tables.items()]
+
+
+class BuildWebGraph(beam.PTransform):
+    """Edge batches -> dict of PCollections whose elements are arrays (one per bucket: rows travel in
+    blocks too; `beam.FlatMap(columnar.block_rows)` gives single rows).
+
+    `train`, `train_t`, `test`: `columnar.RowBlock`s (row ids, col_tag and gt_tag as ragged arrays);
+    `vocab`: (ids, names) arrays; `col_vocab`: the same for the columns (bipartite only; otherwise
+    `vocab` covers both);
     `summary`: one dict with nodes, edges, rows per split and degree histograms.
     num_buckets: hash buckets of the per-bucket steps (work items; more for bigger graphs).
     fingerprint_bits: narrower than 64 only to force collisions in tests.
@@ -389,58 +509,28 @@ class BuildWebGraph(beam.PTransform):
 
     def expand(self, batches):
         cfg, nb = self._config, self._b
-        kinds = (ROWS, COLS) if cfg.bipartite else (ROWS,)
         tlds = frozenset(t.lower() for t in cfg.tlds)
-        fp = batches | "Fingerprint" >> beam.ParDo(
-            _FingerprintFn(tlds, self._bits, nb, cfg.bipartite)).with_outputs(*kinds, main="edges")
-        edges = (
-            fp.edges
-            | "GroupEdgesBySource" >> beam.GroupByKey()
-            | "DedupEdges" >> beam.ParDo(_DedupFn(drop_self_loops=not cfg.bipartite, with_tlds=bool(tlds)))
-        )
+        distinct = batches | "DistinctEdges" >> DistinctEdges(tlds, cfg.bipartite, nb, self._bits)
+        edges = distinct["edges"]
         for i in range(1, (cfg.degree_passes if cfg.min_links > 0 else 0) + 1):
             names = ("dropped_nodes.degree_filter",)
             if cfg.degree_passes > 1:
                 names += (f"dropped_nodes.degree_filter_pass{i}",)
             edges = edges | f"DegreePass{i}" >> _DegreePass(cfg.min_links, cfg.bipartite, names, nb)
-        ends = edges | "Endpoints" >> beam.FlatMap(_endpoints, nb, cfg.bipartite).with_outputs(COLS, main=ROWS)
-        tables = {}
-        for kind in kinds:
-            tables[kind] = (
-                {"names": fp[kind], "nodes": ends[kind]}
-                | f"GroupNames_{kind}" >> beam.CoGroupByKey()
-                | f"KeptNodes_{kind}" >> beam.FlatMap(_kept_names, kind)
-                | f"AssignIds_{kind}" >> _AssignIds(cfg.id_buckets, nb)
-            )
+        tables = {**distinct, "edges": edges} | "NodeTables" >> NodeTables(cfg.bipartite, cfg.id_buckets, nb)
         col_table = tables[COLS if cfg.bipartite else ROWS]
-        by_target = edges | "KeyByTarget" >> beam.FlatMap(
-            lambda kv, b=nb: col.split_by_bucket(kv[1][1], b, *kv[1]))
-        joined = (
-            {"edges": by_target, "table": col_table}
-            | "GroupTargets" >> beam.CoGroupByKey()
-            | "JoinTargetIds" >> beam.FlatMap(_join_target_ids, nb).with_outputs("parts", main="edges")
-        )
+        joined = {"edges": edges, "table": col_table} | "JoinTargetIds" >> JoinTargetIds(nb)
         built = (
-            {"edges": joined.edges, "table": tables[ROWS]}
+            {"edges": joined["edges"], "table": tables[ROWS]}
             | "GroupSources" >> beam.CoGroupByKey()
             | "BuildRows" >> beam.ParDo(_BuildRowsFn(cfg.seed, cfg.test_fraction, cfg.holdout_fraction, nb))
             .with_outputs("train", "test", "transpose", "parts")
         )
-        transposed = (
-            built.transpose
-            | "GroupByColumn" >> beam.GroupByKey()
-            | "Transpose" >> beam.FlatMap(_transposed_rows).with_outputs("parts", main="rows")
-        )
-        out = {"train": built.train, "train_t": transposed.rows, "test": built.test}
-        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(_vocab_entries)
+        transposed = built.transpose | "Transpose" >> Transpose()
+        out = {"train": built.train, "train_t": transposed["rows"], "test": built.test}
+        out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(vocab_entries)
         if cfg.bipartite:
-            out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(_vocab_entries)
-        parts = [joined.parts, built.parts, transposed.parts]
-        parts += [tables[k] | f"NodeCount_{k}" >> beam.Map(_node_count(k)) for k in kinds]
-        out["summary"] = (
-            parts
-            | "AllParts" >> beam.Flatten()
-            | "SumParts" >> beam.CombineGlobally(_SumParts())
-            | "Summarize" >> beam.Map(summarize, bipartite=cfg.bipartite)
-        )
+            out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(vocab_entries)
+        parts = [joined["parts"], built.parts, transposed["parts"], *node_counts(tables)]
+        out["summary"] = parts | "AllParts" >> beam.Flatten() | "Summarize" >> Summarize(cfg.bipartite)
         return out

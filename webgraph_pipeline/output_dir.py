@@ -36,7 +36,7 @@ OWNER_FILE = ".webgraph-staging-owner.json"
 _STAGING_ID = r"(old-)?[0-9a-f]{12}"
 # The names this job writes into its output directory; anything else there is not ours.
 DATASET_PATTERNS = tuple(
-    [f"{prefix}{contract.TFRECORD_SUFFIX}-*-of-*" for prefix in contract.SPLIT_PREFIXES.values()]
+    [f"{prefix}{contract.TFRECORD_SUFFIX}-*-of-*" for prefix in contract.ALL_SPLIT_PREFIXES.values()]
     + [f"{contract.VOCAB_PREFIX}-*-of-*", f"{contract.COL_VOCAB_PREFIX}-*-of-*", contract.STATS_FILE, DEGREE_PLOT]
 )
 

@@ -13,13 +13,12 @@ from typing import Any, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_pipeline import contract, output_dir
-from webgraph_pipeline.counters import NAMESPACE, collect_counters, collect_string_set
+from webgraph_pipeline.counters import collect_counters, collect_string_set
 from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat
-from webgraph_pipeline.edges_input import EMPTY_FILES, LINE_EXAMPLES, ReadEdgeList, unbatch
+from webgraph_pipeline.edges_input import EMPTY_FILES, LINE_EXAMPLES, ReadEdgeList
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, collect_file_problems
 from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
@@ -66,6 +65,8 @@ class JobSpec:
             raise ValueError("--edge_format given_split needs --test_input, and --test_input needs given_split")
         if self.protocol == "given_split" and (self.urls_file or self.config.min_links or self.config.tlds):
             raise ValueError("a given split is used as given: no --urls, --min_links, --tlds or --variant")
+        if self.config.validation_fraction and self.protocol != "given_split":
+            raise ValueError("--validation_fraction: only with --edge_format given_split so far")
 
     @property
     def protocol(self) -> str:
@@ -117,43 +118,6 @@ def input_files_of(spec: JobSpec) -> list[str]:
     return files
 
 
-class _DedupFn(beam.DoFn):
-    """(edge, [None...]) -> edge once, counting duplicates and (for graphs) self-loops."""
-
-    def __init__(self, drop_self_loops: bool):
-        self._drop_self_loops = drop_self_loops
-        self._duplicate = Metrics.counter(NAMESPACE, "dropped_edges.duplicate")
-        self._self_loop = Metrics.counter(NAMESPACE, "dropped_edges.self_loop")
-
-    def process(self, kv):
-        edge, copies = kv
-        n = sum(1 for _ in copies)
-        if n > 1:
-            self._duplicate.inc(n - 1)
-        if self._drop_self_loops and edge[0] == edge[1]:
-            self._self_loop.inc()
-            return
-        yield edge
-
-
-class UnbatchAndDedup(beam.PTransform):
-    """Edge batches -> deduplicated (src, dst) pairs for `BuildGivenSplit`, counting
-    `dropped_edges.duplicate` and (unless bipartite) `dropped_edges.self_loop`."""
-
-    def __init__(self, bipartite: bool):
-        super().__init__()
-        self._bipartite = bipartite
-
-    def expand(self, batches):
-        return (
-            batches
-            | "Unbatch" >> beam.FlatMap(unbatch)
-            | "KeyEdge" >> beam.Map(lambda e: (e, None))
-            | "GroupDuplicates" >> beam.GroupByKey()
-            | "Dedup" >> beam.ParDo(_DedupFn(drop_self_loops=not self._bipartite))
-        )
-
-
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """The labelled reading step of either input format -> edge batches `(sources, targets)`."""
     if spec.input_format == "edges":
@@ -168,12 +132,10 @@ def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
 
 
 def read_given_split(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]) -> dict[str, Any]:
-    """The train and test files of a given split -> {'train', 'test'} deduplicated (user, item) pairs."""
+    """The train and test files of a given split -> {'train', 'test'} edge batches of (user, item) names."""
     parts = {"train": input_files, "test": match_inputs(spec.test_patterns)}
     return {
-        name: p
-        | f"ReadEdgeList_{name}" >> ReadEdgeList(files, spec.edge_format, fail_on_unreadable=spec.fail_on_unreadable)
-        | f"UnbatchAndDedup_{name}" >> UnbatchAndDedup(bipartite=True)
+        name: p | f"ReadEdgeList_{name}" >> ReadEdgeList(files, spec.edge_format, fail_on_unreadable=spec.fail_on_unreadable)
         for name, files in parts.items()
     }
 
@@ -182,12 +144,8 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """Add the whole job to `p`: read -> BuildWebGraph (or BuildGivenSplit) -> WriteTfRecords;
     returns the written paths."""
     if spec.protocol == "given_split":
-        given = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(spec.config.id_buckets)
-        graph = {  # WriteTfRecords takes rows in lists, as BuildWebGraph emits them
-            name: pcoll if name == "summary" else pcoll | f"Batch_{name}" >> beam.BatchElements(
-                min_batch_size=1_000, max_batch_size=50_000)
-            for name, pcoll in given.items()
-        }
+        graph = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(
+            spec.config.id_buckets, seed=spec.config.seed, validation_fraction=spec.config.validation_fraction)
     else:
         graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
     return graph | "WriteTfRecords" >> WriteTfRecords(

@@ -2,80 +2,108 @@
 
     python -m webgraph_pipeline.synthetic_matrix --out DIR --rows 1000000 --cols 250000 --nnz 25000000 [--seed 0]
 
-Every edge draws its row and its column independently from Zipf-like rank distributions
-(density ~ rank^-s, sampled by inverting the continuous CDF), ranks are mapped to ids through a
-seeded random permutation (popular rows are spread over the id range, as they are over table
-shards), duplicate pairs are dropped and more are drawn until exactly `nnz` distinct pairs exist.
-The `train` and `train.transpose` splits are written as sorted CSR rows through
-`contract.encode_rows` (vectorized, byte-identical to `contract.encode_row`) with `stats.json`;
-there is no `test` split. The output is a function of the arguments only (NumPy's PCG64 by seed).
+The matrix: row degrees are one multinomial draw of `nnz` over the rows, with Zipf-like rank
+probabilities (density ~ rank^-s; a row holds at most half of the columns), and each row's
+columns are drawn from a Zipf-like column distribution (the continuous CDF inverted), redrawn
+until the row has its degree in distinct columns. Ranks become ids through seeded random
+permutations (popular rows and columns are spread over the id range, as over table shards).
+
+How it is written, with memory bounded by a block whatever `nnz` is: rows are generated in
+blocks of about 4M edges (each block from its own seed), sorted and encoded into the `train`
+records at once (`contract.encode_rows`, vectorized and byte-identical to `contract.encode_row`);
+each block's pairs are also appended to column buckets on disk (at most 65,536 columns each, so
+one radix pass sorts a bucket by column while keeping its rows in order), which then become the
+`train.transpose` records. Shards are id ranges. `stats.json` is written last; there is no `test`
+split. The output is a function of the arguments only (NumPy's PCG64 by seed).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from webgraph_pipeline import contract
 
+BLOCK_EDGES = 1 << 22  # edges generated, sorted and encoded at a time
+BUCKET_EDGES = 1 << 23  # about this many edges per transpose bucket (memory while one is sorted)
+BUCKET_COLS = 1 << 16  # columns per bucket at most: a uint16 offset, one radix pass
+SPILL = np.dtype([("col", "<u2"), ("row", "<i4")])  # a spilled pair: column offset in its bucket, row id
 
-def power_law_ids(rng: np.random.Generator, n: int, size: int, exponent: float, perm: np.ndarray) -> np.ndarray:
-    """`size` ids in [0, n) with density ~ rank^-exponent (0 <= exponent < 1), ranks mapped by `perm`."""
+
+def rank_probabilities(n: int, exponent: float) -> np.ndarray:
+    """P(rank r) for r < n when the rank density is ~ r^-exponent: differences of the CDF (r / n)^(1 - s)."""
     if not 0 <= exponent < 1:
         raise ValueError(f"exponent: must be in [0, 1), got {exponent}")
+    return np.diff((np.arange(n + 1) / n) ** (1 - exponent))
+
+
+def power_law_ids(rng: np.random.Generator, n: int, size: int, exponent: float, perm: np.ndarray) -> np.ndarray:
+    """`size` ids in [0, n) drawn with `rank_probabilities(n, exponent)`, ranks mapped by `perm`."""
     u = rng.random(size)
-    ranks = (n * u ** (1 / (1 - exponent))).astype(np.int64)  # CDF (r / n)^(1 - s), inverted
+    ranks = (n * u ** (1 / (1 - exponent))).astype(np.int64)  # the CDF inverted
     return perm[np.minimum(ranks, n - 1)]
 
 
-def generate_pairs(num_rows: int, num_cols: int, nnz: int, seed: int = 0, row_exponent: float = 0.5,
-                   col_exponent: float = 0.7) -> np.ndarray:
-    """`nnz` distinct (row, col) pairs as sorted int64 keys `row * num_cols + col`."""
-    if nnz > num_rows * num_cols:
-        raise ValueError(f"nnz: {nnz} exceeds rows x cols = {num_rows * num_cols}")
-    rng = np.random.default_rng(seed)
-    row_perm, col_perm = rng.permutation(num_rows), rng.permutation(num_cols)
-    keys = np.zeros(0, np.int64)
-    while len(keys) < nnz:
-        draw = int((nnz - len(keys)) * 1.1) + 16
-        new = power_law_ids(rng, num_rows, draw, row_exponent, row_perm) * num_cols
-        new += power_law_ids(rng, num_cols, draw, col_exponent, col_perm)
-        keys = _sorted_unique(np.concatenate([keys, new]))
-    if len(keys) > nnz:  # keep a seeded random subset of exactly nnz pairs
-        keys = np.sort(keys[rng.choice(len(keys), nnz, replace=False)])
-    return keys
+def row_degrees(rng: np.random.Generator, num_rows: int, num_cols: int, nnz: int, exponent: float) -> np.ndarray:
+    """Edges per row id: a multinomial of `nnz` over the rank probabilities, capped at half the columns."""
+    cap = max(1, num_cols // 2)
+    if nnz > num_rows * cap:
+        raise ValueError(f"nnz: {nnz} exceeds rows x cols / 2 = {num_rows * cap} (the generator keeps matrices sparse)")
+    p = rank_probabilities(num_rows, exponent)
+    counts = rng.multinomial(nnz, p)
+    while (over := counts > cap).any():  # hand the excess to the rows below the cap, in proportion
+        excess = int((counts[over] - cap).sum())
+        counts[over] = cap
+        room = np.where(counts < cap, p, 0)
+        counts += rng.multinomial(excess, room / room.sum())
+    degrees = np.empty(num_rows, np.int64)
+    degrees[rng.permutation(num_rows)] = counts
+    return degrees
 
 
-def _sorted_unique(keys: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (sort + neighbour compare: faster here than NumPy's hashing `unique`)."""
+def block_edges(rng: np.random.Generator, degrees: np.ndarray, num_cols: int, exponent: float,
+                col_perm: np.ndarray) -> np.ndarray:
+    """Columns of the rows of `degrees`, row by row, each row's sorted and distinct (`degrees[r]` of them)."""
+    base = np.repeat(np.arange(len(degrees), dtype=np.int64) * num_cols, degrees)
+    keys = base + power_law_ids(rng, num_cols, len(base), exponent, col_perm)
     keys.sort()
-    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+    while True:
+        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+        missing = degrees - np.bincount(keys // num_cols, minlength=len(degrees))
+        if not missing.any():
+            return keys - base
+        extra = np.repeat(np.arange(len(degrees), dtype=np.int64) * num_cols, missing)
+        extra += power_law_ids(rng, num_cols, len(extra), exponent, col_perm)
+        extra.sort()
+        keys = np.concatenate([keys, extra])
+        keys.sort(kind="stable")  # two sorted runs: a merge
 
 
-def write_split(out: str, split: str, rows: np.ndarray, cols: np.ndarray, num_shards: int,
-                rows_per_block: int = 200_000) -> int:
-    """Write pairs sorted by row as the CSR records of `split` (one record per row with a column); returns records."""
-    import tensorflow as tf
+def blocks(degrees: np.ndarray, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """Row ranges cutting [lo, hi) into about `BLOCK_EDGES` edges each."""
+    ends = np.cumsum(degrees[lo:hi])
+    cuts = np.searchsorted(ends, np.arange(BLOCK_EDGES, int(ends[-1]) if len(ends) else 0, BLOCK_EDGES), "right")
+    edges = [lo, *(lo + np.unique(cuts[(cuts > 0) & (cuts < hi - lo)])).tolist(), hi]
+    return zip(edges[:-1], edges[1:])
 
-    starts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]])) if len(rows) else np.zeros(0, np.int64)
-    row_ids = rows[starts]
-    indptr = np.concatenate([starts, [len(rows)]])
-    bounds = np.linspace(0, len(row_ids), num_shards + 1).astype(np.int64)
-    prefix = contract.SPLIT_PREFIXES[split]
-    for s in range(num_shards):
-        path = os.path.join(out, contract.shard_name(prefix, s, num_shards, contract.TFRECORD_SUFFIX))
-        with tf.io.TFRecordWriter(path) as writer:
-            for lo in range(int(bounds[s]), int(bounds[s + 1]), rows_per_block):
-                hi = min(lo + rows_per_block, int(bounds[s + 1]))
-                a, b = indptr[lo], indptr[hi]
-                for record in contract.encode_rows(row_ids[lo:hi], indptr[lo : hi + 1] - a, cols[a:b]):
-                    writer.write(record)
-    return len(row_ids)
+
+def write_records(writer, row_tags: np.ndarray, lengths: np.ndarray, cols: np.ndarray) -> int:
+    """Write one record per row with a column (CSR by `lengths`); returns the records written."""
+    kept = lengths > 0
+    indptr = np.concatenate([[0], np.cumsum(lengths[kept])])
+    for record in contract.encode_rows(row_tags[kept], indptr, cols):
+        writer.write(record)
+    return int(kept.sum())
+
+
+def shard_bounds(n: int, num_shards: int) -> np.ndarray:
+    return np.linspace(0, n, num_shards + 1).astype(np.int64)
 
 
 def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0, num_shards: int = 4,
@@ -83,18 +111,39 @@ def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0
     """Generate and write the dataset; returns its stats (also in `out/stats.json`)."""
     import tensorflow as tf
 
+    rank_probabilities(1, col_exponent)  # checks the exponent before any work
+    if max(num_rows, num_cols) >= 2**31:
+        raise ValueError(f"rows, cols: at most 2^31 - 1 each (the spilled pairs hold int32 ids), got {num_rows} x {num_cols}")
     tf.io.gfile.makedirs(out)
     for split in contract.SPLIT_PREFIXES:
         for path in tf.io.gfile.glob(contract.split_glob(out, split)):
             tf.io.gfile.remove(path)
-    keys = generate_pairs(num_rows, num_cols, nnz, seed, row_exponent, col_exponent)
-    rows, cols = np.divmod(keys, num_cols)
-    del keys
-    n_train = write_split(out, "train", rows, cols, num_shards)
-    order = np.lexsort((rows, cols))
-    rows, cols = rows[order], cols[order]
-    del order
-    n_train_t = write_split(out, "train_t", cols, rows, num_shards)
+    rng = np.random.default_rng(seed)
+    degrees = row_degrees(rng, num_rows, num_cols, nnz, row_exponent)
+    col_perm = rng.permutation(num_cols).astype(np.int32 if num_cols < 2**31 else np.int64)
+    num_buckets = max(-(-num_cols // BUCKET_COLS), -(-nnz // BUCKET_EDGES), num_shards)
+    width = -(-num_cols // num_buckets)
+    num_buckets = -(-num_cols // width)
+    spill_dir = os.path.join(out, ".transpose-buckets")
+    shutil.rmtree(spill_dir, ignore_errors=True)
+    os.makedirs(spill_dir)
+    try:
+        spills = [open(os.path.join(spill_dir, f"{b:06d}"), "wb") for b in range(num_buckets)]
+        n_train = 0
+        bounds = shard_bounds(num_rows, num_shards)
+        for s in range(num_shards):
+            path = os.path.join(out, contract.shard_name("train", s, num_shards, contract.TFRECORD_SUFFIX))
+            with tf.io.TFRecordWriter(path) as writer:
+                for lo, hi in blocks(degrees, int(bounds[s]), int(bounds[s + 1])):
+                    cols = block_edges(np.random.default_rng([seed, lo]), degrees[lo:hi], num_cols, col_exponent,
+                                       col_perm)
+                    n_train += write_records(writer, np.arange(lo, hi), degrees[lo:hi], cols)
+                    spill_block(spills, np.repeat(np.arange(lo, hi, dtype=np.int32), degrees[lo:hi]), cols, width)
+        for f in spills:
+            f.close()
+        n_train_t = write_transpose(out, spill_dir, num_buckets, width, num_cols, num_shards)
+    finally:
+        shutil.rmtree(spill_dir, ignore_errors=True)
     square = num_rows == num_cols
     stats = {
         "nodes": num_rows if square else num_rows + num_cols,
@@ -111,12 +160,43 @@ def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0
     return stats
 
 
+def spill_block(spills: list, rows: np.ndarray, cols: np.ndarray, width: int) -> None:
+    """Append a block's (row, col) pairs to the buckets of their columns, rows kept in order."""
+    bucket = (cols // width).astype(np.uint16 if len(spills) <= 1 << 16 else np.int64)
+    order = np.argsort(bucket, kind="stable")  # radix for 16-bit keys
+    pairs = np.empty(len(cols), SPILL)
+    pairs["col"] = cols[order] - bucket[order].astype(np.int64) * width
+    pairs["row"] = rows[order]
+    ends = np.cumsum(np.bincount(bucket, minlength=len(spills)))
+    for b, (a, e) in enumerate(zip(np.concatenate([[0], ends[:-1]]).tolist(), ends.tolist())):
+        if e > a:
+            spills[b].write(pairs[a:e].tobytes())
+
+
+def write_transpose(out: str, spill_dir: str, num_buckets: int, width: int, num_cols: int, num_shards: int) -> int:
+    """The `train_t` records from the column buckets (bucket b holds columns [b*width, (b+1)*width))."""
+    import tensorflow as tf
+
+    records = 0
+    bounds = shard_bounds(num_buckets, num_shards)
+    for s in range(num_shards):
+        path = os.path.join(out, contract.shard_name("train.transpose", s, num_shards, contract.TFRECORD_SUFFIX))
+        with tf.io.TFRecordWriter(path) as writer:
+            for b in range(int(bounds[s]), int(bounds[s + 1])):
+                pairs = np.fromfile(os.path.join(spill_dir, f"{b:06d}"), SPILL)
+                order = np.argsort(pairs["col"], kind="stable")  # rows stay ascending within a column
+                lo = b * width
+                lengths = np.bincount(pairs["col"], minlength=min(width, num_cols - lo))
+                records += write_records(writer, np.arange(lo, lo + len(lengths)), lengths, pairs["row"][order])
+    return records
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m webgraph_pipeline.synthetic_matrix", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="Output dataset directory (its split shards are replaced).")
     parser.add_argument("--rows", type=int, required=True, help="Rows of the matrix.")
     parser.add_argument("--cols", type=int, required=True, help="Columns of the matrix (equal to --rows: a square graph).")
-    parser.add_argument("--nnz", type=int, required=True, help="Distinct nonzero pairs.")
+    parser.add_argument("--nnz", type=int, required=True, help="Distinct nonzero pairs (at most rows x cols / 2).")
     parser.add_argument("--seed", type=int, default=0, help="Random seed; the output depends on the arguments only.")
     parser.add_argument("--shards", type=int, default=4, help="TFRecord shards per split.")
     parser.add_argument("--row_exponent", type=float, default=0.5, help="Zipf rank exponent of the rows, in [0, 1).")
@@ -128,16 +208,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     import tensorflow  # noqa: F401 - imported before the clock starts: the rate is the generator's
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         stats = write_matrix(args.out, args.rows, args.cols, args.nnz, args.seed, args.shards,
                              args.row_exponent, args.col_exponent)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     print(f"{args.out}: {stats['num_rows']} x {stats['num_cols']}, {stats['edges']} edges in {seconds:.1f} s "
-          f"({stats['edges'] / seconds / 1e6:.2f} M edges/s)")
+          f"({stats['edges'] / seconds / 1e6:.2f} M edges/s; {cpu:.1f} CPU s, {stats['edges'] / cpu / 1e6:.2f} M edges "
+          f"per CPU second; load {os.getloadavg()[0]:.1f})")
     return 0
 
 

@@ -23,6 +23,8 @@ class GraphConfig:
     seed: seed of the hash that picks test rows and held-out links.
     test_fraction: share of source rows that go to the test split.
     holdout_fraction: share of each test row's outlinks held out as ground truth (gt_tag).
+    validation_fraction: given splits only: share of each user's training items held out as the
+      `validation` split's ground truth, for tuning (0: no validation splits).
     bipartite: interaction data (users x items): sources and targets are separate node sets
       with separate id ranges, and the degree filter counts sources' out-links and targets'
       in-links only.
@@ -36,6 +38,7 @@ class GraphConfig:
     seed: int = 0
     test_fraction: float = 0.1
     holdout_fraction: float = 0.25
+    validation_fraction: float = 0.0
     bipartite: bool = False
     id_buckets: int = DEFAULT_ID_BUCKETS
 
@@ -48,6 +51,8 @@ class GraphConfig:
             raise ValueError(f"test_fraction must be in [0, 1) (1 leaves no training row), got {self.test_fraction}")
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1), got {self.holdout_fraction}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.id_buckets < 1:
             raise ValueError(f"id_buckets must be >= 1, got {self.id_buckets}")
         for tld in self.tlds:

@@ -16,17 +16,20 @@ import uuid
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
+import numpy as np
 
+from webgraph_pipeline import columnar as col
 from webgraph_pipeline import contract
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
-_SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.SPLIT_PREFIXES.items())
+_SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.ALL_SPLIT_PREFIXES.items())
 DEGREE_PLOT = "degree_distribution.png"
 
 
-def shard_of(row_id: int, num_ids: int, num_shards: int) -> int:
-    """The shard of an id when ids 0..num_ids-1 are cut into `num_shards` contiguous ranges."""
-    return min(row_id * num_shards // max(num_ids, 1), num_shards - 1)
+def shard_of(row_id, num_ids: int, num_shards: int):
+    """The shard of an id (or an array of ids) when ids 0..num_ids-1 are cut into `num_shards`
+    contiguous ranges."""
+    return np.minimum(row_id * num_shards // max(num_ids, 1), num_shards - 1)
 
 
 def write_records_file(path: str, records: Iterable[bytes]) -> None:
@@ -50,9 +53,10 @@ def write_text_file(path: str, data: str | bytes) -> None:
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
-def vocab_lines(entries: Iterable[tuple[int, str]]) -> str:
+def vocab_lines(ids: np.ndarray, names: np.ndarray) -> str:
     """`id<TAB>name` lines, sorted by id."""
-    return "".join(f"{i}\t{name}\n" for i, name in sorted(entries))
+    order = np.argsort(ids, kind="stable")
+    return "".join([f"{i}\t{name}\n" for i, name in zip(ids[order].tolist(), names[order].tolist())])
 
 
 def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequence[int]], title: str) -> bytes:
@@ -95,7 +99,11 @@ def build_stats(
 
 
 class _WriteShardFn(beam.DoFn):
-    """(shard, {'rows': [row lists], 'shard': [...]}) -> writes one sorted shard file, yields its path."""
+    """(shard, {'rows': [pieces], 'shard': [...]}) -> writes one shard file sorted by id, yields its path.
+
+    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `contract.encode_rows`) or (ids, names)
+    arrays (kind `vocab`).
+    """
 
     def __init__(self, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
         self._output_dir, self._prefix, self._suffix = output_dir, prefix, suffix
@@ -106,26 +114,32 @@ class _WriteShardFn(beam.DoFn):
         path = os.path.join(
             self._output_dir, contract.shard_name(self._prefix, shard, self._num_shards, self._suffix)
         )
-        rows = sorted(row for piece in grouped["rows"] for row in piece)
+        pieces = list(grouped["rows"])
         if self._kind == "vocab":
-            write_text_file(path, vocab_lines(rows))
+            ids, names = col.concat(pieces, 2, (np.int64, object))
+            write_text_file(path, vocab_lines(ids, names))
         else:
-            write_records_file(path, (contract.encode_row(*r) for r in rows))
+            block = col.concat_blocks(pieces)
+            block = col.take_rows(block, np.argsort(block[0], kind="stable"))
+            write_records_file(path, contract.encode_rows(*block))
         yield path
 
 
-def shard_pieces(rows: Iterable[tuple], num_ids: int, num_shards: int) -> Iterator[tuple[int, list]]:
-    """(shard, its rows) for the shards that a list of (id, ...) rows falls in."""
-    pieces: dict[int, list] = {}
-    for row in rows:
-        pieces.setdefault(shard_of(row[0], num_ids, num_shards), []).append(row)
-    yield from pieces.items()
+def shard_pieces(piece: tuple, num_ids: int, num_shards: int) -> Iterator[tuple[int, tuple]]:
+    """(shard, its part of the piece) for the shards that a piece's ids fall in: a RowBlock or
+    (ids, names) arrays, the ids first."""
+    ids = piece[0]
+    shards = shard_of(ids, num_ids, num_shards)
+    for shard in np.unique(shards).tolist():
+        at = np.flatnonzero(shards == shard)
+        yield shard, (col.take_rows(piece, at) if len(piece) == 5 else tuple(a[at] for a in piece))
 
 
 def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
-    """Write lists of (id, ...) rows into `num_shards` files by contiguous id range; every shard exists."""
+    """Write pieces (RowBlocks or vocabulary arrays) into `num_shards` files by contiguous id range;
+    every shard exists."""
     keyed = pcoll | f"{label}ShardKey" >> beam.FlatMap(
-        lambda rows, n, s=num_shards: shard_pieces(rows, n, s), beam.pvalue.AsSingleton(size)
+        lambda piece, n, s=num_shards: shard_pieces(piece, n, s), beam.pvalue.AsSingleton(size)
     )
     all_shards = pcoll.pipeline | f"{label}Shards" >> beam.Create([(i, None) for i in range(num_shards)])
     return (
@@ -136,9 +150,10 @@ def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix
 
 
 class WriteTfRecords(beam.PTransform):
-    """Write `BuildWebGraph`'s output: the three splits, vocabulary shards, stats.json and a PNG.
+    """Write `BuildWebGraph`'s output: the three splits (and the validation splits when given),
+    vocabulary shards, stats.json and a PNG.
 
-    Takes the dict `BuildWebGraph` returns (rows and vocabulary entries in lists); yields the
+    Takes the dict `BuildWebGraph` returns (RowBlocks and vocabulary arrays); yields the
     PCollection of written paths.
     stats.json is written here without the Beam counters; `pipeline.run_job` adds them at the end.
     """
@@ -169,7 +184,9 @@ class WriteTfRecords(beam.PTransform):
         }
         written = []
         for split, prefix, suffix in _SPLIT_FILES:
-            size = sizes["cols" if split == "train_t" else "rows"]
+            if split not in graph:  # the validation splits are optional
+                continue
+            size = sizes["cols" if split.endswith("train_t") else "rows"]
             written.append(
                 _write_sharded(graph[split], size, split, self._output_dir, prefix, suffix, self._num_shards, "rows")
             )

@@ -15,19 +15,23 @@ from typing import Sequence
 import numpy as np
 
 from alx_trainer.cli.common import add_log_level, ks, run, setup_logging
+from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig, parse_dataclass_args
 from alx_trainer.data.dataset import open_dataset
 from alx_trainer.evaluation.evaluate import evaluate, format_metrics
 from alx_trainer.model import Model, load_model
 from alx_trainer.tools.predict import export_tables, format_predictions, nearest_neighbors, predict_outlinks
 from alx_trainer.tools.sweep import (
-    HEATMAP_PNG,
+    DEFAULT_METRIC,
     PAPER_ALPHAS,
     PAPER_LAMBDAS,
+    best_row,
+    final_run,
+    format_final,
     format_table,
     parse_grid,
-    plot_heatmap,
     run_sweep,
+    write_outputs,
 )
 from webgraph_pipeline import contract
 
@@ -61,14 +65,18 @@ def main_eval(argv: Sequence[str]) -> int:
     p.add_argument("--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k.")
     p.add_argument("--batch_size", type=int, default=0, help="Test rows per scoring batch (0: by memory budget).")
     p.add_argument("--max_rows", type=int, default=0, help="Evaluate only the first N test rows (0: all).")
+    p.add_argument("--split", choices=("test", "validation"), default="test",
+                   help="Rows to evaluate: test, or validation (a dataset directory made with --validation_fraction).")
     p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
 
     def body() -> int:
-        data, extra = args.data, {}
+        data, extra = args.data, {"split": args.split}
         if not os.path.isdir(args.data):
+            if args.split != "test":
+                raise ValueError(f"--split {args.split}: only for a dataset directory, not a TFDS name")
             data, extra = _tfds_eval_data(args.data, args.tfds_data_dir)
         result = evaluate(
             _model(args.model_dir), data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
@@ -85,26 +93,40 @@ def main_eval(argv: Sequence[str]) -> int:
 
 
 def main_sweep(argv: Sequence[str]) -> int:
-    """Grid search over lambda x alpha (the paper's grid by default); every other flag is `train`'s."""
+    """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on the full
+    training data and report test; every other flag is `train`'s."""
     p = argparse.ArgumentParser(
         prog="alx_trainer sweep", description=main_sweep.__doc__,
-        epilog="Remaining flags (--data, --dim, --epochs, ...) configure each training run; see `train --help`.",
+        epilog="Remaining flags (--data, --epochs, --solver, ...) configure each training run; see `train --help`. "
+               "--data must hold the validation splits (the pipeline's --validation_fraction).",
     )
-    p.add_argument("--out_dir", required=True, help="Where sweep.csv, the heatmap and the models go.")
+    p.add_argument("--out_dir", required=True, help="Where sweep.csv/.json, the heatmap, best_config.json and final/ go.")
+    p.add_argument("--dims", default="", help="Embedding dimensions d (default: --dim).")
     p.add_argument("--lambdas", default=",".join(f"{v:g}" for v in PAPER_LAMBDAS), help="L2 regularization values.")
     p.add_argument("--alphas", default=",".join(f"{v:g}" for v in PAPER_ALPHAS), help="Unobserved weights.")
-    p.add_argument("--metric", default="recall@20", help="Metric of the table's best cell and the heatmap.")
-    p.add_argument("--keep_models", action="store_true", help="Keep every cell's model directory.")
+    p.add_argument("--nus", default="", help="Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).")
+    p.add_argument("--metric", default=DEFAULT_METRIC, help="Validation metric that picks the best point.")
+    p.add_argument("--keep_models", action="store_true", help="Keep every point's model directory.")
+    p.add_argument("--no_final", action="store_true", help="Stop after the sweep (no training on the full data).")
     args, rest = p.parse_known_args(list(argv))
 
     def body() -> int:
         lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
         config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep")
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
+        dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
+        nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)
         setup_logging(config.log_level)
-        rows = run_sweep(config, args.out_dir, lambdas, alphas, keep_models=args.keep_models)
+        split_cpu(config)  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
+        rows = run_sweep(config, args.out_dir, dims, alphas, lambdas, nus)
         print(format_table(rows, args.metric))
-        print(f"heatmap: {plot_heatmap(rows, os.path.join(args.out_dir, HEATMAP_PNG), args.metric)}")
+        final = None
+        if not args.no_final:
+            final = final_run(config, best_row(rows, args.metric), args.out_dir, ks=config.recall_ks(),
+                              ndcg_k=config.ndcg_k or 20)
+            print(format_final(final))
+        paths = write_outputs(rows, args.out_dir, config, args.metric, final)
+        print("wrote " + " ".join(paths.values()))
         return 0
 
     return run("sweep", body)

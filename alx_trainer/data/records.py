@@ -47,6 +47,7 @@ class Dataset:
     data_dir: str
     tfds: bool = False  # files named by TFDS rather than by the contract
     bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
+    eval_split: str = "test"  # the contract split that files["test"] holds ("validation" when tuning)
 
 
 def host_files(files: Sequence[str], process_index: int, process_count: int) -> list[str]:

@@ -148,21 +148,23 @@ def _tables(model_or_tables: Any) -> tuple[np.ndarray | None, np.ndarray, Any]:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_eval_data(data_dir: str, mtime: float) -> tuple[list[Row], np.ndarray, bool]:
-    """Test rows, column popularity (training rows per column) and whether ids are shared."""
+def _load_eval_data(data_dir: str, mtime: float, split: str) -> tuple[list[Row], np.ndarray, bool]:
+    """Rows of `split`, column popularity (rows per column of its training split) and whether ids are shared."""
     stats = contract.read_stats(data_dir)
     _, num_cols = contract.matrix_shape(stats)
-    test = contract.read_split(data_dir, "test")
-    train = contract.read_split(data_dir, "train")
+    test = contract.read_split(data_dir, split)
+    train = contract.read_split(data_dir, "validation_train" if split == "validation" else "train")
     cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
     popularity = np.bincount(cols, minlength=num_cols).astype(np.float32)
     return test, popularity, not contract.is_bipartite(stats)
 
 
-def load_eval_data(data_dir: str) -> tuple[list[Row], np.ndarray, bool]:
-    """Cached read of a dataset directory's test rows and column popularity (see `evaluate`)."""
+def load_eval_data(data_dir: str, split: str = "test") -> tuple[list[Row], np.ndarray, bool]:
+    """Cached read of a dataset directory's test (or validation) rows and column popularity (see `evaluate`)."""
+    if split not in ("test", "validation"):
+        raise ValueError(f"split: expected 'test' or 'validation', got {split!r}")
     path = os.path.join(data_dir, contract.STATS_FILE)
-    return _load_eval_data(os.path.abspath(data_dir), os.path.getmtime(path) if os.path.exists(path) else 0.0)
+    return _load_eval_data(os.path.abspath(data_dir), os.path.getmtime(path) if os.path.exists(path) else 0.0, split)
 
 
 def evaluate(
@@ -180,21 +182,25 @@ def evaluate(
     exclude_self: bool | None = None,
     fold_in_fn: FoldInFn | None = None,
     max_rows: int | None = None,
+    split: str = "test",
+    baseline: bool = True,
 ) -> dict[str, float]:
-    """Recall@k for k in `ks` and NDCG@`ndcg_k` of a model on the held-out rows of a split.
+    """Recall@k for k in `ks` and NDCG@`ndcg_k` of a model on the held-out rows of a split, overall and
+    per activity bucket (`cold/recall@20`, ...: rows by their number of fold-in items, `metrics.ACTIVITY_CUTS`).
 
     `model_or_tables`: a trainer `Model`, a model directory, or a `(row_table, col_table)` pair.
     `data_dir_or_rows`: a dataset directory (its `test` split; popularity from its `train` split)
-    or a sequence of `(row, fold_in_cols, gt_cols)`. `config` is passed to the fold-in solve
+    (`split`: `test`, or `validation` with popularity from `validation_train`) or a sequence of
+    `(row, fold_in_cols, gt_cols)`. `config` is passed to the fold-in solve
     (default: the model's own). With `popularity` (or a directory) the same metrics are reported
-    for the popularity baseline under `popularity/...`. `exclude_self` also removes the row's own
+    for the popularity baseline under `popularity/...` (unless `baseline` is False). `exclude_self` also removes the row's own
     id from its ranking (default: on for a graph with shared ids, read from `stats.json`).
     """
     _, col_table, model_config = _tables(model_or_tables)
     config = config if config is not None else model_config
     if isinstance(data_dir_or_rows, (str, os.PathLike)):
-        rows, pop, shared = load_eval_data(os.fspath(data_dir_or_rows))
-        popularity = pop if popularity is None else popularity
+        rows, pop, shared = load_eval_data(os.fspath(data_dir_or_rows), split)
+        popularity = (pop if popularity is None else popularity) if baseline else None
         exclude_self = shared if exclude_self is None else exclude_self
     else:
         rows = list(data_dir_or_rows)
@@ -224,6 +230,7 @@ def evaluate(
             approx=approx, recall_target=recall_target, batch_size=batch,
         )
     out = metrics.ranking_metrics(ids, gts, ks, ndcg_k)
+    out.update(metrics.bucket_metrics(ids, gts, [len(c) for _, c, _ in rows], ks, ndcg_k))
     if popularity is not None:
         pop_scorer = ShardedScorer(np.asarray(popularity, np.float32)[:, None], mesh)
         _, pop_ids = pop_scorer.topk(np.ones((len(rows), 1), np.float32), exclude, k, batch_size=batch)
@@ -234,12 +241,20 @@ def evaluate(
 
 
 def format_metrics(result: Mapping[str, float]) -> str:
-    """One line per metric, model and popularity baseline side by side."""
-    names = [n for n in result if "@" in n and not n.startswith("popularity/")]
+    """One line per metric, model and popularity baseline side by side, then the model per activity bucket."""
+    names = [n for n in result if "@" in n and "/" not in n]
     lines = [f"{'metric':<12} {'model':>8} {'popularity':>10}"]
     for name in names:
         pop = result.get(f"popularity/{name}")
         lines.append(f"{name:<12} {result[name]:>8.4f} {'' if pop is None else f'{pop:>10.4f}'}")
     lines.append(f"rows: {int(result.get('num_rows', 0))} ({int(result.get('num_rows_with_gt', 0))} with ground truth)")
+    buckets = [b for b in metrics.ACTIVITY_BUCKETS if f"{b}/rows" in result]
+    if buckets:
+        lo, hi = metrics.ACTIVITY_CUTS
+        lines.append(f"by activity (fold-in items: cold < {lo} <= medium < {hi} <= heavy), model:")
+        lines.append(f"{'metric':<12}" + "".join(f" {b:>8}" for b in buckets))
+        for name in names:
+            lines.append(f"{name:<12}" + "".join(f" {result[f'{b}/{name}']:>8.4f}" for b in buckets))
+        lines.append(f"{'rows':<12}" + "".join(f" {int(result[f'{b}/rows']):>8}" for b in buckets))
     lines.append("recall@K = hits / min(K, |gt|) (ALX paper); recall_gt@K = hits / |gt| (LightGCN)")
     return "\n".join(lines)

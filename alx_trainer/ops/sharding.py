@@ -55,11 +55,12 @@ def row_sharding(mesh: Mesh) -> NamedSharding:
 
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
-    """Static parameters of a step kernel (one compiled program per distinct spec and shape)."""
+    """Static parameters of a step kernel (one compiled program per distinct spec and shape).
 
-    alpha: float
-    reg: float
-    reg_exponent: float
+    The objective's weights (alpha, lambda, nu) are not static: they reach the kernels as an array
+    `hyper` beside the gramian (`Fixed`), so a sweep over them reuses the compiled programs.
+    """
+
     num_other: int  # real rows of the fixed table (the "number of columns" of frequency scaling)
     solver: str
     cg_iters: int
@@ -77,6 +78,15 @@ class StepSpec:
     @property
     def owner(self) -> bool:
         return self.layout == "owner"
+
+
+# What a step sees of the fixed side besides its rows: (gramian [d, d], hyper [3] = alpha, lambda, nu).
+Fixed = tuple[jax.Array, jax.Array]
+
+
+def hyper_params(alpha: float, reg: float, reg_exponent: float) -> np.ndarray:
+    """The `hyper` array of the kernels: float32 [alpha, lambda, nu]."""
+    return np.array([alpha, reg, reg_exponent], np.float32)
 
 
 INIT_CHUNK = 16384  # rows generated at a time: initialization never holds more than a shard and a chunk
@@ -202,11 +212,11 @@ def make_gramian(mesh: Mesh):
     return jax.jit(jax.shard_map(_gramian_local, mesh=mesh, in_specs=P(AXIS), out_specs=P(), check_vma=False))
 
 
-def _row_reg(spec: StepSpec, row_len: jax.Array) -> jax.Array:
+def _row_reg(spec: StepSpec, hyper: jax.Array, row_len: jax.Array) -> jax.Array:
+    """lambda * (n + alpha * num_other) ** nu per row (plain lambda when nu = 0)."""
+    alpha, reg, nu = hyper[0], hyper[1], hyper[2]
     n = row_len.astype(jnp.float32)
-    if spec.reg_exponent == 0:
-        return jnp.full_like(n, spec.reg)
-    return spec.reg * (n + spec.alpha * spec.num_other) ** spec.reg_exponent
+    return reg * jnp.where(nu == 0, 1.0, (n + alpha * spec.num_other) ** nu)
 
 
 def _explicit_stats(h: jax.Array, seg: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
@@ -217,13 +227,14 @@ def _explicit_stats(h: jax.Array, seg: jax.Array, rows: int) -> tuple[jax.Array,
     return a, b
 
 
-def _solve_explicit(spec: StepSpec, gram, a_obs, b, x0, row_ids, row_len):
+def _solve_explicit(spec: StepSpec, fixed: Fixed, a_obs, b, x0, row_ids, row_len):
     """Solve (A_obs + alpha G + lambda_r I) x = b; return x and the loss terms of valid rows."""
+    gram, hyper = fixed
     d = gram.shape[0]
     valid = row_ids >= 0
-    lam = _row_reg(spec, row_len)
+    lam = _row_reg(spec, hyper, row_len)
     eye = jnp.eye(d, dtype=jnp.float32)
-    a = a_obs + spec.alpha * gram + lam[:, None, None] * eye
+    a = a_obs + hyper[0] * gram + lam[:, None, None] * eye
     a = jnp.where(valid[:, None, None], a, eye)  # padding slots: a harmless identity system
     x = solvers.solve_explicit(spec.solver, a, jnp.where(valid[:, None], b, 0), x0, spec.cg_iters, spec.block_size)
     x = jnp.where(valid[:, None], x, 0)
@@ -240,20 +251,22 @@ def _loss_terms(valid, observed, lam, x):
     return jnp.stack([observed, reg, rows])
 
 
-def _batch_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
     """Solve one dense batch (ids [B, L], seg [B], row_ids/row_len [R]); returns (dst_l, terms)."""
+    gram, hyper = fixed
+    alpha = hyper[0]
     rows = row_ids.shape[0]
     h = _fixed_rows(spec, src_l, ids)  # [B, L, d] float32, zeros at padding
     x0 = _rows_in(spec, dst_l, row_ids)  # warm start [R, d]
     if spec.solver == "block":  # iALS++: never builds the d x d matrices
         valid = row_ids >= 0
-        lam = _row_reg(spec, row_len)
-        x, err = block_solver.sweep(h, seg, x0, gram, lam, spec.alpha, valid, spec.block_size)
+        lam = _row_reg(spec, hyper, row_len)
+        x, err = block_solver.sweep(h, seg, x0, gram, lam, alpha, valid, spec.block_size)
         per_entry = jnp.where(ids >= 0, err**2, 0).sum(axis=1)  # errors of the final x: the observed loss
         terms = _loss_terms(valid, jax.ops.segment_sum(per_entry, seg, num_segments=rows), lam, x)
     elif spec.matvec and spec.solver == "cg":
         valid = row_ids >= 0
-        lam = _row_reg(spec, row_len)
+        lam = _row_reg(spec, hyper, row_len)
 
         def per_row(p):  # [R, d] -> [B, d]: each piece's row vector (zero for padding pieces)
             return jnp.take(p, seg, axis=0, mode="fill", fill_value=0)
@@ -261,11 +274,11 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len
         def matvec(p):
             hp = jnp.einsum("bld,bd->bl", h, per_row(p))
             obs = jax.ops.segment_sum(jnp.einsum("bl,bld->bd", hp, h), seg, num_segments=rows)
-            return obs + spec.alpha * (p @ gram) + lam[:, None] * p
+            return obs + alpha * (p @ gram) + lam[:, None] * p
 
         # r0 = b - A x0 = sum_i h_i (1 - h_i.x0) - (alpha G + lambda) x0: b and A x0 in one pass.
         residual = jnp.einsum("bl,bld->bd", 1 - jnp.einsum("bld,bd->bl", h, per_row(x0)), h)
-        r0 = jax.ops.segment_sum(residual, seg, num_segments=rows) - spec.alpha * (x0 @ gram) - lam[:, None] * x0
+        r0 = jax.ops.segment_sum(residual, seg, num_segments=rows) - alpha * (x0 @ gram) - lam[:, None] * x0
         x = solvers.cg(matvec, None, x0, spec.cg_iters, r0=r0)
         x = jnp.where(valid[:, None], x, 0)
         if spec.observed_loss:
@@ -277,11 +290,11 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len
         terms = _loss_terms(valid, observed, lam, x)
     else:
         a_obs, b = _explicit_stats(h, seg, rows)
-        x, terms = _solve_explicit(spec, gram, a_obs, b, x0, row_ids, row_len)
+        x, terms = _solve_explicit(spec, fixed, a_obs, b, x0, row_ids, row_len)
     return _rows_out(spec, dst_l, row_ids, x), terms
 
 
-def _batch_local(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+def _batch_local(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
     """One dense batch with the paper's "local statistics" (sharded layout only)."""
     rows = row_ids.shape[0]
     all_ids = jax.lax.all_gather(ids, AXIS)  # [D, B, L]
@@ -291,19 +304,19 @@ def _batch_local(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len)
     a_obs = jax.lax.psum_scatter(a_part, AXIS, scatter_dimension=0, tiled=True)[0]
     b = jax.lax.psum_scatter(b_part, AXIS, scatter_dimension=0, tiled=True)[0]
     x0 = sharded_gather(dst_l, row_ids)
-    x, terms = _solve_explicit(spec, gram, a_obs, b, x0, row_ids, row_len)
+    x, terms = _solve_explicit(spec, fixed, a_obs, b, x0, row_ids, row_len)
     return sharded_scatter(dst_l, row_ids, x), terms
 
 
-def _step(spec: StepSpec, src_l, dst_l, gram, ids, seg, row_ids, row_len):
+def _step(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
     """Scan this device's K stacked batches ([1, K, ...]); loss terms summed over them."""
     body = functools.partial(_batch_local if spec.local_stats else _batch_gather, spec, src_l)
 
     def one(dst_l, batch):
         if not spec.owner:  # collectives inside: every device runs every batch
-            return body(dst_l, gram, *batch)
+            return body(dst_l, fixed, *batch)
         # No collective: a device skips its padding batches (row slots all empty).
-        return jax.lax.cond(jnp.any(batch[2] >= 0), lambda t: body(t, gram, *batch), lambda t: (t, jnp.zeros(3)), dst_l)
+        return jax.lax.cond(jnp.any(batch[2] >= 0), lambda t: body(t, fixed, *batch), lambda t: (t, jnp.zeros(3)), dst_l)
 
     dst_l, terms = jax.lax.scan(one, dst_l, (ids[0], seg[0], row_ids[0], row_len[0]))
     terms = terms.sum(axis=0)
@@ -317,7 +330,7 @@ def _terms_spec(spec: StepSpec):
 
 @functools.lru_cache(maxsize=None)
 def make_step(mesh: Mesh, spec: StepSpec):
-    """`step(src, dst, gram, ids, seg, row_ids, row_len) -> (dst, terms)`.
+    """`step(src, dst, (gram, hyper), ids, seg, row_ids, row_len) -> (dst, terms)`.
 
     `src` is the fixed table (replicated unless the layout is 'sharded'), `dst` the table being
     solved (donated, updated in place); the batch arrays are [D, K, ...] (K batches per device).
@@ -355,20 +368,45 @@ def make_replicate(mesh: Mesh):
 
 
 def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
-    """The whole table on every device through host memory (no collective; one process)."""
-    return jax.device_put(np.asarray(table), NamedSharding(mesh, P()))
+    """The whole table on every device through host memory (no collective; one process).
+
+    One host copy: CPU devices alias it (`may_alias`, 64-byte aligned), so per-core devices share
+    one fixed table instead of holding one each; one device just keeps the table it has.
+    """
+    if mesh.size == 1:
+        return table
+    host = aligned_empty(table.shape, table.dtype)
+    for shard in table.addressable_shards:
+        host[shard.index] = np.asarray(shard.data)
+    return jax.device_put(host, NamedSharding(mesh, P()), may_alias=True)
 
 
-@functools.lru_cache(maxsize=None)
-def _partial_gramians(mesh: Mesh):
-    local = lambda t: _local_gramian(t)[None]  # noqa: E731
-    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False))
+def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
+    """An uninitialized host array starting on an `align`-byte boundary (XLA:CPU aliases only such buffers)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
+GRAM_CHUNK = 65536  # rows cast to float32 at a time by `gramian_via_host`
 
 
 def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
-    """`T^T T` [d, d] float32, replicated: per-device parts summed in host memory (no collective)."""
-    parts = np.asarray(_partial_gramians(mesh)(table), np.float64).sum(axis=0)
-    return jax.device_put(parts.astype(np.float32), NamedSharding(mesh, P()))
+    """`T^T T` [d, d] float32, replicated, summed in host memory (no collective; one process).
+
+    Each shard is read in place (a NumPy view of its CPU buffer) and cast to float32 a chunk of
+    rows at a time, so a bfloat16 table never gets a float32 copy; parts are summed in float64.
+    """
+    d = table.shape[1]
+    total = np.zeros((d, d))
+    for shard in table.addressable_shards:
+        rows = np.asarray(shard.data)
+        for lo in range(0, len(rows), GRAM_CHUNK):
+            t = rows[lo : lo + GRAM_CHUNK].astype(np.float32)
+            total += t.T @ t
+    return jax.device_put(total.astype(np.float32), NamedSharding(mesh, P()))
 
 
 @functools.lru_cache(maxsize=None)
@@ -401,15 +439,15 @@ def make_long_stats(mesh: Mesh, spec: StepSpec):
     return jax.jit(fn)
 
 
-def _solve_scatter(spec: StepSpec, dst_l, gram, a_obs, b, row_ids, row_len):
+def _solve_scatter(spec: StepSpec, dst_l, fixed: Fixed, a_obs, b, row_ids, row_len):
     x0 = _rows_in(spec, dst_l, row_ids[0])
-    x, terms = _solve_explicit(spec, gram, a_obs[0], b[0], x0, row_ids[0], row_len[0])
+    x, terms = _solve_explicit(spec, fixed, a_obs[0], b[0], x0, row_ids[0], row_len[0])
     return _rows_out(spec, dst_l, row_ids[0], x), (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
 
 
 @functools.lru_cache(maxsize=None)
 def make_solve_scatter(mesh: Mesh, spec: StepSpec):
-    """`solve_scatter(dst, gram, A_obs [D,R,d,d], b [D,R,d], row_ids, row_len) -> (dst, terms)` for long rows."""
+    """`solve_scatter(dst, (gram, hyper), A_obs [D,R,d,d], b [D,R,d], row_ids, row_len) -> (dst, terms)` for long rows."""
     fn = jax.shard_map(
         functools.partial(_solve_scatter, spec),
         mesh=mesh,

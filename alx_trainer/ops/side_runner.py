@@ -41,9 +41,6 @@ def resolve_layout(config: TrainConfig) -> str:
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> sharding.StepSpec:
     matvec = config.cg_form == "matvec" or (config.cg_form == "auto" and jax.default_backend() == "cpu")
     return sharding.StepSpec(
-        alpha=config.alpha,
-        reg=config.reg,
-        reg_exponent=config.reg_exponent,
         num_other=num_other,
         solver=config.solver,
         cg_iters=config.cg_iters,
@@ -84,6 +81,7 @@ class SideRunner:
         num_rows: int,
     ):
         self.config, self.mesh, self.spec = config, mesh, spec
+        self.hyper = sharding.hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.make_chunks = make_chunks
         self.per_step = len(mesh.local_devices)
         self.shard = sharding.padded_rows(num_rows, mesh) // mesh.size
@@ -103,6 +101,10 @@ class SideRunner:
         if self.spec.owner:
             return sharding.gramian_via_host(self.mesh, table)
         return sharding.make_gramian(self.mesh)(table)
+
+    def fixed(self, src: jax.Array) -> sharding.Fixed:
+        """The steps' `fixed` argument: the gramian of `src` and (alpha, lambda, nu), replicated."""
+        return self.gramian(src), jax.device_put(self.hyper, sharding.NamedSharding(self.mesh, sharding.P()))
 
     def _replicated(self, table: jax.Array) -> jax.Array:
         if not self.spec.replicated_src:
@@ -141,7 +143,11 @@ class SideRunner:
         L, B = self.config.piece_len, self.config.batch_pieces
         self.streaming = self.spec.owner and self.config.stream_batches and (self.per_device or self.per_step == 1)
         chunks = list(self.make_chunks()) if self.spec.owner and not self.streaming else None
-        seen = [(c.lengths, c.row_ids) for c in (chunks if chunks is not None else self.make_chunks())]
+        seen, long_rows = [], []  # streamed: the long rows are kept from this pass (a file pass fewer per run)
+        for c in chunks if chunks is not None else self.make_chunks():
+            seen.append((c.lengths, c.row_ids))
+            if self.streaming and (long := batching.num_pieces(c.lengths, L) > B).any():
+                long_rows.append(batching.select_rows(c, long))
         lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
         row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
         del seen
@@ -177,6 +183,7 @@ class SideRunner:
         if self.streaming:
             self.plan = plan
             self.device_calls = None
+            self.cached_long = list(batching.pack_long(long_rows, L, B))
         elif chunks is not None:
             steps_iter = batching.owner_steps(by_device, self._empty(1))
             grouped = batching.group_steps(steps_iter, k, plan.steps, self._empty)
@@ -237,7 +244,7 @@ class SideRunner:
 
         `progress(steps, rows)` is called after each compiled call of the normal rows.
         """
-        gram = self.gramian(src)
+        gram = self.fixed(src)
         step_src = self._replicated(src)
         terms = []
         lock = threading.Lock()
@@ -268,7 +275,9 @@ class SideRunner:
 
     def _run_per_device(self, src, dst, gram, done: Callable[[int], None]) -> tuple[jax.Array, list]:
         """Each device's calls in its own thread on its own arrays; `dst` reassembled from the parts."""
-        srcs, grams, parts = (sharding.device_parts(x) for x in (src, gram, dst))
+        srcs, parts = sharding.device_parts(src), sharding.device_parts(dst)
+        hypers = sharding.device_parts(gram[1])
+        grams = {d: (g, hypers[d]) for d, g in sharding.device_parts(gram[0]).items()}
 
         def task(device, calls) -> tuple[jax.Array, list]:
             table, terms = parts[device], []

@@ -1,20 +1,28 @@
-"""Grid search over lambda (L2 reg) x alpha (unobserved weight), as in the paper's section 6.1.
+"""Tuning on the validation split, then one run on the full training data reported on test.
 
-Each cell trains a model with the trainer and evaluates it on the test split; the results go to a
-CSV as soon as a cell finishes, so an interrupted sweep resumes where it stopped (finished cells
-are skipped). The summary is a printed table with the best cell marked and a Recall@K heatmap PNG.
+`run_sweep` trains every point of a grid over (d, alpha, lambda, nu) on `validation_train` and
+evaluates it on `validation` every `--eval_every` epochs, so those epoch counts up to `--epochs` are
+points of the table too (one row per point and evaluated epoch). The test split is never read while tuning. Rows go
+to `sweep.csv` as soon as a point finishes, so an interrupted sweep resumes where it stopped.
+The points run in one process: the step kernels take alpha, lambda and nu as arguments, so points
+of the same d reuse the compiled programs (the `compiles` column counts XLA compilations per
+point). `final_run` then trains the best point on the full training data and evaluates it on test.
+Outputs: `sweep.csv`, `sweep.json` (rows, best point, final result), `sweep_heatmap.png` (lambda x
+alpha at the best d, nu and epochs), `best_config.json` (a `train --config` file) and `final/`.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import logging
 import os
 import shutil
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import jax.monitoring
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -25,17 +33,39 @@ from alx_trainer.train import train
 PAPER_LAMBDAS: tuple[float, ...] = (5e-2, 1e-2, 5e-3, 1e-3, 5e-4, 1e-4)
 PAPER_ALPHAS: tuple[float, ...] = (1e-3, 5e-4, 1e-4, 5e-5, 1e-5, 5e-6, 1e-6)
 RESULTS_CSV = "sweep.csv"
+RESULTS_JSON = "sweep.json"
 HEATMAP_PNG = "sweep_heatmap.png"
+BEST_CONFIG = "best_config.json"
+DEFAULT_METRIC = "recall_gt@20"  # hits / |gt|: the published Gowalla tables' Recall@20
+POINT = ("dim", "alpha", "lambda", "nu")  # what a training run fixes; `epochs` varies within one
 
 logger = logging.getLogger(__name__)
 
 TrainFn = Callable[[Any], Any]
-EvalFn = Callable[[Any, Any], Mapping[str, float]]
+_COMPILES = [0]
 
 
-def cell_key(lam: float, alpha: float) -> str:
-    """A stable text key of one grid cell (what the CSV stores)."""
-    return f"{float(lam):.6g}|{float(alpha):.6g}"
+def _count_compiles() -> None:
+    """Count XLA backend compilations from now on (`compilations()`); registers once per process."""
+    if getattr(_count_compiles, "done", False):
+        return
+
+    def listener(event: str, _duration: float, **_kw: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            _COMPILES[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    _count_compiles.done = True
+
+
+def compilations() -> int:
+    """XLA compilations since `_count_compiles` was first called."""
+    return _COMPILES[0]
+
+
+def point_key(row: Mapping[str, float]) -> str:
+    """A stable text key of one training run (dim, alpha, lambda, nu)."""
+    return "|".join(f"{float(row[k]):.6g}" for k in POINT)
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
@@ -49,7 +79,7 @@ def parse_grid(text: str) -> tuple[float, ...]:
     return values
 
 
-def read_results(path: str) -> list[dict[str, Any]]:
+def read_results(path: str) -> list[dict[str, float]]:
     """The rows of a sweep CSV (numbers as floats); [] when the file does not exist yet."""
     if not os.path.exists(path):
         return []
@@ -63,9 +93,9 @@ def read_results(path: str) -> list[dict[str, Any]]:
         return rows
 
 
-def _append(path: str, row: Mapping[str, float]) -> None:
+def _append(path: str, rows: Sequence[Mapping[str, float]]) -> None:
     existing = read_results(path)
-    fields = list(row)
+    fields = list(rows[0])
     if existing and list(existing[0]) != fields:
         raise ValueError(f"{path}: columns {list(existing[0])} differ from this sweep's {fields}; use a new out_dir")
     new = not os.path.exists(path)
@@ -73,69 +103,128 @@ def _append(path: str, row: Mapping[str, float]) -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         if new:
             writer.writeheader()
-        writer.writerow(row)
+        writer.writerows(rows)
+
+
+def point_config(base: Any, row: Mapping[str, float], **changes: Any) -> Any:
+    """`base` with a point's dim, alpha, lambda (reg), nu (reg_exponent) and any `changes`."""
+    return dataclasses.replace(
+        base, dim=int(row["dim"]), alpha=float(row["alpha"]), reg=float(row["lambda"]),
+        reg_exponent=float(row["nu"]), **changes,
+    )
+
+
+def epoch_rows(point: Mapping[str, float], history: Sequence[Mapping[str, Any]], compiles: int) -> list[dict]:
+    """One table row per epoch of a run: the point, `epochs`, its validation metrics (overall and
+    per activity bucket), cumulative training seconds and the run's compilations."""
+    rows, seconds = [], 0.0
+    for record in history:
+        seconds += float(record.get("seconds", 0.0))
+        if not any("@" in k for k in record):  # an epoch without evaluation
+            continue
+        row = dict(point)
+        row["epochs"] = float(record["epoch"])
+        row.update({k: float(v) for k, v in record.items() if "@" in k and not k.startswith("popularity/")})
+        row.update(train_seconds=round(seconds, 3), compiles=float(compiles))
+        rows.append(row)
+    return rows
 
 
 def run_sweep(
     base_config: Any,
     out_dir: str,
-    lambdas: Sequence[float] = PAPER_LAMBDAS,
-    alphas: Sequence[float] = PAPER_ALPHAS,
+    dims: Sequence[int],
+    alphas: Sequence[float],
+    lambdas: Sequence[float],
+    nus: Sequence[float] = (0.0,),
     *,
     train_fn: TrainFn | None = None,
-    eval_fn: EvalFn | None = None,
     keep_models: bool = False,
     log: Callable[[str], None] = logger.info,
-) -> list[dict[str, Any]]:
-    """Train and evaluate every (lambda, alpha) cell not yet in `out_dir/sweep.csv`; return all rows.
-
-    `base_config` is a trainer config (dataclass with `reg`, `alpha`, `model_dir`); each cell gets
-    `reg=lambda, alpha=alpha` and its own model directory under `out_dir/models/`.
-    `train_fn(config) -> model` defaults to `alx_trainer.train.train`; `eval_fn(model, config)`
-    to `evaluate(model, config.data, config, ks=config.recall_ks())`.
-    """
+) -> list[dict[str, float]]:
+    """Train every (dim, alpha, lambda, nu) not yet in `out_dir/sweep.csv` on the validation split,
+    evaluating every `eval_every` epochs and after the last; return all rows. `train_fn(config) -> Model` defaults to `train`."""
     train_fn = train_fn or train
-    if eval_fn is None:
-
-        def eval_fn(model: Any, config: Any) -> Mapping[str, float]:
-            ks = config.recall_ks() if hasattr(config, "recall_ks") else (20, 50)
-            return evaluate(model, config.data, config, ks=ks)
-
+    _count_compiles()
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, RESULTS_CSV)
-    done = {cell_key(r["lambda"], r["alpha"]) for r in read_results(path)}
-    cells = [(lam, a) for lam in lambdas for a in alphas]
-    for i, (lam, alpha) in enumerate(cells, 1):
-        key = cell_key(lam, alpha)
-        if key in done:
-            log(f"[{i}/{len(cells)}] lambda={lam:g} alpha={alpha:g}: done before, skipped")
+    done = {point_key(r) for r in read_results(path)}
+    points = [{"dim": float(d), "alpha": float(a), "lambda": float(lam), "nu": float(nu)}
+              for d in dims for nu in nus for lam in lambdas for a in alphas]
+    metric = f"recall_gt@{base_config.recall_ks()[0]}"
+    for i, point in enumerate(points, 1):
+        name = " ".join(f"{k}={point[k]:g}" for k in POINT)
+        if point_key(point) in done:
+            log(f"[{i}/{len(points)}] {name}: done before, skipped")
             continue
-        model_dir = os.path.join(out_dir, "models", f"reg{lam:g}_alpha{alpha:g}")
-        config = dataclasses.replace(base_config, reg=float(lam), alpha=float(alpha), model_dir=model_dir)
-        if hasattr(config, "eval_every"):
-            config = dataclasses.replace(config, eval_every=0)
-        t0 = time.perf_counter()
+        model_dir = os.path.join(out_dir, "models", point_key(point).replace("|", "_"))
+        config = point_config(base_config, point, validation=True, model_dir=model_dir,
+                              eval_every=base_config.eval_every or 1, checkpoint_every=0)
+        before, t0 = compilations(), time.perf_counter()
         model = train_fn(config)
-        t1 = time.perf_counter()
-        result = eval_fn(model, config)
-        t2 = time.perf_counter()
-        row = {"lambda": float(lam), "alpha": float(alpha)}
-        row.update({k: float(v) for k, v in result.items()})
-        row.update({"train_seconds": round(t1 - t0, 3), "eval_seconds": round(t2 - t1, 3)})
-        _append(path, row)
-        done.add(key)
+        rows = epoch_rows(point, model.metrics, compilations() - before)
+        _append(path, rows)
+        done.add(point_key(point))
         if not keep_models:
             shutil.rmtree(model_dir, ignore_errors=True)
-        log(f"[{i}/{len(cells)}] lambda={lam:g} alpha={alpha:g}: "
-            + " ".join(f"{k}={v:.4f}" for k, v in result.items() if "@" in k and "/" not in k))
+        best = max(rows, key=lambda r: np.nan_to_num(r.get(metric, np.nan), nan=-1.0))
+        log(f"[{i}/{len(points)}] {name}: {time.perf_counter() - t0:.1f} s, {rows[0]['compiles']:g} compilations; "
+            f"validation {metric} by epoch " + " ".join(f"{r.get(metric, np.nan):.4f}" for r in rows)
+            + f" (best {best.get(metric, np.nan):.4f} at epoch {best['epochs']:g})")
     return read_results(path)
 
 
-def best_row(rows: Sequence[Mapping[str, float]], metric: str = "recall@20") -> Mapping[str, float]:
-    """The row with the highest `metric` (first one on ties)."""
+def best_row(rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METRIC) -> Mapping[str, float]:
+    """The row with the highest `metric` (the first one on ties)."""
     if not rows:
         raise ValueError("no sweep results")
-    return max(rows, key=lambda r: (np.nan_to_num(r.get(metric, float("nan")), nan=-1.0)))
+    if metric not in rows[0]:
+        raise ValueError(f"metric {metric!r} is not a column of the sweep table ({', '.join(rows[0])})")
+    return max(rows, key=lambda r: np.nan_to_num(r.get(metric, float("nan")), nan=-1.0))
+
+
+def final_run(base_config: Any, best: Mapping[str, float], out_dir: str, ks: Sequence[int] = (20,),
+              ndcg_k: int = 20, train_fn: TrainFn | None = None) -> dict[str, Any]:
+    """Train the best point on the full training data (`out_dir/final`) and evaluate it on test."""
+    train_fn = train_fn or train
+    config = point_config(base_config, best, epochs=int(best["epochs"]), validation=False,
+                          model_dir=os.path.join(out_dir, "final"), eval_every=0)
+    model = train_fn(config)
+    result = evaluate(model, config.data, config, ks=ks, ndcg_k=ndcg_k)
+    seconds = [r["seconds"] for r in model.metrics if "seconds" in r]
+    return {
+        "point": {k: best[k] for k in POINT + ("epochs",)},
+        "test": result,
+        "seconds_per_epoch": float(np.mean(seconds)) if seconds else float("nan"),
+        "model_dir": config.model_dir,
+    }
+
+
+def write_outputs(rows: Sequence[Mapping[str, float]], out_dir: str, base_config: Any, metric: str,
+                  final: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """`sweep.json` (rows, best, final), `best_config.json` and the heatmap; their paths."""
+    best = best_row(rows, metric)
+    paths = {"json": os.path.join(out_dir, RESULTS_JSON), "config": os.path.join(out_dir, BEST_CONFIG)}
+    with open(paths["json"], "w", encoding="utf-8") as f:
+        json.dump({"metric": metric, "split": "validation", "best": dict(best), "rows": list(rows),
+                   "final": dict(final) if final else None}, f, indent=2)
+    tuned = point_config(base_config, best, epochs=int(best["epochs"]), validation=False, model_dir="", data="")
+    keep = ("dim", "alpha", "reg", "reg_exponent", "epochs", "solver", "cg_iters", "block_size", "init_stddev",
+            "seed", "eval_k", "ndcg_k")
+    values = {k: getattr(tuned, k) for k in keep}
+    values["eval_every"] = values["epochs"]  # `train --config` evaluates on test once, after the last epoch
+    with open(paths["config"], "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2)
+        f.write("\n")
+    paths["heatmap"] = plot_heatmap(rows, os.path.join(out_dir, HEATMAP_PNG), metric)
+    return paths
+
+
+def _slice(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[Mapping[str, float], list]:
+    """The best row and the rows sharing its dim, nu and epochs (the lambda x alpha plane through it)."""
+    best = best_row(rows, metric)
+    same = [r for r in rows if all(r[k] == best[k] for k in ("dim", "nu", "epochs"))]
+    return best, same
 
 
 def _grid(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[list[float], list[float], np.ndarray]:
@@ -147,37 +236,50 @@ def _grid(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[list[float]
     return lambdas, alphas, grid
 
 
-def format_table(rows: Sequence[Mapping[str, float]], metric: str = "recall@20") -> str:
-    """lambda (rows) x alpha (columns) table of `metric`; the best cell is marked with `*`."""
-    lambdas, alphas, grid = _grid(rows, metric)
-    best = best_row(rows, metric)
-    corner = f"{metric} lambda/alpha"
-    head = f"{corner:>22}" + "".join(f"{a:>10.0e}" for a in alphas)
-    lines = [head]
+def format_table(rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METRIC, top: int = 10) -> str:
+    """The `top` points by `metric`, then the lambda x alpha grid at the best d, nu and epochs (best marked `*`)."""
+    best, same = _slice(rows, metric)
+    ranked = sorted(rows, key=lambda r: -np.nan_to_num(r.get(metric, np.nan), nan=-1.0))[:top]
+    cols = [c for c in ("recall@20", "recall_gt@20", "ndcg@20") if c in rows[0]] or [metric]
+    lines = [f"validation, best {len(ranked)} of {len(rows)} points by {metric}:",
+             f"{'dim':>6} {'alpha':>9} {'lambda':>9} {'nu':>5} {'epochs':>6} " + " ".join(f"{c:>12}" for c in cols)]
+    for r in ranked:
+        lines.append(f"{r['dim']:>6g} {r['alpha']:>9.3g} {r['lambda']:>9.3g} {r['nu']:>5g} {r['epochs']:>6g} "
+                     + " ".join(f"{r.get(c, np.nan):>12.4f}" for c in cols))
+    lambdas, alphas, grid = _grid(same, metric)
+    lines.append(f"{metric} at dim={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}, lambda (rows) x alpha:")
+    lines.append(f"{'':>10}" + "".join(f"{a:>10.3g}" for a in alphas))
     for i, lam in enumerate(lambdas):
         cells = []
         for j, a in enumerate(alphas):
             mark = "*" if (lam, a) == (best["lambda"], best["alpha"]) else " "
             cells.append("       -  " if np.isnan(grid[i, j]) else f"{grid[i, j]:>9.4f}{mark}")
-        lines.append(f"{lam:>22.0e}" + "".join(cells))
-    others = ", ".join(f"{k}={v:.4f}" for k, v in best.items() if "@" in k and k != metric)
-    lines.append(f"best (*): lambda={best['lambda']:g} alpha={best['alpha']:g} {metric}={best[metric]:.4f}"
-                 + (f" ({others})" if others else ""))
+        lines.append(f"{lam:>10.3g}" + "".join(cells))
+    lines.append("best (*): " + " ".join(f"{k}={best[k]:g}" for k in POINT + ("epochs",))
+                 + f" {metric}={best[metric]:.4f}")
     return "\n".join(lines)
 
 
-def plot_heatmap(rows: Sequence[Mapping[str, float]], path: str, metric: str = "recall@20") -> str:
-    """A lambda x alpha heatmap of `metric` with values written in and the best cell boxed."""
-    lambdas, alphas, grid = _grid(rows, metric)
-    best = best_row(rows, metric)
+def format_final(final: Mapping[str, Any], metric: str = DEFAULT_METRIC) -> str:
+    """One line: the tuned point trained on the full training data, on test."""
+    test = final["test"]
+    shown = " ".join(f"{k}={v:.4f}" for k, v in test.items() if "@" in k and "/" not in k)
+    point = " ".join(f"{k}={v:g}" for k, v in final["point"].items())
+    return f"test (full training data, {point}, {final['seconds_per_epoch']:.2f} s/epoch): {shown}"
+
+
+def plot_heatmap(rows: Sequence[Mapping[str, float]], path: str, metric: str = DEFAULT_METRIC) -> str:
+    """A lambda x alpha heatmap of `metric` at the best d, nu and epochs, values written in, best boxed."""
+    best, same = _slice(rows, metric)
+    lambdas, alphas, grid = _grid(same, metric)
     fig = Figure(figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8))  # no pyplot: no GUI backend
     ax = fig.subplots()
     im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(alphas)), [f"{a:.0e}" for a in alphas])
-    ax.set_yticks(range(len(lambdas)), [f"{lam:.0e}" for lam in lambdas])
+    ax.set_xticks(range(len(alphas)), [f"{a:.2g}" for a in alphas])
+    ax.set_yticks(range(len(lambdas)), [f"{lam:.2g}" for lam in lambdas])
     ax.set_xlabel("alpha (unobserved weight)")
     ax.set_ylabel("lambda (L2 regularization)")
-    ax.set_title(f"{metric} over the grid")
+    ax.set_title(f"validation {metric}, d={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}")
     finite = grid[np.isfinite(grid)]
     mid = float(finite.mean()) if finite.size else 0.0
     for i in range(len(lambdas)):

@@ -239,6 +239,7 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         `_process_pipeline_result` adds the Beam counters once the job has run.
         """
         beam = tfds.core.lazy_imports.apache_beam
+        from webgraph_pipeline.columnar import block_rows
         from webgraph_pipeline.graph import BuildWebGraph
         from webgraph_pipeline.pipeline import JobSpec, read_edges
 
@@ -260,7 +261,7 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         after_stats = beam.pvalue.AsSingleton(stats_written)
         return {
             split: graph[split]
-            | f"Rows[{split}]" >> beam.FlatMap(iter)  # BuildWebGraph emits rows in lists
+            | f"Rows[{split}]" >> beam.FlatMap(block_rows)  # BuildWebGraph emits rows in blocks
             | f"ToExamples[{split}]" >> beam.Map(sources.example_after, after_stats)
             for split in contract.SPLIT_PREFIXES
         }

@@ -1,0 +1,110 @@
+"""The sweep tunes on the validation split only, in one process, then reports the best point on test."""
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from alx_trainer import __main__ as cli
+from alx_trainer.config import TrainConfig
+from alx_trainer.evaluation.evaluate import evaluate
+from alx_trainer.model import load_model
+from alx_trainer.tools import sweep
+from alx_trainer.train import train
+
+from pipeline_data import make_dataset
+
+GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
+
+
+def _run_cli(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    """The Gowalla excerpt with validation splits, and a copy without its test split."""
+    root = tmp_path_factory.mktemp("sweep")
+    full = root / "full"
+    make_dataset(full, "--edge_format", "given_split", "--input", GOWALLA / "train.txt",
+                 "--test_input", GOWALLA / "test.txt", "--validation_fraction", "0.25", "--num_shards", "1")
+    blind = root / "no_test"
+    shutil.copytree(full, blind)
+    for path in blind.glob("test.tfr-*"):
+        path.unlink()
+    return str(full), str(blind)
+
+
+def test_sweep_reads_no_test_reuses_compiled_steps_and_resumes(datasets, tmp_path):
+    _, blind = datasets  # without test files: tuning that read test would fail
+    base = TrainConfig(data=blind, model_dir=str(tmp_path), epochs=2, eval_k="20", ndcg_k=20, progress=False)
+    calls = []
+
+    def counted_train(config):
+        assert config.validation  # every tuning run trains on validation_train
+        calls.append((config.dim, config.alpha, config.reg))
+        return train(config)
+
+    out = str(tmp_path / "sweep")
+    rows = sweep.run_sweep(base, out, [8], [0.01, 0.1], [0.1], [1.0], train_fn=counted_train, log=lambda s: None)
+    assert len(calls) == 2 and len(rows) == 4  # 2 points x 2 epochs
+    assert sorted({r["epochs"] for r in rows}) == [1.0, 2.0]
+    assert {"recall@20", "recall_gt@20", "ndcg@20", "cold/recall_gt@20"} <= set(rows[0])
+    # the second point has the first one's shapes: no new compilation
+    second = [r for r in rows if r["alpha"] == 0.1]
+    assert second and all(r["compiles"] == 0 for r in second)
+    rows = sweep.run_sweep(base, out, [8], [0.01, 0.1], [0.1, 1.0], [1.0], train_fn=counted_train, log=lambda s: None)
+    assert len(rows) == 8 and sorted(calls[2:]) == [(8, 0.01, 1.0), (8, 0.1, 1.0)]  # only the new points ran
+    assert not os.listdir(os.path.join(out, "models"))  # models are not kept unless asked
+
+
+def test_sweep_command_picks_the_best_validation_point_and_reports_it_on_test(datasets, tmp_path):
+    full, _ = datasets
+    out = str(tmp_path / "sweep")
+    rc, text, err = _run_cli(["sweep", "--data", full, "--out_dir", out, "--dims", "4,8", "--alphas", "0.01,0.1",
+                              "--lambdas", "0.1", "--nus", "1", "--epochs", "2", "--eval_k", "20", "--ndcg_k", "20",
+                              "--no-progress"])
+    assert rc == 0, err
+    assert "[4/4]" in err  # progress on stderr
+    with open(os.path.join(out, sweep.RESULTS_JSON)) as f:
+        saved = json.load(f)
+    table = sweep.read_results(os.path.join(out, sweep.RESULTS_CSV))
+    assert len(table) == len(saved["rows"]) == 8  # 2 d x 2 alpha x 2 epochs
+    top = max(table, key=lambda r: r["recall_gt@20"])  # the first of the highest in its own table
+    assert saved["best"] == top
+    assert f"recall_gt@20={top['recall_gt@20']:.4f}" in text
+    # the final run: the best point on the full training data, evaluated on test
+    final = saved["final"]
+    assert final["point"] == {k: saved["best"][k] for k in sweep.POINT + ("epochs",)}
+    model = load_model(final["model_dir"])
+    assert model.epoch == int(saved["best"]["epochs"]) and model.col_table.shape[1] == int(saved["best"]["dim"])
+    assert not model.config.validation
+    again = evaluate(model, full, ks=(20,), ndcg_k=20)
+    assert final["test"]["recall_gt@20"] == pytest.approx(again["recall_gt@20"])
+    assert final["test"]["num_rows"] == 40 and "cold/recall_gt@20" in final["test"]
+    with open(os.path.join(out, sweep.BEST_CONFIG)) as f:
+        tuned = json.load(f)
+    assert (tuned["dim"], tuned["alpha"], tuned["reg"], tuned["reg_exponent"], tuned["epochs"]) == (
+        saved["best"]["dim"], saved["best"]["alpha"], saved["best"]["lambda"], saved["best"]["nu"],
+        saved["best"]["epochs"])
+    with open(os.path.join(out, sweep.HEATMAP_PNG), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert np.isfinite(final["seconds_per_epoch"])
+
+
+def test_sweep_needs_the_validation_split(tmp_path):
+    data = tmp_path / "plain"
+    make_dataset(data, "--edge_format", "given_split", "--input", GOWALLA / "train.txt",
+                 "--test_input", GOWALLA / "test.txt", "--num_shards", "1")
+    rc, _, err = _run_cli(["sweep", "--data", str(data), "--out_dir", str(tmp_path / "s"), "--alphas", "0.1",
+                           "--lambdas", "0.1", "--epochs", "1", "--no-progress"])
+    assert rc == 1
+    assert "no 'validation_train' split" in err and "--validation_fraction" in err
