@@ -41,6 +41,7 @@ setup(
         "matplotlib>=3.8,<4",
         "tensorboardx>=2.6,<3",
         "pyyaml>=6,<7",
+        "publicsuffixlist>=1.0,<2",  # --tlds and TFDS configs are checked against its Public Suffix List
     ],
     extras_require={
         "test": ["pytest>=8,<10", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1",

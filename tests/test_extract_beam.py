@@ -12,9 +12,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from webgraph_pipeline.counters import LocalCounts, collect_counters, collect_unreadable_files
-from webgraph_pipeline.extract import ExtractEdges, UnreadableFileError, expand_listing
-from webgraph_pipeline.wat import wat_edges
+from webgraph_pipeline.counters import LocalCounts, collect_counters
+from webgraph_pipeline.extract import ExtractEdges, expand_listing
+from webgraph_pipeline.file_accounting import UnreadableFileError, collect_file_problems
+from webgraph_pipeline.wat import WatFileReport, wat_edges
 
 from extract_fixtures import a_links, envelope, wat_bytes
 
@@ -25,7 +26,8 @@ REAL_WAT = "commoncrawl/CC-MAIN-20140820021334-00006.head.warc.wat"
 def wat_dir(tmp_path_factory, data_dir):
     """Three WAT files: the real sample, and two generated ones in which `http://p.de/` appears
     in three records (its edges must be the union) and an edge repeats across files; the last
-    generated file has a corrupt gzip member."""
+    generated file has a corrupt gzip member (its second record: the third of the file, after
+    the first record and the warcinfo record warcio's writer does not add: so record 2)."""
     out = tmp_path_factory.mktemp("wat")
     shutil.copy(data_dir / REAL_WAT, out / "real.wat")
     one, _ = wat_bytes([
@@ -41,6 +43,7 @@ def wat_dir(tmp_path_factory, data_dir):
     damaged = bytearray(two)
     damaged[offsets[1] + 40: offsets[1] + 70] = bytes(30)
     (out / "two.wat.gz").write_bytes(bytes(damaged))
+    (out / "two.offsets").write_text(" ".join(map(str, offsets)))
     with gzip.open(out / "wat.paths.gz", "wt") as listing:
         listing.write("one.wat.gz\n\ntwo.wat.gz\n")
     return out
@@ -49,10 +52,11 @@ def wat_dir(tmp_path_factory, data_dir):
 def plain_edges_and_counts(paths, reader):
     counts, edges = LocalCounts(), set()
     for path in paths:
+        report = WatFileReport()
         with open(path, "rb") as f:
-            edges.update(wat_edges(f, counts.inc, reader=reader))
+            edges.update(wat_edges(f, counts.inc, reader=reader, report=report))
         counts.inc("files.matched")
-        counts.inc("files.read")
+        counts.inc(f"files.{report.verdict()[0]}")
     return edges, counts
 
 
@@ -89,9 +93,16 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     result.wait_until_finish()
 
     counts.inc("unreadable_files.not_found")
+    counts.inc("files.unreadable")
     assert collect_counters(result) == dict(counts)
-    assert collect_counters(result)["damage.corrupt_region"] == 1
-    assert collect_unreadable_files(result) == [missing]
+    got = collect_counters(result)
+    assert got["damage.corrupt_region"] == 1 and got["files.read"] == 2 and got["files.partly_read"] == 1
+    damaged_at = int((wat_dir / "two.offsets").read_text().split()[1])
+    where = f"byte {damaged_at} (record 2)" if reader == "warcio" else "after byte 0 (record 2)"
+    assert collect_file_problems(result) == [
+        {"file": missing, "status": "unreadable", "reason": "not_found", "detail": "no file matches"},
+        {"file": str(wat_dir / "two.wat.gz"), "status": "partly_read", "reason": "corrupt_region", "detail": where},
+    ]
 
 
 def test_unreadable_input_can_be_fatal(wat_dir):
@@ -100,7 +111,7 @@ def test_unreadable_input_can_be_fatal(wat_dir):
     _ = pipeline | ExtractEdges([str(wat_dir / "one.wat.gz"), missing], fail_on_unreadable=True)
     with pytest.raises(Exception, match="nowhere.wat.gz") as error:
         pipeline.run().wait_until_finish()
-    assert "unreadable input" in str(error.value) or isinstance(error.value, UnreadableFileError)
+    assert "unreadable input file" in str(error.value) or isinstance(error.value, UnreadableFileError)
 
 
 def test_bad_arguments_are_refused():

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import re
 from urllib.parse import urljoin
 
 import numpy as np
 import pytest
 
-from webgraph_pipeline import ids, splits, variants
+from webgraph_pipeline import ids, splits, tlds, variants
 from webgraph_pipeline.columnar import rank_nodes
 from webgraph_pipeline.edges_input import parse_url_line
 from webgraph_pipeline.filters import tld_of
+from webgraph_pipeline.urls import normalize_url
 from webgraph_pipeline.wat_writer import page_links, relative_link, synthetic_pages
 from webgraph_pipeline.write import shard_of
 
@@ -31,7 +33,8 @@ def test_variants_match_paper_table_1():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"min_links": -1}, "min_links"), ({"holdout_fraction": 1.0}, "holdout_fraction"),
-    ({"test_fraction": 1.5}, "test_fraction"), ({"tlds": ("De",)}, "top-level domain"),
+    ({"test_fraction": 1.5}, "test_fraction"), ({"test_fraction": 1.0}, "no training row"),
+    ({"tlds": ("De",)}, "top-level domain"), ({"tlds": ("xyzjunk",)}, "unknown top-level domain"),
     ({"tlds": ("de",), "bipartite": True}, "bipartite"), ({"degree_passes": 0}, "degree_passes"),
 ])
 def test_graph_config_rejects_bad_settings(kwargs, message):
@@ -40,8 +43,29 @@ def test_graph_config_rejects_bad_settings(kwargs, message):
 
 
 def test_parse_tlds():
-    assert variants.parse_tlds(" IN, de,.de ,") == ("de", "in")
-    assert variants.parse_tlds("") == ()
+    assert tlds.parse_tlds(" IN, de,.de ,") == ("de", "in")
+    assert tlds.parse_tlds("") == () and tlds.parse_tlds([]) == ()
+    # IDN TLDs become the punycode the hosts carry (IANA: .рф is xn--p1ai), so the filter can match them.
+    assert tlds.parse_tlds(["РФ", "de"]) == ("de", "xn--p1ai") == tlds.parse_tlds("de,рф")
+    url, _ = normalize_url("http://ПРИМЕР.РФ/")
+    assert tld_of(url) == "xn--p1ai"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("ü", "unknown top-level domain 'ü' ('xn--tda')"),  # its punycode is no TLD
+    ("de,xyzjunk", "unknown top-level domain 'xyzjunk'"),
+    ("co.uk", "bad top-level domain 'co.uk'"),
+    ("de", None),
+    (5, "expected a comma-separated string or a list of strings, got 5"),
+    (["de", 3], "got ['de', 3]"),
+    ({"de": 1}, "got {'de': 1}"),
+])
+def test_parse_tlds_refuses_what_can_match_no_host(value, message):
+    if message is None:
+        assert tlds.parse_tlds(value, where="here") == ("de",)
+        return
+    with pytest.raises(ValueError, match=r"^here: .*" + re.escape(message)):
+        tlds.parse_tlds(value, where="here")
 
 
 def test_tld_filter_functions():

@@ -148,7 +148,9 @@ def test_every_bad_input_case_flows_through_the_job_without_loss(tmp_path, capsy
     assert got == expected
     stats = json.loads((out / contract.STATS_FILE).read_text())
     counts = stats["counters"]
-    assert counts["files.read"] == 9 and stats["unreadable_files"] == []
+    damaged = ["corrupt_member", "cut_mid_record", "garbage_between", "truncated_member"]
+    assert counts["files.read"] == 5 and counts["files.partly_read"] == 4 and stats["unreadable_files"] == []
+    assert stats["partly_read_files"] == [str(wat_dir / f"{name}.warc.wat.gz") for name in damaged]
     assert counts["damage.corrupt_region"] + counts.get("damage.truncated_record", 0) == 4
     assert counts["dropped_records.not_json"] == 2 and counts["dropped_records.missing_keys"] == 2
     assert counts["dropped_records.other_warc_type"] == 2 and counts["dropped_records.not_response"] == 1
@@ -170,7 +172,9 @@ def test_junk_and_empty_files_among_good_ones(tmp_path, capsys):
     stats = json.loads((out / contract.STATS_FILE).read_text())
     vocab = read_vocab(out)
     assert {(vocab[r], vocab[c]) for r, cols, _ in read_split(out, "train") for c in cols} == expected
-    assert stats["counters"]["files.read"] == 3 and stats["dropped"]["damage.corrupt_region"] == 1
+    assert stats["counters"]["files.read"] == 1 and stats["counters"]["files.unreadable"] == 2
+    assert stats["dropped"] == {"unreadable_files.bad_gzip": 1, "unreadable_files.empty": 1}
+    assert stats["unreadable_files"] == [str(wat_dir / "empty.warc.wat.gz"), str(wat_dir / "junk.warc.wat.gz")]
     assert len(stats["input_files"]) == 3
 
 

@@ -102,9 +102,9 @@ def test_bad_record_names_its_file():
 
 
 def test_empty_split_is_refused_with_the_reason():
-    sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 1}, "here")
-    with pytest.raises(ValueError, match=r"^here: split\(s\) \['test'\] are empty .* lower min_links"):
-        sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 0}, "here")
+    sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 1}, "here", "advice")
+    with pytest.raises(ValueError, match=r"^here: split\(s\) \['test'\] are empty \(.*\); do this$"):
+        sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 0}, "here", "do this")
 
 
 def test_config_mismatches_compare_recorded_settings_only():

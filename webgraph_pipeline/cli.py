@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
 from typing import Any, Optional, Sequence
 
 from webgraph_pipeline.edge_formats import BIPARTITE_FORMATS, FORMATS, EdgeFormat
+from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, problem_line
 from webgraph_pipeline.output_dir import OutputError, check_output
 from webgraph_pipeline.pipeline import INPUT_FORMATS, EmptyDatasetError, JobSpec, input_files_of, match_inputs, run_job
-from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant, parse_tlds
+from webgraph_pipeline.tlds import parse_tlds
+from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant
 from webgraph_pipeline.wat import WAT_READERS, check_reader
 
 EPILOG = """\
@@ -79,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wat: Common Crawl WAT files (default); edges: text edge lists (implied by --edge_format)")
     p.add_argument("--variant", choices=sorted(VARIANTS),
                    help="a paper Table 1 variant (sets --tlds and --min_links)")
-    p.add_argument("--tlds", default=None, help="comma-separated TLDs both endpoints must have, e.g. de,in")
+    p.add_argument("--tlds", default=None,
+                   help="comma-separated TLDs both endpoints must have, e.g. de,in (any case; IDN TLDs such "
+                        "as рф are IDNA-encoded; each must be a TLD of the Public Suffix List)")
     p.add_argument("--min_links", type=int, default=None, help="K: keep nodes with >= K in- and out-links")
     p.add_argument("--degree_passes", type=int, default=1, help="passes of the degree filter (paper: 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the test-row and held-out hashes")
@@ -97,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wat_reader", choices=WAT_READERS, default="warcio",
                    help="wat: WARC record reader; fastwarc (pip install 'webgraph-alx[fast]') is about 2x faster")
     p.add_argument("--fail_on_unreadable", action="store_true",
-                   help="wat: fail the job on an unreadable file instead of counting it")
+                   help="stop the job at the first input file that cannot be read whole (unreadable: "
+                        "not found, empty, bad gzip, not WARC, not WAT; or partly read: damaged, truncated) "
+                        "instead of counting it, naming it in stats.json and going on")
     p.add_argument("--urls", default=None, help="edges: `id url` list naming the integer ids")
     p.add_argument("--edge_format", choices=FORMATS, default=None,
                    help="edges: the line layout (default pairs): pairs `src dst [ignored...]`; adjacency "
@@ -191,9 +198,11 @@ def format_report(stats: dict[str, Any]) -> str:
                      f"({stats['protocol']})")
     for reason, where in stats["line_examples"].items():
         lines.append(f"first lines of {reason}: {', '.join(where)}")
-    if stats["unreadable_files"]:
-        lines.append(f"UNREADABLE input files ({len(stats['unreadable_files'])}): "
-                     + " ".join(stats["unreadable_files"]))
+    for status, title in ((UNREADABLE, "UNREADABLE"), (PARTLY_READ, "PARTLY READ (damaged)")):
+        problems = [p for p in stats["file_problems"] if p["status"] == status]
+        if problems:
+            lines.append(f"{title} input files ({len(problems)}):")
+            lines += [f"  {problem_line(p)}" for p in problems]
     lines.append(f"input files {len(stats['input_files'])}  wall time {stats['wall_seconds']} s")
     return "\n".join(lines)
 
@@ -204,11 +213,27 @@ def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     return run_job(spec, beam_argv)
 
 
+BEAM_STEP_LOGGER = "apache_beam.runners.common"  # logs a failing step's exception, traceback included
+
+
 def one_line(error: BaseException) -> str:
     """An exception as one line: its type when it says nothing, else the last line of its message
     (a Beam worker error carries the whole remote traceback before the cause)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
+
+
+class _NoTracebacks(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is None
+
+
+def quiet_step_tracebacks() -> None:
+    """Drop the record Beam logs, traceback and all, when a step raises: the command line reports
+    the error in one line (and --debug shows the traceback)."""
+    logger = logging.getLogger(BEAM_STEP_LOGGER)
+    if not any(isinstance(f, _NoTracebacks) for f in logger.filters):
+        logger.addFilter(_NoTracebacks())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -220,6 +245,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"webgraph_pipeline: error: {e}", file=sys.stderr)
         return 2
+    if not debug:
+        quiet_step_tracebacks()
     try:
         stats = run_job(spec, beam_argv)
     except OutputError as e:

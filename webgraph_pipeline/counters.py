@@ -11,12 +11,10 @@ Public API:
 - `LocalCounts`: a `collections.Counter` with an `inc` method; tests use it directly, and the Beam
   DoFns use one per input file and `flush_to_beam` it, so a hot loop never calls Beam per link.
 - `flush_to_beam(counts)`: add a `LocalCounts` to Beam counters and clear it.
-- `report_unreadable(path)`: record the name of an unreadable file in the Beam string set
-  `unreadable_files` (counts go through `inc` like everything else).
 - `collect_counters(pipeline_result) -> dict[str, int]`: every `webgraph` counter of a finished
   pipeline, summed over steps (committed values where the runner has them).
-- `collect_unreadable_files(pipeline_result) -> list[str]`: the sorted names of unreadable files.
-- `collect_string_set(pipeline_result, name) -> list[str]`: any other string set, sorted.
+- `collect_string_set(pipeline_result, name) -> list[str]`: a string set, sorted (`file_accounting`
+  keeps the files that were not read whole in one).
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ import collections
 from typing import Any, Protocol
 
 NAMESPACE = "webgraph"
-UNREADABLE_FILES = "unreadable_files"
 
 
 class Inc(Protocol):
@@ -47,13 +44,6 @@ def flush_to_beam(counts: LocalCounts) -> None:
         if value:
             Metrics.counter(NAMESPACE, name).inc(value)
     counts.clear()
-
-
-def report_unreadable(path: str) -> None:
-    """Remember the name of a file that could not be read at all (Beam string set)."""
-    from apache_beam.metrics import Metrics
-
-    Metrics.string_set(NAMESPACE, UNREADABLE_FILES).add(path)
 
 
 def _value(result: Any) -> Any:
@@ -81,8 +71,3 @@ def collect_string_set(pipeline_result: Any, name: str) -> list[str]:
     for string_set in query.get("string_sets", []):
         names.update(_value(string_set) or ())
     return sorted(names)
-
-
-def collect_unreadable_files(pipeline_result: Any) -> list[str]:
-    """The names of the input files that could not be read at all, sorted."""
-    return collect_string_set(pipeline_result, UNREADABLE_FILES)

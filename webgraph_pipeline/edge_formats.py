@@ -13,7 +13,8 @@
 
 A header is skipped only when asked (`header`). Blank lines and `#`/`%` comment lines are skipped
 (`skipped_lines.<reason>`); a UTF-8 byte-order mark at the start of a file is stripped; lines that
-cannot be decoded as UTF-8 or do not fit the format are dropped (`dropped_lines.<reason>`), with
+cannot be decoded as UTF-8 (or hold a NUL byte, as UTF-16 text does) or do not fit the format are
+dropped (`dropped_lines.<reason>`), with
 the line numbers of the first few of each reason kept for stats.json.
 
 Vectorized: a block is tokenized by one `str.split()` (C), and one NumPy pass over its bytes finds
@@ -88,19 +89,23 @@ class ParsedBlock:
 
 def decode_block(data: bytes, first_line: int, block: ParsedBlock) -> tuple[str, list[int]]:
     """UTF-8 text of a block and the indices of its lines with undecodable bytes (counted, and
-    made blank in the text)."""
-    try:
-        return data.decode("utf-8"), []
-    except UnicodeDecodeError:
-        pass
+    made blank in the text). A NUL byte makes a line undecodable too: no text holds one, and
+    UTF-16 text (a NUL in every ASCII character) would otherwise parse into garbled ids."""
+    if b"\x00" not in data:
+        try:
+            return data.decode("utf-8"), []
+        except UnicodeDecodeError:
+            pass
     lines = data.split(b"\n")
     out, bad = [], []
     for i, line in enumerate(lines):
         try:
-            out.append(line.decode("utf-8"))
+            text = None if b"\x00" in line else line.decode("utf-8")
         except UnicodeDecodeError:
-            out.append("")
+            text = None
+        if text is None:
             bad.append(i)
+        out.append(" " if text is None else text)  # blank, but a line even when it is the block's only one
     block.drop("dropped_lines.undecodable", np.array(bad) + first_line)
     return "\n".join(out), bad
 

@@ -8,21 +8,25 @@ links; with a URL list (`id url` lines) integer ids are replaced by their URLs.
 
 Everything dropped or skipped is counted in the `webgraph` namespace (`dropped_lines.<reason>`,
 `skipped_lines.<reason>`, `dropped_urls.<reason>`, `dropped_url_list.<reason>`,
-`dropped_edges.<reason>`, `unreadable_files.<reason>`); the first line numbers of each line reason
-go to the string set `line_examples`, and a file that yields no edge to `empty_files`.
+`dropped_edges.<reason>`); the first line numbers of each line reason go to the string set
+`line_examples`, and a readable file that yields no edge to `empty_files`. Every file is accounted
+for (`file_accounting.py`): read, partly read (a read error after some blocks: bad gzip data, a cut
+file; the line where it happened) or unreadable (it cannot be opened, or its first block fails).
 """
 
 from __future__ import annotations
 
 import collections
 import re
+import zlib
 from typing import BinaryIO, Iterator, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from webgraph_pipeline.counters import NAMESPACE, LocalCounts, flush_to_beam, report_unreadable
+from webgraph_pipeline.counters import NAMESPACE, LocalCounts, flush_to_beam
 from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat, ParsedBlock, parse_block
+from webgraph_pipeline.file_accounting import PARTLY_READ, READ, UNREADABLE, UnreadableFileError, account_file
 
 BLOCK_BYTES = 1 << 20  # about 10^4-10^5 edges of a text edge list per block
 URL_BATCH = 50_000  # edges per batch after the URL-list join
@@ -105,34 +109,55 @@ def file_summary(counts: collections.Counter) -> str:
     return f"{reason}\t{reasons[reason]}"
 
 
-class _ReadEdgeFileFn(beam.DoFn):
-    """A file path -> its edge batches, one per block (counted; an unreadable file is reported)."""
+def read_error_reason(error: Exception) -> str:
+    """The reason an edge-list file could not be read on: `bad_gzip` for compressed data that does
+    not decompress (or ends early), else `read_failed`."""
+    return "bad_gzip" if isinstance(error, (zlib.error, EOFError)) else "read_failed"
 
-    def __init__(self, fmt: EdgeFormat, block_bytes: int):
-        self._fmt, self._block_bytes = fmt, block_bytes
+
+class _ReadEdgeFileFn(beam.DoFn):
+    """A file path -> its edge batches, one per block; then the file is accounted for."""
+
+    def __init__(self, fmt: EdgeFormat, block_bytes: int, fail_on_unreadable: bool):
+        self._fmt, self._block_bytes, self._fail = fmt, block_bytes, fail_on_unreadable
 
     def process(self, path: str) -> Iterator[EdgeBatch]:
         from apache_beam.io.filesystems import FileSystems
 
         counts = LocalCounts()
         examples: dict[str, list[int]] = {}
-        edges = 0
+        edges = blocks = 0
+        next_line = 1
+        status, reason, where = READ, "", ""
         try:
-            with FileSystems.open(path) as f:
-                for first_line, data in read_line_blocks(f, self._block_bytes):
-                    block = parse_block(data, first_line, self._fmt)
-                    _merge(block, counts, examples)
-                    src, dst = block.src, block.dst
-                    if b"://" in data:
-                        src, dst = normalize_batch(src, dst, counts.inc)
-                    if src:
-                        edges += len(src)
-                        yield src, dst
-        except OSError as e:
-            counts.inc(f"unreadable_files.{type(e).__name__}")
-            report_unreadable(path)
+            f = FileSystems.open(path)
+        except Exception as e:  # noqa: BLE001 - any open error makes the file unreadable
+            status, reason, where = UNREADABLE, "open_failed", str(e)
+        else:
+            try:
+                with f:
+                    for first_line, data in read_line_blocks(f, self._block_bytes):
+                        block = parse_block(data, first_line, self._fmt)
+                        _merge(block, counts, examples)
+                        src, dst = block.src, block.dst
+                        if b"://" in data:
+                            src, dst = normalize_batch(src, dst, counts.inc)
+                        if src:
+                            edges += len(src)
+                            yield src, dst
+                        blocks, next_line = blocks + 1, first_line + data.count(b"\n")
+            except (OSError, zlib.error, EOFError) as e:  # damaged compressed data, a failing disk or bucket
+                status, reason = (PARTLY_READ if blocks else UNREADABLE), read_error_reason(e)
+                where = f"line {next_line}" if blocks else f"{type(e).__name__}: {e}"
+        try:
+            account_file(path, status, reason, where, self._fail, counts)
+            if status != UNREADABLE:
+                self._report_lines(path, edges, counts, examples)
+        finally:
             flush_to_beam(counts)
-            return
+
+    @staticmethod
+    def _report_lines(path: str, edges: int, counts: LocalCounts, examples: dict[str, list[int]]) -> None:
         counts.inc("edges.parsed", edges)
         line_examples = Metrics.string_set(NAMESPACE, LINE_EXAMPLES)
         for reason, numbers in examples.items():
@@ -140,7 +165,6 @@ class _ReadEdgeFileFn(beam.DoFn):
                 line_examples.add(f"{reason}\t{path}:{n}")
         if not edges:
             Metrics.string_set(NAMESPACE, EMPTY_FILES).add(f"{path}\t{file_summary(counts)}")
-        flush_to_beam(counts)
 
 
 def _merge(block: ParsedBlock, counts: LocalCounts, examples: dict[str, list[int]]) -> None:
@@ -160,25 +184,30 @@ class _ReadUrlListFn(beam.DoFn):
         from apache_beam.io.filesystems import FileSystems
 
         counts = LocalCounts()
-        with FileSystems.open(path) as f:
-            for n, raw in enumerate(f, 1):
-                if n == 1 and self._header:
-                    counts.inc("skipped_lines.url_list_header")
-                    continue
-                try:
-                    line = raw.decode("utf-8").lstrip("\ufeff")
-                except UnicodeDecodeError:
-                    counts.inc("dropped_url_list.undecodable")
-                    continue
-                entry, reason = parse_url_line(line)
-                if reason:
-                    counts.inc(f"dropped_url_list.{reason}")
-                    continue
-                node_id, raw_url = entry
-                url, reason = normalize_token(raw_url) if "://" in raw_url else (None, "not_a_url")
-                if reason:
-                    counts.inc(f"dropped_urls.{reason}")
-                yield node_id, url
+        n = 0
+        try:
+            with FileSystems.open(path) as f:
+                for n, raw in enumerate(f, 1):
+                    if n == 1 and self._header:
+                        counts.inc("skipped_lines.url_list_header")
+                        continue
+                    try:
+                        line = raw.decode("utf-8").lstrip("\ufeff")
+                    except UnicodeDecodeError:
+                        counts.inc("dropped_url_list.undecodable")
+                        continue
+                    entry, reason = parse_url_line(line)
+                    if reason:
+                        counts.inc(f"dropped_url_list.{reason}")
+                        continue
+                    node_id, raw_url = entry
+                    url, reason = normalize_token(raw_url) if "://" in raw_url else (None, "not_a_url")
+                    if reason:
+                        counts.inc(f"dropped_urls.{reason}")
+                    yield node_id, url
+        except (OSError, zlib.error, EOFError) as e:  # the one URL list must be read whole
+            raise UnreadableFileError(
+                f"--urls {path}: cannot be read after line {n} ({read_error_reason(e)}: {e})") from None
         flush_to_beam(counts)
 
 
@@ -241,22 +270,23 @@ class ReadEdgeList(beam.PTransform):
 
     fmt: the `EdgeFormat` of every file. urls_file: an `id url` list (its first line is a header
     when `fmt.header`); integer ids in the edge lists are then replaced by their URLs.
+    fail_on_unreadable: stop the job at a file that cannot be read whole.
     """
 
     def __init__(
         self, files: Sequence[str], fmt: EdgeFormat = PAIRS, urls_file: Optional[str] = None,
-        block_bytes: int = BLOCK_BYTES,
+        block_bytes: int = BLOCK_BYTES, fail_on_unreadable: bool = False,
     ):
         super().__init__()
         self._files, self._fmt, self._urls_file = list(files), fmt, urls_file
-        self._block_bytes = block_bytes
+        self._block_bytes, self._fail = block_bytes, fail_on_unreadable
 
     def expand(self, pbegin):
         batches = (
             pbegin
             | "EdgeFiles" >> beam.Create(self._files)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ParseBlocks" >> beam.ParDo(_ReadEdgeFileFn(self._fmt, self._block_bytes))
+            | "ParseBlocks" >> beam.ParDo(_ReadEdgeFileFn(self._fmt, self._block_bytes, self._fail))
         )
         if not self._urls_file:
             return batches

@@ -10,9 +10,12 @@ Public API:
   deduplicated, and counted, by the graph stage (graph.py). `file_patterns` is a path, glob or
   list of them that Beam's FileSystems can open (local, gs://, s3://). Files are streamed record
   by record; gzip (whole-file or one member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
-  (see counters.py); a pattern matching nothing or a file that cannot be opened is counted
-  `unreadable_files.<reason>`, logged and named in the string set `unreadable_files`, and the rest
-  goes on; `fail_on_unreadable=True` raises instead.
+  (see counters.py). Every file ends read, partly read or unreadable (`file_accounting.py`): a
+  pattern matching nothing, a file that cannot be opened, is empty, is no gzip, no WARC or a
+  WARC without WAT records is unreadable; damage inside a WAT file (a corrupt region, a truncated
+  record) makes it partly read, with the byte offset and record number of the first damage. Each
+  is counted by reason, logged and named in stats.json, and the rest goes on;
+  `fail_on_unreadable=True` stops the job at the first such file instead.
 - `expand_listing(listing_path, prefix) -> list[str]`: the file URLs of a listing such as Common
   Crawl's `wat.paths.gz` (one relative path per line, plain or gzip), each joined to `prefix`.
 
@@ -22,7 +25,6 @@ ReadWatEdges (wat.wat_edges under a per-file local counter, edges cut into batch
 
 from __future__ import annotations
 
-import logging
 from itertools import islice
 from typing import Iterable, Iterator, Sequence, Union
 
@@ -30,16 +32,13 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from webgraph_pipeline.counters import LocalCounts, flush_to_beam, report_unreadable
+from webgraph_pipeline.counters import LocalCounts, flush_to_beam
+from webgraph_pipeline.file_accounting import UNREADABLE, account_file
 from webgraph_pipeline.links import DEFAULT_LINK_TYPES
-from webgraph_pipeline.wat import check_reader, wat_edges
+from webgraph_pipeline.wat import WatFileReport, check_reader, wat_edges
 
 BATCH_EDGES = 50_000
 EdgeBatch = tuple[list[str], list[str]]
-
-
-class UnreadableFileError(IOError):
-    """An input file or pattern could not be read and `fail_on_unreadable` is set."""
 
 
 def expand_listing(listing_path: str, prefix: str) -> list[str]:
@@ -57,15 +56,6 @@ def expand_listing(listing_path: str, prefix: str) -> list[str]:
     return [prefix + line.strip().lstrip("/") for line in lines if line.strip()]
 
 
-def _unreadable(path: str, reason: str, detail: str, fail: bool, counts: LocalCounts) -> None:
-    message = f"unreadable input {path}: {reason}: {detail}"
-    if fail:
-        raise UnreadableFileError(message)
-    logging.warning(message)
-    counts.inc(f"unreadable_files.{reason}")
-    report_unreadable(path)
-
-
 class MatchFilesFn(beam.DoFn):
     """A path or glob -> the paths of the files it matches (counting patterns that match none)."""
 
@@ -78,9 +68,9 @@ class MatchFilesFn(beam.DoFn):
             matches = FileSystems.match([pattern])[0].metadata_list
         except Exception as error:  # noqa: BLE001 - any filesystem error makes the input unreadable
             matches = None
-            _unreadable(pattern, "match_failed", str(error), self._fail, counts)
+            account_file(pattern, UNREADABLE, "match_failed", str(error), self._fail, counts)
         if matches is not None and not matches:
-            _unreadable(pattern, "not_found", "no file matches", self._fail, counts)
+            account_file(pattern, UNREADABLE, "not_found", "no file matches", self._fail, counts)
         for metadata in matches or ():
             counts.inc("files.matched")
             yield metadata.path
@@ -96,7 +86,8 @@ def edge_batches(edges: Iterable[tuple[str, str]], size: int = BATCH_EDGES) -> I
 
 
 class ReadWatEdgesFn(beam.DoFn):
-    """One WAT file -> its edge batches, streamed record by record; counters flushed once per file."""
+    """One WAT file -> its edge batches, streamed record by record, then the file accounted for
+    (read, partly read or unreadable); counters flushed once per file."""
 
     def __init__(self, link_types: Sequence[str], fail_on_unreadable: bool, wat_reader: str):
         self._link_types = tuple(link_types)
@@ -109,11 +100,12 @@ class ReadWatEdgesFn(beam.DoFn):
             try:
                 stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
             except Exception as error:  # noqa: BLE001 - any open error makes the file unreadable
-                _unreadable(path, "open_failed", str(error), self._fail, counts)
+                account_file(path, UNREADABLE, "open_failed", str(error), self._fail, counts)
                 return
+            report = WatFileReport()
             with stream:
-                counts.inc("files.read")
-                yield from edge_batches(wat_edges(stream, counts.inc, self._link_types, self._reader))
+                yield from edge_batches(wat_edges(stream, counts.inc, self._link_types, self._reader, report))
+            account_file(path, *report.verdict(), self._fail, counts)
         finally:
             flush_to_beam(counts)
 

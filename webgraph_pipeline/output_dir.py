@@ -6,14 +6,25 @@ previous dataset in `--output` is untouched, whatever happens to the run (a bad 
 kill -9, a full disk). On a local filesystem the swap is two directory renames; on an object store
 (gs://, s3://), where directories do not exist, the staged files are moved in one by one with
 stats.json last, after the old stats.json is gone, so a half-moved dataset never looks complete.
+
+A staging directory holds an owner marker (host, pid and the process's start time) until the swap.
+A run killed with kill -9 leaves its staging directory behind; the next run on the same output
+removes those whose owner is a dead process of this host (`clean_stale_staging`), leaves those of
+other hosts or without a marker (named in a warning), and refuses to start while a live process of
+this host is writing the same output. Only names made by `staging_dir` are considered.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
+import logging
 import os
 import posixpath
+import re
+import socket
 import uuid
+from typing import Optional
 
 import tensorflow as tf
 
@@ -21,6 +32,8 @@ from webgraph_pipeline import contract
 from webgraph_pipeline.write import DEGREE_PLOT
 
 STAGING_TAG = ".staging-"
+OWNER_FILE = ".webgraph-staging-owner.json"
+_STAGING_ID = r"(old-)?[0-9a-f]{12}"
 # The names this job writes into its output directory; anything else there is not ours.
 DATASET_PATTERNS = tuple(
     [f"{prefix}{contract.TFRECORD_SUFFIX}-*-of-*" for prefix in contract.ALL_SPLIT_PREFIXES.values()]
@@ -80,10 +93,93 @@ def check_output(output_dir: str, overwrite: bool) -> None:
         raise OutputError(f"--output {output_dir!r}: cannot write beside it in {parent!r} ({type(e).__name__})") from None
 
 
+def _process_start(pid: int) -> Optional[str]:
+    """The start time of a process in clock ticks since boot (Linux /proc), None where unknown;
+    with the pid it names one process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _owner() -> dict:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+
+
+def _is_alive(owner: dict) -> bool:
+    """Whether the process a marker names (on this host) still runs."""
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        pass
+    start = _process_start(int(owner["pid"]))
+    return owner.get("start") is None or start is None or start == owner["start"]
+
+
+def _staging_dirs(output_dir: str) -> list[str]:
+    """The staging directories this job's naming rule gives for `output_dir` that exist now."""
+    target = output_dir.rstrip("/")
+    parent = posixpath.dirname(target) if not _is_local(target) else os.path.dirname(os.path.abspath(target))
+    base = os.path.basename(target)
+    name_rule = re.compile(re.escape(base + STAGING_TAG) + _STAGING_ID + r"\Z")
+    return [_join(parent, e) for e in _entries(parent) if name_rule.match(e)]
+
+
+def _read_owner(staging: str) -> Optional[dict]:
+    try:
+        with tf.io.gfile.GFile(_join(staging, OWNER_FILE)) as f:
+            owner = json.loads(f.read())
+        return owner if isinstance(owner, dict) and "pid" in owner and "host" in owner else None
+    except (tf.errors.OpError, OSError, ValueError):
+        return None
+
+
+def clean_stale_staging(output_dir: str) -> list[str]:
+    """Remove the staging directories a killed run left beside `output_dir`; returns those removed.
+
+    Removed: ours by name, with an owner marker naming a process of this host that no longer runs.
+    Kept, with a warning: a marker of another host, or none. A live owner on this host is an
+    OutputError (another run is writing this output). A previous dataset parked by an interrupted
+    swap (`.staging-old-*`) is put back when `output_dir` is missing, else removed.
+    """
+    target = output_dir.rstrip("/")
+    removed = []
+    here = socket.gethostname()
+    for staging in _staging_dirs(target):
+        if f"{STAGING_TAG}old-" in staging:
+            if _is_local(target) and not tf.io.gfile.exists(target):
+                os.rename(staging, target)
+                logging.warning("put back the previous dataset %s, parked there by an interrupted run", staging)
+            else:
+                discard(staging)
+                removed.append(staging)
+            continue
+        owner = _read_owner(staging)
+        if owner is None or owner["host"] != here:
+            who = f"host {owner['host']}" if owner else "no owner marker"
+            logging.warning("left %s in place (%s): remove it by hand once no run writes %s", staging, who, target)
+        elif _is_alive(owner):
+            raise OutputError(
+                f"--output {output_dir!r} is being written by process {owner['pid']} ({staging}); "
+                "wait for it to finish or stop it"
+            )
+        else:
+            discard(staging)
+            removed.append(staging)
+            logging.warning("removed %s, left by process %s that no longer runs", staging, owner["pid"])
+    return removed
+
+
 def staging_dir(output_dir: str) -> str:
-    """A new, unique staging directory beside `output_dir` (created)."""
+    """A new, unique staging directory beside `output_dir` (created, with this process's owner marker)."""
     path = f"{output_dir.rstrip('/')}{STAGING_TAG}{uuid.uuid4().hex[:12]}"
     tf.io.gfile.makedirs(path)
+    with tf.io.gfile.GFile(_join(path, OWNER_FILE), "w") as f:
+        f.write(json.dumps(_owner()))
     return path
 
 
@@ -100,6 +196,7 @@ def swap_in(staging: str, output_dir: str) -> None:
 
     Files in `output_dir` that are not ours (allowed by --overwrite) stay where they are.
     """
+    tf.io.gfile.remove(_join(staging, OWNER_FILE))
     target = output_dir.rstrip("/")
     if _is_local(target) and not foreign_entries(target):
         old = f"{target}{STAGING_TAG}old-{uuid.uuid4().hex[:12]}"

@@ -16,9 +16,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_pipeline import contract, output_dir
-from webgraph_pipeline.counters import collect_counters, collect_string_set, collect_unreadable_files
+from webgraph_pipeline.counters import collect_counters, collect_string_set
 from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat
 from webgraph_pipeline.edges_input import EMPTY_FILES, LINE_EXAMPLES, ReadEdgeList
+from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, collect_file_problems
 from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
 from webgraph_pipeline.local_runner import disable_time_based_flush
@@ -120,7 +121,8 @@ def input_files_of(spec: JobSpec) -> list[str]:
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """The labelled reading step of either input format -> edge batches `(sources, targets)`."""
     if spec.input_format == "edges":
-        return p | "ReadEdgeList" >> ReadEdgeList(input_files, spec.edge_format, urls_file=spec.urls_file)
+        return p | "ReadEdgeList" >> ReadEdgeList(input_files, spec.edge_format, urls_file=spec.urls_file,
+                                                  fail_on_unreadable=spec.fail_on_unreadable)
     from webgraph_pipeline.extract import ExtractEdges
 
     kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable, "wat_reader": spec.wat_reader}
@@ -132,7 +134,10 @@ def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
 def read_given_split(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]) -> dict[str, Any]:
     """The train and test files of a given split -> {'train', 'test'} edge batches of (user, item) names."""
     parts = {"train": input_files, "test": match_inputs(spec.test_patterns)}
-    return {name: p | f"ReadEdgeList_{name}" >> ReadEdgeList(files, spec.edge_format) for name, files in parts.items()}
+    return {
+        name: p | f"ReadEdgeList_{name}" >> ReadEdgeList(files, spec.edge_format, fail_on_unreadable=spec.fail_on_unreadable)
+        for name, files in parts.items()
+    }
 
 
 def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
@@ -174,14 +179,17 @@ def empty_input_error(entries: Sequence[str]) -> EmptyInputError:
 
 
 def finish_stats(
-    output_dir: str, counters: dict[str, int], unreadable_files: list[str], seconds: float,
+    output_dir: str, counters: dict[str, int], file_problems: list[dict[str, str]], seconds: float,
     examples: Sequence[str] = (), protocol: str = PROTOCOLS[0],
 ) -> dict[str, Any]:
-    """Add the counters to the stats.json the job wrote; returns the final stats."""
+    """Add the counters and the input files not read whole to the stats.json the job wrote;
+    returns the final stats."""
     stats = contract.read_stats(output_dir)
     stats["counters"] = dict(sorted(counters.items()))
     stats["dropped"] = {k: v for k, v in stats["counters"].items() if is_loss(k)}
-    stats["unreadable_files"] = unreadable_files
+    stats["unreadable_files"] = [p["file"] for p in file_problems if p["status"] == UNREADABLE]
+    stats["partly_read_files"] = [p["file"] for p in file_problems if p["status"] == PARTLY_READ]
+    stats["file_problems"] = file_problems
     stats["line_examples"] = line_examples(examples)
     stats["protocol"] = protocol
     stats["bipartite"] = bool(stats["config"].get("bipartite"))
@@ -200,14 +208,25 @@ class EmptyInputError(EmptyDatasetError):
     waived by --allow_empty: a file the format cannot read is a mistake, not a small dataset."""
 
 
+def nothing_readable(stats: dict[str, Any]) -> Optional[EmptyInputError]:
+    """The error for a job none of whose input files could be read (none when one could)."""
+    bad = {p["file"]: p["reason"] for p in stats["file_problems"] if p["status"] == UNREADABLE}
+    if not bad or not set(stats["input_files"]) <= set(bad):
+        return None
+    shown = ", ".join(f"{f} ({r})" for f, r in list(bad.items())[:3]) + (" ..." if len(bad) > 3 else "")
+    return EmptyInputError(f"no input file could be read: {shown}")
+
+
 def emptiness(stats: dict[str, Any], test_fraction: float) -> Optional[str]:
-    """Why a finished dataset is empty (no nodes, no edges, or no test rows although some were asked
-    for), naming the commonest drop reason; None when it is not."""
+    """Why a finished dataset is empty (no nodes, no edges, no training rows, or no test rows although
+    some were asked for), naming the commonest drop reason; None when it is not."""
     splits = stats.get("splits", {})
     if not stats.get("nodes"):
         what = "no node"
     elif not stats.get("edges"):
         what = "no edge"
+    elif not splits.get("train"):
+        what = "no training row"
     elif test_fraction > 0 and not splits.get("test"):
         what = "no test row"
     else:
@@ -227,6 +246,7 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     """
     output_dir.check_output(spec.output_dir, spec.overwrite)
     input_files = input_files_of(spec)
+    output_dir.clean_stale_staging(spec.output_dir)
     staging = output_dir.staging_dir(spec.output_dir)
     disable_time_based_flush()  # Beam's local runner loses data with it (local_runner.py)
     try:
@@ -239,9 +259,12 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
         if empty:
             raise empty_input_error(empty)
         stats = finish_stats(
-            staging, collect_counters(result), collect_unreadable_files(result), time.time() - start,
+            staging, collect_counters(result), collect_file_problems(result), time.time() - start,
             collect_string_set(result, LINE_EXAMPLES), spec.protocol,
         )
+        unreadable = nothing_readable(stats)
+        if unreadable:
+            raise unreadable
         problem = None if spec.allow_empty else emptiness(stats, spec.config.test_fraction)
         if problem:
             raise EmptyDatasetError(problem)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from webgraph_pipeline.tlds import check_tld
+
 DEFAULT_ID_BUCKETS = 1024
 
 
@@ -13,8 +15,8 @@ class GraphConfig:
     """Everything that decides which graph the job builds (the input aside).
 
     name: the variant name, or "custom".
-    tlds: keep an edge only if both endpoints' hosts end in one of these top-level domains;
-      empty keeps every edge.
+    tlds: keep an edge only if both endpoints' hosts end in one of these top-level domains
+      (normalized and known: `tlds.parse_tlds` makes them from user input); empty keeps every edge.
     min_links: K of the degree filter: keep nodes with at least K in-links and K out-links
       (0 disables the filter).
     degree_passes: how many times the degree filter is applied (the paper applies it once).
@@ -45,8 +47,8 @@ class GraphConfig:
             raise ValueError(f"min_links must be >= 0, got {self.min_links}")
         if self.degree_passes < 1:
             raise ValueError(f"degree_passes must be >= 1, got {self.degree_passes}")
-        if not 0.0 <= self.test_fraction <= 1.0:
-            raise ValueError(f"test_fraction must be in [0, 1], got {self.test_fraction}")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ValueError(f"test_fraction must be in [0, 1) (1 leaves no training row), got {self.test_fraction}")
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1), got {self.holdout_fraction}")
         if not 0.0 <= self.validation_fraction < 1.0:
@@ -54,8 +56,7 @@ class GraphConfig:
         if self.id_buckets < 1:
             raise ValueError(f"id_buckets must be >= 1, got {self.id_buckets}")
         for tld in self.tlds:
-            if not tld or tld != tld.strip(".").lower() or "." in tld:
-                raise ValueError(f"bad top-level domain {tld!r}: expected e.g. 'de' (lowercase, no dots)")
+            check_tld(tld)
         if self.bipartite and self.tlds:
             raise ValueError("a TLD filter needs URLs on both ends; it cannot apply to bipartite data")
 
@@ -86,8 +87,3 @@ def get_variant(name: str) -> GraphConfig:
         return VARIANTS[name]
     except KeyError:
         raise ValueError(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}") from None
-
-
-def parse_tlds(text: str) -> tuple[str, ...]:
-    """`'de, IN'` -> `('de', 'in')`: sorted, deduplicated, lowercase; empty text -> ()."""
-    return tuple(sorted({t.strip().lower().lstrip(".") for t in text.split(",") if t.strip()}))

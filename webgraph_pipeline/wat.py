@@ -11,9 +11,12 @@ Public API:
 - `iter_wat_payloads(fileobj, inc, reader="warcio") -> Iterator[(target_uri, payload_bytes)]`:
   every WARC `metadata` record of a WAT stream (plain, gzip, or one gzip member per record),
   record by record; other WARC types are counted `dropped_records.other_warc_type`.
-- `wat_edges(fileobj, inc, link_types=DEFAULT_LINK_TYPES, reader="warcio")
+- `wat_edges(fileobj, inc, link_types=DEFAULT_LINK_TYPES, reader="warcio", report=None)
   -> Iterator[(source_url, target_url)]`: the edges of every page of a WAT stream
   (deduplicated within a record, self-loops dropped).
+- `WatFileReport`: what reading one file found; `.verdict()` says whether it was read, partly
+  read (the first damage: reason, byte offset, record number) or unreadable (empty, bad gzip, not
+  WARC, or WARC without WAT metadata, e.g. a WARC of HTTP responses).
 
 Damage (corrupt or truncated gzip member, a file cut mid-record, bytes that are no WARC record):
 every record before the damage is kept; a record whose payload is shorter than its
@@ -26,12 +29,15 @@ decompressor: damage there ends the file, keeping everything before it.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import io
 import logging
 import zlib
 from typing import IO, Iterable, Iterator, Optional
 
 from webgraph_pipeline.counters import Inc
+from webgraph_pipeline.file_accounting import PARTLY_READ, READ, UNREADABLE
 from webgraph_pipeline.links import DEFAULT_LINK_TYPES, decode_payload, page_links
 
 WAT_READERS = ("warcio", "fastwarc")
@@ -39,24 +45,40 @@ WAT_READERS = ("warcio", "fastwarc")
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _WARC_LINE = b"\nWARC/1."
 _SCAN_CHUNK = 1 << 20
+_PROBE_BYTES = 1 << 16  # read to tell an empty file or a bad gzip stream
+
 
 # One record as the readers see it: (target URI, declared Content-Length, payload of metadata
-# records else None, offset of the record in the file).
-_RawRecord = tuple[Optional[str], Optional[int], Optional[bytes], int]
+# records else None, offset of the record in the file, WARC-Type).
+_RawRecord = tuple[Optional[str], Optional[int], Optional[bytes], int, str]
+
+
+class _DamagedAt(Exception):
+    """A reader failure at a known byte offset (where the record that failed starts)."""
+
+    def __init__(self, offset: int, error: Exception):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.offset = offset
 
 
 def _warcio_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
     from warcio.archiveiterator import ArchiveIterator
 
     records = ArchiveIterator(fileobj)
-    for record in records:
-        is_metadata = record.rec_type == "metadata"
-        yield (
-            record.rec_headers.get_header("WARC-Target-URI") if is_metadata else None,
-            record.length,  # Content-Length as int, None when the header is missing
-            record.raw_stream.read() if is_metadata else None,
-            records.get_record_offset(),
-        )
+    try:
+        for record in records:
+            if record.format != "warc":  # warcio reads any text line as an ARC header: a WAT is WARC
+                raise ValueError(f"not a WARC record (first line parsed as {record.format})")
+            is_metadata = record.rec_type == "metadata"
+            yield (
+                record.rec_headers.get_header("WARC-Target-URI") if is_metadata else None,
+                record.length,  # Content-Length as int, None when the header is missing
+                record.raw_stream.read() if is_metadata else None,
+                records.get_record_offset(),
+                record.rec_type or "",
+            )
+    except Exception as error:  # noqa: BLE001 - named with where it happened, handled by the caller
+        raise _DamagedAt(records.offset, error) from error
 
 
 def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
@@ -73,6 +95,7 @@ def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
                 record.content_length,
                 record.reader.read(),
                 record.stream_pos,
+                "metadata",
             )
         else:
             length = headers.get("Content-Length")
@@ -81,6 +104,7 @@ def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
                 int(length) if length and length.isdigit() else None,
                 None,
                 record.stream_pos,
+                headers.get("WARC-Type") or "",
             )
 
 
@@ -119,15 +143,71 @@ def _next_sync_point(fileobj: IO[bytes], position: int, marker: bytes) -> Option
         chunk_start += len(chunk)
 
 
+@dataclasses.dataclass
+class WatFileReport:
+    """What reading one WAT file found, filled in as it is read; `verdict()` once it is done.
+
+    records: WARC records parsed, by WARC-Type. wat_records: metadata records whose payload is
+    JSON (pages or requests: what makes a WARC file a WAT file). damage: the first damage seen,
+    (reason, `byte N` or `after byte N`, record number counted from 1). decompressed: offsets count bytes of the
+    decompressed stream (a whole-file gzip). empty / bad_gzip: what the first bytes showed.
+    """
+
+    records: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    wat_records: int = 0
+    damage: Optional[tuple[str, str, int]] = None
+    decompressed: bool = False
+    empty: bool = False
+    bad_gzip: bool = False
+
+    def damaged(self, reason: str, at: str, record: int) -> None:
+        if self.damage is None:
+            self.damage = (reason, at, record)
+
+    def verdict(self) -> tuple[str, str, str]:
+        """(READ | PARTLY_READ | UNREADABLE, reason, where or why) of the file."""
+        if not self.records:
+            if self.empty:
+                return UNREADABLE, "empty", "the file is empty"
+            if self.bad_gzip:
+                return UNREADABLE, "bad_gzip", "gzip header, but the data does not decompress"
+            return UNREADABLE, "not_warc", "no WARC record: not a WAT file"
+        if not self.wat_records:
+            types = ", ".join(f"{t or '?'} {n}" for t, n in sorted(self.records.items()))
+            return UNREADABLE, "not_wat", f"WARC records ({types}) but no WAT metadata record with a JSON payload"
+        if self.damage is not None:
+            reason, at, record = self.damage
+            stream = " of the decompressed stream" if self.decompressed else ""
+            return PARTLY_READ, reason, f"{at}{stream} (record {record})"
+        return READ, "", ""
+
+
+def _probe(fileobj: IO[bytes], report: WatFileReport) -> None:
+    """Note whether a seekable stream is empty, or starts like gzip but does not decompress."""
+    position = fileobj.tell()
+    head = fileobj.read(_PROBE_BYTES)
+    fileobj.seek(position)
+    report.empty = not head
+    if head.startswith(_GZIP_MAGIC):
+        try:
+            zlib.decompressobj(31).decompress(head)
+        except zlib.error:
+            report.bad_gzip = True
+
+
 def iter_wat_payloads(
-    fileobj: IO[bytes], inc: Inc, reader: str = "warcio"
+    fileobj: IO[bytes], inc: Inc, reader: str = "warcio", report: Optional[WatFileReport] = None
 ) -> Iterator[tuple[Optional[str], bytes]]:
-    """`(WARC-Target-URI, payload)` of every intact metadata record, surviving damage."""
+    """`(WARC-Target-URI, payload)` of every intact metadata record, surviving damage; what was
+    found is noted in `report` when one is given."""
     read_records = check_reader(reader)
     if not fileobj.seekable() and reader == "fastwarc":
         # FastWARC needs seek() on Python streams (it panics without); warcio does not.
         read_records = _warcio_records
-    return _resilient_payloads(fileobj, inc, read_records, skip=0)
+    report = report if report is not None else WatFileReport()
+    if fileobj.seekable():
+        _probe(fileobj, report)
+    return _resilient_payloads(fileobj, inc, read_records, skip=0, report=report)
 
 
 class _Gunzip(io.RawIOBase):
@@ -173,7 +253,7 @@ def _is_whole_file_gzip(error: Exception) -> bool:
 
 
 def _resilient_payloads(
-    fileobj: IO[bytes], inc: Inc, read_records, skip: int
+    fileobj: IO[bytes], inc: Inc, read_records, skip: int, report: WatFileReport
 ) -> Iterator[tuple[Optional[str], bytes]]:
     """`iter_wat_payloads` with a reader function; the first `skip` records are passed over."""
     seekable = fileobj.seekable()
@@ -187,7 +267,7 @@ def _resilient_payloads(
             fileobj.seek(start)
         last_offset: Optional[int] = None
         try:
-            for uri, length, payload, offset in read_records(fileobj):
+            for uri, length, payload, offset, warc_type in read_records(fileobj):
                 first_after_resume = resumed and last_offset is None
                 last_offset = offset
                 seen += 1
@@ -197,12 +277,15 @@ def _resilient_payloads(
                     # Cut short: the file ends here, or a damaged gzip member ran into the next.
                     if not first_after_resume:  # else: part of the region already counted
                         inc("damage.truncated_record")
+                        report.damaged("truncated_record", f"byte {offset}", seen)
                     if seekable:
                         break
-                elif payload is None:
-                    inc("dropped_records.other_warc_type")
                 else:
-                    yield uri, payload
+                    report.records[warc_type] += 1
+                    if payload is None:
+                        inc("dropped_records.other_warc_type")
+                    else:
+                        yield uri, payload
             else:
                 return
         except Exception as error:  # noqa: BLE001 - any reader failure is damage to survive
@@ -211,15 +294,18 @@ def _resilient_payloads(
                 # already seen.
                 fileobj.seek(origin)
                 plain = io.BufferedReader(_Gunzip(fileobj))
-                yield from _resilient_payloads(plain, inc, read_records, skip=seen)
+                report.decompressed = True
+                yield from _resilient_payloads(plain, inc, read_records, skip=seen, report=report)
                 return
             # A failure right where reading resumed is the same damaged region: count it once.
             if not (resumed and last_offset is None):
                 inc("damage.corrupt_region")
-                logging.warning(
-                    "damaged WAT data after offset %d: %s: %.120r",
-                    start, type(error).__name__, str(error),
-                )
+                if isinstance(error, _DamagedAt):
+                    report.damaged("corrupt_region", f"byte {error.offset}", seen + 1)
+                else:  # the reader does not say where the failing record starts
+                    report.damaged("corrupt_region", f"after byte {start if last_offset is None else last_offset}",
+                                   seen + 1)
+                logging.debug("damaged WAT data after offset %d: %.200r", start, str(error))
             if not seekable:
                 return
         damaged_at = last_offset if last_offset is not None else start
@@ -237,13 +323,17 @@ def wat_edges(
     inc: Inc,
     link_types: Iterable[str] = DEFAULT_LINK_TYPES,
     reader: str = "warcio",
+    report: Optional[WatFileReport] = None,
 ) -> Iterator[tuple[str, str]]:
-    """Every `(source_url, target_url)` edge of a WAT stream (unique within each record)."""
+    """Every `(source_url, target_url)` edge of a WAT stream (unique within each record); what was
+    found is noted in `report` when one is given."""
     link_types = frozenset(link_types)
-    for uri, payload in iter_wat_payloads(fileobj, inc, reader):
+    report = report if report is not None else WatFileReport()
+    for uri, payload in iter_wat_payloads(fileobj, inc, reader, report):
         doc = decode_payload(payload, inc)
         if doc is None:
             continue
+        report.wat_records += 1
         found = page_links(doc, link_types, inc, fallback_url=uri)
         if found is None:
             continue

@@ -11,6 +11,10 @@ the six named configs, e.g. `web_graph_tld_de_min_50`) and then for `<dir>` itse
    `test.tfr-...`).
 3. `wat`: no shards, but WAT files (`*.wat`, `*.wat.gz`) in `<dir>`: raw crawl data; the builder
    runs the WebGraph Beam pipeline on them inside `tfds build`.
+
+The user errors of a build (a bad config, a missing or unusable source, an empty result) are
+`BuildError`s whose message is one line saying what, where and what to do; under `tfds build`
+that line is all that is printed (see the builder's `one_line_errors`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,23 @@ WAT = "wat"
 
 WAT_PATTERNS = ("*.wat", "*.wat.gz")
 _SHARD_RE = re.compile(r"-(\d{5})-of-(\d{5})$")
+
+
+class BuildError(Exception):
+    """A known user error of a web_graph build; the message is the whole story, on one line."""
+
+
+class ConfigError(BuildError, ValueError):
+    """A config value of the wrong type or out of range (a usage error)."""
+
+
+class SourceNotFoundError(BuildError, FileNotFoundError):
+    """The source directory is missing or holds nothing a build can use."""
+
+
+class BadSourceError(BuildError, ValueError):
+    """The source holds something a build cannot use: incomplete shards, other settings, bad
+    records, or a graph with an empty split."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,15 +80,15 @@ def check_complete_shards(files: Sequence[str], split: str) -> None:
     for path in files:
         match = _SHARD_RE.search(path)
         if not match:
-            raise ValueError(f"{path}: shard name lacks the -NNNNN-of-NNNNN suffix")
+            raise BadSourceError(f"{path}: shard name lacks the -NNNNN-of-NNNNN suffix")
         indices.add(int(match.group(1)))
         totals.add(int(match.group(2)))
     if len(totals) != 1:
-        raise ValueError(f"split {split!r} mixes shard counts {sorted(totals)} in {os.path.dirname(files[0])}")
+        raise BadSourceError(f"split {split!r} mixes shard counts {sorted(totals)} in {os.path.dirname(files[0])}")
     (total,) = totals
     missing = sorted(set(range(total)) - indices)
     if missing:
-        raise ValueError(
+        raise BadSourceError(
             f"split {split!r} in {os.path.dirname(files[0])} is incomplete: "
             f"{len(missing)} of {total} shards missing (first: {missing[0]:05d})"
         )
@@ -81,7 +102,7 @@ def _split_files(directory: str) -> dict[str, list[str]] | None:
         return None
     missing = [split for split, files in found.items() if not files]
     if missing:
-        raise FileNotFoundError(
+        raise SourceNotFoundError(
             f"{directory}: has web_graph shards but none for split(s) {missing} "
             f"(expected {', '.join(contract.split_glob(directory, s) for s in missing)})"
         )
@@ -104,7 +125,9 @@ def resolve(root: str, subfolder: str = "") -> Source:
     gfile = _gfile()
     root = os.fspath(root)
     if not gfile.isdir(root):
-        raise FileNotFoundError(f"web_graph source {root} is not a directory")
+        raise SourceNotFoundError(
+            f"web_graph source {root} is not a directory: give --manual_dir=DIR holding a pipeline output, "
+            "official shards or WAT files")
     candidates = ([os.path.join(root, subfolder)] if subfolder else []) + [root]
     for directory in candidates:
         if not gfile.isdir(directory):
@@ -118,7 +141,7 @@ def resolve(root: str, subfolder: str = "") -> Source:
     if wat_files:
         return Source(kind=WAT, path=root, wat_files=wat_files)
     looked = " or ".join(candidates)
-    raise FileNotFoundError(
+    raise SourceNotFoundError(
         f"web_graph source {looked}: found neither TFRecord shards "
         f"({os.path.basename(contract.split_glob(root, 'train'))}, ...) nor WAT files ({', '.join(WAT_PATTERNS)})"
     )
@@ -146,14 +169,34 @@ def config_mismatches(stats: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
     return out
 
 
-def check_splits_not_empty(splits: Mapping[str, int], where: str) -> None:
-    """TFDS cannot hold an empty split: raise, saying which split and where, if any is empty."""
+def check_splits_not_empty(splits: Mapping[str, int], where: str, advice: str) -> None:
+    """TFDS cannot hold an empty split: raise, saying which split, where and `advice`, if any is empty."""
     empty = [split for split in contract.SPLIT_PREFIXES if not splits.get(split)]
     if empty:
-        raise ValueError(
-            f"{where}: split(s) {empty} are empty ({dict(splits)}); the graph is too small for these "
-            "settings: give more input or a lower min_links"
-        )
+        raise BadSourceError(f"{where}: split(s) {empty} are empty ({dict(splits)}); {advice}")
+
+
+def wat_advice(links_read: int, num_files: int, tlds: Sequence[str], min_links: int) -> str:
+    """What to do about an empty split of a WAT build, from what was read: lowering min_links is
+    advised only when links were read and the degree filter is on."""
+    if not links_read:
+        return (f"no link was read from the {num_files} WAT file(s): they are damaged or not WAT files "
+                "(the warnings above name each one)")
+    filters = ([f"tlds={list(tlds)}"] if tlds else []) + ([f"min_links={min_links}"] if min_links else [])
+    if not filters:
+        return f"{links_read:,} links were read: too few pages for the splits; give more input"
+    todo = " or ".join((["other tlds"] if tlds else []) + (["a lower min_links"] if min_links else []))
+    return f"{links_read:,} links were read, too few kept by {', '.join(filters)}: give more input, or {todo}"
+
+
+def stats_advice(stats: Mapping[str, Any]) -> str:
+    """What to do about an empty split of a pipeline output, from its commonest drop."""
+    dropped = stats.get("dropped") or {}
+    if not dropped:
+        return "its input held too little; give more input"
+    reason = max(dropped, key=dropped.get)
+    todo = "build it again with a lower min_links" if "degree_filter" in reason else "build it again from other input"
+    return f"commonest drop {reason} ({dropped[reason]:,}): {todo}"
 
 
 def row_to_example(row: tuple[int, Sequence[int], Sequence[int]]) -> tuple[int, dict[str, Any]]:
@@ -173,7 +216,7 @@ def record_to_example(filename: str, record: bytes) -> tuple[int, dict[str, Any]
     try:
         row = contract.decode_row(record)
     except Exception as e:  # noqa: BLE001 - any parse failure is re-raised with the file name
-        raise ValueError(f"{filename}: bad web_graph record ({e})") from e
+        raise BadSourceError(f"{filename}: bad web_graph record ({e})") from e
     return row_to_example(row)
 
 
@@ -188,19 +231,23 @@ def read_shard(filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
         except StopIteration:
             return
         except tf.errors.OpError as e:
-            raise ValueError(f"{filename}: unreadable TFRecord file ({e.message.splitlines()[0]})") from e
+            raise BadSourceError(f"{filename}: unreadable TFRecord file ({e.message.splitlines()[0]})") from e
         yield record_to_example(filename, record)
 
 
-def write_job_stats(summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str]) -> str:
+def write_job_stats(
+    summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str], links_read: int
+) -> str:
     """stats.json of a WAT build before the counters are known (TFDS shards the files itself).
 
-    Fails the job with a clear message when a split came out empty; returns the file's path.
+    Fails the job with a clear message when a split came out empty (`links_read`: the links the WAT
+    files gave, which decides the advice); returns the file's path.
     """
     from webgraph_pipeline.write import build_stats
 
     where = f"graph of {len(input_files)} WAT file(s) with tlds={config['tlds']}, min_links={config['min_links']}"
-    check_splits_not_empty(summary["splits"], where)
+    advice = wat_advice(links_read, len(input_files), config["tlds"], config["min_links"])
+    check_splits_not_empty(summary["splits"], where, advice)
     stats = build_stats(summary, config, input_files, num_shards=0)
     del stats["num_shards"]
     contract.write_stats(data_dir, stats)

@@ -15,14 +15,23 @@ builder runs the WebGraph Beam pipeline itself. Every source is read with Apache
 The class is not put in TFDS's name registry, where TFDS's own `web_graph` lives: `tfds build
 tfds_builder/web_graph` loads it from its folder, Python code uses `WebGraph(...)` directly, and a
 built dataset loads with `tfds.load('web_graph/<config>:1.0.0', data_dir=...)` (see README.md).
+
+Errors: a build's user errors (a bad config, a missing or unusable `--manual_dir`, an empty
+result) are `sources.BuildError`s with a one-line message. TFDS gives a builder no say in how
+`tfds build` reports an exception (absl prints the traceback), so when this module is loaded by the
+`tfds` command line it installs a `sys.excepthook` that prints such an error as that one line
+(`one_line_errors`; exit status 2 for a bad config, 1 otherwise) and leaves every other exception
+to the usual traceback; `WEBGRAPH_DEBUG=1` shows the traceback of all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import sys
 import textwrap
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -32,6 +41,7 @@ import tensorflow_datasets as tfds
 from tfds_builder.web_graph import sources
 from webgraph_pipeline import contract
 from webgraph_pipeline.local_runner import disable_time_based_flush
+from webgraph_pipeline.tlds import parse_tlds
 from webgraph_pipeline.variants import VARIANTS, GraphConfig
 
 HOMEPAGE = "https://arxiv.org/abs/2112.02194"
@@ -46,6 +56,11 @@ _NAMED = {
     "in-sparse": ("web_graph_tld_in_min_10", "around 0.15B edges and 1.5M nodes"),
     "in-dense": ("web_graph_tld_in_min_50", "around 0.12B edges and 0.5M nodes"),
 }
+
+
+_BASE_FIELDS = {f.name for f in dataclasses.fields(tfds.core.BuilderConfig)}
+_INTEGER_FIELDS = ("min_links", "degree_passes", "seed")
+_FRACTION_FIELDS = ("test_fraction", "holdout_fraction")
 
 
 @dataclasses.dataclass(eq=False)
@@ -70,8 +85,22 @@ class WebGraphConfig(tfds.core.BuilderConfig):
     subfolder: str = ""
 
     def __post_init__(self) -> None:
-        self.tlds = tuple(sorted({t.strip().lower().lstrip(".") for t in self.tlds}))
-        self.graph_config()  # validates every setting now, with the pipeline's own checks
+        """Type-check the values (a JSON `--config` gives any JSON type), normalize the TLDs (a comma
+        string or a list) and validate every setting with the pipeline's own checks."""
+        where = f"web_graph config {self.name!r}"
+        for name in _INTEGER_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise sources.ConfigError(f"{where}: {name} must be an integer, got {value!r}")
+        for name in _FRACTION_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise sources.ConfigError(f"{where}: {name} must be a number, got {value!r}")
+        try:
+            self.tlds = parse_tlds(self.tlds, where="tlds")
+            self.graph_config()
+        except ValueError as e:
+            raise sources.ConfigError(f"{where}: {e}") from None
 
     def graph_config(self) -> GraphConfig:
         """The pipeline's config for this variant."""
@@ -161,7 +190,7 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager, pipeline):
         disable_time_based_flush()  # before `tfds build` runs the pipeline: see webgraph_pipeline/local_runner.py
-        root = self._source_dir or os.fspath(dl_manager.manual_dir)
+        root = self._source_dir or self._manual_dir(dl_manager)
         config: WebGraphConfig = self.builder_config
         source = sources.resolve(root, config.subfolder)
         self._source, self._stats = source, None
@@ -170,14 +199,27 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         if source.kind == sources.PIPELINE:
             self._stats = contract.read_stats(source.path)
             if "splits" in self._stats:
-                sources.check_splits_not_empty(self._stats["splits"], os.path.join(source.path, contract.STATS_FILE))
+                sources.check_splits_not_empty(self._stats["splits"], os.path.join(source.path, contract.STATS_FILE),
+                                               sources.stats_advice(self._stats))
             mismatches = sources.config_mismatches(self._stats, config.graph_settings())
             if mismatches:
-                raise ValueError(
+                raise sources.BadSourceError(
                     f"{os.path.join(source.path, contract.STATS_FILE)}: built with other settings "
                     f"than config {config.name!r}: {'; '.join(mismatches)}"
                 )
         return {split: self._generate_examples(pipeline, split, files) for split, files in source.split_files.items()}
+
+    @staticmethod
+    def _manual_dir(dl_manager: tfds.download.DownloadManager) -> str:
+        """`--manual_dir`; a SourceNotFoundError when it is missing or empty (TFDS's own error is an
+        AssertionError with the instructions appended)."""
+        try:
+            return os.fspath(dl_manager.manual_dir)
+        except AssertionError as e:
+            what = str(e).splitlines()[0].split(" Create it")[0].rstrip(".")
+            raise sources.SourceNotFoundError(
+                f"{what}: give --manual_dir=DIR holding a webgraph_pipeline output, official shards or WAT files"
+            ) from None
 
     def _generate_examples(self, pipeline, split: str, files: Sequence[str]):
         """The examples of one split, read from its TFRecord shards (pipeline or official source)."""
@@ -203,11 +245,18 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
         data_dir = os.fspath(self.data_dir)
         spec = JobSpec(input_patterns=tuple(wat_files), output_dir=data_dir, config=self.builder_config.graph_config())
-        graph = read_edges(pipeline, spec, wat_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
+        batches = read_edges(pipeline, spec, wat_files)
+        graph = batches | "BuildWebGraph" >> BuildWebGraph(spec.config)
+        links_read = (
+            batches
+            | "CountLinks" >> beam.Map(lambda batch: len(batch[0]))
+            | "SumLinks" >> beam.CombineGlobally(sum)
+        )
         # The examples wait for stats.json, whose writing checks that no split is empty: so an
         # empty split fails with that reason, before TFDS's writer can fail on it.
         stats_written = graph["summary"] | "WriteStats" >> beam.Map(
-            sources.write_job_stats, data_dir, spec.stats_config(), list(wat_files)
+            sources.write_job_stats, data_dir, spec.stats_config(), list(wat_files),
+            links_read=beam.pvalue.AsSingleton(links_read),
         )
         after_stats = beam.pvalue.AsSingleton(stats_written)
         return {
@@ -221,13 +270,14 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         """After the Beam job: keep the source and the pipeline's stats with the dataset."""
         source = self._source
         if source.kind == sources.WAT:
-            from webgraph_pipeline.counters import collect_counters, collect_unreadable_files
+            from webgraph_pipeline.counters import collect_counters
+            from webgraph_pipeline.file_accounting import collect_file_problems
             from webgraph_pipeline.pipeline import finish_stats
 
             self._stats = finish_stats(
                 os.fspath(self.data_dir),
                 collect_counters(pipeline_result),
-                collect_unreadable_files(pipeline_result),
+                collect_file_problems(pipeline_result),
                 0.0,
             )
             del self._stats["wall_seconds"]  # finish_stats reports it without storing it
@@ -239,3 +289,56 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
 
 WebGraph = Builder
+
+DEBUG_ENV = "WEBGRAPH_DEBUG"
+_TFDS_CLI = "tensorflow_datasets.scripts.cli.main"
+
+
+def one_line(error: BaseException) -> Optional[tuple[str, int]]:
+    """(the line to print, exit status) for a known user error of a build, found in the exception or
+    its causes; None for any other exception. Beam re-raises a step's error with the step's name
+    appended (`... [while running 'WriteStats']`), which the line leaves out."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, sources.BuildError):
+            line = str(error).strip().splitlines()[0].split(" [while running ")[0]
+            return line, 2 if isinstance(error, sources.ConfigError) else 1
+        if isinstance(error, TypeError) and "WebGraphConfig.__init__()" in str(error):
+            # An unknown key in a JSON --config: TFDS passes the keys to the dataclass as they are.
+            ours = [f.name for f in dataclasses.fields(WebGraphConfig) if f.name not in _BASE_FIELDS]
+            known = ", ".join(["name", "description"] + [n for n in ours if n != "subfolder"])
+            wrong = str(error).split("__init__() ", 1)[1]
+            return f"web_graph config: {wrong}; the keys are {known}", 2
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def one_line_errors() -> None:
+    """Under the `tfds` command line, print a build's user errors as one line (see the module doc)."""
+    main = sys.modules.get("__main__")
+    is_cli = _TFDS_CLI in sys.modules or getattr(getattr(main, "__spec__", None), "name", "") == _TFDS_CLI
+    if not is_cli or getattr(sys.excepthook, "web_graph", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        return
+    previous = sys.excepthook
+    # Beam logs a failing step's exception, traceback and all, before re-raising it: not for ours.
+    logging.getLogger("apache_beam.runners.common").addFilter(
+        lambda record: not (record.exc_info and one_line(record.exc_info[1])))
+
+    def hook(kind, error, tb):
+        found = one_line(error)
+        if found is None:
+            previous(kind, error, tb)
+            return
+        line, status = found
+        print(f"tfds build web_graph: error: {line} ({DEBUG_ENV}=1 shows the traceback)", file=sys.stderr)
+        if status != 1:  # an excepthook cannot choose the status: the interpreter exits 1 after it
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(status)
+
+    hook.web_graph = True
+    sys.excepthook = hook
+
+
+one_line_errors()
