@@ -1,15 +1,13 @@
 """Evaluation, predictions and export with the real trainer on real data (hollins.edu, ML-100k)."""
 
-import contextlib
-import io
 import json
 import os
 from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from alx_cli import run_cli as _run_cli
 
-from alx_trainer import __main__ as cli
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.evaluate import evaluate, one_device_mesh
 from alx_trainer.model import fold_in, load_model
@@ -19,13 +17,6 @@ from tests import reference_ials
 from webgraph_pipeline.contract import read_split, read_vocab
 
 from pipeline_data import make_dataset
-
-
-def _run_cli(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,5 @@
 """The sweep tunes on the validation split only, in one process, then reports the best point on test."""
 
-import contextlib
-import io
 import json
 import os
 import pathlib
@@ -9,8 +7,8 @@ import shutil
 
 import numpy as np
 import pytest
+from alx_cli import run_cli as _run_cli
 
-from alx_trainer import __main__ as cli
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.evaluate import evaluate
 from alx_trainer.model import load_model
@@ -20,13 +18,6 @@ from alx_trainer.train import train
 from pipeline_data import make_dataset
 
 GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
-
-
-def _run_cli(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
