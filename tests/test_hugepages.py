@@ -39,4 +39,4 @@ def test_train_command_still_reports_errors_after_the_restart(tmp_path):
     run = subprocess.run([sys.executable, "-m", "alx_trainer", "train", "--data", str(tmp_path / "none"),
                           "--model_dir", str(tmp_path / "m"), "--dim", "0"], env=env, capture_output=True, text=True,
                          timeout=300)
-    assert run.returncode == 1 and "dim: must be positive" in run.stderr
+    assert run.returncode == 2 and "dim: must be positive" in run.stderr  # a bad flag value: usage, exit 2

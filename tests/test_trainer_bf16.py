@@ -49,7 +49,7 @@ def test_collapse_stops_with_epoch_and_side(tmp_path, capsys):
     rows = ref.random_rows(0, 20, 30, max_len=3)
     data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 20, 30)
     argv = ["--data", data_dir, "--model_dir", str(tmp_path / "m"), "--dim", "8", "--epochs", "2", "--alpha", "0",
-            "--reg", "0", "--solver", "cholesky", "--no-progress", "--table_dtype", "bfloat16"]
+            "--reg", "0", "--solver", "cholesky", "--no-progress", "--table_dtype", "bfloat16", "--eval_every", "0"]
     assert cli_train.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1

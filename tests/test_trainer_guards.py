@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -169,12 +170,17 @@ def test_second_training_stops_at_once_and_the_first_is_intact(work, tmp_path):
         time.sleep(0.1)
     lock = json.loads((model / "train.lock").read_text())
     assert lock["pid"] == first.pid and lock["host"] == socket.gethostname() and lock["started"]
-    rc, _, err = alx(*argv)
-    still_running = first.poll() is None
+    # paused (not ended) while the second one tries: on a quiet machine the first could finish first
+    first.send_signal(signal.SIGSTOP)
+    try:
+        still_running = first.poll() is None
+        rc, _, err = alx(*argv)
+    finally:
+        first.send_signal(signal.SIGCONT)
     out, first_err = first.communicate(timeout=600)
     assert rc == 1 and len(errors(err)) == 1
     assert f"{model} is being trained by pid {first.pid} on host {socket.gethostname()}" in err[-1]
-    assert still_running, "the first training ended before the second was refused: make it longer"
+    assert still_running, "the first training ended before it was paused: make it longer"
     assert first.returncode == 0, first_err[-3000:]
     records = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == list(range(1, epochs + 1))
