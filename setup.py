@@ -25,7 +25,7 @@ setup(
     },
     install_requires=[
         "apache-beam>=2.60,<3",
-        "google-crc32c>=1.5,<2",  # Beam's TFRecord reader and writer checksum every record with it
+        "google-crc32c>=1.5,<2",  # CRC-32C of every TFRecord (fileio.write_records; Beam's TFRecord IO too)
         "warcio>=1.7,<2",
         "orjson>=3.9,<4",
         "numpy>=1.26,<3",

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from webgraph_pipeline import write
+from webgraph_pipeline import fileio
 from webgraph_pipeline.cli import main
 from webgraph_pipeline.output_dir import STAGING_TAG, is_dataset_file
 
@@ -68,7 +68,7 @@ def test_failing_job_keeps_the_previous_dataset(dataset, tmp_path, capsys):
 
 def test_writer_failing_after_half_its_shards_keeps_the_previous_dataset(dataset, tmp_path, capsys, monkeypatch):
     edges, out, before = dataset
-    real, calls = write.write_records_file, []
+    real, calls = fileio.write_records, []
 
     def fail_after_three(path, records):
         calls.append(path)
@@ -76,7 +76,7 @@ def test_writer_failing_after_half_its_shards_keeps_the_previous_dataset(dataset
             raise OSError("injected: disk full")
         real(path, records)
 
-    monkeypatch.setattr(write, "write_records_file", fail_after_three)
+    monkeypatch.setattr(fileio, "write_records", fail_after_three)
     code, _, err = run_cli(["--input_format", "edges", "--input", edges, "--output", out, "--num_shards", "2"], capsys)
     assert len(calls) > 3, "the injected fault never fired"
     assert code == 1 and "injected: disk full" in err[-1]

@@ -16,6 +16,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from webgraph_pipeline import fileio
+
 # TFDS split name -> file prefix of its TFRecord shards: the splits every dataset has (`test` may be empty).
 SPLIT_PREFIXES: Mapping[str, str] = {
     "train": "train",
@@ -102,12 +104,10 @@ def decode_row(serialized: bytes) -> tuple[int, list[int], list[int]]:
 
 def read_stats(data_dir: str) -> dict[str, Any]:
     """`stats.json` of a dataset directory, with a clear error when it is missing or corrupt."""
-    import tensorflow as tf
-
     path = os.path.join(data_dir, STATS_FILE)
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise FileNotFoundError(f"{path}: no {STATS_FILE}; is {data_dir} a WebGraph dataset directory?")
-    with tf.io.gfile.GFile(path, "r") as f:
+    with fileio.open_file(path, "r") as f:
         text = f.read()
     try:
         stats = json.loads(text)
@@ -138,27 +138,21 @@ def is_bipartite(stats: Mapping[str, Any]) -> bool:
 
 def write_stats(data_dir: str, stats: Mapping[str, Any]) -> None:
     """Write `stats.json` (sorted keys, so identical inputs give identical bytes)."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(os.path.join(data_dir, STATS_FILE), "w") as f:
+    with fileio.open_file(os.path.join(data_dir, STATS_FILE), "w") as f:
         f.write(json.dumps(stats, indent=2, sort_keys=True) + "\n")
 
 
 def data_files(data_dir: str) -> list[str]:
     """Names of the files that hold a dataset's content: every split shard and vocabulary shard (sorted)."""
-    import tensorflow as tf
-
     patterns = [split_glob(data_dir, split) for split in ALL_SPLIT_PREFIXES]
     patterns += [vocab_glob(data_dir), vocab_glob(data_dir, columns=True)]
-    return sorted({os.path.basename(p) for pattern in patterns for p in tf.io.gfile.glob(pattern)})
+    return sorted({os.path.basename(p) for pattern in patterns for p in fileio.glob(pattern)})
 
 
 def file_sha256(path: str) -> str:
     """The SHA-256 of one file (local or remote), read in 4 MiB blocks."""
-    import tensorflow as tf
-
     digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         for block in iter(lambda: f.read(_HASH_BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -210,9 +204,7 @@ def missing_shards(files: Sequence[str]) -> tuple[list[str], Optional[str]]:
 
 def iter_split_files(data_dir: str, split: str) -> Iterable[str]:
     """The sorted shard paths of one split; an error naming the glob if there are none."""
-    import tensorflow as tf
-
-    files = sorted(tf.io.gfile.glob(split_glob(data_dir, split)))
+    files = sorted(fileio.glob(split_glob(data_dir, split)))
     if not files:
         raise FileNotFoundError(f"no {split!r} shards match {split_glob(data_dir, split)}")
     return files
@@ -250,16 +242,14 @@ def _full_splits(ragged, n: int) -> np.ndarray:
 def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
     """Vocabulary shards of a dataset directory, id -> name (URL): `vocab.tsv-*`, or with
     `columns` the column names of interaction data (`vocab.cols.tsv-*`, else `vocab.tsv-*`)."""
-    import tensorflow as tf
-
     pattern = vocab_glob(data_dir)
-    files = sorted(tf.io.gfile.glob(vocab_glob(data_dir, columns=True))) if columns else []
-    files = files or sorted(tf.io.gfile.glob(pattern))
+    files = sorted(fileio.glob(vocab_glob(data_dir, columns=True))) if columns else []
+    files = files or sorted(fileio.glob(pattern))
     if not files:
         raise FileNotFoundError(f"no vocabulary shards match {pattern}")
     vocab: dict[int, str] = {}
     for path in files:
-        with tf.io.gfile.GFile(path, "r") as f:
+        with fileio.open_file(path, "r") as f:
             for n, line in enumerate(f, 1):
                 key, sep, name = line.rstrip("\n").partition("\t")
                 if not sep or not key.isdigit():

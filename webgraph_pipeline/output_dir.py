@@ -26,9 +26,7 @@ import socket
 import uuid
 from typing import Optional
 
-import tensorflow as tf
-
-from webgraph_pipeline import contract
+from webgraph_pipeline import contract, fileio
 from webgraph_pipeline.write import DEGREE_PLOT
 
 STAGING_TAG = ".staging-"
@@ -59,7 +57,7 @@ def is_dataset_file(name: str) -> bool:
 
 
 def _entries(directory: str) -> list[str]:
-    return sorted(e.rstrip("/") for e in tf.io.gfile.listdir(directory)) if tf.io.gfile.isdir(directory) else []
+    return sorted(fileio.listdir(directory)) if fileio.isdir(directory) else []
 
 
 def foreign_entries(output_dir: str) -> list[str]:
@@ -73,7 +71,7 @@ def check_output(output_dir: str, overwrite: bool) -> None:
     target = output_dir.rstrip("/")
     if not target:
         raise OutputError("--output is empty")
-    if tf.io.gfile.exists(target) and not tf.io.gfile.isdir(target):
+    if fileio.exists(target) and not fileio.isdir(target):
         raise OutputError(f"--output {output_dir!r} is a file, not a directory")
     foreign = foreign_entries(target)
     if foreign and not overwrite:
@@ -85,11 +83,11 @@ def check_output(output_dir: str, overwrite: bool) -> None:
     parent = posixpath.dirname(target) if not _is_local(target) else os.path.dirname(os.path.abspath(target))
     probe = _join(parent, f".{os.path.basename(target)}.write-check-{uuid.uuid4().hex}")
     try:
-        tf.io.gfile.makedirs(parent)
-        with tf.io.gfile.GFile(probe, "w") as f:
+        fileio.makedirs(parent)
+        with fileio.open_file(probe, "w") as f:
             f.write("ok")
-        tf.io.gfile.remove(probe)
-    except (tf.errors.OpError, OSError) as e:
+        fileio.remove(probe)
+    except OSError as e:
         raise OutputError(f"--output {output_dir!r}: cannot write beside it in {parent!r} ({type(e).__name__})") from None
 
 
@@ -131,10 +129,10 @@ def _staging_dirs(output_dir: str) -> list[str]:
 
 def _read_owner(staging: str) -> Optional[dict]:
     try:
-        with tf.io.gfile.GFile(_join(staging, OWNER_FILE)) as f:
+        with fileio.open_file(_join(staging, OWNER_FILE)) as f:
             owner = json.loads(f.read())
         return owner if isinstance(owner, dict) and "pid" in owner and "host" in owner else None
-    except (tf.errors.OpError, OSError, ValueError):
+    except (OSError, ValueError):
         return None
 
 
@@ -151,7 +149,7 @@ def clean_stale_staging(output_dir: str) -> list[str]:
     here = socket.gethostname()
     for staging in _staging_dirs(target):
         if f"{STAGING_TAG}old-" in staging:
-            if _is_local(target) and not tf.io.gfile.exists(target):
+            if _is_local(target) and not fileio.exists(target):
                 os.rename(staging, target)
                 logging.warning("put back the previous dataset %s, parked there by an interrupted run", staging)
             else:
@@ -177,8 +175,8 @@ def clean_stale_staging(output_dir: str) -> list[str]:
 def staging_dir(output_dir: str) -> str:
     """A new, unique staging directory beside `output_dir` (created, with this process's owner marker)."""
     path = f"{output_dir.rstrip('/')}{STAGING_TAG}{uuid.uuid4().hex[:12]}"
-    tf.io.gfile.makedirs(path)
-    with tf.io.gfile.GFile(_join(path, OWNER_FILE), "w") as f:
+    fileio.makedirs(path)
+    with fileio.open_file(_join(path, OWNER_FILE), "w") as f:
         f.write(json.dumps(_owner()))
     return path
 
@@ -186,8 +184,8 @@ def staging_dir(output_dir: str) -> str:
 def discard(staging: str) -> None:
     """Remove a staging directory (best effort: a failed run must not fail again while cleaning up)."""
     try:
-        tf.io.gfile.rmtree(staging)
-    except (tf.errors.OpError, OSError):
+        fileio.rmtree(staging)
+    except OSError:
         pass
 
 
@@ -196,25 +194,25 @@ def swap_in(staging: str, output_dir: str) -> None:
 
     Files in `output_dir` that are not ours (allowed by --overwrite) stay where they are.
     """
-    tf.io.gfile.remove(_join(staging, OWNER_FILE))
+    fileio.remove(_join(staging, OWNER_FILE))
     target = output_dir.rstrip("/")
     if _is_local(target) and not foreign_entries(target):
         old = f"{target}{STAGING_TAG}old-{uuid.uuid4().hex[:12]}"
-        had_old = tf.io.gfile.exists(target)
+        had_old = fileio.exists(target)
         if had_old:
             os.rename(target, old)
         os.rename(staging, target)
         if had_old:
-            tf.io.gfile.rmtree(old)
+            fileio.rmtree(old)
         return
-    tf.io.gfile.makedirs(target)
+    fileio.makedirs(target)
     stats = _join(target, contract.STATS_FILE)
-    if tf.io.gfile.exists(stats):
-        tf.io.gfile.remove(stats)
+    if fileio.exists(stats):
+        fileio.remove(stats)
     new = _entries(staging)
     for name in _entries(target):
         if is_dataset_file(name) and name not in new:
-            tf.io.gfile.remove(_join(target, name))
+            fileio.remove(_join(target, name))
     for name in sorted(new, key=lambda n: n == contract.STATS_FILE):
-        tf.io.gfile.rename(_join(staging, name), _join(target, name), overwrite=True)
+        fileio.rename(_join(staging, name), _join(target, name))
     discard(staging)

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import io
 import os
-import uuid
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
 
 from webgraph_pipeline import columnar as col
-from webgraph_pipeline import contract
+from webgraph_pipeline import contract, fileio
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
 _SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.ALL_SPLIT_PREFIXES.items())
@@ -30,27 +29,6 @@ def shard_of(row_id, num_ids: int, num_shards: int):
     """The shard of an id (or an array of ids) when ids 0..num_ids-1 are cut into `num_shards`
     contiguous ranges."""
     return np.minimum(row_id * num_shards // max(num_ids, 1), num_shards - 1)
-
-
-def write_records_file(path: str, records: Iterable[bytes]) -> None:
-    """Write a TFRecord file atomically (temporary name, then rename)."""
-    import tensorflow as tf
-
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for record in records:
-            writer.write(record)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-
-
-def write_text_file(path: str, data: str | bytes) -> None:
-    """Write a text or binary file atomically (temporary name, then rename)."""
-    import tensorflow as tf
-
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.gfile.GFile(tmp, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 def vocab_lines(ids: np.ndarray, names: np.ndarray) -> str:
@@ -117,11 +95,11 @@ class _WriteShardFn(beam.DoFn):
         pieces = list(grouped["rows"])
         if self._kind == "vocab":
             ids, names = col.concat(pieces, 2, (np.int64, object))
-            write_text_file(path, vocab_lines(ids, names))
+            fileio.write_atomic(path, vocab_lines(ids, names))
         else:
             block = col.concat_blocks(pieces)
             block = col.take_rows(block, np.argsort(block[0], kind="stable"))
-            write_records_file(path, contract.encode_rows(*block))
+            fileio.write_records(path, contract.encode_rows(*block))
         yield path
 
 
@@ -222,5 +200,5 @@ class _WriteStatsFn(beam.DoFn):
         yield os.path.join(self._output_dir, contract.STATS_FILE)
         plot = os.path.join(self._output_dir, DEGREE_PLOT)
         png = degree_plot_png(stats["out_degree_histogram"], stats["in_degree_histogram"], self._title)
-        write_text_file(plot, png)
+        fileio.write_atomic(plot, png)
         yield plot

@@ -1,0 +1,145 @@
+"""File operations on local paths and object stores, without importing TensorFlow for local ones.
+
+Local paths go through `os`, `shutil` and `open`; a path with a scheme (gs://, s3://, ...) goes
+through `tf.io.gfile`, imported only then (importing TensorFlow costs about 6 CPU seconds, more
+than the whole graph stage of a 1M-edge job). Every failure is an `OSError` (TensorFlow's
+`OpError`s are re-raised as one), so callers catch one type whatever the path.
+
+TFRecord files are framed here too (`write_records`): length, masked CRC-32C of the length, data,
+masked CRC-32C of the data, the format TensorFlow reads (google-crc32c computes the checksums).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob as _glob
+import os
+import shutil
+import struct
+import uuid
+from typing import IO, Iterable, Iterator
+
+
+def is_local(path: str) -> bool:
+    """Whether a path is on the local filesystem (no `scheme://`)."""
+    return "://" not in path
+
+
+@contextlib.contextmanager
+def _tf_errors() -> Iterator[object]:
+    """Yields `tf.io.gfile`; its OpErrors come out as OSError."""
+    import tensorflow as tf
+
+    try:
+        yield tf.io.gfile
+    except tf.errors.OpError as e:
+        raise OSError(f"{type(e).__name__}: {e.message}") from None
+
+
+def exists(path: str) -> bool:
+    if is_local(path):
+        return os.path.exists(path)
+    with _tf_errors() as gfile:
+        return gfile.exists(path)
+
+
+def isdir(path: str) -> bool:
+    if is_local(path):
+        return os.path.isdir(path)
+    with _tf_errors() as gfile:
+        return gfile.isdir(path)
+
+
+def listdir(path: str) -> list[str]:
+    """The entry names of a directory (without a trailing slash)."""
+    if is_local(path):
+        return os.listdir(path)
+    with _tf_errors() as gfile:
+        return [e.rstrip("/") for e in gfile.listdir(path)]
+
+
+def makedirs(path: str) -> None:
+    if is_local(path):
+        os.makedirs(path, exist_ok=True)
+        return
+    with _tf_errors() as gfile:
+        gfile.makedirs(path)
+
+
+def remove(path: str) -> None:
+    if is_local(path):
+        os.remove(path)
+        return
+    with _tf_errors() as gfile:
+        gfile.remove(path)
+
+
+def rmtree(path: str) -> None:
+    if is_local(path):
+        shutil.rmtree(path)
+        return
+    with _tf_errors() as gfile:
+        gfile.rmtree(path)
+
+
+def rename(src: str, dst: str) -> None:
+    """Move `src` to `dst`, replacing a file there."""
+    if is_local(src) and is_local(dst):
+        os.replace(src, dst)
+        return
+    with _tf_errors() as gfile:
+        gfile.rename(src, dst, overwrite=True)
+
+
+def glob(pattern: str) -> list[str]:
+    if is_local(pattern):
+        return _glob.glob(pattern)
+    with _tf_errors() as gfile:
+        return gfile.glob(pattern)
+
+
+@contextlib.contextmanager
+def open_file(path: str, mode: str = "r") -> Iterator[IO]:
+    """A file object for reading or writing (`r`, `w`, `rb`, `wb`); text is UTF-8."""
+    if is_local(path):
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+        return
+    with _tf_errors() as gfile, gfile.GFile(path, mode) as f:
+        yield f
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """Write a whole file under a temporary name, then rename it into place."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with open_file(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    rename(tmp, path)
+
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def _masked_crc(data: bytes) -> int:
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def tfrecord_frames(records: Iterable[bytes]) -> Iterator[bytes]:
+    """The byte pieces of a TFRecord file holding `records`, in order."""
+    for record in records:
+        length = struct.pack("<Q", len(record))
+        yield length + struct.pack("<I", _masked_crc(length))
+        yield record
+        yield struct.pack("<I", _masked_crc(record))
+
+
+def write_records(path: str, records: Iterable[bytes]) -> None:
+    """Write a TFRecord file (uncompressed) under a temporary name, then rename it into place."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with open_file(tmp, "wb") as f:
+        f.writelines(tfrecord_frames(records))
+    rename(tmp, path)
+
