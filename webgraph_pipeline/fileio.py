@@ -129,9 +129,14 @@ def _masked_crc(data: bytes) -> int:
 
 def tfrecord_frames(records: Iterable[bytes]) -> Iterator[bytes]:
     """The byte pieces of a TFRecord file holding `records`, in order."""
+    headers: dict[int, bytes] = {}  # record length -> its 12-byte header (rows repeat lengths)
     for record in records:
-        length = struct.pack("<Q", len(record))
-        yield length + struct.pack("<I", _masked_crc(length))
+        n = len(record)
+        header = headers.get(n)
+        if header is None:
+            length = struct.pack("<Q", n)
+            header = headers[n] = length + struct.pack("<I", _masked_crc(length))
+        yield header
         yield record
         yield struct.pack("<I", _masked_crc(record))
 

@@ -25,7 +25,8 @@ import numpy as np
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline.counters import LocalCounts, flush_to_beam
 from webgraph_pipeline.filters import tld_of
-from webgraph_pipeline.fingerprints import FINGERPRINT_BITS, distinct_names, fingerprint, merge_vocabulary
+from webgraph_pipeline.fingerprints import (FINGERPRINT_BITS, distinct_names, fingerprint, merge_vocabulary,
+                                            pack_names, unpack_names)
 from webgraph_pipeline.ids import bucket_of as id_bucket_of
 from webgraph_pipeline.ids import bucket_offsets
 from webgraph_pipeline.splits import split_block
@@ -86,7 +87,7 @@ class _FingerprintFn(beam.DoFn):
     """An edge batch (names) -> edge pieces keyed by source bucket, and the batch's distinct names.
 
     Main output: (bucket, (src fps, dst fps, both-in-TLDs mask or None)); tagged `rows`/`cols`:
-    (bucket, (fps, names)) of the distinct names (one vocabulary unless bipartite).
+    (bucket, (fps, packed names)) of the distinct names (one vocabulary unless bipartite).
     """
 
     def __init__(self, tlds: frozenset[str], bits: int, num_buckets: int, bipartite: bool):
@@ -112,13 +113,14 @@ class _FingerprintFn(beam.DoFn):
         for bucket, piece in col.split_by_bucket(src, self._b, *arrays):
             yield bucket, piece
         for kind, (fps, names) in named.items():
-            for bucket, piece in col.split_by_bucket(fps, self._b, fps, names):
-                yield beam.pvalue.TaggedOutput(kind, (bucket, piece))
+            for bucket, (b_fps, b_names) in col.split_by_bucket(fps, self._b, fps, names):
+                yield beam.pvalue.TaggedOutput(kind, (bucket, (b_fps, pack_names(b_names))))
 
 
 class _MergeNames(beam.CombineFn):
-    """Name pieces (fps, names) of one bucket -> one (sorted distinct fps, names) piece, collisions
-    checked; lifted before the shuffle, so a name crosses it about once per bundle, not once per batch."""
+    """Name pieces (fps, packed names) of one bucket -> one (sorted distinct fps, packed names) piece,
+    collisions checked; lifted before the shuffle, so a name crosses it about once per bundle, not
+    once per batch. Accumulators hold packed pieces too (Beam encodes them between the phases)."""
 
     COMPACT_AT = 1 << 18  # entries that trigger a merge (or twice the merged piece, when larger)
 
@@ -135,7 +137,9 @@ class _MergeNames(beam.CombineFn):
         return [self.extract_output([p for acc in accs for p in acc])]
 
     def extract_output(self, acc: list):
-        return merge_vocabulary(*col.concat(acc, 2, (np.uint64, object)))
+        pieces = [(fps, unpack_names(packed)) for fps, packed in acc]
+        fps, names = merge_vocabulary(*col.concat(pieces, 2, (np.uint64, object)))
+        return fps, pack_names(names)
 
 
 class _DedupFn(beam.DoFn):
@@ -245,23 +249,25 @@ def _endpoints(kv, num_buckets: int, bipartite: bool) -> Iterator[Any]:
 
 
 def _kept_names(kv, kind: str) -> Iterator[Any]:
-    """(bucket, {'names', 'nodes'}) -> (fps, names) of the bucket's kept nodes (after the collision check)."""
+    """(bucket, {'names', 'nodes'}) -> (fps, packed names) of the bucket's kept nodes (after the
+    collision check)."""
     _, grouped = kv
-    fps, names = col.concat(grouped["names"], 2, (np.uint64, object))
-    fps, names = merge_vocabulary(fps, names)
+    pieces = [(fps, unpack_names(packed)) for fps, packed in grouped["names"]]
+    fps, names = merge_vocabulary(*col.concat(pieces, 2, (np.uint64, object)))
     nodes = np.unique(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
     if len(nodes):
-        yield nodes, names[col.lookup(nodes, fps, f"{kind} node")]
+        yield nodes, pack_names(names[col.lookup(nodes, fps, f"{kind} node")])
 
 
 class _GroupNodesFn(beam.DoFn):
-    """(fps, names) -> (id group, (fps, names, id buckets)) pieces; tagged `counts`: nodes per group."""
+    """(fps, packed names) -> (id group, (fps, packed names, id buckets)) pieces; tagged `counts`:
+    nodes per group."""
 
     def __init__(self, id_buckets: int, groups: int):
         self._id_buckets, self._groups = id_buckets, groups
 
     def process(self, table) -> Iterator[Any]:
-        fps, names = table
+        fps, names = table[0], unpack_names(table[1])
         idb = np.fromiter((id_bucket_of(n, self._id_buckets) for n in names), dtype=np.int64, count=len(names))
         group = idb * self._groups // self._id_buckets
         yield beam.pvalue.TaggedOutput("counts", np.bincount(group, minlength=self._groups))
@@ -270,19 +276,22 @@ class _GroupNodesFn(beam.DoFn):
         ends = np.cumsum(sizes)
         for g in np.flatnonzero(sizes):
             take = order[ends[g] - sizes[g]: ends[g]]
-            yield int(g), (fps[take], names[take], idb[take])
+            yield int(g), (fps[take], pack_names(names[take]), idb[take])
 
 
 def _number_group(kv, offsets: dict[int, int], num_buckets: int) -> Iterator[Any]:
-    """(id group, pieces) -> (fp bucket, (fps, ids, names)) node-table pieces, ids ranked in (id bucket, name)."""
+    """(id group, pieces) -> (fp bucket, (fps, ids, packed names)) node-table pieces, ids ranked in
+    (id bucket, name)."""
     group, pieces = kv
-    fps, names, idb = col.concat(pieces, 3, (np.uint64, object, np.int64))
+    fps, names, idb = col.concat([(f, unpack_names(n), i) for f, n, i in pieces], 3, (np.uint64, object, np.int64))
     ids = col.rank_nodes(idb, names, offsets[group])
-    yield from col.split_by_bucket(fps, num_buckets, fps, ids, names)
+    for bucket, (b_fps, b_ids, b_names) in col.split_by_bucket(fps, num_buckets, fps, ids, names):
+        yield bucket, (b_fps, b_ids, pack_names(b_names))
 
 
 class _AssignIds(beam.PTransform):
-    """Kept (fps, names) per bucket -> node-table pieces (bucket, (fps, ids, names)), ids dense 0..N-1.
+    """Kept (fps, packed names) per bucket -> node-table pieces (bucket, (fps, ids, packed names)),
+    ids dense 0..N-1.
 
     A node's id is its rank in the order (blake2b id bucket of its name, name), as before: ids groups
     are contiguous ranges of id buckets, numbered from the prefix sum of the nodes per group.
@@ -309,8 +318,8 @@ class _AssignIds(beam.PTransform):
 
 
 def node_table(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Node-table pieces -> (fps, ids, names) sorted by fingerprint."""
-    fps, ids, names = col.concat(pieces, 3, (np.uint64, np.int64, object))
+    """Node-table pieces -> (fps, ids, names) sorted by fingerprint (names unpacked)."""
+    fps, ids, names = col.concat([(f, i, unpack_names(n)) for f, i, n in pieces], 3, (np.uint64, np.int64, object))
     order = np.argsort(fps)
     return fps[order], ids[order], names[order]
 
@@ -383,7 +392,7 @@ def _transposed_rows(kv) -> Iterator[Any]:
 
 
 def vocab_entries(piece) -> tuple[np.ndarray, np.ndarray]:
-    """A node-table piece -> its vocabulary entries (ids, names)."""
+    """A node-table piece -> its vocabulary entries (ids, packed names)."""
     _, (_, ids, names) = piece
     return ids, names
 
@@ -394,7 +403,7 @@ def _node_count(kind: str):
 
 class DistinctEdges(beam.PTransform):
     """Edge batches of names -> {'edges': distinct edges (source bucket, (src fps, dst fps)), and
-    'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, names)) for the vocabulary}.
+    'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, packed names)) for the vocabulary}.
 
     Drops and counts duplicates, then (unless bipartite) self-loops, then edges outside `tlds`.
     """
@@ -418,7 +427,7 @@ class DistinctEdges(beam.PTransform):
 
 class NodeTables(beam.PTransform):
     """{'edges': edges keyed by source bucket, 'rows' (and 'cols'): name pieces} -> {kind: node-table
-    pieces (bucket, (fps, ids, names))}: the edges' endpoints, named (collision check), numbered."""
+    pieces (bucket, (fps, ids, packed names))}: the edges' endpoints, named (collision check), numbered."""
 
     def __init__(self, bipartite: bool, id_buckets: int, num_buckets: int):
         super().__init__()
@@ -493,7 +502,7 @@ class BuildWebGraph(beam.PTransform):
     blocks too; `beam.FlatMap(columnar.block_rows)` gives single rows).
 
     `train`, `train_t`, `test`: `columnar.RowBlock`s (row ids, col_tag and gt_tag as ragged arrays);
-    `vocab`: (ids, names) arrays; `col_vocab`: the same for the columns (bipartite only; otherwise
+    `vocab`: (ids, packed names) (`fingerprints.pack_names`); `col_vocab`: the same for the columns (bipartite only; otherwise
     `vocab` covers both);
     `summary`: one dict with nodes, edges, rows per split and degree histograms.
     num_buckets: hash buckets of the per-bucket steps (work items; more for bigger graphs).

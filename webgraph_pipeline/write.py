@@ -19,6 +19,7 @@ import numpy as np
 
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline import contract, fileio
+from webgraph_pipeline.fingerprints import pack_names, unpack_names
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
 _SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.ALL_SPLIT_PREFIXES.items())
@@ -79,8 +80,8 @@ def build_stats(
 class _WriteShardFn(beam.DoFn):
     """(shard, {'rows': [pieces], 'shard': [...]}) -> writes one shard file sorted by id, yields its path.
 
-    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `contract.encode_rows`) or (ids, names)
-    arrays (kind `vocab`).
+    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `contract.encode_rows`) or (ids array,
+    packed names) (kind `vocab`).
     """
 
     def __init__(self, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
@@ -94,7 +95,7 @@ class _WriteShardFn(beam.DoFn):
         )
         pieces = list(grouped["rows"])
         if self._kind == "vocab":
-            ids, names = col.concat(pieces, 2, (np.int64, object))
+            ids, names = col.concat([(i, unpack_names(n)) for i, n in pieces], 2, (np.int64, object))
             fileio.write_atomic(path, vocab_lines(ids, names))
         else:
             block = col.concat_blocks(pieces)
@@ -105,12 +106,13 @@ class _WriteShardFn(beam.DoFn):
 
 def shard_pieces(piece: tuple, num_ids: int, num_shards: int) -> Iterator[tuple[int, tuple]]:
     """(shard, its part of the piece) for the shards that a piece's ids fall in: a RowBlock or
-    (ids, names) arrays, the ids first."""
+    (ids, packed names), the ids first."""
     ids = piece[0]
     shards = shard_of(ids, num_ids, num_shards)
+    names = unpack_names(piece[1]) if len(piece) == 2 else None
     for shard in np.unique(shards).tolist():
         at = np.flatnonzero(shards == shard)
-        yield shard, (col.take_rows(piece, at) if len(piece) == 5 else tuple(a[at] for a in piece))
+        yield shard, (col.take_rows(piece, at) if names is None else (ids[at], pack_names(names[at])))
 
 
 def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
