@@ -207,15 +207,11 @@ class _KeepTargetsFn(beam.DoFn):
         yield from col.split_by_bucket(src[keep], self._b, src[keep], dst[keep])
 
 
-def _one_piece(kv) -> tuple[int, col.Arrays]:
-    """(bucket, edge pieces) -> (bucket, (src, dst)): so the next step splits each bucket once,
-    not each piece (pieces would multiply by the bucket count at every re-keying)."""
-    bucket, pieces = kv
-    return bucket, col.concat(pieces, 2)
-
-
 class _DegreePass(beam.PTransform):
-    """One pass of the degree filter on edges keyed by source bucket (one element per bucket, out too)."""
+    """One pass of the degree filter on edges keyed by source bucket: two shuffles of the edges (to
+    their source's bucket with the in-degrees, to their target's bucket with the kept targets). The
+    kept edges come out as pieces keyed by source bucket, at most one per (source, target) bucket
+    pair: every consumer re-keys them in its own shuffle, so grouping them here would be a third."""
 
     def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int):
         super().__init__()
@@ -233,8 +229,6 @@ class _DegreePass(beam.PTransform):
             {"edges": verdict.edges, "kept": verdict.kept}
             | "GroupByTargetBucket" >> beam.CoGroupByKey()
             | "KeepTargets" >> beam.ParDo(_KeepTargetsFn(self._b))
-            | "GroupKeptBySource" >> beam.GroupByKey()
-            | "OnePiecePerBucket" >> beam.Map(_one_piece)
         )
 
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import os
 import posixpath
 import sys
 import uuid
+import zlib
 from typing import Iterable, Iterator, Optional, Sequence
 from urllib.parse import urljoin, urlsplit
 
@@ -150,16 +150,33 @@ def request_payload(page_url: str, filename: str, offset: int) -> dict:
     }
 
 
-def _metadata_record(writer, page_url: str, payload: dict, kind: str):
-    headers = {
-        "WARC-Record-ID": _record_id("wat", kind, page_url),
-        "WARC-Date": WARC_DATE,
-        "WARC-Refers-To": payload["Envelope"]["WARC-Header-Metadata"]["WARC-Record-ID"],
-    }
-    return writer.create_warc_record(
-        page_url, "metadata", payload=io.BytesIO(orjson.dumps(payload)),
-        warc_headers_dict=headers, warc_content_type="application/json",
+GZIP_LEVEL = 1  # per-record gzip members as in real WATs; level 1: ~5x faster than warcio's 9, ~15% larger
+
+
+def warc_record(warc_type: str, headers: Sequence[tuple[str, str]], content_type: str, payload: bytes) -> bytes:
+    """One WARC/1.0 record (headers, block, the two CRLFs), gzipped as its own member."""
+    head = [f"WARC/1.0\r\nWARC-Type: {warc_type}\r\n"]
+    head += [f"{name}: {value}\r\n" for name, value in headers]
+    head.append(f"Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n")
+    gz = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return gz.compress("".join(head).encode("utf-8")) + gz.compress(payload) + gz.compress(b"\r\n\r\n") + gz.flush()
+
+
+def _metadata_record(page_url: str, payload: dict, kind: str) -> bytes:
+    headers = (
+        ("WARC-Record-ID", _record_id("wat", kind, page_url)),
+        ("WARC-Date", WARC_DATE),
+        ("WARC-Target-URI", page_url),
+        ("WARC-Refers-To", payload["Envelope"]["WARC-Header-Metadata"]["WARC-Record-ID"]),
     )
+    return warc_record("metadata", headers, "application/json", orjson.dumps(payload))
+
+
+def _warcinfo_record(filename: str) -> bytes:
+    fields = b"software: webgraph_pipeline.wat_writer\r\nformat: WARC File Format 1.0\r\n"
+    headers = (("WARC-Record-ID", _record_id("warcinfo", filename)), ("WARC-Date", WARC_DATE),
+               ("WARC-Filename", filename))
+    return warc_record("warcinfo", headers, "application/warc-fields", fields)
 
 
 def write_wat_files(
@@ -167,29 +184,23 @@ def write_wat_files(
     with_requests: bool = True,
 ) -> list[str]:
     """Write pages into `{prefix}-NNNNN.warc.wat.gz` files of `records_per_file` pages each."""
-    from warcio.warcwriter import WARCWriter
-
     if records_per_file < 1:
         raise ValueError(f"records_per_file must be >= 1, got {records_per_file}")
     os.makedirs(output_dir, exist_ok=True)
     paths: list[str] = []
-    out = writer = None
+    out = None
     for i, (page_url, targets) in enumerate(pages):
         if i % records_per_file == 0:
             if out:
                 out.close()
             paths.append(os.path.join(output_dir, f"{prefix}-{len(paths):05d}.warc.wat.gz"))
             out = open(paths[-1], "wb")
-            writer = WARCWriter(out, gzip=True)
             name = os.path.basename(paths[-1]).replace(".wat.gz", ".gz")
-            writer.write_record(writer.create_warcinfo_record(
-                name, {"software": "webgraph_pipeline.wat_writer", "format": "WARC File Format 1.0"}
-            ))
+            out.write(_warcinfo_record(name))
         offset = out.tell()
         if with_requests:
-            writer.write_record(_metadata_record(writer, page_url, request_payload(page_url, name, offset), "request"))
-        payload = response_payload(page_url, targets, name, offset)
-        writer.write_record(_metadata_record(writer, page_url, payload, "response"))
+            out.write(_metadata_record(page_url, request_payload(page_url, name, offset), "request"))
+        out.write(_metadata_record(page_url, response_payload(page_url, targets, name, offset), "response"))
     if out:
         out.close()
     return paths
