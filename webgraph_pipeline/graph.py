@@ -25,8 +25,14 @@ import numpy as np
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline.counters import LocalCounts, flush_to_beam
 from webgraph_pipeline.filters import tld_of
-from webgraph_pipeline.fingerprints import (FINGERPRINT_BITS, distinct_names, fingerprint, merge_vocabulary,
-                                            pack_names, unpack_names)
+from webgraph_pipeline.fingerprints import (
+    FINGERPRINT_BITS,
+    distinct_names,
+    fingerprint,
+    merge_vocabulary,
+    pack_names,
+    unpack_names,
+)
 from webgraph_pipeline.ids import bucket_of as id_bucket_of
 from webgraph_pipeline.ids import bucket_offsets
 from webgraph_pipeline.splits import split_block
