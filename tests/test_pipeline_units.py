@@ -10,7 +10,7 @@ from urllib.parse import urljoin
 import numpy as np
 import pytest
 
-from webgraph_pipeline import ids, splits, tlds, variants
+from webgraph_pipeline import columnar, fingerprints, ids, splits, tlds, variants
 from webgraph_pipeline.columnar import rank_nodes
 from webgraph_pipeline.edges_input import parse_url_line
 from webgraph_pipeline.filters import tld_of
@@ -218,3 +218,20 @@ def test_page_links_resolve_with_base_and_skip_non_hyperlinks():
         assert [h for h in hrefs if "#" not in h] == list(targets)
         assert any(link["path"] == "IMG@/src" for link in links)
     assert 0 < with_base < len(pages)
+
+
+@pytest.mark.parametrize("values", [[], [7], [3, 1, 3, 2, 1, 2**64 - 1, 0, 2**64 - 1]])
+def test_distinct_is_sorted_set(values):
+    arr = np.array(values, dtype=np.uint64)
+    got = columnar.distinct(arr)
+    assert got.dtype == np.uint64 and got.tolist() == sorted(set(values))
+
+
+def test_names_pack_and_unpack():
+    names = ["http://a.example/é", "b", "c d"]
+    assert fingerprints.unpack_names(fingerprints.pack_names(names)).tolist() == names
+    assert fingerprints.unpack_names(fingerprints.pack_names([])).tolist() == []
+    with pytest.raises(ValueError, match="newline"):
+        fingerprints.pack_names(["a", "b\nc"])
+    with pytest.raises(ValueError, match="empty"):
+        fingerprints.pack_names([""])

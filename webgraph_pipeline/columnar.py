@@ -66,6 +66,16 @@ def dedup_edges(
     return src[keep], dst[keep]
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values: a sort and a mask. NumPy 2.4's `np.unique` without `return_*`
+    takes a hash-table path that is about 15x slower on uint64 (0.65 vs 0.044 us per value)."""
+    out = np.sort(values)
+    keep = np.empty(len(out), dtype=bool)
+    keep[:1] = True
+    np.not_equal(out[1:], out[:-1], out=keep[1:])
+    return out[keep]
+
+
 def count_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct values, how often each occurs)."""
     uniq, counts = np.unique(values, return_counts=True)
@@ -107,7 +117,7 @@ def degree_verdict(
         kept_dst = in_fps[in_counts >= min_links]
         dropped = len(out_fps) - len(kept_src) + len(in_fps) - len(kept_dst)
         return kept_src, kept_dst, dropped
-    nodes = np.union1d(out_fps, in_fps)
+    nodes = distinct(np.concatenate([out_fps, in_fps]))
     out_deg = np.zeros(len(nodes), dtype=np.int64)
     in_deg = np.zeros(len(nodes), dtype=np.int64)
     out_deg[np.searchsorted(nodes, out_fps)] = out_counts

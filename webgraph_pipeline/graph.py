@@ -242,8 +242,8 @@ def _endpoints(kv, num_buckets: int, bipartite: bool) -> Iterator[Any]:
     """(source bucket, (src, dst)) -> (bucket, fps) of its distinct sources (rows) and targets
     (tagged `cols` when bipartite)."""
     bucket, (src, dst) = kv
-    yield bucket, np.unique(src)
-    targets = np.unique(dst)
+    yield bucket, col.distinct(src)
+    targets = col.distinct(dst)
     for b, (fps,) in col.split_by_bucket(targets, num_buckets, targets):
         yield (beam.pvalue.TaggedOutput(COLS, (b, fps)) if bipartite else (b, fps))
 
@@ -254,7 +254,7 @@ def _kept_names(kv, kind: str) -> Iterator[Any]:
     _, grouped = kv
     pieces = [(fps, unpack_names(packed)) for fps, packed in grouped["names"]]
     fps, names = merge_vocabulary(*col.concat(pieces, 2, (np.uint64, object)))
-    nodes = np.unique(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
+    nodes = col.distinct(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
     if len(nodes):
         yield nodes, pack_names(names[col.lookup(nodes, fps, f"{kind} node")])
 
