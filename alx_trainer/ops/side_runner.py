@@ -247,6 +247,7 @@ class SideRunner:
         """
         gram = self.fixed(src)
         step_src = self._replicated(src)
+        dst = sharding.solving_form(dst)
         terms = []
         lock = threading.Lock()
 
@@ -272,7 +273,7 @@ class SideRunner:
             dst, long_terms = self._run_long(step_src, dst, gram)
             terms.extend(long_terms)
         total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
-        return dst, total
+        return sharding.stored_form(dst), total
 
     def _run_per_device(self, src, dst, gram, done: Callable[[int], None]) -> tuple[jax.Array, list]:
         """Each device's calls in its own thread on its own arrays; `dst` reassembled from the parts."""
