@@ -136,7 +136,7 @@ def main() -> None:
     wrap(sampler, train, "_check_finite", "check_finite")
     del model
     with sampler.phase("train"):
-        train.train(config)
+        train.train(config, tables=False)  # as the command line runs it
     print(json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}), flush=True)
 
 
