@@ -11,11 +11,28 @@
    --ndcg_k 20` on test. Seconds per epoch are the mean over the epochs after the first (which
    compiles) in metrics.jsonl; peak memory is the child process's peak RSS (wait4).
 3. implicit (`implicit.cpu.als`, CG with our number of steps) at our objective mapped to its
-   parameters (confidence 1 + 1/alpha, L2 weight lambda (mean row length + alpha * items)^nu / alpha:
-   implicit has one L2 weight for every row): (a) at our tuned point, (b) at its own best point of the
-   same grid, picked on validation (trained on validation_train, scored on validation) and then
-   trained on the full training data. Each implicit fit runs in a child process of this script
-   (peak RSS by wait4); its user rows are scored by our scorer and metrics.
+   parameters (below): (a) at our tuned point, (b) at its own best point of the same grid, picked on
+   validation (trained on validation_train, scored on validation) and then trained on the full
+   training data. Each implicit fit runs in a child process of this script (peak RSS by wait4); its
+   user rows are scored by our scorer and metrics.
+
+The two objectives. Ours, for a row x with observed columns S against the fixed table H (rows h_j):
+    sum_{i in S} (1 - h_i.x)^2 + alpha sum_{all j} (h_j.x)^2 + lambda_x |x|^2,
+    lambda_x = lambda (|S| + alpha N)^nu  (N: columns of H; nu = 0 is a constant lambda),
+with the same form, and the column's own lambda, for the columns. implicit 0.7 (`alpha` A, L2 weight
+R, binary data) weights an observed pair by its confidence A and every other pair by 1:
+    sum_{i in S} A (1 - h_i.x)^2 + sum_{j not in S} (h_j.x)^2 + R |x|^2
+  = (A - 1) [ sum_{i in S} (t - h_i.x)^2 + sum_{all j} (h_j.x)^2 / (A - 1) + R |x|^2 / (A - 1) ] + const,
+with t = A / (A - 1). Put A = 1 + 1/alpha: that is (1/alpha) x ours with target t = 1 + alpha instead
+of 1 and lambda = alpha R. A target t is the same problem with every embedding scaled by sqrt(t)
+and lambda divided by t (each term scales by t^2 except the L2 terms, by t), and a scale changes no
+ranking; CG from a scaled start runs the scaled iterates. So implicit(A = 1 + 1/alpha,
+R = lambda (1 + alpha) / alpha) is exactly ours at (alpha, lambda, nu = 0), up to a constant factor
+of the objective and a common scale sqrt(1 + alpha) of the embeddings. At nu > 0 there is no exact
+counterpart: implicit has one L2 weight for every row and column, and `implicit_params` gives it
+ours at the mean user row, lambda (|S|_mean + alpha N_items)^nu (1 + alpha) / alpha: weaker than
+ours on long rows and items with few users, stronger on short rows. The starts differ too:
+implicit draws uniform [0, 0.01) entries, ours normal(0, --init_stddev) ones.
 4. The published rows: LightGCN (He et al. 2020) and UltraGCN (Mao et al. 2021), Recall@20 (hits /
    |test items|) and NDCG@20 as their papers report them.
 
@@ -76,6 +93,12 @@ def run_ours(config: str, data: str, model_dir: str) -> dict:
     return dict(result, seconds_per_epoch=float(np.mean(seconds)), rss_mib=rss, cpu_s=cpu)
 
 
+def implicit_params(alpha: float, lam: float, nu: float, mean_row: float, n_cols: int) -> tuple[float, float]:
+    """implicit's (alpha, regularization) for our (alpha, lambda, nu): exact at nu = 0; for nu > 0, one
+    constant L2 weight (the user side's lambda_r at the mean row length) where ours scales it per row."""
+    return 1 + 1 / alpha, lam * (1 + alpha) / alpha * (mean_row + alpha * n_cols) ** nu
+
+
 def implicit_child(args: argparse.Namespace) -> int:
     """(In a child process) fit implicit on one split at one point; print its metrics as JSON."""
     import scipy.sparse as sp
@@ -92,9 +115,8 @@ def implicit_child(args: argparse.Namespace) -> int:
     rows = np.concatenate([np.full(len(c), r) for r, c, _ in train])
     cols = np.concatenate([c for _, c, _ in train])
     user_items = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_rows, n_cols))
-    alpha, lam, nu = args.alpha, args.reg, args.nu
-    reg = lam * (len(rows) / len(train) + alpha * n_cols) ** nu / alpha
-    model = AlternatingLeastSquares(factors=args.dim, regularization=reg, alpha=1 + 1 / alpha,
+    confidence, reg = implicit_params(args.alpha, args.reg, args.nu, len(rows) / len(train), n_cols)
+    model = AlternatingLeastSquares(factors=args.dim, regularization=reg, alpha=confidence,
                                     iterations=args.epochs, use_cg=True, random_state=0)
     model.cg_steps = args.cg_iters
     seconds: list[float] = []
