@@ -1,9 +1,13 @@
 """Gowalla (LightGCN's split) against the published table, through the command line.
 
     python benchmarks/gowalla.py [--data ../shared/data/gowalla] [--config configs/gowalla.json]
-        [--work DIR] [--grid_dims 64] [--grid_alphas 0.01,0.02,0.04] [--grid_lambdas 0.001,0.002,0.004]
-        [--grid_nus 1] [--grid_epochs 5,10]
+        [--work DIR] [--grid_dims 64] [--grid_alphas 0.005,0.01,0.02]
+        [--grid_lambdas '0:0.75,1.5,3;1:0.002,0.004,0.008'] [--grid_epochs 8] [--grid_eval_every 4]
+    python benchmarks/gowalla.py --per_d 64,256,1024 --work DIR [the same grid flags] [--ours_flags '...']
 
+The grid: alpha x (nu, lambda) pairs (`nu:lambda,lambda;nu:...`: lambda's scale depends on nu) x
+the epoch counts grid_eval_every, 2 grid_eval_every, ... up to grid_epochs, on a fixed sample of
+`--eval_rows` validation users, CG `--cg_iters` steps. Without --per_d:
 1. `python -m webgraph_pipeline --edge_format given_split ... --validation_fraction 0.2` makes the
    dataset (train, test, and the validation splits carved from train).
 2. Ours: `python -m alx_trainer train --config configs/gowalla.json` (the point `alx_trainer sweep`
@@ -15,6 +19,10 @@
    validation (trained on validation_train, scored on validation) and then trained on the full
    training data. Each implicit fit runs in a child process of this script (peak RSS by wait4); its
    user rows are scored by our scorer and metrics.
+With --per_d: for each d, ours tuned by `alx_trainer sweep` over the grid (one call per nu, into
+WORK/sweep_dD: a table already there is resumed, not rerun) and its final run on train reported
+on test; implicit tuned over the same grid on validation (cached in WORK/implicit_validation.jsonl),
+its best point trained on train and reported on test. One line per model and d.
 
 The two objectives. Ours, for a row x with observed columns S against the fixed table H (rows h_j):
     sum_{i in S} (1 - h_i.x)^2 + alpha sum_{all j} (h_j.x)^2 + lambda_x |x|^2,
