@@ -38,6 +38,7 @@ setup(
         "jaxlib>=0.5,<1",
         "orbax-checkpoint>=0.11,<1",
         "tqdm>=4.66,<5",
+        "threadpoolctl>=3.1,<4",  # the host gramian runs BLAS at one thread
         "matplotlib>=3.8,<4",
         "tensorboardx>=2.6,<3",
         "pyyaml>=6,<7",

@@ -32,10 +32,10 @@ METRICS_FILE = "metrics.jsonl"
 
 @dataclasses.dataclass
 class Model:
-    """A trained model: float32 tables trimmed to the real sizes, its config and epochs done."""
+    """A trained model: float32 tables trimmed to the real sizes (None: not asked for), its config and epochs done."""
 
-    row_table: np.ndarray
-    col_table: np.ndarray
+    row_table: np.ndarray | None
+    col_table: np.ndarray | None
     config: TrainConfig
     epoch: int
     metrics: list[dict] = dataclasses.field(default_factory=list)

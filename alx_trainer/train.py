@@ -65,11 +65,14 @@ def train(
     callback: Callable[[int, Model], None] | None = None,
     mesh=None,
     callbacks: Sequence[Callback] = (),
+    tables: bool = True,
 ) -> Model:
     """Train (or resume) per `config`; returns the final `Model`.
 
     The callbacks `config` asks for run first (evaluation, metrics, checkpoints, progress), then
-    `callbacks`, then `callback(epoch, model)`.
+    `callbacks`, then `callback(epoch, model)`. `tables=False` returns the Model without its tables
+    (None): its float32 copies would double the memory of bfloat16 tables (the command line
+    reports metrics only).
     """
     config.validate()
     mesh = mesh if mesh is not None else sharding.make_mesh()
@@ -85,10 +88,11 @@ def train(
     # one writer per model directory (process 0 speaks for a multi-host run)
     lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
-        return _train(config, dataset, mesh, list(callbacks) + ([LambdaCallback(callback)] if callback else []))
+        hooks = list(callbacks) + ([LambdaCallback(callback)] if callback else [])
+        return _train(config, dataset, mesh, hooks, tables)
 
 
-def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Callback]) -> Model:
+def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Callback], with_tables: bool) -> Model:
     """`train` once the data is open and the model directory is this run's."""
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
@@ -119,7 +123,8 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
         for hook in hooks:
             hook.on_train_end(run)
         mgr.close()
-    return run.model(max(start, config.epochs))
+    epoch = max(start, config.epochs)
+    return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
 
 
 def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str, jax.Array]) -> int:

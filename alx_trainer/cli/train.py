@@ -86,7 +86,7 @@ def _main(argv: list[str] | None) -> int:
         _init_distributed(config)
     else:
         split_cpu(config)
-    model = train(config)
+    model = train(config, tables=False)  # the summary needs the metrics only
     last = model.metrics[-1] if model.metrics else {}
     summary = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if isinstance(v, float) and ("loss" in k or "recall" in k))
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from threadpoolctl import threadpool_limits
 
 from alx_trainer.ops import block_solver, solvers
 
@@ -143,6 +144,52 @@ def table_from_numpy(mesh: Mesh, values: np.ndarray, dtype) -> jax.Array:
     return jax.make_array_from_callback(padded.shape, sharding, lambda idx: padded[idx].astype(dtype))
 
 
+# A bfloat16 table while a half-epoch solves it on CPU: its bits as uint16 (see `solving_form`).
+BF16_BITS = jnp.uint16
+
+
+def as_float32(rows: jax.Array) -> jax.Array:
+    """float32 values of table rows (of a bfloat16 table held as `BF16_BITS` too)."""
+    if rows.dtype == BF16_BITS:
+        rows = jax.lax.bitcast_convert_type(rows, jnp.bfloat16)
+    return rows.astype(jnp.float32)
+
+
+def as_stored(values: jax.Array, dtype) -> jax.Array:
+    """`values` in a table's storage dtype (`BF16_BITS`: the bits of their bfloat16 rounding)."""
+    if dtype == BF16_BITS:
+        return jax.lax.bitcast_convert_type(values.astype(jnp.bfloat16), BF16_BITS)
+    return values.astype(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _bitcast(dtype):
+    return jax.jit(lambda t: jax.lax.bitcast_convert_type(t, dtype), donate_argnums=(0,))
+
+
+def _bitcast_shards(table: jax.Array, dtype) -> jax.Array:
+    """`table` reinterpreted as `dtype` (same width), one shard at a time, each shard donated."""
+    parts = [_bitcast(dtype)(s.data) for s in table.addressable_shards]
+    return jax.make_array_from_single_device_arrays(table.shape, table.sharding, parts)
+
+
+def solving_form(table: jax.Array) -> jax.Array:
+    """The table a half-epoch solves into: a bfloat16 table on CPU becomes its uint16 bits.
+
+    XLA:CPU has no bfloat16 scatter: it converts the whole shard to float32, scatters there and
+    converts back, so each step held two shards' worth of float32 temporaries (and touched the
+    whole shard per update). A uint16 scatter updates the rows in place. The reinterpretation
+    itself holds one shard of temporary, shard by shard, once per half-epoch.
+    """
+    cpu = all(d.platform == "cpu" for d in table.sharding.device_set)
+    return _bitcast_shards(table, BF16_BITS) if cpu and table.dtype == jnp.bfloat16 else table
+
+
+def stored_form(table: jax.Array) -> jax.Array:
+    """The inverse of `solving_form`."""
+    return _bitcast_shards(table, jnp.bfloat16) if table.dtype == BF16_BITS else table
+
+
 def _shard_start(table_l: jax.Array) -> jax.Array:
     """The global row id of this device's first table row (inside `shard_map`)."""
     return jax.lax.axis_index(AXIS) * table_l.shape[0]
@@ -153,7 +200,7 @@ def _local_lookup(table_l: jax.Array, ids: jax.Array, start) -> jax.Array:
     shard = table_l.shape[0]
     local = ids - start
     mine = (local >= 0) & (local < shard)
-    rows = jnp.take(table_l, jnp.where(mine, local, 0), axis=0).astype(jnp.float32)
+    rows = as_float32(jnp.take(table_l, jnp.where(mine, local, 0), axis=0))
     return jnp.where(mine[..., None], rows, 0.0)
 
 
@@ -169,7 +216,7 @@ def local_update(table_l: jax.Array, ids: jax.Array, values: jax.Array, start) -
     shard = table_l.shape[0]
     local = ids - start
     mine = (local >= 0) & (local < shard)
-    return table_l.at[jnp.where(mine, local, shard)].set(values.astype(table_l.dtype), mode="drop")
+    return table_l.at[jnp.where(mine, local, shard)].set(as_stored(values, table_l.dtype), mode="drop")
 
 
 def sharded_scatter(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
@@ -401,12 +448,24 @@ def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
     """
     d = table.shape[1]
     total = np.zeros((d, d))
-    for shard in table.addressable_shards:
-        rows = np.asarray(shard.data)
-        for lo in range(0, len(rows), GRAM_CHUNK):
-            t = rows[lo : lo + GRAM_CHUNK].astype(np.float32)
-            total += t.T @ t
+    bits = np.empty((min(GRAM_CHUNK, table.shape[0]), d), np.uint32)
+    # BLAS at one thread: its spinning pool threads ran this 6x slower on the busy per-core host
+    with threadpool_limits(1, "blas"):
+        for shard in table.addressable_shards:
+            rows = np.asarray(shard.data)
+            for lo in range(0, len(rows), GRAM_CHUNK):
+                t = _float32_rows(rows[lo : lo + GRAM_CHUNK], bits)
+                total += t.T @ t
     return jax.device_put(total.astype(np.float32), NamedSharding(mesh, P()))
+
+
+def _float32_rows(rows: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """float32 `rows`; bfloat16 by shifting its bits into `scratch` (5x faster than ml_dtypes' cast)."""
+    if rows.dtype != jnp.bfloat16:
+        return rows.astype(np.float32)
+    out = scratch[: len(rows)]
+    np.left_shift(rows.view(np.uint16), 16, out=out, dtype=np.uint32)
+    return out.view(np.float32)
 
 
 @functools.lru_cache(maxsize=None)
