@@ -7,12 +7,8 @@ import os
 import subprocess
 import sys
 
-SCRIPT = """
-import json, sys
-import jax, jax.numpy as jnp, numpy as np
-from alx_trainer import checkpoint
-from alx_trainer.ops import sharding
-
+# Peak-memory helpers for the subprocess scripts (XLA's buffers are invisible to tracemalloc).
+MEMORY_HELPERS = """
 def rss():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
 
@@ -22,6 +18,14 @@ def peak():
 def reset_peak():  # the peak from here on, not an earlier transient (imports, compilation)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
+
+"""
+
+SCRIPT = MEMORY_HELPERS + """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from alx_trainer import checkpoint
+from alx_trainer.ops import sharding
 
 mesh = sharding.make_mesh(jax.devices()[:2])
 jnp.zeros(1).block_until_ready()
@@ -57,20 +61,10 @@ def test_init_and_checkpoint_peak_memory(tmp_path):
     assert got["save"] < 0.5 * got["table"]
 
 
-REPLICA_SCRIPT = """
+REPLICA_SCRIPT = MEMORY_HELPERS + """
 import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.ops import sharding
-
-def rss():
-    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
-
-def peak():
-    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
-
-def reset_peak():
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 sharding.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
 mesh = sharding.make_mesh(jax.devices()[:2])
@@ -108,23 +102,13 @@ def test_fixed_table_replica_is_one_shared_copy_and_gramian_casts_by_chunks():
     assert got["replica"] < 1.4 * got["table"], got
 
 
-SOLVE_SCRIPT = """
+SOLVE_SCRIPT = MEMORY_HELPERS + """
 import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.ops import sharding
 from alx_trainer.ops.side_runner import SideRunner, step_spec
-
-def rss():
-    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
-
-def peak():
-    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
-
-def reset_peak():
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 n, n_other, d = 2_000_000, 5_000, 64
 rng = np.random.default_rng(0)
