@@ -17,7 +17,9 @@ import os
 import shutil
 import struct
 import uuid
-from typing import IO, Iterable, Iterator
+from typing import IO, Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 
 def is_local(path: str) -> bool:
@@ -36,50 +38,37 @@ def _tf_errors() -> Iterator[object]:
         raise OSError(f"{type(e).__name__}: {e.message}") from None
 
 
-def exists(path: str) -> bool:
+def _on(path: str, local: Callable[..., T], remote: str, *args) -> T:
+    """`local(path, *args)` for a local path, else `tf.io.gfile.<remote>(path, *args)`."""
     if is_local(path):
-        return os.path.exists(path)
+        return local(path, *args)
     with _tf_errors() as gfile:
-        return gfile.exists(path)
+        return getattr(gfile, remote)(path, *args)
+
+
+def exists(path: str) -> bool:
+    return _on(path, os.path.exists, "exists")
 
 
 def isdir(path: str) -> bool:
-    if is_local(path):
-        return os.path.isdir(path)
-    with _tf_errors() as gfile:
-        return gfile.isdir(path)
+    return _on(path, os.path.isdir, "isdir")
 
 
 def listdir(path: str) -> list[str]:
     """The entry names of a directory (without a trailing slash)."""
-    if is_local(path):
-        return os.listdir(path)
-    with _tf_errors() as gfile:
-        return [e.rstrip("/") for e in gfile.listdir(path)]
+    return [e.rstrip("/") for e in _on(path, os.listdir, "listdir")]
 
 
 def makedirs(path: str) -> None:
-    if is_local(path):
-        os.makedirs(path, exist_ok=True)
-        return
-    with _tf_errors() as gfile:
-        gfile.makedirs(path)
+    _on(path, lambda p: os.makedirs(p, exist_ok=True), "makedirs")
 
 
 def remove(path: str) -> None:
-    if is_local(path):
-        os.remove(path)
-        return
-    with _tf_errors() as gfile:
-        gfile.remove(path)
+    _on(path, os.remove, "remove")
 
 
 def rmtree(path: str) -> None:
-    if is_local(path):
-        shutil.rmtree(path)
-        return
-    with _tf_errors() as gfile:
-        gfile.rmtree(path)
+    _on(path, shutil.rmtree, "rmtree")
 
 
 def rename(src: str, dst: str) -> None:
@@ -92,10 +81,7 @@ def rename(src: str, dst: str) -> None:
 
 
 def glob(pattern: str) -> list[str]:
-    if is_local(pattern):
-        return _glob.glob(pattern)
-    with _tf_errors() as gfile:
-        return gfile.glob(pattern)
+    return _on(pattern, _glob.glob, "glob")
 
 
 @contextlib.contextmanager
@@ -109,12 +95,19 @@ def open_file(path: str, mode: str = "r") -> Iterator[IO]:
         yield f
 
 
+@contextlib.contextmanager
+def _replacing(path: str, mode: str) -> Iterator[IO]:
+    """A file written under a temporary name and renamed to `path` once complete."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with open_file(tmp, mode) as f:
+        yield f
+    rename(tmp, path)
+
+
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write a whole file under a temporary name, then rename it into place."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open_file(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+    with _replacing(path, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
-    rename(tmp, path)
 
 
 _MASK_DELTA = 0xA282EAD8
@@ -143,8 +136,5 @@ def tfrecord_frames(records: Iterable[bytes]) -> Iterator[bytes]:
 
 def write_records(path: str, records: Iterable[bytes]) -> None:
     """Write a TFRecord file (uncompressed) under a temporary name, then rename it into place."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open_file(tmp, "wb") as f:
+    with _replacing(path, "wb") as f:
         f.writelines(tfrecord_frames(records))
-    rename(tmp, path)
-

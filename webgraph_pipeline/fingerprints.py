@@ -13,7 +13,7 @@ stops with `FingerprintCollision`, which names both (with 64 bits the chance is 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -57,6 +57,11 @@ def pack_names(names: Sequence[str]) -> bytes:
 def unpack_names(packed: bytes) -> np.ndarray:
     """The object array of names of a `pack_names` buffer (names are never empty, so b"" is none)."""
     return np.array(packed.decode("utf-8").split("\n") if packed else [], dtype=object)
+
+
+def unpacked(pieces: Iterable[tuple], at: int) -> list[tuple]:
+    """The pieces with their packed names (element `at`) unpacked, ready for `columnar.concat`."""
+    return [(*p[:at], unpack_names(p[at]), *p[at + 1 :]) for p in pieces]
 
 
 def bucket_of(fps: np.ndarray, num_buckets: int) -> np.ndarray:

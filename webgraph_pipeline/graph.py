@@ -32,6 +32,7 @@ from webgraph_pipeline.fingerprints import (
     merge_vocabulary,
     pack_names,
     unpack_names,
+    unpacked,
 )
 from webgraph_pipeline.ids import bucket_of as id_bucket_of
 from webgraph_pipeline.ids import bucket_offsets
@@ -143,8 +144,7 @@ class _MergeNames(beam.CombineFn):
         return [self.extract_output([p for acc in accs for p in acc])]
 
     def extract_output(self, acc: list):
-        pieces = [(fps, unpack_names(packed)) for fps, packed in acc]
-        fps, names = merge_vocabulary(*col.concat(pieces, 2, (np.uint64, object)))
+        fps, names = merge_vocabulary(*col.concat(unpacked(acc, 1), 2, (np.uint64, object)))
         return fps, pack_names(names)
 
 
@@ -252,8 +252,7 @@ def _kept_names(kv, kind: str) -> Iterator[Any]:
     """(bucket, {'names', 'nodes'}) -> (fps, packed names) of the bucket's kept nodes (after the
     collision check)."""
     _, grouped = kv
-    pieces = [(fps, unpack_names(packed)) for fps, packed in grouped["names"]]
-    fps, names = merge_vocabulary(*col.concat(pieces, 2, (np.uint64, object)))
+    fps, names = merge_vocabulary(*col.concat(unpacked(grouped["names"], 1), 2, (np.uint64, object)))
     nodes = col.distinct(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
     if len(nodes):
         yield nodes, pack_names(names[col.lookup(nodes, fps, f"{kind} node")])
@@ -283,7 +282,7 @@ def _number_group(kv, offsets: dict[int, int], num_buckets: int) -> Iterator[Any
     """(id group, pieces) -> (fp bucket, (fps, ids, packed names)) node-table pieces, ids ranked in
     (id bucket, name)."""
     group, pieces = kv
-    fps, names, idb = col.concat([(f, unpack_names(n), i) for f, n, i in pieces], 3, (np.uint64, object, np.int64))
+    fps, names, idb = col.concat(unpacked(pieces, 1), 3, (np.uint64, object, np.int64))
     ids = col.rank_nodes(idb, names, offsets[group])
     for bucket, (b_fps, b_ids, b_names) in col.split_by_bucket(fps, num_buckets, fps, ids, names):
         yield bucket, (b_fps, b_ids, pack_names(b_names))
@@ -319,7 +318,7 @@ class _AssignIds(beam.PTransform):
 
 def node_table(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Node-table pieces -> (fps, ids, names) sorted by fingerprint (names unpacked)."""
-    fps, ids, names = col.concat([(f, i, unpack_names(n)) for f, i, n in pieces], 3, (np.uint64, np.int64, object))
+    fps, ids, names = col.concat(unpacked(pieces, 2), 3, (np.uint64, np.int64, object))
     order = np.argsort(fps)
     return fps[order], ids[order], names[order]
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline import contract, fileio
-from webgraph_pipeline.fingerprints import pack_names, unpack_names
+from webgraph_pipeline.fingerprints import pack_names, unpack_names, unpacked
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
 _SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.ALL_SPLIT_PREFIXES.items())
@@ -95,7 +95,7 @@ class _WriteShardFn(beam.DoFn):
         )
         pieces = list(grouped["rows"])
         if self._kind == "vocab":
-            ids, names = col.concat([(i, unpack_names(n)) for i, n in pieces], 2, (np.int64, object))
+            ids, names = col.concat(unpacked(pieces, 1), 2, (np.int64, object))
             fileio.write_atomic(path, vocab_lines(ids, names))
         else:
             block = col.concat_blocks(pieces)
