@@ -75,6 +75,9 @@ def main_eval(argv: Sequence[str]) -> int:
     p.add_argument("--max_rows", type=at_least(0), default=0, help="Evaluate only the first N test rows (0: all).")
     p.add_argument("--split", choices=("test", "validation"), default="test",
                    help="Rows to evaluate: test, or validation (a dataset directory made with --validation_fraction).")
+    p.add_argument("--fold_in", action="store_true",
+                   help="Fold every row in from its fold-in items, also on a given split (whose users are scored from "
+                        "their trained rows by default).")
     p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
     add_log_level(p)
     args = p.parse_args(list(argv))
@@ -90,7 +93,7 @@ def main_eval(argv: Sequence[str]) -> int:
         result = evaluate(
             model, data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
             recall_target=args.recall_target, batch_size=args.batch_size or None, max_rows=args.max_rows or None,
-            **extra,
+            trained_rows=False if args.fold_in else None, **extra,
         )
         print(format_metrics(result))
         if args.output:
