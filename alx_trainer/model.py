@@ -65,9 +65,9 @@ def trim(table: jax.Array, n: int) -> np.ndarray:
 def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict[str, jax.Array]:
     """The initial sharded tables (a function of the seed and shapes only, not of the mesh)."""
     dtype = table_dtype(config)
-    tables = {"row": sharding.init_table(mesh, config.seed, num_rows, config.dim, config.init_stddev, dtype)}
+    tables = {"row": sharding.init_table(mesh, config.seed, num_rows, config.dim, config.start_stddev(), dtype)}
     if not config.tied:
-        tables["col"] = sharding.init_table(mesh, config.seed + 1, num_cols, config.dim, config.init_stddev, dtype)
+        tables["col"] = sharding.init_table(mesh, config.seed + 1, num_cols, config.dim, config.start_stddev(), dtype)
     return tables
 
 

@@ -40,7 +40,7 @@ of the objective and a common scale sqrt(1 + alpha) of the embeddings. At nu > 0
 counterpart: implicit has one L2 weight for every row and column, and `implicit_params` gives it
 ours at the mean user row, lambda (|S|_mean + alpha N_items)^nu (1 + alpha) / alpha: weaker than
 ours on long rows and items with few users, stronger on short rows. The starts differ too:
-implicit draws uniform [0, 0.01) entries, ours normal(0, --init_stddev) ones.
+implicit draws uniform [0, 0.01) entries, ours normal(0, --init_stddev) ones (0.1/sqrt(d) by default).
 4. The published rows: LightGCN (He et al. 2020) and UltraGCN (Mao et al. 2021), Recall@20 (hits /
    |test items|) and NDCG@20 as their papers report them.
 

@@ -139,3 +139,18 @@ def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
                               *common, *extra], env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         assert f"on {devices} device(s) in 1 process(es)" in run.stdout
+
+
+def test_default_start_is_scaled_by_one_over_sqrt_dim():
+    """init_stddev 0 (the default) draws the start from N(0, 0.1/sqrt(dim)); a given value is used as is."""
+    from alx_trainer.model import init_tables
+    from alx_trainer.ops import sharding
+
+    mesh = sharding.make_mesh()
+    for dim in (16, 1024):
+        tables = init_tables(TrainConfig(data="x", model_dir="m", dim=dim), 3000, 8, mesh)
+        rows = np.asarray(tables["row"])[:3000]
+        assert np.std(rows) == pytest.approx(0.1 / np.sqrt(dim), rel=0.05)
+        assert np.median(np.linalg.norm(rows, axis=1)) == pytest.approx(0.1, rel=0.05)
+    given = init_tables(TrainConfig(data="x", model_dir="m", dim=1024, init_stddev=0.1), 3000, 8, mesh)
+    assert np.std(np.asarray(given["row"])[:3000]) == pytest.approx(0.1, rel=0.05)
