@@ -125,10 +125,10 @@ def run_implicit(matrix, dim: int, cg_iters: int, epochs: int) -> tuple[float, n
     rows = np.concatenate([np.full(len(v), r) for r, v in enumerate(matrix.items)])
     cols = np.concatenate(matrix.items)
     user_items = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(matrix.num_rows, matrix.num_cols))
-    # our objective / alpha: confidence 1 + 1/alpha on observed pairs, L2 weight lambda_r / alpha
+    # our objective mapped (benchmarks/gowalla.py): confidence 1 + 1/alpha, L2 weight lambda_r (1 + alpha) / alpha
     # (implicit has one L2 weight: ours at the mean row length)
     mean_len = len(rows) / matrix.num_rows
-    reg = REG * (mean_len + ALPHA * matrix.num_cols) ** REG_EXPONENT / ALPHA
+    reg = REG * (mean_len + ALPHA * matrix.num_cols) ** REG_EXPONENT * (1 + ALPHA) / ALPHA
     model = AlternatingLeastSquares(factors=dim, regularization=reg, alpha=1 + 1 / ALPHA,
                                     iterations=epochs, use_cg=True, random_state=0)
     model.cg_steps = cg_iters
