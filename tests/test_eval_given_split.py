@@ -64,4 +64,4 @@ def test_eval_command_scores_trained_rows_unless_fold_in(given):
     rc, out, _ = _run_cli(["eval", "--data", data, "--model_dir", model_dir, "--k", "20", "--ndcg_k", "20"])
     assert rc == 0 and "scored from their trained rows" in out
     rc, out, _ = _run_cli(["eval", "--data", data, "--model_dir", model_dir, "--k", "20", "--ndcg_k", "20", "--fold_in"])
-    assert rc == 0 and "folded in from their fold-in items" in out
+    assert rc == 0 and "by folding them in from their fold-in items" in out

@@ -277,9 +277,9 @@ def format_metrics(result: Mapping[str, float]) -> str:
     for name in names:
         pop = result.get(f"popularity/{name}")
         lines.append(f"{name:<12} {result[name]:>8.4f} {'' if pop is None else f'{pop:>10.4f}'}")
-    scored = "their trained rows" if result.get("trained_rows") else "folded in from their fold-in items"
+    scored = "from their trained rows" if result.get("trained_rows") else "by folding them in from their fold-in items"
     lines.append(f"rows: {int(result.get('num_rows', 0))} ({int(result.get('num_rows_with_gt', 0))} with ground truth), "
-                 f"scored from {scored}")
+                 f"scored {scored}")
     buckets = [b for b in metrics.ACTIVITY_BUCKETS if f"{b}/rows" in result]
     if buckets:
         lo, hi = metrics.ACTIVITY_CUTS
