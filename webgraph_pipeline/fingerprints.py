@@ -13,9 +13,11 @@ stops with `FingerprintCollision`, which names both (with 64 bits the chance is 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 FINGERPRINT_BITS = 64
 _HASH_KEY = "webgraph-fp-0001"  # 16 bytes: SipHash's key; changing it renumbers nothing (ids use names)
@@ -64,34 +66,77 @@ def unpacked(pieces: Iterable[tuple], at: int) -> list[tuple]:
     return [(*p[:at], unpack_names(p[at]), *p[at + 1 :]) for p in pieces]
 
 
+Names = pa.LargeStringArray
+
+
+def names_array(packed: bytes) -> Names:
+    """The names of a `pack_names` buffer as an Arrow string array, made by NumPy on the buffer's
+    bytes (its newlines removed, their positions become the offsets): no Python object per name."""
+    buf = np.frombuffer(packed, np.uint8)
+    if not len(buf):
+        return pa.array([], pa.large_string())
+    newlines = np.flatnonzero(buf == 10)
+    offsets = np.empty(len(newlines) + 2, np.int64)
+    offsets[0], offsets[-1] = 0, len(buf) - len(newlines)
+    offsets[1:-1] = newlines - np.arange(len(newlines))
+    data = np.delete(buf, newlines)
+    return pa.Array.from_buffers(pa.large_string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def joined_names(pieces: Iterable[tuple], at: int) -> Names:
+    """The packed names (element `at`) of several pieces as one Arrow array, in piece order."""
+    return names_array(b"\n".join([p[at] for p in pieces if p[at]]))
+
+
+def pack_array(names: Names) -> bytes:
+    """An Arrow string array as a `pack_names` buffer (NumPy on its offsets and bytes)."""
+    names = pa.array(names, pa.large_string()) if not isinstance(names, pa.Array) else names
+    if names.type != pa.large_string():
+        names = names.cast(pa.large_string())
+    if not len(names):
+        return b""
+    _, offsets_buf, data_buf = names.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int64)[names.offset: names.offset + len(names) + 1]
+    data = np.frombuffer(data_buf, np.uint8)[offsets[0]: offsets[-1]]
+    packed = np.insert(data, offsets[1:-1] - offsets[0], 10).tobytes()
+    if packed.count(b"\n") != len(names) - 1:
+        raise ValueError("a node name holds a newline: " + next(repr(n) for n in names.to_pylist() if "\n" in n))
+    if (np.diff(offsets) == 0).any():
+        raise ValueError("an empty node name")
+    return packed
+
+
 def bucket_of(fps: np.ndarray, num_buckets: int) -> np.ndarray:
     """The hash bucket of each fingerprint (mixed first, so narrowed fingerprints still spread)."""
     mixed = (fps * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
     return (mixed % np.uint64(num_buckets)).astype(np.int64)
 
 
-def distinct_names(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct fingerprints, one name for each) of parallel arrays."""
-    uniq, first = np.unique(fps, return_index=True)
-    return uniq, names[first]
-
-
-def merge_vocabulary(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct fingerprints, their names) of (fingerprint, name) pairs with repeats.
+def merge_vocabulary(fps: np.ndarray, names: Union[np.ndarray, Names]) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct fingerprints, their names) of (fingerprint, name) pairs with repeats; names
+    are an object array or an Arrow array, and come out as they went in.
 
     Raises `FingerprintCollision` naming two distinct names with one fingerprint, and how many
     fingerprints are shared.
     """
     order = np.argsort(fps, kind="stable")
-    fps, names = fps[order], names[order]
-    same_fp = fps[1:] == fps[:-1]
-    clash = same_fp & (names[1:] != names[:-1])
-    if clash.any():
-        i = int(np.flatnonzero(clash)[0])
-        shared = len(np.unique(fps[1:][clash]))
+    fps = fps[order]
+    same_fp = np.flatnonzero(fps[1:] == fps[:-1])  # entry i + 1 repeats entry i's fingerprint
+    if isinstance(names, pa.Array):
+        names = names.take(order)
+        clash = same_fp[pc.not_equal(names.take(same_fp), names.take(same_fp + 1)).to_numpy(zero_copy_only=False)]
+    else:
+        names = names[order]
+        clash = same_fp[names[same_fp] != names[same_fp + 1]]
+    if len(clash):
+        i = int(clash[0])
+        shared = len(np.unique(fps[clash]))
+        pair = [str(n) for n in names[i: i + 2].tolist()]
         raise FingerprintCollision(
-            f"fingerprint collision: {names[i]!r} and {names[i + 1]!r} share fingerprint {int(fps[i]):#x} "
+            f"fingerprint collision: {pair[0]!r} and {pair[1]!r} share fingerprint {int(fps[i]):#x} "
             f"({shared} shared fingerprint(s) in this bucket); the graph stage cannot tell these nodes apart"
         )
-    keep = np.concatenate(([True], ~same_fp))[: len(fps)]
-    return fps[keep], names[keep]
+    keep = np.ones(len(fps), bool)
+    keep[same_fp + 1] = False
+    keep = np.flatnonzero(keep)
+    return fps[keep], names.take(keep) if isinstance(names, pa.Array) else names[keep]
