@@ -16,12 +16,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
-
-from webgraph_pipeline import columnar as col
-from webgraph_pipeline import contract, fileio
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from webgraph_pipeline import columnar as col
+from webgraph_pipeline import contract, fileio
 from webgraph_pipeline.fingerprints import Names, joined_names, names_array, pack_array
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
@@ -40,7 +39,8 @@ def vocab_lines(ids: np.ndarray, names: Names) -> bytes:
     if not len(ids):
         return b""
     order = np.argsort(ids, kind="stable")
-    lines = pc.binary_join_element_wise(pa.array(ids[order]).cast(pa.large_string()), names.take(order), pa.scalar("\t", pa.large_string()))
+    text = pa.large_string()
+    lines = pc.binary_join_element_wise(pa.array(ids[order]).cast(text), names.take(order), pa.scalar("\t", text))
     return pack_array(lines) + b"\n"
 
 
