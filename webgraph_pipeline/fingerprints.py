@@ -112,6 +112,30 @@ def bucket_of(fps: np.ndarray, num_buckets: int) -> np.ndarray:
     return (mixed % np.uint64(num_buckets)).astype(np.int64)
 
 
+def distinct_entries(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct fingerprints, the position of one entry of each) of parallel arrays of
+    fingerprints and names (objects); `FingerprintCollision` when two distinct names share one.
+    Only entries that repeat a fingerprint have their names compared."""
+    order = np.argsort(fps)
+    sorted_fps = fps[order]
+    repeats = np.flatnonzero(sorted_fps[1:] == sorted_fps[:-1])
+    a, b = order[repeats], order[repeats + 1]
+    clash = np.flatnonzero(names[a] != names[b])
+    if len(clash):
+        _raise_collision(names[a[clash[0]]], names[b[clash[0]]], sorted_fps[repeats[clash]])
+    keep = np.ones(len(fps), bool)
+    keep[repeats + 1] = False
+    return sorted_fps[keep], order[keep]
+
+
+def _raise_collision(a: str, b: str, shared_fps: np.ndarray) -> None:
+    raise FingerprintCollision(
+        f"fingerprint collision: {str(a)!r} and {str(b)!r} share fingerprint {int(shared_fps[0]):#x} "
+        f"({len(np.unique(shared_fps))} shared fingerprint(s) in this bucket); the graph stage cannot tell "
+        "these nodes apart"
+    )
+
+
 def merge_vocabulary(fps: np.ndarray, names: Union[np.ndarray, Names]) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct fingerprints, their names) of (fingerprint, name) pairs with repeats; names
     are an object array or an Arrow array, and come out as they went in.
@@ -130,12 +154,7 @@ def merge_vocabulary(fps: np.ndarray, names: Union[np.ndarray, Names]) -> tuple[
         clash = same_fp[names[same_fp] != names[same_fp + 1]]
     if len(clash):
         i = int(clash[0])
-        shared = len(np.unique(fps[clash]))
-        pair = [str(n) for n in names[i: i + 2].tolist()]
-        raise FingerprintCollision(
-            f"fingerprint collision: {pair[0]!r} and {pair[1]!r} share fingerprint {int(fps[i]):#x} "
-            f"({shared} shared fingerprint(s) in this bucket); the graph stage cannot tell these nodes apart"
-        )
+        _raise_collision(*names[i: i + 2].tolist(), fps[clash])
     keep = np.ones(len(fps), bool)
     keep[same_fp + 1] = False
     keep = np.flatnonzero(keep)

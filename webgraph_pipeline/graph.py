@@ -27,6 +27,7 @@ from webgraph_pipeline.counters import LocalCounts, flush_to_beam
 from webgraph_pipeline.filters import tld_of
 from webgraph_pipeline.fingerprints import (
     FINGERPRINT_BITS,
+    distinct_entries,
     fingerprint,
     joined_names,
     merge_vocabulary,
@@ -102,26 +103,29 @@ class _FingerprintFn(beam.DoFn):
 
     def process(self, batch) -> Iterator[Any]:
         src_names, dst_names = batch
-        if len(src_names) != len(dst_names):
-            raise ValueError(f"edge batch with {len(src_names)} sources but {len(dst_names)} targets")
-        src_names = np.array(src_names, dtype=object)
-        dst_names = np.array(dst_names, dtype=object)
-        src, dst = fingerprint(src_names, self._bits), fingerprint(dst_names, self._bits)
+        n = len(src_names)
+        if n != len(dst_names):
+            raise ValueError(f"edge batch with {n} sources but {len(dst_names)} targets")
+        names = np.array(list(src_names) + list(dst_names), dtype=object)
+        fps = fingerprint(names, self._bits)
+        src, dst = fps[:n], fps[n:]
         if self._bipartite:
-            named = {ROWS: merge_vocabulary(src, src_names), COLS: merge_vocabulary(dst, dst_names)}
+            named = {ROWS: distinct_entries(src, names[:n]), COLS: distinct_entries(dst, names[n:])}
+            named[COLS] = (named[COLS][0], named[COLS][1] + n)
         else:
-            named = {ROWS: merge_vocabulary(np.concatenate([src, dst]), np.concatenate([src_names, dst_names]))}
+            named = {ROWS: distinct_entries(fps, names)}
         in_tlds = None
         if self._tlds:
-            fps, names = named[ROWS]
-            ok = np.fromiter((tld_of(n) in self._tlds for n in names), dtype=bool, count=len(names))
-            in_tlds = ok[np.searchsorted(fps, src)] & ok[np.searchsorted(fps, dst)]
+            uniq, at = named[ROWS]
+            ok = np.fromiter((tld_of(name) in self._tlds for name in names[at]), dtype=bool, count=len(at))
+            in_tlds = ok[np.searchsorted(uniq, src)] & ok[np.searchsorted(uniq, dst)]
         arrays = (src, dst) if in_tlds is None else (src, dst, in_tlds)
         for bucket, piece in col.split_by_bucket(src, self._b, *arrays):
             yield bucket, piece
-        for kind, (fps, names) in named.items():
-            for bucket, (b_fps, b_names) in col.split_by_bucket(fps, self._b, fps, names):
-                yield beam.pvalue.TaggedOutput(kind, (bucket, (b_fps, pack_names(b_names))))
+        packed = names_array(pack_names(names))
+        for kind, (uniq, at) in named.items():
+            for bucket, take in col.group_positions(col.bucket_of(uniq, self._b), self._b):
+                yield beam.pvalue.TaggedOutput(kind, (bucket, (uniq[take], pack_array(packed.take(at[take])))))
 
 
 class _MergeNames(beam.CombineFn):
