@@ -214,6 +214,13 @@ def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
 RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def narrow(*arrays: np.ndarray) -> Arrays:
+    """The int64 id arrays as int32 when their values fit: what crosses a shuffle is copied several
+    times by the runner, per byte (benchmarks/beam_floor.py). Consumers widen as they compute."""
+    fits = lambda a: not len(a) or (a.min() >= 0 and a.max() < 2**31)  # noqa: E731
+    return tuple(a.astype(np.int32) if a.dtype == np.int64 and fits(a) else a for a in arrays)
+
+
 def ragged_take(ptr: np.ndarray, values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, values) of the rows `at` of the ragged array (ptr, values), in the order of `at`."""
     lengths = (ptr[1:] - ptr[:-1])[at]

@@ -338,7 +338,7 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
     if len(dst_ids):
         _, in_degree = col.count_values(dst_ids)
         yield beam.pvalue.TaggedOutput("parts", col.histogram_part("in_degree", in_degree))
-    yield from col.split_by_bucket(src, num_buckets, src, dst_ids)
+    yield from col.split_by_bucket(src, num_buckets, src, *col.narrow(dst_ids))
 
 
 class _BuildRowsFn(beam.DoFn):
@@ -369,7 +369,7 @@ class _BuildRowsFn(beam.DoFn):
                 flush_to_beam(counts)
             row_ids, ptr, col_ids = block[:3]
             row_of = np.repeat(row_ids, np.diff(ptr))
-            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, col_ids, row_of):
+            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, *col.narrow(col_ids, row_of)):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
         if len(test):
             kept_ptr, kept = col.ragged_take(offsets, np.where(held, -1, cols), test)

@@ -117,7 +117,7 @@ def shard_pieces(piece: tuple, num_ids: int, num_shards: int) -> Iterator[tuple[
     shards = shard_of(ids, num_ids, num_shards)
     names = names_array(piece[1]) if len(piece) == 2 else None
     for shard, at in col.group_positions(shards, num_shards):
-        yield shard, (col.take_rows(piece, at) if names is None else (ids[at], pack_array(names.take(at))))
+        yield shard, (col.narrow(*col.take_rows(piece, at)) if names is None else (ids[at], pack_array(names.take(at))))
 
 
 def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
