@@ -1,9 +1,10 @@
 """The graph stage's record logic on NumPy arrays of one hash bucket: plain functions, no Beam.
 
 Edges are parallel uint64 arrays (source fingerprints, target fingerprints); node tables are sorted
-fingerprint arrays with their ids and names. Each function is vectorized (`np.unique`, `lexsort`,
-`searchsorted`, `bincount`); Python runs per bucket, per node where a name is needed (ids, splits),
-never per edge.
+fingerprint arrays with their ids and names (Arrow string arrays where they are sorted or taken).
+Each function is vectorized (sorts of one 64-bit key, `searchsorted`, `bincount`, Arrow's
+`sort_indices`); Python runs per bucket, and per node only where a name is hashed (blake2b ids,
+split hashes), never per edge.
 """
 
 from __future__ import annotations
