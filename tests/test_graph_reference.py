@@ -123,6 +123,7 @@ def test_distinct_entries_keeps_one_entry_per_name_and_refuses_collisions():
 def test_merge_vocabulary_keeps_repeats_and_refuses_collisions():
     names = np.array(["b", "a", "b", "c", "a"], dtype=object)
     fps, merged = merge_vocabulary(fingerprint(names), names)
+    merged = merged.to_pylist()
     assert sorted(merged) == ["a", "b", "c"] and list(fps) == sorted(fps)
     assert dict(zip(fingerprint(merged), merged)) == dict(zip(fps, merged))
     with pytest.raises(FingerprintCollision, match="'a' and 'b' share fingerprint 0x7"):

@@ -90,9 +90,6 @@ def joined_names(pieces: Iterable[tuple], at: int) -> Names:
 
 def pack_array(names: Names) -> bytes:
     """An Arrow string array as a `pack_names` buffer (NumPy on its offsets and bytes)."""
-    names = pa.array(names, pa.large_string()) if not isinstance(names, pa.Array) else names
-    if names.type != pa.large_string():
-        names = names.cast(pa.large_string())
     if not len(names):
         return b""
     _, offsets_buf, data_buf = names.buffers()
@@ -136,26 +133,22 @@ def _raise_collision(a: str, b: str, shared_fps: np.ndarray) -> None:
     )
 
 
-def merge_vocabulary(fps: np.ndarray, names: Union[np.ndarray, Names]) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct fingerprints, their names) of (fingerprint, name) pairs with repeats; names
-    are an object array or an Arrow array, and come out as they went in.
+def merge_vocabulary(fps: np.ndarray, names: Union[Sequence[str], Names]) -> tuple[np.ndarray, Names]:
+    """(sorted distinct fingerprints, their names as an Arrow array) of (fingerprint, name) pairs
+    with repeats.
 
     Raises `FingerprintCollision` naming two distinct names with one fingerprint, and how many
-    fingerprints are shared.
+    fingerprints are shared. Only entries that repeat a fingerprint have their names compared.
     """
+    names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
     order = np.argsort(fps, kind="stable")
-    fps = fps[order]
+    fps, names = fps[order], names.take(order)
     same_fp = np.flatnonzero(fps[1:] == fps[:-1])  # entry i + 1 repeats entry i's fingerprint
-    if isinstance(names, pa.Array):
-        names = names.take(order)
-        clash = same_fp[pc.not_equal(names.take(same_fp), names.take(same_fp + 1)).to_numpy(zero_copy_only=False)]
-    else:
-        names = names[order]
-        clash = same_fp[names[same_fp] != names[same_fp + 1]]
+    clash = same_fp[pc.not_equal(names.take(same_fp), names.take(same_fp + 1)).to_numpy(zero_copy_only=False)]
     if len(clash):
         i = int(clash[0])
-        _raise_collision(*names[i: i + 2].tolist(), fps[clash])
+        _raise_collision(*names[i: i + 2].to_pylist(), fps[clash])
     keep = np.ones(len(fps), bool)
     keep[same_fp + 1] = False
     keep = np.flatnonzero(keep)
-    return fps[keep], names.take(keep) if isinstance(names, pa.Array) else names[keep]
+    return fps[keep], names.take(keep)
