@@ -82,6 +82,7 @@ def main() -> None:
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s = [], []
         kinds: dict = {}
+        long_kinds: dict = {}
         for epoch in range(args.epochs):
             gram, step_src = runner.fixed(src), runner._replicated(src)
             trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if args.trace and epoch == args.epochs - 1 else None
@@ -98,11 +99,16 @@ def main() -> None:
             if trace_dir:
                 jax.profiler.stop_trace()
                 kinds = op_seconds(trace_dir)
+            if trace_dir:
+                jax.profiler.start_trace(trace_dir := tempfile.mkdtemp(prefix="alx_trace_"))
             t = time.perf_counter()
             if runner.plan.long_steps:
                 dst, _ = runner._run_long(step_src, dst, gram)
             jax.block_until_ready(dst)
             long_s.append(time.perf_counter() - t)
+            if trace_dir:
+                jax.profiler.stop_trace()
+                long_kinds = op_seconds(trace_dir)
         tables[side.table] = dst
         calls = runner.device_calls if runner.per_device else [runner.device_calls]
         slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
@@ -116,6 +122,7 @@ def main() -> None:
         }
         if kinds:
             report[side.name]["xla_op_s"] = kinds
+            report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
     print(json.dumps(report))
 

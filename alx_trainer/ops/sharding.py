@@ -511,6 +511,26 @@ def make_long_stats(mesh: Mesh, spec: StepSpec):
     return jax.jit(fn)
 
 
+@jax.jit
+def long_pass(src: jax.Array, ids: jax.Array, p: jax.Array, target: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One matrix-free pass over K long-row batches on one device (the fixed table `src` whole there).
+
+    ids [K, B, L], p [K, d], target: 0 or 1. With e = target - h p per observed entry h of batch k,
+    returns sum_i h_i e_i [K, d] and sum_i e_i^2 [K]: at target 1 and p = x that is b - A_obs x and
+    the observed loss, at target 0 it is -A_obs p (the observed part of a CG matvec).
+    """
+    h = row_gather(src, ids)  # [K, B, L, d]
+    e = target - jnp.einsum("kbld,kd->kbl", h, p)
+    e = jnp.where(ids >= 0, e, 0)
+    return jnp.einsum("kbl,kbld->kd", e, h), jnp.sum(e * e, axis=(1, 2))
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def write_rows(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
+    """`table_l` (one device's shard) with rows `ids` (shard-local, PAD_ID ignored) set to `values`."""
+    return local_update(table_l, ids, values, 0)
+
+
 def _solve_scatter(spec: StepSpec, dst_l, fixed: Fixed, a_obs, b, row_ids, row_len):
     x0 = _rows_in(spec, dst_l, row_ids[0])
     x, terms = _solve_explicit(spec, fixed, a_obs[0], b[0], x0, row_ids[0], row_len[0])
