@@ -103,7 +103,7 @@ def main() -> None:
                 jax.profiler.start_trace(trace_dir := tempfile.mkdtemp(prefix="alx_trace_"))
             t = time.perf_counter()
             if runner.plan.long_steps:
-                dst, _ = runner._run_long(step_src, dst, gram)
+                dst, _ = runner.run_long(step_src, dst, gram)
             jax.block_until_ready(dst)
             long_s.append(time.perf_counter() - t)
             if trace_dir:

@@ -519,10 +519,13 @@ def long_pass(src: jax.Array, ids: jax.Array, p: jax.Array, target: jax.Array) -
     returns sum_i h_i e_i [K, d] and sum_i e_i^2 [K]: at target 1 and p = x that is b - A_obs x and
     the observed loss, at target 0 it is -A_obs p (the observed part of a CG matvec).
     """
-    h = row_gather(src, ids)  # [K, B, L, d]
-    e = target - jnp.einsum("kbld,kd->kbl", h, p)
-    e = jnp.where(ids >= 0, e, 0)
-    return jnp.einsum("kbl,kbld->kd", e, h), jnp.sum(e * e, axis=(1, 2))
+    def one(batch):  # a batch at a time: its gathered rows stay in cache (K at once were 8x slower)
+        ids, p = batch
+        h = row_gather(src, ids)  # [B, L, d]
+        e = jnp.where(ids >= 0, target - jnp.einsum("bld,d->bl", h, p), 0)
+        return jnp.einsum("bl,bld->d", e, h), jnp.sum(e * e)
+
+    return jax.lax.map(one, (ids, p))
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))

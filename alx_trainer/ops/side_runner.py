@@ -270,8 +270,7 @@ class SideRunner:
                 terms.append(t)
                 done(rows)
         if self.plan.long_steps:
-            matrix_free = self.spec.owner and self.spec.matvec and self.spec.solver == "cg"
-            dst, long_terms = (self._run_long_cg if matrix_free else self._run_long)(step_src, dst, gram)
+            dst, long_terms = self.run_long(step_src, dst, gram)
             terms.extend(long_terms)
         total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
         del step_src  # the replica goes before `stored_form` takes its shard of temporary
@@ -300,6 +299,12 @@ class SideRunner:
         results = per_core.run([functools.partial(task, d, c) for d, c in zip(devices, per_device_calls)])
         dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [table for table, _ in results])
         return dst, [t for _, terms in results for t in terms]
+
+    def run_long(self, src, dst, gram) -> tuple[jax.Array, list]:
+        """Solve the rows longer than one device batch (matrix-free where the layout allows)."""
+        if self.spec.owner and self.spec.matvec and self.spec.solver == "cg":
+            return self._run_long_cg(src, dst, gram)
+        return self._run_long(src, dst, gram)
 
     def _run_long(self, src, dst, gram):
         """Rows longer than one device batch: sum their statistics over parts, then solve."""
