@@ -56,7 +56,8 @@ def main() -> None:
     peak = _peak_bytes() - before
     sample = np.asarray(table.addressable_shards[0].data[:100_000]).astype(np.float32)
     print(json.dumps({
-        "rows": args.rows, "dim": args.dim, "dtype": args.dtype, "devices": mesh.size, "seconds": round(seconds, 2), "cpu_s": round(cpu, 2),
+        "rows": args.rows, "dim": args.dim, "dtype": args.dtype, "devices": mesh.size,
+        "seconds": round(seconds, 2), "cpu_s": round(cpu, 2),
         "gb_per_s": round(table.nbytes / seconds / 1e9, 3), "table_gib": round(table.nbytes / 2**30, 2),
         "peak_over_table": round(peak / table.nbytes, 3), "std": round(float(sample.std()), 4),
         "load": round(__import__("os").getloadavg()[0], 1), "jax": jax.__version__,

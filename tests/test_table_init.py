@@ -27,6 +27,9 @@ def test_rows_do_not_depend_on_mesh_or_size(small_chunks):
     np.testing.assert_array_equal(one[:n], three[:n])
     np.testing.assert_array_equal(one[:n], eight[:n])
     assert not three[n:].any() and not eight[n:].any()  # padding rows are zero
+    tiny = _table(8, 20)  # 8 shards of 3 rows: the last holds padding only
+    np.testing.assert_array_equal(tiny[:20], _table(1, 20)[:20])
+    assert not tiny[20:].any()
     longer = _table(3, 12_345)  # row r is the same in a larger table
     np.testing.assert_array_equal(longer[:n], one[:n])
     assert not np.array_equal(_table(1, n, seed=4)[:n], one[:n])

@@ -115,6 +115,8 @@ def init_rows(seed: int, lo: int, n: int, stddev: float, out: np.ndarray) -> Non
     for c in range(lo // INIT_CHUNK, -(-min(hi, n) // INIT_CHUNK)):
         first = c * INIT_CHUNK
         a, b = max(lo, first), min(hi, first + INIT_CHUNK, n)
+        if a >= b:  # rows lo.. are all padding
+            continue
         values = scratch[: b - first]  # a prefix of the chunk's stream
         np.random.default_rng([seed, c]).standard_normal(out=values, dtype=np.float32)
         np.multiply(values[a - first :], np.float32(stddev), out=values[a - first :])
