@@ -30,6 +30,7 @@ setup(
         "orjson>=3.9,<4",
         "numpy>=1.26,<3",
         "pandas>=2.0,<4",  # hash_array: the graph stage's vectorized node fingerprints
+        "pyarrow>=14,<26",  # node names as string arrays: sorted, taken and compared without a Python object each
         "tensorflow>=2.16,<3",
         "tensorflow-datasets>=4.9.6,<5",
         "mlcroissant>=1.0,<2",  # the `tfds` command line (tfds build) imports it

@@ -14,7 +14,7 @@ from reference_graph import reference_dataset
 
 from webgraph_pipeline import contract
 from webgraph_pipeline.counters import collect_counters
-from webgraph_pipeline.fingerprints import FingerprintCollision, fingerprint, merge_vocabulary
+from webgraph_pipeline.fingerprints import FingerprintCollision, distinct_entries, fingerprint, merge_vocabulary
 from webgraph_pipeline.graph import BuildWebGraph
 from webgraph_pipeline.variants import GraphConfig
 from webgraph_pipeline.wat_writer import synthetic_pages
@@ -101,17 +101,29 @@ def test_one_bucket_and_one_batch_give_the_same_bytes(noisy_edges, tmp_path):
         assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes(), path.name
 
 
-def test_collision_is_fatal_and_names_both(noisy_edges, tmp_path):
+@pytest.mark.parametrize("one_batch", [False, True])  # one batch: the two names meet inside `Fingerprint`
+def test_collision_is_fatal_and_names_both(noisy_edges, tmp_path, one_batch):
+    batch = len(noisy_edges) if one_batch else 700
     with pytest.raises(Exception, match="fingerprint collision: 'http.*' and 'http.*' share") as error:
-        run_stage(noisy_edges, GraphConfig(), tmp_path, bits=12)
+        run_stage(noisy_edges, GraphConfig(), tmp_path, bits=12, batch=batch)
     names = str(error.value).split("'")[1::2][:2]
     assert names[0] != names[1]
     assert (fingerprint(names, 12) == fingerprint(names, 12)[0]).all()
 
 
+def test_distinct_entries_keeps_one_entry_per_name_and_refuses_collisions():
+    names = np.array(["b", "a", "b", "c", "a", "b"], dtype=object)
+    fps, at = distinct_entries(fingerprint(names), names)
+    assert sorted(names[at]) == ["a", "b", "c"] and list(fps) == sorted(fps)
+    assert (fingerprint(names[at]) == fps).all()
+    with pytest.raises(FingerprintCollision, match="'a' and 'b' share fingerprint 0x7"):
+        distinct_entries(np.array([7, 3, 7], dtype=np.uint64), np.array(["a", "c", "b"], dtype=object))
+
+
 def test_merge_vocabulary_keeps_repeats_and_refuses_collisions():
     names = np.array(["b", "a", "b", "c", "a"], dtype=object)
     fps, merged = merge_vocabulary(fingerprint(names), names)
+    merged = merged.to_pylist()
     assert sorted(merged) == ["a", "b", "c"] and list(fps) == sorted(fps)
     assert dict(zip(fingerprint(merged), merged)) == dict(zip(fps, merged))
     with pytest.raises(FingerprintCollision, match="'a' and 'b' share fingerprint 0x7"):

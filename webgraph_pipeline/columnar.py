@@ -1,9 +1,10 @@
 """The graph stage's record logic on NumPy arrays of one hash bucket: plain functions, no Beam.
 
 Edges are parallel uint64 arrays (source fingerprints, target fingerprints); node tables are sorted
-fingerprint arrays with their ids and names. Each function is vectorized (`np.unique`, `lexsort`,
-`searchsorted`, `bincount`); Python runs per bucket, per node where a name is needed (ids, splits),
-never per edge.
+fingerprint arrays with their ids and names (Arrow string arrays where they are sorted or taken).
+Each function is vectorized (sorts of one 64-bit key, `searchsorted`, `bincount`, Arrow's
+`sort_indices`); Python runs per bucket, and per node only where a name is hashed (blake2b ids,
+split hashes), never per edge.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import collections
 from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from webgraph_pipeline.counters import Inc
 from webgraph_pipeline.fingerprints import bucket_of
@@ -28,25 +31,32 @@ def concat(pieces: Iterable[Arrays], width: int, dtypes: Sequence = ()) -> Array
     return tuple(np.concatenate([p[i] for p in pieces]) for i in range(width))
 
 
+def group_positions(groups: np.ndarray, num_groups: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(group, the positions holding it, in order) for each group 0..num_groups-1 present in
+    `groups`. Up to 256 groups the stable sort is NumPy's radix sort of uint8 (about 6x faster)."""
+    if not len(groups):
+        return
+    small = groups.astype(np.uint8 if num_groups <= 256 else np.int64)
+    order = np.argsort(small, kind="stable")
+    sizes = np.bincount(groups, minlength=num_groups)
+    ends = np.cumsum(sizes)
+    for g in np.flatnonzero(sizes):
+        yield int(g), order[ends[g] - sizes[g]: ends[g]]
+
+
 def split_by_bucket(keys: np.ndarray, num_buckets: int, *arrays: np.ndarray) -> Iterator[tuple[int, Arrays]]:
     """(bucket, the arrays' entries whose key falls in it) for each non-empty bucket of `keys`."""
-    if not len(keys):
-        return
-    buckets = bucket_of(keys, num_buckets)
-    order = np.argsort(buckets, kind="stable")
-    sizes = np.bincount(buckets, minlength=num_buckets)
-    ends = np.cumsum(sizes)
-    for b in np.flatnonzero(sizes):
-        take = order[ends[b] - sizes[b]: ends[b]]
-        yield int(b), tuple(a[take] for a in arrays)
+    for b, take in group_positions(bucket_of(keys, num_buckets), num_buckets):
+        yield b, tuple(a[take] for a in arrays)
 
 
 def dedup_edges(
     src: np.ndarray, dst: np.ndarray, in_tlds: Optional[np.ndarray], drop_self_loops: bool, inc: Inc
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct edges sorted by (source, target): counts `dropped_edges.duplicate`, then (graphs only)
-    `.self_loop`, then `.tld_filter` for edges with an endpoint outside the TLD set (`in_tlds` False)."""
-    order = np.lexsort((dst, src))
+    """Distinct edges, in the order of `pair_order`: counts `dropped_edges.duplicate`, then (graphs
+    only) `.self_loop`, then `.tld_filter` for edges with an endpoint outside the TLD set (`in_tlds`
+    False)."""
+    order = pair_order(src, dst)
     src, dst = src[order], dst[order]
     first = np.ones(len(src), dtype=bool)
     first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
@@ -66,6 +76,26 @@ def dedup_edges(
     return src[keep], dst[keep]
 
 
+_PAIR_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def pair_order(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """An order of the pairs (src, dst) of uint64s in which equal pairs are adjacent.
+
+    One sort of the 64-bit key src * odd ^ dst instead of a two-key `lexsort` (about 3x faster).
+    The key is one-to-one in dst for a given src; two different pairs with one key (chance about
+    2^-64 per pair) are found as equal keys with unequal pairs, and then the exact lexsort is used.
+    """
+    keys = (src * _PAIR_MIX) ^ dst
+    order = np.argsort(keys)
+    keys = keys[order]
+    same = np.flatnonzero(keys[1:] == keys[:-1])
+    a, b = order[same], order[same + 1]
+    if ((src[a] != src[b]) | (dst[a] != dst[b])).any():
+        return np.lexsort((dst, src))
+    return order
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """The sorted distinct values: a sort and a mask. NumPy 2.4's `np.unique` without `return_*`
     takes a hash-table path that is about 15x slower on uint64 (0.65 vs 0.044 us per value)."""
@@ -76,16 +106,29 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return out[keep]
 
 
+def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array starts."""
+    first = np.empty(len(sorted_values), dtype=bool)
+    first[:1] = True
+    np.not_equal(sorted_values[1:], sorted_values[:-1], out=first[1:])
+    return np.flatnonzero(first)
+
+
 def count_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct values, how often each occurs)."""
-    uniq, counts = np.unique(values, return_counts=True)
-    return uniq, counts.astype(np.int64)
+    """(sorted distinct values, how often each occurs): a sort and the runs' lengths."""
+    values = np.sort(values)
+    starts = _run_starts(values)
+    return values[starts], np.diff(np.append(starts, len(values))).astype(np.int64)
 
 
 def sum_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct keys, summed counts) of partial counts."""
-    uniq, inverse = np.unique(keys, return_inverse=True)
-    return uniq, np.bincount(inverse, weights=counts, minlength=len(uniq)).astype(np.int64)
+    order = np.argsort(keys)
+    keys = keys[order]
+    starts = _run_starts(keys)
+    if not len(keys):
+        return keys, np.zeros(0, np.int64)
+    return keys[starts], np.add.reduceat(np.asarray(counts, np.int64)[order], starts)
 
 
 def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
@@ -98,11 +141,13 @@ def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 
 def lookup(values: np.ndarray, sorted_keys: np.ndarray, what: str) -> np.ndarray:
     """Positions of `values` in the sorted `sorted_keys`; an error if one is missing (a lost node)."""
-    found = is_member(values, sorted_keys)
+    pos = np.searchsorted(sorted_keys, values)
+    found = pos < len(sorted_keys)
+    found[found] = sorted_keys[pos[found]] == values[found]
     if not found.all():
         missing = int(values[~found][0])
         raise RuntimeError(f"runner lost data: {what} {missing:#x} is in the edges but not in the node table")
-    return np.searchsorted(sorted_keys, values)
+    return pos
 
 
 def degree_verdict(
@@ -126,25 +171,37 @@ def degree_verdict(
     return kept, kept, len(nodes) - len(kept)
 
 
-def rank_nodes(id_buckets: np.ndarray, names: np.ndarray, start: int) -> np.ndarray:
-    """Ids `start..` of one group of nodes, numbered in the order (id bucket, name)."""
-    order = sorted(range(len(names)), key=lambda i: (int(id_buckets[i]), names[i]))
-    for a, b in zip(order, order[1:]):
-        if names[a] == names[b]:
-            raise ValueError(f"the node {names[a]!r} was numbered twice; node tables must be distinct")
+def rank_nodes(id_buckets: np.ndarray, names, start: int) -> np.ndarray:
+    """Ids `start..` of one group of nodes, numbered in the order (id bucket, name).
+
+    `names`: an Arrow string array (or a sequence of str). Arrow sorts strings by their UTF-8
+    bytes, which is the order of their code points, Python's order of str.
+    """
+    names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
+    table = pa.table({"bucket": np.asarray(id_buckets, np.int64), "name": names})
+    order = pc.sort_indices(table, sort_keys=[("bucket", "ascending"), ("name", "ascending")]).to_numpy()
+    if len(order) > 1:
+        ranked = names.take(order)
+        twice = pc.equal(ranked[1:], ranked[:-1]).to_numpy(zero_copy_only=False)
+        if twice.any():
+            name = ranked[int(np.flatnonzero(twice)[0])].as_py()
+            raise ValueError(f"the node {name!r} was numbered twice; node tables must be distinct")
     ids = np.empty(len(names), dtype=np.int64)
-    ids[np.asarray(order, dtype=np.int64)] = np.arange(start, start + len(names), dtype=np.int64)
+    ids[order] = np.arange(start, start + len(names), dtype=np.int64)
     return ids
 
 
 def group_rows(row_ids: np.ndarray, col_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct row ids, offsets, columns sorted within rows): row `r = rows[i]` has the columns
-    `cols[offsets[i]:offsets[i + 1]]`."""
-    order = np.lexsort((col_ids, row_ids))
+    `cols[offsets[i]:offsets[i + 1]]`. Ids below 2^31 sort as one 64-bit key (row << 32 | col)."""
+    if len(row_ids) and max(int(row_ids.max()), int(col_ids.max())) < 2**31 and min(row_ids.min(), col_ids.min()) >= 0:
+        order = np.argsort((row_ids.astype(np.int64) << 32) | col_ids.astype(np.int64))
+    else:
+        order = np.lexsort((col_ids, row_ids))
     rows_sorted, cols = row_ids[order], col_ids[order]
-    rows, starts = np.unique(rows_sorted, return_index=True)
+    starts = _run_starts(rows_sorted)
     offsets = np.append(starts, len(rows_sorted)).astype(np.int64)
-    return rows, offsets, cols
+    return rows_sorted[starts], offsets, cols
 
 
 def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
@@ -156,6 +213,13 @@ def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
 # A block of rows of a split: (row ids, col_tag offsets, col_tag ids, gt_tag offsets, gt_tag ids);
 # row i has the columns cols[col_ptr[i]:col_ptr[i + 1]] and held-out links gt[gt_ptr[i]:gt_ptr[i + 1]].
 RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def narrow(*arrays: np.ndarray) -> Arrays:
+    """The int64 id arrays as int32 when their values fit: what crosses a shuffle is copied several
+    times by the runner, per byte (benchmarks/beam_floor.py). Consumers widen as they compute."""
+    fits = lambda a: not len(a) or (a.min() >= 0 and a.max() < 2**31)  # noqa: E731
+    return tuple(a.astype(np.int32) if a.dtype == np.int64 and fits(a) else a for a in arrays)
 
 
 def ragged_take(ptr: np.ndarray, values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

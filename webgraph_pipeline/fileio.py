@@ -19,6 +19,8 @@ import struct
 import uuid
 from typing import IO, Callable, Iterable, Iterator, TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 
 
@@ -113,25 +115,31 @@ def write_atomic(path: str, data: str | bytes) -> None:
 _MASK_DELTA = 0xA282EAD8
 
 
-def _masked_crc(data: bytes) -> int:
-    import google_crc32c
-
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+def _masked(crcs: np.ndarray) -> np.ndarray:
+    """TFRecord's masked CRC-32C of each CRC (uint64 array), as little-endian uint32."""
+    return ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
 
 
-def tfrecord_frames(records: Iterable[bytes]) -> Iterator[bytes]:
-    """The byte pieces of a TFRecord file holding `records`, in order."""
-    headers: dict[int, bytes] = {}  # record length -> its 12-byte header (rows repeat lengths)
-    for record in records:
-        n = len(record)
-        header = headers.get(n)
-        if header is None:
-            length = struct.pack("<Q", n)
-            header = headers[n] = length + struct.pack("<I", _masked_crc(length))
-        yield header
-        yield record
-        yield struct.pack("<I", _masked_crc(record))
+def tfrecord_frames(records: Iterable[bytes]) -> list[bytes]:
+    """The byte pieces of a TFRecord file holding `records`, in order: per record a 12-byte header
+    (length, masked CRC of the length), the record, its masked CRC. The CRCs come from one C loop
+    (`map`) and are masked by NumPy; headers are made once per distinct length."""
+    from google_crc32c import value as crc32c
+
+    records = list(records)
+    if not records:
+        return []
+    lengths = np.fromiter(map(len, records), np.uint64, count=len(records))
+    distinct = sorted(set(lengths.tolist()))  # NumPy 2.4's np.unique hashes: 10x slower here
+    length_bytes = [struct.pack("<Q", n) for n in distinct]
+    length_crcs = _masked(np.fromiter(map(crc32c, length_bytes), np.uint64, count=len(distinct)))
+    header_of = {n: b + c.tobytes() for n, b, c in zip(distinct, length_bytes, length_crcs)}
+    footers = _masked(np.fromiter(map(crc32c, records), np.uint64, count=len(records))).tobytes()
+    pieces: list[bytes] = [b""] * (3 * len(records))
+    pieces[0::3] = [header_of[n] for n in lengths.tolist()]
+    pieces[1::3] = records
+    pieces[2::3] = [footers[i: i + 4] for i in range(0, len(footers), 4)]
+    return pieces
 
 
 def write_records(path: str, records: Iterable[bytes]) -> None:

@@ -13,9 +13,11 @@ stops with `FingerprintCollision`, which names both (with 64 bits the chance is 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 FINGERPRINT_BITS = 64
 _HASH_KEY = "webgraph-fp-0001"  # 16 bytes: SipHash's key; changing it renumbers nothing (ids use names)
@@ -64,34 +66,89 @@ def unpacked(pieces: Iterable[tuple], at: int) -> list[tuple]:
     return [(*p[:at], unpack_names(p[at]), *p[at + 1 :]) for p in pieces]
 
 
+Names = pa.LargeStringArray
+
+
+def names_array(packed: bytes) -> Names:
+    """The names of a `pack_names` buffer as an Arrow string array, made by NumPy on the buffer's
+    bytes (its newlines removed, their positions become the offsets): no Python object per name."""
+    buf = np.frombuffer(packed, np.uint8)
+    if not len(buf):
+        return pa.array([], pa.large_string())
+    newlines = np.flatnonzero(buf == 10)
+    offsets = np.empty(len(newlines) + 2, np.int64)
+    offsets[0], offsets[-1] = 0, len(buf) - len(newlines)
+    offsets[1:-1] = newlines - np.arange(len(newlines))
+    data = np.delete(buf, newlines)
+    return pa.Array.from_buffers(pa.large_string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def joined_names(pieces: Iterable[tuple], at: int) -> Names:
+    """The packed names (element `at`) of several pieces as one Arrow array, in piece order."""
+    return names_array(b"\n".join([p[at] for p in pieces if p[at]]))
+
+
+def pack_array(names: Names) -> bytes:
+    """An Arrow string array as a `pack_names` buffer (NumPy on its offsets and bytes)."""
+    if not len(names):
+        return b""
+    _, offsets_buf, data_buf = names.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int64)[names.offset: names.offset + len(names) + 1]
+    data = np.frombuffer(data_buf, np.uint8)[offsets[0]: offsets[-1]]
+    packed = np.insert(data, offsets[1:-1] - offsets[0], 10).tobytes()
+    if packed.count(b"\n") != len(names) - 1:
+        raise ValueError("a node name holds a newline: " + next(repr(n) for n in names.to_pylist() if "\n" in n))
+    if (np.diff(offsets) == 0).any():
+        raise ValueError("an empty node name")
+    return packed
+
+
 def bucket_of(fps: np.ndarray, num_buckets: int) -> np.ndarray:
     """The hash bucket of each fingerprint (mixed first, so narrowed fingerprints still spread)."""
     mixed = (fps * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
     return (mixed % np.uint64(num_buckets)).astype(np.int64)
 
 
-def distinct_names(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct fingerprints, one name for each) of parallel arrays."""
-    uniq, first = np.unique(fps, return_index=True)
-    return uniq, names[first]
+def distinct_entries(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct fingerprints, the position of one entry of each) of parallel arrays of
+    fingerprints and names (objects); `FingerprintCollision` when two distinct names share one.
+    Only entries that repeat a fingerprint have their names compared."""
+    order = np.argsort(fps)
+    sorted_fps = fps[order]
+    repeats = np.flatnonzero(sorted_fps[1:] == sorted_fps[:-1])
+    a, b = order[repeats], order[repeats + 1]
+    clash = np.flatnonzero(names[a] != names[b])
+    if len(clash):
+        _raise_collision(names[a[clash[0]]], names[b[clash[0]]], sorted_fps[repeats[clash]])
+    keep = np.ones(len(fps), bool)
+    keep[repeats + 1] = False
+    return sorted_fps[keep], order[keep]
 
 
-def merge_vocabulary(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct fingerprints, their names) of (fingerprint, name) pairs with repeats.
+def _raise_collision(a: str, b: str, shared_fps: np.ndarray) -> None:
+    raise FingerprintCollision(
+        f"fingerprint collision: {str(a)!r} and {str(b)!r} share fingerprint {int(shared_fps[0]):#x} "
+        f"({len(np.unique(shared_fps))} shared fingerprint(s) in this bucket); the graph stage cannot tell "
+        "these nodes apart"
+    )
+
+
+def merge_vocabulary(fps: np.ndarray, names: Union[Sequence[str], Names]) -> tuple[np.ndarray, Names]:
+    """(sorted distinct fingerprints, their names as an Arrow array) of (fingerprint, name) pairs
+    with repeats.
 
     Raises `FingerprintCollision` naming two distinct names with one fingerprint, and how many
-    fingerprints are shared.
+    fingerprints are shared. Only entries that repeat a fingerprint have their names compared.
     """
+    names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
     order = np.argsort(fps, kind="stable")
-    fps, names = fps[order], names[order]
-    same_fp = fps[1:] == fps[:-1]
-    clash = same_fp & (names[1:] != names[:-1])
-    if clash.any():
-        i = int(np.flatnonzero(clash)[0])
-        shared = len(np.unique(fps[1:][clash]))
-        raise FingerprintCollision(
-            f"fingerprint collision: {names[i]!r} and {names[i + 1]!r} share fingerprint {int(fps[i]):#x} "
-            f"({shared} shared fingerprint(s) in this bucket); the graph stage cannot tell these nodes apart"
-        )
-    keep = np.concatenate(([True], ~same_fp))[: len(fps)]
-    return fps[keep], names[keep]
+    fps, names = fps[order], names.take(order)
+    same_fp = np.flatnonzero(fps[1:] == fps[:-1])  # entry i + 1 repeats entry i's fingerprint
+    clash = same_fp[pc.not_equal(names.take(same_fp), names.take(same_fp + 1)).to_numpy(zero_copy_only=False)]
+    if len(clash):
+        i = int(clash[0])
+        _raise_collision(*names[i: i + 2].to_pylist(), fps[clash])
+    keep = np.ones(len(fps), bool)
+    keep[same_fp + 1] = False
+    keep = np.flatnonzero(keep)
+    return fps[keep], names.take(keep)

@@ -27,15 +27,16 @@ from webgraph_pipeline.counters import LocalCounts, flush_to_beam
 from webgraph_pipeline.filters import tld_of
 from webgraph_pipeline.fingerprints import (
     FINGERPRINT_BITS,
-    distinct_names,
+    distinct_entries,
     fingerprint,
+    joined_names,
     merge_vocabulary,
+    names_array,
+    pack_array,
     pack_names,
-    unpack_names,
     unpacked,
 )
-from webgraph_pipeline.ids import bucket_of as id_bucket_of
-from webgraph_pipeline.ids import bucket_offsets
+from webgraph_pipeline.ids import bucket_offsets, buckets_of
 from webgraph_pipeline.splits import split_block
 from webgraph_pipeline.variants import GraphConfig
 
@@ -102,26 +103,29 @@ class _FingerprintFn(beam.DoFn):
 
     def process(self, batch) -> Iterator[Any]:
         src_names, dst_names = batch
-        if len(src_names) != len(dst_names):
-            raise ValueError(f"edge batch with {len(src_names)} sources but {len(dst_names)} targets")
-        src_names = np.array(src_names, dtype=object)
-        dst_names = np.array(dst_names, dtype=object)
-        src, dst = fingerprint(src_names, self._bits), fingerprint(dst_names, self._bits)
+        n = len(src_names)
+        if n != len(dst_names):
+            raise ValueError(f"edge batch with {n} sources but {len(dst_names)} targets")
+        names = np.array(list(src_names) + list(dst_names), dtype=object)
+        fps = fingerprint(names, self._bits)
+        src, dst = fps[:n], fps[n:]
         if self._bipartite:
-            named = {ROWS: distinct_names(src, src_names), COLS: distinct_names(dst, dst_names)}
+            named = {ROWS: distinct_entries(src, names[:n]), COLS: distinct_entries(dst, names[n:])}
+            named[COLS] = (named[COLS][0], named[COLS][1] + n)
         else:
-            named = {ROWS: distinct_names(np.concatenate([src, dst]), np.concatenate([src_names, dst_names]))}
+            named = {ROWS: distinct_entries(fps, names)}
         in_tlds = None
         if self._tlds:
-            fps, names = named[ROWS]
-            ok = np.fromiter((tld_of(n) in self._tlds for n in names), dtype=bool, count=len(names))
-            in_tlds = ok[np.searchsorted(fps, src)] & ok[np.searchsorted(fps, dst)]
+            uniq, at = named[ROWS]
+            ok = np.fromiter((tld_of(name) in self._tlds for name in names[at]), dtype=bool, count=len(at))
+            in_tlds = ok[np.searchsorted(uniq, src)] & ok[np.searchsorted(uniq, dst)]
         arrays = (src, dst) if in_tlds is None else (src, dst, in_tlds)
         for bucket, piece in col.split_by_bucket(src, self._b, *arrays):
             yield bucket, piece
-        for kind, (fps, names) in named.items():
-            for bucket, (b_fps, b_names) in col.split_by_bucket(fps, self._b, fps, names):
-                yield beam.pvalue.TaggedOutput(kind, (bucket, (b_fps, pack_names(b_names))))
+        packed = names_array(pack_names(names))
+        for kind, (uniq, at) in named.items():
+            for bucket, take in col.group_positions(col.bucket_of(uniq, self._b), self._b):
+                yield beam.pvalue.TaggedOutput(kind, (bucket, (uniq[take], pack_array(packed.take(at[take])))))
 
 
 class _MergeNames(beam.CombineFn):
@@ -144,8 +148,8 @@ class _MergeNames(beam.CombineFn):
         return [self.extract_output([p for acc in accs for p in acc])]
 
     def extract_output(self, acc: list):
-        fps, names = merge_vocabulary(*col.concat(unpacked(acc, 1), 2, (np.uint64, object)))
-        return fps, pack_names(names)
+        fps, names = merge_vocabulary(col.concat(acc, 1)[0], joined_names(acc, 1))
+        return fps, pack_array(names)
 
 
 class _DedupFn(beam.DoFn):
@@ -252,10 +256,11 @@ def _kept_names(kv, kind: str) -> Iterator[Any]:
     """(bucket, {'names', 'nodes'}) -> (fps, packed names) of the bucket's kept nodes (after the
     collision check)."""
     _, grouped = kv
-    fps, names = merge_vocabulary(*col.concat(unpacked(grouped["names"], 1), 2, (np.uint64, object)))
+    pieces = list(grouped["names"])
+    fps, names = merge_vocabulary(col.concat(pieces, 1)[0], joined_names(pieces, 1))
     nodes = col.distinct(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
     if len(nodes):
-        yield nodes, pack_names(names[col.lookup(nodes, fps, f"{kind} node")])
+        yield nodes, pack_array(names.take(col.lookup(nodes, fps, f"{kind} node")))
 
 
 class _GroupNodesFn(beam.DoFn):
@@ -266,26 +271,24 @@ class _GroupNodesFn(beam.DoFn):
         self._id_buckets, self._groups = id_buckets, groups
 
     def process(self, table) -> Iterator[Any]:
-        fps, names = table[0], unpack_names(table[1])
-        idb = np.fromiter((id_bucket_of(n, self._id_buckets) for n in names), dtype=np.int64, count=len(names))
+        fps, names = table[0], names_array(table[1])
+        idb = buckets_of(table[1], self._id_buckets)
         group = idb * self._groups // self._id_buckets
         yield beam.pvalue.TaggedOutput("counts", np.bincount(group, minlength=self._groups))
-        order = np.argsort(group, kind="stable")
-        sizes = np.bincount(group, minlength=self._groups)
-        ends = np.cumsum(sizes)
-        for g in np.flatnonzero(sizes):
-            take = order[ends[g] - sizes[g]: ends[g]]
-            yield int(g), (fps[take], pack_names(names[take]), idb[take])
+        for g, take in col.group_positions(group, self._groups):
+            yield g, (fps[take], pack_array(names.take(take)), idb[take])
 
 
 def _number_group(kv, offsets: dict[int, int], num_buckets: int) -> Iterator[Any]:
     """(id group, pieces) -> (fp bucket, (fps, ids, packed names)) node-table pieces, ids ranked in
     (id bucket, name)."""
     group, pieces = kv
-    fps, names, idb = col.concat(unpacked(pieces, 1), 3, (np.uint64, object, np.int64))
+    pieces = list(pieces)
+    fps, idb = col.concat([(p[0], p[2]) for p in pieces], 2, (np.uint64, np.int64))
+    names = joined_names(pieces, 1)
     ids = col.rank_nodes(idb, names, offsets[group])
-    for bucket, (b_fps, b_ids, b_names) in col.split_by_bucket(fps, num_buckets, fps, ids, names):
-        yield bucket, (b_fps, b_ids, pack_names(b_names))
+    for bucket, take in col.group_positions(col.bucket_of(fps, num_buckets), num_buckets):
+        yield bucket, (fps[take], ids[take], pack_array(names.take(take)))
 
 
 class _AssignIds(beam.PTransform):
@@ -335,7 +338,7 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
     if len(dst_ids):
         _, in_degree = col.count_values(dst_ids)
         yield beam.pvalue.TaggedOutput("parts", col.histogram_part("in_degree", in_degree))
-    yield from col.split_by_bucket(src, num_buckets, src, dst_ids)
+    yield from col.split_by_bucket(src, num_buckets, src, *col.narrow(dst_ids))
 
 
 class _BuildRowsFn(beam.DoFn):
@@ -366,7 +369,7 @@ class _BuildRowsFn(beam.DoFn):
                 flush_to_beam(counts)
             row_ids, ptr, col_ids = block[:3]
             row_of = np.repeat(row_ids, np.diff(ptr))
-            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, col_ids, row_of):
+            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, *col.narrow(col_ids, row_of)):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
         if len(test):
             kept_ptr, kept = col.ragged_take(offsets, np.where(held, -1, cols), test)

@@ -16,10 +16,12 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline import contract, fileio
-from webgraph_pipeline.fingerprints import pack_names, unpack_names, unpacked
+from webgraph_pipeline.fingerprints import Names, joined_names, names_array, pack_array
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
 _SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.ALL_SPLIT_PREFIXES.items())
@@ -32,10 +34,14 @@ def shard_of(row_id, num_ids: int, num_shards: int):
     return np.minimum(row_id * num_shards // max(num_ids, 1), num_shards - 1)
 
 
-def vocab_lines(ids: np.ndarray, names: np.ndarray) -> str:
-    """`id<TAB>name` lines, sorted by id."""
+def vocab_lines(ids: np.ndarray, names: Names) -> bytes:
+    """`id<TAB>name` lines (UTF-8), sorted by id; made by Arrow, without a Python object per line."""
+    if not len(ids):
+        return b""
     order = np.argsort(ids, kind="stable")
-    return "".join([f"{i}\t{name}\n" for i, name in zip(ids[order].tolist(), names[order].tolist())])
+    text = pa.large_string()
+    lines = pc.binary_join_element_wise(pa.array(ids[order]).cast(text), names.take(order), pa.scalar("\t", text))
+    return pack_array(lines) + b"\n"
 
 
 def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequence[int]], title: str) -> bytes:
@@ -95,8 +101,8 @@ class _WriteShardFn(beam.DoFn):
         )
         pieces = list(grouped["rows"])
         if self._kind == "vocab":
-            ids, names = col.concat(unpacked(pieces, 1), 2, (np.int64, object))
-            fileio.write_atomic(path, vocab_lines(ids, names))
+            ids = col.concat(pieces, 1, (np.int64,))[0]
+            fileio.write_atomic(path, vocab_lines(ids, joined_names(pieces, 1)))
         else:
             block = col.concat_blocks(pieces)
             block = col.take_rows(block, np.argsort(block[0], kind="stable"))
@@ -109,10 +115,9 @@ def shard_pieces(piece: tuple, num_ids: int, num_shards: int) -> Iterator[tuple[
     (ids, packed names), the ids first."""
     ids = piece[0]
     shards = shard_of(ids, num_ids, num_shards)
-    names = unpack_names(piece[1]) if len(piece) == 2 else None
-    for shard in np.unique(shards).tolist():
-        at = np.flatnonzero(shards == shard)
-        yield shard, (col.take_rows(piece, at) if names is None else (ids[at], pack_names(names[at])))
+    names = names_array(piece[1]) if len(piece) == 2 else None
+    for shard, at in col.group_positions(shards, num_shards):
+        yield shard, (col.narrow(*col.take_rows(piece, at)) if names is None else (ids[at], pack_array(names.take(at))))
 
 
 def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
