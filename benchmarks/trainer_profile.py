@@ -14,10 +14,15 @@ FLOPs and bytes of an epoch (see `trainer_scale.epoch_work`).
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
+import glob
+import gzip
 import json
 import pathlib
+import re
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -35,6 +40,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_pieces", type=int, default=256)
     parser.add_argument("--piece_len", type=int, default=16)
+    parser.add_argument("--trace", action="store_true",
+                        help="also trace the last half-epoch of each side's normal rows with the JAX profiler and "
+                             "give XLA's own time per kind of operation (gather, dot, scatter, ...)")
     args = parser.parse_args()
 
     from alx_trainer.cli import train as cli_train
@@ -73,8 +81,13 @@ def main() -> None:
         init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s = [], []
-        for _ in range(args.epochs):
+        kinds: dict = {}
+        long_kinds: dict = {}
+        for epoch in range(args.epochs):
             gram, step_src = runner.fixed(src), runner._replicated(src)
+            trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if args.trace and epoch == args.epochs - 1 else None
+            if trace_dir:
+                jax.profiler.start_trace(trace_dir)
             t = time.perf_counter()
             if runner.per_device:
                 dst, _ = runner._run_per_device(step_src, dst, gram, lambda rows: None)
@@ -83,11 +96,19 @@ def main() -> None:
                     dst, _ = runner.step(step_src, dst, gram, *arrays)
             jax.block_until_ready(dst)
             normal_s.append(time.perf_counter() - t)
+            if trace_dir:
+                jax.profiler.stop_trace()
+                kinds = op_seconds(trace_dir)
+            if trace_dir:
+                jax.profiler.start_trace(trace_dir := tempfile.mkdtemp(prefix="alx_trace_"))
             t = time.perf_counter()
             if runner.plan.long_steps:
-                dst, _ = runner._run_long(step_src, dst, gram)
+                dst, _ = runner.run_long(step_src, dst, gram)
             jax.block_until_ready(dst)
             long_s.append(time.perf_counter() - t)
+            if trace_dir:
+                jax.profiler.stop_trace()
+                long_kinds = op_seconds(trace_dir)
         tables[side.table] = dst
         calls = runner.device_calls if runner.per_device else [runner.device_calls]
         slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
@@ -99,8 +120,27 @@ def main() -> None:
             "read_s": read_s, "plan_pack_transfer_s": init_s,
             "normal_compute_s": normal_s[1:] or normal_s, "long_rows_s": long_s[1:] or long_s,
         }
+        if kinds:
+            report[side.name]["xla_op_s"] = kinds
+            report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
     print(json.dumps(report))
+
+
+def op_seconds(trace_dir: str, top: int = 12) -> dict:
+    """Seconds of XLA's own operations (thunks: fusions, dots, scatters) in a JAX profiler trace.
+
+    Summed over the device threads, by thunk name, the `top` largest; loops ('while', 'cond')
+    contain other thunks and are left out. Thunk names are those of the optimized HLO (see
+    XLA_FLAGS=--xla_dump_to to read what a fusion holds).
+    """
+    path = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
+    total: collections.Counter = collections.Counter()
+    for e in json.load(gzip.open(path))["traceEvents"]:
+        name = e.get("name", "")
+        if e.get("ph") == "X" and re.fullmatch(r"[a-z][\w.-]*", name) and not name.startswith(("while", "cond")):
+            total[name] += e["dur"] / 1e6
+    return {k: round(v, 3) for k, v in total.most_common(top)}
 
 
 if __name__ == "__main__":

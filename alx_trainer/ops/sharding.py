@@ -23,8 +23,13 @@ row count); the matrix-free kernel skips the observed loss when `observed_loss` 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import os
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -90,48 +95,84 @@ def hyper_params(alpha: float, reg: float, reg_exponent: float) -> np.ndarray:
     return np.array([alpha, reg, reg_exponent], np.float32)
 
 
-INIT_CHUNK = 16384  # rows generated at a time: initialization never holds more than a shard and a chunk
+INIT_CHUNK = 16384  # rows per generator stream and per block: initialization holds a shard and a few blocks
 
 
-@functools.lru_cache(maxsize=None)
-def _init_shard_fn(shard: int, dim: int, dtype):
-    """`make(key, start, n, stddev)`: rows [start, start + shard) of the table, chunk by chunk.
+_SCRATCH = threading.local()  # each init thread's float32 chunk, reused (freed blocks stayed in glibc's thread arenas)
 
-    Row r is `normal(fold_in(key, r)) * stddev` (zero for r >= n): a function of the seed and the
-    row id only, so the table does not depend on the mesh, and no full-size float32 temporary
-    exists (a whole-table `jax.random.normal` needs several table-sized buffers).
+
+def init_rows(seed: int, lo: int, n: int, stddev: float, out: np.ndarray) -> None:
+    """Fill `out` ([rows, d], any float dtype) with rows lo.. of the initial table: N(0, stddev), zero from row n.
+
+    Rows are generated in global chunks of `INIT_CHUNK`: chunk c is NumPy's PCG64 stream seeded by
+    (seed, c), so row r depends on the seed and r only (not on the mesh, the shards or the threads).
     """
-    chunk = min(INIT_CHUNK, shard)
+    hi, dim = lo + len(out), out.shape[1]
+    scratch = getattr(_SCRATCH, "rows", None)
+    if scratch is None or scratch.shape != (INIT_CHUNK, dim):
+        scratch = _SCRATCH.rows = np.empty((INIT_CHUNK, dim), np.float32)
+    out[max(n, lo) - lo :] = 0
+    for c in range(lo // INIT_CHUNK, -(-min(hi, n) // INIT_CHUNK)):
+        first = c * INIT_CHUNK
+        a, b = max(lo, first), min(hi, first + INIT_CHUNK, n)
+        if a >= b:  # rows lo.. are all padding
+            continue
+        values = scratch[: b - first]  # a prefix of the chunk's stream
+        np.random.default_rng([seed, c]).standard_normal(out=values, dtype=np.float32)
+        np.multiply(values[a - first :], np.float32(stddev), out=values[a - first :])
+        out[a - lo : b - lo] = values[a - first :]
 
-    @jax.jit
-    def make(key, start, n, stddev):
-        def body(i, out):
-            at = jnp.minimum(i * chunk, shard - chunk)  # the last chunk overlaps its neighbour, same values
-            rows = start + at + jnp.arange(chunk)
-            values = jax.vmap(lambda r: jax.random.normal(jax.random.fold_in(key, r), (dim,), jnp.float32))(rows)
-            values = jnp.where((rows < n)[:, None], values * stddev, 0).astype(dtype)
-            return jax.lax.dynamic_update_slice(out, values, (at, 0))
 
-        return jax.lax.fori_loop(0, -(-shard // chunk), body, jnp.zeros((shard, dim), dtype))
-
-    return make
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _write_block(out: jax.Array, block: jax.Array, at) -> jax.Array:
+    return jax.lax.dynamic_update_slice(out, block, (at, 0))
 
 
 def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) -> jax.Array:
     """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh.
 
-    Each device's shard is generated on that device in chunks (see `_init_shard_fn`).
+    Blocks of `INIT_CHUNK` rows are generated on the host by a thread per core (`init_rows`;
+    NumPy's generators release the GIL) into a few reused buffers, copied to the device and
+    written into its shard in place: time in proportion to the bytes, memory a shard plus a
+    block per thread (a per-row `jax.random` key, one device after the other, took 587 s for two
+    19.7M x 128 tables).
     """
     n_pad = padded_rows(n, mesh)
     shard = n_pad // mesh.size
-    make = _init_shard_fn(shard, dim, jnp.dtype(dtype))
-    key = jax.random.key(seed)
+    block = min(INIT_CHUNK, shard)
+    dtype = jnp.dtype(dtype)
+    # bfloat16 shards are written as their uint16 bits: XLA:CPU's bfloat16 dynamic-update-slice
+    # converted the whole shard to float32 and back for every block (quadratic in the shard)
+    bits = BF16_BITS if dtype == jnp.bfloat16 else dtype
     sharding = row_sharding(mesh)
+    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    free: queue.Queue = queue.Queue()
+    for _ in range(workers + 1):
+        free.put(np.empty((block, dim), dtype))
+
+    def make(lo: int) -> np.ndarray:
+        buf = free.get()
+        init_rows(seed, lo, n, stddev, buf)
+        return buf
+
     parts = []
-    for device, index in sharding.addressable_devices_indices_map((n_pad, dim)).items():
-        start = index[0].start or 0
-        with jax.default_device(device):
-            parts.append(jax.device_put(make(key, start, n, jnp.float32(stddev)), device))
+    with ThreadPoolExecutor(workers, thread_name_prefix="alx-init") as pool:
+        for device, index in sharding.addressable_devices_indices_map((n_pad, dim)).items():
+            start = index[0].start or 0
+            # blocks on global chunk boundaries (one stream each); the first and last clamped into the shard
+            chunks = range(start // INIT_CHUNK, -(-(start + shard) // INIT_CHUNK))
+            offsets = sorted({min(max(c * INIT_CHUNK - start, 0), shard - block) for c in chunks})
+            with jax.default_device(device):
+                out = jnp.zeros((shard, dim), bits)
+            pending: collections.deque = collections.deque()
+            for k, at in enumerate(offsets):
+                pending.append((at, pool.submit(make, start + at)))
+                while len(pending) > workers or (pending and k == len(offsets) - 1):
+                    done_at, future = pending.popleft()
+                    buf = future.result()
+                    out = _write_block(out, jax.device_put(buf.view(bits), device, may_alias=False), np.int32(done_at))
+                    free.put(buf)
+            parts.append(out if bits == dtype else _bitcast(dtype)(out))
     return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
 
 
@@ -238,9 +279,22 @@ def _rows_out(spec: StepSpec, table_l: jax.Array, ids: jax.Array, values: jax.Ar
 def _fixed_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
     """float32 rows `ids` of the fixed table (zeros at padding ids)."""
     if spec.replicated_src:  # a plain local lookup, no collective
-        rows = jnp.take(src_l, jnp.where(ids >= 0, ids, src_l.shape[0]), axis=0, mode="fill", fill_value=0)
-        return rows.astype(jnp.float32)
+        return row_gather(src_l, ids)
     return sharded_gather(src_l, ids)
+
+
+def row_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """float32 rows `ids` ([...], PAD_ID -1 allowed) of `table`, zeros at padding: [..., d].
+
+    A gather of whole rows promised in bounds (padding reads row 0), then a multiply by the
+    mask. XLA:CPU compiled the bounds-checked form (`take(mode="fill")` or a `where` after it)
+    into one per-element loop that re-derived every element's index: 3x slower at d=64 (see
+    `benchmarks/trainer_profile.py --trace`, where this gather was most of an epoch).
+    """
+    dims = jax.lax.GatherDimensionNumbers(offset_dims=(ids.ndim,), collapsed_slice_dims=(0,), start_index_map=(0,))
+    rows = jax.lax.gather(table, jnp.maximum(ids, 0)[..., None], dims, (1, table.shape[1]),
+                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+    return as_float32(rows) * (ids >= 0)[..., None].astype(jnp.float32)
 
 
 def _local_gramian(table_l: jax.Array) -> jax.Array:
@@ -496,6 +550,29 @@ def make_long_stats(mesh: Mesh, spec: StepSpec):
         check_vma=False,
     )
     return jax.jit(fn)
+
+
+@jax.jit
+def long_pass(src: jax.Array, ids: jax.Array, p: jax.Array, target: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One matrix-free pass over K long-row batches on one device (the fixed table `src` whole there).
+
+    ids [K, B, L], p [K, d], target: 0 or 1. With e = target - h p per observed entry h of batch k,
+    returns sum_i h_i e_i [K, d] and sum_i e_i^2 [K]: at target 1 and p = x that is b - A_obs x and
+    the observed loss, at target 0 it is -A_obs p (the observed part of a CG matvec).
+    """
+    def one(batch):  # a batch at a time: its gathered rows stay in cache (K at once were 8x slower)
+        ids, p = batch
+        h = row_gather(src, ids)  # [B, L, d]
+        e = jnp.where(ids >= 0, target - jnp.einsum("bld,d->bl", h, p), 0)
+        return jnp.einsum("bl,bld->d", e, h), jnp.sum(e * e)
+
+    return jax.lax.map(one, (ids, p))
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def write_rows(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
+    """`table_l` (one device's shard) with rows `ids` (shard-local, PAD_ID ignored) set to `values`."""
+    return local_update(table_l, ids, values, 0)
 
 
 def _solve_scatter(spec: StepSpec, dst_l, fixed: Fixed, a_obs, b, row_ids, row_len):

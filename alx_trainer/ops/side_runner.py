@@ -270,7 +270,7 @@ class SideRunner:
                 terms.append(t)
                 done(rows)
         if self.plan.long_steps:
-            dst, long_terms = self._run_long(step_src, dst, gram)
+            dst, long_terms = self.run_long(step_src, dst, gram)
             terms.extend(long_terms)
         total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
         del step_src  # the replica goes before `stored_form` takes its shard of temporary
@@ -299,6 +299,12 @@ class SideRunner:
         results = per_core.run([functools.partial(task, d, c) for d, c in zip(devices, per_device_calls)])
         dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [table for table, _ in results])
         return dst, [t for _, terms in results for t in terms]
+
+    def run_long(self, src, dst, gram) -> tuple[jax.Array, list]:
+        """Solve the rows longer than one device batch (matrix-free where the layout allows)."""
+        if self.spec.owner and self.spec.matvec and self.spec.solver == "cg":
+            return self._run_long_cg(src, dst, gram)
+        return self._run_long(src, dst, gram)
 
     def _run_long(self, src, dst, gram):
         """Rows longer than one device batch: sum their statistics over parts, then solve."""
@@ -333,6 +339,92 @@ class SideRunner:
             dst, t = self.solve_scatter(dst, gram, *[sharding.host_batch(self.mesh, x) for x in (a, b, ids, lens)])
             terms.append(t)
         return dst, terms
+
+
+    def _run_long_cg(self, src, dst, gram) -> tuple[jax.Array, list]:
+        """Rows longer than one device batch by matrix-free CG ('owner' layout, one process).
+
+        As implicit does it: every CG matvec is a pass over the row's batches (`sharding.long_pass`,
+        h^T (h p) without the d x d matrix: 4 |S| d FLOPs a pass instead of 2 |S| d^2 once), the
+        devices splitting the batches; the CG recurrences of `solvers.cg` run on the host in float64
+        over all long rows at once. Same passes as a normal row: r0, `cg_iters` matvecs, the loss.
+        """
+        batches = batching.merge(list(self._long()))
+        owners, slot = np.unique(batches.owner, return_inverse=True)
+        lengths = np.zeros(len(owners), np.int64)
+        lengths[slot] = batches.owner_len
+        devices = self.mesh.local_devices if self.per_device else self.mesh.local_devices[:1]
+        srcs, k = sharding.device_parts(src), self.config.steps_per_call
+        calls: list[list] = [[] for _ in devices]  # per worker: (ids on its device, long-row slot per batch)
+        for w, device in enumerate(devices):
+            mine = np.arange(w, len(slot), len(devices))
+            for lo in range(0, len(mine), k):
+                part = mine[lo : lo + k]
+                ids = np.full((k,) + batches.ids.shape[1:], batching.PAD_ID, np.int32)
+                ids[: len(part)] = batches.ids[part]
+                at = np.full(k, -1, np.int64)
+                at[: len(part)] = slot[part]
+                calls[w].append((jax.device_put(ids, device), at))
+
+        def observed(vectors: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray]:
+            """Per long row: sum of `long_pass` over its batches (float64)."""
+
+            def task(w: int) -> list:
+                out = []
+                for ids, at in calls[w]:
+                    p = np.where((at >= 0)[:, None], vectors[np.maximum(at, 0)], 0).astype(np.float32)
+                    v, sq = sharding.long_pass(srcs[devices[w]], ids, jax.device_put(p, devices[w]), np.float32(target))
+                    out.append((at, np.asarray(v), np.asarray(sq)))
+                return out
+
+            tasks = [functools.partial(task, w) for w in range(len(devices))]
+            results = per_core.run(tasks) if self.per_device else [t() for t in tasks]
+            v_sum, sq_sum = np.zeros((len(owners), vectors.shape[1])), np.zeros(len(owners))
+            for at, v, sq in (r for res in results for r in res):
+                real = at >= 0
+                np.add.at(v_sum, at[real], v[real])
+                np.add.at(sq_sum, at[real], sq[real])
+            return v_sum, sq_sum
+
+        parts = sharding.device_parts(dst)
+        local = self.mesh.local_devices
+        owner_device, local_ids = owners // self.shard, (owners % self.shard).astype(np.int32)
+        x = np.zeros((len(owners), src.shape[1]))
+        for j, device in enumerate(local):
+            here = owner_device == j
+            x[here] = _float32_table_rows(np.asarray(parts[device]), local_ids[here])
+        alpha, reg, nu = (float(v) for v in self.hyper)
+        lam = reg * ((lengths + alpha * self.spec.num_other) ** nu if nu else np.ones(len(owners)))
+        g = np.asarray(gram[0], np.float64)
+
+        def matvec(p: np.ndarray) -> np.ndarray:
+            return -observed(p, 0.0)[0] + alpha * (p @ g) + lam[:, None] * p
+
+        r = observed(x, 1.0)[0] - alpha * (x @ g) - lam[:, None] * x
+        p, rs = r, np.sum(r * r, axis=1)
+        for _ in range(self.spec.cg_iters):  # the recurrences of `solvers.cg`
+            ap = matvec(p)
+            pap = np.sum(p * ap, axis=1)
+            step = np.where(pap > 0, rs / np.where(pap > 0, pap, 1), 0)[:, None]
+            x, r = x + step * p, r - step * ap
+            rs_new = np.sum(r * r, axis=1)
+            p = r + np.where(rs > 0, rs_new / np.where(rs > 0, rs, 1), 0)[:, None] * p
+            rs = rs_new
+        loss = observed(x, 1.0)[1].sum() if self.spec.observed_loss else 0.0
+        for j, device in enumerate(local):
+            here = owner_device == j
+            if here.any():
+                parts[device] = sharding.write_rows(parts[device], local_ids[here], x[here].astype(np.float32))
+        dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [parts[d] for d in local])
+        return dst, [np.array([loss, np.sum(lam * np.sum(x * x, axis=1)), len(owners)])]
+
+
+def _float32_table_rows(shard: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """float32 rows `ids` of a table shard on the host (a bfloat16 one also as its `BF16_BITS`)."""
+    rows = shard[ids]
+    if rows.dtype in (np.uint16, jax.numpy.bfloat16):
+        return (rows.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return rows.astype(np.float32)
 
 
 def _on_device(device, call: batching.DeviceBatch) -> tuple[list[jax.Array], int]:
