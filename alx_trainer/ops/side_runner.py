@@ -340,7 +340,6 @@ class SideRunner:
             terms.append(t)
         return dst, terms
 
-
     def _run_long_cg(self, src, dst, gram) -> tuple[jax.Array, list]:
         """Rows longer than one device batch by matrix-free CG ('owner' layout, one process).
 
@@ -392,7 +391,7 @@ class SideRunner:
         x = np.zeros((len(owners), src.shape[1]))
         for j, device in enumerate(local):
             here = owner_device == j
-            x[here] = _float32_table_rows(np.asarray(parts[device]), local_ids[here])
+            x[here] = sharding.host_float32(np.asarray(parts[device])[local_ids[here]])
         alpha, reg, nu = (float(v) for v in self.hyper)
         lam = reg * ((lengths + alpha * self.spec.num_other) ** nu if nu else np.ones(len(owners)))
         g = np.asarray(gram[0], np.float64)
@@ -417,14 +416,6 @@ class SideRunner:
                 parts[device] = sharding.write_rows(parts[device], local_ids[here], x[here].astype(np.float32))
         dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [parts[d] for d in local])
         return dst, [np.array([loss, np.sum(lam * np.sum(x * x, axis=1)), len(owners)])]
-
-
-def _float32_table_rows(shard: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """float32 rows `ids` of a table shard on the host (a bfloat16 one also as its `BF16_BITS`)."""
-    rows = shard[ids]
-    if rows.dtype in (np.uint16, jax.numpy.bfloat16):
-        return (rows.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return rows.astype(np.float32)
 
 
 def _on_device(device, call: batching.DeviceBatch) -> tuple[list[jax.Array], int]:
