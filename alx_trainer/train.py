@@ -37,7 +37,7 @@ from alx_trainer.data import integrity, records
 from alx_trainer.data.dataset import open_dataset, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
 from alx_trainer.ops import sharding
-from alx_trainer.ops.side_runner import SideRunner, over_hosts, step_spec
+from alx_trainer.ops.side_runner import SideRunner, step_spec
 
 
 class TrainingCollapse(FloatingPointError):
@@ -111,11 +111,12 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
     history = [r for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE)) if r.get("epoch", 0) <= start]
     run = Run(config, dataset, mesh, tables, start, history)
     hooks = default_callbacks(config, mgr) + extra
+    grams: dict[str, tuple[jax.Array, jax.Array]] = {}  # see `_gramian`
     try:
         for hook in hooks:
             hook.on_train_begin(run)
         for epoch in range(start + 1, config.epochs + 1):
-            record = _epoch(run, runners, hooks, epoch)
+            record = _epoch(run, runners, hooks, epoch, grams)
             run.history.append(record)
             for hook in hooks:
                 hook.on_epoch_end(run, epoch, record)
@@ -163,7 +164,7 @@ def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, S
     return runners
 
 
-def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int) -> dict:
+def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int, grams: dict) -> dict:
     """One epoch (row then column half-epoch) on `run.tables`; its metrics record."""
     config, tables = run.config, run.tables
     t0 = time.perf_counter()
@@ -178,19 +179,19 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
         runner = runners[side.name]
         for hook in hooks:
             hook.on_half_epoch_begin(run, epoch, side.name, runner.total_steps)
+        src_gram = _gramian(grams, runner, side.other, tables[side.other])
         src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
-        tables[side.table], terms = runner.run(src, tables[side.table], progress)
+        tables[side.table], terms = runner.run(src, tables[side.table], progress, src_gram)
         for hook in hooks:
             hook.on_half_epoch_end(run, epoch, side.name)
-        _check_finite(run.mesh, tables[side.table], epoch, side.name)
+        _check_finite(_gramian(grams, runner, side.table, tables[side.table]), epoch, side.name)
         record[f"{side.name}_seconds"] = time.perf_counter() - ts
         if side.name == "col":
             record["loss_observed"] = float(terms[0])
         record[f"loss_reg_{side.name}"] = float(terms[1])
         record[f"{side.name}s_solved"] = int(terms[2])
-    gram = runners["row"].gramian
-    g_row = np.asarray(gram(tables["row"]), np.float64)
-    g_col = g_row if config.tied else np.asarray(gram(tables["col"]), np.float64)
+    g_row = np.asarray(_gramian(grams, runners["row"], "row", tables["row"]), np.float64)
+    g_col = g_row if config.tied else np.asarray(_gramian(grams, runners["row"], "col", tables["col"]), np.float64)
     record["loss_unobserved"] = float(config.alpha * np.sum(g_row * g_col))
     record["loss"] = record["loss_observed"] + record["loss_unobserved"] + sum(
         record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
@@ -199,11 +200,23 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
     return record
 
 
-def _check_finite(mesh, table: jax.Array, epoch: int, side: str) -> None:
-    finite = sharding.local_all_finite(mesh, table)
-    if jax.process_count() > 1:
-        finite = bool(over_hosts(np.array([finite], np.int64)).all())
-    if not finite:
+def _gramian(grams: dict, runner: SideRunner, name: str, table: jax.Array) -> jax.Array:
+    """The gramian of `table`, the current value of table `name`, computed once per value.
+
+    A solved table's gramian serves its finiteness check, then the other side's half-epoch (its
+    fixed table) or the epoch's unobserved loss and the next epoch's row side: two gramians an
+    epoch instead of four. Arrays are immutable, so the same object means the same value.
+    """
+    held = grams.get(name)
+    if held is None or held[0] is not table:
+        held = grams[name] = (table, runner.gramian(table))
+    return held[1]
+
+
+def _check_finite(gram: jax.Array, epoch: int, side: str) -> None:
+    """Raise `TrainingCollapse` when the solved table has a NaN/Inf: its gramian's diagonal (the
+    sums of squares of its columns, replicated to every process) is then not finite either."""
+    if not np.isfinite(np.diagonal(np.asarray(gram))).all():
         raise TrainingCollapse(
             f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical collapse); "
             "raise --reg or use --table_dtype float32"

@@ -5,10 +5,10 @@
 Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout),
 then for each side times, in this order: reading the TFRecords into CSR chunks, packing them into
 each device's dense batches, copying those to the devices, and (over `--epochs` half-epochs, the
-first dropped as compilation) the compiled steps of the normal rows and the long-row path
-(rows with more than `batch_pieces` pieces: statistics summed on the host, then one solve). It
-also counts the padded slots of the dense batches against the observed pairs, and the useful
-FLOPs and bytes of an epoch (see `trainer_scale.epoch_work`).
+first dropped as compilation) the fixed table's gramian and its copy for every device, the
+compiled steps of the normal rows and the long-row path (rows with more than `batch_pieces`
+pieces). It also counts the padded slots of the dense batches against the observed pairs, and the
+useful FLOPs and bytes of an epoch (see `trainer_scale.epoch_work`).
 """
 
 from __future__ import annotations
@@ -80,11 +80,16 @@ def main() -> None:
         runner = SideRunner(config, mesh, spec, functools.partial(iter, chunks), n_this)
         init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
         src, dst = tables[side.other], tables[side.table]
-        normal_s, long_s = [], []
+        normal_s, long_s, gram_s, replica_s = [], [], [], []
         kinds: dict = {}
         long_kinds: dict = {}
         for epoch in range(args.epochs):
-            gram, step_src = runner.fixed(src), runner._replicated(src)
+            t = time.perf_counter()
+            gram = jax.block_until_ready(runner.fixed(src))
+            gram_s.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            step_src = jax.block_until_ready(runner._replicated(src))
+            replica_s.append(time.perf_counter() - t)
             trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if args.trace and epoch == args.epochs - 1 else None
             if trace_dir:
                 jax.profiler.start_trace(trace_dir)
@@ -118,12 +123,17 @@ def main() -> None:
             "long_solves": runner.plan.long_solves, "padded_slots": slots,
             "slots_per_normal_nnz": slots / max(int(lengths[~long].sum()), 1),
             "read_s": read_s, "plan_pack_transfer_s": init_s,
+            "gramian_s": gram_s[1:] or gram_s, "fixed_replica_s": replica_s[1:] or replica_s,
             "normal_compute_s": normal_s[1:] or normal_s, "long_rows_s": long_s[1:] or long_s,
         }
         if kinds:
             report[side.name]["xla_op_s"] = kinds
             report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
+    from trainer_scale import epoch_work
+
+    flops, byte_count = epoch_work(size["row"], size["col"], report["row"]["nnz"], args.dim, args.cg_iters)
+    report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9, 1), round(byte_count / 1e9, 2)
     print(json.dumps(report))
 
 

@@ -103,9 +103,10 @@ class SideRunner:
             return sharding.gramian_via_host(self.mesh, table)
         return sharding.make_gramian(self.mesh)(table)
 
-    def fixed(self, src: jax.Array) -> sharding.Fixed:
-        """The steps' `fixed` argument: the gramian of `src` and (alpha, lambda, nu), replicated."""
-        return self.gramian(src), jax.device_put(self.hyper, sharding.NamedSharding(self.mesh, sharding.P()))
+    def fixed(self, src: jax.Array, gram: jax.Array | None = None) -> sharding.Fixed:
+        """The steps' `fixed` argument: the gramian of `src` (`gram` when known) and (alpha, lambda, nu), replicated."""
+        hyper = jax.device_put(self.hyper, sharding.NamedSharding(self.mesh, sharding.P()))
+        return self.gramian(src) if gram is None else gram, hyper
 
     def _replicated(self, table: jax.Array) -> jax.Array:
         if not self.spec.replicated_src:
@@ -239,14 +240,15 @@ class SideRunner:
         return self.plan.steps
 
     def run(
-        self, src: jax.Array, dst: jax.Array, progress: ProgressFn | None = None
+        self, src: jax.Array, dst: jax.Array, progress: ProgressFn | None = None, src_gram: jax.Array | None = None
     ) -> tuple[jax.Array, np.ndarray]:
         """Solve every row of this side into `dst` (donated) with `src` fixed; loss terms summed.
 
-        `progress(steps, rows)` is called after each compiled call of the normal rows.
+        `progress(steps, rows)` is called after each compiled call of the normal rows; `src_gram`,
+        when given, is `gramian(src)` (the training loop keeps each table's).
         """
         dst = sharding.solving_form(dst)  # before the fixed-table replica: their peaks do not add up
-        gram = self.fixed(src)
+        gram = self.fixed(src, src_gram)
         step_src = self._replicated(src)
         terms = []
         lock = threading.Lock()
@@ -358,7 +360,9 @@ class SideRunner:
         lengths = np.zeros(len(owners), np.int64)
         lengths[slot] = batches.owner_len
         devices = self.mesh.local_devices if self.per_device else self.mesh.local_devices[:1]
-        srcs, k = sharding.device_parts(src), self.config.steps_per_call
+        srcs = sharding.device_parts(src)
+        # batches per call: no more than each worker has (a padding batch costs a whole pass)
+        k = max(1, min(self.config.steps_per_call, -(-len(slot) // len(devices))))
         calls: list[list] = [[] for _ in devices]  # per worker: (ids on its device, long-row slot per batch)
         for w, device in enumerate(devices):
             mine = np.arange(w, len(slot), len(devices))
