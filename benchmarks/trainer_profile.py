@@ -21,6 +21,7 @@ import gzip
 import json
 import pathlib
 import re
+import resource
 import sys
 import tempfile
 import time
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_pieces", type=int, default=256)
     parser.add_argument("--piece_len", type=int, default=16)
+    parser.add_argument("--sides", default="row,col", help="the half-epochs to profile (at least the first needs the other)")
     parser.add_argument("--trace", action="store_true",
                         help="also trace the last half-epoch of each side's normal rows with the JAX profiler and "
                              "give XLA's own time per kind of operation (gather, dot, scatter, ...)")
@@ -66,6 +68,8 @@ def main() -> None:
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     report: dict = {"devices": len(mesh.devices.flat), "dim": args.dim}
     for side in training.sides(False):
+        if side.name not in args.sides.split(","):
+            continue
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
         files = records.host_files(dataset.files[side.split], 0, 1)
         reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
@@ -130,10 +134,13 @@ def main() -> None:
             report[side.name]["xla_op_s"] = kinds
             report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
+        del chunks, runner, calls  # one side's batches in memory at a time
     from trainer_scale import epoch_work
 
-    flops, byte_count = epoch_work(size["row"], size["col"], report["row"]["nnz"], args.dim, args.cg_iters)
+    nnz = next(report[s]["nnz"] for s in ("row", "col") if s in report)  # both sides: the same pairs
+    flops, byte_count = epoch_work(size["row"], size["col"], nnz, args.dim, args.cg_iters)
     report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9, 1), round(byte_count / 1e9, 2)
+    report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print(json.dumps(report))
 
 

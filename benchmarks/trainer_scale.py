@@ -5,13 +5,15 @@
                                        [--ours_flags='--stream_batches ...']
 
 Each size is written once by `python -m webgraph_pipeline.synthetic_matrix` (seeded, reused when
-its stats.json matches). Then, per size and d, every trainer runs in its own subprocess under
-`/usr/bin/time -v` (peak RSS): ours as a new user runs it (`python -m alx_trainer train ...
---eval_every 0`, the CLI's CPU split and 'owner' layout), and implicit's CPU ALS with `use_cg`,
-the same d, `cg_steps` = our `cg_iters`, `num_threads` = the cores, BLAS at one thread, on the
-same TFRecords read into a CSR matrix. Seconds per epoch are medians over the epochs after the first
-(ours compiles in its first). `--hugepages`: ours with glibc's `malloc.hugetlb=1` tunable (large
-allocations, the tables among them, on transparent huge pages), without, or both. `--ours_flags`:
+its stats.json matches); `ml1m-real` is MovieLens-1M itself, the training split of
+`ials_vs_implicit.py` (90% of the users), made by the pipeline once. Then, per size and d, every
+trainer runs in its own subprocess under `/usr/bin/time -v` (peak RSS): ours as a new user runs
+it (`python -m alx_trainer train ... --eval_every 0`, the CLI's CPU split and 'owner' layout),
+and implicit's CPU ALS with `use_cg`, the same d, `cg_steps` = our `cg_iters`, `num_threads` =
+the cores, BLAS at one thread, on the same TFRecords read into a CSR matrix. Seconds per epoch
+are medians over the epochs after the first (ours compiles in its first). `--hugepages`: ours
+with glibc's `malloc.hugetlb=1` tunable (large allocations, the tables among them, on transparent
+huge pages), without, or both. `--ours_flags`:
 more `alx_trainer train` flags for ours (e.g. `--stream_batches` for the in-sparse size).
 
 Work per epoch is counted, not measured: FLOPs of the matrix-free CG (`epoch_work`) and the
@@ -48,11 +50,18 @@ SIZES = {
     "de-sparse": (19_700_000, 19_700_000, 1_190_000_000),
 }
 HUGEPAGES_ENV = "glibc.malloc.hugetlb=1"
+REAL = "ml1m-real"  # MovieLens-1M itself: `ials_vs_implicit`'s held-out-users split, made by the pipeline
 
 
 def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
-    rows, cols, nnz = SIZES[name]
     out = os.path.join(work, f"matrix-{name}")
+    if name == REAL:
+        if not os.path.exists(os.path.join(out, "stats.json")):
+            from ials_vs_implicit import build_split
+
+            build_split(out, seed)
+        return out
+    rows, cols, nnz = SIZES[name]
     stats_path = os.path.join(out, "stats.json")
     if os.path.exists(stats_path):
         stats = json.load(open(stats_path))
@@ -156,7 +165,7 @@ def memory_bandwidth(mib: int = 512, repeats: int = 3) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="ml1m,25m", help=f"comma-separated, of {sorted(SIZES)}")
+    parser.add_argument("--sizes", default="ml1m,25m", help=f"comma-separated, of {sorted(SIZES) + [REAL]}")
     parser.add_argument("--dims", default="64,128")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--cg_iters", type=int, default=3)
@@ -181,7 +190,8 @@ def main() -> None:
         data = ensure_matrix(args.work, name)
         stats = json.load(open(os.path.join(data, "stats.json")))
         for dim in (int(d) for d in args.dims.split(",")):
-            flops, byte_count = epoch_work(stats["num_rows"], stats["num_cols"], stats["edges"], dim, args.cg_iters)
+            nnz = stats.get("split_edges", {}).get("train", stats["edges"])
+            flops, byte_count = epoch_work(stats["num_rows"], stats["num_cols"], nnz, dim, args.cg_iters)
             results = {}
             for hp in modes:  # ours and implicit interleaved in one run
                 results[f"ours{'+hp' if hp else ''}"] = run_ours(data, dim, args.epochs, args.cg_iters, hp,
