@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -20,6 +21,13 @@ def test_run_returns_results_in_order_and_reraises():
 
     with pytest.raises(KeyError, match="device 1 failed"):
         per_core.run([lambda: 0, bad])
+
+
+def test_run_keeps_one_thread_per_task_slot():
+    first = per_core.run([threading.current_thread] * 2)
+    again = per_core.run([threading.current_thread] * 2)
+    assert all(a is b for a, b in zip(first, again)), "a new thread per call"
+    assert first[0] is not first[1] and threading.current_thread() not in first
 
 
 SCRIPT = """
