@@ -482,8 +482,12 @@ def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
     if mesh.size == 1:
         return table
     host = aligned_empty(table.shape, table.dtype)
-    for shard in table.addressable_shards:
+
+    def copy(shard) -> None:  # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
         host[shard.index] = np.asarray(shard.data)
+
+    with ThreadPoolExecutor(host_threads(), thread_name_prefix="alx-replica") as pool:
+        list(pool.map(copy, table.addressable_shards))
     return jax.device_put(host, NamedSharding(mesh, P()), may_alias=True)
 
 
