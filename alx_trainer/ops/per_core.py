@@ -76,8 +76,8 @@ def applies(devices: Sequence) -> bool:
 def _worker(j: int, cpu: int | None) -> ThreadPoolExecutor:
     """The long-lived thread of task slot j, pinned to core `cpu` (None: not pinned).
 
-    Kept for the process: a long-row half-epoch runs a `run` per CG pass, and starting and
-    pinning two threads for each waited for the scheduler on the busy 2-core host.
+    Kept for the process: a long-row half-epoch runs a `run` per CG pass, each of which used to
+    start, pin and join new threads.
     """
     pool = ThreadPoolExecutor(1, thread_name_prefix=f"alx-device{j}")
     if cpu is not None:

@@ -506,7 +506,7 @@ GRAM_CHUNK = 65536  # rows cast to float32 at a time by `gramian_via_host`
 @functools.cache
 def _blas() -> ThreadpoolController:
     """threadpoolctl's handle on the loaded BLAS libraries, found once: `threadpool_limits` scans
-    every loaded library at each call (about 25 ms an epoch at ML-1M, in `py-spy`)."""
+    every loaded library at each call (py-spy: about 48 ms an epoch at ML-1M's shape, load 3-4)."""
     return ThreadpoolController()
 
 

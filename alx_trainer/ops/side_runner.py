@@ -360,9 +360,7 @@ class SideRunner:
         lengths = np.zeros(len(owners), np.int64)
         lengths[slot] = batches.owner_len
         devices = self.mesh.local_devices if self.per_device else self.mesh.local_devices[:1]
-        srcs = sharding.device_parts(src)
-        # batches per call: no more than each worker has (a padding batch costs a whole pass)
-        k = max(1, min(self.config.steps_per_call, -(-len(slot) // len(devices))))
+        srcs, k = sharding.device_parts(src), self.config.steps_per_call
         calls: list[list] = [[] for _ in devices]  # per worker: (ids on its device, long-row slot per batch)
         for w, device in enumerate(devices):
             mine = np.arange(w, len(slot), len(devices))
