@@ -131,19 +131,23 @@ def sum_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nda
     return keys[starts], np.add.reduceat(np.asarray(counts, np.int64)[order], starts)
 
 
+def _positions(values: np.ndarray, sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each of `values` is or would go in the sorted `sorted_keys`, whether it is there):
+    one binary search per value."""
+    pos = np.searchsorted(sorted_keys, values)
+    found = pos < len(sorted_keys)
+    found[found] = sorted_keys[pos[found]] == values[found]
+    return pos, found
+
+
 def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     """Mask of `values` found in the sorted array `sorted_set`."""
-    if not len(sorted_set):
-        return np.zeros(len(values), dtype=bool)
-    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[pos] == values
+    return _positions(values, sorted_set)[1]
 
 
 def lookup(values: np.ndarray, sorted_keys: np.ndarray, what: str) -> np.ndarray:
     """Positions of `values` in the sorted `sorted_keys`; an error if one is missing (a lost node)."""
-    pos = np.searchsorted(sorted_keys, values)
-    found = pos < len(sorted_keys)
-    found[found] = sorted_keys[pos[found]] == values[found]
+    pos, found = _positions(values, sorted_keys)
     if not found.all():
         missing = int(values[~found][0])
         raise RuntimeError(f"runner lost data: {what} {missing:#x} is in the edges but not in the node table")
@@ -171,13 +175,12 @@ def degree_verdict(
     return kept, kept, len(nodes) - len(kept)
 
 
-def rank_nodes(id_buckets: np.ndarray, names, start: int) -> np.ndarray:
+def rank_nodes(id_buckets: np.ndarray, names: pa.Array, start: int) -> np.ndarray:
     """Ids `start..` of one group of nodes, numbered in the order (id bucket, name).
 
-    `names`: an Arrow string array (or a sequence of str). Arrow sorts strings by their UTF-8
-    bytes, which is the order of their code points, Python's order of str.
+    `names`: an Arrow string array. Arrow sorts strings by their UTF-8 bytes, which is the order of
+    their code points, Python's order of str.
     """
-    names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
     table = pa.table({"bucket": np.asarray(id_buckets, np.int64), "name": names})
     order = pc.sort_indices(table, sort_keys=[("bucket", "ascending"), ("name", "ascending")]).to_numpy()
     if len(order) > 1:
@@ -215,11 +218,15 @@ def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
 RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def _fits_int32(ids: np.ndarray) -> bool:
+    """Whether every value of an int64 array is in [0, 2^31)."""
+    return not len(ids) or (ids.min() >= 0 and ids.max() < 2**31)
+
+
 def narrow(*arrays: np.ndarray) -> Arrays:
     """The int64 id arrays as int32 when their values fit: what crosses a shuffle is copied several
     times by the runner, per byte (benchmarks/beam_floor.py). Consumers widen as they compute."""
-    fits = lambda a: not len(a) or (a.min() >= 0 and a.max() < 2**31)  # noqa: E731
-    return tuple(a.astype(np.int32) if a.dtype == np.int64 and fits(a) else a for a in arrays)
+    return tuple(a.astype(np.int32) if a.dtype == np.int64 and _fits_int32(a) else a for a in arrays)
 
 
 def ragged_take(ptr: np.ndarray, values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -243,8 +250,7 @@ def row_block(row_ids: np.ndarray, col_ptr: np.ndarray, cols: np.ndarray,
     """A RowBlock (int64 arrays); no gt_tag when `gt` is None."""
     if gt is None:
         gt_ptr, gt = np.zeros(len(row_ids) + 1, np.int64), np.zeros(0, np.int64)
-    as64 = lambda a: np.asarray(a, np.int64)  # noqa: E731
-    return as64(row_ids), as64(col_ptr), as64(cols), as64(gt_ptr), as64(gt)
+    return tuple(np.asarray(a, np.int64) for a in (row_ids, col_ptr, cols, gt_ptr, gt))
 
 
 def take_rows(block: RowBlock, at: np.ndarray) -> RowBlock:
