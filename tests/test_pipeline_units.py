@@ -244,6 +244,9 @@ def test_membership_and_lookup_in_a_sorted_table():
     assert columnar.lookup(present, table, "node").tolist() == [3, 0, 2, 2]
     with pytest.raises(RuntimeError, match="runner lost data: target 0xa is in the edges"):
         columnar.lookup(np.array([5, 10], np.uint64), table, "target")
+    repeated = np.array([2, 5, 5, 9], np.uint64)  # not a hash table's keys: the binary-search path
+    assert columnar.is_member(values, repeated).tolist() == [True, False, False, False, True, False]
+    assert columnar.lookup(np.array([9, 2], np.uint64), repeated, "node").tolist() == [3, 0]
 
 
 def test_narrow_only_ids_that_fit_int32():
