@@ -235,6 +235,24 @@ def test_distinct_is_sorted_set(values):
     assert got.dtype == np.uint64 and got.tolist() == sorted(set(values))
 
 
+@pytest.mark.parametrize("values", [[], [7], [3, 1, 3, 2, 1, 2**64 - 1, 0, 2**64 - 1, 3]])
+def test_counts_and_unique_values(values):
+    arr = np.array(values, dtype=np.uint64)
+    got, counts = columnar.count_values(arr)
+    assert got.dtype == np.uint64 and dict(zip(got.tolist(), counts.tolist())) == collections.Counter(values)
+    assert columnar.unique(arr).tolist() == list(dict.fromkeys(values))
+
+
+def test_rows_group_sorted_with_and_without_the_one_key_path():
+    rows, cols = [5, 1, 5, 1, 0], [9, 4, 2, 3, 7]
+    for big in (0, 2**40):  # ids from 2^31 take the lexsort path
+        r, c = np.array(rows) + big, np.array(cols) + big
+        got_rows, offsets, got_cols = columnar.group_rows(r, c)
+        got = {int(x): got_cols[offsets[i]:offsets[i + 1]].tolist() for i, x in enumerate(got_rows)}
+        assert got == {x + big: sorted(y + big for rr, y in zip(rows, cols) if rr == x) for x in rows}
+        assert got_rows.tolist() == sorted(got)
+
+
 def test_membership_and_lookup_in_a_sorted_table():
     table = np.array([2, 5, 9, 2**64 - 1], np.uint64)
     values = np.array([9, 1, 2**64 - 1, 10, 5, 2**63], np.uint64)

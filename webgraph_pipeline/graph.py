@@ -257,8 +257,8 @@ def _endpoints(kv, num_buckets: int, bipartite: bool) -> Iterator[Any]:
     """(source bucket, (src, dst)) -> (bucket, fps) of its distinct sources (rows) and targets
     (tagged `cols` when bipartite)."""
     bucket, (src, dst) = kv
-    yield bucket, col.distinct(src)
-    targets = col.distinct(dst)
+    yield bucket, col.unique(src)
+    targets = col.unique(dst)
     for b, (fps,) in col.split_by_bucket(targets, num_buckets, targets):
         yield (beam.pvalue.TaggedOutput(COLS, (b, fps)) if bipartite else (b, fps))
 
@@ -269,7 +269,7 @@ def _kept_names(kv, kind: str) -> Iterator[Any]:
     _, grouped = kv
     pieces = list(grouped["names"])
     fps, names = merge_vocabulary(col.concat(pieces, 1)[0], joined_names(pieces, 1))
-    nodes = col.distinct(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
+    nodes = col.unique(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
     if len(nodes):
         yield nodes, pack_array(names.take(col.lookup(nodes, fps, f"{kind} node")))
 
