@@ -126,10 +126,9 @@ class _FingerprintFn(beam.DoFn):
         arrays = (src, dst) if in_tlds is None else (src, dst, in_tlds)
         for bucket, piece in col.split_by_bucket(dst, self._b, *arrays):
             yield bucket, piece
-        packed = names_array(pack_names(names))
         for kind, (uniq, at) in named.items():
             for bucket, take in col.group_positions(col.bucket_of(uniq, self._b), self._b):
-                yield beam.pvalue.TaggedOutput(kind, (bucket, (uniq[take], pack_array(packed.take(at[take])))))
+                yield beam.pvalue.TaggedOutput(kind, (bucket, (uniq[take], pack_names(names[at[take]]))))
 
 
 class _MergeNames(beam.CombineFn):
