@@ -96,10 +96,12 @@ def _part(name: str, n: int) -> collections.Counter:
 
 
 class _FingerprintFn(beam.DoFn):
-    """An edge batch (names) -> edge pieces keyed by source bucket, and the batch's distinct names.
+    """An edge batch (names) -> edge pieces keyed by target bucket, and the batch's names by bucket.
 
     Main output: (target bucket, (src fps, dst fps, both-in-TLDs mask or None)); tagged `rows`/`cols`:
-    (bucket, (fps, packed names)) of the distinct names (one vocabulary unless bipartite).
+    (bucket, (fps, packed names)) of the batch's names (one vocabulary unless bipartite), repeats
+    included: `_MergeNames`, lifted before the shuffle, drops them in a hash table, which costs less
+    than sorting them out here (only the TLD filter needs each distinct name, and takes them).
     """
 
     def __init__(self, tlds: frozenset[str], bits: int, num_buckets: int, bipartite: bool):
@@ -113,22 +115,20 @@ class _FingerprintFn(beam.DoFn):
         names = np.array(list(src_names) + list(dst_names), dtype=object)
         fps = fingerprint(names, self._bits)
         src, dst = fps[:n], fps[n:]
-        if self._bipartite:
-            named = {ROWS: distinct_entries(src, names[:n]), COLS: distinct_entries(dst, names[n:])}
-            named[COLS] = (named[COLS][0], named[COLS][1] + n)
-        else:
-            named = {ROWS: distinct_entries(fps, names)}
+        named = {ROWS: (src, names[:n]), COLS: (dst, names[n:])} if self._bipartite else {ROWS: (fps, names)}
         in_tlds = None
         if self._tlds:
-            uniq, at = named[ROWS]
+            uniq, at = distinct_entries(fps, names)
             ok = np.fromiter((tld_of(name) in self._tlds for name in names[at]), dtype=bool, count=len(at))
-            in_tlds = ok[np.searchsorted(uniq, src)] & ok[np.searchsorted(uniq, dst)]
+            in_tlds = ok[col.lookup(src, uniq, "source")] & ok[col.lookup(dst, uniq, "target")]
+            if not self._bipartite:
+                named[ROWS] = (uniq, names[at])
         arrays = (src, dst) if in_tlds is None else (src, dst, in_tlds)
         for bucket, piece in col.split_by_bucket(dst, self._b, *arrays):
             yield bucket, piece
-        for kind, (uniq, at) in named.items():
-            for bucket, take in col.group_positions(col.bucket_of(uniq, self._b), self._b):
-                yield beam.pvalue.TaggedOutput(kind, (bucket, (uniq[take], pack_names(names[at[take]]))))
+        for kind, (kind_fps, kind_names) in named.items():
+            for bucket, take in col.group_positions(col.bucket_of(kind_fps, self._b), self._b):
+                yield beam.pvalue.TaggedOutput(kind, (bucket, (kind_fps[take], pack_names(kind_names[take]))))
 
 
 class _MergeNames(beam.CombineFn):
