@@ -108,11 +108,12 @@ class SideRunner:
         return self.gramian(src), jax.device_put(self.hyper, sharding.NamedSharding(self.mesh, sharding.P()))
 
     def _replicated(self, table: jax.Array) -> jax.Array:
+        """The fixed table as the steps take it: whole on every device unless 'sharded', in `gather_form`."""
         if not self.spec.replicated_src:
-            return table
+            return sharding.gather_form(table)
         if self.spec.owner:
             return sharding.replicate_via_host(self.mesh, table)
-        return sharding.make_replicate(self.mesh)(table)
+        return sharding.gather_form(sharding.make_replicate(self.mesh)(table))
 
     def _shape(self) -> tuple[int, int, int]:
         c = self.config
@@ -301,13 +302,8 @@ class SideRunner:
         return dst, [t for _, terms in results for t in terms]
 
     def run_long(self, src, dst, gram) -> tuple[jax.Array, list]:
-        """Solve the rows longer than one device batch (matrix-free where the layout allows).
-
-        Matrix-free only for float32 tables: with bfloat16 storage at 19.7M rows (the de-sparse
-        shape, `benchmarks/trainer_memory.py`) it took the column half-epoch from 15.1 to over 21
-        GiB (not yet root-caused), while the d x d statistics path stays at 15.1 GiB.
-        """
-        if self.spec.owner and self.spec.matvec and self.spec.solver == "cg" and dst.dtype == np.float32:
+        """Solve the rows longer than one device batch (matrix-free where the layout allows)."""
+        if self.spec.owner and self.spec.matvec and self.spec.solver == "cg":
             return self._run_long_cg(src, dst, gram)
         return self._run_long(src, dst, gram)
 
