@@ -21,7 +21,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching, records
-from alx_trainer.ops import owner_stream, per_core, sharding
+from alx_trainer.ops import owner_stream, per_core, sharding, solvers
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
@@ -346,8 +346,8 @@ class SideRunner:
 
         As implicit does it: every CG matvec is a pass over the row's batches (`sharding.long_pass`,
         h^T (h p) without the d x d matrix: 4 |S| d FLOPs a pass instead of 2 |S| d^2 once), the
-        devices splitting the batches; the CG recurrences of `solvers.cg` run on the host in float64
-        over all long rows at once. Same passes as a normal row: r0, `cg_iters` matvecs, the loss.
+        devices splitting the batches; `solvers.cg`'s recurrence runs on the host in float64
+        (`solvers.host_cg`) over all long rows at once. Same passes as a normal row: r0, `cg_iters` matvecs, the loss.
         """
         batches = batching.merge(list(self._long()))
         owners, slot = np.unique(batches.owner, return_inverse=True)
@@ -401,15 +401,7 @@ class SideRunner:
             return -observed(p, 0.0)[0] + alpha * (p @ g) + lam[:, None] * p
 
         r = observed(x, 1.0)[0] - alpha * (x @ g) - lam[:, None] * x
-        p, rs = r, np.sum(r * r, axis=1)
-        for _ in range(self.spec.cg_iters):  # the recurrences of `solvers.cg`
-            ap = matvec(p)
-            pap = np.sum(p * ap, axis=1)
-            step = np.where(pap > 0, rs / np.where(pap > 0, pap, 1), 0)[:, None]
-            x, r = x + step * p, r - step * ap
-            rs_new = np.sum(r * r, axis=1)
-            p = r + np.where(rs > 0, rs_new / np.where(rs > 0, rs, 1), 0)[:, None] * p
-            rs = rs_new
+        x = solvers.host_cg(matvec, x, r, self.spec.cg_iters)
         loss = observed(x, 1.0)[1].sum() if self.spec.observed_loss else 0.0
         for j, device in enumerate(local):
             here = owner_device == j
