@@ -191,16 +191,18 @@ def identical_outputs(a: str, b: str) -> bool:
 
 def bench_wat(pages: int, args) -> dict:
     pattern, gen_s, size = make_wat(pages, args.work_dir, args.records_per_file)
-    floor_s, responses = read_floor(pattern)
+    floor_s, responses = read_floor(pattern) if args.read_floor else (float("nan"), 0)
     print(f"{pages:,} pages: WAT {size / 2**20:.1f} MiB in {len(glob.glob(pattern))} files "
           f"(written in {gen_s:.0f} s); plain read+parse floor {floor_s:.1f} s for {responses:,} pages; "
           f"{load_line()}", flush=True)
     row = {"pages": pages, "wat_bytes": size, "write_wat_s": gen_s, "read_floor_s": floor_s, "runs": {}}
-    wall, peak, code, cpu = run_measured([sys.executable, __file__, "--extract_only_job", pattern],
-                                         os.path.join(args.work_dir, f"extract_{pages}.log"))
-    row["extract_only"] = {"wall_s": wall, "cpu_s": cpu, "peak_rss_bytes": peak, "exit": code}
-    print(f"  extraction only (ExtractEdges, 1 worker): {wall:7.1f} s wall, {cpu:.1f} CPU s, "
-          f"peak RSS {peak / 2**30:.2f} GiB" + ("" if code == 0 else f" FAILED (exit {code})"), flush=True)
+    row["extract_only"] = {"exit": None}
+    if args.extract_only:
+        wall, peak, code, cpu = run_measured([sys.executable, __file__, "--extract_only_job", pattern],
+                                             os.path.join(args.work_dir, f"extract_{pages}.log"))
+        row["extract_only"] = {"wall_s": wall, "cpu_s": cpu, "peak_rss_bytes": peak, "exit": code}
+        print(f"  extraction only (ExtractEdges, 1 worker): {wall:7.1f} s wall, {cpu:.1f} CPU s, "
+              f"peak RSS {peak / 2**30:.2f} GiB" + ("" if code == 0 else f" FAILED (exit {code})"), flush=True)
     for workers in args.workers:
         out = os.path.join(args.work_dir, f"out_{pages}_{workers}")
         mode = ["--direct_num_workers", "1"] if workers == 1 else [
@@ -219,8 +221,10 @@ def bench_wat(pages: int, args) -> dict:
                                 "edges": stats["edges"]}
     runs = row["runs"]
     if "wall_s" in runs.get(1, {}) and row["extract_only"]["exit"] == 0:
-        print(f"  whole job / extraction only (1 worker): {runs[1]['wall_s'] / row['extract_only']['wall_s']:.2f}x "
-              f"wall; DirectRunner / plain read floor: {runs[1]['wall_s'] / floor_s:.1f}x", flush=True)
+        extract = row["extract_only"]
+        print(f"  whole job / extraction only (1 worker): {runs[1]['wall_s'] / extract['wall_s']:.2f}x wall, "
+              f"{runs[1]['cpu_s'] / extract['cpu_s']:.2f}x CPU; DirectRunner / plain read floor: "
+              f"{runs[1]['wall_s'] / floor_s:.1f}x", flush=True)
     if "wall_s" in runs.get(1, {}) and "wall_s" in runs.get(2, {}):
         same = identical_outputs(os.path.join(args.work_dir, f"out_{pages}_1"),
                                  os.path.join(args.work_dir, f"out_{pages}_2"))
@@ -281,6 +285,10 @@ def main() -> int:
                     help="sizes (edges) of the graph-stage-only runs on generated power-law batches")
     ap.add_argument("--text_edges", type=int, nargs="*", default=[],
                     help="sizes (edges) of whole-job runs on the same graph as a text edge list")
+    ap.add_argument("--no_read_floor", dest="read_floor", action="store_false",
+                    help="skip the plain read of the WAT files (a floor, about 2 min at 1M pages)")
+    ap.add_argument("--no_extract_only", dest="extract_only", action="store_false",
+                    help="skip the extraction-only job (to split a long series into runs of its parts)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--graph_stage_job", nargs=2, metavar=("EDGES", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--extract_only_job", metavar="GLOB", help=argparse.SUPPRESS)

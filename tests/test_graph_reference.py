@@ -124,7 +124,7 @@ def test_merge_vocabulary_keeps_repeats_and_refuses_collisions():
     names = np.array(["b", "a", "b", "c", "a"], dtype=object)
     fps, merged = merge_vocabulary(fingerprint(names), names)
     merged = merged.to_pylist()
-    assert sorted(merged) == ["a", "b", "c"] and list(fps) == sorted(fps)
-    assert dict(zip(fingerprint(merged), merged)) == dict(zip(fps, merged))
+    assert sorted(merged) == ["a", "b", "c"] and len(set(fps.tolist())) == 3
+    assert fingerprint(merged).tolist() == fps.tolist()
     with pytest.raises(FingerprintCollision, match="'a' and 'b' share fingerprint 0x7"):
         merge_vocabulary(np.array([7, 7], dtype=np.uint64), np.array(["a", "b"], dtype=object))

@@ -8,12 +8,14 @@ import re
 from urllib.parse import urljoin
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from webgraph_pipeline import columnar, fingerprints, ids, splits, tlds, variants
 from webgraph_pipeline.columnar import rank_nodes
 from webgraph_pipeline.edges_input import parse_url_line
 from webgraph_pipeline.filters import tld_of
+from webgraph_pipeline.fingerprints import pack_names
 from webgraph_pipeline.urls import normalize_url
 from webgraph_pipeline.wat_writer import page_links, relative_link, synthetic_pages
 from webgraph_pipeline.write import shard_of
@@ -76,22 +78,28 @@ def test_tld_filter_functions():
 
 def test_ids_are_dense_deterministic_and_ordered_by_bucket_then_name():
     names = [f"http://site{i % 37}.de/p{i}" for i in range(2000)]
+
+    def blake2b_bucket(name, num_buckets):  # the documented rule, worked out here with hashlib
+        return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big") % num_buckets
+
     for num_buckets in (1, 7, 1024):
+        buckets = ids.buckets_of(pack_names(names), num_buckets)
+        assert buckets.tolist() == [blake2b_bucket(n, num_buckets) for n in names]
         groups = collections.defaultdict(list)
-        for n in names:
-            groups[ids.bucket_of(n, num_buckets)].append(n)
+        for n, b in zip(names, buckets.tolist()):
+            groups[b].append(n)
         offsets = ids.bucket_offsets((b, len(v)) for b, v in groups.items())
         assigned = {}
         for b, v in groups.items():  # each bucket numbered on its own, from its offset
-            v = np.array(v[::-1], dtype=object)
-            assigned.update(zip(v, rank_nodes(np.full(len(v), b), v, offsets[b]).tolist()))
+            v = v[::-1]
+            assigned.update(zip(v, rank_nodes(np.full(len(v), b), pa.array(v, pa.large_string()), offsets[b]).tolist()))
         assert sorted(assigned.values()) == list(range(len(names)))
         # The documented order: by (bucket, name), worked out here without the module's numbering.
-        order = sorted(names, key=lambda n: (ids.bucket_of(n, num_buckets), n))
+        order = sorted(names, key=lambda n: (blake2b_bucket(n, num_buckets), n))
         assert [assigned[n] for n in order] == list(range(len(names)))
-    assert ids.bucket_of("http://a.de/", 1024) == ids.bucket_of("http://a.de/", 1024)
+    assert ids.buckets_of(b"", 7).tolist() == []
     with pytest.raises(ValueError, match="twice"):
-        rank_nodes(np.zeros(2), np.array(["x", "x"], dtype=object), 0)
+        rank_nodes(np.zeros(2), pa.array(["x", "x"], pa.large_string()), 0)
 
 
 def assign_rows(rows, seed, test_fraction, holdout_fraction):
@@ -225,6 +233,45 @@ def test_distinct_is_sorted_set(values):
     arr = np.array(values, dtype=np.uint64)
     got = columnar.distinct(arr)
     assert got.dtype == np.uint64 and got.tolist() == sorted(set(values))
+
+
+@pytest.mark.parametrize("values", [[], [7], [3, 1, 3, 2, 1, 2**64 - 1, 0, 2**64 - 1, 3]])
+def test_counts_and_unique_values(values):
+    arr = np.array(values, dtype=np.uint64)
+    got, counts = columnar.count_values(arr)
+    assert got.dtype == np.uint64 and dict(zip(got.tolist(), counts.tolist())) == collections.Counter(values)
+    assert columnar.unique(arr).tolist() == list(dict.fromkeys(values))
+
+
+def test_rows_group_sorted_with_and_without_the_one_key_path():
+    rows, cols = [5, 1, 5, 1, 0], [9, 4, 2, 3, 7]
+    for big in (0, 2**40):  # ids from 2^31 take the lexsort path
+        r, c = np.array(rows) + big, np.array(cols) + big
+        got_rows, offsets, got_cols = columnar.group_rows(r, c)
+        got = {int(x): got_cols[offsets[i]:offsets[i + 1]].tolist() for i, x in enumerate(got_rows)}
+        assert got == {x + big: sorted(y + big for rr, y in zip(rows, cols) if rr == x) for x in rows}
+        assert got_rows.tolist() == sorted(got)
+
+
+def test_membership_and_lookup_in_a_sorted_table():
+    table = np.array([2, 5, 9, 2**64 - 1], np.uint64)
+    values = np.array([9, 1, 2**64 - 1, 10, 5, 2**63], np.uint64)
+    assert columnar.is_member(values, table).tolist() == [v in set(table.tolist()) for v in values.tolist()]
+    assert columnar.is_member(values, table[:0]).tolist() == [False] * len(values)
+    present = np.array([2**64 - 1, 2, 9, 9], np.uint64)
+    assert columnar.lookup(present, table, "node").tolist() == [3, 0, 2, 2]
+    with pytest.raises(RuntimeError, match="runner lost data: target 0xa is in the edges"):
+        columnar.lookup(np.array([5, 10], np.uint64), table, "target")
+    repeated = np.array([2, 5, 5, 9], np.uint64)  # not a hash table's keys: the binary-search path
+    assert columnar.is_member(values, repeated).tolist() == [True, False, False, False, True, False]
+    assert columnar.lookup(np.array([9, 2], np.uint64), repeated, "node").tolist() == [3, 0]
+
+
+def test_narrow_only_ids_that_fit_int32():
+    small, big, neg = np.array([0, 2**31 - 1]), np.array([0, 2**31]), np.array([-1, 3])
+    out = columnar.narrow(small, big, neg, np.zeros(0, np.int64), np.array([1], np.uint64))
+    assert [a.dtype for a in out] == [np.int32, np.int64, np.int64, np.int32, np.uint64]
+    assert out[0].tolist() == small.tolist()
 
 
 def test_names_pack_and_unpack():

@@ -2,7 +2,7 @@
 
 Edges are parallel uint64 arrays (source fingerprints, target fingerprints); node tables are sorted
 fingerprint arrays with their ids and names (Arrow string arrays where they are sorted or taken).
-Each function is vectorized (sorts of one 64-bit key, `searchsorted`, `bincount`, Arrow's
+Each function is vectorized (sorts of one 64-bit key, hash lookups, `bincount`, Arrow's
 `sort_indices`); Python runs per bucket, and per node only where a name is hashed (blake2b ids,
 split hashes), never per edge.
 """
@@ -13,6 +13,7 @@ import collections
 from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -115,10 +116,16 @@ def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
 
 
 def count_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct values, how often each occurs): a sort and the runs' lengths."""
-    values = np.sort(values)
-    starts = _run_starts(values)
-    return values[starts], np.diff(np.append(starts, len(values))).astype(np.int64)
+    """(distinct values in the order they first occur, how often each occurs): pandas' hash table
+    and a `bincount` (2x faster than a sort and the runs' lengths at 10^5 values, 1.3x at 10^6)."""
+    codes, uniques = pd.factorize(values)
+    return np.asarray(uniques, values.dtype), np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+
+
+def unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values in the order they first occur (pandas' hash table: 1.4-3x faster than
+    `distinct`'s sort, for the uses that need no order)."""
+    return np.asarray(pd.unique(values), values.dtype)
 
 
 def sum_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,19 +138,29 @@ def sum_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nda
     return keys[starts], np.add.reduceat(np.asarray(counts, np.int64)[order], starts)
 
 
+def _positions(values: np.ndarray, sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the position of each of `values` in the sorted `sorted_keys`, -1 where absent; whether it is
+    present). Distinct keys go through a hash table (pandas' `Index.get_indexer`: about 10 ns per
+    value, where `np.searchsorted` of unsorted values takes 100-200 ns); repeated keys, through
+    one binary search per value."""
+    index = pd.Index(sorted_keys, copy=False)
+    if index.is_unique:
+        pos = index.get_indexer(values)
+        return pos, pos >= 0
+    pos = np.searchsorted(sorted_keys, values)
+    found = pos < len(sorted_keys)
+    found[found] = sorted_keys[pos[found]] == values[found]
+    return np.where(found, pos, -1), found
+
+
 def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     """Mask of `values` found in the sorted array `sorted_set`."""
-    if not len(sorted_set):
-        return np.zeros(len(values), dtype=bool)
-    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[pos] == values
+    return _positions(values, sorted_set)[1]
 
 
 def lookup(values: np.ndarray, sorted_keys: np.ndarray, what: str) -> np.ndarray:
     """Positions of `values` in the sorted `sorted_keys`; an error if one is missing (a lost node)."""
-    pos = np.searchsorted(sorted_keys, values)
-    found = pos < len(sorted_keys)
-    found[found] = sorted_keys[pos[found]] == values[found]
+    pos, found = _positions(values, sorted_keys)
     if not found.all():
         missing = int(values[~found][0])
         raise RuntimeError(f"runner lost data: {what} {missing:#x} is in the edges but not in the node table")
@@ -171,13 +188,12 @@ def degree_verdict(
     return kept, kept, len(nodes) - len(kept)
 
 
-def rank_nodes(id_buckets: np.ndarray, names, start: int) -> np.ndarray:
+def rank_nodes(id_buckets: np.ndarray, names: pa.Array, start: int) -> np.ndarray:
     """Ids `start..` of one group of nodes, numbered in the order (id bucket, name).
 
-    `names`: an Arrow string array (or a sequence of str). Arrow sorts strings by their UTF-8
-    bytes, which is the order of their code points, Python's order of str.
+    `names`: an Arrow string array. Arrow sorts strings by their UTF-8 bytes, which is the order of
+    their code points, Python's order of str.
     """
-    names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
     table = pa.table({"bucket": np.asarray(id_buckets, np.int64), "name": names})
     order = pc.sort_indices(table, sort_keys=[("bucket", "ascending"), ("name", "ascending")]).to_numpy()
     if len(order) > 1:
@@ -193,12 +209,14 @@ def rank_nodes(id_buckets: np.ndarray, names, start: int) -> np.ndarray:
 
 def group_rows(row_ids: np.ndarray, col_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct row ids, offsets, columns sorted within rows): row `r = rows[i]` has the columns
-    `cols[offsets[i]:offsets[i + 1]]`. Ids below 2^31 sort as one 64-bit key (row << 32 | col)."""
+    `cols[offsets[i]:offsets[i + 1]]`. Ids in [0, 2^31) sort as one 64-bit key (row << 32 | col),
+    whose sorted values give back rows and columns (no argsort and gathers: about 1.6x faster)."""
     if len(row_ids) and max(int(row_ids.max()), int(col_ids.max())) < 2**31 and min(row_ids.min(), col_ids.min()) >= 0:
-        order = np.argsort((row_ids.astype(np.int64) << 32) | col_ids.astype(np.int64))
+        keys = np.sort((row_ids.astype(np.int64) << 32) | col_ids.astype(np.int64))
+        rows_sorted, cols = keys >> 32, keys & 0xFFFFFFFF
     else:
         order = np.lexsort((col_ids, row_ids))
-    rows_sorted, cols = row_ids[order], col_ids[order]
+        rows_sorted, cols = row_ids[order], col_ids[order]
     starts = _run_starts(rows_sorted)
     offsets = np.append(starts, len(rows_sorted)).astype(np.int64)
     return rows_sorted[starts], offsets, cols
@@ -215,11 +233,15 @@ def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
 RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def _fits_int32(ids: np.ndarray) -> bool:
+    """Whether every value of an int64 array is in [0, 2^31)."""
+    return not len(ids) or (ids.min() >= 0 and ids.max() < 2**31)
+
+
 def narrow(*arrays: np.ndarray) -> Arrays:
     """The int64 id arrays as int32 when their values fit: what crosses a shuffle is copied several
     times by the runner, per byte (benchmarks/beam_floor.py). Consumers widen as they compute."""
-    fits = lambda a: not len(a) or (a.min() >= 0 and a.max() < 2**31)  # noqa: E731
-    return tuple(a.astype(np.int32) if a.dtype == np.int64 and fits(a) else a for a in arrays)
+    return tuple(a.astype(np.int32) if a.dtype == np.int64 and _fits_int32(a) else a for a in arrays)
 
 
 def ragged_take(ptr: np.ndarray, values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -243,8 +265,7 @@ def row_block(row_ids: np.ndarray, col_ptr: np.ndarray, cols: np.ndarray,
     """A RowBlock (int64 arrays); no gt_tag when `gt` is None."""
     if gt is None:
         gt_ptr, gt = np.zeros(len(row_ids) + 1, np.int64), np.zeros(0, np.int64)
-    as64 = lambda a: np.asarray(a, np.int64)  # noqa: E731
-    return as64(row_ids), as64(col_ptr), as64(cols), as64(gt_ptr), as64(gt)
+    return tuple(np.asarray(a, np.int64) for a in (row_ids, col_ptr, cols, gt_ptr, gt))
 
 
 def take_rows(block: RowBlock, at: np.ndarray) -> RowBlock:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence, Union
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -134,21 +135,22 @@ def _raise_collision(a: str, b: str, shared_fps: np.ndarray) -> None:
 
 
 def merge_vocabulary(fps: np.ndarray, names: Union[Sequence[str], Names]) -> tuple[np.ndarray, Names]:
-    """(sorted distinct fingerprints, their names as an Arrow array) of (fingerprint, name) pairs
-    with repeats.
+    """(distinct fingerprints in the order they first occur, their names as an Arrow array) of
+    (fingerprint, name) pairs with repeats.
 
     Raises `FingerprintCollision` naming two distinct names with one fingerprint, and how many
-    fingerprints are shared. Only entries that repeat a fingerprint have their names compared.
+    fingerprints are shared. Only entries that repeat a fingerprint have their names compared, each
+    with the first entry of its fingerprint. Repeats are found in pandas' hash table (no sort).
     """
     names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
-    order = np.argsort(fps, kind="stable")
-    fps, names = fps[order], names.take(order)
-    same_fp = np.flatnonzero(fps[1:] == fps[:-1])  # entry i + 1 repeats entry i's fingerprint
-    clash = same_fp[pc.not_equal(names.take(same_fp), names.take(same_fp + 1)).to_numpy(zero_copy_only=False)]
-    if len(clash):
-        i = int(clash[0])
-        _raise_collision(*names[i: i + 2].to_pylist(), fps[clash])
-    keep = np.ones(len(fps), bool)
-    keep[same_fp + 1] = False
-    keep = np.flatnonzero(keep)
-    return fps[keep], names.take(keep)
+    codes, uniques = pd.factorize(fps)
+    first = np.empty(len(uniques), np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the last write of each code wins: its first entry
+    repeats = np.flatnonzero(first[codes] != np.arange(len(codes)))
+    if len(repeats):
+        earlier = first[codes[repeats]]
+        differ = pc.not_equal(names.take(repeats), names.take(earlier)).to_numpy(zero_copy_only=False)
+        if differ.any():
+            i = int(np.flatnonzero(differ)[0])
+            _raise_collision(names[int(earlier[i])].as_py(), names[int(repeats[i])].as_py(), fps[repeats[differ]])
+    return np.asarray(uniques, fps.dtype), names.take(first)

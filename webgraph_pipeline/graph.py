@@ -5,10 +5,14 @@ node names (not deduplicated, self-loops included). Every name becomes a 64-bit 
 (`fingerprints.py`) in `Fingerprint`; from there on edges travel as NumPy uint64 arrays keyed by a
 hash bucket of one endpoint, and each name travels once per batch, to the vocabulary. Per bucket:
 
-  Fingerprint -> DedupEdges (duplicates, self-loops, TLD filter) -> DegreePass<i> (in-degree parts
-  by target bucket, KeepNodes by source bucket, KeepTargets by target bucket) -> KeptNodes (the
+  Fingerprint -> DedupEdges by target bucket (duplicates, self-loops, TLD filter; the targets'
+  in-degrees, complete there) -> DegreePass<i> (KeepNodes by source bucket with the in-degrees,
+  KeepTargets by target bucket, which counts the next pass's in-degrees) -> KeptNodes (the
   vocabulary, collision check) -> AssignIds (rank in (blake2b id bucket, name)) -> JoinTargetIds ->
   BuildRows (source ids, rows, strong-generalization split) -> Transpose -> Summarize
+
+Degree counts cross shuffles once per node (fingerprints and counts of a bucket's targets), never
+once per edge: edges grouped by their target's bucket hold every in-link of that bucket's nodes.
 
 The rules and counters are those of DESIGN.md; `tests/reference_graph.py` works them out in plain
 Python. No file is written here, so the TFDS builder can run this inside `tfds build`.
@@ -92,10 +96,12 @@ def _part(name: str, n: int) -> collections.Counter:
 
 
 class _FingerprintFn(beam.DoFn):
-    """An edge batch (names) -> edge pieces keyed by source bucket, and the batch's distinct names.
+    """An edge batch (names) -> edge pieces keyed by target bucket, and the batch's names by bucket.
 
-    Main output: (bucket, (src fps, dst fps, both-in-TLDs mask or None)); tagged `rows`/`cols`:
-    (bucket, (fps, packed names)) of the distinct names (one vocabulary unless bipartite).
+    Main output: (target bucket, (src fps, dst fps, both-in-TLDs mask or None)); tagged `rows`/`cols`:
+    (bucket, (fps, packed names)) of the batch's names (one vocabulary unless bipartite), repeats
+    included: `_MergeNames`, lifted before the shuffle, drops them in a hash table, which costs less
+    than sorting them out here (only the TLD filter needs each distinct name, and takes them).
     """
 
     def __init__(self, tlds: frozenset[str], bits: int, num_buckets: int, bipartite: bool):
@@ -109,23 +115,20 @@ class _FingerprintFn(beam.DoFn):
         names = np.array(list(src_names) + list(dst_names), dtype=object)
         fps = fingerprint(names, self._bits)
         src, dst = fps[:n], fps[n:]
-        if self._bipartite:
-            named = {ROWS: distinct_entries(src, names[:n]), COLS: distinct_entries(dst, names[n:])}
-            named[COLS] = (named[COLS][0], named[COLS][1] + n)
-        else:
-            named = {ROWS: distinct_entries(fps, names)}
+        named = {ROWS: (src, names[:n]), COLS: (dst, names[n:])} if self._bipartite else {ROWS: (fps, names)}
         in_tlds = None
         if self._tlds:
-            uniq, at = named[ROWS]
+            uniq, at = distinct_entries(fps, names)
             ok = np.fromiter((tld_of(name) in self._tlds for name in names[at]), dtype=bool, count=len(at))
-            in_tlds = ok[np.searchsorted(uniq, src)] & ok[np.searchsorted(uniq, dst)]
+            in_tlds = ok[col.lookup(src, uniq, "source")] & ok[col.lookup(dst, uniq, "target")]
+            if not self._bipartite:
+                named[ROWS] = (uniq, names[at])
         arrays = (src, dst) if in_tlds is None else (src, dst, in_tlds)
-        for bucket, piece in col.split_by_bucket(src, self._b, *arrays):
+        for bucket, piece in col.split_by_bucket(dst, self._b, *arrays):
             yield bucket, piece
-        packed = names_array(pack_names(names))
-        for kind, (uniq, at) in named.items():
-            for bucket, take in col.group_positions(col.bucket_of(uniq, self._b), self._b):
-                yield beam.pvalue.TaggedOutput(kind, (bucket, (uniq[take], pack_array(packed.take(at[take])))))
+        for kind, (kind_fps, kind_names) in named.items():
+            for bucket, take in col.group_positions(col.bucket_of(kind_fps, self._b), self._b):
+                yield beam.pvalue.TaggedOutput(kind, (bucket, (kind_fps[take], pack_names(kind_names[take]))))
 
 
 class _MergeNames(beam.CombineFn):
@@ -152,11 +155,17 @@ class _MergeNames(beam.CombineFn):
         return fps, pack_array(names)
 
 
-class _DedupFn(beam.DoFn):
-    """(source bucket, pieces) -> (source bucket, (src, dst)) distinct edges, drops counted."""
+def in_degrees(bucket: int, dst: np.ndarray) -> beam.pvalue.TaggedOutput:
+    """(bucket, (targets, in-link counts)) of edges grouped by target bucket, tagged `in`."""
+    return beam.pvalue.TaggedOutput("in", (bucket, col.count_values(dst)))
 
-    def __init__(self, drop_self_loops: bool, with_tlds: bool):
-        self._drop_self_loops, self._with_tlds = drop_self_loops, with_tlds
+
+class _DedupFn(beam.DoFn):
+    """(target bucket, pieces) -> distinct edges as pieces (source bucket, (src, dst)), drops counted;
+    tagged `in` (with `count_in`): the in-degrees of the bucket's targets."""
+
+    def __init__(self, drop_self_loops: bool, with_tlds: bool, count_in: bool, num_buckets: int):
+        self._drop_self_loops, self._with_tlds, self._count_in, self._b = drop_self_loops, with_tlds, count_in, num_buckets
 
     def process(self, kv) -> Iterator[Any]:
         bucket, pieces = kv
@@ -167,15 +176,9 @@ class _DedupFn(beam.DoFn):
             (src, dst), in_tlds = col.concat(pieces, 2), None
         src, dst = col.dedup_edges(src, dst, in_tlds, self._drop_self_loops, counts.inc)
         flush_to_beam(counts)
-        if len(src):
-            yield bucket, (src, dst)
-
-
-def _in_degree_parts(kv, num_buckets: int) -> Iterator[Any]:
-    """(source bucket, (src, dst)) -> (target bucket, (targets, in-link counts))."""
-    _, (_, dst) = kv
-    fps, counts = col.count_values(dst)
-    yield from col.split_by_bucket(fps, num_buckets, fps, counts)
+        if self._count_in:
+            yield in_degrees(bucket, dst)
+        yield from col.split_by_bucket(src, self._b, src, dst)
 
 
 class _KeepNodesFn(beam.DoFn):
@@ -201,53 +204,60 @@ class _KeepNodesFn(beam.DoFn):
 
 
 class _KeepTargetsFn(beam.DoFn):
-    """(target bucket, {'edges', 'kept'}) -> edges whose target is kept, keyed by source bucket."""
+    """(target bucket, {'edges', 'kept'}) -> edges whose target is kept, keyed by source bucket;
+    tagged `in` (with `count_in`): the kept edges' in-degrees, for the next pass."""
 
-    def __init__(self, num_buckets: int):
-        self._b = num_buckets
+    def __init__(self, num_buckets: int, count_in: bool):
+        self._b, self._count_in = num_buckets, count_in
 
     def process(self, kv) -> Iterator[Any]:
-        _, grouped = kv
+        bucket, grouped = kv
         src, dst = col.concat(grouped["edges"], 2)
         kept = np.concatenate(list(grouped["kept"]) or [np.zeros(0, np.uint64)])
         keep = col.is_member(dst, np.sort(kept))
         counts = LocalCounts()
         counts.inc("dropped_edges.degree_filter", int(len(dst) - keep.sum()))
         flush_to_beam(+counts)
-        yield from col.split_by_bucket(src[keep], self._b, src[keep], dst[keep])
+        src, dst = src[keep], dst[keep]
+        if self._count_in:
+            yield in_degrees(bucket, dst)
+        yield from col.split_by_bucket(src, self._b, src, dst)
 
 
 class _DegreePass(beam.PTransform):
-    """One pass of the degree filter on edges keyed by source bucket: two shuffles of the edges (to
-    their source's bucket with the in-degrees, to their target's bucket with the kept targets). The
-    kept edges come out as pieces keyed by source bucket, at most one per (source, target) bucket
-    pair: every consumer re-keys them in its own shuffle, so grouping them here would be a third."""
+    """One pass of the degree filter: {'edges': pieces keyed by source bucket, 'in': the in-degrees
+    of each bucket's targets} -> the same for the kept edges ('in' only when `count_in`, for a next
+    pass). Two shuffles of the edges: to their source's bucket with the in-degrees (the verdict on
+    the bucket's nodes), to their target's bucket with the kept targets. Kept edges come out as
+    pieces, at most one per (source, target) bucket pair: every consumer re-keys them in its own
+    shuffle, so grouping them here would be a third."""
 
-    def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int):
+    def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int,
+                 count_in: bool):
         super().__init__()
         self._args = (min_links, bipartite, counter_names, num_buckets)
-        self._b = num_buckets
+        self._b, self._count_in = num_buckets, count_in
 
-    def expand(self, edges):
-        in_parts = edges | "InDegreeParts" >> beam.FlatMap(_in_degree_parts, self._b)
+    def expand(self, inputs):
         verdict = (
-            {"edges": edges, "in": in_parts}
+            inputs
             | "GroupBySourceBucket" >> beam.CoGroupByKey()
             | "KeepNodes" >> beam.ParDo(_KeepNodesFn(*self._args)).with_outputs("kept", main="edges")
         )
-        return (
+        kept = (
             {"edges": verdict.edges, "kept": verdict.kept}
             | "GroupByTargetBucket" >> beam.CoGroupByKey()
-            | "KeepTargets" >> beam.ParDo(_KeepTargetsFn(self._b))
+            | "KeepTargets" >> beam.ParDo(_KeepTargetsFn(self._b, self._count_in)).with_outputs("in", main="edges")
         )
+        return {"edges": kept.edges, "in": kept["in"]}
 
 
 def _endpoints(kv, num_buckets: int, bipartite: bool) -> Iterator[Any]:
     """(source bucket, (src, dst)) -> (bucket, fps) of its distinct sources (rows) and targets
     (tagged `cols` when bipartite)."""
     bucket, (src, dst) = kv
-    yield bucket, col.distinct(src)
-    targets = col.distinct(dst)
+    yield bucket, col.unique(src)
+    targets = col.unique(dst)
     for b, (fps,) in col.split_by_bucket(targets, num_buckets, targets):
         yield (beam.pvalue.TaggedOutput(COLS, (b, fps)) if bipartite else (b, fps))
 
@@ -258,7 +268,7 @@ def _kept_names(kv, kind: str) -> Iterator[Any]:
     _, grouped = kv
     pieces = list(grouped["names"])
     fps, names = merge_vocabulary(col.concat(pieces, 1)[0], joined_names(pieces, 1))
-    nodes = col.distinct(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
+    nodes = col.unique(np.concatenate(list(grouped["nodes"]) or [np.zeros(0, np.uint64)]))
     if len(nodes):
         yield nodes, pack_array(names.take(col.lookup(nodes, fps, f"{kind} node")))
 
@@ -404,27 +414,33 @@ def _node_count(kind: str):
 
 
 class DistinctEdges(beam.PTransform):
-    """Edge batches of names -> {'edges': distinct edges (source bucket, (src fps, dst fps)), and
-    'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, packed names)) for the vocabulary}.
+    """Edge batches of names -> {'edges': distinct edges as pieces (source bucket, (src fps, dst fps)),
+    'in' (with `count_in`): the in-degrees (bucket, (target fps, counts)) of each bucket's targets,
+    and 'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, packed names)) for the
+    vocabulary}.
 
-    Drops and counts duplicates, then (unless bipartite) self-loops, then edges outside `tlds`.
+    Drops and counts duplicates, then (unless bipartite) self-loops, then edges outside `tlds`;
+    edges are grouped by their target's bucket, where each target's in-links are all at hand.
     """
 
-    def __init__(self, tlds: frozenset[str], bipartite: bool, num_buckets: int, fingerprint_bits: int):
+    def __init__(self, tlds: frozenset[str], bipartite: bool, num_buckets: int, fingerprint_bits: int,
+                 count_in: bool = False):
         super().__init__()
         self._tlds, self._bipartite, self._b, self._bits = tlds, bipartite, num_buckets, fingerprint_bits
+        self._count_in = count_in
 
     def expand(self, batches):
         kinds = (ROWS, COLS) if self._bipartite else (ROWS,)
         fp = batches | "Fingerprint" >> beam.ParDo(
             _FingerprintFn(self._tlds, self._bits, self._b, self._bipartite)).with_outputs(*kinds, main="edges")
+        dedup = _DedupFn(not self._bipartite, bool(self._tlds), self._count_in, self._b)
         edges = (
             fp.edges
-            | "GroupEdgesBySource" >> beam.GroupByKey()
-            | "DedupEdges" >> beam.ParDo(_DedupFn(drop_self_loops=not self._bipartite, with_tlds=bool(self._tlds)))
+            | "GroupEdgesByTarget" >> beam.GroupByKey()
+            | "DedupEdges" >> beam.ParDo(dedup).with_outputs("in", main="edges")
         )
         names = {kind: fp[kind] | f"MergeNames_{kind}" >> beam.CombinePerKey(_MergeNames()) for kind in kinds}
-        return {"edges": edges, **names}
+        return {"edges": edges.edges, "in": edges["in"], **names}
 
 
 class NodeTables(beam.PTransform):
@@ -521,13 +537,15 @@ class BuildWebGraph(beam.PTransform):
     def expand(self, batches):
         cfg, nb = self._config, self._b
         tlds = frozenset(t.lower() for t in cfg.tlds)
-        distinct = batches | "DistinctEdges" >> DistinctEdges(tlds, cfg.bipartite, nb, self._bits)
-        edges = distinct["edges"]
-        for i in range(1, (cfg.degree_passes if cfg.min_links > 0 else 0) + 1):
+        passes = cfg.degree_passes if cfg.min_links > 0 else 0
+        distinct = batches | "DistinctEdges" >> DistinctEdges(tlds, cfg.bipartite, nb, self._bits, passes > 0)
+        filtered = {"edges": distinct["edges"], "in": distinct["in"]}
+        for i in range(1, passes + 1):
             names = ("dropped_nodes.degree_filter",)
             if cfg.degree_passes > 1:
                 names += (f"dropped_nodes.degree_filter_pass{i}",)
-            edges = edges | f"DegreePass{i}" >> _DegreePass(cfg.min_links, cfg.bipartite, names, nb)
+            filtered = filtered | f"DegreePass{i}" >> _DegreePass(cfg.min_links, cfg.bipartite, names, nb, i < passes)
+        edges = filtered["edges"]
         tables = {**distinct, "edges": edges} | "NodeTables" >> NodeTables(cfg.bipartite, cfg.id_buckets, nb)
         col_table = tables[COLS if cfg.bipartite else ROWS]
         joined = {"edges": edges, "table": col_table} | "JoinTargetIds" >> JoinTargetIds(nb)

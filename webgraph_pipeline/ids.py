@@ -16,15 +16,10 @@ import numpy as np
 _BLAKE2B_8 = partial(hashlib.blake2b, digest_size=8)
 
 
-def bucket_of(name: str, num_buckets: int) -> int:
-    """The hash bucket of a node name (stable: blake2b, not Python's salted `hash`)."""
-    digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % num_buckets
-
-
 def buckets_of(packed: bytes, num_buckets: int) -> np.ndarray:
-    """`bucket_of` of each name of a `fingerprints.pack_names` buffer, hashed from its bytes: one
-    blake2b call per name (hashlib has no batch call), the rest NumPy."""
+    """The id bucket of each name of a `fingerprints.pack_names` buffer: blake2b-8 of its UTF-8
+    bytes (stable, unlike Python's salted `hash`), big-endian, modulo `num_buckets`. One hashlib
+    call per name (it has no batch call), the rest NumPy."""
     if not packed:
         return np.zeros(0, np.int64)
     digests = b"".join([_BLAKE2B_8(name).digest() for name in packed.split(b"\n")])
