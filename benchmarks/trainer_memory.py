@@ -74,8 +74,8 @@ class Sampler:
             seconds = time.perf_counter() - t
             after = status_kib("VmRSS")
             peak = max(self.peak, after)
-            live = {a.unsafe_buffer_pointer(): a.nbytes for x in jax.live_arrays() for a in
-                    (s.data for s in x.addressable_shards)}
+            live = {a.unsafe_buffer_pointer(): a.nbytes for x in jax.live_arrays()
+                    for a in (s.data for s in x.addressable_shards) if not a.is_deleted()}  # donated: still listed
             print(json.dumps({
                 "phase": "/".join(self.stack), "s": round(seconds, 2), "rss_in_gib": round(before / 2**20, 2),
                 "peak_gib": round(peak / 2**20, 2), "rss_out_gib": round(after / 2**20, 2),
@@ -131,7 +131,7 @@ def main() -> None:
     wrap(sampler, side_runner.SideRunner, "gramian", "gramian")
     wrap(sampler, side_runner.SideRunner, "_replicated", "replica")
     wrap(sampler, side_runner.SideRunner, "_run_per_device", "normal_rows")
-    wrap(sampler, side_runner.SideRunner, "_run_long", "long_rows")
+    wrap(sampler, side_runner.SideRunner, "run_long", "long_rows")
     wrap(sampler, side_runner.SideRunner, "run", "half_epoch")
     wrap(sampler, train, "_check_finite", "check_finite")
     del model

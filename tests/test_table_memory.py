@@ -84,7 +84,8 @@ print(json.dumps({
     "gram_err": float(np.abs(gram - host.T @ host).max() / np.abs(host.T @ host).max()),
     "buffers": len({s.data.unsafe_buffer_pointer() for s in replica.addressable_shards}),
     "devices": len(replica.addressable_shards),
-    "same": all(np.array_equal(np.asarray(s.data), np.asarray(table)) for s in replica.addressable_shards),
+    "dtype": str(replica.dtype),  # its bits (`gather_form`), read here as bfloat16
+    "same": all(np.array_equal(np.asarray(s.data).view(jnp.bfloat16), np.asarray(table)) for s in replica.addressable_shards),
 }))
 """
 
@@ -98,7 +99,7 @@ def test_fixed_table_replica_is_one_shared_copy_and_gramian_casts_by_chunks():
     # float32 copies of both bfloat16 shards would be two tables; chunks of 30k rows are 0.06 of one each
     assert got["gram"] < 0.5 * got["table"], got
     # every device sees the same host buffer: one table more, not one per device
-    assert got["devices"] == 2 and got["buffers"] == 1 and got["same"]
+    assert got["devices"] == 2 and got["buffers"] == 1 and got["same"] and got["dtype"] == "uint16"
     assert got["replica"] < 1.4 * got["table"], got
 
 
@@ -157,3 +158,73 @@ def test_bfloat16_half_epoch_solves_in_place():
     # float32 scatter copies held two tables (both shards, two float32 temporaries each); in place, the
     # reinterpretation before and after holds one shard at a time
     assert got["held"] < 0.75 * got["table"], got
+
+
+LONG_SCRIPT = MEMORY_HELPERS + """
+import json
+import jax, jax.numpy as jnp, numpy as np
+from alx_trainer.config import TrainConfig
+from alx_trainer.data import records
+from alx_trainer.ops import sharding
+from alx_trainer.ops.side_runner import SideRunner, step_spec
+
+n, n_other, d = 20_000, 2_000_000, 64
+rng = np.random.default_rng(0)
+row_ids = np.sort(rng.choice(n, 200, replace=False))
+# 16 x 64 ids per device batch: every 20th row (3000 ids) is a long row, solved matrix-free
+rows = [rng.choice(n_other, 3000 if i % 20 == 0 else rng.integers(1, 40), replace=False) for i in range(len(row_ids))]
+long = row_ids[::20]
+config = TrainConfig(data="unused", model_dir="unused", dim=d, table_dtype="bfloat16", progress=False,
+                     piece_len=16, batch_pieces=64, cg_iters=3)
+mesh = sharding.make_mesh(jax.devices()[:2])
+spec = step_spec(config, n_other)
+runner = SideRunner(config, mesh, spec, lambda: records.chunks_from_rows(row_ids, rows), n)
+other = rng.normal(0, 0.1, (n_other, d)).astype(jnp.bfloat16).astype(np.float32)
+start = rng.normal(0, 0.1, (n, d)).astype(jnp.bfloat16).astype(np.float32)
+passes = []
+long_pass = sharding.long_pass
+sharding.long_pass = lambda src, *a: passes.append(src.dtype) or long_pass(src, *a)
+
+def solve(dtype):
+    src = sharding.table_from_numpy(mesh, other, dtype)
+    return runner.run(src, sharding.table_from_numpy(mesh, start, dtype))[0]
+
+solve(jnp.bfloat16).block_until_ready()  # compiled; first-use buffers
+src = sharding.table_from_numpy(mesh, other, jnp.bfloat16)
+dst = sharding.table_from_numpy(mesh, start, jnp.bfloat16)
+dst.block_until_ready()
+passes.clear()
+before = rss()
+reset_peak()
+out, terms = runner.run(src, dst)
+out.block_until_ready()
+held = peak() - before
+got = np.asarray(out).astype(np.float32)
+kinds = sorted({str(k) for k in passes})
+del src, dst
+want = np.asarray(solve(jnp.float32))  # the float32 tables' solve (matrix-free too)
+print(json.dumps({
+    "fixed": n_other * d * 2, "held": held, "long_steps": runner.plan.long_steps, "passes": len(passes),
+    "pass_dtypes": kinds, "solved": float(terms[2]), "dtype": str(out.dtype),
+    "long_err": float(np.abs(got[long] - want[long]).max()), "scale": float(np.abs(want[long]).max()),
+    "changed": bool((got[long] != start[long]).all(axis=1).any()),
+}))
+"""
+
+
+def test_bfloat16_long_rows_gather_the_fixed_table_without_a_float32_copy():
+    """Matrix-free long rows on a bfloat16 fixed table hold its one shared replica, nothing per device.
+
+    XLA:CPU hoisted the float32 convert of a bfloat16 gather operand out of `long_pass`'s loop: each
+    device held a float32 copy of the whole fixed table (2x its bytes, 4x for two devices; +6 GiB
+    and a stopped run at the de-sparse shape). The kernels now gather its uint16 bits.
+    """
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    run = subprocess.run([sys.executable, "-c", LONG_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["long_steps"] > 0 and got["passes"] > 0 and got["pass_dtypes"] == ["uint16"], got
+    assert got["dtype"] == "bfloat16" and got["solved"] == 200 and got["changed"], got
+    assert got["long_err"] <= 2 ** -7 * got["scale"], got  # the float32 solve, within bfloat16 rounding
+    # the replica (one host copy shared by both devices) is one fixed table; float32 copies were 4 more
+    assert got["held"] < 1.5 * got["fixed"], got

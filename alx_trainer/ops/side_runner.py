@@ -21,7 +21,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching, records
-from alx_trainer.ops import owner_stream, per_core, sharding
+from alx_trainer.ops import owner_stream, per_core, sharding, solvers
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
@@ -109,11 +109,12 @@ class SideRunner:
         return self.gramian(src) if gram is None else gram, hyper
 
     def _replicated(self, table: jax.Array) -> jax.Array:
+        """The fixed table as the steps take it: whole on every device unless 'sharded', in `gather_form`."""
         if not self.spec.replicated_src:
-            return table
+            return sharding.gather_form(table)
         if self.spec.owner:
             return sharding.replicate_via_host(self.mesh, table)
-        return sharding.make_replicate(self.mesh)(table)
+        return sharding.gather_form(sharding.make_replicate(self.mesh)(table))
 
     def _shape(self) -> tuple[int, int, int]:
         c = self.config
@@ -303,13 +304,8 @@ class SideRunner:
         return dst, [t for _, terms in results for t in terms]
 
     def run_long(self, src, dst, gram) -> tuple[jax.Array, list]:
-        """Solve the rows longer than one device batch (matrix-free where the layout allows).
-
-        Matrix-free only for float32 tables: with bfloat16 storage at 19.7M rows (the de-sparse
-        shape, `benchmarks/trainer_memory.py`) it took the column half-epoch from 15.1 to over 21
-        GiB (not yet root-caused), while the d x d statistics path stays at 15.1 GiB.
-        """
-        if self.spec.owner and self.spec.matvec and self.spec.solver == "cg" and dst.dtype == np.float32:
+        """Solve the rows longer than one device batch (matrix-free where the layout allows)."""
+        if self.spec.owner and self.spec.matvec and self.spec.solver == "cg":
             return self._run_long_cg(src, dst, gram)
         return self._run_long(src, dst, gram)
 
@@ -352,8 +348,8 @@ class SideRunner:
 
         As implicit does it: every CG matvec is a pass over the row's batches (`sharding.long_pass`,
         h^T (h p) without the d x d matrix: 4 |S| d FLOPs a pass instead of 2 |S| d^2 once), the
-        devices splitting the batches; the CG recurrences of `solvers.cg` run on the host in float64
-        over all long rows at once. Same passes as a normal row: r0, `cg_iters` matvecs, the loss.
+        devices splitting the batches; `solvers.cg`'s recurrence runs on the host in float64
+        (`solvers.host_cg`) over all long rows at once. Same passes as a normal row: r0, `cg_iters` matvecs, the loss.
         """
         batches = batching.merge(list(self._long()))
         owners, slot = np.unique(batches.owner, return_inverse=True)
@@ -407,15 +403,7 @@ class SideRunner:
             return -observed(p, 0.0)[0] + alpha * (p @ g) + lam[:, None] * p
 
         r = observed(x, 1.0)[0] - alpha * (x @ g) - lam[:, None] * x
-        p, rs = r, np.sum(r * r, axis=1)
-        for _ in range(self.spec.cg_iters):  # the recurrences of `solvers.cg`
-            ap = matvec(p)
-            pap = np.sum(p * ap, axis=1)
-            step = np.where(pap > 0, rs / np.where(pap > 0, pap, 1), 0)[:, None]
-            x, r = x + step * p, r - step * ap
-            rs_new = np.sum(r * r, axis=1)
-            p = r + np.where(rs > 0, rs_new / np.where(rs > 0, rs, 1), 0)[:, None] * p
-            rs = rs_new
+        x = solvers.host_cg(matvec, x, r, self.spec.cg_iters)
         loss = observed(x, 1.0)[1].sum() if self.spec.observed_loss else 0.0
         for j, device in enumerate(local):
             here = owner_device == j

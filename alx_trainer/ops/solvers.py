@@ -1,46 +1,72 @@
 """Batched solvers for the per-row normal equations A x = b of paper Eq. 4 (paper 4.5).
 
 All work on a batch of rows: `A` [R, d, d], `b` and `x0` [R, d], float32. `cg` also takes a
-matrix-free `matvec` so the d x d matrices never have to be built.
+matrix-free `matvec` so the d x d matrices never have to be built; its recurrence (`cg_step`) is
+written once for any array namespace, so the host's float64 long-row CG (`host_cg`) is the same.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from alx_trainer.ops import block_solver
 
 Matvec = Callable[[jax.Array], jax.Array]
 
 
+class CGState(NamedTuple):
+    """The conjugate-gradient recurrence's state per row: x, residual r, direction p, rs = |r|^2 [R, 1]."""
+
+    x: Any
+    r: Any
+    p: Any
+    rs: Any
+
+
+def _dot(u, v, xp):
+    return xp.sum(u * v, axis=-1, keepdims=True)
+
+
+def cg_start(x0, r0, xp=jnp) -> CGState:
+    """The state before the first step, from the warm start `x0` and its residual `r0` = b - A x0."""
+    return CGState(x0, r0, r0, _dot(r0, r0, xp))
+
+
+def cg_step(matvec: Callable, state: CGState, xp=jnp) -> CGState:
+    """One conjugate-gradient step on every row at once, in the array namespace `xp` (jax.numpy on
+    the devices, NumPy for the host's float64 long rows). A row whose |r|^2 or p^T A p reached 0
+    stays where it is."""
+    x, r, p, rs = state
+    ap = matvec(p)
+    pap = _dot(p, ap, xp)
+    step = xp.where(pap > 0, rs / xp.where(pap > 0, pap, 1), 0)
+    x = x + step * p
+    r = r - step * ap
+    rs_new = _dot(r, r, xp)
+    beta = xp.where(rs > 0, rs_new / xp.where(rs > 0, rs, 1), 0)
+    return CGState(x, r, r + beta * p, rs_new)
+
+
 def cg(matvec: Matvec, b: jax.Array | None, x0: jax.Array, iters: int, r0: jax.Array | None = None) -> jax.Array:
-    """`iters` conjugate-gradient steps per row from the warm start `x0` (rows independent).
+    """`iters` conjugate-gradient steps per row from the warm start `x0` (rows independent), compiled.
 
     `r0` = b - A x0 may be given instead of `b` when the caller computes it more cheaply.
     """
-
-    def dot(u, v):
-        return jnp.sum(u * v, axis=-1, keepdims=True)
-
     r = b - matvec(x0) if r0 is None else r0
-    rs = dot(r, r)
+    state = jax.lax.fori_loop(0, iters, lambda _, s: cg_step(matvec, s), cg_start(x0, r))
+    return state.x
 
-    def body(_, carry):
-        x, r, p, rs = carry
-        ap = matvec(p)
-        pap = dot(p, ap)
-        step = jnp.where(pap > 0, rs / jnp.where(pap > 0, pap, 1), 0)
-        x = x + step * p
-        r = r - step * ap
-        rs_new = dot(r, r)
-        beta = jnp.where(rs > 0, rs_new / jnp.where(rs > 0, rs, 1), 0)
-        return x, r, r + beta * p, rs_new
 
-    x, *_ = jax.lax.fori_loop(0, iters, body, (x0, r, r, rs))
-    return x
+def host_cg(matvec: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, r0: np.ndarray, iters: int) -> np.ndarray:
+    """`cg` on host arrays (NumPy, e.g. float64), each `matvec` a call out (`SideRunner`'s long rows)."""
+    state = cg_start(x0, r0, np)
+    for _ in range(iters):
+        state = cg_step(matvec, state, np)
+    return state.x
 
 
 def _triangular(a: jax.Array, b: jax.Array, lower: bool) -> jax.Array:
