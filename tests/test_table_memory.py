@@ -19,6 +19,13 @@ def reset_peak():  # the peak from here on, not an earlier transient (imports, c
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
 
+def held_by(call):  # (call's (array, ...) result once ready, the memory it held above what was resident)
+    before = rss()
+    reset_peak()
+    result = call()
+    result[0].block_until_ready()
+    return result, peak() - before
+
 """
 
 SCRIPT = MEMORY_HELPERS + """
@@ -129,11 +136,7 @@ def solve(dtype):
 solve(jnp.bfloat16).block_until_ready()  # compiled; first-use buffers
 dst = sharding.table_from_numpy(mesh, start.astype(np.float32), jnp.bfloat16)
 dst.block_until_ready()
-before = rss()
-reset_peak()
-out, terms = runner.run(src, dst)
-out.block_until_ready()
-held = peak() - before
+(out, terms), held = held_by(lambda: runner.run(src, dst))
 got = np.asarray(out).astype(np.float32)
 want = np.asarray(solve(jnp.float32)).astype(jnp.bfloat16).astype(np.float32)  # the float32 table's solve, rounded
 untouched = np.setdiff1d(np.arange(n), row_ids)
@@ -194,11 +197,7 @@ src = sharding.table_from_numpy(mesh, other, jnp.bfloat16)
 dst = sharding.table_from_numpy(mesh, start, jnp.bfloat16)
 dst.block_until_ready()
 passes.clear()
-before = rss()
-reset_peak()
-out, terms = runner.run(src, dst)
-out.block_until_ready()
-held = peak() - before
+(out, terms), held = held_by(lambda: runner.run(src, dst))
 got = np.asarray(out).astype(np.float32)
 kinds = sorted({str(k) for k in passes})
 del src, dst
