@@ -110,20 +110,26 @@ def bucket_of(fps: np.ndarray, num_buckets: int) -> np.ndarray:
     return (mixed % np.uint64(num_buckets)).astype(np.int64)
 
 
+def _repeats(fps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct fingerprints in the order they first occur, the position of each one's first entry,
+    the entries that repeat an earlier fingerprint, that fingerprint's first entry): pandas' hash
+    table, no sort. Both collision checks below compare names at these pairs only."""
+    codes, uniques = pd.factorize(fps)
+    first = np.empty(len(uniques), np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the last write of each code wins: its first entry
+    repeats = np.flatnonzero(first[codes] != np.arange(len(codes)))
+    return np.asarray(uniques, fps.dtype), first, repeats, first[codes[repeats]]
+
+
 def distinct_entries(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct fingerprints, the position of one entry of each) of parallel arrays of
-    fingerprints and names (objects); `FingerprintCollision` when two distinct names share one.
-    Only entries that repeat a fingerprint have their names compared."""
-    order = np.argsort(fps)
-    sorted_fps = fps[order]
-    repeats = np.flatnonzero(sorted_fps[1:] == sorted_fps[:-1])
-    a, b = order[repeats], order[repeats + 1]
-    clash = np.flatnonzero(names[a] != names[b])
+    fingerprints and names (objects); `FingerprintCollision` when two distinct names share one."""
+    uniq, first, repeats, earlier = _repeats(fps)
+    clash = np.flatnonzero(names[repeats] != names[earlier])
     if len(clash):
-        _raise_collision(names[a[clash[0]]], names[b[clash[0]]], sorted_fps[repeats[clash]])
-    keep = np.ones(len(fps), bool)
-    keep[repeats + 1] = False
-    return sorted_fps[keep], order[keep]
+        _raise_collision(names[earlier[clash[0]]], names[repeats[clash[0]]], fps[repeats[clash]])
+    order = np.argsort(uniq)
+    return uniq[order], first[order]
 
 
 def _raise_collision(a: str, b: str, shared_fps: np.ndarray) -> None:
@@ -143,14 +149,10 @@ def merge_vocabulary(fps: np.ndarray, names: Union[Sequence[str], Names]) -> tup
     with the first entry of its fingerprint. Repeats are found in pandas' hash table (no sort).
     """
     names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
-    codes, uniques = pd.factorize(fps)
-    first = np.empty(len(uniques), np.int64)
-    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the last write of each code wins: its first entry
-    repeats = np.flatnonzero(first[codes] != np.arange(len(codes)))
+    uniq, first, repeats, earlier = _repeats(fps)
     if len(repeats):
-        earlier = first[codes[repeats]]
         differ = pc.not_equal(names.take(repeats), names.take(earlier)).to_numpy(zero_copy_only=False)
         if differ.any():
             i = int(np.flatnonzero(differ)[0])
             _raise_collision(names[int(earlier[i])].as_py(), names[int(repeats[i])].as_py(), fps[repeats[differ]])
-    return np.asarray(uniques, fps.dtype), names.take(first)
+    return uniq, names.take(first)

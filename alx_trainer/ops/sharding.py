@@ -227,8 +227,7 @@ def solving_form(table: jax.Array) -> jax.Array:
     whole shard per update). A uint16 scatter updates the rows in place. The reinterpretation
     itself holds one shard of temporary, shard by shard, once per half-epoch.
     """
-    cpu = all(d.platform == "cpu" for d in table.sharding.device_set)
-    return _bitcast_shards(table, BF16_BITS) if cpu and table.dtype == jnp.bfloat16 else table
+    return _bitcast_shards(table, BF16_BITS) if _bits_dtype(table) == BF16_BITS else table
 
 
 def gather_form(table: jax.Array) -> jax.Array:
@@ -242,14 +241,15 @@ def gather_form(table: jax.Array) -> jax.Array:
     replica). A uint16 gather needs no convert; only the gathered rows are widened (`as_float32`).
     A bitcast inside the program does not help: XLA:CPU materializes it as a copy.
     """
-    bits = _gather_dtype(table)
+    bits = _bits_dtype(table)
     if bits == table.dtype:
         return table
     parts = [jax.device_put(np.asarray(s.data).view(bits), s.device, may_alias=True) for s in table.addressable_shards]
     return jax.make_array_from_single_device_arrays(table.shape, table.sharding, parts)
 
 
-def _gather_dtype(table: jax.Array) -> np.dtype:
+def _bits_dtype(table: jax.Array) -> np.dtype:
+    """The dtype XLA:CPU kernels take `table` as: `BF16_BITS` for bfloat16 on CPU, else its own."""
     cpu = all(d.platform == "cpu" for d in table.sharding.device_set)
     return np.dtype(BF16_BITS) if cpu and table.dtype == jnp.bfloat16 else np.dtype(table.dtype)
 
@@ -504,7 +504,7 @@ def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
     """
     if mesh.size == 1:
         return gather_form(table)
-    host = aligned_empty(table.shape, _gather_dtype(table))
+    host = aligned_empty(table.shape, _bits_dtype(table))
 
     def copy(shard) -> None:  # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
         host[shard.index] = np.asarray(shard.data).view(host.dtype)
