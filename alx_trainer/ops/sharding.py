@@ -341,11 +341,12 @@ def make_gramian(mesh: Mesh):
     return jax.jit(jax.shard_map(_gramian_local, mesh=mesh, in_specs=P(AXIS), out_specs=P(), check_vma=False))
 
 
-def _row_reg(spec: StepSpec, hyper: jax.Array, row_len: jax.Array) -> jax.Array:
-    """lambda * (n + alpha * num_other) ** nu per row (plain lambda when nu = 0)."""
+def row_reg(num_other: int, hyper, row_len, xp=jnp):
+    """lambda * (n + alpha * num_other) ** nu per row (plain lambda when nu = 0), in the dtype of
+    `hyper` and the array namespace `xp` (NumPy float64 for the host's long rows)."""
     alpha, reg, nu = hyper[0], hyper[1], hyper[2]
-    n = row_len.astype(jnp.float32)
-    return reg * jnp.where(nu == 0, 1.0, (n + alpha * spec.num_other) ** nu)
+    n = row_len.astype(hyper.dtype)
+    return reg * xp.where(nu == 0, 1.0, (n + alpha * num_other) ** nu)
 
 
 def _explicit_stats(h: jax.Array, seg: jax.Array, rows: int) -> tuple[jax.Array, jax.Array]:
@@ -361,7 +362,7 @@ def _solve_explicit(spec: StepSpec, fixed: Fixed, a_obs, b, x0, row_ids, row_len
     gram, hyper = fixed
     d = gram.shape[0]
     valid = row_ids >= 0
-    lam = _row_reg(spec, hyper, row_len)
+    lam = row_reg(spec.num_other, hyper, row_len)
     eye = jnp.eye(d, dtype=jnp.float32)
     a = a_obs + hyper[0] * gram + lam[:, None, None] * eye
     a = jnp.where(valid[:, None, None], a, eye)  # padding slots: a harmless identity system
@@ -389,13 +390,13 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids,
     x0 = _rows_in(spec, dst_l, row_ids)  # warm start [R, d]
     if spec.solver == "block":  # iALS++: never builds the d x d matrices
         valid = row_ids >= 0
-        lam = _row_reg(spec, hyper, row_len)
+        lam = row_reg(spec.num_other, hyper, row_len)
         x, err = block_solver.sweep(h, seg, x0, gram, lam, alpha, valid, spec.block_size)
         per_entry = jnp.where(ids >= 0, err**2, 0).sum(axis=1)  # errors of the final x: the observed loss
         terms = _loss_terms(valid, jax.ops.segment_sum(per_entry, seg, num_segments=rows), lam, x)
     elif spec.matvec and spec.solver == "cg":
         valid = row_ids >= 0
-        lam = _row_reg(spec, hyper, row_len)
+        lam = row_reg(spec.num_other, hyper, row_len)
 
         def per_row(p):  # [R, d] -> [B, d]: each piece's row vector (zero for padding pieces)
             return jnp.take(p, seg, axis=0, mode="fill", fill_value=0)

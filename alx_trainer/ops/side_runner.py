@@ -395,8 +395,9 @@ class SideRunner:
         for j, device in enumerate(local):
             here = owner_device == j
             x[here] = sharding.host_float32(np.asarray(parts[device])[local_ids[here]])
-        alpha, reg, nu = (float(v) for v in self.hyper)
-        lam = reg * ((lengths + alpha * self.spec.num_other) ** nu if nu else np.ones(len(owners)))
+        hyper = np.asarray(self.hyper, np.float64)
+        alpha = hyper[0]
+        lam = sharding.row_reg(self.spec.num_other, hyper, lengths, np)
         g = np.asarray(gram[0], np.float64)
 
         def matvec(p: np.ndarray) -> np.ndarray:
