@@ -154,13 +154,14 @@ def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str
 def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, SideRunner]:
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
+    replica = sharding.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
     for side in sides(config.tied):
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
         files = records.host_files(dataset.files[side.split], jax.process_index(), jax.process_count())
         reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
-        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this)
+        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this, replica)
     return runners
 
 

@@ -1,8 +1,9 @@
 """Where one epoch of ours goes, per side: reading, packing, transfer, normal-row compute, long rows.
 
-    python benchmarks/trainer_profile.py --data DIR [--dim 64] [--cg_iters 3] [--epochs 2]
+    python benchmarks/trainer_profile.py --data DIR [--dim 64] [--cg_iters 3] [--epochs 2] [--no-hugepages]
 
-Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout),
+Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout,
+restarted with glibc's huge-page tunable unless `--no-hugepages`, see `alx_trainer.cli.hugepages`),
 then for each side times, in this order: reading the TFRecords into CSR chunks, packing them into
 each device's dense batches, copying those to the devices, and (over `--epochs` half-epochs, the
 first dropped as compilation) the fixed table's gramian and its copy for every device, the
@@ -19,6 +20,7 @@ import functools
 import glob
 import gzip
 import json
+import os
 import pathlib
 import re
 import resource
@@ -45,8 +47,16 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true",
                         help="also trace the last half-epoch of each side's normal rows with the JAX profiler and "
                              "give XLA's own time per kind of operation (gather, dot, scatter, ...)")
+    parser.add_argument("--hugepages", action=argparse.BooleanOptionalAction, default=True,
+                        help="restart with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 as the command line does "
+                             "(without, every fresh buffer and table gather pays 4 KiB pages)")
     args = parser.parse_args()
 
+    from alx_trainer.cli import hugepages
+
+    if args.hugepages and hugepages.wanted():
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
+                  dict(os.environ, GLIBC_TUNABLES=hugepages.TUNABLE))
     from alx_trainer.cli import train as cli_train
     from alx_trainer.config import TrainConfig
 
@@ -66,7 +76,9 @@ def main() -> None:
     dataset = open_dataset(config.data)
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
-    report: dict = {"devices": len(mesh.devices.flat), "dim": args.dim}
+    report: dict = {"devices": len(mesh.devices.flat), "dim": args.dim,
+                    "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
+    replica = sharding.ReplicaBuffer()  # as `train` shares one between its two runners
     for side in training.sides(False):
         if side.name not in args.sides.split(","):
             continue
@@ -81,7 +93,7 @@ def main() -> None:
         long = pieces > config.batch_pieces
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
         t = time.perf_counter()
-        runner = SideRunner(config, mesh, spec, functools.partial(iter, chunks), n_this)
+        runner = SideRunner(config, mesh, spec, functools.partial(iter, chunks), n_this, replica)
         init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s, gram_s, replica_s = [], [], [], []
@@ -115,6 +127,7 @@ def main() -> None:
                 dst, _ = runner.run_long(step_src, dst, gram)
             jax.block_until_ready(dst)
             long_s.append(time.perf_counter() - t)
+            del step_src  # the next replica reuses its memory
             if trace_dir:
                 jax.profiler.stop_trace()
                 long_kinds = op_seconds(trace_dir)

@@ -227,3 +227,27 @@ def test_bfloat16_long_rows_gather_the_fixed_table_without_a_float32_copy():
     assert got["long_err"] <= 2 ** -7 * got["scale"], got  # the float32 solve, within bfloat16 rounding
     # the replica (one host copy shared by both devices) is one fixed table; float32 copies were 4 more
     assert got["held"] < 1.5 * got["fixed"], got
+
+
+def test_replicas_of_successive_half_epochs_reuse_one_host_buffer():
+    import jax
+    import numpy as np
+
+    from alx_trainer.ops import sharding
+
+    mesh = sharding.make_mesh(jax.devices()[:2])
+    rng = np.random.default_rng(0)
+    big = rng.normal(size=(1000, 16)).astype(np.float32)
+    small = rng.normal(size=(300, 16)).astype(np.float32)
+    buffer = sharding.ReplicaBuffer()
+    pointers = []
+    for values in (big, small, big):  # row side, column side, row side
+        replica = sharding.replicate_via_host(mesh, sharding.table_from_numpy(mesh, values, np.float32), buffer)
+        for shard in replica.addressable_shards:  # every device: the whole table, exactly
+            np.testing.assert_array_equal(np.asarray(shard.data)[: len(values)], values)
+        pointers.append({s.data.unsafe_buffer_pointer() for s in replica.addressable_shards})
+        del replica
+    # one buffer for all: each replica aliases the memory the first one was copied into
+    assert pointers[0] == pointers[1] == pointers[2] and len(pointers[0]) == 1
+    fresh = sharding.replicate_via_host(mesh, sharding.table_from_numpy(mesh, small, np.float32))
+    assert {s.data.unsafe_buffer_pointer() for s in fresh.addressable_shards} != pointers[0]

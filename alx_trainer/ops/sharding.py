@@ -497,15 +497,17 @@ def make_replicate(mesh: Mesh):
     return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))
 
 
-def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
+def replicate_via_host(mesh: Mesh, table: jax.Array, buffer: ReplicaBuffer | None = None) -> jax.Array:
     """The whole table on every device through host memory (no collective; one process), in `gather_form`.
 
     One host copy: CPU devices alias it (`may_alias`, 64-byte aligned), so per-core devices share
-    one fixed table instead of holding one each; one device just keeps the table it has.
+    one fixed table instead of holding one each; one device just keeps the table it has. With
+    `buffer`, the copy goes into its memory (see `ReplicaBuffer`), else into a fresh allocation.
     """
     if mesh.size == 1:
         return gather_form(table)
-    host = aligned_empty(table.shape, _bits_dtype(table))
+    bits = _bits_dtype(table)
+    host = aligned_empty(table.shape, bits) if buffer is None else buffer.view(table.shape, bits)
 
     def copy(shard) -> None:  # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
         host[shard.index] = np.asarray(shard.data).view(host.dtype)
@@ -513,6 +515,27 @@ def replicate_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
     with ThreadPoolExecutor(host_threads(), thread_name_prefix="alx-replica") as pool:
         list(pool.map(copy, table.addressable_shards))
     return jax.device_put(host, NamedSharding(mesh, P()), may_alias=True)
+
+
+class ReplicaBuffer:
+    """Host memory for the fixed-table replica, kept from one half-epoch to the next.
+
+    A fresh allocation per half-epoch is touched for the first time by the copy: a page fault per
+    page (4 KiB pages: 0.5 s for the 512 MB replica of a 1M x 128 float32 table, against 0.04 s
+    for the copy alone into memory already mapped; 0.1 s on huge pages). Grown to the largest
+    table it has held. A replica made in it is valid until the next one is: hold one at a time.
+    """
+
+    def __init__(self) -> None:
+        self._raw: np.ndarray | None = None
+
+    def view(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An uninitialized, 64-byte aligned array of `shape` and `dtype` in the kept memory."""
+        size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if self._raw is None or self._raw.nbytes < size:
+            self._raw = None  # the old memory goes before the new is taken
+            self._raw = aligned_empty((size,), np.uint8)
+        return self._raw[:size].view(dtype).reshape(shape)
 
 
 def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:

@@ -16,6 +16,7 @@ import threading
 from typing import Callable, Iterator
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
@@ -70,7 +71,9 @@ class SideRunner:
     """Compiled kernels and the batch stream of one side; `run` does one half-epoch.
 
     `num_rows` is the size of the table being solved: with the 'owner' layout each row goes to
-    the device holding its shard of that table, and the packed batches stay in memory.
+    the device holding its shard of that table, and the packed batches stay in memory. Runners
+    given one `replica` buffer copy their fixed tables into its kept memory (float32 tables; see
+    `_replicated`): one half-epoch at a time.
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class SideRunner:
         spec: sharding.StepSpec,
         make_chunks: Callable[[], Iterator[records.RowChunk]],
         num_rows: int,
+        replica: sharding.ReplicaBuffer | None = None,
     ):
         self.config, self.mesh, self.spec = config, mesh, spec
+        self.replica = replica
         self.hyper = sharding.hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.make_chunks = make_chunks
         self.per_step = len(mesh.local_devices)
@@ -113,7 +118,10 @@ class SideRunner:
         if not self.spec.replicated_src:
             return sharding.gather_form(table)
         if self.spec.owner:
-            return sharding.replicate_via_host(self.mesh, table)
+            # A bfloat16 replica is freed each half-epoch: kept, it would add to the shard of
+            # temporary that the next half-epoch's `solving_form` takes.
+            keep = self.replica if table.dtype != jnp.bfloat16 else None
+            return sharding.replicate_via_host(self.mesh, table, keep)
         return sharding.gather_form(sharding.make_replicate(self.mesh)(table))
 
     def _shape(self) -> tuple[int, int, int]:
