@@ -28,6 +28,8 @@ CG_FORMS = ("auto", "matvec", "explicit")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
 LAYOUTS = ("auto", "sharded", "replicated", "owner")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+PIECE_LENS = (16, 8)  # `piece_len` 0: the candidates, in order (see `data.batching.choose_piece_len`)
+BATCH_IDS = 4096  # `batch_pieces` 0: ids per device batch
 
 
 class ConfigError(ValueError):
@@ -116,8 +118,12 @@ class SolverConfig:
 class BatchingConfig:
     """Dense batching (paper 4.3)."""
 
-    piece_len: int = _field(16, "Dense batching: length L of one piece of a row (paper 4.3).")
-    batch_pieces: int = _field(256, "Dense batching: pieces B per device per step.")
+    piece_len: int = _field(
+        0,
+        "Dense batching: length L of one piece of a row (paper 4.3); 0: per side, 16, or 8 where 16 would pad "
+        "that side's ids to more than 1.2x.",
+    )
+    batch_pieces: int = _field(0, "Dense batching: pieces B per device per step (0: 4096 ids, 4096 / piece_len; at least 256).")
     batch_rows: int = _field(
         0, "Dense batching: row slots per device per step (0: auto, 1.25 x batch_pieces / mean pieces per row)."
     )
@@ -222,9 +228,12 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
                 f"run it at once (jaxlib 0.10); use --cpu_devices 1, got {self.cpu_devices}",
             ),
             (self.table_dtype in TABLE_DTYPES, f"table_dtype: must be one of {TABLE_DTYPES}, got {self.table_dtype!r}"),
-            (self.piece_len > 0, f"piece_len: must be positive, got {self.piece_len}"),
-            (self.batch_pieces > 0, f"batch_pieces: must be positive, got {self.batch_pieces}"),
-            (0 <= self.batch_rows <= self.batch_pieces, f"batch_rows: must be in [0, batch_pieces], got {self.batch_rows}"),
+            (self.piece_len >= 0, f"piece_len: must be >= 0 (0: auto), got {self.piece_len}"),
+            (self.batch_pieces >= 0, f"batch_pieces: must be >= 0 (0: auto), got {self.batch_pieces}"),
+            (
+                0 <= self.batch_rows <= (self.batch_pieces or BATCH_IDS // max(PIECE_LENS)),
+                f"batch_rows: must be in [0, batch_pieces], got {self.batch_rows}",
+            ),
             (self.chunk_rows > 0, f"chunk_rows: must be positive, got {self.chunk_rows}"),
             (self.checkpoint_every >= 0, f"checkpoint_every: must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints > 0, f"keep_checkpoints: must be positive, got {self.keep_checkpoints}"),

@@ -41,8 +41,8 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--cg_iters", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch_pieces", type=int, default=256)
-    parser.add_argument("--piece_len", type=int, default=16)
+    parser.add_argument("--batch_pieces", type=int, default=0, help="0: as the trainer chooses")
+    parser.add_argument("--piece_len", type=int, default=0, help="0: per side, as the trainer chooses")
     parser.add_argument("--sides", default="row,col", help="the half-epochs to profile (at least the first needs the other)")
     parser.add_argument("--trace", action="store_true",
                         help="also trace the last half-epoch of each side's normal rows with the JAX profiler and "
@@ -89,12 +89,11 @@ def main() -> None:
         chunks = list(reader())
         read_s = time.perf_counter() - t
         lengths = np.concatenate([c.lengths for c in chunks])
-        pieces = batching.num_pieces(lengths, config.piece_len)
-        long = pieces > config.batch_pieces
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
         t = time.perf_counter()
         runner = SideRunner(config, mesh, spec, functools.partial(iter, chunks), n_this, replica)
         init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
+        long = batching.num_pieces(lengths, runner.piece_len) > runner.batch_pieces
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s, gram_s, replica_s = [], [], [], []
         kinds: dict = {}
@@ -136,7 +135,8 @@ def main() -> None:
         slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
         report[side.name] = {
             "rows": int(len(lengths)), "nnz": int(lengths.sum()), "long_rows": int(long.sum()),
-            "long_nnz": int(lengths[long].sum()), "long_batches": runner.plan.long_steps,
+            "long_nnz": int(lengths[long].sum()), "piece_len": runner.piece_len, "batch_pieces": runner.batch_pieces,
+            "long_batches": runner.plan.long_steps,
             "long_solves": runner.plan.long_solves, "padded_slots": slots,
             "slots_per_normal_nnz": slots / max(int(lengths[~long].sum()), 1),
             "read_s": read_s, "plan_pack_transfer_s": init_s,

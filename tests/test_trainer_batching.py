@@ -111,3 +111,21 @@ def test_owner_steps_and_stack_calls():
     assert second.row_ids[:, :, 0].tolist() == [[12, -1], [-1, -1]]
     with pytest.raises(ValueError, match="multiple of 3"):
         list(batching.stack_calls(steps, 3))
+
+
+@pytest.mark.parametrize("length,expected", [(16, 16), (32, 16), (5, 8), (8, 8), (9, 16), (30, 16), (20, 8)])
+def test_automatic_piece_length_from_padding(length, expected):
+    # Rows of one length n: L=16 takes 16*ceil(n/16) slots, L=8 takes 8*ceil(n/8). Worked out by
+    # hand: n=16, 32, 30 (32 slots: 1.07) stay at 16; n=5 (3.2x at 16, 1.6x at 8) and n=8 (2x, 1x)
+    # and n=20 (1.6x, 1.2x) go to 8; n=9 pads 16/9 at both, and 16 comes first.
+    lengths = np.full(50, length)
+    counts = {L: batching.padded_slots(lengths, *batching.batch_shape(L, 0)) for L in batching.PIECE_LENS}
+    assert counts[16] == (50 * 16 * -(-length // 16), 50 * length)
+    assert batching.choose_piece_len(counts) == expected
+
+
+def test_automatic_batch_keeps_4096_ids_and_leaves_out_longer_rows():
+    assert batching.batch_shape(8, 0) == (8, 512) and batching.batch_shape(16, 0) == (16, 256)
+    assert batching.batch_shape(8, 100) == (8, 100)
+    # a row of 4097 ids fits no 4096-id batch: it is a long row, left out of the slot counts
+    assert batching.padded_slots(np.array([4097, 3]), 8, 512) == (8, 3)

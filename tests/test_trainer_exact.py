@@ -186,3 +186,26 @@ def test_fold_in_matches_reference(dataset, tmp_path):
     # the default CG solver from a zero start converges to the same solution with enough steps
     cg = fold_in(model.col_table, new_rows, dataclasses.replace(model.config, solver="cg", cg_iters=20), mesh=mesh)
     assert _rel(cg, want) < 1e-4
+
+
+def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
+    """`piece_len`/`batch_pieces` 0: per side, 8 ids per piece where 16 would pad by more than 20%."""
+    from alx_trainer.data import records
+    from alx_trainer.data.dataset import open_dataset
+    from alx_trainer.ops.side_runner import SideRunner
+
+    data_dir, rows = dataset
+    mesh = sharding.make_mesh()
+    auto = {"piece_len": 0, "batch_pieces": 0, "batch_rows": 0}
+    config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=2, layout="owner", **auto)
+    files = open_dataset(data_dir).files["train"]
+    runner = SideRunner(config, mesh, step_spec(config, NUM_COLS),
+                        lambda: records.read_chunks(files, 64, NUM_ROWS, NUM_COLS), NUM_ROWS)
+    ids = sum(len(r) for r in rows.values())
+    assert sum(16 * -(-len(r) // 16) for r in rows.values()) > 1.2 * ids  # rows of at most 46 ids: 16 pads them more
+    assert (runner.piece_len, runner.batch_pieces) == (8, 512)
+    w0, h0 = _initial(config, mesh)
+    model = train(config, mesh=mesh)
+    w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)
+    assert _rel(model.row_table, w) < 1e-4
+    assert _rel(model.col_table, h) < 1e-4

@@ -125,8 +125,7 @@ class SideRunner:
         return sharding.gather_form(sharding.make_replicate(self.mesh)(table))
 
     def _shape(self) -> tuple[int, int, int]:
-        c = self.config
-        return c.piece_len, c.batch_pieces, self.rows
+        return self.piece_len, self.batch_pieces, self.rows
 
     def _empty(self, k: int) -> batching.DeviceBatch:
         return batching.empty_batch(k, *self._shape())
@@ -142,7 +141,7 @@ class SideRunner:
     def _long(self) -> Iterator[batching.LongBatch]:
         if self.cached_long is not None:
             return iter(self.cached_long)
-        return batching.pack_long(self.make_chunks(), self.config.piece_len, self.config.batch_pieces)
+        return batching.pack_long(self.make_chunks(), self.piece_len, self.batch_pieces)
 
     def _plan(self) -> SidePlan:
         """Count this host's batches (one streaming pass), then agree on the max over hosts.
@@ -151,25 +150,37 @@ class SideRunner:
         set from the mean pieces per row over all hosts, so slots are rarely the binding limit.
         With the 'owner' layout each device's rows are packed apart and kept in memory.
         """
-        L, B = self.config.piece_len, self.config.batch_pieces
-        self.streaming = self.spec.owner and self.config.stream_batches and (self.per_device or self.per_step == 1)
+        config = self.config
+        shapes = [batching.batch_shape(L, config.batch_pieces) for L in (
+            (config.piece_len,) if config.piece_len else batching.PIECE_LENS)]
+        self.streaming = self.spec.owner and config.stream_batches and (self.per_device or self.per_step == 1)
         chunks = list(self.make_chunks()) if self.spec.owner and not self.streaming else None
         seen, long_rows = [], []  # streamed: the long rows are kept from this pass (a file pass fewer per run)
         for c in chunks if chunks is not None else self.make_chunks():
             seen.append((c.lengths, c.row_ids))
-            if self.streaming and (long := batching.num_pieces(c.lengths, L) > B).any():
+            # (streamed) rows long at some candidate shape; those of the chosen one are kept below
+            if self.streaming and (long := c.lengths > min(L * B for L, B in shapes)).any():
                 long_rows.append(batching.select_rows(c, long))
         lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
         row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
         del seen
+        multihost = len(self.mesh.local_devices) < self.mesh.size  # the mesh spans processes
+        if len(shapes) > 1:  # automatic piece length: from the padding of every host's rows
+            counts = np.array([batching.padded_slots(lengths, L, B) for L, B in shapes], np.int64)
+            if multihost:
+                counts = over_hosts(counts.ravel()).sum(axis=0).reshape(counts.shape)
+            chosen = batching.choose_piece_len({L: tuple(c) for (L, _), c in zip(shapes, counts)})
+            shapes = [s for s in shapes if s[0] == chosen]
+        L, B = self.piece_len, self.batch_pieces = shapes[0]
+        if self.streaming:
+            long_rows = [batching.select_rows(c, c.lengths > L * B) for c in long_rows]
         pieces = batching.num_pieces(lengths, L)
         normal = pieces[pieces <= B]
-        multihost = len(self.mesh.local_devices) < self.mesh.size  # the mesh spans processes
         totals = np.array([normal.sum(), len(normal), len(row_ids)], np.int64)
         if multihost:
             totals = over_hosts(totals).sum(axis=0)
         mean_pieces = totals[0] / max(totals[1], 1)
-        self.rows = self.config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
+        self.rows = config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
         R, k = self.rows, self.per_step
         n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
         if self.spec.owner:
