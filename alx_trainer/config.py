@@ -142,6 +142,11 @@ class EvaluationConfig:
     """Evaluation during training."""
 
     eval_every: int = _field(1, "Evaluate on the test split every this many epochs when it exists (0: never).")
+    train_loss_every: int = _field(
+        1,
+        "Compute the observed training loss (sum over the training pairs of (1 - w.h)^2: one more pass over the "
+        "column side's pairs) every this many epochs (0: never); other epochs record no loss_observed and no loss.",
+    )
     eval_k: str = _field("20,50", "Comma-separated cut-offs K of Recall@K for the per-epoch evaluation.")
     ndcg_k: int = _field(100, "Cut-off of the per-epoch NDCG (0: none; none when there are fewer columns).")
     eval_rows: int = _field(
@@ -238,6 +243,7 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
             (self.checkpoint_every >= 0, f"checkpoint_every: must be >= 0, got {self.checkpoint_every}"),
             (self.keep_checkpoints > 0, f"keep_checkpoints: must be positive, got {self.keep_checkpoints}"),
             (self.eval_every >= 0, f"eval_every: must be >= 0, got {self.eval_every}"),
+            (self.train_loss_every >= 0, f"train_loss_every: must be >= 0, got {self.train_loss_every}"),
             (self.ndcg_k >= 0, f"ndcg_k: must be >= 0, got {self.ndcg_k}"),
             (self.eval_rows >= 0, f"eval_rows: must be >= 0, got {self.eval_rows}"),
             (self.log_level in LOG_LEVELS, f"log_level: must be one of {LOG_LEVELS}, got {self.log_level!r}"),

@@ -8,7 +8,8 @@ half-epochs both update the one table, each reading a snapshot of it taken at th
 half-epoch. Evaluation, metrics, checkpoints and progress are `alx_trainer.callbacks`.
 
 Per-epoch metrics (`Model.metrics`, `metrics.jsonl`, TensorBoard): `loss_observed` (sum over
-training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final tables when untied),
+training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final tables when untied;
+only in the epochs of `train_loss_every`, as `loss`),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
 `col_seconds`, `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from
@@ -180,6 +181,9 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
         runner = runners[side.name]
         for hook in hooks:
             hook.on_half_epoch_begin(run, epoch, side.name, runner.total_steps)
+        if side.name == "col":  # the observed loss comes from the last half-epoch
+            every = config.train_loss_every
+            runner.observe_loss(every > 0 and epoch % every == 0)
         src_gram = _gramian(grams, runner, side.other, tables[side.other])
         src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         tables[side.table], terms = runner.run(src, tables[side.table], progress, src_gram)
@@ -187,16 +191,17 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
             hook.on_half_epoch_end(run, epoch, side.name)
         _check_finite(_gramian(grams, runner, side.table, tables[side.table]), epoch, side.name)
         record[f"{side.name}_seconds"] = time.perf_counter() - ts
-        if side.name == "col":
+        if side.name == "col" and runner.spec.observed_loss:
             record["loss_observed"] = float(terms[0])
         record[f"loss_reg_{side.name}"] = float(terms[1])
         record[f"{side.name}s_solved"] = int(terms[2])
     g_row = np.asarray(_gramian(grams, runners["row"], "row", tables["row"]), np.float64)
     g_col = g_row if config.tied else np.asarray(_gramian(grams, runners["row"], "col", tables["col"]), np.float64)
     record["loss_unobserved"] = float(config.alpha * np.sum(g_row * g_col))
-    record["loss"] = record["loss_observed"] + record["loss_unobserved"] + sum(
-        record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
-    )
+    if "loss_observed" in record:
+        record["loss"] = record["loss_observed"] + record["loss_unobserved"] + sum(
+            record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
+        )
     record["seconds"] = time.perf_counter() - t0
     return record
 

@@ -2,7 +2,7 @@
 
     python benchmarks/trainer_scale.py [--sizes ml1m,25m,60m] [--dims 64,128] [--epochs 3] [--cg_iters 3]
                                        [--work /tmp/trainer_scale] [--hugepages both|on|off]
-                                       [--ours_flags='--stream_batches ...']
+                                       [--ours_flags='--stream_batches ...'] [--train_loss both|off|on]
 
 Each size is written once by `python -m webgraph_pipeline.synthetic_matrix` (seeded, reused when
 its stats.json matches); `ml1m-real` is MovieLens-1M itself, the training split of
@@ -15,6 +15,10 @@ are medians over the epochs after the first (ours compiles in its first). `--hug
 with glibc's `malloc.hugetlb=1` tunable (large allocations, the tables among them, on transparent
 huge pages), without, or both. `--ours_flags`:
 more `alx_trainer train` flags for ours (e.g. `--stream_batches` for the in-sparse size).
+`--train_loss`: the same work both ways, each line saying which: `off`, neither computes the
+training loss (ours `--train_loss_every 0`, implicit `calculate_training_loss=False`); `on`, both
+do, every epoch (ours' default, one more pass over the column side's pairs; implicit's `True`).
+Each ratio is against implicit with the same setting.
 
 Work per epoch is counted, not measured: FLOPs of the matrix-free CG (`epoch_work`) and the
 bytes the steps must move at least (every gathered embedding once per pass that reads it); rates
@@ -88,18 +92,19 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[str, float]:
     return run.stdout, peak_kb / 2**20
 
 
-def run_ours(data: str, dim: int, epochs: int, cg_iters: int, hugepages: bool, flags: Sequence[str] = ()) -> dict:
+def run_ours(data: str, dim: int, epochs: int, cg_iters: int, hugepages: bool, flags: Sequence[str] = (),
+             train_loss: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as model_dir:
         cmd = [sys.executable, "-m", "alx_trainer", "train", "--data", data, "--model_dir", model_dir,
                "--dim", str(dim), "--epochs", str(epochs), "--cg_iters", str(cg_iters), "--eval_every", "0",
-               "--checkpoint_every", "0", "--no-progress", *flags]
+               "--checkpoint_every", "0", "--no-progress", "--train_loss_every", str(int(train_loss)), *flags]
         _, peak = timed(cmd, {"GLIBC_TUNABLES": HUGEPAGES_ENV} if hugepages else {"GLIBC_TUNABLES": ""})
         records = [json.loads(line) for line in open(os.path.join(model_dir, "metrics.jsonl"))]
     seconds = [r["seconds"] for r in records]
     return {"seconds": seconds, "s_per_epoch": float(np.median(seconds[1:] or seconds)), "peak_gib": peak}
 
 
-def implicit_worker(data: str, dim: int, epochs: int, cg_iters: int, threads: int) -> None:
+def implicit_worker(data: str, dim: int, epochs: int, cg_iters: int, threads: int, train_loss: bool) -> None:
     """(subprocess) implicit's CPU ALS on the dataset's train split; prints its per-epoch seconds as JSON."""
     import scipy.sparse as sp
     from implicit.cpu.als import AlternatingLeastSquares
@@ -120,7 +125,7 @@ def implicit_worker(data: str, dim: int, epochs: int, cg_iters: int, threads: in
     user_items = sp.csr_matrix((np.ones(len(col_ids), np.float32), (row_ids, col_ids)), shape=(num_rows, num_cols))
     del row_ids, col_ids
     model = AlternatingLeastSquares(factors=dim, regularization=1.0, alpha=10.0, iterations=epochs, use_cg=True,
-                                    random_state=0, num_threads=threads, calculate_training_loss=False)
+                                    random_state=0, num_threads=threads, calculate_training_loss=train_loss)
     model.cg_steps = cg_iters
     seconds: list[float] = []
     with threadpool_limits(1, "blas"):  # implicit's own advice: its threads, not BLAS's
@@ -128,9 +133,10 @@ def implicit_worker(data: str, dim: int, epochs: int, cg_iters: int, threads: in
     print(json.dumps({"seconds": seconds}))
 
 
-def run_implicit(data: str, dim: int, epochs: int, cg_iters: int, threads: int) -> dict:
+def run_implicit(data: str, dim: int, epochs: int, cg_iters: int, threads: int, train_loss: bool) -> dict:
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--implicit_worker", "--data", data, "--dims", str(dim),
-           "--epochs", str(epochs), "--cg_iters", str(cg_iters), "--threads", str(threads)]
+           "--epochs", str(epochs), "--cg_iters", str(cg_iters), "--threads", str(threads),
+           "--train_loss", "on" if train_loss else "off"]
     out, peak = timed(cmd)
     seconds = json.loads(out.strip().splitlines()[-1])["seconds"]
     return {"seconds": seconds, "s_per_epoch": float(np.median(seconds[1:] or seconds)), "peak_gib": peak}
@@ -173,11 +179,13 @@ def main() -> None:
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "trainer_scale"))
     parser.add_argument("--hugepages", choices=("both", "on", "off"), default="both")
     parser.add_argument("--ours_flags", default="", help="more flags for ours, e.g. '--stream_batches'")
+    parser.add_argument("--train_loss", choices=("both", "off", "on"), default="both",
+                        help="training loss computed by neither (off), by both (on), or each way in turn")
     parser.add_argument("--data", help="(with --implicit_worker) the dataset directory")
     parser.add_argument("--implicit_worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.implicit_worker:
-        implicit_worker(args.data, int(args.dims), args.epochs, args.cg_iters, args.threads)
+        implicit_worker(args.data, int(args.dims), args.epochs, args.cg_iters, args.threads, args.train_loss == "on")
         return
     from ials_vs_implicit import matmul_peak
 
@@ -192,23 +200,24 @@ def main() -> None:
         for dim in (int(d) for d in args.dims.split(",")):
             nnz = stats.get("split_edges", {}).get("train", stats["edges"])
             flops, byte_count = epoch_work(stats["num_rows"], stats["num_cols"], nnz, dim, args.cg_iters)
-            results = {}
-            for hp in modes:  # ours and implicit interleaved in one run
-                results[f"ours{'+hp' if hp else ''}"] = run_ours(data, dim, args.epochs, args.cg_iters, hp,
-                                                                 args.ours_flags.split())
-                if "implicit" not in results:
-                    results["implicit"] = run_implicit(data, dim, args.epochs, args.cg_iters, args.threads)
-            base = results["implicit"]["s_per_epoch"]
-            for who, r in results.items():
-                s = r["s_per_epoch"]
-                print(json.dumps({
-                    "size": name, "dim": dim, "who": who, "s_per_epoch": round(s, 3), "ratio": round(s / base, 3),
-                    "peak_gib": round(r["peak_gib"], 2), "gflop_s": round(flops / s / 1e9, 2),
-                    "pct_matmul_peak": round(100 * flops / s / peak_flops, 1), "gb_s": round(byte_count / s / 1e9, 2),
-                    "pct_bandwidth": round(100 * byte_count / s / bandwidth, 1),
-                    "epochs_s": [round(x, 2) for x in r["seconds"]], "load": round(os.getloadavg()[0], 1),
-                }), flush=True)
-
+            for loss in {"both": (False, True), "off": (False,), "on": (True,)}[args.train_loss]:
+                results = {}
+                for hp in modes:  # ours and implicit interleaved in one run
+                    results[f"ours{'+hp' if hp else ''}"] = run_ours(data, dim, args.epochs, args.cg_iters, hp,
+                                                                     args.ours_flags.split(), loss)
+                    if "implicit" not in results:
+                        results["implicit"] = run_implicit(data, dim, args.epochs, args.cg_iters, args.threads, loss)
+                base = results["implicit"]["s_per_epoch"]
+                for who, r in results.items():
+                    s = r["s_per_epoch"]
+                    print(json.dumps({
+                        "size": name, "dim": dim, "who": who, "train_loss": "on" if loss else "off",
+                        "s_per_epoch": round(s, 3), "ratio": round(s / base, 3),
+                        "peak_gib": round(r["peak_gib"], 2), "gflop_s": round(flops / s / 1e9, 2),
+                        "pct_matmul_peak": round(100 * flops / s / peak_flops, 1),
+                        "gb_s": round(byte_count / s / 1e9, 2), "pct_bandwidth": round(100 * byte_count / s / bandwidth, 1),
+                        "epochs_s": [round(x, 2) for x in r["seconds"]], "load": round(os.getloadavg()[0], 1),
+                    }), flush=True)
 
 if __name__ == "__main__":
     main()

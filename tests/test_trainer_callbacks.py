@@ -91,7 +91,8 @@ def test_sections_cover_every_field_once():
     assert sorted(names) == sorted(f.name for f in dataclasses.fields(TrainConfig)) and len(set(names)) == len(names)
     config = TrainConfig(dim=32, solver="lu", eval_k="10")
     assert config.section("model").dim == 32 and config.section("solver").solver == "lu"
-    assert config.to_dict(nested=True)["evaluation"] == {"eval_every": 1, "eval_k": "10", "ndcg_k": 100, "eval_rows": 0}
+    assert config.to_dict(nested=True)["evaluation"] == {"eval_every": 1, "eval_k": "10", "ndcg_k": 100, "eval_rows": 0,
+                                                             "train_loss_every": 1}
 
 
 def test_nested_config_file_equals_flat(tmp_path):

@@ -209,3 +209,23 @@ def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
     w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)
     assert _rel(model.row_table, w) < 1e-4
     assert _rel(model.col_table, h) < 1e-4
+
+
+def test_training_loss_only_in_the_epochs_asked_for(dataset, tmp_path):
+    data_dir, rows = dataset
+    mesh = sharding.make_mesh()
+    config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=3, layout="owner",
+                     train_loss_every=2)
+    w0, h0 = _initial(config, mesh)
+    model = train(config, mesh=mesh)
+    assert ["loss_observed" in r for r in model.metrics] == [False, True, False]
+    assert ["loss" in r for r in model.metrics] == [False, True, False]
+    assert all("loss_unobserved" in r and "loss_reg_col" in r for r in model.metrics)
+    w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)  # epoch 2's loss, with epoch 2's tables
+    expected = ref.loss(rows, w, h, ALPHA, REG)
+    assert model.metrics[1]["loss_observed"] == pytest.approx(expected["observed"], rel=1e-4)
+    w, h = ref.ials(rows, w, h, 1, ALPHA, REG)  # skipping the loss leaves the solves as they were
+    assert _rel(model.row_table, w) < 1e-4 and _rel(model.col_table, h) < 1e-4
+    never = train(_config(data_dir, str(tmp_path / "n"), solver="cg", cg_iters=12, epochs=1, layout="owner",
+                          train_loss_every=0), mesh=mesh)
+    assert "loss_observed" not in never.metrics[-1]

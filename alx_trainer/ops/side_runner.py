@@ -93,7 +93,7 @@ class SideRunner:
         self.shard = sharding.padded_rows(num_rows, mesh) // mesh.size
         # 'owner' on per-core CPU devices: a program and a pinned thread per device (per_core)
         self.per_device = spec.owner and per_core.applies(mesh.local_devices)
-        self.step = sharding.make_device_step(spec) if self.per_device else sharding.make_step(mesh, spec)
+        self.step = self._compiled(spec)
         self.long_stats = sharding.make_long_stats(mesh, spec)
         self.solve_scatter = sharding.make_solve_scatter(mesh, spec)
         self.cached_calls: list | None = None  # `cache_batches`: this host's packed calls
@@ -101,6 +101,16 @@ class SideRunner:
         self.device_calls: list | None = None  # 'owner' layout: the calls already on the devices
         # (with `per_device`: device j's own calls, all-padding ones left out, at [j])
         self.plan = self._plan()
+
+    def _compiled(self, spec: sharding.StepSpec):
+        return sharding.make_device_step(spec) if self.per_device else sharding.make_step(self.mesh, spec)
+
+    def observe_loss(self, on: bool) -> None:
+        """Whether the next `run`s compute the observed loss of their rows (the kernels' `observed_loss`;
+        each setting compiles once)."""
+        if on != self.spec.observed_loss:
+            self.spec = dataclasses.replace(self.spec, observed_loss=on)
+            self.step = self._compiled(self.spec)
 
     def gramian(self, table: jax.Array) -> jax.Array:
         """`T^T T`, replicated (through the host for the collective-free 'owner' layout)."""
