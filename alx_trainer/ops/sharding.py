@@ -593,21 +593,53 @@ def make_long_stats(mesh: Mesh, spec: StepSpec):
     return jax.jit(fn)
 
 
-@jax.jit
-def long_pass(src: jax.Array, ids: jax.Array, p: jax.Array, target: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """One matrix-free pass over K long-row batches on one device (the fixed table `src` whole there).
+@functools.partial(jax.jit, static_argnames=("iters", "resident", "loss"))
+def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, resident: bool, loss: bool):
+    """Matrix-free CG for a group of long rows on one device (the fixed table `src` whole there), float32.
 
-    ids [K, B, L], p [K, d], target: 0 or 1. With e = target - h p per observed entry h of batch k,
-    returns sum_i h_i e_i [K, d] and sum_i e_i^2 [K]: at target 1 and p = x that is b - A_obs x and
-    the observed loss, at target 0 it is -A_obs p (the observed part of a CG matvec).
+    ids [K, B, L]: K batches, each holding entries of one row (padding batches: PAD_ID only);
+    slot [K]: that row's index in x0 [R, d] and lam [R] (its lambda). Runs `iters` CG steps on
+    (A_obs + alpha G + lam I) x = b from x0 (`solvers.cg`, as a normal row), implicit's way: each
+    matvec is a pass sum_i h_i (h_i . p) over the row's entries, 4 |S| d FLOPs, no d x d matrix.
+    Returns x [R, d] and per row the observed loss sum_i (1 - h_i . x)^2 (zeros unless `loss`).
+
+    `resident`: the group's fixed-table rows are gathered once into a [K, B*L, d] float32 block
+    that r0, every matvec and the loss read: five passes for one random gather per entry, and a
+    cache-sized group stays in cache through the solve. Else (a row too long for the block
+    budget) every pass gathers a batch at a time and skips padding batches.
     """
-    def one(batch):  # a batch at a time: its gathered rows stay in cache (K at once were 8x slower)
-        ids, p = batch
-        h = row_gather(src, ids)  # [B, L, d]
-        e = jnp.where(ids >= 0, target - jnp.einsum("bld,d->bl", h, p), 0)
-        return jnp.einsum("bl,bld->d", e, h), jnp.sum(e * e)
+    rows, k = x0.shape[0], ids.shape[0]
+    flat = ids.reshape(k, -1)  # [K, B*L]
+    if resident:
+        h = row_gather(src, flat)  # [K, B*L, d]
 
-    return jax.lax.map(one, (ids, p))
+        def passes(p, target):
+            e = jnp.where(flat >= 0, target - jnp.einsum("knd,kd->kn", h, p), 0)
+            return jnp.einsum("kn,knd->kd", e, h), jnp.sum(e * e, axis=1)
+    else:
+        def passes(p, target):
+            def one(batch):
+                ids_k, p_k = batch
+
+                def pass_k():
+                    h = row_gather(src, ids_k)
+                    e = jnp.where(ids_k >= 0, target - h @ p_k, 0)
+                    return e @ h, e @ e
+
+                return jax.lax.cond(ids_k[0] >= 0, pass_k, lambda: (jnp.zeros_like(p_k), jnp.zeros(())))
+
+            return jax.lax.map(one, (flat, p))
+
+    def observed(p, target):  # per row: sum_i h_i e_i and sum_i e_i^2, e_i = target - h_i . p
+        v, sq = passes(p[slot], target)
+        return jax.ops.segment_sum(v, slot, rows), jax.ops.segment_sum(sq, slot, rows)
+
+    def matvec(p):
+        return -observed(p, 0.0)[0] + alpha * (p @ gram) + lam[:, None] * p
+
+    r0 = observed(x0, 1.0)[0] - alpha * (x0 @ gram) - lam[:, None] * x0  # b - A x0 in one pass
+    x = solvers.cg(matvec, None, x0, iters, r0=r0)
+    return x, observed(x, 1.0)[1] if loss else jnp.zeros(rows, jnp.float32)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
