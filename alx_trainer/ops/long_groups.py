@@ -1,14 +1,19 @@
 """Which long rows are solved together: groups of whole rows whose gathered block is bounded.
 
-A long row (more than `batch_pieces` pieces) arrives as whole device batches of its own. The
-matrix-free CG of a row reads every one of its entries five times (r0, three matvecs, the loss);
-gathering a fixed-table row is a random read, so a group of rows is gathered once into one
-contiguous float32 block that all five passes read (`sharding.long_cg`). Groups are sized in
-batches, powers of two (one compiled program per size): `cache` batches at least, so the small
-rows share a block that stays in cache through the whole solve, one longer row per group
-otherwise (with smaller rows filling its padding), and at most `budget` batches resident: a row
-longer than that is streamed (each pass gathers it a batch at a time), so the budget, not the
-long rows' total, bounds the memory a device holds.
+A long row (more than `batch_pieces` pieces) arrives as whole device batches of its own. Its
+matrix-free CG reads every entry five times (r0, three matvecs, the loss), and gathering a
+fixed-table row is a random read, so a group of rows is gathered once into one contiguous
+float32 block that all five passes read (`sharding.long_cg`). Sizes are counted in batches and
+are powers of two (one compiled program per size):
+
+- the chunk, the batches a pass takes at once: the most whose block fits a core's share of the
+  cache (`cache`). A group of one chunk packs several short long rows and stays in cache for its
+  whole solve: one read from memory per entry instead of five.
+- a row longer than a chunk gets a group of its own, rounded up (shorter rows fill the rest); it
+  is read from its block a chunk at a time, each pass.
+- no group holds more than `budget` batches: a row longer than that is streamed (each pass
+  gathers it a chunk at a time again), so the budget, not the long rows' total, bounds what a
+  device holds.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ class Group:
 
     rows: list[int]
     size: int
-    resident: bool
+    resident: bool  # gathered once (else streamed)
 
 
 def pow2_at_least(n: int) -> int:
@@ -36,17 +41,16 @@ def pow2_at_most(n: int) -> int:
     return 1 << (max(int(n), 1).bit_length() - 1)
 
 
-def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: int) -> list[list[Group]]:
-    """Groups of long rows for each of `workers` devices.
+def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: int) -> tuple[int, list[list[Group]]]:
+    """The chunk and each of `workers` devices' groups for long rows of `batches_per_row` batches.
 
-    `batches_per_row` [rows]; `cache` and `budget`: batches whose float32 block fits the cache
-    share of one device and the memory bound per device. Rows are placed longest first, each
-    into the fullest group it fits (best fit), else into a new group of max(cache, the row's
-    batches) rounded up to a power of two; rows above `budget` get a streamed group of their own.
-    The groups go to the least loaded worker, largest first.
+    `cache`, `budget`: the batches whose float32 block fits a core's cache share and the bound
+    per device. Rows are placed longest first, each into the fullest open group with room for it
+    (best fit), else into a new group of its length rounded up to a power of two, at least a
+    chunk; the groups then go to the least loaded device, largest first.
     """
     budget = pow2_at_most(budget)
-    smallest = min(pow2_at_most(cache), budget, pow2_at_least(int(np.sum(batches_per_row))))  # tiny inputs: tiny groups
+    chunk = min(pow2_at_most(cache), budget, pow2_at_least(int(np.sum(batches_per_row))))  # tiny inputs: a tiny chunk
     groups: list[Group] = []
     room: list[int] = []  # free batches per group
     open_with: list[list[int]] = [[] for _ in range(budget + 1)]  # free batches -> resident groups with that room
@@ -59,7 +63,7 @@ def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: i
         g = next((open_with[f].pop() for f in range(n, budget + 1) if open_with[f]), None)
         if g is None:
             g = len(groups)
-            groups.append(Group([], max(smallest, pow2_at_least(n)), resident=True))
+            groups.append(Group([], max(chunk, pow2_at_least(n)), resident=True))
             room.append(groups[g].size)
         groups[g].rows.append(r)
         room[g] -= n
@@ -70,4 +74,4 @@ def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: i
         total, w = heapq.heappop(load)
         per_worker[w].append(g)
         heapq.heappush(load, (total + g.size, w))
-    return per_worker
+    return chunk, per_worker

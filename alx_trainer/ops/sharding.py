@@ -593,42 +593,50 @@ def make_long_stats(mesh: Mesh, spec: StepSpec):
     return jax.jit(fn)
 
 
-@functools.partial(jax.jit, static_argnames=("iters", "resident", "loss"))
-def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, resident: bool, loss: bool):
+@functools.partial(jax.jit, static_argnames=("iters", "chunk", "resident", "loss"))
+def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, resident: bool, loss: bool):
     """Matrix-free CG for a group of long rows on one device (the fixed table `src` whole there), float32.
 
-    ids [K, B, L]: K batches, each holding entries of one row (padding batches: PAD_ID only);
-    slot [K]: that row's index in x0 [R, d] and lam [R] (its lambda). Runs `iters` CG steps on
-    (A_obs + alpha G + lam I) x = b from x0 (`solvers.cg`, as a normal row), implicit's way: each
-    matvec is a pass sum_i h_i (h_i . p) over the row's entries, 4 |S| d FLOPs, no d x d matrix.
-    Returns x [R, d] and per row the observed loss sum_i (1 - h_i . x)^2 (zeros unless `loss`).
+    ids [K, B, L]: K batches, each holding entries of one row, the rows' batches first (then
+    padding batches: PAD_ID only); slot [K]: that row's index in x0 [R, d] and lam [R] (its
+    lambda). Runs `iters` CG steps on (A_obs + alpha G + lam I) x = b from x0 (`solvers.cg`, as a
+    normal row) implicit's way: each matvec is a pass sum_i h_i (h_i . p) over the rows' entries,
+    4 |S| d FLOPs, no d x d matrix. Returns x [R, d] and per row the observed loss
+    sum_i (1 - h_i . x)^2 (zeros unless `loss`).
 
     `resident`: the group's fixed-table rows are gathered once into a [K, B*L, d] float32 block
-    that r0, every matvec and the loss read: five passes for one random gather per entry, and a
-    cache-sized group stays in cache through the solve. Else (a row too long for the block
-    budget) every pass gathers a batch at a time and skips padding batches.
+    that r0, every matvec and the loss read, one random gather per entry instead of five. Each
+    pass runs `chunk` batches at a time (K a multiple of it): a group of one chunk stays in cache
+    through the whole solve. Not `resident` (a row too long for the block budget): every pass
+    gathers a chunk at a time. Padding chunks are skipped.
     """
     rows, k = x0.shape[0], ids.shape[0]
     flat = ids.reshape(k, -1)  # [K, B*L]
-    if resident:
-        h = row_gather(src, flat)  # [K, B*L, d]
+    block = row_gather(src, flat) if resident else None  # [K, B*L, d]
 
-        def passes(p, target):
-            e = jnp.where(flat >= 0, target - jnp.einsum("knd,kd->kn", h, p), 0)
-            return jnp.einsum("kn,knd->kd", e, h), jnp.sum(e * e, axis=1)
-    else:
-        def passes(p, target):
-            def one(batch):
-                ids_k, p_k = batch
+    def chunk_pass(h, ids_c, p_c, target):  # C batches: sum_i h_i e_i [C, d], sum_i e_i^2 [C]
+        e = jnp.where(ids_c >= 0, target - jnp.einsum("knd,kd->kn", h, p_c), 0)
+        return jnp.einsum("kn,knd->kd", e, h), jnp.sum(e * e, axis=1)
 
-                def pass_k():
-                    h = row_gather(src, ids_k)
-                    e = jnp.where(ids_k >= 0, target - h @ p_k, 0)
-                    return e @ h, e @ e
+    def passes(p, target):  # p [K, d]: each batch's row vector
+        if resident and k == chunk:  # the whole block at once, no slices copied
+            return chunk_pass(block, flat, p, target)
 
-                return jax.lax.cond(ids_k[0] >= 0, pass_k, lambda: (jnp.zeros_like(p_k), jnp.zeros(())))
+        def one(xs):
+            ids_c, p_c = xs[:2]
+            h = xs[2] if resident else None
+            return jax.lax.cond(
+                ids_c[0, 0] >= 0,
+                lambda: chunk_pass(row_gather(src, ids_c) if h is None else h, ids_c, p_c, target),
+                lambda: (jnp.zeros_like(p_c), jnp.zeros(p_c.shape[0])),
+            )
 
-            return jax.lax.map(one, (flat, p))
+        def split(a):
+            return a.reshape((k // chunk, chunk) + a.shape[1:])
+
+        xs = (split(flat), split(p)) + ((split(block),) if resident else ())
+        v, sq = jax.lax.map(one, xs)
+        return v.reshape(k, -1), sq.reshape(k)
 
     def observed(p, target):  # per row: sum_i h_i e_i and sum_i e_i^2, e_i = target - h_i . p
         v, sq = passes(p[slot], target)

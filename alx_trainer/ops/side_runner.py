@@ -26,9 +26,8 @@ from alx_trainer.ops import long_groups, owner_stream, per_core, sharding
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
 
-# Long rows (`long_groups`): a group's float32 block is gathered once per solve. Groups of at least
-# LONG_CACHE_BYTES stay in cache (one per core beside the other core's: a share of the 32 MiB L3
-# measured best); none larger than LONG_BLOCK_BYTES is held (longer rows are gathered per pass).
+# Long rows (`long_groups`): a chunk's float32 block fits LONG_CACHE_BYTES (a core's share of the
+# 32 MiB L3, beside the other core's chunk); a device holds no group block above LONG_BLOCK_BYTES.
 LONG_CACHE_BYTES = 8 << 20
 LONG_BLOCK_BYTES = 64 << 20
 
@@ -367,7 +366,7 @@ class SideRunner:
         d = src.shape[1]
         batch_bytes = batches.ids[0].size * d * 4  # one batch's float32 block
         devices = self.mesh.local_devices if self.per_device else self.mesh.local_devices[:1]
-        plan = long_groups.plan_groups(
+        chunk, plan = long_groups.plan_groups(
             per_row, LONG_CACHE_BYTES // batch_bytes, LONG_BLOCK_BYTES // batch_bytes, len(devices)
         )
 
@@ -397,7 +396,7 @@ class SideRunner:
                 start[: len(rows)], reg[: len(rows)] = x0[rows], lam[rows]
                 ids, at, start, reg = (jax.device_put(a, device) for a in (ids, at, start, reg))
                 got, loss = sharding.long_cg(srcs[device], ids, at, start, reg, grams[device], alpha,
-                                             self.spec.cg_iters, group.resident, self.spec.observed_loss)
+                                             self.spec.cg_iters, chunk, group.resident, self.spec.observed_loss)
                 x[rows], sq[rows] = np.asarray(got)[: len(rows)], np.asarray(loss)[: len(rows)]
 
         tasks = [functools.partial(task, w) for w in range(len(devices))]
