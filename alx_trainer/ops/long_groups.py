@@ -6,14 +6,13 @@ fixed-table row is a random read, so a group of rows is gathered once into one c
 float32 block that all five passes read (`sharding.long_cg`). Sizes are counted in batches and
 are powers of two (one compiled program per size):
 
-- the chunk, the batches a pass takes at once: the most whose block fits a core's share of the
-  cache (`cache`). A group of one chunk packs several short long rows and stays in cache for its
-  whole solve: one read from memory per entry instead of five.
-- a row longer than a chunk gets a group of its own, rounded up (shorter rows fill the rest); it
-  is read from its block a chunk at a time, each pass.
-- no group holds more than `budget` batches: a row longer than that is streamed (each pass
-  gathers it a chunk at a time again), so the budget, not the long rows' total, bounds what a
-  device holds.
+- the chunk, the batches whose block fits a core's share of the cache (`cache`). A group of one
+  chunk packs several short long rows and is one batched product per pass that stays in cache
+  for the whole solve: one read from memory per entry instead of five.
+- a row longer than a chunk gets a group of its own, rounded up (shorter rows fill the rest),
+  read from its block a batch at a time, each pass.
+- no group holds more than `budget` batches: a longer row is streamed (each pass gathers it a
+  batch at a time again), so the budget, not the long rows' total, bounds what a device holds.
 """
 
 from __future__ import annotations

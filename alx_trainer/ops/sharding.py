@@ -235,7 +235,7 @@ def gather_form(table: jax.Array) -> jax.Array:
     `BF16_BITS`, each shard a zero-copy view of the same host memory (no copy, nothing donated).
 
     XLA:CPU gathers bfloat16 rows by converting the operand to float32 first, and when the gather
-    sits in a loop over batches (`long_pass`'s `lax.map`, the 'sharded' and 'replicated' steps'
+    sits in a loop over batches (the long rows' `lax.map`, the 'sharded' and 'replicated' steps'
     `scan`), loop-invariant code motion hoists that convert out of the loop: a float32 copy of the
     whole fixed table per call, 2x its bytes (9.4 GiB per device for the de-sparse 19.7M x 128
     replica). A uint16 gather needs no convert; only the gathered rows are widened (`as_float32`).
@@ -605,38 +605,33 @@ def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, reside
     sum_i (1 - h_i . x)^2 (zeros unless `loss`).
 
     `resident`: the group's fixed-table rows are gathered once into a [K, B*L, d] float32 block
-    that r0, every matvec and the loss read, one random gather per entry instead of five. Each
-    pass runs `chunk` batches at a time (K a multiple of it): a group of one chunk stays in cache
-    through the whole solve. Not `resident` (a row too long for the block budget): every pass
-    gathers a chunk at a time. Padding chunks are skipped.
+    that r0, every matvec and the loss read, one random gather per entry instead of five. A group
+    of `chunk` batches (a core's cache share) is one batched product per pass and stays in cache
+    through the whole solve; a larger one is read a batch at a time. Not `resident` (a row too
+    long for the block budget): every pass gathers it a batch at a time, as a normal batch is.
+    Padding batches are skipped.
     """
     rows, k = x0.shape[0], ids.shape[0]
     flat = ids.reshape(k, -1)  # [K, B*L]
     block = row_gather(src, flat) if resident else None  # [K, B*L, d]
 
-    def chunk_pass(h, ids_c, p_c, target):  # C batches: sum_i h_i e_i [C, d], sum_i e_i^2 [C]
-        e = jnp.where(ids_c >= 0, target - jnp.einsum("knd,kd->kn", h, p_c), 0)
-        return jnp.einsum("kn,knd->kd", e, h), jnp.sum(e * e, axis=1)
+    def batch_pass(h, ids_b, p_b, target):  # batches [..., B*L]: sum_i h_i e_i [..., d], sum_i e_i^2 [...]
+        e = jnp.where(ids_b >= 0, target - jnp.einsum("...nd,...d->...n", h, p_b), 0)
+        return jnp.einsum("...n,...nd->...d", e, h), jnp.sum(e * e, axis=-1)
 
     def passes(p, target):  # p [K, d]: each batch's row vector
-        if resident and k == chunk:  # the whole block at once, no slices copied
-            return chunk_pass(block, flat, p, target)
+        if resident and k == chunk:  # the whole block at once: no slice of it copied
+            return batch_pass(block, flat, p, target)
 
         def one(xs):
-            ids_c, p_c = xs[:2]
-            h = xs[2] if resident else None
+            ids_b, p_b = xs[:2]
             return jax.lax.cond(
-                ids_c[0, 0] >= 0,
-                lambda: chunk_pass(row_gather(src, ids_c) if h is None else h, ids_c, p_c, target),
-                lambda: (jnp.zeros_like(p_c), jnp.zeros(p_c.shape[0])),
+                ids_b[0] >= 0,
+                lambda: batch_pass(xs[2] if resident else row_gather(src, ids_b), ids_b, p_b, target),
+                lambda: (jnp.zeros_like(p_b), jnp.zeros(())),
             )
 
-        def split(a):
-            return a.reshape((k // chunk, chunk) + a.shape[1:])
-
-        xs = (split(flat), split(p)) + ((split(block),) if resident else ())
-        v, sq = jax.lax.map(one, xs)
-        return v.reshape(k, -1), sq.reshape(k)
+        return jax.lax.map(one, (flat, p) + ((block,) if resident else ()))
 
     def observed(p, target):  # per row: sum_i h_i e_i and sum_i e_i^2, e_i = target - h_i . p
         v, sq = passes(p[slot], target)
