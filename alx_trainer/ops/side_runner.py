@@ -28,10 +28,10 @@ ProgressFn = Callable[[int, int], None]
 
 # Long rows (`long_groups`): a chunk's float32 block fits LONG_CACHE_BYTES (a core's share of the
 # 32 MiB L3, beside the other core's chunk); a device holds no group block above LONG_BLOCK_BYTES.
-# Measured (two pinned devices, 1.5M x 128 table, huge pages; ns per entry for a whole solve):
-# one-chunk groups 225-250, 8-batch blocks 285, 32-batch blocks 430, streamed batches 405-445.
+# `benchmarks/long_rows.py` (two pinned devices, 1.5M x 128 table, d=128; ns per entry, whole
+# solve): a one-chunk group 268, blocks of 8/16/32/64 batches 315/340/420/459, streamed 473.
 LONG_CACHE_BYTES = 8 << 20
-LONG_BLOCK_BYTES = 16 << 20
+LONG_BLOCK_BYTES = 64 << 20
 
 
 def resolve_layout(config: TrainConfig) -> str:
