@@ -410,7 +410,7 @@ class SideRunner:
             here = owner_device == j
             if here.any():
                 parts[device] = sharding.write_rows(parts[device], local_ids[here], x[here])
-        dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [parts[d] for d in local])
+        dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [parts[dv] for dv in local])
         x64 = x.astype(np.float64)
         return dst, [np.array([sq.sum(), np.sum(lam * np.sum(x64 * x64, axis=1)), len(owners)])]
 
