@@ -235,7 +235,7 @@ def gather_form(table: jax.Array) -> jax.Array:
     `BF16_BITS`, each shard a zero-copy view of the same host memory (no copy, nothing donated).
 
     XLA:CPU gathers bfloat16 rows by converting the operand to float32 first, and when the gather
-    sits in a loop over batches (`long_pass`'s `lax.map`, the 'sharded' and 'replicated' steps'
+    sits in a loop over batches (the long rows' `lax.map`, the 'sharded' and 'replicated' steps'
     `scan`), loop-invariant code motion hoists that convert out of the loop: a float32 copy of the
     whole fixed table per call, 2x its bytes (9.4 GiB per device for the de-sparse 19.7M x 128
     replica). A uint16 gather needs no convert; only the gathered rows are widened (`as_float32`).
@@ -616,21 +616,56 @@ def make_long_stats(mesh: Mesh, spec: StepSpec):
     return jax.jit(fn)
 
 
-@jax.jit
-def long_pass(src: jax.Array, ids: jax.Array, p: jax.Array, target: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """One matrix-free pass over K long-row batches on one device (the fixed table `src` whole there).
+@functools.partial(jax.jit, static_argnames=("iters", "chunk", "resident", "loss"))
+def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, resident: bool, loss: bool):
+    """Matrix-free CG for a group of long rows on one device (the fixed table `src` whole there), float32.
 
-    ids [K, B, L], p [K, d], target: 0 or 1. With e = target - h p per observed entry h of batch k,
-    returns sum_i h_i e_i [K, d] and sum_i e_i^2 [K]: at target 1 and p = x that is b - A_obs x and
-    the observed loss, at target 0 it is -A_obs p (the observed part of a CG matvec).
+    ids [K, B, L]: K batches, each holding entries of one row, the rows' batches first (then
+    padding batches: PAD_ID only); slot [K]: that row's index in x0 [R, d] and lam [R] (its
+    lambda). Runs `iters` CG steps on (A_obs + alpha G + lam I) x = b from x0 (`solvers.cg`, as a
+    normal row) implicit's way: each matvec is a pass sum_i h_i (h_i . p) over the rows' entries,
+    4 |S| d FLOPs, no d x d matrix. Returns x [R, d] and per row the observed loss
+    sum_i (1 - h_i . x)^2 (zeros unless `loss`).
+
+    `resident`: the group's fixed-table rows are gathered once into a [K, B*L, d] float32 block
+    that r0, every matvec and the loss read, one random gather per entry instead of five. A group
+    of `chunk` batches (a core's cache share) is one batched product per pass and stays in cache
+    through the whole solve; a larger one is read a batch at a time. Not `resident` (a row too
+    long for the block budget): every pass gathers it a batch at a time, as a normal batch is.
+    Padding batches are skipped.
     """
-    def one(batch):  # a batch at a time: its gathered rows stay in cache (K at once were 8x slower)
-        ids, p = batch
-        h = row_gather(src, ids)  # [B, L, d]
-        e = jnp.where(ids >= 0, target - jnp.einsum("bld,d->bl", h, p), 0)
-        return jnp.einsum("bl,bld->d", e, h), jnp.sum(e * e)
+    rows, k = x0.shape[0], ids.shape[0]
+    flat = ids.reshape(k, -1)  # [K, B*L]
+    block = row_gather(src, flat) if resident else None  # [K, B*L, d]
 
-    return jax.lax.map(one, (ids, p))
+    def batch_pass(h, ids_b, p_b, target):  # batches [..., B*L]: sum_i h_i e_i [..., d], sum_i e_i^2 [...]
+        e = jnp.where(ids_b >= 0, target - jnp.einsum("...nd,...d->...n", h, p_b), 0)
+        return jnp.einsum("...n,...nd->...d", e, h), jnp.sum(e * e, axis=-1)
+
+    def passes(p, target):  # p [K, d]: each batch's row vector
+        if resident and k == chunk:  # the whole block at once: no slice of it copied
+            return batch_pass(block, flat, p, target)
+
+        def one(xs):
+            ids_b, p_b = xs[:2]
+            return jax.lax.cond(
+                ids_b[0] >= 0,
+                lambda: batch_pass(xs[2] if resident else row_gather(src, ids_b), ids_b, p_b, target),
+                lambda: (jnp.zeros_like(p_b), jnp.zeros(())),
+            )
+
+        return jax.lax.map(one, (flat, p) + ((block,) if resident else ()))
+
+    def observed(p, target):  # per row: sum_i h_i e_i and sum_i e_i^2, e_i = target - h_i . p
+        v, sq = passes(p[slot], target)
+        return jax.ops.segment_sum(v, slot, rows), jax.ops.segment_sum(sq, slot, rows)
+
+    def matvec(p):
+        return -observed(p, 0.0)[0] + alpha * (p @ gram) + lam[:, None] * p
+
+    r0 = observed(x0, 1.0)[0] - alpha * (x0 @ gram) - lam[:, None] * x0  # b - A x0 in one pass
+    x = solvers.cg(matvec, None, x0, iters, r0=r0)
+    return x, observed(x, 1.0)[1] if loss else jnp.zeros(rows, jnp.float32)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))

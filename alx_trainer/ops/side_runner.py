@@ -22,10 +22,17 @@ from jax.experimental import multihost_utils
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching, records
-from alx_trainer.ops import owner_stream, per_core, sharding, solvers
+from alx_trainer.ops import long_groups, owner_stream, per_core, sharding
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
+
+# Long rows (`long_groups`): a chunk's float32 block fits LONG_CACHE_BYTES (a core's share of the
+# 32 MiB L3, beside the other core's chunk); a device holds no group block above LONG_BLOCK_BYTES.
+# `benchmarks/long_rows.py` (two pinned devices, 1.5M x 128 table, d=128; ns per entry, whole
+# solve): a one-chunk group 268, blocks of 8/16/32/64 batches 315/340/420/459, streamed 473.
+LONG_CACHE_BYTES = 8 << 20
+LONG_BLOCK_BYTES = 64 << 20
 
 
 def resolve_layout(config: TrainConfig) -> str:
@@ -375,72 +382,66 @@ class SideRunner:
     def _run_long_cg(self, src, dst, gram) -> tuple[jax.Array, list]:
         """Rows longer than one device batch by matrix-free CG ('owner' layout, one process).
 
-        As implicit does it: every CG matvec is a pass over the row's batches (`sharding.long_pass`,
-        h^T (h p) without the d x d matrix: 4 |S| d FLOPs a pass instead of 2 |S| d^2 once), the
-        devices splitting the batches; `solvers.cg`'s recurrence runs on the host in float64
-        (`solvers.host_cg`) over all long rows at once. Same passes as a normal row: r0, `cg_iters` matvecs, the loss.
+        The rows go in groups (`long_groups.plan_groups`) split over the device threads; each group
+        is one call of `sharding.long_cg`, which gathers the group's fixed-table rows once and runs
+        r0, the CG steps and the loss on the devices in float32, as a normal row's solve. The new
+        rows go back to their owners' shards (`sharding.write_rows`).
         """
         batches = batching.merge(list(self._long()))
         owners, slot = np.unique(batches.owner, return_inverse=True)
         lengths = np.zeros(len(owners), np.int64)
         lengths[slot] = batches.owner_len
+        per_row = np.bincount(slot, minlength=len(owners))
+        first = np.concatenate([[0], np.cumsum(per_row)[:-1]])
+        order = np.argsort(slot, kind="stable")  # each row's batches, together
+        d = src.shape[1]
+        batch_bytes = batches.ids[0].size * d * 4  # one batch's float32 block
         devices = self.mesh.local_devices if self.per_device else self.mesh.local_devices[:1]
-        srcs, k = sharding.device_parts(src), self.config.steps_per_call
-        calls: list[list] = [[] for _ in devices]  # per worker: (ids on its device, long-row slot per batch)
-        for w, device in enumerate(devices):
-            mine = np.arange(w, len(slot), len(devices))
-            for lo in range(0, len(mine), k):
-                part = mine[lo : lo + k]
-                ids = np.full((k,) + batches.ids.shape[1:], batching.PAD_ID, np.int32)
-                ids[: len(part)] = batches.ids[part]
-                at = np.full(k, -1, np.int64)
-                at[: len(part)] = slot[part]
-                calls[w].append((jax.device_put(ids, device), at))
-
-        def observed(vectors: np.ndarray, target: float) -> tuple[np.ndarray, np.ndarray]:
-            """Per long row: sum of `long_pass` over its batches (float64)."""
-
-            def task(w: int) -> list:
-                out = []
-                for ids, at in calls[w]:
-                    p = np.where((at >= 0)[:, None], vectors[np.maximum(at, 0)], 0).astype(np.float32)
-                    v, sq = sharding.long_pass(srcs[devices[w]], ids, jax.device_put(p, devices[w]), np.float32(target))
-                    out.append((at, np.asarray(v), np.asarray(sq)))
-                return out
-
-            tasks = [functools.partial(task, w) for w in range(len(devices))]
-            results = per_core.run(tasks) if self.per_device else [t() for t in tasks]
-            v_sum, sq_sum = np.zeros((len(owners), vectors.shape[1])), np.zeros(len(owners))
-            for at, v, sq in (r for res in results for r in res):
-                real = at >= 0
-                np.add.at(v_sum, at[real], v[real])
-                np.add.at(sq_sum, at[real], sq[real])
-            return v_sum, sq_sum
+        chunk, plan = long_groups.plan_groups(
+            per_row, LONG_CACHE_BYTES // batch_bytes, LONG_BLOCK_BYTES // batch_bytes, len(devices)
+        )
 
         parts = sharding.device_parts(dst)
         local = self.mesh.local_devices
         owner_device, local_ids = owners // self.shard, (owners % self.shard).astype(np.int32)
-        x = np.zeros((len(owners), src.shape[1]))
+        x0 = np.zeros((len(owners), d), np.float32)
         for j, device in enumerate(local):
             here = owner_device == j
-            x[here] = sharding.host_float32(np.asarray(parts[device])[local_ids[here]])
+            x0[here] = sharding.host_float32(np.asarray(parts[device])[local_ids[here]])
         hyper = np.asarray(self.hyper, np.float64)
-        alpha = hyper[0]
-        lam = sharding.row_reg(self.spec.num_other, hyper, lengths, np)
-        g = np.asarray(gram[0], np.float64)
+        lam = sharding.row_reg(self.spec.num_other, hyper, lengths, np)  # float64
+        srcs, grams = sharding.device_parts(src), sharding.device_parts(gram[0])
+        alpha = np.float32(hyper[0])
+        x, sq = np.zeros_like(x0), np.zeros(len(owners))
 
-        def matvec(p: np.ndarray) -> np.ndarray:
-            return -observed(p, 0.0)[0] + alpha * (p @ g) + lam[:, None] * p
+        def task(w: int) -> None:
+            device = devices[w]
+            for group in plan[w]:
+                rows = np.asarray(group.rows)
+                pick = np.concatenate([order[first[r] : first[r] + per_row[r]] for r in group.rows])
+                ids = np.full((group.size,) + batches.ids.shape[1:], batching.PAD_ID, np.int32)
+                ids[: len(pick)] = batches.ids[pick]
+                at = np.zeros(group.size, np.int32)
+                at[: len(pick)] = np.repeat(np.arange(len(rows)), per_row[rows])
+                start, reg = np.zeros((group.size, d), np.float32), np.zeros(group.size, np.float32)
+                start[: len(rows)], reg[: len(rows)] = x0[rows], lam[rows]
+                ids, at, start, reg = (jax.device_put(a, device) for a in (ids, at, start, reg))
+                got, loss = sharding.long_cg(srcs[device], ids, at, start, reg, grams[device], alpha,
+                                             self.spec.cg_iters, chunk, group.resident, self.spec.observed_loss)
+                x[rows], sq[rows] = np.asarray(got)[: len(rows)], np.asarray(loss)[: len(rows)]
 
-        r = observed(x, 1.0)[0] - alpha * (x @ g) - lam[:, None] * x
-        x = solvers.host_cg(matvec, x, r, self.spec.cg_iters)
-        loss = observed(x, 1.0)[1].sum() if self.spec.observed_loss else 0.0
+        tasks = [functools.partial(task, w) for w in range(len(devices))]
+        if self.per_device:
+            per_core.run(tasks)
+        else:
+            tasks[0]()
         for j, device in enumerate(local):
             here = owner_device == j
             if here.any():
-                parts[device] = sharding.write_rows(parts[device], local_ids[here], x[here].astype(np.float32))
-        dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [parts[d] for d in local])
-        return dst, [np.array([loss, np.sum(lam * np.sum(x * x, axis=1)), len(owners)])]
+                parts[device] = sharding.write_rows(parts[device], local_ids[here], x[here])
+        dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [parts[dv] for dv in local])
+        x64 = x.astype(np.float64)
+        return dst, [np.array([sq.sum(), np.sum(lam * np.sum(x64 * x64, axis=1)), len(owners)])]
 
 
 def _on_device(device, call: batching.DeviceBatch) -> tuple[list[jax.Array], int]:

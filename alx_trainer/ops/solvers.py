@@ -1,17 +1,16 @@
 """Batched solvers for the per-row normal equations A x = b of paper Eq. 4 (paper 4.5).
 
 All work on a batch of rows: `A` [R, d, d], `b` and `x0` [R, d], float32. `cg` also takes a
-matrix-free `matvec` so the d x d matrices never have to be built; its recurrence (`cg_step`) is
-written once for any array namespace, so the host's float64 long-row CG (`host_cg`) is the same.
+matrix-free `matvec` so the d x d matrices never have to be built (the normal rows' steps and the
+long rows' `sharding.long_cg`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from alx_trainer.ops import block_solver
 
@@ -21,33 +20,32 @@ Matvec = Callable[[jax.Array], jax.Array]
 class CGState(NamedTuple):
     """The conjugate-gradient recurrence's state per row: x, residual r, direction p, rs = |r|^2 [R, 1]."""
 
-    x: Any
-    r: Any
-    p: Any
-    rs: Any
+    x: jax.Array
+    r: jax.Array
+    p: jax.Array
+    rs: jax.Array
 
 
-def _dot(u, v, xp):
-    return xp.sum(u * v, axis=-1, keepdims=True)
+def _dot(u, v):
+    return jnp.sum(u * v, axis=-1, keepdims=True)
 
 
-def cg_start(x0, r0, xp=jnp) -> CGState:
+def cg_start(x0, r0) -> CGState:
     """The state before the first step, from the warm start `x0` and its residual `r0` = b - A x0."""
-    return CGState(x0, r0, r0, _dot(r0, r0, xp))
+    return CGState(x0, r0, r0, _dot(r0, r0))
 
 
-def cg_step(matvec: Callable, state: CGState, xp=jnp) -> CGState:
-    """One conjugate-gradient step on every row at once, in the array namespace `xp` (jax.numpy on
-    the devices, NumPy for the host's float64 long rows). A row whose |r|^2 or p^T A p reached 0
+def cg_step(matvec: Matvec, state: CGState) -> CGState:
+    """One conjugate-gradient step on every row at once. A row whose |r|^2 or p^T A p reached 0
     stays where it is."""
     x, r, p, rs = state
     ap = matvec(p)
-    pap = _dot(p, ap, xp)
-    step = xp.where(pap > 0, rs / xp.where(pap > 0, pap, 1), 0)
+    pap = _dot(p, ap)
+    step = jnp.where(pap > 0, rs / jnp.where(pap > 0, pap, 1), 0)
     x = x + step * p
     r = r - step * ap
-    rs_new = _dot(r, r, xp)
-    beta = xp.where(rs > 0, rs_new / xp.where(rs > 0, rs, 1), 0)
+    rs_new = _dot(r, r)
+    beta = jnp.where(rs > 0, rs_new / jnp.where(rs > 0, rs, 1), 0)
     return CGState(x, r, r + beta * p, rs_new)
 
 
@@ -58,14 +56,6 @@ def cg(matvec: Matvec, b: jax.Array | None, x0: jax.Array, iters: int, r0: jax.A
     """
     r = b - matvec(x0) if r0 is None else r0
     state = jax.lax.fori_loop(0, iters, lambda _, s: cg_step(matvec, s), cg_start(x0, r))
-    return state.x
-
-
-def host_cg(matvec: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, r0: np.ndarray, iters: int) -> np.ndarray:
-    """`cg` on host arrays (NumPy, e.g. float64), each `matvec` a call out (`SideRunner`'s long rows)."""
-    state = cg_start(x0, r0, np)
-    for _ in range(iters):
-        state = cg_step(matvec, state, np)
     return state.x
 
 
