@@ -34,11 +34,13 @@ SCRIPT = """
 import json, os, sys, threading
 from alx_trainer.ops import per_core
 before = sorted(os.sched_getaffinity(0))
+old = per_core.threads()
 assert per_core.use_cpu_devices(2)
 import jax
+made = sorted(sorted(os.sched_getaffinity(t)) for t in per_core.threads() - old)
 pinned = per_core.run([lambda: sorted(os.sched_getaffinity(0))] * 2)
 print(json.dumps({"devices": len(jax.devices()), "async": jax.config.read("jax_cpu_enable_async_dispatch"),
-                  "before": before, "after": sorted(os.sched_getaffinity(0)), "pinned": pinned,
+                  "before": before, "after": sorted(os.sched_getaffinity(0)), "pinned": pinned, "made": made,
                   "again": per_core.use_cpu_devices(3)}))
 """
 
@@ -53,3 +55,7 @@ def test_use_cpu_devices_pins_one_thread_per_device(tmp_path):
     assert got["after"] == got["before"]  # the main thread gets its cores back
     assert got["pinned"] == [[got["before"][0]], [got["before"][1]]]  # device j's thread on core j only
     assert got["again"] is False  # JAX has started: its devices stay
+    # XLA's own threads (its intra-op pool among them): one core each, every core used, not all
+    # left on the first core the client was created on
+    assert got["made"] and all(len(cores) == 1 for cores in got["made"])
+    assert {c for cores in got["made"] for c in cores} == set(got["before"][:2]) <= set(got["before"])

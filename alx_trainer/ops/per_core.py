@@ -3,13 +3,15 @@
 A CPU host split into one JAX device per core (`jax_num_cpu_devices`) runs its programs on
 XLA's runtime threads, which take over kernels and whole loop bodies of any device on any core:
 a device's work then moves between cores and away from the blocks it keeps in a core's own L2
-cache. Measured on a 2-core host (ML-1M, d=128, 3 CG steps): two devices in one program took
-0.15 s per epoch, while two single-device processes on their own cores did not slow each other
-down at all. `use_cpu_devices` therefore (1) turns off asynchronous dispatch, so a
-single-device program runs in the thread that calls it, and (2) creates the CPU client while
-the process may use one core only: XLA sizes its runtime thread pools by the cores it may use,
-and its threads keep that core. `run` then gives each device a thread pinned to its own core.
-Together: 0.12 s per epoch on the same host.
+cache. `use_cpu_devices` therefore (1) turns off asynchronous dispatch, so a single-device
+program starts in the thread that calls it, and `run` gives each device a thread pinned to its
+own core; (2) creates the CPU client while the process may use one core only, so that XLA's
+threads do not float, and then pins the threads the client made one per core: a thread keeps
+the cores it was created with, and XLA runs the thunks of a large program (a scan over many
+batches) on its intra-op pool, not in the calling thread. Left on the first core, that pool ran
+both devices' work on one core: 12.0 s per epoch on the 1M x 250k, 25M-entry matrix at d=128
+(2 cores) against 6.4 s with one pool thread per core; ML-1M (small programs that run in the
+calling threads) 0.114 s per epoch either way, 0.138 s with every thread left free to move.
 """
 
 from __future__ import annotations
@@ -42,16 +44,31 @@ def use_cpu_devices(count: int) -> bool:
 
 
 def _start_on_one_core() -> None:
-    """Create JAX's backends while this thread may only run on its first core (see above)."""
+    """Create JAX's backends while this thread may only run on its first core, then pin the
+    threads they started one per core, in the order they were made (see above)."""
     allowed = cores()
     if not hasattr(os, "sched_setaffinity") or len(allowed) < 2:
         jax.devices()
         return
+    before = threads()
     os.sched_setaffinity(0, allowed[:1])
     try:
         jax.devices()
     finally:
         os.sched_setaffinity(0, allowed)
+    for k, tid in enumerate(sorted(threads() - before)):
+        try:
+            os.sched_setaffinity(tid, {allowed[k % len(allowed)]})
+        except ProcessLookupError:  # a short-lived thread that has ended
+            pass
+
+
+def threads() -> set[int]:
+    """This process's thread ids (Linux; empty elsewhere)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except FileNotFoundError:
+        return set()
 
 
 def accelerator_plugins() -> bool:
