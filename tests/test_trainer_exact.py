@@ -51,16 +51,22 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+def _train_matches_reference(config: TrainConfig, mesh, rows, tol: float = 1e-4):
+    """Train from the same initial tables as the float64 reference; both tables within `tol`.
+    Returns the model and the reference's tables."""
+    w0, h0 = _initial(config, mesh)
+    model = train(config, mesh=mesh)
+    w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
+    assert _rel(model.row_table, w) < tol
+    assert _rel(model.col_table, h) < tol
+    return model, w, h
+
+
 def test_cholesky_matches_float64_reference_after_one_epoch(dataset, tmp_path):
     data_dir, rows = dataset
     mesh = sharding.make_mesh()
     assert mesh.size == 8
-    config = _config(data_dir, str(tmp_path / "m"))
-    w0, h0 = _initial(config, mesh)
-    model = train(config, mesh=mesh)
-    w, h = ref.ials(rows, w0, h0, 1, ALPHA, REG)
-    assert _rel(model.row_table, w) < 1e-4
-    assert _rel(model.col_table, h) < 1e-4
+    model, w, h = _train_matches_reference(_config(data_dir, str(tmp_path / "m")), mesh, rows)
     # rows never seen (none here) aside, the loss terms match the reference's objective
     expected = ref.loss(rows, w, h, ALPHA, REG)
     assert model.metrics[-1]["loss_observed"] == pytest.approx(expected["observed"], rel=1e-4)
@@ -71,12 +77,7 @@ def test_cholesky_matches_float64_reference_after_one_epoch(dataset, tmp_path):
 def test_every_solver_matches_reference(dataset, tmp_path, solver):
     data_dir, rows = dataset
     mesh = sharding.make_mesh()
-    config = _config(data_dir, str(tmp_path / "m"), solver=solver, cg_iters=12, epochs=2)
-    w0, h0 = _initial(config, mesh)
-    model = train(config, mesh=mesh)
-    w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)
-    assert _rel(model.row_table, w) < 1e-4
-    assert _rel(model.col_table, h) < 1e-4
+    _train_matches_reference(_config(data_dir, str(tmp_path / "m"), solver=solver, cg_iters=12, epochs=2), mesh, rows)
 
 
 def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
@@ -204,11 +205,7 @@ def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
     ids = sum(len(r) for r in rows.values())
     assert sum(16 * -(-len(r) // 16) for r in rows.values()) > 1.2 * ids  # rows of at most 46 ids: 16 pads them more
     assert (runner.piece_len, runner.batch_pieces) == (8, 512)
-    w0, h0 = _initial(config, mesh)
-    model = train(config, mesh=mesh)
-    w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)
-    assert _rel(model.row_table, w) < 1e-4
-    assert _rel(model.col_table, h) < 1e-4
+    _train_matches_reference(config, mesh, rows)
 
 
 def test_training_loss_only_in_the_epochs_asked_for(dataset, tmp_path):
