@@ -55,7 +55,7 @@ def test_use_cpu_devices_pins_one_thread_per_device(tmp_path):
     assert got["after"] == got["before"]  # the main thread gets its cores back
     assert got["pinned"] == [[got["before"][0]], [got["before"][1]]]  # device j's thread on core j only
     assert got["again"] is False  # JAX has started: its devices stay
-    # XLA's own threads (its intra-op pool among them): one core each, every core used, not all
-    # left on the first core the client was created on
+    # XLA's own threads (its intra-op pool among them): one core each, spread over both devices'
+    # cores, not all left on the first core the client was created on
     assert got["made"] and all(len(cores) == 1 for cores in got["made"])
-    assert {c for cores in got["made"] for c in cores} == set(got["before"][:2]) <= set(got["before"])
+    assert {c for cores in got["made"] for c in cores} == set(got["before"][:2])

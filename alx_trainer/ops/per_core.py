@@ -39,13 +39,14 @@ def use_cpu_devices(count: int) -> bool:
         return False
     if count > 1:
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-        _start_on_one_core()
+        _start_on_one_core(count)
     return True
 
 
-def _start_on_one_core() -> None:
+def _start_on_one_core(count: int) -> None:
     """Create JAX's backends while this thread may only run on its first core, then pin the
-    threads they started one per core, in the order they were made (see above)."""
+    threads they started one per core of the `count` devices' cores (those `run` pins device
+    threads to), in the order they were made (see above)."""
     allowed = cores()
     if not hasattr(os, "sched_setaffinity") or len(allowed) < 2:
         jax.devices()
@@ -56,9 +57,10 @@ def _start_on_one_core() -> None:
         jax.devices()
     finally:
         os.sched_setaffinity(0, allowed)
+    used = allowed[:count]
     for k, tid in enumerate(sorted(threads() - before)):
         try:
-            os.sched_setaffinity(tid, {allowed[k % len(allowed)]})
+            os.sched_setaffinity(tid, {used[k % len(used)]})
         except ProcessLookupError:  # a short-lived thread that has ended
             pass
 
