@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import time
@@ -67,17 +66,18 @@ def train(
     mesh=None,
     callbacks: Sequence[Callback] = (),
     tables: bool = True,
+    dataset: records.Dataset | None = None,
 ) -> Model:
     """Train (or resume) per `config`; returns the final `Model`.
 
     The callbacks `config` asks for run first (evaluation, metrics, checkpoints, progress), then
     `callbacks`, then `callback(epoch, model)`. `tables=False` returns the Model without its tables
     (None): its float32 copies would double the memory of bfloat16 tables (the command line
-    reports metrics only).
+    reports metrics only). `dataset` (e.g. `records.in_memory(...)`) replaces opening `config.data` (then just its name).
     """
     config.validate()
     mesh = mesh if mesh is not None else sharding.make_mesh()
-    dataset = open_dataset(config.data, config.tfds_data_dir)
+    dataset = dataset if dataset is not None else open_dataset(config.data, config.tfds_data_dir)
     if config.validation:
         dataset = validation_view(dataset)
     integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
@@ -158,8 +158,8 @@ def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, S
     replica = sharding.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
     for side in sides(config.tied):
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
-        files = records.host_files(dataset.files[side.split], jax.process_index(), jax.process_count())
-        reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
+        reader = records.split_reader(dataset, side.split, config.chunk_rows, n_this, n_other,
+                                      jax.process_index(), jax.process_count())
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
         runners[side.name] = SideRunner(config, mesh, spec, reader, n_this, replica)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from alx_trainer.config import TrainConfig
+from alx_trainer.data import records
 from alx_trainer.model import fold_in, init_tables
 from alx_trainer.ops import per_core, sharding
 from alx_trainer.ops.side_runner import step_spec
@@ -226,3 +227,43 @@ def test_training_loss_only_in_the_epochs_asked_for(dataset, tmp_path):
     never = train(_config(data_dir, str(tmp_path / "n"), solver="cg", cg_iters=12, epochs=1, layout="owner",
                           train_loss_every=0), mesh=mesh)
     assert "loss_observed" not in never.metrics[-1]
+
+
+def _csr(rows, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    lengths = [len(rows.get(r, [])) for r in range(num_rows)]
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    cols = np.concatenate([np.asarray(rows.get(r, []), np.int64) for r in range(num_rows)])
+    return indptr, cols
+
+
+def test_in_memory_matrix_trains_as_the_reference(dataset, tmp_path):
+    """A CSR matrix handed to `train` (no files) gives the float64 reference's tables."""
+    _, rows = dataset
+    mesh = sharding.make_mesh()
+    config = _config("csr", str(tmp_path / "m"), epochs=2, chunk_rows=7)  # data: only a name here
+    w0, h0 = _initial(config, mesh)
+    held = records.in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
+    model = train(config, mesh=mesh, dataset=held)
+    w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
+    assert _rel(model.row_table, w) < 1e-4
+    assert _rel(model.col_table, h) < 1e-4
+
+
+def test_in_memory_host_shares_cover_every_row_once(dataset):
+    _, rows = dataset
+    held = records.in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
+    for split, n in (("train", NUM_ROWS), ("train_t", NUM_COLS)):
+        seen: dict[int, list[int]] = {}
+        for host in range(3):
+            for chunk in records.split_reader(held, split, 4, NUM_ROWS, NUM_COLS, host, 3)():
+                for k, r in enumerate(chunk.row_ids.tolist()):
+                    assert r not in seen
+                    seen[r] = chunk.cols[chunk.indptr[k] : chunk.indptr[k + 1]].tolist()
+        expected = rows if split == "train" else ref.transpose(rows)
+        assert {r: c for r, c in seen.items() if c} == {r: sorted(c) for r, c in expected.items() if c}
+        assert len(seen) == n
+
+
+def test_in_memory_rejects_a_bad_row_pointer():
+    with pytest.raises(ValueError, match="csr: indptr"):
+        records.in_memory("csr", np.array([0, 3, 2]), np.arange(3), 5)

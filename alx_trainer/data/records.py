@@ -8,6 +8,7 @@ prefetched, so no host ever holds the dataset as Python objects.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import re
 import threading
@@ -51,6 +52,50 @@ class Dataset:
     eval_split: str = "test"  # the contract split that files["test"] holds ("validation" when tuning)
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # rows per split, as stats.json says
     fingerprint: str | None = None  # stats.json `dataset_fingerprint` (None: written before it existed)
+    arrays: dict[str, RowChunk] = dataclasses.field(default_factory=dict)  # splits held in memory (`in_memory`)
+
+
+def in_memory(name: str, indptr: np.ndarray, cols: np.ndarray, num_cols: int) -> Dataset:
+    """A training matrix held in memory as CSR (row r has columns `cols[indptr[r]:indptr[r+1]]`).
+
+    Its transpose (the column half-epoch's rows) is made here. It has no test split: evaluate the
+    trained model with `alx_trainer.evaluation.evaluate.evaluate(model, rows)`.
+    """
+    indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols, np.int64)
+    num_rows = len(indptr) - 1
+    if num_rows < 0 or indptr[0] != 0 or indptr[-1] != len(cols) or (np.diff(indptr) < 0).any():
+        raise ValueError(f"{name}: indptr is not a CSR row pointer over {len(cols)} columns")
+    if len(cols) and (cols.min() < 0 or cols.max() >= num_cols):
+        raise ValueError(f"{name}: column ids outside [0, {num_cols})")
+    order = np.argsort(cols, kind="stable")
+    rows_of = np.repeat(np.arange(num_rows, dtype=np.int64), np.diff(indptr))[order]
+    t_indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=num_cols))]).astype(np.int64)
+    arrays = {
+        "train": RowChunk(np.arange(num_rows, dtype=np.int64), indptr, cols),
+        "train_t": RowChunk(np.arange(num_cols, dtype=np.int64), t_indptr, rows_of),
+    }
+    splits = {k: len(v) for k, v in arrays.items()}
+    return Dataset(name, num_rows, num_cols, {}, "", bipartite=True, splits=splits, arrays=arrays)
+
+
+def split_reader(
+    dataset: Dataset, split: str, chunk_rows: int, num_rows: int, num_cols: int,
+    process_index: int = 0, process_count: int = 1,
+) -> Callable[[], Iterator[RowChunk]]:
+    """A function that streams this host's share of `split` as chunks of at most `chunk_rows` rows:
+    its round-robin share of the shard files, or of the in-memory split's chunks."""
+    held = dataset.arrays.get(split)
+    if held is None:
+        files = host_files(dataset.files[split], process_index, process_count)
+        return functools.partial(read_chunks, files, chunk_rows, num_rows, num_cols)
+
+    def chunks() -> Iterator[RowChunk]:
+        for lo in range(process_index * chunk_rows, len(held), process_count * chunk_rows):
+            hi = min(lo + chunk_rows, len(held))
+            start, stop = held.indptr[lo], held.indptr[hi]
+            yield RowChunk(held.row_ids[lo:hi], held.indptr[lo : hi + 1] - start, held.cols[start:stop])
+
+    return chunks
 
 
 def host_files(files: Sequence[str], process_index: int, process_count: int) -> list[str]:
