@@ -1,0 +1,170 @@
+"""`benchmarks/gpu_vs_implicit.py`: implicit fed our objective, the on-device generator, a toy run end to end.
+
+(a) The matrix handed to implicit (confidences in its values, implicit's alpha = 1, as its GPU `fit`
+needs) trains our objective: implicit's CPU model on it matches the independent float64 NumPy iALS,
+and matches implicit's own alpha handling; the binary matrix alone (what the GPU would train
+unscaled) does not. (b) The benchmark runs on CPU at toy sizes in a subprocess and writes every
+field. (c) The generator gives the nnz asked, ids in range, distinct pairs and the power-law shares
+its rank distribution implies.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from implicit.cpu.als import AlternatingLeastSquares
+
+import reference_ials as ref
+from webgraph_pipeline import synthetic_matrix
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "gpu_vs_implicit.py"
+NUM_USERS, NUM_ITEMS, DIM = 40, 30, 6
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("gpu_vs_implicit", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _small_rows() -> dict[int, list[int]]:
+    rows = ref.random_rows(5, NUM_USERS, NUM_ITEMS, max_len=10)
+    for item in set(range(NUM_ITEMS)) - {c for cols in rows.values() for c in cols}:
+        rows[0] = sorted(rows[0] + [item])  # every item observed: implicit solves every row, the reference too
+    return rows
+
+
+def _csr(rows: dict[int, list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = [len(rows[r]) for r in range(NUM_USERS)]
+    return np.concatenate([[0], np.cumsum(lengths)]), np.concatenate([rows[r] for r in range(NUM_USERS)])
+
+
+def _fit(matrix, reg: float, alpha: float, use_cg: bool, start=None) -> tuple[np.ndarray, np.ndarray]:
+    model = AlternatingLeastSquares(factors=DIM, regularization=reg, alpha=alpha, iterations=3, use_cg=use_cg,
+                                    num_threads=1, random_state=0)
+    if start is not None:
+        model.user_factors, model.item_factors = (t.astype(np.float32) for t in start)
+    model.fit(matrix, show_progress=False)
+    return np.asarray(model.user_factors, np.float64), np.asarray(model.item_factors, np.float64)
+
+
+@pytest.mark.parametrize("alpha,lam", [(0.01, 1.5), (0.3, 0.2)])
+def test_implicit_fed_the_mapped_matrix_trains_our_objective(bench, alpha, lam):
+    rows = _small_rows()
+    matrix, reg = bench.implicit_problem(*_csr(rows), NUM_ITEMS, alpha, lam, 0.0)
+    assert np.allclose(matrix.data, 1 + 1 / alpha)  # the confidence is in the values
+    rng = np.random.default_rng(6)
+    w0, h0 = rng.normal(0, 0.3, (NUM_USERS, DIM)), rng.normal(0, 0.3, (NUM_ITEMS, DIM))
+    want_w, want_h = ref.ials(rows, w0, h0, epochs=3, alpha=alpha, reg=lam)
+    scale = np.sqrt(1 + alpha)  # implicit's embeddings are ours times this (benchmarks/gowalla.py)
+    got_w, got_h = _fit(matrix, reg, 1.0, use_cg=False, start=(scale * w0, scale * h0))
+    for got, want in ((got_w, want_w), (got_h, want_h)):
+        assert np.linalg.norm(got / scale - want) <= 1e-4 * np.linalg.norm(want)
+
+
+def test_scaled_matrix_is_implicits_own_alpha_and_the_unscaled_one_is_not(bench):
+    """The GPU model ignores alpha in `fit`: the scaled matrix at alpha 1 must be what alpha would do (CG)."""
+    rows = _small_rows()
+    matrix, reg = bench.implicit_problem(*_csr(rows), NUM_ITEMS, 0.05, 0.5, 0.0)
+    binary = matrix.copy()
+    binary.data[:] = 1.0
+    scaled = _fit(matrix, reg, 1.0, use_cg=True)
+    own = _fit(binary, reg, float(matrix.data[0]), use_cg=True)
+    unscaled = _fit(binary, reg, 1.0, use_cg=True)
+    for got, want, wrong in zip(scaled, own, unscaled):
+        assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+        assert np.linalg.norm(wrong - want) > 0.1 * np.linalg.norm(want)
+
+
+def test_generator_gives_distinct_pairs_in_range_with_power_law_shares(bench):
+    num_rows, num_cols, nnz = 50_000, 10_000, 100_000
+    indptr, cols, facts = bench.power_law_csr(3, num_rows, num_cols, nnz)
+    assert indptr.shape == (num_rows + 1,) and indptr[0] == 0 and indptr[-1] == nnz == len(cols)
+    lengths = np.diff(indptr)
+    assert (lengths >= 0).all() and 0 <= cols.min() and cols.max() < num_cols
+    keys = np.repeat(np.arange(num_rows), lengths) * num_cols + cols
+    assert (np.diff(keys) > 0).all()  # sorted by (row, column) and no pair twice
+    assert facts["device_s"] >= 0 and facts["draws"][-1] >= nnz
+    # the share of the pairs held by the top 1%, 10%, 50% of rows (columns), against the same shares of a
+    # NumPy multinomial over the pipeline generator's rank probabilities (its counts sorted the same way)
+    rng = np.random.default_rng(0)
+    col_counts = np.bincount(cols, minlength=num_cols)
+    for counts, s in ((lengths, bench.ROW_EXPONENT), (col_counts, bench.COL_EXPONENT)):
+        want = rng.multinomial(nnz, synthetic_matrix.rank_probabilities(len(counts), s))
+        for q in (0.01, 0.1, 0.5):
+            top = int(q * len(counts))
+            got_share, want_share = np.sort(counts)[::-1][:top].sum() / nnz, np.sort(want)[::-1][:top].sum() / nnz
+            assert abs(got_share - want_share) < 0.02, (s, q, got_share, want_share)
+    assert lengths.max() > 20 * lengths.mean()  # heavy-tailed
+    again, _, _ = bench.power_law_csr(3, num_rows, num_cols, nnz)
+    assert np.array_equal(again, indptr)
+
+
+def test_generator_refuses_a_dense_matrix(bench):
+    with pytest.raises(ValueError, match="nnz"):
+        bench.power_law_csr(0, 10, 10, 60)
+
+
+def test_a_bad_override_fails_in_one_line_before_any_work(bench, tmp_path, capsys):
+    assert bench.main(["--sizes", "toy", "--work", str(tmp_path), "--ours", "no_such_field=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_field" in err[0]
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_failing_child_is_one_line_and_the_run_goes_on(bench, tmp_path):
+    runner = bench.Runner(tmp_path, dict(__import__("os").environ), deadline=1e18, section_timeout=60)
+    lines, error, _ = runner("no_such_kind", "broken", {})
+    assert lines == [] and error.startswith("exit 1: KeyError")
+
+
+def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir()
+    with open(folder / "train.txt", "w") as train, open(folder / "test.txt", "w") as test:
+        for u in range(users):
+            liked = rng.choice(items, size=12, replace=False)
+            train.write(" ".join(map(str, [u, *sorted(liked[:9])])) + "\n")
+            test.write(" ".join(map(str, [u, *sorted(liked[9:])])) + "\n")
+
+
+def test_toy_run_end_to_end_writes_every_figure(tmp_path):
+    _write_gowalla(tmp_path / "gowalla", users=80, items=60)
+    out = tmp_path / "figures.json"
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sizes", "toy,gowalla", "--dims", "8", "--gowalla", str(tmp_path / "gowalla"),
+         "--peak_n", "128", "--copy_mib", "4", "--work", str(tmp_path / "work"), "--json", str(out),
+         "--implicit", "cpu", "--wheels", str(tmp_path / "none")],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    peaks = report["device"]["peaks"]
+    assert all(peaks[k] > 0 for k in ("matmul_bf16_flop_s", "matmul_f32_flop_s", "copy_bytes_s"))
+    toy = report["data"]["toy"]
+    assert (toy["rows"], toy["cols"], toy["nnz"]) == (2_000, 500, 6_000)
+    assert report["data"]["gowalla"]["nnz"] == 80 * 9
+    sections = {(r["size"], r["who"]): r for r in report["sections"]}
+    assert set(sections) == {("toy", "ours"), ("toy", "implicit-cpu"), ("gowalla", "ours"), ("gowalla", "implicit-cpu")}
+    for (size, who), r in sections.items():
+        assert r["error"] is None and r["dim"] == 8
+        assert r["s_per_epoch"] > 0 and len(r["epochs_s"]) == r["epochs"]
+        for key in ("ratio", "gflop_s", "gb_s", "pct_f32_peak", "pct_bf16_peak", "pct_copy_bw", "flops_per_epoch",
+                    "bytes_per_epoch", "peak_host_gib", "setup_s", "load_s", "child_s"):
+            assert r[key] is not None and r[key] >= 0, (size, who, key)
+        assert "peak_device_gib" in r  # None on CPU: JAX keeps no device statistics there
+        if size == "gowalla":
+            assert 0 < r["recall_gt@20"] <= 1 and 0 < r["recall@20"] <= 1 and r["ndcg@20"] > 0
+    assert sections[("toy", "implicit-cpu")]["ratio"] == 1.0
+    assert sections[("gowalla", "ours")]["epochs"] == json.loads((REPO / "configs" / "gowalla.json").read_text())["epochs"]
+    assert "s/epoch" in run.stdout and "implicit-cpu" in run.stdout
