@@ -28,9 +28,10 @@ Without a GPU (or `--implicit cpu`) implicit's CPU model stands in and the table
 What one run does, each step in its own child process (a failure, an out-of-memory or a
 timeout prints one line and the run goes on; the run stops starting sections after `--budget_s`):
 1. The device's own peaks: a `--peak_n`^3 matmul in bfloat16 and in float32 (HIGHEST precision,
-   no TF32) and a device-to-device copy of `--copy_mib` MiB (read + write counted); then the
-   power-law matrices, generated on the device with jax.random (`power_law_csr`) and brought to
-   the host once as CSR (generation, transfer and saving timed apart).
+   no TF32; and at DEFAULT precision, TF32 where XLA picks it) and a device-to-device copy of
+   `--copy_mib` MiB (read + write counted); then the power-law matrices, generated on the device
+   with jax.random (`power_law_csr`) and brought to the host once as CSR (generation, transfer
+   and saving timed apart).
 2. Gowalla (LightGCN's split: `user item item ...` lines in train.txt/test.txt) read on the host.
 3. Per size and d: ours (`alx_trainer.train.train` on `records.in_memory`, config from
    `ours_config`; `--ours KEY=VALUE` overrides any TrainConfig field), then implicit GPU
@@ -337,8 +338,9 @@ def device_child(spec: dict, out: pathlib.Path) -> None:
     device = jax.devices()[0]
     report: dict[str, Any] = {"platform": device.platform, "device_kind": device.device_kind,
                               "devices": jax.device_count(), "jax": jax.__version__, "peaks": {}, "data": {}}
-    for name, measure in (("matmul_bf16_flop_s", lambda: matmul_rate(spec["peak_n"], "bfloat16")),
+    for name, measure in (("matmul_bf16_flop_s", lambda: matmul_rate(spec["peak_n"], "bfloat16", "DEFAULT")),
                           ("matmul_f32_flop_s", lambda: matmul_rate(spec["peak_n"], "float32")),
+                          ("matmul_f32_default_flop_s", lambda: matmul_rate(spec["peak_n"], "float32", "DEFAULT")),
                           ("copy_bytes_s", lambda: copy_rate(spec["copy_mib"]))):
         try:
             report["peaks"][name] = measure()
@@ -367,14 +369,15 @@ def timed_calls(fn, args: tuple, calls: int = 10) -> float:
     return (time.perf_counter() - t) / calls
 
 
-def matmul_rate(n: int, dtype: str) -> float:
-    """FLOP/s of an n^3 matmul; float32 at HIGHEST precision (true float32, no TF32)."""
+def matmul_rate(n: int, dtype: str, precision: str = "HIGHEST") -> float:
+    """FLOP/s of an n^3 matmul at a precision: float32 HIGHEST is true float32; DEFAULT lets XLA use
+    TF32 (NVIDIA) or bfloat16 passes (TPU) for float32 inputs."""
     import jax
     import jax.numpy as jnp
 
     a = jax.random.normal(jax.random.key(0), (n, n), dtype)
     b = jax.random.normal(jax.random.key(1), (n, n), dtype)
-    precision = jax.lax.Precision.HIGHEST if dtype == "float32" else jax.lax.Precision.DEFAULT
+    precision = getattr(jax.lax.Precision, precision)
     return 2 * n**3 / timed_calls(jax.jit(lambda a, b: jnp.dot(a, b, precision=precision)), (a, b))
 
 
@@ -394,6 +397,7 @@ def device_memory() -> dict:
     stats = jax.local_devices()[0].memory_stats() or {}
     peak, limit = stats.get("peak_bytes_in_use"), stats.get("bytes_limit")
     return {"peak_device_gib": peak / GIB if peak is not None else None,
+            "peak_device_source": "JAX peak_bytes_in_use" if peak is not None else None,
             "device_limit_gib": limit / GIB if limit is not None else None}
 
 
@@ -460,10 +464,10 @@ def implicit_child(spec: dict, out: pathlib.Path) -> None:
     matrix, regularization = implicit_problem(m["train_indptr"], m["train_cols"], m["cols"], c["alpha"], c["reg"],
                                               c["reg_exponent"])
     load_s = time.perf_counter() - t
-    kwargs = dict(factors=c["dim"], regularization=regularization, alpha=1.0, iterations=c["epochs"],
-                  calculate_training_loss=False, random_state=c["seed"])
+    kwargs = {"factors": c["dim"], "regularization": regularization, "alpha": 1.0, "iterations": c["epochs"],
+              "calculate_training_loss": False, "random_state": c["seed"]}
     if gpu:
-        import rmm
+        import rmm.statistics
         from implicit.gpu.als import AlternatingLeastSquares
 
         rmm.statistics.enable_statistics()
@@ -487,15 +491,25 @@ def implicit_child(spec: dict, out: pathlib.Path) -> None:
                               "peak_device_gib": None, "regularization": regularization,
                               "confidence": float(matrix.data[0]) if matrix.nnz else None}
     if gpu:
-        stats = rmm.statistics.get_statistics()
-        managed = 2 * (4 * (matrix.shape[0] + matrix.shape[1] + 2) + 8 * matrix.nnz)  # indptr, indices, data
-        result["peak_device_gib"] = (stats.peak_bytes + managed) / GIB if stats else None
+        result.update(implicit_memory(rmm.statistics.get_statistics(), matrix, c["dim"]))
         model = model.to_cpu()
     if spec["size"] == GOWALLA:
         t = time.perf_counter()
         result.update(recall(np.asarray(model.user_factors), np.asarray(model.item_factors), m),
                       eval_s=time.perf_counter() - t)
     write_line(out, {"result": result})
+
+
+def implicit_memory(stats, matrix, dim: int) -> dict:
+    """implicit GPU's peak device memory: RMM's peak (factors, gramians, buffers) plus its two CSR copies,
+    which it allocates as CUDA managed memory outside RMM. Where RMM saw less than the two factor tables
+    (its statistics did not reach implicit's allocator), the same allocations counted instead."""
+    users, items = matrix.shape
+    managed = 2 * (4 * (users + items + 2) + 8 * matrix.nnz)  # Cui and Ciu: indptr, indices, data
+    counted = 4 * dim * (users + items + 2 * dim)  # the two tables and the two d x d gramians, float32
+    measured = stats is not None and stats.peak_bytes >= 4 * dim * (users + items)
+    return {"peak_device_gib": ((stats.peak_bytes if measured else counted) + managed) / GIB,
+            "peak_device_source": "RMM statistics + managed CSR" if measured else "counted"}
 
 
 def write_line(out: pathlib.Path, record: dict) -> None:
@@ -581,15 +595,16 @@ def section_figures(lines: list[dict], error: str | None, work: tuple[float, flo
     flops, byte_count = work
     f32, bf16, bw = (peaks.get(k) for k in ("matmul_f32_flop_s", "matmul_bf16_flop_s", "copy_bytes_s"))
     figures = {
-        "s_per_epoch": s, "epochs_s": seconds, "error": error,
+        "s_per_epoch": s, "epochs_s": seconds, "error": error, "note": None,
         "flops_per_epoch": flops, "bytes_per_epoch": byte_count,
         "gflop_s": flops / s / 1e9 if s else None, "gb_s": byte_count / s / 1e9 if s else None,
         "pct_f32_peak": 100 * flops / s / f32 if s and f32 else None,
         "pct_bf16_peak": 100 * flops / s / bf16 if s and bf16 else None,
         "pct_copy_bw": 100 * byte_count / s / bw if s and bw else None,
     }
-    for key in ("who", "peak_device_gib", "device_limit_gib", "peak_host_gib", "table_dtype", "setup_s", "load_s",
-                "dataset_s", "eval_s", "recall_gt@20", "recall@20", "ndcg@20", "regularization", "confidence"):
+    for key in ("who", "peak_device_gib", "peak_device_source", "device_limit_gib", "peak_host_gib", "table_dtype",
+                "setup_s", "load_s", "dataset_s", "eval_s", "recall_gt@20", "recall@20", "ndcg@20", "regularization",
+                "confidence"):
         figures[key] = result.get(key)
     return figures
 
@@ -609,7 +624,7 @@ def print_table(sections: list[dict]) -> None:
             f"{'%bf16':>6}{'GB/s':>8}{'%copy':>6}{'R@20':>7}  note")
     print("\n" + head + "\n" + "-" * len(head))
     for r in sections:
-        note = r["error"] or ""
+        note = r["error"] or r["note"] or ""
         print(f"{r['size']:<10}{r['dim']:>5}  {r['who'] or '?':<13}{fmt(r['s_per_epoch'], '.4f'):>9}"
               f"{fmt(r['ratio'], '.2f'):>7}{fmt(r['peak_device_gib'], '.2f'):>8}{fmt(r['gflop_s'], '.0f'):>9}"
               f"{fmt(r['pct_f32_peak'], '.1f'):>6}{fmt(r['pct_bf16_peak'], '.1f'):>6}{fmt(r['gb_s'], '.0f'):>8}"
@@ -682,10 +697,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["data"].update(line.get("data", {}))
     report["device"]["child_s"] = child_s
     peaks = report["device"].get("peaks", {})
-    print(f"device: {report['device'].get('device_kind', '?')} ({report['device'].get('platform', '?')}); peaks: "
-          f"matmul bf16 {fmt(peaks.get('matmul_bf16_flop_s') and peaks['matmul_bf16_flop_s'] / 1e12, '.1f')} TFLOP/s, "
-          f"f32 {fmt(peaks.get('matmul_f32_flop_s') and peaks['matmul_f32_flop_s'] / 1e12, '.1f')} TFLOP/s, copy "
-          f"{fmt(peaks.get('copy_bytes_s') and peaks['copy_bytes_s'] / 1e9, '.0f')} GB/s"
+    def peak(key: str, scale: float) -> str:
+        return fmt(peaks[key] / scale if peaks.get(key) else None, ".1f")
+
+    print(f"device: {report['device'].get('device_kind', '?')} ({report['device'].get('platform', '?')}); "
+          f"matmul bf16 {peak('matmul_bf16_flop_s', 1e12)} TFLOP/s, f32 {peak('matmul_f32_flop_s', 1e12)} "
+          f"(DEFAULT precision {peak('matmul_f32_default_flop_s', 1e12)}) TFLOP/s, copy {peak('copy_bytes_s', 1e9)} GB/s"
           + (f"; device step: {error}" if error else ""), flush=True)
     if GOWALLA in args.size_list:
         try:
@@ -713,6 +730,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      result.get("table_bytes", 4))
             figures = section_figures(lines, error, work_counts, peaks)
             figures["who"] = figures["who"] or ("ours" if who == "ours" else "implicit")
+            if figures["who"] == "implicit-cpu" and report["device"].get("platform") == "gpu":
+                figures["note"] = f"implicit's CUDA model did not load: its CPU model stood in (logs/{size}-d{dim}-implicit.log)"
             rows[who] = dict(size=size, dim=dim, epochs=config.epochs, cg_iters=config.cg_iters, child_s=child_s,
                              **figures)
         base = rows.get("implicit", {}).get("s_per_epoch")

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 from implicit.cpu.als import AlternatingLeastSquares
 
-import reference_ials as ref
 from webgraph_pipeline import synthetic_matrix
+
+import reference_ials as ref
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "gpu_vs_implicit.py"
@@ -123,9 +126,21 @@ def test_a_bad_override_fails_in_one_line_before_any_work(bench, tmp_path, capsy
 
 
 def test_a_failing_child_is_one_line_and_the_run_goes_on(bench, tmp_path):
-    runner = bench.Runner(tmp_path, dict(__import__("os").environ), deadline=1e18, section_timeout=60)
+    runner = bench.Runner(tmp_path, dict(os.environ), deadline=1e18, section_timeout=60)
     lines, error, _ = runner("no_such_kind", "broken", {})
     assert lines == [] and error.startswith("exit 1: KeyError")
+
+
+def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_saw_nothing(bench):
+    import scipy.sparse as sp
+
+    matrix = sp.random(100, 50, density=0.1, format="csr", dtype=np.float32, random_state=0)
+    managed = 2 * (4 * (100 + 50 + 2) + 8 * matrix.nnz)
+    seen = types.SimpleNamespace(peak_bytes=10**6)
+    assert bench.implicit_memory(seen, matrix, 8)["peak_device_gib"] * 2**30 == 10**6 + managed
+    counted = bench.implicit_memory(types.SimpleNamespace(peak_bytes=0), matrix, 8)
+    assert counted["peak_device_gib"] * 2**30 == 4 * 8 * (150 + 16) + managed
+    assert counted["peak_device_source"] == "counted"
 
 
 def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
