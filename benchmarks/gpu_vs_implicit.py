@@ -10,7 +10,7 @@ then on the GPU machine, from the project root:
 
     python3 benchmarks/gpu_vs_implicit.py [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
         [--gowalla ../shared/data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
-    python3 benchmarks/gpu_vs_implicit.py --sizes de-sparse --budget_s 1500   # its own, opt-in run
+    python3 benchmarks/gpu_vs_implicit.py --sizes de-sparse --budget_s 900 --section_timeout 800  # opt-in
 
 The run installs `.whl/*.whl` into `--site` (default /tmp/site) itself when they are there and
 gives every child process the environment the GPU README lists (PYTHONPATH=site; LD_LIBRARY_PATH
@@ -416,8 +416,9 @@ def recall(row_table: np.ndarray, col_table: np.ndarray, m: dict) -> dict:
     test users, scored from the trained user rows, training items excluded (our evaluator for both)."""
     from alx_trainer.evaluation.evaluate import evaluate
 
+    t = time.perf_counter()
     result = evaluate((row_table, col_table), gowalla_rows(m), ks=(20,), ndcg_k=20, baseline=False, trained_rows=True)
-    return {k: result[k] for k in ("recall_gt@20", "recall@20", "ndcg@20")}
+    return dict({k: result[k] for k in ("recall_gt@20", "recall@20", "ndcg@20")}, eval_s=time.perf_counter() - t)
 
 
 def ours_child(spec: dict, out: pathlib.Path) -> None:
@@ -447,10 +448,9 @@ def ours_child(spec: dict, out: pathlib.Path) -> None:
     result = dict(device_memory(), load_s=load_s, dataset_s=dataset_s, setup_s=train_s - sum(seconds),
                   epochs_s=seconds, table_bytes=int(np.dtype(table_dtype(config)).itemsize),
                   table_dtype=str(np.dtype(table_dtype(config))))
-    if spec["size"] == GOWALLA:
-        t = time.perf_counter()
-        result.update(recall(model.row_table, model.col_table, m), eval_s=time.perf_counter() - t)
     write_line(out, {"result": result})
+    if spec["size"] == GOWALLA:
+        write_line(out, {"result": recall(model.row_table, model.col_table, m)})
 
 
 def implicit_child(spec: dict, out: pathlib.Path) -> None:
@@ -493,11 +493,9 @@ def implicit_child(spec: dict, out: pathlib.Path) -> None:
     if gpu:
         result.update(implicit_memory(rmm.statistics.get_statistics(), matrix, c["dim"]))
         model = model.to_cpu()
+    write_line(out, {"result": result})  # the timings stand even if scoring fails
     if spec["size"] == GOWALLA:
-        t = time.perf_counter()
-        result.update(recall(np.asarray(model.user_factors), np.asarray(model.item_factors), m),
-                      eval_s=time.perf_counter() - t)
-    write_line(out, {"result": result})
+        write_line(out, {"result": recall(np.asarray(model.user_factors), np.asarray(model.item_factors), m)})
 
 
 def implicit_memory(stats, matrix, dim: int) -> dict:
@@ -586,9 +584,17 @@ def last_line(log: pathlib.Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+def merged_result(lines: list[dict]) -> dict:
+    """A child's result lines merged in order (timings first, then recall where it was scored)."""
+    result: dict = {}
+    for line in lines:
+        result.update(line.get("result", {}))
+    return result
+
+
 def section_figures(lines: list[dict], error: str | None, work: tuple[float, float], peaks: dict) -> dict:
     """One trainer's figures from its child's lines: s/epoch (median after the first), rates, memory."""
-    result = next((line["result"] for line in lines if "result" in line), {})
+    result = merged_result(lines)
     seconds = result.get("epochs_s") or [line["seconds"] for line in lines if "epoch" in line]
     timed = seconds[1:] or seconds
     s = float(np.median(timed)) if timed else None
@@ -725,7 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             spec = {"size": size, "data": str(work / "data" / size), "config": config.to_dict(),
                     "implicit": args.implicit}
             lines, error, child_s = runner(who, f"{size}-d{dim}-{who}", spec)
-            result = next((line["result"] for line in lines if "result" in line), {})
+            result = merged_result(lines)
             work_counts = epoch_work(meta["rows"], meta["cols"], meta["nnz"], dim, config.cg_iters,
                                      result.get("table_bytes", 4))
             figures = section_figures(lines, error, work_counts, peaks)
