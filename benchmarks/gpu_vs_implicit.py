@@ -56,6 +56,7 @@ RSS of every child is reported too. Timings on a shared machine are noisy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import json
@@ -474,6 +475,7 @@ def implicit_child(spec: dict, out: pathlib.Path) -> None:
         model = AlternatingLeastSquares(**kwargs)
     else:
         from implicit.cpu.als import AlternatingLeastSquares
+        from threadpoolctl import threadpool_limits
 
         model = AlternatingLeastSquares(**kwargs, use_cg=True, num_threads=0)
     model.cg_steps = c["cg_iters"]
@@ -484,7 +486,8 @@ def implicit_child(spec: dict, out: pathlib.Path) -> None:
         write_line(out, {"epoch": it + 1, "seconds": elapsed})
 
     t = time.perf_counter()
-    model.fit(matrix, show_progress=False, callback=on_epoch)
+    with contextlib.nullcontext() if gpu else threadpool_limits(1, "blas"):  # implicit's advice for its CPU model
+        model.fit(matrix, show_progress=False, callback=on_epoch)
     fit_s = time.perf_counter() - t
     result: dict[str, Any] = {"who": "implicit-gpu" if gpu else "implicit-cpu", "load_s": load_s, "epochs_s": seconds,
                               "setup_s": fit_s - sum(seconds), "table_bytes": 4, "table_dtype": "float32",
@@ -574,8 +577,18 @@ class Runner:
                     error = f"exit {run.returncode}: {last_line(log)}"
             except subprocess.TimeoutExpired:
                 error = f"timed out after {left:.0f} s"
-        lines = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-        return lines, error, time.monotonic() - t
+        return json_lines(out), error, time.monotonic() - t
+
+
+def json_lines(path: pathlib.Path) -> list[dict]:
+    """A child's JSON lines; a line cut short by a kill is left out."""
+    lines = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return lines
 
 
 def last_line(log: pathlib.Path) -> str:
