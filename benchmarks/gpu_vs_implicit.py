@@ -268,8 +268,9 @@ def load_matrix(folder: str) -> dict[str, Any]:
 
 def ours_config(size: str, dim: int, epochs: int | None, model_dir: str, overrides: Sequence[str] = ()):
     """Our TrainConfig for one section: Gowalla from configs/gowalla.json, the power-law sizes at the
-    trainer's defaults; no evaluation, training loss, progress or checkpoints during the run; then the
-    size's own overrides and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
+    trainer's defaults; no evaluation, training loss or progress, and no checkpoint before the last
+    epoch's (which the trainer always writes; it falls in `setup_s`); then the size's own overrides
+    and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
     from alx_trainer.config import TrainConfig, parse_dataclass_args
 
     values: dict[str, Any] = {}
