@@ -20,6 +20,7 @@ import pytest
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
+from alx_trainer.ops import side_runner
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
@@ -136,3 +137,18 @@ def test_streamed_batches_are_copied_every_epoch(dataset, tmp_path):
     with pytest.raises(Exception, match="host-to-device transfer"):
         train(config, mesh=make_mesh(), callbacks=[_Epoch2(str(tmp_path / "trace"), guard=True)])
     jax.profiler.stop_trace()
+
+
+@pytest.mark.parametrize("free,copies", [(1 << 40, False), (0, True)])
+def test_automatic_residency_follows_the_free_memory(dataset, tmp_path, monkeypatch, free, copies):
+    """`resident_batches` 'auto' keeps the batches on the devices only when the free memory allows."""
+    data_dir, _ = dataset
+    monkeypatch.setattr(side_runner, "free_bytes", lambda device: free)
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="auto")
+    guarded = _Epoch2(str(tmp_path / "trace"), guard=True)
+    if copies:
+        with pytest.raises(Exception, match="host-to-device transfer"):
+            train(config, mesh=make_mesh(), callbacks=[guarded])
+        jax.profiler.stop_trace()
+    else:
+        train(config, mesh=make_mesh(), callbacks=[guarded])

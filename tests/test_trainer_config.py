@@ -132,11 +132,13 @@ def test_cli_trains_and_writes_metrics_and_tensorboard(tmp_path, capsys):
 
 def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
     """The command line makes one JAX device per core for CG (matrix-free, 'owner' layout), one device otherwise
-    (the exact and block solvers call LAPACK, which deadlocked on per-core devices)."""
+    (the exact and block solvers call LAPACK, which deadlocked on per-core devices; the accelerator path's
+    layouts have collectives)."""
     data_dir, _ = _dataset(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # not the test session's 8 virtual devices
     common = ["--data", data_dir, "--dim", "4", "--epochs", "1", "--no-progress"]
-    cases = (([], os.cpu_count()), (["--solver", "cholesky"], 1), (["--solver", "block"], 1), (["--cpu_devices", "3"], 3))
+    cases = (([], os.cpu_count()), (["--solver", "cholesky"], 1), (["--solver", "block"], 1), (["--cpu_devices", "3"], 3),
+             (["--accelerator", "on"], 1))  # its layouts have collectives
     for k, (extra, devices) in enumerate(cases):
         run = subprocess.run([sys.executable, "-m", "alx_trainer", "train", "--model_dir", str(tmp_path / str(k)),
                               *common, *extra], env=env, capture_output=True, text=True, timeout=300)

@@ -241,16 +241,22 @@ def put_long(mesh, call: LongCall) -> list[jax.Array]:
 
 
 class DeviceResident:
-    """Accelerator path: every call of both kinds copied to the devices once (packed from the files
-    a call at a time), so a half-epoch moves no input from the host."""
+    """Accelerator path: every call of both kinds copied to the devices once (packed in one pass
+    over the files, a call at a time), so a half-epoch moves no input from the host."""
 
     per_device = False
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine):
         self.plan = plan
         per_step = len(mesh.local_devices)
-        self.calls = [global_call(mesh, c) for c in host_calls(make_chunks(), plan, per_step)]
-        batches = batching.pack_long(make_chunks(), plan.piece_len, plan.batch_pieces) if plan.long_steps else []
+        batches: list[batching.LongBatch] = []
+
+        def chunks() -> Iterator[records.RowChunk]:  # one pass for both kinds of rows
+            for chunk in make_chunks():
+                batches.extend(batching.pack_long([chunk], plan.piece_len, plan.batch_pieces))
+                yield chunk
+
+        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step)]
         self.long = [put_long(mesh, c) for c in long_calls(batches, plan, per_step, long_rows, combine)]
 
     def streams(self) -> list[Iterable[Call]]:
