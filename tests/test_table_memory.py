@@ -32,9 +32,8 @@ SCRIPT = MEMORY_HELPERS + """
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer import checkpoint
-from alx_trainer.ops import host_replica, long_rows
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.table_init import init_table, table_from_numpy
+from alx_trainer.ops.table_init import init_table
 
 mesh = make_mesh(jax.devices()[:2])
 jnp.zeros(1).block_until_ready()
@@ -73,9 +72,9 @@ def test_init_and_checkpoint_peak_memory(tmp_path):
 REPLICA_SCRIPT = MEMORY_HELPERS + """
 import json
 import jax, jax.numpy as jnp, numpy as np
-from alx_trainer.ops import host_replica, long_rows
+from alx_trainer.ops import host_replica
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.table_init import init_table, table_from_numpy
+from alx_trainer.ops.table_init import init_table
 
 host_replica.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
 mesh = make_mesh(jax.devices()[:2])
@@ -119,7 +118,6 @@ import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
-from alx_trainer.ops import host_replica, long_rows
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.table_init import init_table, table_from_numpy
 from alx_trainer.ops.side_runner import SideRunner
@@ -175,9 +173,9 @@ import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
-from alx_trainer.ops import host_replica, long_rows
+from alx_trainer.ops import long_rows
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.table_init import init_table, table_from_numpy
+from alx_trainer.ops.table_init import table_from_numpy
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
 
