@@ -29,7 +29,10 @@ TABLE_DTYPES = ("auto", "bfloat16", "float32")
 LAYOUTS = ("auto", "sharded", "replicated", "owner")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PIECE_LENS = (16, 8)  # `piece_len` 0: the candidates, in order (see `data.batching.choose_piece_len`)
-BATCH_IDS = 4096  # `batch_pieces` 0: ids per device batch
+BATCH_IDS = 4096  # `batch_pieces` 0: ids per device batch (the per-core CPU path)
+ACCELERATOR_BATCH_IDS = 1 << 16  # `batch_pieces` 0 on the accelerator path
+SWITCHES = ("auto", "on", "off")
+MATMUL_PRECISIONS = ("auto", "float32", "tf32", "bfloat16")
 
 
 class ConfigError(ValueError):
@@ -111,7 +114,32 @@ class SolverConfig:
         "'owner' (replicated, and each device solves only the rows of its own shard: no collective per step; "
         "one process, packed batches held in memory); 'auto' = owner for a one-process CPU run, else sharded.",
     )
-    steps_per_call: int = _field(8, "Dense batches each device runs per compiled call (a lax.scan): fewer dispatches.")
+    steps_per_call: int = _field(
+        8, "Dense batches each device runs per compiled call (a lax.scan) on the per-core CPU path: fewer dispatches."
+    )
+    accelerator: str = _field(
+        "auto",
+        "The accelerator path: batches of 65536 ids (unless --batch_pieces), the packed batches of both sides "
+        "kept on the devices when they fit (--resident_batches), a half-epoch's normal rows in at most "
+        "--calls_per_half_epoch compiled calls, long rows solved on the devices, gramian and replica by "
+        "collectives. 'auto' = on for GPU/TPU, off on CPU (the per-core layout); 'on' forces it on CPU devices "
+        "(tests, benchmarks/device_proxies.py). Layouts 'sharded' or 'replicated' ('auto': sharded).",
+    )
+    resident_batches: str = _field(
+        "auto",
+        "Accelerator path: 'on' keeps both sides' packed batches in device memory after planning (later epochs "
+        "copy no input), 'off' copies them each half-epoch double-buffered ahead of the steps, 'auto' keeps them "
+        "when they take at most half the device's free memory (device.memory_stats(); host memory on CPU).",
+    )
+    calls_per_half_epoch: int = _field(
+        8, "Accelerator path: compiled calls over a half-epoch's normal rows (each a lax.scan over its batches)."
+    )
+    matmul_precision: str = _field(
+        "auto",
+        "Explicit normal matrices (cg_form 'explicit', exact solvers): precision of the h h^T products, summed "
+        "in float32: 'float32', 'tf32' (float32 inputs on matrix units), 'bfloat16' (inputs rounded to "
+        "bfloat16); 'auto' = float32 on CPU, tf32 on GPU/TPU. The solve (CG, Cholesky) stays float32.",
+    )
 
 
 @dataclasses.dataclass
@@ -226,6 +254,20 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
                 f"stats: 'local' needs layout 'sharded' (the fixed table stays sharded), got layout {self.layout!r}",
             ),
             (self.steps_per_call > 0, f"steps_per_call: must be positive, got {self.steps_per_call}"),
+            (self.accelerator in SWITCHES, f"accelerator: must be one of {SWITCHES}, got {self.accelerator!r}"),
+            (
+                self.resident_batches in SWITCHES,
+                f"resident_batches: must be one of {SWITCHES}, got {self.resident_batches!r}",
+            ),
+            (self.calls_per_half_epoch > 0, f"calls_per_half_epoch: must be positive, got {self.calls_per_half_epoch}"),
+            (
+                self.matmul_precision in MATMUL_PRECISIONS,
+                f"matmul_precision: must be one of {MATMUL_PRECISIONS}, got {self.matmul_precision!r}",
+            ),
+            (
+                self.accelerator != "on" or self.layout != "owner",
+                "accelerator: 'on' takes layout 'sharded' or 'replicated' ('owner' is the per-core CPU layout)",
+            ),
             (self.cpu_devices >= 0, f"cpu_devices: must be >= 0, got {self.cpu_devices}"),
             (
                 self.cpu_devices <= 1 or self.solver not in POTRF_SOLVERS,

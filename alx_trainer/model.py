@@ -24,8 +24,10 @@ from jax.experimental import multihost_utils
 from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
-from alx_trainer.ops import sharding
-from alx_trainer.ops.side_runner import SideRunner, step_spec
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.side_runner import SideRunner
+from alx_trainer.ops.spec import step_spec
+from alx_trainer.ops.table_init import init_table, table_from_numpy
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -65,9 +67,9 @@ def trim(table: jax.Array, n: int) -> np.ndarray:
 def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict[str, jax.Array]:
     """The initial sharded tables (a function of the seed and shapes only, not of the mesh)."""
     dtype = table_dtype(config)
-    tables = {"row": sharding.init_table(mesh, config.seed, num_rows, config.dim, config.start_stddev(), dtype)}
+    tables = {"row": init_table(mesh, config.seed, num_rows, config.dim, config.start_stddev(), dtype)}
     if not config.tied:
-        tables["col"] = sharding.init_table(mesh, config.seed + 1, num_cols, config.dim, config.start_stddev(), dtype)
+        tables["col"] = init_table(mesh, config.seed + 1, num_cols, config.dim, config.start_stddev(), dtype)
     return tables
 
 
@@ -90,7 +92,7 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     """
     if mesh is None:
         cpu = jax.default_backend() == "cpu"
-        mesh = sharding.make_mesh(jax.local_devices()[:1] if cpu else jax.local_devices())
+        mesh = make_mesh(jax.local_devices()[:1] if cpu else jax.local_devices())
     n = len(rows)
     num_cols = col_table.shape[0]
     for i, r in enumerate(rows):
@@ -100,8 +102,8 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     if n == 0:
         return np.zeros((0, col_table.shape[1]), np.float32)
     dtype = table_dtype(config)
-    src = sharding.table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)
-    dst = sharding.table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
+    src = table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)
+    dst = table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
     runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
     spec = step_spec(config, num_cols, observed_loss=False)
     runner = SideRunner(runner_config, mesh, spec, lambda: records.chunks_from_rows(np.arange(n), rows), n)

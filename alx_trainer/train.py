@@ -36,8 +36,10 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity, records
 from alx_trainer.data.dataset import open_dataset, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
-from alx_trainer.ops import sharding
-from alx_trainer.ops.side_runner import SideRunner, step_spec
+from alx_trainer.ops import host_replica
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.side_runner import SideRunner
+from alx_trainer.ops.spec import step_spec
 
 
 class TrainingCollapse(FloatingPointError):
@@ -76,7 +78,7 @@ def train(
     reports metrics only). `dataset` (e.g. `records.in_memory(...)`) replaces opening `config.data` (then just its name).
     """
     config.validate()
-    mesh = mesh if mesh is not None else sharding.make_mesh()
+    mesh = mesh if mesh is not None else make_mesh()
     dataset = dataset if dataset is not None else open_dataset(config.data, config.tfds_data_dir)
     if config.validation:
         dataset = validation_view(dataset)
@@ -155,14 +157,14 @@ def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str
 def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, SideRunner]:
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
-    replica = sharding.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
+    replica = host_replica.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
     for side in sides(config.tied):
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
         reader = records.split_reader(dataset, side.split, config.chunk_rows, n_this, n_other,
                                       jax.process_index(), jax.process_count())
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
-        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this, replica)
+        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this, replica, side.name)
     return runners
 
 

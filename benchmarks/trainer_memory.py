@@ -127,10 +127,10 @@ def main() -> None:
 
     shutil.rmtree(args.model_dir, ignore_errors=True)
     wrap(sampler, train, "init_tables", "init_tables")
-    wrap(sampler, side_runner.SideRunner, "_plan", "plan")
+    wrap(sampler, side_runner.SideRunner, "__init__", "plan")
     wrap(sampler, side_runner.SideRunner, "gramian", "gramian")
-    wrap(sampler, side_runner.SideRunner, "_replicated", "replica")
-    wrap(sampler, side_runner.SideRunner, "_run_per_device", "normal_rows")
+    wrap(sampler, side_runner.SideRunner, "replicated", "replica")
+    wrap(sampler, side_runner.SideRunner, "run_normal", "normal_rows")
     wrap(sampler, side_runner.SideRunner, "run_long", "long_rows")
     wrap(sampler, side_runner.SideRunner, "run", "half_epoch")
     wrap(sampler, train, "_check_finite", "check_finite")

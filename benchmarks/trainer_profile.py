@@ -69,16 +69,18 @@ def main() -> None:
     from alx_trainer.data import batching, records
     from alx_trainer.data.dataset import open_dataset
     from alx_trainer.model import init_tables
-    from alx_trainer.ops import sharding
-    from alx_trainer.ops.side_runner import SideRunner, step_spec
+    from alx_trainer.ops.host_replica import ReplicaBuffer
+    from alx_trainer.ops.mesh import make_mesh
+    from alx_trainer.ops.side_runner import SideRunner
+    from alx_trainer.ops.spec import step_spec
 
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     dataset = open_dataset(config.data)
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     report: dict = {"devices": len(mesh.devices.flat), "dim": args.dim,
                     "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
-    replica = sharding.ReplicaBuffer()  # as `train` shares one between its two runners
+    replica = ReplicaBuffer()  # as `train` shares one between its two runners
     for side in training.sides(False):
         if side.name not in args.sides.split(","):
             continue
@@ -93,7 +95,7 @@ def main() -> None:
         t = time.perf_counter()
         runner = SideRunner(config, mesh, spec, functools.partial(iter, chunks), n_this, replica)
         init_s = time.perf_counter() - t  # plan + pack + device_put (chunks already in memory)
-        long = batching.num_pieces(lengths, runner.piece_len) > runner.batch_pieces
+        long = batching.num_pieces(lengths, runner.plan.piece_len) > runner.plan.batch_pieces
         src, dst = tables[side.other], tables[side.table]
         normal_s, long_s, gram_s, replica_s = [], [], [], []
         kinds: dict = {}
@@ -103,17 +105,13 @@ def main() -> None:
             gram = jax.block_until_ready(runner.fixed(src))
             gram_s.append(time.perf_counter() - t)
             t = time.perf_counter()
-            step_src = jax.block_until_ready(runner._replicated(src))
+            step_src = jax.block_until_ready(runner.replicated(src))
             replica_s.append(time.perf_counter() - t)
             trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if args.trace and epoch == args.epochs - 1 else None
             if trace_dir:
                 jax.profiler.start_trace(trace_dir)
             t = time.perf_counter()
-            if runner.per_device:
-                dst, _ = runner._run_per_device(step_src, dst, gram, lambda rows: None)
-            else:
-                for arrays, _rows in runner.device_calls:
-                    dst, _ = runner.step(step_src, dst, gram, *arrays)
+            dst, _ = runner.run_normal(step_src, dst, gram)
             jax.block_until_ready(dst)
             normal_s.append(time.perf_counter() - t)
             if trace_dir:
@@ -131,11 +129,11 @@ def main() -> None:
                 jax.profiler.stop_trace()
                 long_kinds = op_seconds(trace_dir)
         tables[side.table] = dst
-        calls = runner.device_calls if runner.per_device else [runner.device_calls]
+        calls = runner.source.streams()
         slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
         report[side.name] = {
             "rows": int(len(lengths)), "nnz": int(lengths.sum()), "long_rows": int(long.sum()),
-            "long_nnz": int(lengths[long].sum()), "piece_len": runner.piece_len, "batch_pieces": runner.batch_pieces,
+            "long_nnz": int(lengths[long].sum()), "piece_len": runner.plan.piece_len, "batch_pieces": runner.plan.batch_pieces,
             "long_batches": runner.plan.long_steps,
             "long_solves": runner.plan.long_solves, "padded_slots": slots,
             "slots_per_normal_nnz": slots / max(int(lengths[~long].sum()), 1),

@@ -1,4 +1,4 @@
-"""Long rows (more than one device batch) by grouped matrix-free CG (`long_groups`, `sharding.long_cg`)
+"""Long rows (more than one device batch) by grouped matrix-free CG (`long_groups`, `long_rows.long_cg`)
 against the independent float64 NumPy iALS (tests/reference_ials.py), in every form a group takes:
 one cached chunk of several rows, a resident block read a chunk at a time, and a streamed row."""
 
@@ -12,7 +12,8 @@ import pytest
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
-from alx_trainer.ops import long_groups, sharding, side_runner
+from alx_trainer.ops import long_groups, long_rows
+from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -43,7 +44,7 @@ def _run(data_dir: str, model_dir: str, devices: int, calls: list):
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=DIM, epochs=2, alpha=ALPHA, reg=REG, solver="cg",
                          cg_iters=12, cg_form="matvec", layout="owner", piece_len=4, batch_pieces=8, batch_rows=4,
                          progress=False, eval_every=0, init_stddev=0.3)
-    mesh = sharding.make_mesh(jax.devices()[:devices])
+    mesh = make_mesh(jax.devices()[:devices])
     t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
     w0, h0 = np.asarray(t["row"], np.float64)[:NUM_ROWS], np.asarray(t["col"], np.float64)[:NUM_COLS]
     return train(config, mesh=mesh), w0, h0
@@ -54,16 +55,16 @@ def _run(data_dir: str, model_dir: str, devices: int, calls: list):
 def test_grouped_long_rows_match_float64_reference(dataset, tmp_path, monkeypatch, devices, cache_batches,
                                                     budget_batches):
     data_dir, rows = dataset
-    monkeypatch.setattr(side_runner, "LONG_CACHE_BYTES", cache_batches * BATCH_BYTES)
-    monkeypatch.setattr(side_runner, "LONG_BLOCK_BYTES", budget_batches * BATCH_BYTES)
+    monkeypatch.setattr(long_rows, "LONG_CACHE_BYTES", cache_batches * BATCH_BYTES)
+    monkeypatch.setattr(long_rows, "LONG_BLOCK_BYTES", budget_batches * BATCH_BYTES)
     calls = []
-    long_cg = sharding.long_cg
+    long_cg = long_rows.long_cg
 
     def spy(src, ids, slot, x0, lam, gram, alpha, iters, chunk, resident, loss):
         calls.append((ids.shape[0], chunk, resident, loss))
         return long_cg(src, ids, slot, x0, lam, gram, alpha, iters, chunk, resident, loss)
 
-    monkeypatch.setattr(sharding, "long_cg", spy)
+    monkeypatch.setattr(long_rows, "long_cg", spy)
     model, w0, h0 = _run(data_dir, str(tmp_path / "m"), devices, calls)
     w, h = ref.ials(rows, w0, h0, 2, ALPHA, REG)
     assert np.linalg.norm(model.row_table - w) / np.linalg.norm(w) < 1e-4

@@ -1,5 +1,5 @@
 """The conjugate-gradient recurrence (`solvers.cg`, run by the normal rows' steps and the long rows'
-`sharding.long_cg`) against an independent float64 reference: the minimizer of the A-norm error over
+`long_rows.long_cg`) against an independent float64 reference: the minimizer of the A-norm error over
 the Krylov space, which k exact CG steps reach."""
 
 from __future__ import annotations

@@ -8,17 +8,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from alx_trainer.ops import sharding
+from alx_trainer.ops import table_init
+from alx_trainer.ops.mesh import make_mesh
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(sharding, "INIT_CHUNK", 1000)  # many chunks, shard edges inside chunks
+    monkeypatch.setattr(table_init, "INIT_CHUNK", 1000)  # many chunks, shard edges inside chunks
 
 
 def _table(devices: int, n: int, dim: int = 8, seed: int = 3, dtype=jnp.float32) -> np.ndarray:
-    mesh = sharding.make_mesh(jax.devices()[:devices])
-    return np.asarray(sharding.init_table(mesh, seed, n, dim, 0.1, dtype)).astype(np.float32)
+    mesh = make_mesh(jax.devices()[:devices])
+    return np.asarray(table_init.init_table(mesh, seed, n, dim, 0.1, dtype)).astype(np.float32)
 
 
 def test_rows_do_not_depend_on_mesh_or_size(small_chunks):

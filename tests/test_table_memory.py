@@ -32,13 +32,14 @@ SCRIPT = MEMORY_HELPERS + """
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer import checkpoint
-from alx_trainer.ops import sharding
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.table_init import init_table
 
-mesh = sharding.make_mesh(jax.devices()[:2])
+mesh = make_mesh(jax.devices()[:2])
 jnp.zeros(1).block_until_ready()
 before_init = rss()
 reset_peak()
-table = sharding.init_table(mesh, 0, 1_000_003, 64, 0.1, jnp.float32)
+table = init_table(mesh, 0, 1_000_003, 64, 0.1, jnp.float32)
 table.block_until_ready()
 after_init = peak()
 mgr = checkpoint.manager(sys.argv[1], keep=1)
@@ -71,18 +72,20 @@ def test_init_and_checkpoint_peak_memory(tmp_path):
 REPLICA_SCRIPT = MEMORY_HELPERS + """
 import json
 import jax, jax.numpy as jnp, numpy as np
-from alx_trainer.ops import sharding
+from alx_trainer.ops import host_replica
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.table_init import init_table
 
-sharding.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
-mesh = sharding.make_mesh(jax.devices()[:2])
-table = sharding.init_table(mesh, 0, 1_000_003, 64, 0.1, jnp.bfloat16)
+host_replica.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
+mesh = make_mesh(jax.devices()[:2])
+table = init_table(mesh, 0, 1_000_003, 64, 0.1, jnp.bfloat16)
 table.block_until_ready()
-gram = sharding.gramian_via_host(mesh, table)  # once before the peak is reset (first-use buffers)
+gram = host_replica.gramian_via_host(mesh, table)  # once before the peak is reset (first-use buffers)
 before = rss()
 reset_peak()
-gram = np.asarray(sharding.gramian_via_host(mesh, table))
+gram = np.asarray(host_replica.gramian_via_host(mesh, table))
 after_gram = peak()
-replica = sharding.replicate_via_host(mesh, table)
+replica = host_replica.replicate_via_host(mesh, table)
 replica.block_until_ready()
 after_replica = peak()
 host = np.asarray(table).astype(np.float64)
@@ -115,26 +118,28 @@ import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
-from alx_trainer.ops import sharding
-from alx_trainer.ops.side_runner import SideRunner, step_spec
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.table_init import init_table, table_from_numpy
+from alx_trainer.ops.side_runner import SideRunner
+from alx_trainer.ops.spec import step_spec
 
 n, n_other, d = 2_000_000, 5_000, 64
 rng = np.random.default_rng(0)
 row_ids = np.sort(rng.choice(n, 300, replace=False))
 rows = [rng.choice(n_other, rng.integers(1, 40), replace=False) for _ in row_ids]
 config = TrainConfig(data="unused", model_dir="unused", dim=d, table_dtype="bfloat16", progress=False)
-mesh = sharding.make_mesh(jax.devices()[:2])
+mesh = make_mesh(jax.devices()[:2])
 spec = step_spec(config, n_other)
 runner = SideRunner(config, mesh, spec, lambda: records.chunks_from_rows(row_ids, rows), n)
-src = sharding.table_from_numpy(mesh, rng.normal(0, 0.1, (n_other, d)), jnp.bfloat16)
-start = np.asarray(sharding.init_table(mesh, 0, n, d, 0.1, jnp.float32)).astype(jnp.bfloat16)
+src = table_from_numpy(mesh, rng.normal(0, 0.1, (n_other, d)), jnp.bfloat16)
+start = np.asarray(init_table(mesh, 0, n, d, 0.1, jnp.float32)).astype(jnp.bfloat16)
 
 def solve(dtype):
-    dst = sharding.table_from_numpy(mesh, start.astype(np.float32), dtype)
+    dst = table_from_numpy(mesh, start.astype(np.float32), dtype)
     return runner.run(src, dst)[0]
 
 solve(jnp.bfloat16).block_until_ready()  # compiled; first-use buffers
-dst = sharding.table_from_numpy(mesh, start.astype(np.float32), jnp.bfloat16)
+dst = table_from_numpy(mesh, start.astype(np.float32), jnp.bfloat16)
 dst.block_until_ready()
 (out, terms), held = held_by(lambda: runner.run(src, dst))
 got = np.asarray(out).astype(np.float32)
@@ -168,8 +173,11 @@ import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
-from alx_trainer.ops import sharding
-from alx_trainer.ops.side_runner import SideRunner, step_spec
+from alx_trainer.ops import long_rows
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.table_init import table_from_numpy
+from alx_trainer.ops.side_runner import SideRunner
+from alx_trainer.ops.spec import step_spec
 
 n, n_other, d = 20_000, 2_000_000, 64
 rng = np.random.default_rng(0)
@@ -179,22 +187,22 @@ rows = [rng.choice(n_other, 3000 if i % 20 == 0 else rng.integers(1, 40), replac
 long = row_ids[::20]
 config = TrainConfig(data="unused", model_dir="unused", dim=d, table_dtype="bfloat16", progress=False,
                      piece_len=16, batch_pieces=64, cg_iters=3)
-mesh = sharding.make_mesh(jax.devices()[:2])
+mesh = make_mesh(jax.devices()[:2])
 spec = step_spec(config, n_other)
 runner = SideRunner(config, mesh, spec, lambda: records.chunks_from_rows(row_ids, rows), n)
 other = rng.normal(0, 0.1, (n_other, d)).astype(jnp.bfloat16).astype(np.float32)
 start = rng.normal(0, 0.1, (n, d)).astype(jnp.bfloat16).astype(np.float32)
 passes = []
-long_cg = sharding.long_cg
-sharding.long_cg = lambda src, *a: passes.append(src.dtype) or long_cg(src, *a)
+long_cg = long_rows.long_cg
+long_rows.long_cg = lambda src, *a: passes.append(src.dtype) or long_cg(src, *a)
 
 def solve(dtype):
-    src = sharding.table_from_numpy(mesh, other, dtype)
-    return runner.run(src, sharding.table_from_numpy(mesh, start, dtype))[0]
+    src = table_from_numpy(mesh, other, dtype)
+    return runner.run(src, table_from_numpy(mesh, start, dtype))[0]
 
 solve(jnp.bfloat16).block_until_ready()  # compiled; first-use buffers
-src = sharding.table_from_numpy(mesh, other, jnp.bfloat16)
-dst = sharding.table_from_numpy(mesh, start, jnp.bfloat16)
+src = table_from_numpy(mesh, other, jnp.bfloat16)
+dst = table_from_numpy(mesh, start, jnp.bfloat16)
 dst.block_until_ready()
 passes.clear()
 (out, terms), held = held_by(lambda: runner.run(src, dst))
@@ -233,21 +241,23 @@ def test_replicas_of_successive_half_epochs_reuse_one_host_buffer():
     import jax
     import numpy as np
 
-    from alx_trainer.ops import sharding
+    from alx_trainer.ops import host_replica
+    from alx_trainer.ops.mesh import make_mesh
+    from alx_trainer.ops.table_init import table_from_numpy
 
-    mesh = sharding.make_mesh(jax.devices()[:2])
+    mesh = make_mesh(jax.devices()[:2])
     rng = np.random.default_rng(0)
     big = rng.normal(size=(1000, 16)).astype(np.float32)
     small = rng.normal(size=(300, 16)).astype(np.float32)
-    buffer = sharding.ReplicaBuffer()
+    buffer = host_replica.ReplicaBuffer()
     pointers = []
     for values in (big, small, big):  # row side, column side, row side
-        replica = sharding.replicate_via_host(mesh, sharding.table_from_numpy(mesh, values, np.float32), buffer)
+        replica = host_replica.replicate_via_host(mesh, table_from_numpy(mesh, values, np.float32), buffer)
         for shard in replica.addressable_shards:  # every device: the whole table, exactly
             np.testing.assert_array_equal(np.asarray(shard.data)[: len(values)], values)
         pointers.append({s.data.unsafe_buffer_pointer() for s in replica.addressable_shards})
         del replica
     # one buffer for all: each replica aliases the memory the first one was copied into
     assert pointers[0] == pointers[1] == pointers[2] and len(pointers[0]) == 1
-    fresh = sharding.replicate_via_host(mesh, sharding.table_from_numpy(mesh, small, np.float32))
+    fresh = host_replica.replicate_via_host(mesh, table_from_numpy(mesh, small, np.float32))
     assert {s.data.unsafe_buffer_pointer() for s in fresh.addressable_shards} != pointers[0]

@@ -11,7 +11,7 @@ import pytest
 from alx_trainer.cli import train as cli_train
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import load_model
-from alx_trainer.ops import sharding
+from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -30,7 +30,7 @@ def ml1m(tmp_path_factory, data_dir):
 def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):
     config = TrainConfig(data=ml1m, model_dir=str(tmp_path / "m"), dim=16, epochs=3, table_dtype="bfloat16",
                          alpha=0.1, reg=1.0, init_stddev=0.1, progress=False, eval_k="20", batch_pieces=512)
-    model = train(config, mesh=sharding.make_mesh(jax.devices()[:2]))
+    model = train(config, mesh=make_mesh(jax.devices()[:2]))
     assert np.isfinite(model.row_table).all() and np.isfinite(model.col_table).all()
     assert np.abs(model.col_table).max() > 0.01  # trained, not collapsed to zero
     assert [r["epoch"] for r in model.metrics] == [1, 2, 3]

@@ -7,7 +7,8 @@ import pytest
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
-from alx_trainer.ops import block_solver, sharding
+from alx_trainer.ops import block_solver
+from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -49,7 +50,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 def test_block_sweeps_match_float64_reference(dataset, tmp_path, block_size, layout):
     """Block size 4 leaves a partial last block of 2 (d = 6); both layouts on 8 devices."""
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     assert mesh.size == 8
     config = _config(data_dir, str(tmp_path / "m"), block_size=block_size, layout=layout, reg_exponent=0.5,
                      reg=0.05)
@@ -65,7 +66,7 @@ def test_block_sweeps_match_float64_reference(dataset, tmp_path, block_size, lay
 @pytest.mark.parametrize("kw", [{"layout": "replicated"}, {"stats": "local"}])
 def test_block_sweep_in_the_other_layouts(dataset, tmp_path, kw):
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), block_size=4, **kw)
     w0, h0 = _initial(config, mesh)
     model = train(config, mesh=mesh)
@@ -77,7 +78,7 @@ def test_block_sweep_in_the_other_layouts(dataset, tmp_path, kw):
 @pytest.mark.parametrize("block_size", [DIM, 100])
 def test_full_block_is_the_exact_solve(dataset, tmp_path, block_size):
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), block_size=block_size)
     w0, h0 = _initial(config, mesh)
     model = train(config, mesh=mesh)
@@ -89,7 +90,7 @@ def test_full_block_is_the_exact_solve(dataset, tmp_path, block_size):
 def test_small_blocks_are_not_the_exact_solve_but_never_raise_the_loss(dataset, tmp_path):
     """One sweep of small blocks is a different (inexact) update; block descent never increases Eq. 3."""
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), block_size=1, epochs=4)
     w0, h0 = _initial(config, mesh)
     model = train(config, mesh=mesh)

@@ -12,7 +12,7 @@ import pytest
 
 from alx_trainer.callbacks import Callback, ProgressBar
 from alx_trainer.config import SECTIONS, TrainConfig, parse_dataclass_args
-from alx_trainer.ops import sharding
+from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -56,7 +56,7 @@ def test_hooks_run_in_order_and_report_every_step(tmp_path, monkeypatch, caplog)
     monkeypatch.setattr(logging.getLogger("alx_trainer"), "propagate", True)  # a CLI test may have set it off
     with caplog.at_level(logging.INFO, logger="alx_trainer"):
         model = train(config, callback=lambda epoch, m: seen.append((epoch, len(m.metrics))),
-                      mesh=sharding.make_mesh(jax.devices()[:2]), callbacks=[recorder])
+                      mesh=make_mesh(jax.devices()[:2]), callbacks=[recorder])
     kinds = [c[0] for c in recorder.calls]
     assert kinds == ["begin"] + ["half", "half_end", "half", "half_end", "epoch"] * 2 + ["end"]
     assert [c[1:] for c in recorder.calls if c[0] == "half"] == [(1, "row"), (1, "col"), (2, "row"), (2, "col")]

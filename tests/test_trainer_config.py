@@ -57,6 +57,9 @@ def test_help_documents_every_field():
         (["--data", "x", "--model_dir", "m", "--init_stddev", "inf"], "init_stddev: must be a finite"),
         (["--data", "x", "--model_dir", "m", "--solver", "block", "--cpu_devices", "2"], "cpu_devices: solver 'block'"),
         (["--data", "x", "--model_dir", "m", "--solver", "cholesky", "--cpu_devices", "2"], "calls LAPACK potrf"),
+        (["--data", "x", "--model_dir", "m", "--accelerator", "yes"], "accelerator: must be one of"),
+        (["--data", "x", "--model_dir", "m", "--accelerator", "on", "--layout", "owner"], "'owner' is the per-core"),
+        (["--data", "x", "--model_dir", "m", "--matmul_precision", "fp8"], "matmul_precision: must be one of"),
     ],
 )
 def test_bad_config_is_a_one_line_usage_error(argv, message, capsys):
@@ -129,11 +132,13 @@ def test_cli_trains_and_writes_metrics_and_tensorboard(tmp_path, capsys):
 
 def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
     """The command line makes one JAX device per core for CG (matrix-free, 'owner' layout), one device otherwise
-    (the exact and block solvers call LAPACK, which deadlocked on per-core devices)."""
+    (the exact and block solvers call LAPACK, which deadlocked on per-core devices; the accelerator path's
+    layouts have collectives)."""
     data_dir, _ = _dataset(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # not the test session's 8 virtual devices
     common = ["--data", data_dir, "--dim", "4", "--epochs", "1", "--no-progress"]
-    cases = (([], os.cpu_count()), (["--solver", "cholesky"], 1), (["--solver", "block"], 1), (["--cpu_devices", "3"], 3))
+    cases = (([], os.cpu_count()), (["--solver", "cholesky"], 1), (["--solver", "block"], 1), (["--cpu_devices", "3"], 3),
+             (["--accelerator", "on"], 1))  # its layouts have collectives
     for k, (extra, devices) in enumerate(cases):
         run = subprocess.run([sys.executable, "-m", "alx_trainer", "train", "--model_dir", str(tmp_path / str(k)),
                               *common, *extra], env=env, capture_output=True, text=True, timeout=300)
@@ -144,9 +149,9 @@ def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
 def test_default_start_is_scaled_by_one_over_sqrt_dim():
     """init_stddev 0 (the default) draws the start from N(0, 0.1/sqrt(dim)); a given value is used as is."""
     from alx_trainer.model import init_tables
-    from alx_trainer.ops import sharding
+    from alx_trainer.ops.mesh import make_mesh
 
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     for dim in (16, 1024):
         tables = init_tables(TrainConfig(data="x", model_dir="m", dim=dim), 3000, 8, mesh)
         rows = np.asarray(tables["row"])[:3000]

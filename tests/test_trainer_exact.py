@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import re
+from typing import Iterator
 
 import jax
 import numpy as np
@@ -11,8 +15,9 @@ import pytest
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.model import fold_in, init_tables
-from alx_trainer.ops import per_core, sharding
-from alx_trainer.ops.side_runner import step_spec
+from alx_trainer.ops import per_core
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.spec import step_spec
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -48,6 +53,34 @@ def _initial(config: TrainConfig, mesh):
     return row, col
 
 
+class _Compiled(logging.Handler):
+    """The names of the programs XLA compiled while installed (`jax.log_compiles` messages)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.names: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (found := re.match(r"Finished XLA compilation of jit\((\w+)\)", record.getMessage())) is not None:
+            self.names.append(found.group(1))
+
+    def count(self, name: str) -> int:
+        return self.names.count(name)
+
+
+@contextlib.contextmanager
+def compilations() -> Iterator[_Compiled]:
+    """Collect the programs compiled inside the block (JAX's own compile log, not the trainer's)."""
+    handler, logger = _Compiled(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    jax.config.update("jax_log_compiles", True)  # for every thread (the context manager sets this one's)
+    try:
+        yield handler
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logger.removeHandler(handler)
+
+
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
@@ -65,7 +98,7 @@ def _train_matches_reference(config: TrainConfig, mesh, rows, tol: float = 1e-4)
 
 def test_cholesky_matches_float64_reference_after_one_epoch(dataset, tmp_path):
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     assert mesh.size == 8
     model, w, h = _train_matches_reference(_config(data_dir, str(tmp_path / "m")), mesh, rows)
     # rows never seen (none here) aside, the loss terms match the reference's objective
@@ -77,13 +110,13 @@ def test_cholesky_matches_float64_reference_after_one_epoch(dataset, tmp_path):
 @pytest.mark.parametrize("solver", ["lu", "qr", "cg"])
 def test_every_solver_matches_reference(dataset, tmp_path, solver):
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     _train_matches_reference(_config(data_dir, str(tmp_path / "m"), solver=solver, cg_iters=12, epochs=2), mesh, rows)
 
 
 def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     errors = []
     for iters in (1, 2, 4, 8):
         config = _config(data_dir, str(tmp_path / f"m{iters}"), solver="cg", cg_iters=iters)
@@ -98,7 +131,7 @@ def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
 @pytest.mark.parametrize("cg_form", ["matvec", "explicit"])
 def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
     data_dir, _ = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     a = train(_config(data_dir, str(tmp_path / "g"), solver="cg", cg_iters=3, cg_form=cg_form), mesh=mesh)
     b = train(_config(data_dir, str(tmp_path / "l"), solver="cg", cg_iters=3, stats="local"), mesh=mesh)
     assert _rel(a.row_table, b.row_table) < 1e-5
@@ -108,7 +141,7 @@ def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
 @pytest.mark.parametrize("layout", ["replicated", "owner"])
 def test_layouts_match_sharded_gather(dataset, tmp_path, layout):
     data_dir, _ = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     kw = {"solver": "cg", "cg_iters": 3, "cg_form": "matvec", "epochs": 2, "steps_per_call": 3}
     a = train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=mesh)
     b = train(_config(data_dir, str(tmp_path / "r"), layout=layout, **kw), mesh=mesh)
@@ -122,8 +155,8 @@ def test_layouts_match_sharded_gather(dataset, tmp_path, layout):
 def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path, layout):
     data_dir, _ = dataset
     kw = {"epochs": 2, "layout": layout}
-    one = train(_config(data_dir, str(tmp_path / "one"), **kw), mesh=sharding.make_mesh(jax.devices()[:1]))
-    eight = train(_config(data_dir, str(tmp_path / "eight"), **kw), mesh=sharding.make_mesh())
+    one = train(_config(data_dir, str(tmp_path / "one"), **kw), mesh=make_mesh(jax.devices()[:1]))
+    eight = train(_config(data_dir, str(tmp_path / "eight"), **kw), mesh=make_mesh())
     np.testing.assert_allclose(one.row_table, eight.row_table, rtol=0, atol=1e-5 * np.abs(one.row_table).max())
     np.testing.assert_allclose(one.col_table, eight.col_table, rtol=0, atol=1e-5 * np.abs(one.col_table).max())
 
@@ -134,23 +167,22 @@ def test_owner_devices_in_their_own_threads_match_sharded(dataset, tmp_path):
     two = jax.devices()[:2]
     assert per_core.applies(two)
     # a spec of its own (alpha)
-    kw = {"solver": "cg", "cg_iters": 3, "cg_form": "matvec", "epochs": 2, "steps_per_call": 2, "alpha": 0.4567}
-    ref_model = train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=sharding.make_mesh())
-    got = train(_config(data_dir, str(tmp_path / "o"), layout="owner", **kw), mesh=sharding.make_mesh(two))
+    kw = {"solver": "cg", "cg_iters": 9, "cg_form": "matvec", "epochs": 2, "steps_per_call": 2, "alpha": 0.4567}
+    ref_model = train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=make_mesh())
+    with compilations() as compiled:
+        got = train(_config(data_dir, str(tmp_path / "o"), layout="owner", **kw), mesh=make_mesh(two))
     assert _rel(got.row_table, ref_model.row_table) < 1e-5
     assert _rel(got.col_table, ref_model.col_table) < 1e-5
     for key in ("loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "rows_solved", "cols_solved"):
         assert got.metrics[-1][key] == pytest.approx(ref_model.metrics[-1][key], rel=1e-5), key
-    config = _config(data_dir, "", layout="owner", **kw)
-    for num_other, observed_loss in ((NUM_COLS, False), (NUM_ROWS, True)):  # one compilation per device and side
-        assert sharding.make_device_step(step_spec(config, num_other, observed_loss))._cache_size() == 2
+    assert compiled.count("_step") == 4  # one compilation per device and side (cg_iters 9: a spec of its own)
 
 
 def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
     n = 40
     rows = {r: c for r, c in ref.random_rows(3, n, n, max_len=9).items() if r % 7}  # rows 0, 7, .. absent
     data_dir = ref.write_dataset(str(tmp_path / "sq"), rows, n, n)
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), tied=True, reg=0.05, reg_exponent=1.0, epochs=2)
     t = init_tables(config, n, n, mesh)
     t0 = np.asarray(t["row"], np.float64)[:n]
@@ -162,21 +194,22 @@ def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
 
 def test_step_compiles_once_per_side(dataset, tmp_path):
     data_dir, _ = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), epochs=3, cg_iters=13)  # a spec no other test uses
-    first = train(config, mesh=mesh)
+    with compilations() as compiled:
+        first = train(config, mesh=mesh)
+    assert compiled.count("_step") == 2  # the row side, the column side
     # other objective weights (alpha, lambda, nu) reuse the compiled steps, and do take effect
     other = dataclasses.replace(config, model_dir=str(tmp_path / "m2"), alpha=0.4321, reg=0.7, reg_exponent=0.5)
-    second = train(other, mesh=mesh)
+    with compilations() as compiled:
+        second = train(other, mesh=mesh)
     assert _rel(second.row_table, first.row_table) > 1e-2
-    for num_other, observed_loss in ((NUM_COLS, False), (NUM_ROWS, True)):  # the row side, the column side
-        step = sharding.make_step(mesh, step_spec(config, num_other, observed_loss))
-        assert step._cache_size() == 1
+    assert compiled.count("_step") == 0
 
 
 def test_fold_in_matches_reference(dataset, tmp_path):
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     model = train(_config(data_dir, str(tmp_path / "m")), mesh=mesh)
     new_rows = [np.array(rows[5]), np.array([1, 2, 3]), np.array(rows[9]), np.array([], np.int64)]
     got = fold_in(model.col_table, new_rows, model.config, mesh=mesh)
@@ -197,7 +230,7 @@ def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
     from alx_trainer.ops.side_runner import SideRunner
 
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     auto = {"piece_len": 0, "batch_pieces": 0, "batch_rows": 0}
     config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=2, layout="owner", **auto)
     files = open_dataset(data_dir).files["train"]
@@ -205,13 +238,13 @@ def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
                         lambda: records.read_chunks(files, 64, NUM_ROWS, NUM_COLS), NUM_ROWS)
     ids = sum(len(r) for r in rows.values())
     assert sum(16 * -(-len(r) // 16) for r in rows.values()) > 1.2 * ids  # rows of at most 46 ids: 16 pads them more
-    assert (runner.piece_len, runner.batch_pieces) == (8, 512)
+    assert (runner.plan.piece_len, runner.plan.batch_pieces) == (8, 512)
     _train_matches_reference(config, mesh, rows)
 
 
 def test_training_loss_only_in_the_epochs_asked_for(dataset, tmp_path):
     data_dir, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=3, layout="owner",
                      train_loss_every=2)
     w0, h0 = _initial(config, mesh)
@@ -239,7 +272,7 @@ def _csr(rows, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
 def test_in_memory_matrix_trains_as_the_reference(dataset, tmp_path):
     """A CSR matrix handed to `train` (no files) gives the float64 reference's tables."""
     _, rows = dataset
-    mesh = sharding.make_mesh()
+    mesh = make_mesh()
     config = _config("csr", str(tmp_path / "m"), epochs=2, chunk_rows=7)  # data: only a name here
     w0, h0 = _initial(config, mesh)
     held = records.in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)

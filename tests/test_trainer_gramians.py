@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from alx_trainer import train as training
+from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops import sharding
+from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 
 import reference_ials as ref
@@ -25,7 +26,7 @@ def test_an_epoch_computes_two_gramians_and_the_loss_reads_the_final_tables(tmp_
     monkeypatch.setattr(SideRunner, "gramian", lambda self, table: computed.append(1) or original(self, table))
     after_epoch = []
     model = training.train(config, callback=lambda epoch, m: after_epoch.append(len(computed)),
-                           mesh=sharding.make_mesh(jax.devices()[:2]))
+                           mesh=make_mesh(jax.devices()[:2]))
     # the first epoch also needs the initial fixed table's; then only the two solved tables' (four before)
     assert after_epoch == [3, 5, 7]
     # the loss read the gramians of the final tables, not stale ones (float64 reference)
@@ -34,10 +35,23 @@ def test_an_epoch_computes_two_gramians_and_the_loss_reads_the_final_tables(tmp_
     assert model.metrics[-1]["loss_unobserved"] == pytest.approx(expected, rel=1e-5)
 
 
-def test_a_non_finite_gramian_diagonal_is_a_collapse_naming_epoch_and_side():
-    gram = np.eye(4, dtype=np.float32)
-    training._check_finite(gram, 1, "row")  # finite: nothing raised
-    for bad in (np.nan, np.inf):
-        gram[2, 2] = bad
-        with pytest.raises(training.TrainingCollapse, match="epoch 3, col half-epoch: the col table has NaN/Inf"):
-            training._check_finite(gram, 3, "col")
+class _Poison(Callback):
+    """Makes the fixed table of one half-epoch non-finite just before it runs."""
+
+    def __init__(self, epoch: int, side: str, value: float) -> None:
+        self.epoch, self.side, self.value = epoch, side, value
+
+    def on_half_epoch_begin(self, run, epoch, side, total_steps) -> None:
+        if (epoch, side) == (self.epoch, self.side):
+            fixed = "col" if side == "row" else "row"
+            table = run.tables[fixed]
+            run.tables[fixed] = jax.device_put(np.full(table.shape, self.value, table.dtype), table.sharding)
+
+
+@pytest.mark.parametrize("epoch,side,value", [(1, "row", np.nan), (2, "col", np.inf)])
+def test_a_non_finite_table_stops_training_naming_epoch_and_side(tmp_path, epoch, side, value):
+    rows = ref.random_rows(5, 20, 20, max_len=6)
+    data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 20, 20)
+    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "m"), dim=4, epochs=3, progress=False, eval_every=0)
+    with pytest.raises(training.TrainingCollapse, match=f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf"):
+        training.train(config, mesh=make_mesh(jax.devices()[:2]), callbacks=[_Poison(epoch, side, value)])

@@ -11,7 +11,7 @@ import numpy as np
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import load_model
-from alx_trainer.ops import sharding
+from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -50,7 +50,7 @@ def test_two_processes_equal_one_process(tmp_path):
 
     config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "single"), dim=6, epochs=2, solver="cg", cg_iters=4,
                          piece_len=4, batch_pieces=8, batch_rows=4, progress=False, eval_every=0, alpha=0.5, reg=0.8)
-    single = train(config, mesh=sharding.make_mesh())
+    single = train(config, mesh=make_mesh())
     multi = load_model(multi_dir)
     assert multi.epoch == 2
     for a, b in ((multi.row_table, single.row_table), (multi.col_table, single.col_table)):

@@ -14,8 +14,10 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.data.dataset import open_dataset
 from alx_trainer.model import Model
-from alx_trainer.ops import per_core, sharding
-from alx_trainer.ops.side_runner import SideRunner, step_spec
+from alx_trainer.ops import batch_sources, per_core
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops.side_runner import SideRunner
+from alx_trainer.ops.spec import step_spec
 from webgraph_pipeline import contract, synthetic_matrix
 
 
@@ -31,7 +33,7 @@ def _train(data: str, model_dir: str, devices: int, **overrides) -> Model:
     config = TrainConfig(data=data, model_dir=model_dir, dim=8, epochs=2, alpha=0.1, reg=1.0, layout="owner",
                          piece_len=4, batch_pieces=8, steps_per_call=3, chunk_rows=64, eval_every=0,
                          progress=False, **overrides)
-    return training.train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
+    return training.train(config, mesh=make_mesh(jax.devices()[:devices]))
 
 
 @pytest.mark.parametrize("devices", [1, 2])
@@ -51,16 +53,17 @@ def test_streaming_runner_holds_only_the_long_rows(matrix):
     config = TrainConfig(data=matrix, model_dir="unused", dim=8, layout="owner", piece_len=4, batch_pieces=8,
                          stream_batches=True, progress=False)
     dataset = open_dataset(config.data)
-    mesh = sharding.make_mesh(jax.devices()[:1])
+    mesh = make_mesh(jax.devices()[:1])
     reader = functools.partial(records.read_chunks, dataset.files["train"], config.chunk_rows, 400, 150)
     runner = SideRunner(config, mesh, step_spec(config, 150), reader, 400)
-    assert runner.streaming and runner.device_calls is None  # no normal batch is held
+    assert isinstance(runner.source, batch_sources.OwnerStream)  # normal batches are built as they run
     # the long rows are kept from the planning pass: every id of every row with more than 8 x 4 ids, once
     rows = [(int(r), list(c)) for r, c, _ in contract.read_split(matrix, "train")]
     long = {r: c for r, c in rows if len(c) > 8 * 4}
-    assert long and runner.plan.long_steps == sum(len(b) for b in runner.cached_long) > 0  # one device
+    kept = list(runner.source.long_batches())
+    assert long and runner.plan.long_steps == sum(len(b) for b in kept) > 0  # one device
     held: dict[int, list] = {}
-    for batch in runner.cached_long:
+    for batch in kept:
         for owner, ids in zip(batch.owner.tolist(), batch.ids.reshape(len(batch.owner), -1)):
             held.setdefault(owner, []).extend(int(i) for i in ids if i >= 0)
     assert {r: sorted(c) for r, c in held.items()} == {r: sorted(int(x) for x in c) for r, c in long.items()}

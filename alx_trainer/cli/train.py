@@ -64,6 +64,7 @@ def split_cpu(config: TrainConfig) -> int:
         and config.cg_form in ("auto", "matvec")
         and config.layout in ("auto", "owner")
         and config.stats == "gather"
+        and config.accelerator != "on"  # its layouts have collectives
         and not config.distributed
     )
     count = config.cpu_devices or (len(per_core.cores()) if safe else 1)

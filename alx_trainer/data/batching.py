@@ -57,9 +57,9 @@ def num_pieces(lengths: np.ndarray, piece_len: int) -> np.ndarray:
 MAX_PADDING = 1.2
 
 
-def batch_shape(piece_len: int, batch_pieces: int) -> tuple[int, int]:
-    """(L, B) of a configured shape whose L is known (0 = automatic B: `BATCH_IDS` ids)."""
-    return piece_len, batch_pieces or max(1, BATCH_IDS // piece_len)
+def batch_shape(piece_len: int, batch_pieces: int, batch_ids: int = BATCH_IDS) -> tuple[int, int]:
+    """(L, B) of a configured shape whose L is known (0 = automatic B: `batch_ids` ids)."""
+    return piece_len, batch_pieces or max(1, batch_ids // piece_len)
 
 
 def padded_slots(lengths: np.ndarray, piece_len: int, batch_pieces: int) -> tuple[int, int]:

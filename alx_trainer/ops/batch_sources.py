@@ -1,0 +1,289 @@
+"""Where a half-epoch's packed batches come from: one object per mode.
+
+Every source gives `streams()`: one iterable of calls per thread that runs them (one stream for
+a global mesh program; one per device with `per_device`), each call being a compiled step's
+batch arrays on the devices and the rows it solves; and `long_batches()`, the rows longer than
+one batch. Modes (`select`):
+- `FileStream`: packed from the files every half-epoch in a prefetch thread, each call copied to
+  the devices ahead of the steps (the default of the 'sharded' and 'replicated' layouts).
+- `HostCache`: packed once, kept in host memory, copied every half-epoch (`cache_batches`).
+- `OwnerResident`: 'owner' layout; each device's batches packed apart and kept on the devices.
+- `OwnerStream`: 'owner' with `stream_batches`: built per device from the files as they run.
+- `DeviceResident`, `DeviceStream`: the accelerator path (`TrainConfig.accelerator`), every call on
+  the devices once, or copied double-buffered ahead of the steps when they do not fit; their long
+  rows come as `device_long_calls()` for `kernels.make_long_solve`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Iterable, Iterator, Sequence
+
+import jax
+import numpy as np
+
+from alx_trainer.data import batching, records
+from alx_trainer.ops import owner_stream
+from alx_trainer.ops.mesh import host_batch
+from alx_trainer.ops.plan import Combine, SidePlan
+
+# A compiled call's batch arrays (ids, seg, row_ids, row_len) on the devices, and the rows it solves.
+Call = tuple[list[jax.Array], int]
+MakeChunks = Callable[[], Iterator[records.RowChunk]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """What the planning pass read: every row's length and id, and the rows a source keeps."""
+
+    lengths: np.ndarray
+    row_ids: np.ndarray
+    chunks: list[records.RowChunk] | None  # every chunk (sources that pack from memory)
+    long_rows: list[records.RowChunk]  # rows longer than the smallest candidate batch (`OwnerStream`)
+
+
+def scan(chunks: Iterable[records.RowChunk], keep_chunks: bool, long_above: int | None) -> Scan:
+    """One pass over a side's rows; keeps the chunks, or the rows longer than `long_above` ids."""
+    seen, kept, long_rows = [], [], []
+    for c in chunks:
+        seen.append((c.lengths, c.row_ids))
+        if keep_chunks:
+            kept.append(c)
+        if long_above is not None and (long := c.lengths > long_above).any():
+            long_rows.append(batching.select_rows(c, long))
+    lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
+    row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
+    return Scan(lengths, row_ids, kept if keep_chunks else None, long_rows)
+
+
+def _empty(plan: SidePlan, k: int) -> batching.DeviceBatch:
+    return batching.empty_batch(k, *plan.shape)
+
+
+def host_calls(chunks: Iterable[records.RowChunk], plan: SidePlan, per_step: int) -> Iterator[batching.DeviceBatch]:
+    """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them."""
+    steps = batching.pack_normal(chunks, *plan.shape)
+    steps = batching.group_steps(steps, per_step, plan.steps, functools.partial(_empty, plan))
+    return batching.stack_calls(steps, plan.per_call)
+
+
+def global_call(mesh, call: batching.DeviceBatch) -> Call:
+    """A call's arrays on the mesh (sharded by device), and how many rows it solves."""
+    arrays = (call.ids, call.seg, call.row_ids, call.row_len)
+    return [host_batch(mesh, a) for a in arrays], int((call.row_ids >= 0).sum())
+
+
+def device_call(device, call: batching.DeviceBatch) -> Call:
+    """A one-device call's arrays on `device`, and how many rows it solves."""
+    arrays = (call.ids, call.seg, call.row_ids, call.row_len)
+    return [jax.device_put(a, device) for a in arrays], int((call.row_ids >= 0).sum())
+
+
+def part(call: batching.DeviceBatch, j: int) -> batching.DeviceBatch:
+    """Device j's part of a call ([1, per_call, ...] arrays)."""
+    return batching.DeviceBatch(*(getattr(call, f.name)[j : j + 1] for f in dataclasses.fields(batching.DeviceBatch)))
+
+
+class FileStream:
+    """Packed from the files every half-epoch; packing and copies run in a prefetch thread."""
+
+    per_device = False
+
+    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
+        self.mesh, self.plan, self.make_chunks = mesh, plan, make_chunks
+        self.per_step = len(mesh.local_devices)
+
+    def host_calls(self) -> Iterator[batching.DeviceBatch]:
+        return host_calls(self.make_chunks(), self.plan, self.per_step)
+
+    def streams(self) -> list[Iterator[Call]]:
+        return [records.prefetch(lambda: map(functools.partial(global_call, self.mesh), self.host_calls()))]
+
+    def long_batches(self) -> Iterable[batching.LongBatch]:
+        return batching.pack_long(self.make_chunks(), self.plan.piece_len, self.plan.batch_pieces)
+
+    @property
+    def total_steps(self) -> int:
+        return self.plan.steps
+
+
+class HostCache(FileStream):
+    """Packed once (the first half-epoch's calls), kept in host memory, copied every half-epoch."""
+
+    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
+        super().__init__(mesh, plan, make_chunks)
+        self.calls = list(super().host_calls())
+        self.long = list(super().long_batches())
+
+    def host_calls(self) -> Iterator[batching.DeviceBatch]:
+        return iter(self.calls)
+
+    def long_batches(self) -> Iterable[batching.LongBatch]:
+        return self.long
+
+
+def pack_by_owner(chunks: Sequence[records.RowChunk], plan: SidePlan, shard: int, devices: int) -> list[batching.DeviceBatch]:
+    """Device j's rows (those of its table shard, ids counted from the shard's start) in its own batches."""
+    packed = []
+    for j in range(devices):
+        mine = [batching.select_rows(c, c.row_ids // shard == j) for c in chunks]
+        mine = [dataclasses.replace(c, row_ids=c.row_ids - j * shard) for c in mine]
+        batches = list(batching.pack_normal(mine, *plan.shape))
+        packed.append(batching.merge(batches) if batches else _empty(plan, 0))
+    return packed
+
+
+class OwnerResident:
+    """'owner' layout: each device's rows packed apart once and kept on the devices.
+
+    With `per_device`, device j's calls are single-device arrays of its own (its all-padding
+    calls left out); else global calls whose slot j holds device j's batches.
+    """
+
+    def __init__(self, mesh, plan: SidePlan, chunks: list[records.RowChunk], shard: int, per_device: bool):
+        self.plan, self.per_device = plan, per_device
+        k = len(mesh.local_devices)
+        steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
+        grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
+        calls = list(batching.stack_calls(grouped, plan.per_call))
+        if per_device:
+            self.calls = [[device_call(d, part(c, j)) for c in calls if (c.row_ids[j] >= 0).any()]
+                          for j, d in enumerate(mesh.local_devices)]
+        else:
+            self.calls = [[global_call(mesh, c) for c in calls]]
+        self.long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
+
+    def streams(self) -> list[Iterable[Call]]:
+        return self.calls
+
+    def long_batches(self) -> Iterable[batching.LongBatch]:
+        return self.long
+
+    @property
+    def total_steps(self) -> int:
+        """Steps a half-epoch reports (device j's own calls only with `per_device`)."""
+        return self.plan.per_call * sum(len(c) for c in self.calls) if self.per_device else self.plan.steps
+
+
+class OwnerStream:
+    """'owner' with `stream_batches`: each device's calls built from the files as they are consumed
+    (`owner_stream`); only the long rows, kept from the planning pass, stay in memory."""
+
+    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: list[records.RowChunk],
+                 shard: int, per_device: bool):
+        self.mesh, self.plan, self.make_chunks, self.shard, self.per_device = mesh, plan, make_chunks, shard, per_device
+        per_batch = plan.piece_len * plan.batch_pieces
+        self.long = list(batching.pack_long([batching.select_rows(c, c.lengths > per_batch) for c in long_rows],
+                                            plan.piece_len, plan.batch_pieces))
+
+    def streams(self) -> list[Iterator[Call]]:
+        devices = self.mesh.local_devices
+        parts = owner_stream.split_by_owner(self.make_chunks(), self.shard, len(devices))
+        if self.per_device:  # device j's calls are [1, ...] arrays of its own
+            put = [functools.partial(device_call, d) for d in devices]
+        else:
+            put = [functools.partial(global_call, self.mesh)]
+        return [owner_stream.device_calls(p, *self.plan.shape, self.plan.per_call, f) for p, f in zip(parts, put)]
+
+    def long_batches(self) -> Iterable[batching.LongBatch]:
+        return self.long
+
+    @property
+    def total_steps(self) -> int:
+        if self.per_device:
+            return self.plan.per_call * sum(-(-n // self.plan.per_call) for n in self.plan.device_steps)
+        return self.plan.steps
+
+
+@dataclasses.dataclass
+class LongCall:
+    """One device call of long rows (host arrays): device j's K batches and the R rows they sum into."""
+
+    ids: np.ndarray  # int32 [k, K, B, L]
+    slot: np.ndarray  # int32 [k, K]: the row slot of each batch (R: padding)
+    row_ids: np.ndarray  # int32 [k, R]
+    row_len: np.ndarray  # int32 [k, R]
+
+
+def long_calls(batches: Iterable[batching.LongBatch], plan: SidePlan, devices: int, rows: int, combine: Combine
+               ) -> list[LongCall]:
+    """The long rows as device calls: rows dealt to the devices in turn, `rows` rows per device per call.
+
+    Calls and their batch counts are the max over hosts (the same programs everywhere).
+    """
+    L, B = plan.piece_len, plan.batch_pieces
+    got = list(batches)
+    merged = batching.merge(got) if got else batching.empty_long(0, L, B)
+    owners = np.unique(merged.owner)
+    queues = [owners[j::devices] for j in range(devices)]
+    n_calls = int(combine(np.array([-(-max(len(q) for q in queues) // rows)]), "max")[0])
+    picks = [[np.flatnonzero(np.isin(merged.owner, q[s * rows : (s + 1) * rows])) for q in queues]
+             for s in range(n_calls)]  # [call][device]: the batches of its rows
+    sizes = combine(np.array([max(1, max(len(p) for p in call)) for call in picks], np.int64), "max")
+    out = []
+    for call, size in zip(picks, sizes.tolist()):
+        ids = np.full((devices, size, B, L), batching.PAD_ID, np.int32)
+        slot = np.full((devices, size), rows, np.int32)
+        row_ids = np.full((devices, rows), batching.PAD_ID, np.int32)
+        row_len = np.zeros((devices, rows), np.int32)
+        for j, pick in enumerate(call):
+            mine, at = np.unique(merged.owner[pick], return_index=True)
+            row_ids[j, : len(mine)], row_len[j, : len(mine)] = mine, merged.owner_len[pick][at]
+            ids[j, : len(pick)] = merged.ids[pick]
+            slot[j, : len(pick)] = np.searchsorted(mine, merged.owner[pick])
+        out.append(LongCall(ids, slot, row_ids, row_len))
+    return out
+
+
+def put_long(mesh, call: LongCall) -> list[jax.Array]:
+    return [host_batch(mesh, a) for a in (call.ids, call.slot, call.row_ids, call.row_len)]
+
+
+class DeviceResident:
+    """Accelerator path: every call of both kinds copied to the devices once (packed in one pass
+    over the files, a call at a time), so a half-epoch moves no input from the host."""
+
+    per_device = False
+
+    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine):
+        self.plan = plan
+        per_step = len(mesh.local_devices)
+        batches: list[batching.LongBatch] = []
+
+        def chunks() -> Iterator[records.RowChunk]:  # one pass for both kinds of rows
+            for chunk in make_chunks():
+                batches.extend(batching.pack_long([chunk], plan.piece_len, plan.batch_pieces))
+                yield chunk
+
+        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step)]
+        self.long = [put_long(mesh, c) for c in long_calls(batches, plan, per_step, long_rows, combine)]
+
+    def streams(self) -> list[Iterable[Call]]:
+        return [self.calls]
+
+    def device_long_calls(self) -> Iterable[list[jax.Array]]:
+        return self.long
+
+    @property
+    def total_steps(self) -> int:
+        return self.plan.steps
+
+
+class DeviceStream(FileStream):
+    """Accelerator path when the batches do not fit: packed from the files every half-epoch and
+    copied double-buffered (the prefetch thread keeps two calls ahead of the steps)."""
+
+    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine):
+        super().__init__(mesh, plan, make_chunks)
+        self.long_rows, self.combine = long_rows, combine
+
+    def device_long_calls(self) -> Iterable[list[jax.Array]]:
+        calls = long_calls(self.long_batches(), self.plan, self.per_step, self.long_rows, self.combine)
+        return (put_long(self.mesh, c) for c in calls)
+
+
+def resident_bytes(plan: SidePlan, devices: int) -> int:
+    """Device bytes of a side's resident calls (int32 arrays), over `devices` devices."""
+    L, B, R = plan.shape
+    return 4 * devices * (plan.steps * (B * L + B + 2 * R) + plan.long_steps * (B * L + 1))

@@ -1,0 +1,282 @@
+"""The compiled `shard_map` kernels of one half-epoch (paper 4.2, Algorithm 2).
+
+- `make_gramian`: local `T_mu^T T_mu`, then `psum`.
+- a step (`make_step`): gather the fixed rows of K stacked dense batches (`lookups`), solve each
+  row's normal equations (paper Eq. 4) with the configured solver in float32 ('block': the
+  iALS++ sweep of `block_solver`; CG 'matvec': without building d x d matrices), write the rows
+  back; a `lax.scan` over the K batches, so fewer dispatches per half-epoch. On a CPU host split
+  into one device per core, the 'owner' step also compiles per device (`make_device_step`) and
+  each device's calls run in their own pinned thread (`per_core`).
+- "local statistics" (paper 4.2 alternative): each device builds partial d x d statistics of every
+  device's batch from its own shard only, then one `psum_scatter` sums them.
+- long rows (more than one batch): `make_long_stats` (a part of their statistics per device),
+  `make_solve_scatter` (solve from summed statistics, write back).
+Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2,
+row count); the matrix-free kernel skips the observed loss when `observed_loss` is off.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from alx_trainer.ops import block_solver, solvers
+from alx_trainer.ops.lookups import fixed_rows, local_lookup, rows_in, rows_out, shard_start, sharded_gather, sharded_scatter
+from alx_trainer.ops.mesh import AXIS
+from alx_trainer.ops.spec import Fixed, StepSpec
+
+
+def _local_gramian(table_l: jax.Array) -> jax.Array:
+    """`T_mu^T T_mu` of this device's shard, float32."""
+    t = table_l.astype(jnp.float32)
+    return t.T @ t
+
+
+def _gramian_local(table_l: jax.Array) -> jax.Array:
+    return jax.lax.psum(_local_gramian(table_l), AXIS)
+
+
+@functools.lru_cache(maxsize=None)
+def make_gramian(mesh: Mesh):
+    """`gramian(table) -> [d, d]` float32, replicated."""
+    return jax.jit(jax.shard_map(_gramian_local, mesh=mesh, in_specs=P(AXIS), out_specs=P(), check_vma=False))
+
+
+def row_reg(num_other: int, hyper, row_len, xp=jnp):
+    """lambda * (n + alpha * num_other) ** nu per row (plain lambda when nu = 0), in the dtype of
+    `hyper` and the array namespace `xp` (NumPy float64 for the host's long rows)."""
+    alpha, reg, nu = hyper[0], hyper[1], hyper[2]
+    n = row_len.astype(hyper.dtype)
+    return reg * xp.where(nu == 0, 1.0, (n + alpha * num_other) ** nu)
+
+
+def outer_sums(h: jax.Array, precision: str) -> jax.Array:
+    """sum over l of h_l h_l^T per leading index ([..., L, d] -> [..., d, d]), summed in float32.
+
+    'float32': full float32 products; 'tf32': float32 inputs at the backend's default matmul
+    precision (TF32 on NVIDIA matrix units, float32 on CPU); 'bfloat16': inputs rounded to bfloat16.
+    """
+    if precision == "bfloat16":
+        hb = h.astype(jnp.bfloat16)
+        return jnp.einsum("...ld,...le->...de", hb, hb, preferred_element_type=jnp.float32)
+    exact = jax.lax.Precision.HIGHEST if precision == "float32" else jax.lax.Precision.DEFAULT
+    return jnp.einsum("...ld,...le->...de", h, h, precision=exact)
+
+
+def _explicit_stats(h: jax.Array, seg: jax.Array, rows: int, precision: str) -> tuple[jax.Array, jax.Array]:
+    """Per-row sum_i h_i h_i^T [R, d, d] and sum_i h_i [R, d] from pieces h [B, L, d]."""
+    outer = outer_sums(h, precision)
+    a = jax.ops.segment_sum(outer, seg, num_segments=rows)
+    b = jax.ops.segment_sum(h.sum(axis=1), seg, num_segments=rows)
+    return a, b
+
+
+def _solve_explicit(spec: StepSpec, fixed: Fixed, a_obs, b, x0, row_ids, row_len):
+    """Solve (A_obs + alpha G + lambda_r I) x = b; return x and the loss terms of valid rows."""
+    gram, hyper = fixed
+    d = gram.shape[0]
+    valid = row_ids >= 0
+    lam = row_reg(spec.num_other, hyper, row_len)
+    eye = jnp.eye(d, dtype=jnp.float32)
+    a = a_obs + hyper[0] * gram + lam[:, None, None] * eye
+    a = jnp.where(valid[:, None, None], a, eye)  # padding slots: a harmless identity system
+    x = solvers.solve_explicit(spec.solver, a, jnp.where(valid[:, None], b, 0), x0, spec.cg_iters, spec.block_size)
+    x = jnp.where(valid[:, None], x, 0)
+    # sum_i (1 - h_i.x)^2 = n - 2 x.b + x^T A_obs x
+    observed = row_len - 2 * jnp.sum(x * b, -1) + jnp.einsum("rd,rde,re->r", x, a_obs, x)
+    return x, _loss_terms(valid, observed, lam, x)
+
+
+def _loss_terms(valid, observed, lam, x):
+    """This device's [observed, reg, rows] of the rows it solved."""
+    observed = jnp.sum(jnp.where(valid, observed, 0))
+    reg = jnp.sum(jnp.where(valid, lam * jnp.sum(x * x, -1), 0))
+    rows = jnp.sum(valid.astype(jnp.float32))
+    return jnp.stack([observed, reg, rows])
+
+
+def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
+    """Solve one dense batch (ids [B, L], seg [B], row_ids/row_len [R]); returns (dst_l, terms)."""
+    gram, hyper = fixed
+    alpha = hyper[0]
+    rows = row_ids.shape[0]
+    h = fixed_rows(spec, src_l, ids)  # [B, L, d] float32, zeros at padding
+    x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
+    if spec.solver == "block":  # iALS++: never builds the d x d matrices
+        valid = row_ids >= 0
+        lam = row_reg(spec.num_other, hyper, row_len)
+        x, err = block_solver.sweep(h, seg, x0, gram, lam, alpha, valid, spec.block_size)
+        per_entry = jnp.where(ids >= 0, err**2, 0).sum(axis=1)  # errors of the final x: the observed loss
+        terms = _loss_terms(valid, jax.ops.segment_sum(per_entry, seg, num_segments=rows), lam, x)
+    elif spec.matvec and spec.solver == "cg":
+        valid = row_ids >= 0
+        lam = row_reg(spec.num_other, hyper, row_len)
+
+        def per_row(p):  # [R, d] -> [B, d]: each piece's row vector (zero for padding pieces)
+            return jnp.take(p, seg, axis=0, mode="fill", fill_value=0)
+
+        def matvec(p):
+            hp = jnp.einsum("bld,bd->bl", h, per_row(p))
+            obs = jax.ops.segment_sum(jnp.einsum("bl,bld->bd", hp, h), seg, num_segments=rows)
+            return obs + alpha * (p @ gram) + lam[:, None] * p
+
+        # r0 = b - A x0 = sum_i h_i (1 - h_i.x0) - (alpha G + lambda) x0: b and A x0 in one pass.
+        residual = jnp.einsum("bl,bld->bd", 1 - jnp.einsum("bld,bd->bl", h, per_row(x0)), h)
+        r0 = jax.ops.segment_sum(residual, seg, num_segments=rows) - alpha * (x0 @ gram) - lam[:, None] * x0
+        x = solvers.cg(matvec, None, x0, spec.cg_iters, r0=r0)
+        x = jnp.where(valid[:, None], x, 0)
+        if spec.observed_loss:
+            hx = jnp.einsum("bld,bd->bl", h, jnp.take(x, seg, axis=0, mode="fill", fill_value=0))
+            per_entry = jnp.where(ids >= 0, (1 - hx) ** 2, 0).sum(axis=1)
+            observed = jax.ops.segment_sum(per_entry, seg, num_segments=rows)
+        else:
+            observed = jnp.zeros(rows, jnp.float32)
+        terms = _loss_terms(valid, observed, lam, x)
+    else:
+        a_obs, b = _explicit_stats(h, seg, rows, spec.precision)
+        x, terms = _solve_explicit(spec, fixed, a_obs, b, x0, row_ids, row_len)
+    return rows_out(spec, dst_l, row_ids, x), terms
+
+
+def _batch_local(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
+    """One dense batch with the paper's "local statistics" (sharded layout only)."""
+    rows = row_ids.shape[0]
+    all_ids = jax.lax.all_gather(ids, AXIS)  # [D, B, L]
+    all_seg = jax.lax.all_gather(seg, AXIS)  # [D, B]
+    h = local_lookup(src_l, all_ids, shard_start(src_l))  # only this shard's rows, zeros elsewhere
+    a_part, b_part = jax.vmap(lambda hh, ss: _explicit_stats(hh, ss, rows, spec.precision))(h, all_seg)
+    a_obs = jax.lax.psum_scatter(a_part, AXIS, scatter_dimension=0, tiled=True)[0]
+    b = jax.lax.psum_scatter(b_part, AXIS, scatter_dimension=0, tiled=True)[0]
+    x0 = sharded_gather(dst_l, row_ids)
+    x, terms = _solve_explicit(spec, fixed, a_obs, b, x0, row_ids, row_len)
+    return sharded_scatter(dst_l, row_ids, x), terms
+
+
+def _step(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
+    """Scan this device's K stacked batches ([1, K, ...]); loss terms summed over them."""
+    body = functools.partial(_batch_local if spec.local_stats else _batch_gather, spec, src_l)
+
+    def one(dst_l, batch):
+        if not spec.owner:  # collectives inside: every device runs every batch
+            return body(dst_l, fixed, *batch)
+        # No collective: a device skips its padding batches (row slots all empty).
+        return jax.lax.cond(jnp.any(batch[2] >= 0), lambda t: body(t, fixed, *batch), lambda t: (t, jnp.zeros(3)), dst_l)
+
+    dst_l, terms = jax.lax.scan(one, dst_l, (ids[0], seg[0], row_ids[0], row_len[0]))
+    terms = terms.sum(axis=0)
+    return dst_l, (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
+
+
+def _terms_spec(spec: StepSpec):
+    """Loss terms come back summed over devices ([3], replicated) or per device ([D, 3]) for 'owner'."""
+    return P(AXIS) if spec.owner else P()
+
+
+@functools.lru_cache(maxsize=None)
+def make_step(mesh: Mesh, spec: StepSpec):
+    """`step(src, dst, (gram, hyper), ids, seg, row_ids, row_len) -> (dst, terms)`.
+
+    `src` is the fixed table (replicated unless the layout is 'sharded'), `dst` the table being
+    solved (donated, updated in place); the batch arrays are [D, K, ...] (K batches per device).
+    """
+    fn = jax.shard_map(
+        functools.partial(_step, spec),
+        mesh=mesh,
+        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), _terms_spec(spec)),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(1,))
+
+
+@functools.lru_cache(maxsize=None)
+def make_device_step(spec: StepSpec):
+    """The 'owner' step of one device on single-device arrays (no mesh: run per device, see `per_core`).
+
+    Same arguments as `make_step` with a leading device axis of 1; one compilation per device.
+    """
+    if not spec.owner:
+        raise ValueError("a per-device step needs the 'owner' layout (it has no collective)")
+    return jax.jit(functools.partial(_step, spec), donate_argnums=(1,))
+
+
+@functools.lru_cache(maxsize=None)
+def make_replicate(mesh: Mesh):
+    """`replicate(table)`: the whole table on every device (one all-gather)."""
+    return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))
+
+
+def _long_stats(spec: StepSpec, src_l, ids):
+    h = fixed_rows(spec, src_l, ids[0])  # [B, L, d]
+    a = jnp.einsum("bld,ble->de", h, h)
+    return a[None], h.sum(axis=(0, 1))[None]
+
+
+@functools.lru_cache(maxsize=None)
+def make_long_stats(mesh: Mesh, spec: StepSpec):
+    """`long_stats(src, ids [D, B, L]) -> (A_obs [D, d, d], b [D, d])`: one long-row part per device."""
+    fn = jax.shard_map(
+        functools.partial(_long_stats, spec),
+        mesh=mesh,
+        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), P(AXIS)),
+        check_vma=False,
+    )
+    return jax.jit(fn)
+
+
+def _solve_scatter(spec: StepSpec, dst_l, fixed: Fixed, a_obs, b, row_ids, row_len):
+    x0 = rows_in(spec, dst_l, row_ids[0])
+    x, terms = _solve_explicit(spec, fixed, a_obs[0], b[0], x0, row_ids[0], row_len[0])
+    return rows_out(spec, dst_l, row_ids[0], x), (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
+
+
+@functools.lru_cache(maxsize=None)
+def make_solve_scatter(mesh: Mesh, spec: StepSpec):
+    """`solve_scatter(dst, (gram, hyper), A_obs [D,R,d,d], b [D,R,d], row_ids, row_len) -> (dst, terms)` for long rows."""
+    fn = jax.shard_map(
+        functools.partial(_solve_scatter, spec),
+        mesh=mesh,
+        in_specs=(P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), _terms_spec(spec)),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(0,))
+
+
+def _long_solve(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, slot, row_ids, row_len):
+    """This device's long rows: K batches ([1, K, B, L]) each of one row (its slot in [1, K], R for
+    padding) summed into R rows' statistics, then solved and written back as a normal batch's."""
+    rows, d = row_ids.shape[1], fixed[0].shape[0]
+
+    def one(acc, batch):
+        a, b = acc
+        ids_k, slot_k = batch
+        h = fixed_rows(spec, src_l, ids_k).reshape(1, -1, d)  # [1, B*L, d]
+        return (a.at[slot_k].add(outer_sums(h, spec.precision)[0]), b.at[slot_k].add(h[0].sum(axis=0))), None
+
+    init = (jnp.zeros((rows + 1, d, d), jnp.float32), jnp.zeros((rows + 1, d), jnp.float32))
+    (a, b), _ = jax.lax.scan(one, init, (ids[0], slot[0]))
+    x0 = rows_in(spec, dst_l, row_ids[0])
+    x, terms = _solve_explicit(spec, fixed, a[:rows], b[:rows], x0, row_ids[0], row_len[0])
+    return rows_out(spec, dst_l, row_ids[0], x), jax.lax.psum(terms, AXIS)
+
+
+@functools.lru_cache(maxsize=None)
+def make_long_solve(mesh: Mesh, spec: StepSpec):
+    """`long_solve(src, dst, (gram, hyper), ids [D,K,B,L], slot [D,K], row_ids [D,R], row_len [D,R]) -> (dst, terms)`:
+    long rows wholly on the devices (the accelerator path; 'sharded' or 'replicated' layout)."""
+    if spec.owner:
+        raise ValueError("the device long-row solve takes the 'sharded' or 'replicated' layout")
+    fn = jax.shard_map(
+        functools.partial(_long_solve, spec),
+        mesh=mesh,
+        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
+        out_specs=(P(AXIS), P()),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(1,))

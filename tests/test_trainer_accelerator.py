@@ -1,0 +1,154 @@
+"""The accelerator path forced on CPU devices (`accelerator='on'`): exact tables, few calls, no input copies.
+
+Resident and streamed batches are checked against the float64 reference (`reference_ials`), the
+per-core path's own test matrix included (rows longer than a batch, a row filling one exactly).
+Calls are counted in JAX's profiler trace (each program launch, whatever made it), host-to-device
+copies by `jax.transfer_guard_host_to_device('disallow_explicit')`, which makes any of them an error.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from alx_trainer.callbacks import Callback
+from alx_trainer.config import TrainConfig
+from alx_trainer.model import init_tables
+from alx_trainer.ops import side_runner
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.train import train
+
+import reference_ials as ref
+
+NUM_ROWS, NUM_COLS = 60, 90
+ALPHA, REG = 0.5, 0.8
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    rows = ref.random_rows(0, NUM_ROWS, NUM_COLS, max_len=14, long_rows=[5, 17, 30])
+    rows[9] = sorted(np.random.default_rng(1).choice(NUM_COLS, size=32, replace=False).tolist())
+    path = str(tmp_path_factory.mktemp("accelerator") / "data")
+    ref.write_dataset(path, rows, NUM_ROWS, NUM_COLS, shards=3)
+    return path, rows
+
+
+def _config(data_dir: str, model_dir: str, **kw) -> TrainConfig:
+    # 4 x 8 = 32 ids per batch: rows 5, 17 and 30 (46 ids) are long rows
+    base = {"data": data_dir, "model_dir": model_dir, "dim": 6, "epochs": 2, "alpha": ALPHA, "reg": REG,
+            "solver": "cholesky", "progress": False, "eval_every": 0, "init_stddev": 0.3, "piece_len": 4,
+            "batch_pieces": 8, "batch_rows": 4, "accelerator": "on", "checkpoint_every": 0}
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("resident", ["on", "off"])
+@pytest.mark.parametrize("layout,devices", [("sharded", 8), ("replicated", 8), ("auto", 1)])
+def test_resident_and_streamed_batches_match_float64_reference(dataset, tmp_path, resident, layout, devices):
+    data_dir, rows = dataset
+    mesh = make_mesh(jax.devices()[:devices])
+    config = _config(data_dir, str(tmp_path / "m"), layout=layout, resident_batches=resident)
+    t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
+    w0, h0 = np.asarray(t["row"], np.float64)[:NUM_ROWS], np.asarray(t["col"], np.float64)[:NUM_COLS]
+    model = train(config, mesh=mesh)
+    w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
+    assert _rel(model.row_table, w) < 1e-4 and _rel(model.col_table, h) < 1e-4
+    expected = ref.loss(rows, model.row_table, model.col_table, ALPHA, REG)
+    assert model.metrics[-1]["loss_observed"] == pytest.approx(expected["observed"], rel=1e-4)
+    assert model.metrics[-1]["rows_solved"] == len(rows)
+
+
+def test_cg_with_explicit_matrices_in_bfloat16_products_stays_close(dataset, tmp_path):
+    """The matrix-unit form (explicit normal matrices, bfloat16 products summed in float32, CG in float32)."""
+    data_dir, rows = dataset
+    mesh = make_mesh()
+    config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=20, cg_form="explicit",
+                     matmul_precision="bfloat16")
+    t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
+    w0, h0 = np.asarray(t["row"], np.float64)[:NUM_ROWS], np.asarray(t["col"], np.float64)[:NUM_COLS]
+    model = train(config, mesh=mesh)
+    w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
+    # bfloat16 keeps 8 bits of each product's inputs: about 2^-8 relative per entry
+    assert _rel(model.row_table, w) < 2e-2 and _rel(model.col_table, h) < 2e-2
+
+
+class _Epoch2(Callback):
+    """Over epoch 2 (from the end of epoch 1 to the end of epoch 2): a profiler trace and, with
+    `guard`, host-to-device copies made errors (for every thread)."""
+
+    def __init__(self, trace_dir: str, guard: bool) -> None:
+        self.trace_dir, self.guard = trace_dir, guard
+
+    def on_epoch_end(self, run, epoch, record) -> None:
+        if epoch == 1:
+            if self.guard:
+                jax.config.update("jax_transfer_guard_host_to_device", "disallow_explicit")
+            jax.profiler.start_trace(self.trace_dir)
+        elif epoch == 2:
+            jax.profiler.stop_trace()
+            jax.config.update("jax_transfer_guard_host_to_device", "allow")
+
+    def on_train_end(self, run) -> None:
+        jax.config.update("jax_transfer_guard_host_to_device", "allow")
+
+
+def _launches(trace_dir: str) -> collections.Counter:
+    """Program launches in the trace, by program: one per multi-device Execute, one per single-device one."""
+    path = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
+    found: collections.Counter = collections.Counter()
+    for event in json.load(gzip.open(path))["traceEvents"]:
+        name = event.get("name", "")
+        if event.get("ph") != "X":
+            continue
+        if name.startswith("CommonPjRtLoadedExecutable::Execute ("):
+            found[name.split("(", 1)[1].rstrip(")")] += 1
+        elif name == "CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice":
+            found["single-device"] += 1
+    return found
+
+
+def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
+    data_dir, rows = dataset
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="on", calls_per_half_epoch=3,
+                     batch_pieces=4, batch_rows=2)  # 16 ids per batch: more batches than calls
+    trace = str(tmp_path / "trace")
+    model = train(config, mesh=make_mesh(), callbacks=[_Epoch2(trace, guard=True)])  # a copy would raise
+    assert model.metrics[-1]["rows_solved"] == len(rows)
+    launches = _launches(trace)
+    steps = sum(n for name, n in launches.items() if "_step" in name)
+    assert 2 <= steps <= 2 * 3, launches  # at most calls_per_half_epoch per half-epoch
+    assert sum(launches.values()) <= 2 * 16, launches  # everything, both half-epochs
+
+
+def test_streamed_batches_are_copied_every_epoch(dataset, tmp_path):
+    """The guard of the test above does catch input copies: the streamed path makes them."""
+    data_dir, _ = dataset
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="off")
+    with pytest.raises(Exception, match="host-to-device transfer"):
+        train(config, mesh=make_mesh(), callbacks=[_Epoch2(str(tmp_path / "trace"), guard=True)])
+    jax.profiler.stop_trace()
+
+
+@pytest.mark.parametrize("free,copies", [(1 << 40, False), (0, True)])
+def test_automatic_residency_follows_the_free_memory(dataset, tmp_path, monkeypatch, free, copies):
+    """`resident_batches` 'auto' keeps the batches on the devices only when the free memory allows."""
+    data_dir, _ = dataset
+    monkeypatch.setattr(side_runner, "free_bytes", lambda device: free)
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="auto")
+    guarded = _Epoch2(str(tmp_path / "trace"), guard=True)
+    if copies:
+        with pytest.raises(Exception, match="host-to-device transfer"):
+            train(config, mesh=make_mesh(), callbacks=[guarded])
+        jax.profiler.stop_trace()
+    else:
+        train(config, mesh=make_mesh(), callbacks=[guarded])
