@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n== 3. The TFDS dataset, built from the pipeline's output")
     config = json.dumps({"name": CONFIG_NAME, "min_links": args.min_links})
-    run([py, "-m", "tensorflow_datasets.scripts.cli.main", "build", "tfds_builder/web_graph",
+    run([py, "-m", "tfds_builder", "build", "tfds_builder/web_graph",
          f"--config={config}", f"--manual_dir={dataset_dir}", f"--data_dir={tfds_dir}",
          "--beam_pipeline_options=runner=DirectRunner"])
 

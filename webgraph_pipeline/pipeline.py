@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from webgraph_pipeline import contract, output_dir
 from webgraph_pipeline.counters import collect_counters, collect_string_set
 from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat
-from webgraph_pipeline.edges_input import EMPTY_FILES, LINE_EXAMPLES, ReadEdgeList
+from webgraph_pipeline.edges_input import EMPTY_FILES, HEADER_HINTS, LINE_EXAMPLES, ReadEdgeList
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, collect_file_problems
 from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
@@ -150,7 +150,8 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
         graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
     return graph | "WriteTfRecords" >> WriteTfRecords(
         spec.output_dir, spec.stats_config(), input_files, spec.num_shards,
-        plot_title=f"WebGraph {spec.config.name}: degree distribution",
+        plot_title=("users x items" if spec.config.bipartite else f"WebGraph {spec.config.name}")
+        + ": degree distribution",
     )
 
 
@@ -180,7 +181,7 @@ def empty_input_error(entries: Sequence[str]) -> EmptyInputError:
 
 def finish_stats(
     output_dir: str, counters: dict[str, int], file_problems: list[dict[str, str]], seconds: float,
-    examples: Sequence[str] = (), protocol: str = PROTOCOLS[0],
+    examples: Sequence[str] = (), protocol: str = PROTOCOLS[0], hints: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Add the counters and the input files not read whole to the stats.json the job wrote;
     returns the final stats."""
@@ -191,6 +192,7 @@ def finish_stats(
     stats["partly_read_files"] = [p["file"] for p in file_problems if p["status"] == PARTLY_READ]
     stats["file_problems"] = file_problems
     stats["line_examples"] = line_examples(examples)
+    stats["header_hints"] = [dict(zip(("where", "line", "why"), h.split("\t", 2))) for h in sorted(hints)]
     stats["protocol"] = protocol
     stats["bipartite"] = bool(stats["config"].get("bipartite"))
     stats.update(contract.fingerprint_dataset(output_dir))  # the files are final: the dataset's identity
@@ -260,7 +262,7 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
             raise empty_input_error(empty)
         stats = finish_stats(
             staging, collect_counters(result), collect_file_problems(result), time.time() - start,
-            collect_string_set(result, LINE_EXAMPLES), spec.protocol,
+            collect_string_set(result, LINE_EXAMPLES), spec.protocol, collect_string_set(result, HEADER_HINTS),
         )
         unreadable = nothing_readable(stats)
         if unreadable:
