@@ -158,8 +158,8 @@ class MetricsLogger(Callback):
 def epoch_line(record: dict, epochs: int) -> str:
     """An epoch's record in under a terminal line: time, rows and columns solved, loss (when computed)
     and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard."""
-    parts = [f"epoch {record['epoch']}/{epochs} ({record.get('seconds', 0.0):.2f} s): "
-             f"solved {record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols"]
+    parts = [f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s: "
+             f"{record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols solved"]
     if "loss" in record:
         parts.append(f"loss {record['loss']:.5g}")
     recall = next((k for k in record if k.startswith("recall@")), None)

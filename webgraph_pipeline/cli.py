@@ -9,7 +9,7 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
-from webgraph_pipeline.arg_errors import OneLineParser, did_you_mean, unknown_flags_message
+from webgraph_pipeline.arg_errors import OneLineParser, unknown_flags_message
 from webgraph_pipeline.edge_formats import BIPARTITE_FORMATS, FORMATS, EdgeFormat
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, problem_line
 from webgraph_pipeline.output_dir import OutputError, check_output
@@ -150,9 +150,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     parser = build_parser()
     args, beam_argv = parser.parse_known_args(argv)
     unknown, beam_flags = unknown_beam_args(beam_argv)
-    if unknown:  # our flags first: a typo of ours is likelier than one of Beam's hundreds
-        close = did_you_mean(unknown[0], parser.known_flags()) if unknown[0].startswith("-") else ""
-        raise ValueError(unknown_flags_message(unknown, parser.known_flags() if close else beam_flags))
+    if unknown:  # the nearest of our flags and Beam's
+        raise ValueError(unknown_flags_message(unknown, parser.known_flags() + beam_flags))
     if args.variant and (args.tlds is not None or args.min_links is not None):
         raise ValueError("--variant sets --tlds and --min_links; give either --variant or those flags")
     base = get_variant(args.variant) if args.variant else GraphConfig(
@@ -186,20 +185,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     return spec, beam_argv
 
 
-def format_counters(counters: dict[str, int]) -> list[str]:
-    """The counters one line per kind (`dropped_links: link_type 6,016, self_loop 5,266`), largest first."""
-    kinds: dict[str, list[tuple[str, int]]] = {}
-    for name, value in counters.items():
-        kind, _, reason = name.partition(".")
-        kinds.setdefault(kind, []).append((reason or kind, value))
-    width = max((len(k) for k in kinds), default=0)
-    return [f"  {kind + ':':<{width + 1}} " + ", ".join(f"{r} {v:,}" for r, v in sorted(items, key=lambda x: -x[1]))
-            for kind, items in kinds.items()] or ["  (none)"]
-
-
 def format_report(stats: dict[str, Any]) -> str:
-    """The end-of-job summary: counters by kind and reason, then the graph's (or matrix's) figures."""
-    lines = ["counters (webgraph namespace), by kind:", *format_counters(stats["counters"])]
+    """The end-of-job summary: counters by reason, then the graph's (or the users x items matrix's) figures."""
+    lines = ["counters (webgraph namespace):"]
+    width = max((len(k) for k in stats["counters"]), default=0)
+    lines += [f"  {k:<{width}}  {v:>12,}" for k, v in stats["counters"].items()] or ["  (none)"]
     splits = stats["splits"]
     rows = (f"rows: train {splits['train']:,} train_t {splits['train_t']:,} test {splits['test']:,}  "
             f"test links kept {stats['test_links']['col_tag']:,} held {stats['test_links']['gt_tag']:,}")
@@ -215,7 +205,9 @@ def format_report(stats: dict[str, Any]) -> str:
         if problems:
             lines.append(f"{title} input files ({len(problems)}):")
             lines += [f"  {problem_line(p)}" for p in problems]
-    files = stats["counters"].get("files.matched", len(stats["input_files"]))
+    counters = stats["counters"]  # every file read, a given split's test files included
+    files = counters.get("files.matched") or sum(counters.get(f"files.{k}", 0) for k in ("read", "partly_read", "unreadable"))
+    files = files or len(stats["input_files"])
     lines.append(f"input files {files}  wall time {stats['wall_seconds']} s")
     return "\n".join(lines)
 

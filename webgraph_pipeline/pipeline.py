@@ -219,9 +219,10 @@ def nothing_readable(stats: dict[str, Any]) -> Optional[EmptyInputError]:
     return EmptyInputError(f"no input file could be read: {shown}")
 
 
-def emptiness(stats: dict[str, Any], test_fraction: float) -> Optional[str]:
+def emptiness(stats: dict[str, Any], config: GraphConfig) -> Optional[str]:
     """Why a finished dataset is empty (no nodes, no edges, no training rows, or no test rows although
-    some were asked for), naming the commonest drop reason; None when it is not."""
+    some were asked for), by the step that emptied it; None when it is not. Only a dataset that has
+    a graph but no test row (a small input) may be wanted as it is: only then is --allow_empty the hint."""
     splits = stats.get("splits", {})
     if not stats.get("nodes"):
         what = "no node"
@@ -229,14 +230,34 @@ def emptiness(stats: dict[str, Any], test_fraction: float) -> Optional[str]:
         what = "no edge"
     elif not splits.get("train"):
         what = "no training row"
-    elif test_fraction > 0 and not splits.get("test"):
-        what = "no test row"
+    elif config.test_fraction > 0 and not splits.get("test"):
+        return (f"the dataset has no test row: none of its {stats['nodes']:,} nodes was drawn for test "
+                f"(--test_fraction {config.test_fraction:g}). Pass --allow_empty to keep it as it is")
     else:
         return None
+    return f"the dataset has {what}: {empty_because(stats, config)}"
+
+
+def empty_because(stats: dict[str, Any], config: GraphConfig) -> str:
+    """The filter that left no edge, with the counts that show it (and what to change), or the
+    commonest drop when no filter did."""
+    counters = stats.get("counters", {})
+    tld_dropped = counters.get("dropped_edges.tld_filter", 0)
+    degree_dropped = counters.get("dropped_edges.degree_filter", 0)
+    after_tlds = degree_dropped + stats.get("edges", 0)  # distinct edges the TLD filter kept
+    if config.tlds and tld_dropped and not after_tlds:
+        tlds = ", ".join("." + t for t in config.tlds)
+        return (f"no link joins two pages under {tlds}: the TLD filter dropped all {tld_dropped:,} distinct links "
+                "(are the inputs from those TLDs?)")
+    if config.min_links and degree_dropped:
+        kept = f" among the {after_tlds:,} links the TLD filter kept" if config.tlds else f" among {after_tlds:,} distinct links"
+        return (f"no node has >= {config.min_links} in- and out-links{kept}: the degree filter dropped them all "
+                f"(lower --min_links, or give more input)")
     dropped = stats.get("dropped", {})
     reason = max(dropped, key=dropped.get) if dropped else None
-    why = f"; commonest drop: {reason} ({dropped[reason]:,})" if reason else "; nothing was dropped (is the input empty?)"
-    return f"the dataset has {what}{why}. Pass --allow_empty to keep such a dataset"
+    if reason:
+        return f"nothing was left after the drops; commonest drop: {reason} ({dropped[reason]:,})"
+    return "nothing was read (is the input empty?)"
 
 
 def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
@@ -267,7 +288,7 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
         unreadable = nothing_readable(stats)
         if unreadable:
             raise unreadable
-        problem = None if spec.allow_empty else emptiness(stats, spec.config.test_fraction)
+        problem = None if spec.allow_empty else emptiness(stats, spec.config)
         if problem:
             raise EmptyDatasetError(problem)
     except BaseException:

@@ -83,6 +83,8 @@ def build_stats(
         num_shards=num_shards,
         code_version=__version__,
     )
+    if config.get("bipartite") and "num_rows" in stats:  # users x items: `nodes` is their sum
+        stats.update(users=stats["num_rows"], items=stats["num_cols"])
     return stats
 
 

@@ -89,8 +89,8 @@ def _main(argv: list[str] | None) -> int:
     model = train(config, tables=False)  # the summary needs the metrics only
     last = model.metrics[-1] if model.metrics else {}
     shown = [k for k in last if k == "loss" or (k.startswith("recall@") and "/" not in k)]
-    summary = ", ".join(f"{k} {last[k]:.5g}" if k == "loss" else f"{k} {last[k]:.4f}" for k in shown)
-    where = f"{jax.device_count()} device(s)" + (f" in {jax.process_count()} processes" if jax.process_count() > 1 else "")
+    summary = ", ".join(f"{k} {last[k]:.6g}" if k == "loss" else f"{k} {last[k]:.4f}" for k in shown)
+    where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
     print(f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}" + (f": {summary}" if summary else ""))
     return 0
 
