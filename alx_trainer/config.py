@@ -368,13 +368,15 @@ def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]
     return out
 
 
-def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None) -> T:
+def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None,
+                         also_known: Sequence[str] = ()) -> T:
     """Build `cls` from defaults, then `--config FILE`, then explicit flags (which win).
 
     Raises ValueError / FileNotFoundError with one-line messages for unknown keys or bad values;
     an unknown flag or a bad flag value exits with status 2 and one line `PROG: error: ...`.
     """
     parser = build_parser(cls, prog=prog)
+    parser.also_known = list(also_known)  # the flags of a command that parsed its own first (sweep)
     args = parser.parse_args(list(argv) if argv is not None else None)
     # Which flags were given explicitly: re-parse with every default suppressed.
     given = argparse.ArgumentParser(add_help=False)

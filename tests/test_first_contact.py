@@ -60,6 +60,8 @@ ERRORS = [
      "alx_trainer eval: error: unknown flag --kk (did you mean --k?)"),
     (["-m", "alx_trainer", "predict", "--model_dir", "M", "--data", "D", "--neigbors", "x"], 2,
      "alx_trainer predict: error: unknown flag --neigbors (did you mean --neighbors?)"),
+    (["-m", "alx_trainer", "sweep", "--out_dir", "O", "--data", "D", "--dimss", "64"], 2,
+     "alx_trainer sweep: error: unknown flag --dimss (did you mean --dims?)"),
     (["-m", "alx_trainer", "eval", "--data", "D", "--model_dir", "M"], 1,
      "alx_trainer eval: error: M: model directory not found; give the --model_dir of a `train` run"),
     (["-m", "webgraph_pipeline", "--input", "E", "--output", "O", "--min_link", "2"], 2,

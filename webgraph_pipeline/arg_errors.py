@@ -40,9 +40,10 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # `--dim` must not quietly mean `--dim_x`
         super().__init__(*args, **kwargs)
         self.error_prog = error_prog or self.prog
+        self.also_known: list[str] = []  # flags another parser of the same command line takes
 
     def known_flags(self) -> list[str]:
-        return [s for action in self._actions for s in action.option_strings]  # noqa: SLF001
+        return [s for action in self._actions for s in action.option_strings] + self.also_known  # noqa: SLF001
 
     def error(self, message: str) -> NoReturn:
         if message.startswith(UNRECOGNIZED):

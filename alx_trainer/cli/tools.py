@@ -124,7 +124,7 @@ def main_sweep(argv: Sequence[str]) -> int:
 
     def body() -> int:
         lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
-        config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep")
+        config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags())
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
         dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
         nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)

@@ -356,7 +356,7 @@ def quiet_cli() -> None:
 
     from webgraph_pipeline.quiet import LIBRARY_LOGGERS
 
-    absl_logging.set_verbosity(absl_logging.ERROR)
+    absl_logging.set_verbosity(absl_logging.WARNING)  # the job's own warnings (an unreadable input file) stay
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     if not sys.stderr.isatty():
