@@ -195,7 +195,7 @@ def format_report(stats: dict[str, Any]) -> str:
             f"test links kept {stats['test_links']['col_tag']:,} held {stats['test_links']['gt_tag']:,}")
     if stats.get("bipartite") and "num_rows" in stats:
         lines.append(f"users {stats['num_rows']:,} x items {stats['num_cols']:,}  pairs {stats['edges']:,}  {rows}"
-                     + ("  (a given split)" if stats.get("protocol") == "given_split" else ""))
+                     + f"  ({stats.get('protocol', 'strong_generalization')})")
     else:
         lines.append(f"nodes {stats['nodes']:,}  edges {stats['edges']:,}  {rows}")
     for reason, where in stats["line_examples"].items():

@@ -1,8 +1,9 @@
 """What the libraries may print: only real warnings, unless a command is asked to be verbose.
 
-Every entry point (`python -m webgraph_pipeline`, `python -m webgraph_pipeline.wat_writer`,
-`python -m alx_trainer`, and the TFDS builder under `tfds build`) calls `quiet(verbose)` before it
-imports TensorFlow, JAX or Beam, so the settings act at the source:
+Every entry point (`python -m webgraph_pipeline`, `python -m alx_trainer`, `python -m tfds_builder
+build`, demo.py) calls `quiet(verbose)` before it imports TensorFlow, JAX or Beam, so the settings
+act at the source (`python -m webgraph_pipeline.wat_writer` imports none of them; under plain `tfds
+build` the builder quiets what it still can, see `web_graph_dataset_builder.quiet_cli`):
 
 - TensorFlow's and XLA's C++ logs (CPU-feature notices, CUDA probes such as `failed call to cuInit`
   on a host without GPU) are read from `TF_CPP_MIN_LOG_LEVEL` when the library loads: 3 keeps them
@@ -37,7 +38,7 @@ import sys
 from typing import Iterator, Sequence
 
 TF_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
-LIBRARY_LOGGERS = ("apache_beam", "absl", "tensorflow", "tensorflow_datasets", "jax._src.xla_bridge")
+LIBRARY_LOGGERS = ("apache_beam", "absl", "tensorflow", "tensorflow_datasets")
 WORKER_LOG_FLAG = "--default_sdk_harness_log_level"
 _HANDLER_MARK = "webgraph_quiet"
 
