@@ -195,10 +195,8 @@ class _ReadUrlListFn(beam.DoFn):
         try:
             with FileSystems.open(path) as f:
                 for n, raw in enumerate(f, 1):
-                    if n <= HINT_SAMPLE_LINES + 1 and not self._header:
+                    if n <= HINT_SAMPLE_LINES + 1:
                         head.append(raw)
-                        if n == HINT_SAMPLE_LINES + 1:
-                            report_header_hint(f"--urls {path}", header_hint(b"".join(head), EdgeFormat("pairs")))
                     if n == 1 and self._header:
                         counts.inc("skipped_lines.url_list_header")
                         continue
@@ -219,8 +217,7 @@ class _ReadUrlListFn(beam.DoFn):
         except (OSError, zlib.error, EOFError) as e:  # the one URL list must be read whole
             raise UnreadableFileError(
                 f"--urls {path}: cannot be read after line {n} ({read_error_reason(e)}: {e})") from None
-        if head and n <= HINT_SAMPLE_LINES:  # a short list: its hint is due now
-            report_header_hint(f"--urls {path}", header_hint(b"".join(head), EdgeFormat("pairs")))
+        report_header_hint(f"--urls {path}", header_hint(b"".join(head), EdgeFormat("pairs", header=self._header)))
         flush_to_beam(counts)
 
 
