@@ -9,7 +9,8 @@
 4. trains sharded implicit ALS on it (`python -m alx_trainer train`, Recall@20 every epoch);
 5. evaluates (Recall@20/50 and NDCG next to the popularity baseline), prints example predictions
    with their URLs, and writes plots (degree distributions, Recall@20 per epoch).
-Every step prints its command line; every output lands under --out.
+Every step prints its command line and what the command prints; every output lands under --out.
+The libraries stay quiet (`webgraph_pipeline.quiet`, set here and inherited by every step).
 """
 
 from __future__ import annotations
@@ -24,20 +25,24 @@ import subprocess
 import sys
 import time
 
+from webgraph_pipeline.quiet import quiet
+
 REPO = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(REPO, "data")
 CONFIG_NAME = "hollins"
 
 
-def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """Run one step as a user would, echoing the command; stop the demo if it fails."""
-    print("\n$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+STEP_SECONDS: dict[str, float] = {}
+
+
+def run(title: str, cmd: list[str]) -> None:
+    """Run one step as a user would, under its title and command line; stop the demo if it fails."""
+    print(f"== {title}\n$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     start = time.time()
-    done = subprocess.run(cmd, cwd=REPO, **kwargs)
+    done = subprocess.run(cmd, cwd=REPO)
     if done.returncode != 0:
         sys.exit(f"demo: step failed with exit code {done.returncode}: {cmd[2] if len(cmd) > 2 else cmd}")
-    print(f"  ({time.time() - start:.1f} s)", flush=True)
-    return done
+    STEP_SECONDS[title.split(".")[0]] = time.time() - start
 
 
 def plot_recall(metrics_path: str, png_path: str) -> None:
@@ -80,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min_links", type=int, default=2, help="K of the degree filter")
     p.add_argument("--small", action="store_true", help="a quick run (tests): 2 epochs, d=16")
     args = p.parse_args(argv)
+    quiet()  # for this process (the example pages' vocabulary, the plot) and, through the environment, each step
     if args.small:
         args.epochs, args.dim = 2, 16
     out = os.path.abspath(args.out)
@@ -90,40 +96,41 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     started = time.time()
 
-    print("== 1. Pack the real hollins.edu crawl into WAT files, next to the real Common Crawl sample")
-    run([py, "-m", "webgraph_pipeline.wat_writer", "--edges", "data/hollins/edges.txt",
-         "--urls", "data/hollins/urls.txt", "--header", "--output", wat_dir, "--records_per_file", "2000"])
+    run("1. Pack the real hollins.edu crawl into WAT files, next to the real Common Crawl sample", [
+        py, "-m", "webgraph_pipeline.wat_writer", "--edges", "data/hollins/edges.txt",
+        "--urls", "data/hollins/urls.txt", "--header", "--output", wat_dir, "--records_per_file", "2000"])
     for path in glob.glob(os.path.join(DATA, "commoncrawl", "*.wat")):
         shutil.copy(path, wat_dir)
 
-    print("\n== 2. The WebGraph Beam pipeline on the DirectRunner")
-    run([py, "-m", "webgraph_pipeline", "--input", os.path.join(wat_dir, "*"), "--output", dataset_dir,
-         "--min_links", str(args.min_links), "--num_shards", "2"])
+    run("2. The WebGraph Beam pipeline on the DirectRunner", [
+        py, "-m", "webgraph_pipeline", "--input", os.path.join(wat_dir, "*"), "--output", dataset_dir,
+        "--min_links", str(args.min_links), "--num_shards", "2"])
 
-    print("\n== 3. The TFDS dataset, built from the pipeline's output")
     config = json.dumps({"name": CONFIG_NAME, "min_links": args.min_links})
-    run([py, "-m", "tensorflow_datasets.scripts.cli.main", "build", "tfds_builder/web_graph",
-         f"--config={config}", f"--manual_dir={dataset_dir}", f"--data_dir={tfds_dir}",
-         "--beam_pipeline_options=runner=DirectRunner"])
+    run("3. The TFDS dataset, built from the pipeline's output (`tfds build`, quiet)", [
+        py, "-m", "tfds_builder", "build", "tfds_builder/web_graph",
+        f"--config={config}", f"--manual_dir={dataset_dir}", f"--data_dir={tfds_dir}",
+        "--beam_pipeline_options=runner=DirectRunner"])
 
-    print("\n== 4. Train sharded implicit ALS on web_graph/" + CONFIG_NAME)
     data_flags = ["--data", f"web_graph/{CONFIG_NAME}", "--tfds_data_dir", tfds_dir]
-    run([py, "-m", "alx_trainer", "train", *data_flags, "--model_dir", model_dir,
-         "--epochs", str(args.epochs), "--dim", str(args.dim), "--tied",
-         "--alpha", "0.01", "--reg", "0.05", "--eval_every", "1", "--eval_k", "20,50", "--no-progress"])
+    run(f"4. Train sharded implicit ALS on web_graph/{CONFIG_NAME}", [
+        py, "-m", "alx_trainer", "train", *data_flags, "--model_dir", model_dir,
+        "--epochs", str(args.epochs), "--dim", str(args.dim), "--tied",
+        "--alpha", "0.01", "--reg", "0.05", "--eval_every", "1", "--eval_k", "20,50", "--no-progress"])
 
-    print("\n== 5. Evaluate: Recall@20/50 and NDCG@100 next to the popularity baseline")
     metrics_path = os.path.join(out, "eval.json")
-    run([py, "-m", "alx_trainer", "eval", *data_flags, "--model_dir", model_dir, "--k", "20,50",
-         "--output", metrics_path])
+    run("5. Evaluate: Recall@20/50 and NDCG@100 next to the popularity baseline", [
+        py, "-m", "alx_trainer", "eval", *data_flags, "--model_dir", model_dir, "--k", "20,50",
+        "--output", metrics_path])
 
-    print("\n== 6. Example predictions (top outlinks) for a few pages, with their URLs")
-    run([py, "-m", "alx_trainer", "predict", "--data", dataset_dir, "--model_dir", model_dir, "--k", "5",
-         *example_test_pages(dataset_dir, 3)])
+    run("6. Example predictions (top outlinks) for a few held-out pages, with their URLs", [
+        py, "-m", "alx_trainer", "predict", "--data", dataset_dir, "--model_dir", model_dir, "--k", "3",
+        *example_test_pages(dataset_dir, 3)])
 
     recall_png = os.path.join(out, "recall_per_epoch.png")
     plot_recall(os.path.join(model_dir, "metrics.jsonl"), recall_png)
-    print(f"\n== Done in {time.time() - started:.0f} s. Outputs under {out}:")
+    steps = ", ".join(f"{seconds:.1f}" for seconds in STEP_SECONDS.values())
+    print(f"== Done in {time.time() - started:.0f} s (steps: {steps} s). Outputs under {out}:")
     for path in [dataset_dir, *glob.glob(os.path.join(dataset_dir, "*.png")), recall_png, metrics_path,
                  os.path.join(model_dir, "metrics.jsonl")]:
         print("  " + path)

@@ -6,8 +6,8 @@ import importlib
 import os
 import sys
 
-# TensorFlow (tf.data, TFRecords) logs its C++ start-up chatter unless told otherwise.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from webgraph_pipeline.arg_errors import did_you_mean, missing_command
+from webgraph_pipeline.quiet import quiet, verbose_in
 
 # command -> (module, function); each function takes the remaining argv and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -19,21 +19,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 DEBUG_ENV = "ALX_DEBUG"  # as alx_trainer.cli.common reads it (not imported: it would slow --help)
-USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [--debug] [options]"
+USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [--debug] [--log_level LEVEL] [options]"
+PROG = "alx_trainer"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to the command's own parser; print the usage for no or an unknown command."""
+    """Dispatch to the command's own parser; a one-line error (exit 2) for no or an unknown command."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet(verbose_in(argv))  # before TensorFlow, JAX or orbax are imported
     if "--debug" in argv:  # any command: errors show their traceback (as ALX_DEBUG=1 does)
         os.environ[DEBUG_ENV] = "1"
         argv = [a for a in argv if a != "--debug"]
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
+        return missing_command(PROG, COMMANDS)
+    if argv[0] in ("-h", "--help"):
         print(USAGE)
-        return 0 if argv else 2
+        return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"alx_trainer: unknown command {command!r}. {USAGE}", file=sys.stderr)
+        hint = did_you_mean("--" + command, ["--" + c for c in COMMANDS]).replace("--", "")
+        print(f"{PROG}: error: unknown command {command!r}{hint}; one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     module, function = COMMANDS[command]
     return int(getattr(importlib.import_module(module), function)(rest) or 0)

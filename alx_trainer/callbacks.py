@@ -147,12 +147,25 @@ class MetricsLogger(Callback):
             if key != "epoch" and isinstance(value, (int, float)):
                 self.writer.add_scalar(key, value, record["epoch"])
         self.writer.flush()
-        shown = ", ".join(f"{k}={v:.6g}" for k, v in record.items() if isinstance(v, float) and "/" not in k)
-        log.info("epoch %d: %s", epoch, shown)
+        log.info("%s", epoch_line(record, run.config.epochs))
+        log.debug("epoch %d: %s", epoch, json.dumps(record, sort_keys=True))
 
     def on_train_end(self, run: Run) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def epoch_line(record: dict, epochs: int) -> str:
+    """An epoch's record in under a terminal line: time, rows and columns solved, loss (when computed)
+    and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard."""
+    parts = [f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s: "
+             f"{record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols solved"]
+    if "loss" in record:
+        parts.append(f"loss {record['loss']:.5g}")
+    recall = next((k for k in record if k.startswith("recall@")), None)
+    if recall:
+        parts.append(f"{recall} {record[recall]:.4f}")
+    return ", ".join(parts)
 
 
 class Checkpointer(Callback):
@@ -214,6 +227,6 @@ def default_callbacks(config: TrainConfig, mgr) -> list[Callback]:
     """Evaluation, metrics, checkpoints and progress as `config` asks, in that order."""
     callbacks: list[Callback] = [Evaluator(config.eval_every)] if config.eval_every else []
     callbacks += [MetricsLogger(config.model_dir), Checkpointer(mgr, config.checkpoint_every)]
-    if config.progress and jax.process_index() == 0:
+    if config.progress and jax.process_index() == 0 and sys.stderr.isatty():  # in a log: the epoch lines
         callbacks.append(ProgressBar())
     return callbacks

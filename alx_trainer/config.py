@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Sequence, TypeVar
 
 import yaml
 
+from webgraph_pipeline.arg_errors import OneLineParser
+
 T = TypeVar("T")
 
 SOLVERS = ("cg", "cholesky", "lu", "qr", "block")
@@ -192,7 +194,7 @@ class RunConfig:
     epochs: int = _field(8, "Number of epochs (one epoch = a row half-epoch and a column half-epoch).")
     checkpoint_every: int = _field(1, "Save an orbax checkpoint every this many epochs (0: only at the end).")
     keep_checkpoints: int = _field(3, "How many most recent checkpoints to keep.")
-    progress: bool = _field(True, "Show a progress bar per half-epoch with rows per second.")
+    progress: bool = _field(True, "A progress bar per half-epoch with rows per second, on a terminal (logs get epoch lines).")
     log_level: str = _field(
         "info", f"Diagnostics (per-epoch metrics, sweep progress) on stderr from this level, one of {LOG_LEVELS}."
     )
@@ -368,7 +370,7 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
 
 def build_parser(cls: type, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with one flag per dataclass field (defaults shown in --help)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog,
         description=description or (cls.__doc__ or "").strip(),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -408,13 +410,15 @@ def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]
     return out
 
 
-def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None) -> T:
+def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None,
+                         also_known: Sequence[str] = ()) -> T:
     """Build `cls` from defaults, then `--config FILE`, then explicit flags (which win).
 
     Raises ValueError / FileNotFoundError with one-line messages for unknown keys or bad values;
-    argparse itself exits with status 2 on unknown flags and prints `--help`.
+    an unknown flag or a bad flag value exits with status 2 and one line `PROG: error: ...`.
     """
     parser = build_parser(cls, prog=prog)
+    parser.also_known = list(also_known)  # the flags of a command that parsed its own first (sweep)
     args = parser.parse_args(list(argv) if argv is not None else None)
     # Which flags were given explicitly: re-parse with every default suppressed.
     given = argparse.ArgumentParser(add_help=False)

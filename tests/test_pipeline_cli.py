@@ -28,7 +28,7 @@ def run_cli(args, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--input", "/nonexistent/*.wat", "--output", "OUT"], "no file matches"),
-    (["--input", "IN", "--output", "OUT", "--min_link", "3"], "unknown argument(s): --min_link"),
+    (["--input", "IN", "--output", "OUT", "--min_link", "3"], "unknown flag --min_link (did you mean --min_links?)"),
     (["--input", "IN", "IN", "--output", "OUT"], "quote globs"),
     (["--input", "IN", "--output", "OUT", "--variant", "de-dense", "--min_links", "3"], "either --variant"),
     (["--input", "IN", "--output", "OUT", "--test_fraction", "1.5"], "test_fraction"),

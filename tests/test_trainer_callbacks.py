@@ -71,7 +71,10 @@ def test_hooks_run_in_order_and_report_every_step(tmp_path, monkeypatch, caplog)
     # One record can reach caplog's handler twice (a CLI test elsewhere may leave the handler on this logger).
     records = list({id(r): r for r in caplog.records}.values())
     lines = [r.getMessage() for r in records if r.name == "alx_trainer.callbacks"]
-    assert [line.split(":")[0] for line in lines] == ["epoch 1", "epoch 2"] and "loss=" in lines[0]
+    assert [line.split(" ")[:2] for line in lines] == [["epoch", "1/2"], ["epoch", "2/2"]]
+    m = model.metrics[0]  # one short line: what was solved, by name, and the loss
+    assert f"{m['rows_solved']:,} rows + {m['cols_solved']:,} cols solved, loss {m['loss']:.5g}" in lines[0]
+    assert all(len(line) <= 80 for line in lines)
     saved = [json.loads(x) for x in open(tmp_path / "m" / "metrics.jsonl")]
     assert [r["epoch"] for r in saved] == [1, 2] and saved[1]["loss"] == pytest.approx(model.metrics[1]["loss"])
 

@@ -120,7 +120,7 @@ def test_cli_trains_and_writes_metrics_and_tensorboard(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "trained 2 epoch(s)" in out
     lines = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()]
-    assert f"loss={lines[-1]['loss']:.6g}" in out  # the summary is the last epoch's
+    assert f"loss {lines[-1]['loss']:.6g}" in out  # the summary is the last epoch's
     assert [r["epoch"] for r in lines] == [1, 2]
     for key in ("loss", "loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "seconds", "row_seconds"):
         assert np.isfinite(lines[-1][key])

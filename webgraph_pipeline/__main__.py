@@ -2,7 +2,10 @@
 
 import sys
 
-from webgraph_pipeline.cli import main
+from webgraph_pipeline.quiet import quiet, verbose_in
 
 if __name__ == "__main__":
+    quiet(verbose_in(sys.argv[1:]), beam=True)  # before Beam and TensorFlow are imported
+    from webgraph_pipeline.cli import main
+
     sys.exit(main())

@@ -9,10 +9,12 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
+from webgraph_pipeline.arg_errors import OneLineParser, unknown_flags_message
 from webgraph_pipeline.edge_formats import BIPARTITE_FORMATS, FORMATS, EdgeFormat
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, problem_line
 from webgraph_pipeline.output_dir import OutputError, check_output
 from webgraph_pipeline.pipeline import INPUT_FORMATS, EmptyDatasetError, JobSpec, input_files_of, match_inputs, run_job
+from webgraph_pipeline.quiet import beam_args
 from webgraph_pipeline.tlds import parse_tlds
 from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant
 from webgraph_pipeline.wat import WAT_READERS, check_reader
@@ -48,18 +50,18 @@ Common Crawl's own bucket can be read directly: --input 's3://commoncrawl/crawl-
 
 
 DEBUG_ENV = "WEBGRAPH_DEBUG"
+PROG = "webgraph_pipeline"  # errors: `webgraph_pipeline: error: ...`
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m webgraph_pipeline",
+def build_parser() -> OneLineParser:
+    p = OneLineParser(
+        prog="python -m webgraph_pipeline", error_prog=PROG,
         description=(
             "Build a WebGraph link-prediction dataset (TFRecords in the public web_graph layout, "
             "vocabulary shards, stats.json, a degree plot) from Common Crawl WAT files or edge lists."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
     )
     p.add_argument("--input", action="append", default=[],
                    help="input file glob (local, gs://, s3://); repeat for several globs")
@@ -78,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep a dataset with no node, no edge or no test row instead of failing")
     p.add_argument("--debug", action="store_true",
                    help=f"show the full traceback of an error (or set {DEBUG_ENV}=1)")
+    p.add_argument("--verbose", action="store_true",
+                   help="also show what Beam, TensorFlow and the worker processes log (warnings and info)")
     p.add_argument("--input_format", choices=INPUT_FORMATS, default=None,
                    help="wat: Common Crawl WAT files (default); edges: text edge lists (implied by --edge_format)")
     p.add_argument("--variant", choices=sorted(VARIANTS),
@@ -124,9 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def unknown_beam_args(beam_argv: Sequence[str]) -> list[str]:
+def unknown_beam_args(beam_argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """The arguments that neither this CLI nor any Beam pipeline option takes (flags or strays,
-    such as the extra file names of a glob the shell expanded)."""
+    such as the extra file names of a glob the shell expanded), and Beam's flags."""
     from apache_beam.options import pipeline_options
 
     # The parser Beam itself builds in PipelineOptions.get_all_options, from every options class.
@@ -135,7 +139,7 @@ def unknown_beam_args(beam_argv: Sequence[str]) -> list[str]:
     for cls in classes.values():
         cls._add_argparse_args(parser)  # noqa: SLF001
     _, unknown = parser.parse_known_args(list(beam_argv))
-    return unknown
+    return unknown, [s for action in parser._actions for s in action.option_strings]  # noqa: SLF001
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]]:
@@ -145,10 +149,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     """
     parser = build_parser()
     args, beam_argv = parser.parse_known_args(argv)
-    unknown = unknown_beam_args(beam_argv)
-    if unknown:
-        hint = "; quote globs so the shell does not expand them" if any(not a.startswith("-") for a in unknown) else ""
-        raise ValueError(f"unknown argument(s): {' '.join(unknown)} (see --help{hint})")
+    unknown, beam_flags = unknown_beam_args(beam_argv)
+    if unknown:  # the nearest of our flags and Beam's
+        raise ValueError(unknown_flags_message(unknown, parser.known_flags() + beam_flags))
     if args.variant and (args.tlds is not None or args.min_links is not None):
         raise ValueError("--variant sets --tlds and --min_links; give either --variant or those flags")
     base = get_variant(args.variant) if args.variant else GraphConfig(
@@ -183,19 +186,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
 
 
 def format_report(stats: dict[str, Any]) -> str:
-    """The end-of-job summary: counters by reason, then the graph's figures."""
+    """The end-of-job summary: counters by reason, then the graph's (or the users x items matrix's) figures."""
     lines = ["counters (webgraph namespace):"]
     width = max((len(k) for k in stats["counters"]), default=0)
     lines += [f"  {k:<{width}}  {v:>12,}" for k, v in stats["counters"].items()] or ["  (none)"]
     splits = stats["splits"]
-    lines.append(
-        f"nodes {stats['nodes']:,}  edges {stats['edges']:,}  rows: train {splits['train']:,} "
-        f"train_t {splits['train_t']:,} test {splits['test']:,}  "
-        f"test links kept {stats['test_links']['col_tag']:,} held {stats['test_links']['gt_tag']:,}"
-    )
-    if "num_rows" in stats:
-        lines.append(f"interaction matrix: {stats['num_rows']:,} rows x {stats['num_cols']:,} columns "
-                     f"({stats['protocol']})")
+    rows = (f"rows: train {splits['train']:,} train_t {splits['train_t']:,} test {splits['test']:,}  "
+            f"test links kept {stats['test_links']['col_tag']:,} held {stats['test_links']['gt_tag']:,}")
+    if stats.get("bipartite") and "num_rows" in stats:
+        lines.append(f"users {stats['num_rows']:,} x items {stats['num_cols']:,}  pairs {stats['edges']:,}  {rows}"
+                     + f"  ({stats.get('protocol', 'strong_generalization')})")
+    else:
+        lines.append(f"nodes {stats['nodes']:,}  edges {stats['edges']:,}  {rows}")
     for reason, where in stats["line_examples"].items():
         lines.append(f"first lines of {reason}: {', '.join(where)}")
     for status, title in ((UNREADABLE, "UNREADABLE"), (PARTLY_READ, "PARTLY READ (damaged)")):
@@ -203,8 +205,17 @@ def format_report(stats: dict[str, Any]) -> str:
         if problems:
             lines.append(f"{title} input files ({len(problems)}):")
             lines += [f"  {problem_line(p)}" for p in problems]
-    lines.append(f"input files {len(stats['input_files'])}  wall time {stats['wall_seconds']} s")
+    counters = stats["counters"]  # every file read, a given split's test files included
+    files = counters.get("files.matched") or sum(counters.get(f"files.{k}", 0) for k in ("read", "partly_read", "unreadable"))
+    files = files or len(stats["input_files"])
+    lines.append(f"input files {files}  wall time {stats['wall_seconds']} s")
     return "\n".join(lines)
+
+
+def header_warning(hint: dict[str, str]) -> str:
+    """The one-line warning for a first line that looks like a header (stats.json `header_hints`)."""
+    return (f"{PROG}: warning: {hint['where']}: {hint['line']!r} looks like a header ({hint['why']}) and "
+            "was not skipped; --header skips the first line of every input file and of --urls")
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -243,25 +254,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         spec, beam_argv = parse_args(argv)
     except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"webgraph_pipeline: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     if not debug:
         quiet_step_tracebacks()
     try:
-        stats = run_job(spec, beam_argv)
+        stats = run_job(spec, beam_args(beam_argv, verbose="--verbose" in argv))
     except OutputError as e:
-        print(f"webgraph_pipeline: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except EmptyDatasetError as e:
-        print(f"webgraph_pipeline: error: {e}; {spec.output_dir} is unchanged", file=sys.stderr)
+        print(f"{PROG}: error: {e}; {spec.output_dir} is unchanged", file=sys.stderr)
         return 1
     except Exception as e:  # any failure of the job itself: one line, the previous dataset kept
         if debug:
             traceback.print_exc()
         hint = "" if debug else f" (--debug or {DEBUG_ENV}=1 shows the traceback)"
-        print(f"webgraph_pipeline: error: the job failed: {one_line(e)}; {spec.output_dir} is unchanged{hint}",
+        print(f"{PROG}: error: the job failed: {one_line(e)}; {spec.output_dir} is unchanged{hint}",
               file=sys.stderr)
         return 1
+    for hint in stats.get("header_hints", []):
+        print(header_warning(hint), file=sys.stderr)
     print(format_report(stats))
     print(f"wrote {spec.output_dir}")
     return 0

@@ -43,6 +43,7 @@ _ASCII_WS_TO_SPACE = bytes.maketrans(bytes([9, 10, 11, 12, 13, 28, 29, 30, 31]),
 _OTHER_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1b]")  # bytes <= 32 that str.split() does not split on
 _COMMENT = np.zeros(256, bool)
 _COMMENT[[ord("#"), ord("%")]] = True
+INT_TOKEN = re.compile(r"-?\d+\Z")  # an integer id (of a URL list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +235,65 @@ def _rating_filter(tok, first_tok, n, ok, line_no, fmt: EdgeFormat, block: Parse
         block.drop("dropped_lines.below_min_rating", line_no[low])
         ok = ok & ~low
     return ok
+
+
+HINT_SAMPLE_LINES = 100  # lines after the first that `header_hint` compares it with
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z")
+
+
+def token_kind(token: str) -> str:
+    """`number`, `url` (holds `://`) or `word`: what `header_hint` compares."""
+    if _NUMBER.match(token):
+        return "number"
+    return "url" if "://" in token else "word"
+
+
+def _fields(line: str, fmt: EdgeFormat) -> list[str]:
+    if fmt.name == "csv":
+        return [f.strip() for f in line.split(fmt.delimiter)]
+    return (line.replace("::", "\t") if fmt.name == "movielens" else line).split()
+
+
+def header_hint(data: bytes, fmt: EdgeFormat, url_ids: bool = False) -> Optional[tuple[int, str, str]]:
+    """(line number, line, why) when the first data line of a file (blank and comment lines skipped)
+    looks like a header the reader was not told to skip; None otherwise.
+
+    It does when one of its fields is a word where the same field of the next `HINT_SAMPLE_LINES`
+    lines is always a number or a URL (`start end` over `1 2`), or, with `url_ids` (ids named by a
+    `--urls` list, which must be integers), when one of its first two fields is no integer while
+    the next lines' are. Word ids over word ids (`src dst` over `alice bob`) cannot be told apart.
+    """
+    if fmt.header:
+        return None
+    lines = []
+    for number, raw in enumerate(data.split(b"\n", 4 * HINT_SAMPLE_LINES)[: 4 * HINT_SAMPLE_LINES], 1):
+        text = raw.decode("utf-8", "replace").lstrip(BOM).strip()
+        if text and text[0] not in "#%":
+            lines.append((number, text, _fields(text, fmt)))
+        if len(lines) > HINT_SAMPLE_LINES:
+            break
+    if len(lines) < 2:
+        return None
+    (number, text, first), rest = lines[0], [f for _, _, f in lines[1:]]
+    for col, token in enumerate(first):
+        kinds = {token_kind(r[col]) for r in rest if len(r) > col}
+        if token_kind(token) == "word" and kinds and kinds <= {"number", "url"}:
+            return number, text, f"the word {token!r} where the other lines have {' or '.join(sorted(kinds))}s"
+        if url_ids and col < 2 and not INT_TOKEN.match(token) and all(INT_TOKEN.match(r[col]) for r in rest if len(r) > col):
+            return number, text, f"{token!r} is no integer id that --urls could name"
+    return None
+
+
+def parse_url_line(line: str) -> tuple[Optional[tuple[str, str]], Optional[str]]:
+    """One `id url` line of a URL list -> ((id, url), None) or (None, reason)."""
+    tokens = line.split()
+    if not tokens:
+        return None, "empty"
+    if len(tokens) != 2:
+        return None, "bad_fields"
+    if not INT_TOKEN.match(tokens[0]):
+        return None, "bad_id"
+    return (str(int(tokens[0])), tokens[1]), None
 
 
 def _float_or_nan(text: str) -> float:

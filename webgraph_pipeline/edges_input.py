@@ -17,7 +17,6 @@ file; the line where it happened) or unreadable (it cannot be opened, or its fir
 from __future__ import annotations
 
 import collections
-import re
 import zlib
 from typing import BinaryIO, Iterator, Optional, Sequence
 
@@ -25,14 +24,23 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from webgraph_pipeline.counters import NAMESPACE, LocalCounts, flush_to_beam
-from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat, ParsedBlock, parse_block
+from webgraph_pipeline.edge_formats import (  # noqa: F401  (parse_url_line: also imported from here)
+    HINT_SAMPLE_LINES,
+    INT_TOKEN,
+    MAX_EXAMPLES,
+    EdgeFormat,
+    ParsedBlock,
+    header_hint,
+    parse_block,
+    parse_url_line,
+)
 from webgraph_pipeline.file_accounting import PARTLY_READ, READ, UNREADABLE, UnreadableFileError, account_file
 
 BLOCK_BYTES = 1 << 20  # about 10^4-10^5 edges of a text edge list per block
 URL_BATCH = 50_000  # edges per batch after the URL-list join
 LINE_EXAMPLES = "line_examples"  # string set of `reason<TAB>path:line`
 EMPTY_FILES = "empty_files"  # string set of `path<TAB>commonest reason<TAB>lines`
-_INT = re.compile(r"-?\d+\Z")
+HEADER_HINTS = "header_hints"  # string set of `path:line<TAB>the line<TAB>why it looks like a header`
 
 PAIRS = EdgeFormat("pairs")
 EdgeBatch = tuple[list[str], list[str]]
@@ -56,18 +64,6 @@ def read_line_blocks(f: BinaryIO, size: int = BLOCK_BYTES) -> Iterator[tuple[int
         yield line, data[:cut]
         line += data.count(b"\n", 0, cut)
         rest = data[cut:]
-
-
-def parse_url_line(line: str) -> tuple[Optional[tuple[str, str]], Optional[str]]:
-    """One `id url` line of a URL list -> ((id, url), None) or (None, reason)."""
-    tokens = line.split()
-    if not tokens:
-        return None, "empty"
-    if len(tokens) != 2:
-        return None, "bad_fields"
-    if not _INT.match(tokens[0]):
-        return None, "bad_id"
-    return (str(int(tokens[0])), tokens[1]), None
 
 
 def normalize_token(token: str) -> tuple[Optional[str], Optional[str]]:
@@ -118,8 +114,9 @@ def read_error_reason(error: Exception) -> str:
 class _ReadEdgeFileFn(beam.DoFn):
     """A file path -> its edge batches, one per block; then the file is accounted for."""
 
-    def __init__(self, fmt: EdgeFormat, block_bytes: int, fail_on_unreadable: bool):
+    def __init__(self, fmt: EdgeFormat, block_bytes: int, fail_on_unreadable: bool, url_ids: bool = False):
         self._fmt, self._block_bytes, self._fail = fmt, block_bytes, fail_on_unreadable
+        self._url_ids = url_ids  # ids are named by a --urls list (integers)
 
     def process(self, path: str) -> Iterator[EdgeBatch]:
         from apache_beam.io.filesystems import FileSystems
@@ -137,6 +134,8 @@ class _ReadEdgeFileFn(beam.DoFn):
             try:
                 with f:
                     for first_line, data in read_line_blocks(f, self._block_bytes):
+                        if first_line == 1:
+                            report_header_hint(path, header_hint(data, self._fmt, self._url_ids))
                         block = parse_block(data, first_line, self._fmt)
                         _merge(block, counts, examples)
                         src, dst = block.src, block.dst
@@ -167,6 +166,13 @@ class _ReadEdgeFileFn(beam.DoFn):
             Metrics.string_set(NAMESPACE, EMPTY_FILES).add(f"{path}\t{file_summary(counts)}")
 
 
+def report_header_hint(path: str, hint: Optional[tuple[int, str, str]]) -> None:
+    """Record a first line that looks like a header (`edge_formats.header_hint`) for the driver."""
+    if hint:
+        number, text, why = hint
+        Metrics.string_set(NAMESPACE, HEADER_HINTS).add(f"{path}:{number}\t{text}\t{why}")
+
+
 def _merge(block: ParsedBlock, counts: LocalCounts, examples: dict[str, list[int]]) -> None:
     counts.update(block.counts)
     for reason, numbers in block.examples.items():
@@ -185,9 +191,12 @@ class _ReadUrlListFn(beam.DoFn):
 
         counts = LocalCounts()
         n = 0
+        head: list[bytes] = []  # the first lines, for `header_hint`
         try:
             with FileSystems.open(path) as f:
                 for n, raw in enumerate(f, 1):
+                    if n <= HINT_SAMPLE_LINES + 1:
+                        head.append(raw)
                     if n == 1 and self._header:
                         counts.inc("skipped_lines.url_list_header")
                         continue
@@ -208,6 +217,7 @@ class _ReadUrlListFn(beam.DoFn):
         except (OSError, zlib.error, EOFError) as e:  # the one URL list must be read whole
             raise UnreadableFileError(
                 f"--urls {path}: cannot be read after line {n} ({read_error_reason(e)}: {e})") from None
+        report_header_hint(f"--urls {path}", header_hint(b"".join(head), EdgeFormat("pairs", header=self._header)))
         flush_to_beam(counts)
 
 
@@ -286,7 +296,8 @@ class ReadEdgeList(beam.PTransform):
             pbegin
             | "EdgeFiles" >> beam.Create(self._files)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ParseBlocks" >> beam.ParDo(_ReadEdgeFileFn(self._fmt, self._block_bytes, self._fail))
+            | "ParseBlocks" >> beam.ParDo(_ReadEdgeFileFn(self._fmt, self._block_bytes, self._fail,
+                                                         url_ids=bool(self._urls_file)))
         )
         if not self._urls_file:
             return batches
@@ -316,4 +327,4 @@ class ReadEdgeList(beam.PTransform):
 
 def _canonical_id(token: str) -> str:
     """`007` -> `7`, so ids match the URL list's; a non-integer stays as it is (and finds no URL)."""
-    return str(int(token)) if _INT.match(token) else token
+    return str(int(token)) if INT_TOKEN.match(token) else token

@@ -18,7 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from webgraph_pipeline import contract, output_dir
 from webgraph_pipeline.counters import collect_counters, collect_string_set
 from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat
-from webgraph_pipeline.edges_input import EMPTY_FILES, LINE_EXAMPLES, ReadEdgeList
+from webgraph_pipeline.edges_input import EMPTY_FILES, HEADER_HINTS, LINE_EXAMPLES, ReadEdgeList
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, collect_file_problems
 from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
@@ -150,7 +150,8 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
         graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
     return graph | "WriteTfRecords" >> WriteTfRecords(
         spec.output_dir, spec.stats_config(), input_files, spec.num_shards,
-        plot_title=f"WebGraph {spec.config.name}: degree distribution",
+        plot_title=("users x items" if spec.config.bipartite else f"WebGraph {spec.config.name}")
+        + ": degree distribution",
     )
 
 
@@ -180,7 +181,7 @@ def empty_input_error(entries: Sequence[str]) -> EmptyInputError:
 
 def finish_stats(
     output_dir: str, counters: dict[str, int], file_problems: list[dict[str, str]], seconds: float,
-    examples: Sequence[str] = (), protocol: str = PROTOCOLS[0],
+    examples: Sequence[str] = (), protocol: str = PROTOCOLS[0], hints: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Add the counters and the input files not read whole to the stats.json the job wrote;
     returns the final stats."""
@@ -191,6 +192,7 @@ def finish_stats(
     stats["partly_read_files"] = [p["file"] for p in file_problems if p["status"] == PARTLY_READ]
     stats["file_problems"] = file_problems
     stats["line_examples"] = line_examples(examples)
+    stats["header_hints"] = [dict(zip(("where", "line", "why"), h.split("\t", 2))) for h in sorted(hints)]
     stats["protocol"] = protocol
     stats["bipartite"] = bool(stats["config"].get("bipartite"))
     stats.update(contract.fingerprint_dataset(output_dir))  # the files are final: the dataset's identity
@@ -217,9 +219,10 @@ def nothing_readable(stats: dict[str, Any]) -> Optional[EmptyInputError]:
     return EmptyInputError(f"no input file could be read: {shown}")
 
 
-def emptiness(stats: dict[str, Any], test_fraction: float) -> Optional[str]:
+def emptiness(stats: dict[str, Any], config: GraphConfig) -> Optional[str]:
     """Why a finished dataset is empty (no nodes, no edges, no training rows, or no test rows although
-    some were asked for), naming the commonest drop reason; None when it is not."""
+    some were asked for), by the step that emptied it; None when it is not. Only a dataset that has
+    a graph but no test row (a small input) may be wanted as it is: only then is --allow_empty the hint."""
     splits = stats.get("splits", {})
     if not stats.get("nodes"):
         what = "no node"
@@ -227,14 +230,34 @@ def emptiness(stats: dict[str, Any], test_fraction: float) -> Optional[str]:
         what = "no edge"
     elif not splits.get("train"):
         what = "no training row"
-    elif test_fraction > 0 and not splits.get("test"):
-        what = "no test row"
+    elif config.test_fraction > 0 and not splits.get("test"):
+        return (f"the dataset has no test row: none of its {stats['nodes']:,} nodes was drawn for test "
+                f"(--test_fraction {config.test_fraction:g}). Pass --allow_empty to keep it as it is")
     else:
         return None
+    return f"the dataset has {what}: {empty_because(stats, config)}"
+
+
+def empty_because(stats: dict[str, Any], config: GraphConfig) -> str:
+    """The filter that left no edge, with the counts that show it (and what to change), or the
+    commonest drop when no filter did."""
+    counters = stats.get("counters", {})
+    tld_dropped = counters.get("dropped_edges.tld_filter", 0)
+    degree_dropped = counters.get("dropped_edges.degree_filter", 0)
+    after_tlds = degree_dropped + stats.get("edges", 0)  # distinct edges the TLD filter kept
+    if config.tlds and tld_dropped and not after_tlds:
+        tlds = ", ".join("." + t for t in config.tlds)
+        return (f"no link joins two pages under {tlds}: the TLD filter dropped all {tld_dropped:,} distinct links "
+                "(are the inputs from those TLDs?)")
+    if config.min_links and degree_dropped:
+        kept = f" among the {after_tlds:,} links the TLD filter kept" if config.tlds else f" among {after_tlds:,} distinct links"
+        return (f"no node has >= {config.min_links} in- and out-links{kept}: the degree filter dropped them all "
+                f"(lower --min_links, or give more input)")
     dropped = stats.get("dropped", {})
     reason = max(dropped, key=dropped.get) if dropped else None
-    why = f"; commonest drop: {reason} ({dropped[reason]:,})" if reason else "; nothing was dropped (is the input empty?)"
-    return f"the dataset has {what}{why}. Pass --allow_empty to keep such a dataset"
+    if reason:
+        return f"nothing was left after the drops; commonest drop: {reason} ({dropped[reason]:,})"
+    return "nothing was read (is the input empty?)"
 
 
 def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
@@ -260,12 +283,12 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
             raise empty_input_error(empty)
         stats = finish_stats(
             staging, collect_counters(result), collect_file_problems(result), time.time() - start,
-            collect_string_set(result, LINE_EXAMPLES), spec.protocol,
+            collect_string_set(result, LINE_EXAMPLES), spec.protocol, collect_string_set(result, HEADER_HINTS),
         )
         unreadable = nothing_readable(stats)
         if unreadable:
             raise unreadable
-        problem = None if spec.allow_empty else emptiness(stats, spec.config.test_fraction)
+        problem = None if spec.allow_empty else emptiness(stats, spec.config)
         if problem:
             raise EmptyDatasetError(problem)
     except BaseException:

@@ -16,7 +16,6 @@ CLI:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import posixpath
@@ -29,12 +28,13 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import orjson
 
-from webgraph_pipeline.edge_formats import EdgeFormat, parse_block
-from webgraph_pipeline.edges_input import parse_url_line
+from webgraph_pipeline.arg_errors import OneLineParser
+from webgraph_pipeline.edge_formats import EdgeFormat, parse_block, parse_url_line
 
 Page = tuple[str, Sequence[str]]  # (page URL, outlink URLs)
 WARC_DATE = "2021-06-12T00:00:00Z"
 FILENAME_PREFIX = "CC-MAIN-synthetic"
+PROG = "webgraph_pipeline.wat_writer"
 
 
 def _hash01(text: str) -> float:
@@ -279,8 +279,8 @@ def synthetic_pages(
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m webgraph_pipeline.wat_writer",
+    parser = OneLineParser(
+        prog=PROG,
         description="Pack an edge list, or a generated web-like graph, into Common Crawl style WAT files.",
     )
     src = parser.add_mutually_exclusive_group(required=True)
@@ -303,7 +303,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             pages = synthetic_pages(args.synthetic_pages, args.mean_out, args.seed)
         paths = write_wat_files(pages, args.output, args.records_per_file, with_requests=not args.no_requests)
     except (OSError, ValueError) as e:
-        print(f"wat_writer: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {len(paths)} WAT file(s) to {args.output}")
     return 0

@@ -44,8 +44,10 @@ def vocab_lines(ids: np.ndarray, names: Names) -> bytes:
     return pack_array(lines) + b"\n"
 
 
-def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequence[int]], title: str) -> bytes:
-    """A log-log PNG of the in- and out-degree distributions (number of nodes per degree)."""
+def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequence[int]], title: str,
+                    bipartite: bool = False) -> bytes:
+    """A log-log PNG of the in- and out-degree distributions (number of nodes per degree); for users x
+    items data, of the items per user and the users per item."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,12 +55,13 @@ def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequenc
 
     fig = Figure(figsize=(6, 4.5), dpi=100)
     ax = fig.subplots()
-    for hist, label, marker in ((out_hist, "out-degree", "o"), (in_hist, "in-degree", "x")):
+    labels = ("users: items per user", "items: users per item") if bipartite else ("out-degree", "in-degree")
+    for hist, label, marker in ((out_hist, labels[0], "o"), (in_hist, labels[1], "x")):
         points = [(d, n) for d, n in hist if d > 0 and n > 0]
         if points:
             ax.loglog([d for d, _ in points], [n for _, n in points], marker, ms=3, label=label)
-    ax.set_xlabel("degree")
-    ax.set_ylabel("nodes")
+    ax.set_xlabel("links per user or item" if bipartite else "degree")
+    ax.set_ylabel("users or items" if bipartite else "nodes")
     ax.set_title(title)
     if ax.has_data():
         ax.legend()
@@ -80,6 +83,8 @@ def build_stats(
         num_shards=num_shards,
         code_version=__version__,
     )
+    if config.get("bipartite") and "num_rows" in stats:  # users x items: `nodes` is their sum
+        stats.update(users=stats["num_rows"], items=stats["num_cols"])
     return stats
 
 
@@ -206,6 +211,7 @@ class _WriteStatsFn(beam.DoFn):
         contract.write_stats(self._output_dir, stats)
         yield os.path.join(self._output_dir, contract.STATS_FILE)
         plot = os.path.join(self._output_dir, DEGREE_PLOT)
-        png = degree_plot_png(stats["out_degree_histogram"], stats["in_degree_histogram"], self._title)
+        png = degree_plot_png(stats["out_degree_histogram"], stats["in_degree_histogram"], self._title,
+                              bool(self._config.get("bipartite")))
         fileio.write_atomic(plot, png)
         yield plot

@@ -24,13 +24,23 @@ def setup_logging(level: str) -> None:
         logger.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
     handler.alx_cli = True
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    handler.setFormatter(_Formatter())
     logger.addHandler(handler)
     logger.setLevel(level.upper())
     logger.propagate = False
     # orbax logs routine notices through absl as warnings (a read-only checkpoint manager's settings):
     # kept for --log_level debug, so an error stays one line otherwise
     logging.getLogger("absl").setLevel(logging.DEBUG if level == "debug" else logging.ERROR)
+
+
+class _Formatter(logging.Formatter):
+    """Progress (INFO) as the message alone; warnings, errors and debug records with their level and logger."""
+
+    def __init__(self):
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return record.getMessage() if record.levelno == logging.INFO else super().format(record)
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,6 @@ Results go to stdout; diagnostics (sweep progress) to stderr through `logging` (
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -36,6 +35,7 @@ from alx_trainer.tools.sweep import (
     write_outputs,
 )
 from webgraph_pipeline import contract
+from webgraph_pipeline.arg_errors import OneLineParser
 
 
 def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> Model:
@@ -63,7 +63,7 @@ def _tfds_eval_data(name: str, tfds_data_dir: str):
 
 def main_eval(argv: Sequence[str]) -> int:
     """Recall@K / NDCG of a trained model and of the popularity baseline on a test split."""
-    p = argparse.ArgumentParser(prog="alx_trainer eval", description=main_eval.__doc__)
+    p = OneLineParser(prog="alx_trainer eval", description=main_eval.__doc__)
     p.add_argument("--data", required=True, help="Dataset directory in the WebGraph contract, or a TFDS name.")
     p.add_argument("--tfds_data_dir", default="", help="TFDS data_dir when --data is a TFDS name.")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
@@ -107,7 +107,7 @@ def main_eval(argv: Sequence[str]) -> int:
 def main_sweep(argv: Sequence[str]) -> int:
     """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on the full
     training data and report test; every other flag is `train`'s."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="alx_trainer sweep", description=main_sweep.__doc__,
         epilog="Remaining flags (--data, --epochs, --solver, ...) configure each training run; see `train --help`. "
                "--data must hold the validation splits (the pipeline's --validation_fraction).",
@@ -124,7 +124,7 @@ def main_sweep(argv: Sequence[str]) -> int:
 
     def body() -> int:
         lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
-        config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep")
+        config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags())
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
         dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
         nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)
@@ -146,7 +146,7 @@ def main_sweep(argv: Sequence[str]) -> int:
 
 def main_predict(argv: Sequence[str]) -> int:
     """Top-K predicted outlinks of a URL or id, or its nearest neighbours (--neighbors)."""
-    p = argparse.ArgumentParser(prog="alx_trainer predict", description=main_predict.__doc__)
+    p = OneLineParser(prog="alx_trainer predict", description=main_predict.__doc__)
     p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("node", nargs="+", help="URL(s) from the vocabulary, or node ids.")
@@ -173,7 +173,7 @@ def main_predict(argv: Sequence[str]) -> int:
 
 def main_export(argv: Sequence[str]) -> int:
     """Write a model's tables with their ids (and URLs) as NumPy .npz/.npy and TFRecord."""
-    p = argparse.ArgumentParser(prog="alx_trainer export", description=main_export.__doc__)
+    p = OneLineParser(prog="alx_trainer export", description=main_export.__doc__)
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("--output", required=True, help="Output directory.")
     p.add_argument("--data", default="", help="Dataset directory whose vocabulary names the ids (optional).")

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    config = parse_dataclass_args(TrainConfig, argv, prog="python -m alx_trainer train").validate()
+    config = parse_dataclass_args(TrainConfig, argv, prog="alx_trainer train").validate()
     setup_logging(config.log_level)
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad flag
     from alx_trainer.train import train
@@ -89,7 +89,8 @@ def _main(argv: list[str] | None) -> int:
         split_cpu(config)
     model = train(config, tables=False)  # the summary needs the metrics only
     last = model.metrics[-1] if model.metrics else {}
-    summary = ", ".join(f"{k}={v:.6g}" for k, v in last.items() if isinstance(v, float) and ("loss" in k or "recall" in k))
+    shown = [k for k in last if k == "loss" or (k.startswith("recall@") and "/" not in k)]
+    summary = ", ".join(f"{k} {last[k]:.6g}" if k == "loss" else f"{k} {last[k]:.4f}" for k in shown)
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
     print(f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}" + (f": {summary}" if summary else ""))
     return 0

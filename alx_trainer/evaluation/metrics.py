@@ -90,7 +90,8 @@ def bucket_metrics(
     ndcg_k: int | None = 20,
     cuts: Sequence[int] = ACTIVITY_CUTS,
 ) -> dict[str, float]:
-    """`ranking_metrics` per activity bucket, keyed `cold/recall@20`, ..., plus `cold/rows` (rows with gt)."""
+    """`ranking_metrics` per activity bucket, keyed `cold/recall@20`, ..., plus `cold/rows` (rows with gt);
+    a bucket without a row with gt is left out (its metrics are undefined, not NaN)."""
     bucket = activity_bucket(num_items, cuts)
     has_gt = np.array([len(g) > 0 for g in gt], bool)
     per_row = {}
@@ -102,6 +103,8 @@ def bucket_metrics(
     out: dict[str, float] = {}
     for b, name in enumerate(ACTIVITY_BUCKETS):
         mask = bucket == b
+        if not np.any(mask & has_gt):
+            continue
         out[f"{name}/rows"] = float(np.sum(mask & has_gt))
         out.update({f"{name}/{metric}": mean_metric(v[mask]) for metric, v in per_row.items()})
     return out

@@ -228,12 +228,22 @@ def _slice(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[Mapping[st
 
 
 def _grid(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[list[float], list[float], np.ndarray]:
-    lambdas = sorted({r["lambda"] for r in rows}, reverse=True)
-    alphas = sorted({r["alpha"] for r in rows}, reverse=True)
+    """Lambdas and alphas, ascending, and the metric at each (lambda, alpha)."""
+    lambdas = sorted({r["lambda"] for r in rows})
+    alphas = sorted({r["alpha"] for r in rows})
     grid = np.full((len(lambdas), len(alphas)), np.nan)
     for r in rows:
         grid[lambdas.index(r["lambda"]), alphas.index(r["alpha"])] = r.get(metric, np.nan)
     return lambdas, alphas, grid
+
+
+def cell_digits(values: np.ndarray, least: int = 3, most: int = 6) -> int:
+    """The fewest decimals (from `least` up to `most`) that print the distinct finite `values` distinctly."""
+    finite = np.unique(values[np.isfinite(values)])
+    for digits in range(least, most):
+        if len({f"{v:.{digits}f}" for v in finite}) == len(finite):
+            return digits
+    return most
 
 
 def format_table(rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METRIC, top: int = 10) -> str:
@@ -241,19 +251,23 @@ def format_table(rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METR
     best, same = _slice(rows, metric)
     ranked = sorted(rows, key=lambda r: -np.nan_to_num(r.get(metric, np.nan), nan=-1.0))[:top]
     cols = [c for c in ("recall@20", "recall_gt@20", "ndcg@20") if c in rows[0]] or [metric]
-    lines = [f"validation, best {len(ranked)} of {len(rows)} points by {metric}:",
+    points = len({point_key(r) for r in rows})
+    epochs = len({r["epochs"] for r in rows})
+    lines = [f"validation, top {len(ranked)} of {len(rows)} rows ({points} grid points x {epochs} evaluated "
+             f"epoch counts) by {metric}:",
              f"{'dim':>6} {'alpha':>9} {'lambda':>9} {'nu':>5} {'epochs':>6} " + " ".join(f"{c:>12}" for c in cols)]
     for r in ranked:
         lines.append(f"{r['dim']:>6g} {r['alpha']:>9.3g} {r['lambda']:>9.3g} {r['nu']:>5g} {r['epochs']:>6g} "
                      + " ".join(f"{r.get(c, np.nan):>12.4f}" for c in cols))
     lambdas, alphas, grid = _grid(same, metric)
+    digits = cell_digits(grid, least=4)
     lines.append(f"{metric} at dim={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}, lambda (rows) x alpha:")
     lines.append(f"{'':>10}" + "".join(f"{a:>10.3g}" for a in alphas))
     for i, lam in enumerate(lambdas):
         cells = []
         for j, a in enumerate(alphas):
             mark = "*" if (lam, a) == (best["lambda"], best["alpha"]) else " "
-            cells.append("       -  " if np.isnan(grid[i, j]) else f"{grid[i, j]:>9.4f}{mark}")
+            cells.append("       -  " if np.isnan(grid[i, j]) else f"{grid[i, j]:>9.{digits}f}{mark}")
         lines.append(f"{lam:>10.3g}" + "".join(cells))
     lines.append("best (*): " + " ".join(f"{k}={best[k]:g}" for k in POINT + ("epochs",))
                  + f" {metric}={best[metric]:.4f}")
@@ -274,7 +288,7 @@ def plot_heatmap(rows: Sequence[Mapping[str, float]], path: str, metric: str = D
     lambdas, alphas, grid = _grid(same, metric)
     fig = Figure(figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8))  # no pyplot: no GUI backend
     ax = fig.subplots()
-    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower")  # lambda grows upwards
     ax.set_xticks(range(len(alphas)), [f"{a:.2g}" for a in alphas])
     ax.set_yticks(range(len(lambdas)), [f"{lam:.2g}" for lam in lambdas])
     ax.set_xlabel("alpha (unobserved weight)")
@@ -282,10 +296,11 @@ def plot_heatmap(rows: Sequence[Mapping[str, float]], path: str, metric: str = D
     ax.set_title(f"validation {metric}, d={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}")
     finite = grid[np.isfinite(grid)]
     mid = float(finite.mean()) if finite.size else 0.0
+    digits = cell_digits(grid)
     for i in range(len(lambdas)):
         for j in range(len(alphas)):
             if np.isfinite(grid[i, j]):
-                ax.text(j, i, f"{grid[i, j]:.3f}", ha="center", va="center",
+                ax.text(j, i, f"{grid[i, j]:.{digits}f}", ha="center", va="center",
                         color="black" if grid[i, j] > mid else "white", fontsize=8)
     bi, bj = lambdas.index(best["lambda"]), alphas.index(best["alpha"])
     ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))

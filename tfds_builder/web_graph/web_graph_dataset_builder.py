@@ -175,7 +175,13 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         super().__init__(**kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return self.dataset_info_from_configs(
+        """The dataset's info; its description is README.md's first paragraph (`tfds build` prints
+        the info when done, and the rest of README.md documents the builder, not the data)."""
+        metadata = self.get_metadata()
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=metadata.description.strip().split("\n\n")[0] + "\n(More: tfds_builder/web_graph/README.md.)",
+            citation=metadata.citation,
             features=tfds.features.FeaturesDict(
                 {
                     "row_tag": np.int64,
@@ -316,9 +322,7 @@ def one_line(error: BaseException) -> Optional[tuple[str, int]]:
 
 def one_line_errors() -> None:
     """Under the `tfds` command line, print a build's user errors as one line (see the module doc)."""
-    main = sys.modules.get("__main__")
-    is_cli = _TFDS_CLI in sys.modules or getattr(getattr(main, "__spec__", None), "name", "") == _TFDS_CLI
-    if not is_cli or getattr(sys.excepthook, "web_graph", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+    if not _under_tfds_cli() or getattr(sys.excepthook, "web_graph", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
         return
     previous = sys.excepthook
     # Beam logs a failing step's exception, traceback and all, before re-raising it: not for ours.
@@ -341,4 +345,28 @@ def one_line_errors() -> None:
     sys.excepthook = hook
 
 
+def quiet_cli() -> None:
+    """Under the `tfds` command line, what TFDS, absl and Beam log at INFO and WARNING (Beam's type-hint
+    notices, TFDS's custom-config and missing-dataset_info notices) is held back, and the progress bar
+    shows only on a terminal; `WEBGRAPH_DEBUG=1` keeps them all. (The `tfds` command sets its own
+    logging up before it loads this module, so this is the first point the builder can act.)"""
+    if not _under_tfds_cli() or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        return
+    from absl import logging as absl_logging
+
+    from webgraph_pipeline.quiet import LIBRARY_LOGGERS
+
+    absl_logging.set_verbosity(absl_logging.WARNING)  # the job's own warnings (an unreadable input file) stay
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if not sys.stderr.isatty():
+        tfds.disable_progress_bar()
+
+
+def _under_tfds_cli() -> bool:
+    main = sys.modules.get("__main__")
+    return _TFDS_CLI in sys.modules or getattr(getattr(main, "__spec__", None), "name", "") == _TFDS_CLI
+
+
 one_line_errors()
+quiet_cli()
