@@ -10,7 +10,7 @@ then on the GPU machine, from the project root:
 
     python3 benchmarks/gpu_vs_implicit.py [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
         [--gowalla ../shared/data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
-        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec] [--forms_at gowalla:64,25m:128,gowalla:1024]
+        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec] [--forms_at gowalla:64,gowalla:1024,25m:128]
     python3 benchmarks/gpu_vs_implicit.py --sizes de-sparse --budget_s 900 --section_timeout 800  # opt-in
 
 The run installs `.whl/*.whl` into `--site` (default /tmp/site) itself when they are there and
@@ -115,7 +115,7 @@ BUCKETS = 1 << 20  # equal-probability rank buckets of the generator
 GIB = 2.0**30
 EXPLICIT_PRECISIONS = ("float32", "tf32", "bfloat16")  # TrainConfig.matmul_precision's, less 'auto'
 FORMS = "explicit:float32,explicit:tf32,explicit:bfloat16,matvec"
-FORMS_AT = "gowalla:64,25m:128,gowalla:1024"  # 10M and 149M nnz: ours at 'auto' only
+FORMS_AT = "gowalla:64,gowalla:1024,25m:128"  # 10M and 149M nnz: ours at 'auto' only
 RECALL_TOLERANCE = 0.002  # a form whose Gowalla Recall@20 is lower than the best form's by more is out
 
 
