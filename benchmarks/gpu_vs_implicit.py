@@ -10,6 +10,7 @@ then on the GPU machine, from the project root:
 
     python3 benchmarks/gpu_vs_implicit.py [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
         [--gowalla ../shared/data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
+        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec] [--forms_at gowalla:64,gowalla:1024,25m:128]
     python3 benchmarks/gpu_vs_implicit.py --sizes de-sparse --budget_s 900 --section_timeout 800  # opt-in
 
 The run installs `.whl/*.whl` into `--site` (default /tmp/site) itself when they are there and
@@ -38,7 +39,15 @@ timeout prints one line and the run goes on; the run stops starting sections aft
    (`implicit.gpu.als`, CG with our `cg_iters`, float32) at our objective (`implicit_problem`).
    Seconds per epoch: the median of the epochs after the first (the first compiles).
    Ours' setup (`in_memory`'s transpose, planning, the final checkpoint) is timed apart.
-4. One table, and `--json` (default WORK/gpu_vs_implicit.json) with every figure.
+4. The solve forms (`--forms`, at the `--forms_at` points, with what is left of the budget):
+   ours again in each form the default ('auto', which ran in step 3, its form said by the
+   child) did not run: `cg_form=matvec`, or `cg_form=explicit` with `matmul_precision`
+   float32, tf32 or bfloat16. Per point, the fastest form whose Gowalla Recall@20 is within
+   0.002 of the best form's there (a form that lost it on Gowalla is out at the other sizes
+   too), and whether 'auto' ran it: the figures that set `cg_form` 'auto'
+   (`alx_trainer/ops/spec.py`, `EXPLICIT_MAX_DIM`; DESIGN.md's trainer section).
+5. One table (its form column: what each row of ours ran; 'auto: ' marks the default run),
+   the forms' verdicts, and `--json` (default WORK/gpu_vs_implicit.json) with every figure.
 
 The mapping to implicit (`benchmarks/gowalla.py` derives it): ours at (alpha, lambda, nu = 0) is
 implicit with confidence 1 + 1/alpha on every observed pair and L2 weight lambda (1 + alpha) / alpha
@@ -104,6 +113,10 @@ GOWALLA_CONFIG = REPO / "configs" / "gowalla.json"  # our tuned point; its d is 
 ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7  # as webgraph_pipeline.synthetic_matrix: rank density ~ rank^-s
 BUCKETS = 1 << 20  # equal-probability rank buckets of the generator
 GIB = 2.0**30
+EXPLICIT_PRECISIONS = ("float32", "tf32", "bfloat16")  # TrainConfig.matmul_precision's, less 'auto'
+FORMS = "explicit:float32,explicit:tf32,explicit:bfloat16,matvec"
+FORMS_AT = "gowalla:64,gowalla:1024,25m:128"  # 10M and 149M nnz: ours at 'auto' only
+RECALL_TOLERANCE = 0.002  # a form whose Gowalla Recall@20 is lower than the best form's by more is out
 
 
 # ---------------------------------------------------------------- the matrices
@@ -291,6 +304,62 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str, overrid
         return parse_dataclass_args(TrainConfig, ["--config", f.name]).validate()
 
 
+def form_overrides(form: str) -> list[str]:
+    """The `--ours` overrides of one solve form of `--forms`: 'matvec' (matrix-free CG) or
+    'explicit:PRECISION' (d x d normal matrices whose h h^T products run at PRECISION)."""
+    kind, _, precision = form.partition(":")
+    if kind == "matvec" and not precision:
+        return ["cg_form=matvec"]
+    if kind == "explicit" and precision in EXPLICIT_PRECISIONS:
+        return ["cg_form=explicit", f"matmul_precision={precision}"]
+    raise ValueError(f"--forms: expected 'matvec' or 'explicit:' with one of {EXPLICIT_PRECISIONS}, got {form!r}")
+
+
+def solve_form(config) -> dict:
+    """What `config` runs on this backend: `form` in the names of `--forms` ('matvec', 'explicit:PRECISION';
+    an exact solver is 'SOLVER:PRECISION', iALS++ 'block') and whether the accelerator path is on."""
+    from alx_trainer.ops import spec
+
+    step = spec.step_spec(config, num_other=1)
+    if step.solver == "block":
+        form = "block"
+    elif step.solver == "cg":
+        form = "matvec" if step.matvec else f"explicit:{step.precision}"
+    else:
+        form = f"{step.solver}:{step.precision}"
+    return {"form": form, "accelerator": spec.accelerator(config)}
+
+
+def choose_form(rows: Sequence[dict], tolerance: float = RECALL_TOLERANCE, excluded: Sequence[str] = ()) -> dict:
+    """The fastest solve form among `rows` (ours at one size and d, one row per form).
+
+    A form is a candidate when it was timed, is not in `excluded` (forms that lost recall elsewhere
+    in the run), and, where recall was scored, its Recall@20 is at most `tolerance` below the best
+    form's there. Returns `fastest` (None when no form qualifies), its `s_per_epoch` and `recall`,
+    and `why_not`: the reason each other form was passed over.
+    """
+    scored = [r["recall_gt@20"] for r in rows if r.get("recall_gt@20") is not None]
+    best_recall = max(scored, default=None)
+    why_not: dict[str, str] = {}
+    candidates = []
+    for r in rows:
+        recall_value = r.get("recall_gt@20")
+        if not r.get("s_per_epoch"):
+            why_not[r["form"]] = r.get("error") or "not timed"
+        elif r["form"] in excluded:
+            why_not[r["form"]] = f"lost more than {tolerance} Recall@20 on Gowalla"
+        elif best_recall is not None and (recall_value is None or recall_value < best_recall - tolerance):
+            why_not[r["form"]] = f"Recall@20 {fmt(recall_value, '.4f')} < best {best_recall:.4f} - {tolerance}"
+        else:
+            candidates.append(r)
+    fastest = min(candidates, key=lambda r: r["s_per_epoch"], default=None)
+    for r in candidates:
+        if r is not fastest:
+            why_not[r["form"]] = f"slower: {r['s_per_epoch'] / fastest['s_per_epoch']:.2f}x"
+    return {"fastest": fastest and fastest["form"], "s_per_epoch": fastest and fastest["s_per_epoch"],
+            "recall_gt@20": fastest and fastest.get("recall_gt@20"), "why_not": why_not}
+
+
 def implicit_problem(indptr: np.ndarray, cols: np.ndarray, num_cols: int, alpha: float, reg: float,
                      reg_exponent: float):
     """implicit's input for our objective: (CSR matrix whose values are the confidences, regularization).
@@ -447,8 +516,8 @@ def ours_child(spec: dict, out: pathlib.Path) -> None:
     model = train(config, dataset=dataset, callbacks=[EpochLine()], tables=spec["size"] == GOWALLA)
     train_s = time.perf_counter() - t
     seconds = [r["seconds"] for r in model.metrics]
-    result = dict(device_memory(), load_s=load_s, dataset_s=dataset_s, setup_s=train_s - sum(seconds),
-                  epochs_s=seconds, table_bytes=int(np.dtype(table_dtype(config)).itemsize),
+    result = dict(device_memory(), **solve_form(config), load_s=load_s, dataset_s=dataset_s,
+                  setup_s=train_s - sum(seconds), epochs_s=seconds, table_bytes=int(np.dtype(table_dtype(config)).itemsize),
                   table_dtype=str(np.dtype(table_dtype(config))))
     write_line(out, {"result": result})
     if spec["size"] == GOWALLA:
@@ -622,11 +691,72 @@ def section_figures(lines: list[dict], error: str | None, work: tuple[float, flo
         "pct_bf16_peak": 100 * flops / s / bf16 if s and bf16 else None,
         "pct_copy_bw": 100 * byte_count / s / bw if s and bw else None,
     }
-    for key in ("who", "peak_device_gib", "peak_device_source", "device_limit_gib", "peak_host_gib", "table_dtype",
-                "setup_s", "load_s", "dataset_s", "eval_s", "recall_gt@20", "recall@20", "ndcg@20", "regularization",
-                "confidence"):
+    for key in ("who", "form", "accelerator", "peak_device_gib", "peak_device_source", "device_limit_gib", "peak_host_gib",
+                "table_dtype", "setup_s", "load_s", "dataset_s", "eval_s", "recall_gt@20", "recall@20", "ndcg@20",
+                "regularization", "confidence"):
         figures[key] = result.get(key)
     return figures
+
+
+def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: str, dim: int, config, who: str,
+                name: str) -> dict:
+    """One trainer's child on one matrix at one d (log and spec files under `name`): its table row."""
+    meta, peaks = report["data"][size], report["device"].get("peaks", {})
+    spec = {"size": size, "data": str(runner.work / "data" / size), "config": config.to_dict(),
+            "implicit": args.implicit}
+    lines, error, child_s = runner(who, name, spec)
+    table_bytes = merged_result(lines).get("table_bytes", 4)
+    work_counts = epoch_work(meta["rows"], meta["cols"], meta["nnz"], dim, config.cg_iters, table_bytes)
+    figures = section_figures(lines, error, work_counts, peaks)
+    figures["who"] = figures["who"] or ("ours" if who == "ours" else "implicit")
+    if figures["who"] == "implicit-cpu" and report["device"].get("platform") == "gpu":
+        figures["note"] = f"implicit's CUDA model did not load: its CPU model stood in (logs/{name}.log)"
+    return dict(size=size, dim=dim, epochs=config.epochs, cg_iters=config.cg_iters, child_s=child_s, **figures)
+
+
+def add_row(report: dict, r: dict, implicit_s: float | None) -> None:
+    """A row into the report with its ratio to implicit's seconds per epoch, and its line printed."""
+    r["ratio"] = r["s_per_epoch"] / implicit_s if r["s_per_epoch"] and implicit_s else None
+    report["sections"].append(r)
+    print(f"{r['size']} d={r['dim']} {r['who']}" + (f" ({r['form']})" if r.get("form") else "") + ": "
+          + (f"{r['s_per_epoch']:.4f} s/epoch" if r["s_per_epoch"] else "-")
+          + (f", ratio {r['ratio']:.2f}" if r["ratio"] else "")
+          + (f", Recall@20 {r['recall_gt@20']:.4f}" if r["recall_gt@20"] is not None else "")
+          + (f"; {r['error']}" if r["error"] else ""), flush=True)
+
+
+def compare_forms(runner: Runner, args: argparse.Namespace, report: dict, plan: list,
+                  implicit_s: dict[tuple[str, int], float | None]) -> list[dict]:
+    """Ours in each `--forms` solve form at the `--forms_at` points, after every section (so the
+    comparison takes what is left of `--budget_s`); the form 'auto' ran is not run again. Gowalla's
+    points first: a form that loses recall there is no candidate at the other sizes either."""
+    points = sorted((p for p in plan if p[3]), key=lambda p: p[0] != GOWALLA)
+    out, lost = [], set()
+    for size, dim, _, forms in points:
+        meta = report["data"].get(size, {})
+        if "error" in meta or not meta:
+            continue
+        auto = next((r for r in report["sections"] if (r["size"], r["dim"], r["who"]) == (size, dim, "ours")), {})
+        rows = [dict(auto, variant="auto")] if auto.get("form") in forms else []
+        for form, config in forms.items():
+            if form != auto.get("form"):
+                name = f"{size}-d{dim}-ours-{form.replace(':', '-')}"
+                r = run_section(runner, args, report, size, dim, config, "ours", name)
+                r["form"], r["variant"] = r["form"] or form, form
+                add_row(report, r, implicit_s.get((size, dim)))
+                rows.append(r)
+        choice = choose_form(rows, excluded=() if size == GOWALLA else sorted(lost))
+        if size == GOWALLA:
+            lost.update(f for f, why in choice["why_not"].items() if why.startswith("Recall@20"))
+        compared = any(r["form"] == auto.get("form") for r in rows)
+        choice.update(size=size, dim=dim, auto=auto.get("form"),
+                      auto_is_fastest=choice["fastest"] == auto["form"] if compared and choice["fastest"] else None,
+                      forms={r["form"]: {k: r[k] for k in ("s_per_epoch", "recall_gt@20", "error")} for r in rows})
+        out.append(choice)
+        print(f"forms {size} d={dim}: fastest " + (f"{choice['fastest']} {choice['s_per_epoch']:.4f} s/epoch"
+              if choice["fastest"] else "none") + (f", Recall@20 {choice['recall_gt@20']:.4f}"
+              if choice["recall_gt@20"] is not None else "") + f"; 'auto' ran {choice['auto'] or '?'}", flush=True)
+    return out
 
 
 def gowalla_data(args: argparse.Namespace, work: pathlib.Path) -> dict:
@@ -640,15 +770,35 @@ def fmt(value: Any, spec: str) -> str:
 
 
 def print_table(sections: list[dict]) -> None:
-    head = (f"{'size':<10}{'d':>5}  {'who':<13}{'s/epoch':>9}{'ratio':>7}{'dev GiB':>8}{'GFLOP/s':>9}{'%f32':>6}"
-            f"{'%bf16':>6}{'GB/s':>8}{'%copy':>6}{'R@20':>7}  note")
+    head = (f"{'size':<10}{'d':>5}  {'who':<13}{'form (auto: default)':<23}{'s/epoch':>9}{'ratio':>7}{'dev GiB':>8}"
+            f"{'GFLOP/s':>9}{'%f32':>6}{'%bf16':>6}{'GB/s':>8}{'%copy':>6}{'R@20':>7}  note")
     print("\n" + head + "\n" + "-" * len(head))
     for r in sections:
         note = r["error"] or r["note"] or ""
-        print(f"{r['size']:<10}{r['dim']:>5}  {r['who'] or '?':<13}{fmt(r['s_per_epoch'], '.4f'):>9}"
+        form = r.get("form") or "-" if r.get("variant") or not r.get("form") else f"auto: {r['form']}"
+        print(f"{r['size']:<10}{r['dim']:>5}  {r['who'] or '?':<13}{form:<23}{fmt(r['s_per_epoch'], '.4f'):>9}"
               f"{fmt(r['ratio'], '.2f'):>7}{fmt(r['peak_device_gib'], '.2f'):>8}{fmt(r['gflop_s'], '.0f'):>9}"
               f"{fmt(r['pct_f32_peak'], '.1f'):>6}{fmt(r['pct_bf16_peak'], '.1f'):>6}{fmt(r['gb_s'], '.0f'):>8}"
               f"{fmt(r['pct_copy_bw'], '.1f'):>6}{fmt(r['recall_gt@20'], '.4f'):>7}  {note}")
+
+
+def forms_point(item: str) -> tuple[str, int | None]:
+    """One `--forms_at` entry: 'SIZE:D' as (size, d), 'SIZE' as (size, None) (its every d)."""
+    size, sep, dim = item.partition(":")
+    if size != GOWALLA and size not in SIZES or sep and not dim.isdigit():
+        raise ValueError(f"--forms_at: expected SIZE or SIZE:D with SIZE of {[GOWALLA, *SIZES]}, got {item!r}")
+    return size, int(dim) if sep else None
+
+
+def print_forms(choices: list[dict]) -> None:
+    """Per compared (size, d): the fastest candidate form, what 'auto' ran, and why each other form lost."""
+    if choices:
+        print(f"\nsolve forms (fastest of those within {RECALL_TOLERANCE} of the best Gowalla Recall@20):")
+    for c in choices:
+        verdict = {True: "auto ran it", False: f"auto ran {c['auto']}", None: f"auto ran {c['auto'] or '?'}, not compared"}
+        print(f"  {c['size']} d={c['dim']}: " + (f"{c['fastest']} {c['s_per_epoch']:.4f} s/epoch"
+              if c["fastest"] else "none") + f" ({verdict[c['auto_is_fastest']]}); "
+              + "; ".join(f"{form}: {why}" for form, why in c["why_not"].items()))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -659,6 +809,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--gowalla", default=str(REPO.parent / "shared" / "data" / "gowalla"), help="train.txt/test.txt folder")
     p.add_argument("--gowalla_users", type=int, default=0, help="only users below this id (0: all)")
     p.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE", help="a TrainConfig field for ours")
+    p.add_argument("--forms", default=FORMS,
+                   help="solve forms compared for ours at --forms_at ('matvec', 'explicit:float32|tf32|bfloat16'; '' none)")
+    p.add_argument("--forms_at", default=FORMS_AT,
+                   help="where the forms are compared: SIZE:D or SIZE (its every d), comma-separated; only planned ones run")
     p.add_argument("--implicit", choices=("auto", "gpu", "cpu", "off"), default="auto",
                    help="implicit's model: auto = GPU when its CUDA extension loads, else CPU (said in the table)")
     p.add_argument("--peak_n", type=int, default=8192, help="matmul size of the peak measurement")
@@ -681,6 +835,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(f"--dims: expected comma-separated integers, got {args.dims!r}")
     if any(d <= 0 for d in args.dim_list) or args.epochs < 0:
         p.error("--dims and --epochs: must be positive")
+    args.form_list = list(dict.fromkeys(f.strip() for f in args.forms.split(",") if f.strip()))
+    try:
+        for form in args.form_list:
+            form_overrides(form)
+        args.forms_at = {forms_point(item.strip()) for item in args.forms_at.split(",") if item.strip()}
+    except ValueError as e:
+        p.error(str(e))
     return args
 
 
@@ -702,12 +863,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = []
     for size in args.size_list:
         for dim in args.dim_list or (GOWALLA_DIMS if size == GOWALLA else SIZES[size].dims):
+            model_dir = str(work / "models" / f"{size}-d{dim}")
+            compared = args.form_list if (size, dim) in args.forms_at or (size, None) in args.forms_at else []
             try:
-                config = ours_config(size, dim, args.epochs, str(work / "models" / f"{size}-d{dim}"), args.ours)
+                config = ours_config(size, dim, args.epochs, model_dir, args.ours)
+                forms = {form: ours_config(size, dim, args.epochs, f"{model_dir}-{form.replace(':', '-')}",
+                                           [*args.ours, *form_overrides(form)]) for form in compared}
             except ValueError as e:
                 print(f"gpu_vs_implicit.py: error: {one_line(e)}", file=sys.stderr)
                 return 2
-            plan.append((size, dim, config))
+            plan.append((size, dim, config, forms))
 
     generate = [s for s in args.size_list if s in SIZES]
     lines, error, child_s = runner("device", "device", {"generate": generate, "seed": args.seed, "peak_n": args.peak_n,
@@ -736,35 +901,22 @@ def main(argv: Sequence[str] | None = None) -> int:
               ", ".join(f"{k} {meta[k]:.2f} s" for k in ("device_s", "to_host_s", "read_s", "save_s") if k in meta)),
               flush=True)
 
-    for size, dim, config in plan:
+    implicit_s: dict[tuple[str, int], float | None] = {}
+    for size, dim, config, _ in plan:
         meta = report["data"].get(size, {})
         if "error" in meta or not meta:
             continue
         rows: dict[str, dict] = {}
         for who in ("ours", "implicit") if args.implicit != "off" else ("ours",):
-            spec = {"size": size, "data": str(work / "data" / size), "config": config.to_dict(),
-                    "implicit": args.implicit}
-            lines, error, child_s = runner(who, f"{size}-d{dim}-{who}", spec)
-            result = merged_result(lines)
-            work_counts = epoch_work(meta["rows"], meta["cols"], meta["nnz"], dim, config.cg_iters,
-                                     result.get("table_bytes", 4))
-            figures = section_figures(lines, error, work_counts, peaks)
-            figures["who"] = figures["who"] or ("ours" if who == "ours" else "implicit")
-            if figures["who"] == "implicit-cpu" and report["device"].get("platform") == "gpu":
-                figures["note"] = f"implicit's CUDA model did not load: its CPU model stood in (logs/{size}-d{dim}-implicit.log)"
-            rows[who] = dict(size=size, dim=dim, epochs=config.epochs, cg_iters=config.cg_iters, child_s=child_s,
-                             **figures)
-        base = rows.get("implicit", {}).get("s_per_epoch")
+            rows[who] = run_section(runner, args, report, size, dim, config, who, f"{size}-d{dim}-{who}")
+        base = implicit_s[size, dim] = rows.get("implicit", {}).get("s_per_epoch")
         for r in rows.values():
-            r["ratio"] = r["s_per_epoch"] / base if r["s_per_epoch"] and base else None
-            report["sections"].append(r)
-            print(f"{size} d={dim} {r['who']}: " + (f"{r['s_per_epoch']:.4f} s/epoch" if r["s_per_epoch"] else "-")
-                  + (f", ratio {r['ratio']:.2f}" if r["ratio"] else "")
-                  + (f", Recall@20 {r['recall_gt@20']:.4f}" if r["recall_gt@20"] is not None else "")
-                  + (f"; {r['error']}" if r["error"] else ""), flush=True)
+            add_row(report, r, base)
+    report["forms"] = compare_forms(runner, args, report, plan, implicit_s)
 
     report["run"]["seconds"] = time.monotonic() - start
     print_table(report["sections"])
+    print_forms(report["forms"])
     path = pathlib.Path(args.json or work / "gpu_vs_implicit.json")
     path.write_text(json.dumps(report, indent=1, default=float))
     print(f"\n{len(report['sections'])} rows in {report['run']['seconds']:.0f} s; figures in {path}")

@@ -4,12 +4,15 @@
 needs) trains our objective: implicit's CPU model on it matches the independent float64 NumPy iALS,
 and matches implicit's own alpha handling; the binary matrix alone (what the GPU would train
 unscaled) does not. (b) The benchmark runs on CPU at toy sizes in a subprocess and writes every
-field. (c) The generator gives the nnz asked, ids in range, distinct pairs and the power-law shares
-its rank distribution implies.
+field, the solve-form comparison included. (c) The generator gives the nnz asked, ids in range,
+distinct pairs and the power-law shares its rank distribution implies. (d) The forms: each is the
+default config with only its solve fields changed, and the fastest candidate is picked with the
+recall rule on hand-made figures.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -143,6 +146,47 @@ def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_s
     assert counted["peak_device_source"] == "counted"
 
 
+def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_solve(bench, tmp_path):
+    for size in ("gowalla", "25m"):
+        config = bench.ours_config(size, 64, None, str(tmp_path))
+        assert (config.accelerator, config.cg_form, config.matmul_precision, config.resident_batches) == ("auto",) * 4
+        for form, solve in (("matvec", {"cg_form": "matvec"}),
+                            ("explicit:bfloat16", {"cg_form": "explicit", "matmul_precision": "bfloat16"})):
+            got = bench.ours_config(size, 64, None, str(tmp_path), bench.form_overrides(form))
+            assert got == dataclasses.replace(config, **solve)
+
+
+def _row(form: str, seconds, recall=None, error=None) -> dict:
+    return {"form": form, "s_per_epoch": seconds, "recall_gt@20": recall, "error": error}
+
+
+def test_fastest_form_is_the_fastest_within_the_recall_tolerance(bench):
+    rows = [_row("explicit:bfloat16", 1.0, 0.1500), _row("explicit:tf32", 2.0, 0.1510), _row("matvec", 3.0, 0.1525)]
+    choice = bench.choose_form(rows, tolerance=0.002)
+    assert (choice["fastest"], choice["s_per_epoch"], choice["recall_gt@20"]) == ("explicit:tf32", 2.0, 0.1510)
+    assert choice["why_not"]["explicit:bfloat16"].startswith("Recall@20")  # 0.0025 below the best
+    assert choice["why_not"]["matvec"] == "slower: 1.50x"
+    assert bench.choose_form(rows, tolerance=0.003)["fastest"] == "explicit:bfloat16"
+
+
+def test_forms_without_recall_drop_those_lost_on_gowalla_and_untimed_ones(bench):
+    rows = [_row("explicit:bfloat16", 1.0), _row("explicit:tf32", None, error="exit 1: out of memory"),
+            _row("matvec", 3.0)]
+    choice = bench.choose_form(rows, excluded=["explicit:bfloat16"])
+    assert choice["fastest"] == "matvec" and choice["why_not"]["explicit:tf32"] == "exit 1: out of memory"
+    assert "Gowalla" in choice["why_not"]["explicit:bfloat16"]
+    assert bench.choose_form(rows[1:2])["fastest"] is None
+
+
+@pytest.mark.parametrize("flag,value", [("--forms", "explicit:float16"), ("--forms", "cholesky"),
+                                        ("--forms_at", "nowhere:64"), ("--forms_at", "25m:d128")])
+def test_a_bad_form_or_point_is_one_line(bench, capsys, flag, value):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sizes", "toy", flag, value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "error: --forms" in err[-1] and value in err[-1]  # argparse's usage line, then the one error line
+
+
 def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
     rng = np.random.default_rng(0)
     folder.mkdir()
@@ -159,7 +203,8 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--sizes", "toy,gowalla", "--dims", "8", "--gowalla", str(tmp_path / "gowalla"),
          "--peak_n", "128", "--copy_mib", "4", "--work", str(tmp_path / "work"), "--json", str(out),
-         "--implicit", "cpu", "--wheels", str(tmp_path / "none")],
+         "--implicit", "cpu", "--wheels", str(tmp_path / "none"), "--forms", "explicit:bfloat16,matvec",
+         "--forms_at", "gowalla", "--ours", "accelerator=on"],
         capture_output=True, text=True, cwd=REPO, timeout=300,
         env=dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1"),  # one device: less to compile
     )
@@ -170,7 +215,8 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     toy = report["data"]["toy"]
     assert (toy["rows"], toy["cols"], toy["nnz"]) == (2_000, 500, 6_000)
     assert report["data"]["gowalla"]["nnz"] == 80 * 9
-    sections = {(r["size"], r["who"]): r for r in report["sections"]}
+    forms = [r for r in report["sections"] if r.get("variant")]
+    sections = {(r["size"], r["who"]): r for r in report["sections"] if not r.get("variant")}
     assert set(sections) == {("toy", "ours"), ("toy", "implicit-cpu"), ("gowalla", "ours"), ("gowalla", "implicit-cpu")}
     for (size, who), r in sections.items():
         assert r["error"] is None and r["dim"] == 8
@@ -184,3 +230,18 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     assert sections[("toy", "implicit-cpu")]["ratio"] == 1.0
     assert sections[("gowalla", "ours")]["epochs"] == json.loads((REPO / "configs" / "gowalla.json").read_text())["epochs"]
     assert "s/epoch" in run.stdout and "implicit-cpu" in run.stdout
+    # the forms: on CPU 'auto' runs matvec (not run again); explicit:bfloat16 ran, at Gowalla only
+    assert sections[("gowalla", "ours")]["form"] == sections[("toy", "ours")]["form"] == "matvec"
+    assert all(sections[(size, "ours")]["accelerator"] is True for size in ("toy", "gowalla"))
+    assert [(r["size"], r["form"]) for r in forms] == [("gowalla", "explicit:bfloat16")]
+    bf16 = forms[0]
+    assert bf16["error"] is None and bf16["s_per_epoch"] > 0 and 0 < bf16["recall_gt@20"] <= 1
+    assert bf16["ratio"] == bf16["s_per_epoch"] / sections[("gowalla", "implicit-cpu")]["s_per_epoch"]
+    [choice] = report["forms"]
+    assert (choice["size"], choice["dim"], choice["auto"]) == ("gowalla", 8, "matvec")
+    timed = {"matvec": sections[("gowalla", "ours")], "explicit:bfloat16": bf16}
+    best = max(r["recall_gt@20"] for r in timed.values())
+    want = min((f for f, r in timed.items() if r["recall_gt@20"] >= best - 0.002), key=lambda f: timed[f]["s_per_epoch"])
+    assert choice["fastest"] == want and choice["auto_is_fastest"] == (want == "matvec")
+    assert {f: v["s_per_epoch"] for f, v in choice["forms"].items()} == {f: r["s_per_epoch"] for f, r in timed.items()}
+    assert "auto: matvec" in run.stdout and "explicit:bfloat16" in run.stdout and "solve forms" in run.stdout

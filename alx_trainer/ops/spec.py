@@ -57,7 +57,7 @@ def hyper_params(alpha: float, reg: float, reg_exponent: float) -> np.ndarray:
 
 # `cg_form` 'auto' off CPU: explicit normal matrices up to this d (matrix units), matrix-free above
 # (the d x d matrices of a batch's rows grow as d^2). Provisional: benchmarks/gpu_vs_implicit.py
-# times both forms on a GPU (`--cg_form explicit|matvec`); until its figures, the cut is a guess.
+# times the forms on a GPU (`--forms`; DESIGN.md's trainer section, the rule); until then a guess.
 EXPLICIT_MAX_DIM = 256
 
 
