@@ -128,42 +128,125 @@ def _key_ids(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return ids
 
 
+def _words(buf: np.ndarray) -> np.ndarray:
+    """The little-endian uint32 starting at every byte of `buf` (a strided view; `buf` ends in `_PAD` zeros)."""
+    return np.ndarray((len(buf) - 3,), "<u4", buf, 0, (1,))
+
+
 def _packed(buf: np.ndarray, start: np.ndarray, end: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The varints packed in each `buf[start[j]:end[j]]`: their values (int64, in order) and count per span."""
-    lengths = end - start
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.int64), np.zeros(len(start), np.int64)
-    first = np.cumsum(lengths) - lengths
-    stream = buf[np.arange(total, dtype=np.int64) + np.repeat(start - first, lengths)]
-    last = stream < 0x80
-    ends_at = np.flatnonzero(last)
-    closed = np.concatenate([[0], np.cumsum(last)])
-    counts = closed[first + lengths] - closed[first]
-    open_span = (lengths > 0) & ~last[np.maximum(first + lengths - 1, 0)]
-    if open_span.any():
-        raise ExampleError(int(owner[np.argmax(open_span)]), "malformed packed int64 list")
-    begins = np.concatenate([[0], ends_at[:-1] + 1])
-    width = ends_at - begins + 1
-    if width.max() <= 4:  # ids below 2^28: one little-endian word per varint, its 7-bit groups joined
-        padded = np.concatenate([stream, np.zeros(3, np.uint8)])
-        word = padded[begins[:, None] + np.arange(4)].view("<u4").ravel()
+    """The varints packed in each `buf[start[j]:end[j]]` (disjoint, ascending): their values (int64, in
+    order) and count per span."""
+    full = end > start
+    start, end = start[full], end[full]
+    counts = np.zeros(len(full), np.int64)
+    if not len(start):
+        return np.zeros(0, np.int64), counts
+    if (buf[end - 1] >= 0x80).any():
+        raise ExampleError(int(owner[full][np.argmax(buf[end - 1] >= 0x80)]), "malformed packed int64 list")
+    runs = np.empty(2 * len(start) + 1, np.int64)  # alternating: bytes outside a span, inside one, ...
+    runs[0], runs[-1] = start[0], len(buf) - end[-1]
+    runs[1:-1:2] = end - start
+    runs[2:-1:2] = start[1:] - end[:-1]
+    inside = np.repeat(np.arange(len(runs)) % 2 == 1, runs)
+    ends_at = np.flatnonzero((buf < 0x80) & inside)
+    first = np.searchsorted(ends_at, start)
+    counts[full] = np.searchsorted(ends_at, end) - first
+    begins = np.empty_like(ends_at)
+    begins[0] = 0
+    begins[1:] = ends_at[:-1] + 1
+    begins[first] = start
+    word = _words(buf)[begins]
+    stop = ~word & np.uint32(0x80808080)  # the terminator's high bit is the lowest set bit of each
+    if stop.all():  # every varint within its word (ids below 2^28): its bytes up to the terminator kept
+        word &= ((stop & (~stop + np.uint32(1))) << np.uint32(1)) - np.uint32(1)
         value = (word & 0x7F) | ((word >> 1) & 0x3F80) | ((word >> 2) & 0x1FC000) | ((word >> 3) & 0xFE00000)
-        value &= np.array([0, 0x7F, 0x3FFF, 0x1FFFFF, 0xFFFFFFF], np.uint32)[width]
         return value.astype(np.int64), counts
+    width = ends_at - begins + 1
     value = np.zeros(len(begins), np.uint64)
     for k in range(int(width.max())):
         has = width > k
-        value[has] |= (stream[begins[has] + k].astype(np.uint64) & np.uint64(0x7F)) << np.uint64(7 * k)
+        value[has] |= (buf[begins[has] + k].astype(np.uint64) & np.uint64(0x7F)) << np.uint64(7 * k)
     return value.view(np.int64), counts
 
 
+def _short_varint(words: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The varint at each of `pos` read from one word: (value, position after, ok: at most 4 bytes)."""
+    w = words[np.minimum(pos, len(words) - 1)]
+    n = 1 + ((w >> 7) & 1)
+    n += (n == 2) & ((w >> 15) & 1).astype(bool)
+    n += (n == 3) & ((w >> 23) & 1).astype(bool)
+    ok = (n < 4) | ((w >> 31) == 0)
+    value = (w & 0x7F) | ((w >> 1) & 0x3F80) | ((w >> 2) & 0x1FC000) | ((w >> 3) & 0xFE00000)
+    value &= np.array([0, 0x7F, 0x3FFF, 0x1FFFFF, 0xFFFFFFF], np.uint32)[n]
+    return value.astype(np.int64), pos + n, ok
+
+
+def _canonical(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows | None:
+    """The records decoded if every one has exactly the layout `contract.encode_rows` (and TensorFlow's
+    deterministic serialization) writes, `col_tag`, `gt_tag`, `row_tag`, each packed, sizes below 2^28;
+    None otherwise (the general walk then decodes them)."""
+    words = _words(buf)
+
+    def at(pos: np.ndarray) -> np.ndarray:  # bytes at positions that garbage may have sent past the end
+        return buf[np.minimum(pos, len(buf) - 1)]
+
+    ok = buf[starts] == 0x0A
+    size, pos, good = _short_varint(words, starts + 1)
+    ok &= good & (pos + size == starts + lengths)
+    spans = []
+    for key in KEYS[1:] + KEYS[:1]:
+        ok &= at(pos) == 0x0A
+        entry, pos, good = _short_varint(words, pos + 1)
+        ok &= good
+        entry_end = pos + entry
+        head = b"\x0a" + bytes([len(key)]) + key + b"\x12"
+        for k in range(0, len(head), 4):
+            piece = head[k : k + 4]
+            if len(piece) == 4:
+                ok &= words[np.minimum(pos + k, len(words) - 1)] == int.from_bytes(piece, "little")
+            else:
+                for j, byte in enumerate(piece):
+                    ok &= at(pos + k + j) == byte
+        _, pos, good = _short_varint(words, pos + len(head))
+        ok &= good & (at(pos) == 0x1A)
+        ilist, pos, good = _short_varint(words, pos + 1)
+        ok &= good
+        has = ilist > 0
+        payload, after, good = _short_varint(words, pos + 1)
+        ok &= ~has | (good & (at(pos) == 0x0A) & (after + payload == entry_end))
+        ok &= has | (pos == entry_end)
+        lo = np.where(has, after, entry_end)
+        spans.append((lo, entry_end))
+        pos = entry_end
+    ok &= pos == starts + lengths
+    if not ok.all():
+        return None
+    records = np.arange(len(starts))
+    (c_lo, c_hi), (g_lo, g_hi), (r_lo, r_hi) = spans
+    cols, c_count = _packed(buf, c_lo, c_hi, records)
+    gt, g_count = _packed(buf, g_lo, g_hi, records)
+    row, r_end, good = _short_varint(words, r_lo)
+    if not (good & (r_end == r_hi)).all():
+        return None  # a row id of 2^28 or more, or not one varint: the general walk
+    return Rows(row, _ptr(c_count), cols, _ptr(g_count), gt)
+
+
+def _ptr(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
 def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Rows:
-    """The records `data[starts[k]:starts[k]+lengths[k]]` decoded; an `ExampleError` (with the
-    record's index) when one is not a contract Example."""
+    """The records `data[starts[k]:starts[k]+lengths[k]]` (disjoint, in ascending order) decoded; an
+    `ExampleError` (with the record's index) when one is not a contract Example."""
     n = len(starts)
     buf = np.frombuffer(data + bytes(_PAD), np.uint8)
     starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
+    if n and lengths.min() >= 2:
+        fast = _canonical(buf, starts, lengths)
+        if fast is not None:
+            return fast
     records = np.arange(n)
     # Example.features (1) > Features.feature (1, map entries) > entry key (1) and value (2)
     m, lo, hi = _sub(buf, records, starts, starts + lengths, 1)
