@@ -18,7 +18,6 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tensorflow as tf
 from jax.experimental import multihost_utils
 
 from alx_trainer import checkpoint
@@ -26,6 +25,7 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.ops import sharding
 from alx_trainer.ops.side_runner import SideRunner, step_spec
+from webgraph_pipeline import fileio
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -50,9 +50,9 @@ def table_dtype(config: TrainConfig):
 
 def read_metrics(path: str) -> list[dict]:
     """The per-epoch records of a `metrics.jsonl` (none when it does not exist)."""
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         return []
-    with tf.io.gfile.GFile(path, "r") as f:
+    with fileio.open_file(path, "r") as f:
         return [json.loads(line) for line in f.read().splitlines() if line.strip()]
 
 

@@ -94,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--chunk_rows", type=int, default=2048, help="Rows per chunk (the trainer's --chunk_rows).")
     args = p.parse_args(argv)
     import tensorflow  # noqa: F401 - imported before any clock starts
-
     from trainer_scale import ensure_matrix
+
     from webgraph_pipeline import contract
 
     print(f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} {'tf.data rows/s':>15} {'ratio':>6}")

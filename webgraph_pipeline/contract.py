@@ -206,12 +206,14 @@ def read_split(data_dir: str, split: str) -> list[tuple[int, np.ndarray, np.ndar
 def iter_file_rows(path: str) -> Iterable[example_rows.Rows]:
     """The records of one TFRecord file in the contract's layout, decoded a block at a time; a
     one-line ValueError naming the file and the byte offset of a corrupt or non-contract record."""
-    for block in tfrecord.read_blocks(path):
-        try:
-            yield example_rows.decode_rows(block.data, block.starts, block.lengths)
-        except example_rows.ExampleError as e:
-            at = block.offset + int(block.starts[e.index]) - tfrecord.HEADER_BYTES
-            raise ValueError(f"{path}: the record at byte {at} is not a web_graph tf.train.Example ({e})") from None
+    with fileio.open_file(path, "rb") as f:
+        for block in tfrecord.read_blocks(f, path):
+            try:
+                rows = example_rows.decode_rows(block.data, block.starts, block.lengths)
+            except example_rows.ExampleError as e:
+                at = block.offset + int(block.starts[e.index]) - tfrecord.HEADER_BYTES
+                raise ValueError(f"{path}: the record at byte {at} is not a web_graph tf.train.Example ({e})") from None
+            yield rows
 
 
 def read_records(files: Sequence[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:

@@ -6,6 +6,8 @@ form, parsed as `tf.io.parse_example` does with `contract.feature_spec()`: featu
 order, a key given twice keeps its last value, other features are skipped, an absent
 `col_tag`/`gt_tag` is empty, `row_tag` must hold exactly one value.
 
+`encode_example` writes any `tf.train.Example` (the trainer's exported embeddings) the same way.
+
 Protobuf is walked one nesting level at a time (Example > Features > map entry > Feature >
 Int64List), each level a loop over the fields of every record at once, so the Python work
 grows with the number of fields per message (a handful), not with the records or ids. The ids
@@ -15,6 +17,7 @@ themselves, packed varints, are decoded from one stream of payload bytes.
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -247,6 +250,12 @@ def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Rows:
         fast = _canonical(buf, starts, lengths)
         if fast is not None:
             return fast
+    return _walk(buf, starts, lengths)
+
+
+def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows:
+    """Any records, walked level by level as protobuf defines them (see the module's docstring)."""
+    n = len(starts)
     records = np.arange(n)
     # Example.features (1) > Features.feature (1, map entries) > entry key (1) and value (2)
     m, lo, hi = _sub(buf, records, starts, starts + lengths, 1)
@@ -257,7 +266,6 @@ def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Rows:
     e_owner = owner[entry["msg"]]
     key_id = np.full(len(lo), -1, np.int64)
     value_lo, value_hi = np.zeros(len(lo), np.int64), np.zeros(len(lo), np.int64)
-    has_value = np.zeros(len(lo), bool)
     for number, wire in ((1, _LEN), (2, _LEN)):
         sel = entry["number"] == number
         if (sel & (entry["wire"] != wire)).any():
@@ -266,7 +274,7 @@ def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Rows:
         if number == 1:  # the last key given wins, as protobuf merges
             key_id[msg] = _key_ids(buf, s, e)
         else:
-            value_lo[msg], value_hi[msg], has_value[msg] = s, e, True
+            value_lo[msg], value_hi[msg] = s, e
     wanted = np.flatnonzero(key_id >= 0)
     # a key twice in one record: the later entry wins (map semantics)
     slot = owner[wanted] * len(KEYS) + key_id[wanted]
@@ -309,3 +317,42 @@ def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Rows:
         got = int(row_ptr[bad + 1] - row_ptr[bad])
         raise ExampleError(bad, f"row_tag must hold exactly one id, got {got}")
     return Rows(row_values, out[1][0], out[1][1], out[2][0], out[2][1])
+
+
+def _varint(value: int) -> bytes:
+    """The protobuf varint of a non-negative int (an int64 below 0: its two's complement, 10 bytes)."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | _LEN) + _varint(len(payload)) + payload
+
+
+def encode_example(features: Mapping[str, np.ndarray | Sequence[bytes]]) -> bytes:
+    """A `tf.train.Example` of any features, byte for byte as TensorFlow's deterministic serialization
+    writes it (keys sorted): an integer array becomes an `int64_list`, a float array a `float_list`
+    (float32), a sequence of bytes a `bytes_list`."""
+    entries = []
+    for key in sorted(features):
+        value = features[key]
+        if isinstance(value, (list, tuple)):
+            feature = _field(1, b"".join(_field(1, bytes(v)) for v in value))
+        else:
+            value = np.asarray(value).reshape(-1)
+            if value.dtype.kind == "f":
+                packed = value.astype("<f4").tobytes()
+                feature = _field(2, _field(1, packed) if len(packed) else b"")
+            elif value.dtype.kind in "iu":
+                packed = b"".join(map(_varint, value.tolist()))
+                feature = _field(3, _field(1, packed) if len(packed) else b"")
+            else:
+                raise TypeError(f"feature {key!r}: expected integers, floats or a list of bytes, got {value.dtype}")
+        entries.append(_field(1, _field(1, key.encode("utf-8")) + _field(2, feature)))
+    return _field(1, b"".join(entries))

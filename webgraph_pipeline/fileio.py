@@ -18,12 +18,19 @@ import shutil
 import uuid
 from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
+from webgraph_pipeline import tfrecord
+
 T = TypeVar("T")
 
 
 def is_local(path: str) -> bool:
     """Whether a path is on the local filesystem (no `scheme://`, or `file://`)."""
     return "://" not in path
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute; a path with a scheme as it is."""
+    return os.path.abspath(path) if is_local(path) else path
 
 
 def _filesystem(path: str) -> Any:
@@ -34,7 +41,8 @@ def _filesystem(path: str) -> Any:
     try:
         return fsspec.filesystem(protocol)
     except (ImportError, ValueError) as e:
-        raise OSError(f"{path}: cannot open {protocol}:// paths ({str(e).splitlines()[0]})") from None
+        extra = {"gs": " (pip install 'webgraph-alx[gcs]')", "s3": " (pip install 'webgraph-alx[s3]')"}.get(protocol, "")
+        raise OSError(f"{path}: cannot open {protocol}:// paths: {str(e).splitlines()[0]}{extra}") from None
 
 
 def _on(path: str, local: Callable[..., T], remote: str, *args) -> T:
@@ -126,9 +134,21 @@ def write_atomic(path: str, data: str | bytes) -> None:
         f.write(data)
 
 
+@contextlib.contextmanager
+def record_writer(path: str) -> Iterator[Callable[[Iterable[bytes]], None]]:
+    """A function appending records to a TFRecord file (uncompressed), which appears at `path`
+    complete, renamed from a temporary name, when the block ends without an error."""
+    with _replacing(path, "wb") as f:
+        yield lambda records: f.write(b"".join(tfrecord.frames(records)))  # one write: 3x faster than writelines
+
+
+def read_records(path: str) -> Iterator[bytes]:
+    """Every record of a TFRecord file as bytes, checksums checked (for small files and tools)."""
+    with open_file(path, "rb") as f:
+        yield from tfrecord.read_records(f, path)
+
+
 def write_records(path: str, records: Iterable[bytes]) -> None:
     """Write a TFRecord file (uncompressed) under a temporary name, then rename it into place."""
-    from webgraph_pipeline import tfrecord  # which reads through this module
-
-    with _replacing(path, "wb") as f:
-        f.write(b"".join(tfrecord.frames(records)))  # one write: 3x faster than writelines of small pieces
+    with record_writer(path) as write:
+        write(records)

@@ -3,20 +3,19 @@
 A TFRecord file is a sequence of records, each `length` (uint64 LE), the masked CRC-32C of those
 8 bytes, `length` bytes of data and the masked CRC-32C of the data (google-crc32c computes the
 checksums). `frames` makes the pieces of a file (`fileio.write_records` writes them);
-`read_blocks` reads one back in blocks of about `BLOCK_BYTES`, so memory stays bounded whatever
-the file's size, and fails with one line naming the file and the byte offset of the bad record.
+`read_blocks` reads an open one back in blocks of about `BLOCK_BYTES`, so memory stays bounded
+whatever the file's size, and fails with one line naming the file and the byte offset of the bad
+record. No file is opened here: `fileio` (local and remote paths) does that.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 from google_crc32c import value as crc32c
-
-from webgraph_pipeline import fileio
 
 BLOCK_BYTES = 1 << 24  # bytes read per block (a record longer than this is read whole)
 HEADER_BYTES = 12  # length and its masked CRC
@@ -111,27 +110,27 @@ def _walk(data: bytes) -> tuple[list[int], list[int], int]:
     return heads, lengths, pos
 
 
-def read_blocks(path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
-    """The records of one TFRecord file, a block of whole records at a time, checksums checked."""
-    with fileio.open_file(path, "rb") as f:
-        rest, offset = b"", 0
-        while True:
-            chunk = f.read(block_bytes)
-            data = rest + chunk if rest else chunk
-            heads, lengths, used = _walk(data)
-            if not heads and len(data) >= HEADER_BYTES:
-                # The next record is longer than the block: check its length before reading it whole.
-                _check_length(path, data, offset)
-            if heads:
-                h, n = np.array(heads, np.int64), np.array(lengths, np.int64)
-                _check(path, data, h, n, offset)
-                yield Block(data, h + HEADER_BYTES, n, offset)
-            rest, offset = data[used:], offset + used
-            if not chunk:
-                break
-        if rest:
-            raise RecordError(f"{path}: truncated TFRecord: the file ends inside the record at byte {offset} "
-                              f"({len(rest)} of its bytes present)")
+def read_blocks(f: BinaryIO, path: str, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
+    """The records of the TFRecord file `f` (named `path` in errors), a block of whole records at a
+    time, checksums checked."""
+    rest, offset = b"", 0
+    while True:
+        chunk = f.read(block_bytes)
+        data = rest + chunk if rest else chunk
+        heads, lengths, used = _walk(data)
+        if not heads and len(data) >= HEADER_BYTES:
+            # The next record is longer than the block: check its length before reading it whole.
+            _check_length(path, data, offset)
+        if heads:
+            h, n = np.array(heads, np.int64), np.array(lengths, np.int64)
+            _check(path, data, h, n, offset)
+            yield Block(data, h + HEADER_BYTES, n, offset)
+        rest, offset = data[used:], offset + used
+        if not chunk:
+            break
+    if rest:
+        raise RecordError(f"{path}: truncated TFRecord: the file ends inside the record at byte {offset} "
+                          f"({len(rest)} of its bytes present)")
 
 
 def _check_length(path: str, data: bytes, offset: int) -> None:
@@ -142,8 +141,8 @@ def _check_length(path: str, data: bytes, offset: int) -> None:
                           f"{offset} does not match")
 
 
-def read_records(path: str) -> Iterator[bytes]:
-    """Every record of one TFRecord file as bytes (for small files and tools)."""
-    for block in read_blocks(path):
+def read_records(f: BinaryIO, path: str) -> Iterator[bytes]:
+    """Every record of the TFRecord file `f` as bytes (for small files and tools)."""
+    for block in read_blocks(f, path):
         for a, n in zip(block.starts.tolist(), block.lengths.tolist()):
             yield block.data[a : a + n]

@@ -51,6 +51,7 @@ class Dataset:
     eval_split: str = "test"  # the contract split that files["test"] holds ("validation" when tuning)
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # rows per split, as stats.json says
     fingerprint: str | None = None  # stats.json `dataset_fingerprint` (None: written before it existed)
+    protocol: str = ""  # stats.json `protocol` (`given_split`: the test users are training rows)
     arrays: dict[str, RowChunk] = dataclasses.field(default_factory=dict)  # splits held in memory (`in_memory`)
 
 
