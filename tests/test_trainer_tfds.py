@@ -7,6 +7,7 @@ import json
 import numpy as np
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
+from test_reader import tf_rows  # tests/ is on sys.path
 
 from alx_trainer.cli import train as cli_train
 from alx_trainer.data import tfds_input
@@ -25,6 +26,8 @@ def test_train_from_tfds_name(tmp_path, capsys):
     assert set(dataset.files) == {"train", "train_t", "test"}
     source_test = contract.read_split(str(DUMMY_DIR), "test")
     assert sorted(r for r, _, _ in contract.read_records(dataset.files["test"])) == [r for r, _, _ in source_test]
+    for files in dataset.files.values():  # the trainer's reader on TFDS-written files: as tf.data parses them
+        assert [(r, c.tolist(), g.tolist()) for r, c, g in contract.read_records(files)] == tf_rows(files)
 
     model_dir = tmp_path / "m"
     argv = ["--data", "web_graph/de-dense", "--tfds_data_dir", data_dir, "--model_dir", str(model_dir), "--dim", "4",
