@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
-from google_crc32c import value as crc32c
 
 BLOCK_BYTES = 1 << 24  # bytes read per block (a record longer than this is read whole)
 HEADER_BYTES = 12  # length and its masked CRC
@@ -25,6 +24,16 @@ _MASK_DELTA = 0xA282EAD8
 
 class RecordError(ValueError):
     """A TFRecord file is corrupt, truncated or not a TFRecord file."""
+
+
+def _crc32c() -> Callable[[bytes], int]:
+    """google-crc32c's CRC-32C (imported when first needed, so importing this module never fails)."""
+    try:
+        from google_crc32c import value
+    except ImportError:
+        raise ImportError("google-crc32c is not installed; TFRecord files need it for their checksums: "
+                          "pip install google-crc32c (a base requirement of webgraph-alx)") from None
+    return value
 
 
 def masked(crcs: np.ndarray) -> np.ndarray:
@@ -37,7 +46,7 @@ def _length_headers(lengths: Iterable[int]) -> dict[int, bytes]:
     """The 12-byte header of each distinct record length."""
     distinct = sorted(set(lengths))
     packed = [struct.pack("<Q", n) for n in distinct]
-    crcs = masked(np.fromiter(map(crc32c, packed), np.uint64, count=len(distinct)))
+    crcs = masked(np.fromiter(map(_crc32c(), packed), np.uint64, count=len(distinct)))
     return {n: p + c.tobytes() for n, p, c in zip(distinct, packed, crcs)}
 
 
@@ -49,7 +58,7 @@ def frames(records: Iterable[bytes]) -> list[bytes]:
         return []
     lengths = list(map(len, records))
     header_of = _length_headers(lengths)
-    footers = masked(np.fromiter(map(crc32c, records), np.uint64, count=len(records))).tobytes()
+    footers = masked(np.fromiter(map(_crc32c(), records), np.uint64, count=len(records))).tobytes()
     pieces: list[bytes] = [b""] * (3 * len(records))
     pieces[0::3] = [header_of[n] for n in lengths]
     pieces[1::3] = records
@@ -77,6 +86,7 @@ def _u32_at(data: bytes, offsets: np.ndarray) -> np.ndarray:
 
 def _check(path: str, data: bytes, heads: np.ndarray, lengths: np.ndarray, offset: int) -> None:
     """Every length CRC and data CRC of the records whose headers start at `heads`."""
+    crc32c = _crc32c()
     distinct, which = np.unique(lengths, return_inverse=True)
     table = masked(np.fromiter(map(crc32c, map(struct.Struct("<Q").pack, distinct.tolist())), np.uint64,
                                count=len(distinct)))
