@@ -9,6 +9,7 @@ the trainer can use this module.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
 import json
@@ -44,6 +45,7 @@ STATS_FILE = "stats.json"
 FINGERPRINT_KEY = "dataset_fingerprint"
 FILE_DIGESTS_KEY = "file_sha256"
 _HASH_BLOCK = 1 << 22
+DECODE_THREADS = 2  # threads that check and decode a file's blocks (`iter_file_rows`)
 _SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
 
 
@@ -203,17 +205,30 @@ def read_split(data_dir: str, split: str) -> list[tuple[int, np.ndarray, np.ndar
     return read_records(list(iter_split_files(data_dir, split)))
 
 
-def iter_file_rows(path: str) -> Iterable[example_rows.Rows]:
-    """The records of one TFRecord file in the contract's layout, decoded a block at a time; a
-    one-line ValueError naming the file and the byte offset of a corrupt or non-contract record."""
-    with fileio.open_file(path, "rb") as f:
-        for block in tfrecord.read_blocks(f, path):
-            try:
-                rows = example_rows.decode_rows(block.data, block.starts, block.lengths)
-            except example_rows.ExampleError as e:
-                at = block.offset + int(block.starts[e.index]) - tfrecord.HEADER_BYTES
-                raise ValueError(f"{path}: the record at byte {at} is not a web_graph tf.train.Example ({e})") from None
-            yield rows
+def iter_file_rows(path: str, threads: int = DECODE_THREADS) -> Iterable[example_rows.Rows]:
+    """The records of one TFRecord file in the contract's layout, a block at a time, in order; a
+    one-line ValueError naming the file and the byte offset of a corrupt or non-contract record.
+
+    This thread reads the blocks; `threads` more check and decode them (NumPy and the CRCs release
+    the GIL for most of that work), at most `threads` + 1 blocks in memory at a time."""
+    with fileio.open_file(path, "rb") as f, concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        pending: collections.deque = collections.deque()
+        for block in tfrecord.read_blocks(f, path, checked=False):
+            pending.append(pool.submit(_decode_block, path, block))
+            if len(pending) > threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _decode_block(path: str, block: tfrecord.Block) -> example_rows.Rows:
+    """One block's records, checksums checked, decoded."""
+    tfrecord.check(path, block)
+    try:
+        return example_rows.decode_rows(block.data, block.starts, block.lengths)
+    except example_rows.ExampleError as e:
+        at = block.offset + int(block.starts[e.index]) - tfrecord.HEADER_BYTES
+        raise ValueError(f"{path}: the record at byte {at} is not a web_graph tf.train.Example ({e})") from None
 
 
 def read_records(files: Sequence[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
