@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[all,test]'
 	touch $@
 
 install: $(BIN)/.installed

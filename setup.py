@@ -2,12 +2,41 @@
 
 from setuptools import find_namespace_packages, setup
 
+BASE = [
+    "numpy>=1.26,<3",
+    "jax>=0.5,<1",
+    "jaxlib>=0.5,<1",
+    "orbax-checkpoint>=0.11,<1",
+    "google-crc32c>=1.5,<2",  # CRC-32C of every TFRecord read or written (webgraph_pipeline.tfrecord)
+    "fsspec>=2023.1",  # gs://, s3://, ... paths (webgraph_pipeline.fileio); the store's package is an extra
+    "tqdm>=4.66,<5",
+    "threadpoolctl>=3.1,<4",  # the host gramian runs BLAS at one thread
+    "matplotlib>=3.8,<4",  # the sweep's heatmap
+    "tensorboardx>=2.6,<3",
+    "pyyaml>=6,<7",
+]
+PIPELINE = [  # python -m webgraph_pipeline: the Beam job from Common Crawl or edge lists
+    "apache-beam>=2.60,<3",
+    "warcio>=1.7,<2",
+    "orjson>=3.9,<4",
+    "pandas>=2.0,<4",  # hash_array: the graph stage's vectorized node fingerprints
+    "pyarrow>=14,<26",  # node names as string arrays: sorted, taken and compared without a Python object each
+    "publicsuffixlist>=1.0,<2",  # --tlds and TFDS configs are checked against its Public Suffix List
+]
+TFDS = [  # --data web_graph/<config> and `tfds build tfds_builder/web_graph` (which also runs the pipeline)
+    "tensorflow>=2.16,<3",
+    "tensorflow-datasets>=4.9.6,<5",
+    "mlcroissant>=1.0,<2",  # the `tfds` command line (tfds build) imports it
+    "importlib_resources>=6,<8",  # etils.epath needs it when TFDS loads a builder from its folder
+]
+
 setup(
     name="webgraph-alx",
     version="0.1.0",
     description=(
         "Build the WebGraph link-prediction dataset from Common Crawl with Apache Beam, "
-        "serve it through TensorFlow Datasets, and factorize it with sharded implicit ALS in JAX."
+        "serve it through TensorFlow Datasets, and factorize it with sharded implicit ALS in JAX "
+        "(installed alone: pip install webgraph-alx; the pipeline and TFDS are extras)."
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
@@ -23,32 +52,18 @@ setup(
         "tfds_builder.web_graph.dummy_data": ["*"],
         "tfds_builder.web_graph.dummy_data.web_graph_tld_in_min_50": ["*"],
     },
-    install_requires=[
-        "apache-beam>=2.60,<3",
-        "google-crc32c>=1.5,<2",  # CRC-32C of every TFRecord (fileio.write_records; Beam's TFRecord IO too)
-        "warcio>=1.7,<2",
-        "orjson>=3.9,<4",
-        "numpy>=1.26,<3",
-        "pandas>=2.0,<4",  # hash_array: the graph stage's vectorized node fingerprints
-        "pyarrow>=14,<26",  # node names as string arrays: sorted, taken and compared without a Python object each
-        "tensorflow>=2.16,<3",
-        "tensorflow-datasets>=4.9.6,<5",
-        "mlcroissant>=1.0,<2",  # the `tfds` command line (tfds build) imports it
-        "importlib_resources>=6,<8",  # etils.epath needs it when TFDS loads a builder from its folder
-        "jax>=0.5,<1",
-        "jaxlib>=0.5,<1",
-        "orbax-checkpoint>=0.11,<1",
-        "tqdm>=4.66,<5",
-        "threadpoolctl>=3.1,<4",  # the host gramian runs BLAS at one thread
-        "matplotlib>=3.8,<4",
-        "tensorboardx>=2.6,<3",
-        "pyyaml>=6,<7",
-        "publicsuffixlist>=1.0,<2",  # --tlds and TFDS configs are checked against its Public Suffix List
-    ],
+    # The base install is what training needs (`python -m alx_trainer ...` on a dataset directory):
+    # JAX and NumPy, no TensorFlow, no Beam. The extras add the other users' parts (see README "Install").
+    install_requires=BASE,
     extras_require={
+        "pipeline": PIPELINE,
+        "tfds": TFDS,
+        "all": PIPELINE + TFDS,
         "test": ["pytest>=8,<10", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1",
                  "fastwarc>=2.0,<3", "ruff>=0.6,<1"],
-        "dataflow": ["apache-beam[gcp]>=2.60,<3"],
+        "gcs": ["gcsfs>=2023.1"],  # gs:// paths (fsspec's Google Cloud Storage filesystem)
+        "s3": ["s3fs>=2023.1"],  # s3:// paths
+        "dataflow": ["apache-beam[gcp]>=2.60,<3", "gcsfs>=2023.1"],
         "gpu": ["jax[cuda12]>=0.5,<1"],
         "tpu": ["jax[tpu]>=0.5,<1"],
         "fast": ["fastwarc>=2.0,<3"],

@@ -18,16 +18,16 @@ import time
 from typing import Any, Callable
 
 import jax
-import tensorflow as tf
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
 from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import integrity, tfds_input
+from alx_trainer.data import integrity
 from alx_trainer.data.records import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
+from webgraph_pipeline import fileio
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +93,8 @@ class Evaluator(Callback):
         if "test" not in dataset.files:
             log.warning("%s has no test split: training without evaluation", dataset.name)
             return
-        if dataset.tfds:
-            counted, how = dataset.splits.get("test"), "stats.json"
-        else:
-            counted, how = len(evaluate.load_eval_data(dataset.data_dir, dataset.eval_split)[0]), "read before epoch 1"
-            integrity.check_rows(dataset.name, "test", counted, dataset.splits, how)
+        counted, how = len(evaluate.load_eval_data(dataset)[0]), "read before epoch 1"
+        integrity.check_rows(dataset.name, "test", counted, dataset.splits, how)
         if counted == 0:
             raise integrity.DataError(
                 f"{dataset.name}: no test rows to evaluate ({how}); pass --eval_every 0 to train without "
@@ -111,14 +108,8 @@ class Evaluator(Callback):
         ndcg_k = config.ndcg_k if 0 < config.ndcg_k <= dataset.num_cols else None
         mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
-        if dataset.tfds:
-            rows = tfds_input.read_test_rows(dataset.files["test"])
-            result = evaluate.evaluate(model, rows, ks=config.recall_ks(), ndcg_k=ndcg_k,
-                                       exclude_self=not dataset.bipartite, mesh=mesh, max_rows=config.eval_rows or None)
-        else:
-            result = evaluate.evaluate(model, dataset.data_dir, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh,
-                                       split=dataset.eval_split, baseline=dataset.eval_split == "test",
-                                       max_rows=config.eval_rows or None)
+        result = evaluate.evaluate(model, dataset, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh,
+                                   baseline=dataset.eval_split == "test", max_rows=config.eval_rows or None)
         record.update(result)
 
 
@@ -141,7 +132,7 @@ class MetricsLogger(Callback):
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
         if not self.enabled:
             return
-        with tf.io.gfile.GFile(self.path, "w") as f:
+        with fileio.open_file(self.path, "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in run.history))
         for key, value in record.items():
             if key != "epoch" and isinstance(value, (int, float)):

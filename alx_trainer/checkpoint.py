@@ -12,14 +12,15 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import tensorflow as tf
+
+from webgraph_pipeline import fileio
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
 
 def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.CheckpointManager:
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
-    path = path if "://" in path else os.path.abspath(path)
+    path = fileio.absolute(path)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=False
     )
@@ -54,7 +55,7 @@ def restore(mgr: ocp.CheckpointManager, epoch: int, like: dict[str, jax.Array]) 
 def restore_numpy(model_dir: str, epoch: int | None = None) -> tuple[dict[str, np.ndarray], dict, int]:
     """Tables as host NumPy arrays (padded), the metadata and the epoch; FileNotFoundError if none."""
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
-    if not tf.io.gfile.isdir(path):
+    if not fileio.isdir(path):
         raise FileNotFoundError(f"{path}: no checkpoints; train a model into {model_dir} first")
     mgr = manager(model_dir, read_only=True)
     epoch = mgr.latest_step() if epoch is None else epoch

@@ -18,7 +18,6 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tensorflow as tf
 from jax.experimental import multihost_utils
 
 from alx_trainer import checkpoint
@@ -28,6 +27,7 @@ from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
 from alx_trainer.ops.table_init import init_table, table_from_numpy
+from webgraph_pipeline import fileio
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -52,9 +52,9 @@ def table_dtype(config: TrainConfig):
 
 def read_metrics(path: str) -> list[dict]:
     """The per-epoch records of a `metrics.jsonl` (none when it does not exist)."""
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         return []
-    with tf.io.gfile.GFile(path, "r") as f:
+    with fileio.open_file(path, "r") as f:
         return [json.loads(line) for line in f.read().splitlines() if line.strip()]
 
 

@@ -21,7 +21,7 @@ import socket
 import uuid
 from typing import Iterator, Optional
 
-import tensorflow as tf
+from webgraph_pipeline import fileio
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,12 @@ def owner_record() -> dict:
 
 def _read(path: str) -> Optional[dict]:
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
+        with fileio.open_file(path, "r") as f:
             owner = json.loads(f.read())
         return owner if isinstance(owner, dict) else {}
-    except tf.errors.NotFoundError:
+    except FileNotFoundError:
         return None
-    except (ValueError, tf.errors.OpError):
+    except (ValueError, OSError):
         return {}  # unreadable or half written: treated as held by an unknown owner
 
 
@@ -89,9 +89,9 @@ def _create(path: str, owner: dict) -> bool:
     """Write the lock file only if it does not exist; whether this call created it."""
     text = json.dumps(owner, sort_keys=True) + "\n"
     if "://" in path:
-        if tf.io.gfile.exists(path):
+        if fileio.exists(path):
             return False
-        with tf.io.gfile.GFile(path, "w") as f:
+        with fileio.open_file(path, "w") as f:
             f.write(text)
         return True
     try:
@@ -105,7 +105,7 @@ def _create(path: str, owner: dict) -> bool:
 
 def acquire(model_dir: str) -> dict:
     """Take the lock of `model_dir` (created if needed); LockHeld naming the holder if it is taken."""
-    tf.io.gfile.makedirs(model_dir)
+    fileio.makedirs(model_dir)
     path = os.path.join(model_dir, LOCK_FILE)
     owner = owner_record()
     for _ in range(3):  # a stale lock removed by another process meanwhile: try again
@@ -122,10 +122,10 @@ def acquire(model_dir: str) -> dict:
         # Move the stale file aside under a unique name: of several processes taking it over, one wins.
         aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
         try:
-            tf.io.gfile.rename(path, aside)
-        except tf.errors.OpError:
+            fileio.rename(path, aside)
+        except OSError:
             continue
-        tf.io.gfile.remove(aside)
+        fileio.remove(aside)
         log.warning("%s: took over a stale lock of %s, which no longer runs", model_dir, describe(held))
     raise LockHeld(f"{model_dir}: could not take the lock file {path}; another training is starting there")
 
@@ -135,7 +135,7 @@ def release(model_dir: str, owner: dict) -> None:
     path = os.path.join(model_dir, LOCK_FILE)
     held = _read(path)
     if held and held.get("pid") == owner["pid"] and held.get("host") == owner["host"]:
-        tf.io.gfile.remove(path)
+        fileio.remove(path)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,6 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tensorflow as tf
 
 from alx_trainer import checkpoint, run_lock
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
@@ -40,6 +39,7 @@ from alx_trainer.ops import host_replica
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
+from webgraph_pipeline import fileio
 
 
 class TrainingCollapse(FloatingPointError):
@@ -85,9 +85,9 @@ def train(
     integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
     if config.tied and dataset.num_rows != dataset.num_cols:
         raise ValueError(f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}")
-    if tf.io.gfile.exists(config.model_dir) and not tf.io.gfile.isdir(config.model_dir):
+    if fileio.exists(config.model_dir) and not fileio.isdir(config.model_dir):
         raise ValueError(f"--model_dir {config.model_dir} is a file, not a directory; choose a directory")
-    tf.io.gfile.makedirs(config.model_dir)
+    fileio.makedirs(config.model_dir)
     # one writer per model directory (process 0 speaks for a multi-host run)
     lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
@@ -109,7 +109,7 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
         mgr.close()
         raise
     if jax.process_index() == 0:
-        with tf.io.gfile.GFile(os.path.join(config.model_dir, "config.json"), "w") as f:
+        with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
     history = [r for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE)) if r.get("epoch", 0) <= start]
     run = Run(config, dataset, mesh, tables, start, history)

@@ -95,13 +95,13 @@ def run_ours(data_dir, model_dir, dim, cg_iters, epochs, alpha, reg, batch_piece
 
     from alx_trainer.config import TrainConfig
     from alx_trainer.evaluation import evaluate
-    from alx_trainer.ops import sharding
+    from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha, reg=reg,
                          solver="cg", cg_iters=cg_iters, progress=False, eval_every=0, batch_pieces=batch_pieces,
                          piece_len=16, checkpoint_every=0, init_stddev=0.1)
-    model = train(config, mesh=sharding.make_mesh(jax.devices()[:devices]))
+    model = train(config, mesh=make_mesh(jax.devices()[:devices]))
     seconds = [r["seconds"] for r in model.metrics]
     exact = dataclasses.replace(config, solver="cholesky")
     result = evaluate.evaluate(model, data_dir, exact, ks=(20,), ndcg_k=None, mesh=evaluate.one_device_mesh())

@@ -16,7 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfds_builder.web_graph import WebGraph, WebGraphConfig, sources
 from tfds_builder.web_graph.make_dummy_data import DENSE_GRAPH, DUMMY_DIR, NUM_NODES, node_url, write_dummy_data
-from webgraph_pipeline import contract
+from webgraph_pipeline import contract, fileio
 
 from test_pipeline_graph import check_dataset  # noqa: E402  (tests/ is on sys.path)
 
@@ -93,12 +93,18 @@ def test_resolve_errors_say_what_is_wrong(tmp_path):
         sources.resolve(str(tmp_path))
 
 
-def test_bad_record_names_its_file():
-    with pytest.raises(ValueError, match=r"^/x/train.tfr-00000-of-00001: bad web_graph record"):
-        sources.record_to_example("/x/train.tfr-00000-of-00001", b"\x01\x02not a proto")
-    key, example = sources.record_to_example("f", contract.encode_row(7, [3, 1], [2]))
-    assert key == 7 and example["row_tag"] == 7
+def test_shards_are_read_and_a_bad_record_names_its_file(tmp_path):
+    good = str(tmp_path / "train.tfr-00000-of-00002")
+    fileio.write_records(good, [contract.encode_row(7, [3, 1], [2]), contract.encode_row(8, [])])
+    (key, example), (key2, example2) = sources.read_shard(good)
+    assert (key, key2) == (7, 8) and example["row_tag"] == 7 and example2["col_tag"].tolist() == []
     assert example["col_tag"].tolist() == [3, 1] and example["gt_tag"].tolist() == [2]
+    bad = str(tmp_path / "train.tfr-00001-of-00002")
+    first = contract.encode_row(1, [2])
+    fileio.write_records(bad, [first, b"\x01\x02not a proto"])
+    at = 16 + len(first)  # the second record's frame begins after the first's 12-byte header and 4-byte CRC
+    with pytest.raises(ValueError, match=rf"train.tfr-00001-of-00002: the record at byte {at} is not a web_graph"):
+        list(sources.read_shard(bad))
 
 
 def test_empty_split_is_refused_with_the_reason():
@@ -157,7 +163,7 @@ def test_corrupt_shard_fails_the_build_naming_the_file(tmp_path):
     bad = source / "test.tfr-00001-of-00002"
     bad.write_bytes(bad.read_bytes()[:-7])
     builder = WebGraph(config="in-dense", data_dir=str(tmp_path / "tfds"), source_dir=str(source))
-    with pytest.raises(Exception, match=r"test.tfr-00001-of-00002: unreadable TFRecord file"):
+    with pytest.raises(Exception, match=r"test.tfr-00001-of-00002: truncated TFRecord: the file ends inside the record"):
         builder.download_and_prepare(download_config=BEAM)
 
 

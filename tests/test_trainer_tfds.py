@@ -7,6 +7,7 @@ import json
 import numpy as np
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
+from test_reader import tf_rows  # tests/ is on sys.path
 
 from alx_trainer.cli import train as cli_train
 from alx_trainer.data import tfds_input
@@ -24,7 +25,9 @@ def test_train_from_tfds_name(tmp_path, capsys):
     assert (dataset.num_rows, dataset.num_cols) == (NUM_NODES, NUM_NODES) and not dataset.bipartite
     assert set(dataset.files) == {"train", "train_t", "test"}
     source_test = contract.read_split(str(DUMMY_DIR), "test")
-    assert sorted(r for r, _, _ in tfds_input.read_test_rows(dataset.files["test"])) == [r for r, _, _ in source_test]
+    assert sorted(r for r, _, _ in contract.read_records(dataset.files["test"])) == [r for r, _, _ in source_test]
+    for files in dataset.files.values():  # the trainer's reader on TFDS-written files: as tf.data parses them
+        assert [(r, c.tolist(), g.tolist()) for r, c, g in contract.read_records(files)] == tf_rows(files)
 
     model_dir = tmp_path / "m"
     argv = ["--data", "web_graph/de-dense", "--tfds_data_dir", data_dir, "--model_dir", str(model_dir), "--dim", "4",
@@ -34,6 +37,7 @@ def test_train_from_tfds_name(tmp_path, capsys):
     rows_solved = len(contract.read_split(str(DUMMY_DIR), "train"))
     assert record["rows_solved"] == rows_solved and np.isfinite(record["loss"])
     assert 0 <= record["recall@3"] <= 1
+    assert 0 <= record["popularity/recall@3"] <= 1  # the same loader as `eval`: the baseline too
 
 
 def test_unknown_tfds_name_is_a_clear_error(tmp_path, capsys):

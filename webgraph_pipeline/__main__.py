@@ -4,8 +4,22 @@ import sys
 
 from webgraph_pipeline.quiet import quiet, verbose_in
 
-if __name__ == "__main__":
-    quiet(verbose_in(sys.argv[1:]), beam=True)  # before Beam and TensorFlow are imported
-    from webgraph_pipeline.cli import main
+PIPELINE_PACKAGES = ("apache_beam", "warcio", "orjson", "pandas", "pyarrow", "publicsuffixlist")
 
+
+def main() -> int:
+    """The job's command line; one line naming the extra when the pipeline's packages are missing."""
+    try:
+        quiet(verbose_in(sys.argv[1:]), beam=True)  # before Beam and TensorFlow are imported
+        from webgraph_pipeline import cli  # imports Beam: the base install (the trainer's) lacks it
+    except ModuleNotFoundError as e:
+        if e.name not in PIPELINE_PACKAGES:
+            raise
+        print(f"webgraph_pipeline: error: {e.name} is not installed; the pipeline needs the [pipeline] extra: "
+              "pip install 'webgraph-alx[pipeline]'", file=sys.stderr)
+        return 1
+    return cli.main()
+
+
+if __name__ == "__main__":
     sys.exit(main())

@@ -240,7 +240,7 @@ def _fits_int32(ids: np.ndarray) -> bool:
 
 def narrow(*arrays: np.ndarray) -> Arrays:
     """The int64 id arrays as int32 when their values fit: what crosses a shuffle is copied several
-    times by the runner, per byte (benchmarks/beam_floor.py). Consumers widen as they compute."""
+    times by the runner, per byte (the retired beam_floor.py, docs/benchmarks.md). Consumers widen as they compute."""
     return tuple(a.astype(np.int32) if a.dtype == np.int64 and _fits_int32(a) else a for a in arrays)
 
 

@@ -1,12 +1,12 @@
-"""File operations on local paths and object stores, without importing TensorFlow for local ones.
+"""File operations on local paths and object stores (gs://, s3://, ...), one layer for every tool.
 
-Local paths go through `os`, `shutil` and `open`; a path with a scheme (gs://, s3://, ...) goes
-through `tf.io.gfile`, imported only then (importing TensorFlow costs about 6 CPU seconds, more
-than the whole graph stage of a 1M-edge job). Every failure is an `OSError` (TensorFlow's
-`OpError`s are re-raised as one), so callers catch one type whatever the path.
+Local paths go through `os`, `shutil` and `open`; a path with a scheme goes through fsspec, the
+filesystem interface that gcsfs (gs://), s3fs (s3://) and adlfs implement and that etils.epath,
+orbax's path layer, itself uses without TensorFlow: one small pure-Python package in the base
+install, with the store's own package (`pip install gcsfs`) added only by who needs it. Every
+failure is an `OSError`, so callers catch one type whatever the path.
 
-TFRecord files are framed here too (`write_records`): length, masked CRC-32C of the length, data,
-masked CRC-32C of the data, the format TensorFlow reads (google-crc32c computes the checksums).
+`write_records` writes a TFRecord file (framed by `tfrecord.frames`) under a temporary name.
 """
 
 from __future__ import annotations
@@ -15,37 +15,47 @@ import contextlib
 import glob as _glob
 import os
 import shutil
-import struct
 import uuid
-from typing import IO, Callable, Iterable, Iterator, TypeVar
+from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
-import numpy as np
+from webgraph_pipeline import tfrecord
 
 T = TypeVar("T")
 
 
 def is_local(path: str) -> bool:
-    """Whether a path is on the local filesystem (no `scheme://`)."""
+    """Whether a path is on the local filesystem (no `scheme://`, or `file://`)."""
     return "://" not in path
 
 
-@contextlib.contextmanager
-def _tf_errors() -> Iterator[object]:
-    """Yields `tf.io.gfile`; its OpErrors come out as OSError."""
-    import tensorflow as tf
+def absolute(path: str) -> str:
+    """A local path made absolute; a path with a scheme as it is."""
+    return os.path.abspath(path) if is_local(path) else path
 
+
+def _filesystem(path: str) -> Any:
+    """The fsspec filesystem of `path`; an OSError naming the package a scheme needs when it is missing."""
+    import fsspec
+
+    protocol = path.split("://", 1)[0]
     try:
-        yield tf.io.gfile
-    except tf.errors.OpError as e:
-        raise OSError(f"{type(e).__name__}: {e.message}") from None
+        return fsspec.filesystem(protocol)
+    except (ImportError, ValueError) as e:
+        extra = {"gs": " (pip install 'webgraph-alx[gcs]')", "s3": " (pip install 'webgraph-alx[s3]')"}.get(protocol, "")
+        raise OSError(f"{path}: cannot open {protocol}:// paths: {str(e).splitlines()[0]}{extra}") from None
 
 
 def _on(path: str, local: Callable[..., T], remote: str, *args) -> T:
-    """`local(path, *args)` for a local path, else `tf.io.gfile.<remote>(path, *args)`."""
+    """`local(path, *args)` for a local path, else the fsspec filesystem's `remote(path, *args)`."""
     if is_local(path):
         return local(path, *args)
-    with _tf_errors() as gfile:
-        return getattr(gfile, remote)(path, *args)
+    fs = _filesystem(path)
+    try:
+        return getattr(fs, remote)(path, *args)
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - stores raise their own types; callers catch OSError
+        raise OSError(f"{path}: {type(e).__name__}: {e}") from None
 
 
 def exists(path: str) -> bool:
@@ -58,19 +68,27 @@ def isdir(path: str) -> bool:
 
 def listdir(path: str) -> list[str]:
     """The entry names of a directory (without a trailing slash)."""
-    return [e.rstrip("/") for e in _on(path, os.listdir, "listdir")]
+    if is_local(path):
+        return os.listdir(path)
+    return [e.rstrip("/").rsplit("/", 1)[-1] for e in _on(path, os.listdir, "ls", False)]
 
 
 def makedirs(path: str) -> None:
-    _on(path, lambda p: os.makedirs(p, exist_ok=True), "makedirs")
+    if is_local(path):
+        os.makedirs(path, exist_ok=True)
+    else:
+        _on(path, os.makedirs, "makedirs", True)
 
 
 def remove(path: str) -> None:
-    _on(path, os.remove, "remove")
+    _on(path, os.remove, "rm_file")
 
 
 def rmtree(path: str) -> None:
-    _on(path, shutil.rmtree, "rmtree")
+    if is_local(path):
+        shutil.rmtree(path)
+    else:
+        _on(path, shutil.rmtree, "rm", True)
 
 
 def rename(src: str, dst: str) -> None:
@@ -78,12 +96,15 @@ def rename(src: str, dst: str) -> None:
     if is_local(src) and is_local(dst):
         os.replace(src, dst)
         return
-    with _tf_errors() as gfile:
-        gfile.rename(src, dst, overwrite=True)
+    _on(src, os.replace, "mv", dst)
 
 
 def glob(pattern: str) -> list[str]:
-    return _on(pattern, _glob.glob, "glob")
+    """The paths matching `pattern`, with the pattern's scheme."""
+    if is_local(pattern):
+        return _glob.glob(pattern)
+    fs = _filesystem(pattern)
+    return [fs.unstrip_protocol(p) for p in _on(pattern, _glob.glob, "glob")]
 
 
 @contextlib.contextmanager
@@ -93,7 +114,8 @@ def open_file(path: str, mode: str = "r") -> Iterator[IO]:
         with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
         return
-    with _tf_errors() as gfile, gfile.GFile(path, mode) as f:
+    handle = _on(path, open, "open", mode, *([] if "b" in mode else [-1, "utf-8"]))
+    with handle as f:
         yield f
 
 
@@ -112,37 +134,21 @@ def write_atomic(path: str, data: str | bytes) -> None:
         f.write(data)
 
 
-_MASK_DELTA = 0xA282EAD8
+@contextlib.contextmanager
+def record_writer(path: str) -> Iterator[Callable[[Iterable[bytes]], None]]:
+    """A function appending records to a TFRecord file (uncompressed), which appears at `path`
+    complete, renamed from a temporary name, when the block ends without an error."""
+    with _replacing(path, "wb") as f:
+        yield lambda records: f.write(b"".join(tfrecord.frames(records)))  # one write: 3x faster than writelines
 
 
-def _masked(crcs: np.ndarray) -> np.ndarray:
-    """TFRecord's masked CRC-32C of each CRC (uint64 array), as little-endian uint32."""
-    return ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
-
-
-def tfrecord_frames(records: Iterable[bytes]) -> list[bytes]:
-    """The byte pieces of a TFRecord file holding `records`, in order: per record a 12-byte header
-    (length, masked CRC of the length), the record, its masked CRC. The CRCs come from one C loop
-    (`map`) and are masked by NumPy; headers are made once per distinct length."""
-    from google_crc32c import value as crc32c
-
-    records = list(records)
-    if not records:
-        return []
-    lengths = np.fromiter(map(len, records), np.uint64, count=len(records))
-    distinct = sorted(set(lengths.tolist()))  # NumPy 2.4's np.unique hashes: 10x slower here
-    length_bytes = [struct.pack("<Q", n) for n in distinct]
-    length_crcs = _masked(np.fromiter(map(crc32c, length_bytes), np.uint64, count=len(distinct)))
-    header_of = {n: b + c.tobytes() for n, b, c in zip(distinct, length_bytes, length_crcs)}
-    footers = _masked(np.fromiter(map(crc32c, records), np.uint64, count=len(records))).tobytes()
-    pieces: list[bytes] = [b""] * (3 * len(records))
-    pieces[0::3] = [header_of[n] for n in lengths.tolist()]
-    pieces[1::3] = records
-    pieces[2::3] = [footers[i: i + 4] for i in range(0, len(footers), 4)]
-    return pieces
+def read_records(path: str) -> Iterator[bytes]:
+    """Every record of a TFRecord file as bytes, checksums checked (for small files and tools)."""
+    with open_file(path, "rb") as f:
+        yield from tfrecord.read_records(f, path)
 
 
 def write_records(path: str, records: Iterable[bytes]) -> None:
     """Write a TFRecord file (uncompressed) under a temporary name, then rename it into place."""
-    with _replacing(path, "wb") as f:
-        f.write(b"".join(tfrecord_frames(records)))  # one write: 3x faster than writelines of small pieces
+    with record_writer(path) as write:
+        write(records)

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Sequence
-
-import numpy as np
 
 from alx_trainer.cli.common import add_log_level, at_least, ks, run, setup_logging
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig, parse_dataclass_args
 from alx_trainer.data import integrity
-from alx_trainer.data.dataset import open_dataset
+from alx_trainer.data.dataset import open_dataset, validation_view
+from alx_trainer.data.records import Dataset
 from alx_trainer.evaluation.evaluate import evaluate, format_metrics
 from alx_trainer.model import Model, load_model
 from alx_trainer.tools.predict import export_tables, format_predictions, nearest_neighbors, predict_outlinks
@@ -34,31 +32,21 @@ from alx_trainer.tools.sweep import (
     run_sweep,
     write_outputs,
 )
-from webgraph_pipeline import contract
+from webgraph_pipeline import fileio
 from webgraph_pipeline.arg_errors import OneLineParser
 
 
-def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> Model:
-    """The model of `model_dir`; with `data`, refused unless it was trained on that dataset (same
-    `dataset_fingerprint`; a warning when either side predates fingerprints)."""
-    if not os.path.isdir(model_dir):
+def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model, Dataset | None]:
+    """The model of `model_dir` and the opened `data` (if given), refused unless the model was trained
+    on it (same `dataset_fingerprint`; a warning when either side predates fingerprints)."""
+    if not fileio.isdir(model_dir):
         raise FileNotFoundError(f"{model_dir}: model directory not found; give the --model_dir of a `train` run")
     model = load_model(model_dir)
-    if data:
-        dataset = open_dataset(data, tfds_data_dir)
-        integrity.check_same_data(model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint)
-    return model
-
-
-def _tfds_eval_data(name: str, tfds_data_dir: str):
-    """Test rows and evaluate() options (popularity, self-exclusion) of a prepared TFDS dataset."""
-    dataset = open_dataset(name, tfds_data_dir)
-    if "test" not in dataset.files:
-        raise FileNotFoundError(f"{name}: the dataset has no test split")
-    train = contract.read_records(dataset.files["train"])
-    cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
-    popularity = np.bincount(cols, minlength=dataset.num_cols).astype(np.float32)
-    return contract.read_records(dataset.files["test"]), {"popularity": popularity, "exclude_self": not dataset.bipartite}
+    if not data:
+        return model, None
+    dataset = open_dataset(data, tfds_data_dir)
+    integrity.check_same_data(model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint)
+    return model, dataset
 
 
 def main_eval(argv: Sequence[str]) -> int:
@@ -84,16 +72,13 @@ def main_eval(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        model = _model(args.model_dir, args.data, args.tfds_data_dir)
-        data, extra = args.data, {"split": args.split}
-        if not os.path.isdir(args.data):
-            if args.split != "test":
-                raise ValueError(f"--split {args.split}: only for a dataset directory, not a TFDS name")
-            data, extra = _tfds_eval_data(args.data, args.tfds_data_dir)
+        model, dataset = _model(args.model_dir, args.data, args.tfds_data_dir)
+        if args.split == "validation":
+            dataset = validation_view(dataset)
         result = evaluate(
-            model, data, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
+            model, dataset, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
             recall_target=args.recall_target, batch_size=args.batch_size or None, max_rows=args.max_rows or None,
-            trained_rows=False if args.fold_in else None, **extra,
+            trained_rows=False if args.fold_in else None,
         )
         print(format_metrics(result))
         if args.output:
@@ -158,7 +143,7 @@ def main_predict(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        model = _model(args.model_dir, args.data)
+        model, _ = _model(args.model_dir, args.data)
         for node in args.node:
             if args.neighbors:
                 preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
@@ -183,9 +168,9 @@ def main_export(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        if os.path.exists(args.output) and not os.path.isdir(args.output):
+        if fileio.exists(args.output) and not fileio.isdir(args.output):
             raise FileExistsError(f"--output {args.output} is a file, not a directory; give a directory to export into")
-        for path in export_tables(_model(args.model_dir, args.data), args.output, data_dir=args.data or None,
+        for path in export_tables(_model(args.model_dir, args.data)[0], args.output, data_dir=args.data or None,
                                   num_shards=args.num_shards):
             print(path)
         return 0

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import tensorflow as tf
-
 from alx_trainer.data import integrity, tfds_input
 from alx_trainer.data.records import Dataset
-from webgraph_pipeline import contract
+from webgraph_pipeline import contract, fileio
 
 
 def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
     """A contract directory (local or remote, e.g. gs://), or a TFDS name such as `web_graph/de-dense`."""
-    if tf.io.gfile.isdir(data):
+    if fileio.isdir(data):
         return open_directory(data)
     if "/" in data and "://" not in data and not data.startswith(("/", ".")):
         return tfds_input.open_tfds(data, tfds_data_dir or None)
@@ -41,7 +39,8 @@ def open_directory(data_dir: str) -> Dataset:
             continue
         integrity.check_shards(data_dir, split, files[split])
     return Dataset(data_dir, num_rows, num_cols, files, data_dir, bipartite=contract.is_bipartite(stats),
-                   splits=splits, fingerprint=contract.dataset_fingerprint(stats))
+                   splits=splits, fingerprint=contract.dataset_fingerprint(stats),
+                   protocol=str(stats.get("protocol", "")))
 
 
 def validation_view(dataset: Dataset) -> Dataset:

@@ -1,8 +1,9 @@
-"""Streaming input: the contract's TFRecords read with tf.data, as CSR chunks of rows in NumPy.
+"""Streaming input: the contract's TFRecords as CSR chunks of rows in NumPy, without TensorFlow.
 
 Each host reads only its own share of the shard files (`files[process_index::process_count]`);
-records are parsed in batches by `tf.io.parse_example` with the contract's feature spec and
-prefetched, so no host ever holds the dataset as Python objects.
+each file is read in blocks of whole records (`webgraph_pipeline.tfrecord`, CRC-32C checked) and
+each block decoded at once (`webgraph_pipeline.example_rows`), so no host ever holds the dataset
+as Python objects, and `prefetch` runs the reading in a thread ahead of the solves.
 """
 
 from __future__ import annotations
@@ -10,12 +11,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import queue
-import re
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
-import tensorflow as tf
 
 from webgraph_pipeline import contract
 
@@ -52,6 +51,7 @@ class Dataset:
     eval_split: str = "test"  # the contract split that files["test"] holds ("validation" when tuning)
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # rows per split, as stats.json says
     fingerprint: str | None = None  # stats.json `dataset_fingerprint` (None: written before it existed)
+    protocol: str = ""  # stats.json `protocol` (`given_split`: the test users are training rows)
     arrays: dict[str, RowChunk] = dataclasses.field(default_factory=dict)  # splits held in memory (`in_memory`)
 
 
@@ -91,9 +91,7 @@ def split_reader(
 
     def chunks() -> Iterator[RowChunk]:
         for lo in range(process_index * chunk_rows, len(held), process_count * chunk_rows):
-            hi = min(lo + chunk_rows, len(held))
-            start, stop = held.indptr[lo], held.indptr[hi]
-            yield RowChunk(held.row_ids[lo:hi], held.indptr[lo : hi + 1] - start, held.cols[start:stop])
+            yield _take(held, lo, min(lo + chunk_rows, len(held)))
 
     return chunks
 
@@ -103,44 +101,43 @@ def host_files(files: Sequence[str], process_index: int, process_count: int) -> 
     return list(files)[process_index::process_count]
 
 
-_PARSER = None
-
-
-def _parser():
-    """A tf.function parsing a batch of serialized records (traced once per process)."""
-    global _PARSER
-    if _PARSER is None:
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-        def parse(serialized):
-            parsed = tf.io.parse_example(serialized, contract.feature_spec())
-            cols = tf.RaggedTensor.from_sparse(parsed["col_tag"])
-            return parsed["row_tag"], cols.values, cols.row_splits
-
-        _PARSER = parse
-    return _PARSER
-
-
-def read_chunks(
-    files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int, prefetch: int = 2
-) -> Iterator[RowChunk]:
-    """Stream `files` (in order) as CSR chunks of at most `chunk_rows` rows.
+def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int) -> Iterator[RowChunk]:
+    """Stream `files` (in order) as CSR chunks of `chunk_rows` rows (fewer at the end of a file).
 
     Raises ValueError naming the file when a record is corrupt or an id lies outside the
     matrix shape from stats.json (the dataset does not match the contract).
     """
-    parse = _parser()
     for path in files:
-        ds = tf.data.TFRecordDataset([path]).batch(chunk_rows).prefetch(prefetch)
-        try:
-            for serialized in ds:
-                row_tag, values, splits = (t.numpy() for t in parse(serialized))
-                chunk = RowChunk(row_tag.astype(np.int64), splits.astype(np.int64), values.astype(np.int64))
-                _check_ids(path, chunk, num_rows, num_cols)
-                yield chunk
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            message = str(e.message).splitlines()[0] if hasattr(e, "message") else str(e)
-            message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)  # tf.function's frame, not the cause
-            raise ValueError(f"{path}: corrupt or non-contract TFRecord ({message})") from None
+        held: list[RowChunk] = []
+        for rows in contract.iter_file_rows(path):
+            chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
+            _check_ids(path, chunk, num_rows, num_cols)
+            held.append(chunk)
+            if sum(map(len, held)) >= chunk_rows:
+                whole = _concat(held)
+                stop = len(whole) - len(whole) % chunk_rows
+                yield from _slices(whole, 0, stop, chunk_rows)
+                held = [_take(whole, stop, len(whole))] if stop < len(whole) else []
+        if held:
+            yield _concat(held)
+
+
+def _take(chunk: RowChunk, lo: int, hi: int) -> RowChunk:
+    start, stop = chunk.indptr[lo], chunk.indptr[hi]
+    return RowChunk(chunk.row_ids[lo:hi], chunk.indptr[lo : hi + 1] - start, chunk.cols[start:stop])
+
+
+def _slices(chunk: RowChunk, lo: int, hi: int, size: int) -> Iterator[RowChunk]:
+    for a in range(lo, hi, size):
+        yield _take(chunk, a, min(a + size, hi))
+
+
+def _concat(chunks: list[RowChunk]) -> RowChunk:
+    if len(chunks) == 1:
+        return chunks[0]
+    offsets = np.cumsum([0] + [c.indptr[-1] for c in chunks[:-1]])
+    indptr = np.concatenate([chunks[0].indptr[:1]] + [c.indptr[1:] + o for c, o in zip(chunks, offsets)])
+    return RowChunk(np.concatenate([c.row_ids for c in chunks]), indptr, np.concatenate([c.cols for c in chunks]))
 
 
 _MISMATCH = "dataset does not match the contract"

@@ -1,4 +1,4 @@
-"""`--data web_graph/de-dense`: a prepared TFDS dataset read through the trainer's own tf.data path.
+"""`--data web_graph/de-dense`: a prepared TFDS dataset read through the trainer's own reader.
 
 The TFDS files hold the same `tf.train.Example` features as the contract (`row_tag`, `col_tag`,
 `gt_tag`), so only the file list and the matrix shape come from TFDS: the shards of each split
@@ -12,8 +12,6 @@ import os
 
 import numpy as np
 
-import tensorflow as tf
-
 from alx_trainer.data import integrity, records
 from alx_trainer.data.records import Dataset
 from webgraph_pipeline import contract
@@ -23,7 +21,11 @@ DEFAULT_VERSION = "1.0.0"
 
 def open_tfds(name: str, data_dir: str | None) -> Dataset:
     """A `Dataset` for a prepared TFDS dataset such as `web_graph/de-dense` (version 1.0.0 by default)."""
-    import tensorflow_datasets as tfds  # seconds to import; only TFDS names need it
+    try:
+        import tensorflow_datasets as tfds  # seconds to import; only TFDS names need it
+    except ImportError:
+        raise ImportError(f"--data {name} is a TFDS name, which needs TensorFlow Datasets: "
+                          "pip install 'webgraph-alx[tfds]' (or give a dataset directory)") from None
 
     full = name if ":" in name else f"{name}:{DEFAULT_VERSION}"
     try:
@@ -55,7 +57,8 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
     num_rows, num_cols = contract.matrix_shape(stats)
     splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in contract.SPLIT_PREFIXES}
     return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=contract.is_bipartite(stats),
-                   splits=splits, fingerprint=contract.dataset_fingerprint(stats))
+                   splits=splits, fingerprint=contract.dataset_fingerprint(stats),
+                   protocol=str(stats.get("protocol", "")))
 
 
 def _max_id(files: dict[str, list[str]]) -> int:
@@ -66,15 +69,3 @@ def _max_id(files: dict[str, list[str]]) -> int:
         for chunk in records.read_chunks(files[split], 4096, big, big):
             top = max(top, int(chunk.row_ids.max(initial=-1)), int(chunk.cols.max(initial=-1)))
     return top
-
-
-def read_test_rows(files: list[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """(row_tag, col_tag, gt_tag) of every test example, for evaluation of a TFDS dataset."""
-    out = []
-    for batch in tf.data.TFRecordDataset(files).batch(4096):
-        parsed = tf.io.parse_example(batch, contract.feature_spec())
-        cols = tf.RaggedTensor.from_sparse(parsed["col_tag"]).numpy()
-        gts = tf.RaggedTensor.from_sparse(parsed["gt_tag"]).numpy()
-        for r, c, g in zip(parsed["row_tag"].numpy(), cols, gts):
-            out.append((int(r), np.asarray(c, np.int64), np.asarray(g, np.int64)))
-    return out

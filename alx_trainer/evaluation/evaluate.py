@@ -23,6 +23,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from alx_trainer.data import records
+from alx_trainer.data.dataset import open_directory, validation_view
+from alx_trainer.data.records import Dataset
 from alx_trainer.evaluation import metrics
 from alx_trainer.model import fold_in, load_model
 from webgraph_pipeline import contract
@@ -149,28 +152,40 @@ def _tables(model_or_tables: Any) -> tuple[np.ndarray | None, np.ndarray, Any]:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_eval_data(data_dir: str, mtime: float, split: str) -> tuple[list[Row], np.ndarray, bool]:
-    """Rows of `split`, column popularity (rows per column of its training split) and whether ids are shared."""
-    stats = contract.read_stats(data_dir)
-    _, num_cols = contract.matrix_shape(stats)
-    test = contract.read_split(data_dir, split)
-    train = contract.read_split(data_dir, "validation_train" if split == "validation" else "train")
-    cols = np.concatenate([c for _, c, _ in train]) if train else np.zeros(0, np.int64)
-    popularity = np.bincount(cols, minlength=num_cols).astype(np.float32)
-    return test, popularity, not contract.is_bipartite(stats)
+def _load_eval_data(test: tuple[str, ...], train: tuple[str, ...], shape: tuple[int, int], shared: bool,
+                    stamp: tuple) -> tuple[list[Row], np.ndarray, bool]:
+    """Rows of the `test` files, column popularity (rows per column of the `train` files) and `shared`."""
+    counts = np.zeros(shape[1], np.int64)
+    for chunk in records.read_chunks(train, 1 << 16, *shape):
+        counts += np.bincount(chunk.cols, minlength=shape[1])
+    return contract.read_records(test), counts.astype(np.float32), shared
 
 
-def load_eval_data(data_dir: str, split: str = "test") -> tuple[list[Row], np.ndarray, bool]:
-    """Cached read of a dataset directory's test (or validation) rows and column popularity (see `evaluate`)."""
+def load_eval_data(data: str | Dataset, split: str = "test") -> tuple[list[Row], np.ndarray, bool]:
+    """Cached read of the rows to evaluate, the column popularity (rows per column of the matching
+    training split) and whether ids are shared, for every kind of `--data`: a dataset directory
+    (its `split`, test or validation) or an opened `Dataset` (its `files["test"]`, which
+    `validation_view` points at the validation rows, and `files["train"]`), TFDS ones included."""
+    dataset = data if isinstance(data, Dataset) else _directory(os.fspath(data), split)
+    if not dataset.files.get("test"):
+        raise ValueError(f"{dataset.name}: no test rows to evaluate (the dataset was built without a test split?)")
+    stats = os.path.join(dataset.data_dir, contract.STATS_FILE)
+    stamp = (dataset.fingerprint, os.path.getmtime(stats) if os.path.exists(stats) else 0.0)
+    return _load_eval_data(tuple(dataset.files["test"]), tuple(dataset.files["train"]),
+                           (dataset.num_rows, dataset.num_cols), not dataset.bipartite, stamp)
+
+
+def _directory(data_dir: str, split: str) -> Dataset:
+    """A dataset directory opened for evaluating its `split` (test, or validation)."""
     if split not in ("test", "validation"):
         raise ValueError(f"split: expected 'test' or 'validation', got {split!r}")
-    path = os.path.join(data_dir, contract.STATS_FILE)
-    return _load_eval_data(os.path.abspath(data_dir), os.path.getmtime(path) if os.path.exists(path) else 0.0, split)
+    dataset = open_directory(data_dir)
+    return validation_view(dataset) if split == "validation" else dataset
 
 
 def evaluate(
     model_or_tables: Any,
-    data_dir_or_rows: str | Sequence[Row],
+    data_dir_or_rows: str | Dataset | Sequence[Row],
     config: Any = None,
     *,
     ks: Sequence[int] = (20, 50),
@@ -192,7 +207,8 @@ def evaluate(
 
     `model_or_tables`: a trainer `Model`, a model directory, or a `(row_table, col_table)` pair.
     `data_dir_or_rows`: a dataset directory (its `test` split; popularity from its `train` split)
-    (`split`: `test`, or `validation` with popularity from `validation_train`) or a sequence of
+    (`split`: `test`, or `validation` with popularity from `validation_train`), an opened `Dataset`
+    (a TFDS one too; see `load_eval_data`) or a sequence of
     `(row, fold_in_cols, gt_cols)`. `config` is passed to the fold-in solve
     (default: the model's own). With `popularity` (or a directory) the same metrics are reported
     for the popularity baseline under `popularity/...` (unless `baseline` is False). `exclude_self` also removes the row's own
@@ -204,17 +220,20 @@ def evaluate(
     training items, and the trained row is what LightGCN-style tables and implicit score. A fold-in
     solves the same least-squares problem, but `cg_iters` CG steps from zero stop short of the
     trained row (warm-started over every epoch): on Gowalla at d=1024 it scored 0.0031 lower
-    (`benchmarks/implicit_trajectory.py`). A row with no fold-in item was never trained: it scores
+    (the retired `implicit_trajectory.py`, docs/benchmarks.md). A row with no fold-in item was never trained: it scores
     from zeros, as its fold-in would.
     """
     row_table, col_table, model_config = _tables(model_or_tables)
     config = config if config is not None else model_config
-    given_split = False
-    if isinstance(data_dir_or_rows, (str, os.PathLike)):
-        rows, pop, shared = load_eval_data(os.fspath(data_dir_or_rows), split)
+    given_split, dataset = False, None
+    if isinstance(data_dir_or_rows, (str, os.PathLike, Dataset)):
+        dataset = data_dir_or_rows
+        if not isinstance(dataset, Dataset):
+            dataset = _directory(os.fspath(dataset), split)
+        rows, pop, shared = load_eval_data(dataset)
         popularity = (pop if popularity is None else popularity) if baseline else None
         exclude_self = shared if exclude_self is None else exclude_self
-        given_split = contract.read_stats(os.fspath(data_dir_or_rows)).get("protocol") == "given_split"
+        given_split = dataset.protocol == "given_split"
     else:
         rows = list(data_dir_or_rows)
     trained_rows = given_split and row_table is not None if trained_rows is None else trained_rows
@@ -222,7 +241,7 @@ def evaluate(
         raise ValueError("trained_rows: the model has no row table (pass a Model, a model directory or both tables)")
     rows = rows[:max_rows] if max_rows else rows
     if not rows:
-        where = f"{os.fspath(data_dir_or_rows)}: " if isinstance(data_dir_or_rows, (str, os.PathLike)) else ""
+        where = f"{dataset.name}: " if dataset is not None else ""
         raise ValueError(f"{where}no test rows to evaluate (the dataset was built without a test split?)")
     num_cols = col_table.shape[0]
     for r, cols, gt in rows:

@@ -3,7 +3,7 @@
 A long row (more than `batch_pieces` pieces) arrives as whole device batches of its own. Its
 matrix-free CG reads every entry five times (r0, three matvecs, the loss), and gathering a
 fixed-table row is a random read, so a group of rows is gathered once into one contiguous
-float32 block that all five passes read (`sharding.long_cg`). Sizes are counted in batches and
+float32 block that all five passes read (`long_rows.long_cg`). Sizes are counted in batches and
 are powers of two (one compiled program per size):
 
 - the chunk, the batches whose block fits a core's share of the cache (`cache`). A group of one

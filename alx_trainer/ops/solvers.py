@@ -2,7 +2,7 @@
 
 All work on a batch of rows: `A` [R, d, d], `b` and `x0` [R, d], float32. `cg` also takes a
 matrix-free `matvec` so the d x d matrices never have to be built (the normal rows' steps and the
-long rows' `sharding.long_cg`).
+long rows' `long_rows.long_cg`).
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from alx_trainer.evaluation.evaluate import ShardedScorer, _tables
 from alx_trainer.model import fold_in
-from webgraph_pipeline import contract, urls
+from webgraph_pipeline import contract, fileio, urls
+from webgraph_pipeline.example_rows import encode_example
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) ->
         name, reason = urls.normalize_url(node)
         if name is None:
             raise ValueError(f"{node!r} is not a URL the dataset could hold ({reason}); give a node's URL or id")
-    _, ids = load_vocab(os.path.abspath(data_dir), columns)
+    _, ids = load_vocab(fileio.absolute(data_dir), columns)
     if name not in ids:
         shown = repr(node) if name == node else f"{node!r} (normalized: {name!r})"
         raise KeyError(f"{shown} is not in the vocabulary of {data_dir}; give a node's URL or id")
@@ -80,7 +80,7 @@ def predict_outlinks(
     """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks and itself."""
     row_table, col_table, model_config = _tables(model)
     row = resolve_node(node, data_dir, columns=False)
-    train, test = known_rows(os.path.abspath(data_dir))
+    train, test = known_rows(fileio.absolute(data_dir))
     if row in train:
         known = train[row]
         query = np.asarray(row_table, np.float32)[row][None]
@@ -113,7 +113,7 @@ def nearest_neighbors(
 
 def _names_or_empty(data_dir: str, columns: bool = True) -> dict[int, str]:
     try:
-        return load_vocab(os.path.abspath(data_dir), columns)[0]
+        return load_vocab(fileio.absolute(data_dir), columns)[0]
     except FileNotFoundError:
         return {}
 
@@ -123,13 +123,10 @@ def _shared_ids(data_dir: str) -> bool:
 
 
 def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
-    feature = {
-        "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[node_id])),
-        "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
-    }
+    feature: dict[str, Any] = {"id": np.array([node_id], np.int64), "embedding": np.asarray(vector, np.float32)}
     if name is not None:
-        feature["name"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[name.encode("utf-8")]))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        feature["name"] = [name.encode("utf-8")]
+    return encode_example(feature)
 
 
 def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_shards: int = 1) -> list[str]:
@@ -140,7 +137,7 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
     names = _names_or_empty(data_dir) if data_dir else {}
     shared = bool(data_dir) and _shared_ids(data_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    fileio.makedirs(out_dir)
     arrays: dict[str, np.ndarray] = {}
     for side, emb in tables.items():
         arrays[f"{side}_ids"] = np.arange(len(emb), dtype=np.int64)
@@ -150,16 +147,17 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
         if shared:
             arrays["row_names"] = np.array([names.get(i, "") for i in range(len(tables["row"]))])
     paths = [os.path.join(out_dir, "embeddings.npz")]
-    np.savez(paths[0], **arrays)
+    with fileio.open_file(paths[0], "wb") as f:
+        np.savez(f, **arrays)
     for side, emb in tables.items():
         paths.append(os.path.join(out_dir, f"{side}_table.npy"))
-        np.save(paths[-1], emb)
+        with fileio.open_file(paths[-1], "wb") as f:
+            np.save(f, emb)
         side_names = names if (side == "col" or shared) else {}
         for s in range(num_shards):
             path = os.path.join(out_dir, contract.shard_name(f"{side}_embeddings.tfr", s, num_shards))
-            with tf.io.TFRecordWriter(path) as w:
-                for i in range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards):
-                    w.write(_example(i, emb[i], side_names.get(i) if side_names else None))
+            rows = range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards)
+            fileio.write_records(path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows])
             paths.append(path)
     return paths
 

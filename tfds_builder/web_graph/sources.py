@@ -1,6 +1,6 @@
 """Where a `web_graph` build reads from, and the plain functions its Beam steps run (no TFDS).
 
-A source is a directory (local, gs://, s3://: anything `tf.io.gfile` opens). Its kind is decided
+A source is a directory (local, gs://, s3://: anything `webgraph_pipeline.fileio` opens). Its kind is decided
 by what the directory holds, checked in this order, first for `<dir>/<official subfolder>` (for
 the six named configs, e.g. `web_graph_tld_de_min_50`) and then for `<dir>` itself:
 
@@ -23,6 +23,8 @@ import dataclasses
 import os
 import re
 from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from webgraph_pipeline import contract
 
@@ -201,8 +203,6 @@ def stats_advice(stats: Mapping[str, Any]) -> str:
 
 def row_to_example(row: tuple[int, Sequence[int], Sequence[int]]) -> tuple[int, dict[str, Any]]:
     """`(row_tag, col_tag, gt_tag)` -> the TFDS `(key, example)` pair; the key is the row id."""
-    import numpy as np
-
     row_tag, col_tag, gt_tag = row
     return int(row_tag), {
         "row_tag": int(row_tag),
@@ -211,28 +211,17 @@ def row_to_example(row: tuple[int, Sequence[int], Sequence[int]]) -> tuple[int, 
     }
 
 
-def record_to_example(filename: str, record: bytes) -> tuple[int, dict[str, Any]]:
-    """A serialized `tf.train.Example` read from `filename` -> `(key, example)`; errors name the file."""
-    try:
-        row = contract.decode_row(record)
-    except Exception as e:  # noqa: BLE001 - any parse failure is re-raised with the file name
-        raise BadSourceError(f"{filename}: bad web_graph record ({e})") from e
-    return row_to_example(row)
-
-
 def read_shard(filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every `(key, example)` of one TFRecord shard; a damaged file fails naming itself."""
-    import tensorflow as tf
-
-    records = iter(tf.data.TFRecordDataset(filename).as_numpy_iterator())
-    while True:
-        try:
-            record = next(records)
-        except StopIteration:
-            return
-        except tf.errors.OpError as e:
-            raise BadSourceError(f"{filename}: unreadable TFRecord file ({e.message.splitlines()[0]})") from e
-        yield record_to_example(filename, record)
+    """Every `(key, example)` of one TFRecord shard (the contract's reader, checksums checked); a
+    damaged file or a record that is not a web_graph Example fails naming the file."""
+    try:
+        for rows in contract.iter_file_rows(filename):
+            cols = np.split(rows.cols, rows.col_ptr[1:-1])
+            gts = np.split(rows.gt, rows.gt_ptr[1:-1])
+            for row in zip(rows.row_tags.tolist(), cols, gts):
+                yield row_to_example(row)
+    except (ValueError, OSError) as e:
+        raise BadSourceError(str(e).splitlines()[0]) from e
 
 
 def write_job_stats(

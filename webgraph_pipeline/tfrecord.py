@@ -1,0 +1,164 @@
+"""TFRecord files without TensorFlow: records framed and unframed, every CRC-32C checked.
+
+A TFRecord file is a sequence of records, each `length` (uint64 LE), the masked CRC-32C of those
+8 bytes, `length` bytes of data and the masked CRC-32C of the data (google-crc32c computes the
+checksums). `frames` makes the pieces of a file (`fileio.write_records` writes them);
+`read_blocks` reads an open one back in blocks of about `BLOCK_BYTES`, so memory stays bounded
+whatever the file's size, and fails with one line naming the file and the byte offset of the bad
+record. No file is opened here: `fileio` (local and remote paths) does that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import BinaryIO, Callable, Iterable, Iterator
+
+import numpy as np
+
+BLOCK_BYTES = 1 << 24  # bytes read per block (a record longer than this is read whole)
+HEADER_BYTES = 12  # length and its masked CRC
+FOOTER_BYTES = 4  # masked CRC of the data
+_MASK_DELTA = 0xA282EAD8
+
+
+class RecordError(ValueError):
+    """A TFRecord file is corrupt, truncated or not a TFRecord file."""
+
+
+def _crc32c() -> Callable[[bytes], int]:
+    """google-crc32c's CRC-32C (imported when first needed, so importing this module never fails)."""
+    try:
+        from google_crc32c import value
+    except ImportError:
+        raise ImportError("google-crc32c is not installed; TFRecord files need it for their checksums: "
+                          "pip install google-crc32c (a base requirement of webgraph-alx)") from None
+    return value
+
+
+def masked(crcs: np.ndarray) -> np.ndarray:
+    """TFRecord's masked CRC-32C of each CRC (uint64 array), as little-endian uint32."""
+    crcs = np.asarray(crcs, np.uint64)
+    return ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
+
+
+def _length_headers(lengths: Iterable[int]) -> dict[int, bytes]:
+    """The 12-byte header of each distinct record length."""
+    distinct = sorted(set(lengths))
+    packed = [struct.pack("<Q", n) for n in distinct]
+    crcs = masked(np.fromiter(map(_crc32c(), packed), np.uint64, count=len(distinct)))
+    return {n: p + c.tobytes() for n, p, c in zip(distinct, packed, crcs)}
+
+
+def frames(records: Iterable[bytes]) -> list[bytes]:
+    """The byte pieces of a TFRecord file holding `records`, in order: per record its header, the
+    record and its footer. Headers are made once per distinct length; CRCs are masked by NumPy."""
+    records = list(records)
+    if not records:
+        return []
+    lengths = list(map(len, records))
+    header_of = _length_headers(lengths)
+    footers = masked(np.fromiter(map(_crc32c(), records), np.uint64, count=len(records))).tobytes()
+    pieces: list[bytes] = [b""] * (3 * len(records))
+    pieces[0::3] = [header_of[n] for n in lengths]
+    pieces[1::3] = records
+    pieces[2::3] = [footers[i : i + 4] for i in range(0, len(footers), 4)]
+    return pieces
+
+
+@dataclasses.dataclass
+class Block:
+    """Whole records of a file: record k is `data[starts[k] : starts[k] + lengths[k]]`."""
+
+    data: bytes
+    starts: np.ndarray  # int64, offsets into `data`
+    lengths: np.ndarray  # int64
+    offset: int  # the file offset of data[0] (for error messages)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def _u32_at(data: bytes, offsets: np.ndarray) -> np.ndarray:
+    """The little-endian uint32 at each of `offsets` in `data` (each at most len(data) - 4)."""
+    return np.ndarray((len(data) - 3,), "<u4", data, 0, (1,))[offsets]
+
+
+def _check(path: str, data: bytes, heads: np.ndarray, lengths: np.ndarray, offset: int) -> None:
+    """Every length CRC and data CRC of the records whose headers start at `heads`."""
+    crc32c = _crc32c()
+    distinct, which = np.unique(lengths, return_inverse=True)
+    table = masked(np.fromiter(map(crc32c, map(struct.Struct("<Q").pack, distinct.tolist())), np.uint64,
+                               count=len(distinct)))
+    bad = np.flatnonzero(_u32_at(data, heads + 8) != table[which])
+    if len(bad):
+        at = offset + int(heads[bad[0]])
+        raise RecordError(f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte {at} "
+                          "does not match")
+    starts = heads + HEADER_BYTES
+    ends = starts + lengths
+    pieces = map(data.__getitem__, map(slice, starts.tolist(), ends.tolist()))
+    crcs = np.fromiter(map(crc32c, pieces), np.uint64, count=len(starts))
+    bad = np.flatnonzero(_u32_at(data, ends) != masked(crcs))
+    if len(bad):
+        at = offset + int(heads[bad[0]])
+        raise RecordError(f"{path}: corrupt TFRecord: the data checksum of the record at byte {at} does not match")
+
+
+def _walk(data: bytes) -> tuple[list[int], list[int], int]:
+    """Headers and lengths of the whole records at the start of `data`, and where the rest begins."""
+    heads, lengths, pos, size = [], [], 0, len(data)
+    unpack = struct.Struct("<Q").unpack_from
+    while pos + HEADER_BYTES <= size:
+        (n,) = unpack(data, pos)
+        end = pos + HEADER_BYTES + n + FOOTER_BYTES
+        if end > size:
+            break
+        heads.append(pos)
+        lengths.append(n)
+        pos = end
+    return heads, lengths, pos
+
+
+def check(path: str, block: Block) -> None:
+    """Every checksum of a block's records (`read_blocks(..., checked=False)` leaves them to this)."""
+    _check(path, block.data, block.starts - HEADER_BYTES, block.lengths, block.offset)
+
+
+def read_blocks(f: BinaryIO, path: str, block_bytes: int = BLOCK_BYTES, checked: bool = True) -> Iterator[Block]:
+    """The records of the TFRecord file `f` (named `path` in errors), a block of whole records at a
+    time; with `checked`, their checksums too (else call `check` on each block, e.g. in threads)."""
+    rest, offset = b"", 0
+    while True:
+        chunk = f.read(block_bytes)
+        data = rest + chunk if rest else chunk
+        heads, lengths, used = _walk(data)
+        if not heads and len(data) >= HEADER_BYTES:
+            # The next record is longer than the block: check its length before reading it whole.
+            _check_length(path, data, offset)
+        if heads:
+            h, n = np.array(heads, np.int64), np.array(lengths, np.int64)
+            if checked:
+                _check(path, data, h, n, offset)
+            yield Block(data, h + HEADER_BYTES, n, offset)
+        rest, offset = data[used:], offset + used
+        if not chunk:
+            break
+    if rest:
+        raise RecordError(f"{path}: truncated TFRecord: the file ends inside the record at byte {offset} "
+                          f"({len(rest)} of its bytes present)")
+
+
+def _check_length(path: str, data: bytes, offset: int) -> None:
+    """The length CRC of the record at the start of `data`."""
+    header = _length_headers([struct.unpack_from("<Q", data)[0]])
+    if data[8:12] != next(iter(header.values()))[8:]:
+        raise RecordError(f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte "
+                          f"{offset} does not match")
+
+
+def read_records(f: BinaryIO, path: str) -> Iterator[bytes]:
+    """Every record of the TFRecord file `f` as bytes (for small files and tools)."""
+    for block in read_blocks(f, path):
+        for a, n in zip(block.starts.tolist(), block.lengths.tolist()):
+            yield block.data[a : a + n]
