@@ -1,6 +1,6 @@
 """Gowalla (LightGCN's split) against the published table, through the command line.
 
-    python benchmarks/gowalla.py [--data ../shared/data/gowalla] [--config configs/gowalla.json]
+    python benchmarks/gowalla.py [--data data/gowalla] [--config configs/gowalla.json]
         [--work DIR] [--grid_dims 64] [--grid_alphas 0.005,0.01,0.02]
         [--grid_lambdas '0:0.75,1.5,3;1:0.002,0.004,0.008'] [--grid_epochs 8] [--grid_eval_every 4]
     python benchmarks/gowalla.py --per_d 64,256,1024 --work DIR [the same grid flags] [--ours_flags '...']
@@ -227,7 +227,7 @@ def ours_sweep(args: argparse.Namespace, data: str, d: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "gowalla"), help="train.txt/test.txt folder")
+    p.add_argument("--data", default=str(REPO / "data" / "gowalla"), help="train.txt/test.txt folder")
     p.add_argument("--config", default=str(REPO / "configs" / "gowalla.json"), help="our tuned point")
     p.add_argument("--work", default="", help="where the dataset, sweeps and models go (default: a temporary "
                    "directory); sweeps already in it are resumed, not rerun")

@@ -9,7 +9,7 @@ GPU wheels into `.whl/` (gitignored) and copy the project with them:
 then on the GPU machine, from the project root:
 
     python3 benchmarks/gpu_vs_implicit.py [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
-        [--gowalla ../shared/data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
+        [--gowalla data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
         [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec] [--forms_at gowalla:64,gowalla:1024,25m:128]
     python3 benchmarks/gpu_vs_implicit.py --sizes de-sparse --budget_s 900 --section_timeout 800  # opt-in
 
@@ -806,7 +806,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sizes", default="gowalla,10m,25m,149m", help=f"comma-separated, of {[GOWALLA, *SIZES]}")
     p.add_argument("--dims", default="", help=f"d for every size (default: Gowalla {GOWALLA_DIMS}, power law 128)")
     p.add_argument("--epochs", type=int, default=0, help="epochs per run (0: Gowalla's config, 3 up to 25M nnz, else 2)")
-    p.add_argument("--gowalla", default=str(REPO.parent / "shared" / "data" / "gowalla"), help="train.txt/test.txt folder")
+    p.add_argument("--gowalla", default=str(REPO / "data" / "gowalla"), help="train.txt/test.txt folder")
     p.add_argument("--gowalla_users", type=int, default=0, help="only users below this id (0: all)")
     p.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE", help="a TrainConfig field for ours")
     p.add_argument("--forms", default=FORMS,

@@ -1,6 +1,6 @@
 """Seconds per epoch at high dimensions on Gowalla: CG vs the iALS++ block solver vs implicit's CG.
 
-    python benchmarks/high_dim.py [--data ../shared/data/gowalla] [--dims 256,512,1024,2048] [--block_size 128]
+    python benchmarks/high_dim.py [--data data/gowalla] [--dims 256,512,1024,2048] [--block_size 128]
         [--cg_iters 3] [--epochs 2] [--recall_max_dim 1024] [--implicit_max_dim 2048]
 
 Data: the LightGCN Gowalla split (`train.txt`, `test.txt`: `user item item ...` per line; 29,858
@@ -140,7 +140,7 @@ def run_implicit(matrix, dim: int, cg_iters: int, epochs: int) -> tuple[float, n
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "gowalla"), help="train.txt/test.txt folder")
+    parser.add_argument("--data", default=str(REPO / "data" / "gowalla"), help="train.txt/test.txt folder")
     parser.add_argument("--dims", default="256,512,1024,2048")
     parser.add_argument("--block_size", type=int, default=32)
     parser.add_argument("--cg_iters", type=int, default=3)

@@ -17,7 +17,7 @@ from webgraph_pipeline.edge_formats import EdgeFormat, parse_block
 from webgraph_pipeline.edges_input import read_line_blocks
 
 TESTS_DATA = pathlib.Path(__file__).resolve().parent / "data"
-SHARED_GOWALLA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gowalla"
+SHARED_GOWALLA = pathlib.Path(__file__).resolve().parents[1] / "data" / "gowalla"
 
 
 def parse_file(data: bytes, fmt: EdgeFormat, block_bytes: int = 1 << 20):
@@ -260,7 +260,7 @@ def test_gowalla_excerpt_through_the_cli(tmp_path, capsys):
     assert stats["splits"]["test"] == stats["num_rows"] == 40
 
 
-@pytest.mark.skipif(not SHARED_GOWALLA.exists(), reason="the whole Gowalla split is in ../shared/data only")
+@pytest.mark.skipif(not SHARED_GOWALLA.exists(), reason="data/gowalla is missing")
 def test_whole_gowalla_split_has_the_published_counts(tmp_path, capsys):
     train, test = SHARED_GOWALLA / "train.txt", SHARED_GOWALLA / "test.txt"
     out = tmp_path / "gowalla"
