@@ -30,7 +30,9 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from webgraph_pipeline.quiet import quiet  # noqa: E402
+
+quiet()  # TensorFlow's start-up lines held back before it is imported
 
 
 def tf_data_chunks(files: Sequence[str], chunk_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
