@@ -27,8 +27,9 @@ from alx_trainer.ops.spec import StepSpec
 
 # A chunk's float32 block fits LONG_CACHE_BYTES (a core's share of the 32 MiB L3, beside the
 # other core's chunk); a device holds no group block above LONG_BLOCK_BYTES.
-# `benchmarks/long_rows.py` (two pinned devices, 1.5M x 128 table, d=128; ns per entry, whole
-# solve): a one-chunk group 157-178, blocks of 8/32 batches 279-296/301-338, streamed 335-458.
+# The retired `benchmarks/long_rows.py` (docs/benchmarks.md; two pinned devices, 1.5M x 128 table,
+# d=128; ns per entry, whole solve): a one-chunk group 157-178, blocks of 8/32 batches 279-296/301-338,
+# streamed 335-458.
 LONG_CACHE_BYTES = 8 << 20
 LONG_BLOCK_BYTES = 64 << 20
 
