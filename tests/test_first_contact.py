@@ -117,6 +117,23 @@ def test_a_multi_process_job_prints_nothing_from_its_workers(data_dir, tmp_path)
     assert two["dataset_fingerprint"] == one["dataset_fingerprint"]
 
 
+def test_tfds_builder_build_verbose_keeps_the_dataset_info(data_dir, tmp_path):
+    """`python -m tfds_builder build --verbose` is `tfds build` as TFDS prints it: the DatasetInfo, not
+    the short summary of the default (which test_demo.py checks)."""
+    dataset = tmp_path / "dataset"
+    pipeline = command("-m", "webgraph_pipeline", "--edge_format", "pairs", "--header", "--input",
+                       str(data_dir / "hollins" / "edges.txt"), "--min_links", "2", "--num_shards", "1",
+                       "--output", str(dataset), cwd=tmp_path)
+    assert pipeline.returncode == 0, pipeline.stderr
+    config = json.dumps({"name": "hollins", "min_links": 2})
+    run = command("-m", "tfds_builder", "build", "tfds_builder/web_graph", f"--config={config}",
+                  f"--manual_dir={dataset}", f"--data_dir={tmp_path / 'tfds'}",
+                  "--beam_pipeline_options=runner=DirectRunner", "--verbose", timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "tfds.core.DatasetInfo(" in run.stdout
+    assert not [line for line in run.stdout.splitlines() if line.startswith("web_graph/hollins/1.0.0: ")]
+
+
 def test_brief_counters_sum_each_kind_of_drop():
     counters = {"files.read": 2, "dropped_links.self_loop": 5, "dropped_links.duplicate": 7,
                 "links.kept": 1234, "dropped_nodes.degree_filter": 3}
