@@ -146,6 +146,8 @@ def test_brief_counters_sum_each_kind_of_drop():
     assert len(lines) > 1 and all(len(line) <= 100 for line in lines)
     assert " ".join(line.strip() for line in lines) == "counters: " + ", ".join(f"{k} {v}" for k, v in many.items())
     assert counter_lines(counters)[1:] == [f"  {k:<27}  {v:>12,}" for k, v in counters.items()]
+    assert counter_lines({"dropped_urls.bad": 1}, brief=True) == ["dropped (each reason in stats.json): urls 1 (1 reason)"]
+    assert counter_lines({}, brief=True) == counter_lines({}) == ["counters (webgraph namespace):", "  (none)"]
 
 
 # ---- a hint where users slip: a header line read as data --------------------------------------------------

@@ -191,17 +191,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
 def counter_lines(counters: dict[str, int], brief: bool = False) -> list[str]:
     """The counters as a table, one a line; `brief`: the `dropped_<what>.<reason>` ones summed by
     what was dropped (with the number of reasons), the others inline, wrapped."""
-    if not counters:
-        return ["counters (webgraph namespace): (none)"]
-    if not brief:
-        width = max(len(k) for k in counters)
-        return ["counters (webgraph namespace):"] + [f"  {k:<{width}}  {v:>12,}" for k, v in counters.items()]
+    if not counters or not brief:
+        width = max((len(k) for k in counters), default=0)
+        return ["counters (webgraph namespace):"] + (
+            [f"  {k:<{width}}  {v:>12,}" for k, v in counters.items()] or ["  (none)"])
     dropped: dict[str, list[int]] = {}
     for name, value in counters.items():
         if name.startswith("dropped_"):
             dropped.setdefault(name.split(".", 1)[0].removeprefix("dropped_"), []).append(value)
     others = [f"{k} {v:,}" for k, v in counters.items() if not k.startswith("dropped_")]
-    lines = _wrapped("counters:", others or ["(none besides dropped)"])
+    lines = _wrapped("counters:", others) if others else []
     if dropped:
         lines += _wrapped("dropped (each reason in stats.json):",
                           [f"{what} {sum(v):,} ({len(v)} reason{'s' if len(v) > 1 else ''})"
