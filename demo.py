@@ -10,6 +10,8 @@
 5. evaluates (Recall@20/50 and NDCG next to the popularity baseline), prints example predictions
    with their URLs, and writes plots (degree distributions, Recall@20 per epoch).
 Every step prints its command line and what the command prints; every output lands under --out.
+The pipeline prints its counters in brief (`--brief`; every counter is in the dataset's stats.json)
+and the TFDS build a short summary of what it wrote (`python -m tfds_builder build`).
 The libraries stay quiet (`webgraph_pipeline.quiet`, set here and inherited by every step).
 """
 
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run("2. The WebGraph Beam pipeline on the DirectRunner", [
         py, "-m", "webgraph_pipeline", "--input", os.path.join(wat_dir, "*"), "--output", dataset_dir,
-        "--min_links", str(args.min_links), "--num_shards", "2"])
+        "--min_links", str(args.min_links), "--num_shards", "2", "--brief"])
 
     config = json.dumps({"name": CONFIG_NAME, "min_links": args.min_links})
     run("3. The TFDS dataset, built from the pipeline's output (`tfds build`, quiet)", [

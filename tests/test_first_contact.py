@@ -20,6 +20,7 @@ import pytest
 from alx_trainer.evaluation import metrics
 from alx_trainer.evaluation.evaluate import format_metrics
 from alx_trainer.tools.sweep import _grid, cell_digits, format_table
+from webgraph_pipeline.cli import counter_lines
 from webgraph_pipeline.edge_formats import EdgeFormat, header_hint
 
 from conftest import REPO
@@ -86,18 +87,67 @@ def test_each_error_is_one_line_with_its_prefix(args, status, stderr, tmp_path):
     assert run.stdout == ""
 
 
+TWO_WORKER_PROCESSES = ("--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
+
+
 def test_a_failing_multi_process_job_says_why_in_one_line(tmp_path):
-    """The worker processes log errors only (--default_sdk_harness_log_level): what is left of their
-    start-up is Beam's own import warning in a process no project code runs in (see quiet.py)."""
+    """The worker processes start through webgraph_pipeline.beam_worker (Beam imported quietly) and
+    log errors only (--default_sdk_harness_log_level): stderr is the job's one error line."""
     (tmp_path / "edges.txt").write_text("# nothing but a comment\n")
     run = command("-m", "webgraph_pipeline", "--edge_format", "pairs", "--input", str(tmp_path / "edges.txt"),
-                  "--output", str(tmp_path / "out"), "--direct_running_mode", "multi_processing",
-                  "--direct_num_workers", "2", cwd=tmp_path)
-    ours = [line for line in run.stderr.splitlines() if line.startswith("webgraph_pipeline:")]
-    assert run.returncode == 1 and len(ours) == 1 and "no edge read" in ours[0]
-    assert run.stderr.splitlines()[-1] == ours[0]
-    worker_lines = [line for line in run.stderr.splitlines() if line not in ours]
-    assert len(worker_lines) <= 2 * 2, worker_lines  # was 44 lines or more: every worker's INFO and WARNING log
+                  "--output", str(tmp_path / "out"), *TWO_WORKER_PROCESSES, cwd=tmp_path)
+    lines = run.stderr.splitlines()  # was 44 lines or more: every worker's INFO and WARNING log
+    assert run.returncode == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("webgraph_pipeline: error: ") and "no edge read" in lines[0]
+
+
+def test_a_multi_process_job_prints_nothing_from_its_workers(data_dir, tmp_path):
+    """A successful job on two worker processes: nothing on stderr, the report on stdout, and the
+    same dataset as a single-process run of the same command."""
+    base = ["-m", "webgraph_pipeline", "--edge_format", "pairs", "--header", "--input",
+            str(data_dir / "hollins" / "edges.txt"), "--urls", str(data_dir / "hollins" / "urls.txt"),
+            "--min_links", "2", "--num_shards", "1"]
+    run = command(*base, "--output", str(tmp_path / "two"), *TWO_WORKER_PROCESSES, cwd=tmp_path)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert run.stdout.splitlines()[-1] == f"wrote {tmp_path / 'two'}"
+    single = command(*base, "--output", str(tmp_path / "one"), cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    two, one = (json.loads((tmp_path / d / "stats.json").read_text()) for d in ("two", "one"))
+    assert (two["nodes"], two["edges"], two["splits"]) == (one["nodes"], one["edges"], one["splits"])
+    assert two["dataset_fingerprint"] == one["dataset_fingerprint"]
+
+
+def test_tfds_builder_build_verbose_keeps_the_dataset_info(data_dir, tmp_path):
+    """`python -m tfds_builder build --verbose` is `tfds build` as TFDS prints it: the DatasetInfo, not
+    the short summary of the default (which test_demo.py checks)."""
+    dataset = tmp_path / "dataset"
+    pipeline = command("-m", "webgraph_pipeline", "--edge_format", "pairs", "--header", "--input",
+                       str(data_dir / "hollins" / "edges.txt"), "--min_links", "2", "--num_shards", "1",
+                       "--output", str(dataset), cwd=tmp_path)
+    assert pipeline.returncode == 0, pipeline.stderr
+    config = json.dumps({"name": "hollins", "min_links": 2})
+    run = command("-m", "tfds_builder", "build", "tfds_builder/web_graph", f"--config={config}",
+                  f"--manual_dir={dataset}", f"--data_dir={tmp_path / 'tfds'}",
+                  "--beam_pipeline_options=runner=DirectRunner", "--verbose", timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "tfds.core.DatasetInfo(" in run.stdout
+    assert not [line for line in run.stdout.splitlines() if line.startswith("web_graph/hollins/1.0.0: ")]
+
+
+def test_brief_counters_sum_each_kind_of_drop():
+    counters = {"files.read": 2, "dropped_links.self_loop": 5, "dropped_links.duplicate": 7,
+                "links.kept": 1234, "dropped_nodes.degree_filter": 3}
+    assert counter_lines(counters, brief=True) == [
+        "counters: files.read 2, links.kept 1,234",
+        "dropped (each reason in stats.json): links 12 (2 reasons), nodes 3 (1 reason)",
+    ]
+    many = {f"a_rather_long_counter_name.number_{i}": i for i in range(8)}
+    lines = counter_lines(many, brief=True)
+    assert len(lines) > 1 and all(len(line) <= 100 for line in lines)
+    assert " ".join(line.strip() for line in lines) == "counters: " + ", ".join(f"{k} {v}" for k, v in many.items())
+    assert counter_lines(counters)[1:] == [f"  {k:<27}  {v:>12,}" for k, v in counters.items()]
+    assert counter_lines({"dropped_urls.bad": 1}, brief=True) == ["dropped (each reason in stats.json): urls 1 (1 reason)"]
+    assert counter_lines({}, brief=True) == counter_lines({}) == ["counters (webgraph namespace):", "  (none)"]
 
 
 # ---- a hint where users slip: a header line read as data --------------------------------------------------

@@ -80,6 +80,9 @@ def build_parser() -> OneLineParser:
                    help="keep a dataset with no node, no edge or no test row instead of failing")
     p.add_argument("--debug", action="store_true",
                    help=f"show the full traceback of an error (or set {DEBUG_ENV}=1)")
+    p.add_argument("--brief", action="store_true",
+                   help="print the counters in a few lines: dropped_* summed by what was dropped, the rest "
+                        "inline (stats.json keeps every counter)")
     p.add_argument("--verbose", action="store_true",
                    help="also show what Beam, TensorFlow and the worker processes log (warnings and info)")
     p.add_argument("--input_format", choices=INPUT_FORMATS, default=None,
@@ -185,11 +188,41 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     return spec, beam_argv
 
 
-def format_report(stats: dict[str, Any]) -> str:
-    """The end-of-job summary: counters by reason, then the graph's (or the users x items matrix's) figures."""
-    lines = ["counters (webgraph namespace):"]
-    width = max((len(k) for k in stats["counters"]), default=0)
-    lines += [f"  {k:<{width}}  {v:>12,}" for k, v in stats["counters"].items()] or ["  (none)"]
+def counter_lines(counters: dict[str, int], brief: bool = False) -> list[str]:
+    """The counters as a table, one a line; `brief`: the `dropped_<what>.<reason>` ones summed by
+    what was dropped (with the number of reasons), the others inline, wrapped."""
+    if not counters or not brief:
+        width = max((len(k) for k in counters), default=0)
+        return ["counters (webgraph namespace):"] + (
+            [f"  {k:<{width}}  {v:>12,}" for k, v in counters.items()] or ["  (none)"])
+    dropped: dict[str, list[int]] = {}
+    for name, value in counters.items():
+        if name.startswith("dropped_"):
+            dropped.setdefault(name.split(".", 1)[0].removeprefix("dropped_"), []).append(value)
+    others = [f"{k} {v:,}" for k, v in counters.items() if not k.startswith("dropped_")]
+    lines = _wrapped("counters:", others) if others else []
+    if dropped:
+        lines += _wrapped("dropped (each reason in stats.json):",
+                          [f"{what} {sum(v):,} ({len(v)} reason{'s' if len(v) > 1 else ''})"
+                           for what, v in sorted(dropped.items())])
+    return lines
+
+
+def _wrapped(head: str, items: list[str], width: int = 100) -> list[str]:
+    """`head` and the comma-separated items on lines of at most `width` characters (an item is never split)."""
+    lines = [head]
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if len(lines[-1]) + 1 + len(piece) > width and lines[-1] != head:
+            lines.append(" ")
+        lines[-1] += " " + piece
+    return lines
+
+
+def format_report(stats: dict[str, Any], brief: bool = False) -> str:
+    """The end-of-job summary: counters (by reason, or `brief`ly), then the graph's (or the users x items
+    matrix's) figures."""
+    lines = counter_lines(stats["counters"], brief)
     splits = stats["splits"]
     rows = (f"rows: train {splits['train']:,} train_t {splits['train_t']:,} test {splits['test']:,}  "
             f"test links kept {stats['test_links']['col_tag']:,} held {stats['test_links']['gt_tag']:,}")
@@ -275,7 +308,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     for hint in stats.get("header_hints", []):
         print(header_warning(hint), file=sys.stderr)
-    print(format_report(stats))
+    print(format_report(stats, brief="--brief" in argv))
     print(f"wrote {spec.output_dir}")
     return 0
 

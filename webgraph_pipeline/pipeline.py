@@ -22,7 +22,7 @@ from webgraph_pipeline.edges_input import EMPTY_FILES, HEADER_HINTS, LINE_EXAMPL
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, collect_file_problems
 from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
-from webgraph_pipeline.local_runner import disable_time_based_flush
+from webgraph_pipeline.local_runner import disable_time_based_flush, runner_for
 from webgraph_pipeline.variants import GraphConfig
 from webgraph_pipeline.write import WriteTfRecords
 
@@ -274,7 +274,8 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     disable_time_based_flush()  # Beam's local runner loses data with it (local_runner.py)
     try:
         start = time.time()
-        p = beam.Pipeline(options=PipelineOptions(list(beam_argv)))
+        options = PipelineOptions(list(beam_argv))
+        p = beam.Pipeline(runner=runner_for(options), options=options)
         build_pipeline(p, dataclasses.replace(spec, output_dir=staging), input_files)
         result = p.run()
         result.wait_until_finish()

@@ -23,8 +23,10 @@ build` the builder quiets what it still can, see `web_graph_dataset_builder.quie
 - Beam's BigQuery client module warns when `apitools` (an optional GCP dependency) is missing, at
   import, through the root logger; commands that run Beam import it here once with that warning
   held back.
-- Beam's SDK worker processes (`--direct_running_mode multi_processing`) log at INFO by default;
-  `beam_args` adds `--default_sdk_harness_log_level` so they log errors only (as the parent does).
+- Beam's SDK worker processes (`--direct_running_mode multi_processing`) are started through
+  `webgraph_pipeline.beam_worker` (`local_runner.runner_for`), which imports Beam with the same
+  warning held back; they log at INFO by default: `beam_args` adds `--default_sdk_harness_log_level`
+  so they log errors only (as the parent does).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def quiet(verbose: bool = False, beam: bool = False) -> None:
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
     if beam and not verbose:
-        _import_beam_clients()
+        import_beam_quietly()
 
 
 @contextlib.contextmanager
@@ -108,7 +110,7 @@ class _QuietLoader(importlib.abc.Loader):
             self._loader.exec_module(module)
 
 
-def _import_beam_clients() -> None:
+def import_beam_quietly() -> None:
     """Import Beam's BigQuery client stubs with their import-time `apitools not found` warning held
     back (nothing here uses BigQuery); a no-op once imported, or without Beam."""
     if "apache_beam.io.gcp.internal.clients.bigquery" in sys.modules:
