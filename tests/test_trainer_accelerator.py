@@ -8,10 +8,8 @@ copies by `jax.transfer_guard_host_to_device('disallow_explicit')`, which makes 
 
 from __future__ import annotations
 
-import collections
-import glob
-import gzip
-import json
+import pathlib
+import sys
 
 import jax
 import numpy as np
@@ -25,6 +23,9 @@ from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+import device_proxies  # noqa: E402  (the benchmark's launch count from a profiler trace)
 
 NUM_ROWS, NUM_COLS = 60, 90
 ALPHA, REG = 0.5, 0.8
@@ -102,21 +103,6 @@ class _Epoch2(Callback):
         jax.config.update("jax_transfer_guard_host_to_device", "allow")
 
 
-def _launches(trace_dir: str) -> collections.Counter:
-    """Program launches in the trace, by program: one per multi-device Execute, one per single-device one."""
-    path = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
-    found: collections.Counter = collections.Counter()
-    for event in json.load(gzip.open(path))["traceEvents"]:
-        name = event.get("name", "")
-        if event.get("ph") != "X":
-            continue
-        if name.startswith("CommonPjRtLoadedExecutable::Execute ("):
-            found[name.split("(", 1)[1].rstrip(")")] += 1
-        elif name == "CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice":
-            found["single-device"] += 1
-    return found
-
-
 def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
     data_dir, rows = dataset
     config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="on", calls_per_half_epoch=3,
@@ -124,7 +110,7 @@ def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
     trace = str(tmp_path / "trace")
     model = train(config, mesh=make_mesh(), callbacks=[_Epoch2(trace, guard=True)])  # a copy would raise
     assert model.metrics[-1]["rows_solved"] == len(rows)
-    launches = _launches(trace)
+    launches = device_proxies.launches(trace)
     steps = sum(n for name, n in launches.items() if "_step" in name)
     assert 2 <= steps <= 2 * 3, launches  # at most calls_per_half_epoch per half-epoch
     assert sum(launches.values()) <= 2 * 16, launches  # everything, both half-epochs

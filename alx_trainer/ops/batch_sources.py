@@ -283,7 +283,7 @@ class DeviceStream(FileStream):
         return (put_long(self.mesh, c) for c in calls)
 
 
-def resident_bytes(plan: SidePlan, devices: int) -> int:
-    """Device bytes of a side's resident calls (int32 arrays), over `devices` devices."""
+def resident_bytes(plan: SidePlan) -> int:
+    """Bytes per device of a side's resident calls (int32 arrays)."""
     L, B, R = plan.shape
-    return 4 * devices * (plan.steps * (B * L + B + 2 * R) + plan.long_steps * (B * L + 1))
+    return 4 * (plan.steps * (B * L + B + 2 * R) + plan.long_steps * (B * L + 1))

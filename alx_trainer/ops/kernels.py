@@ -30,14 +30,10 @@ from alx_trainer.ops.mesh import AXIS
 from alx_trainer.ops.spec import Fixed, StepSpec
 
 
-def _local_gramian(table_l: jax.Array) -> jax.Array:
-    """`T_mu^T T_mu` of this device's shard, float32."""
-    t = table_l.astype(jnp.float32)
-    return t.T @ t
-
-
 def _gramian_local(table_l: jax.Array) -> jax.Array:
-    return jax.lax.psum(_local_gramian(table_l), AXIS)
+    """`T^T T` summed over the devices' shards (`T_mu^T T_mu` each), float32."""
+    t = table_l.astype(jnp.float32)
+    return jax.lax.psum(t.T @ t, AXIS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -261,9 +257,7 @@ def _long_solve(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, slot, row_ids, 
 
     init = (jnp.zeros((rows + 1, d, d), jnp.float32), jnp.zeros((rows + 1, d), jnp.float32))
     (a, b), _ = jax.lax.scan(one, init, (ids[0], slot[0]))
-    x0 = rows_in(spec, dst_l, row_ids[0])
-    x, terms = _solve_explicit(spec, fixed, a[:rows], b[:rows], x0, row_ids[0], row_len[0])
-    return rows_out(spec, dst_l, row_ids[0], x), jax.lax.psum(terms, AXIS)
+    return _solve_scatter(spec, dst_l, fixed, a[None, :rows], b[None, :rows], row_ids, row_len)
 
 
 @functools.lru_cache(maxsize=None)

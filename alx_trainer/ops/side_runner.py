@@ -101,7 +101,7 @@ class SideRunner:
 
     def _resident(self, name: str) -> bool:
         """Whether the accelerator path keeps this side's batches on the devices (said in the log)."""
-        need = batch_sources.resident_bytes(self.plan, 1)  # per device
+        need = batch_sources.resident_bytes(self.plan)  # per device
         free = free_bytes(self.mesh.local_devices[0])
         choice = self.config.resident_batches
         keep = choice == "on" or (choice == "auto" and need <= RESIDENT_SHARE * free)
