@@ -111,7 +111,8 @@ def test_edge_cases_equal_tf_parse(tmp_path):
     write_tf(extreme, [tf_example(-5, [-1, MAX, -(2**63)], [-(2**40)]), contract.encode_row(1, [MAX])])
     assert ours([extreme]) == tf_rows([extreme])
     # the same records split over blocks of every size: records straddle block ends
-    whole = b"".join(fileio.read_records(path))
+    whole = b"".join(examples)
+    assert b"".join(fileio.read_records(path)) == whole
     for block in (1, 13, 100, 1 << 20):
         with open(path, "rb") as f:
             pieces = list(tfrecord.read_blocks(f, path, block_bytes=block))

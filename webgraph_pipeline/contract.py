@@ -236,9 +236,7 @@ def read_records(files: Sequence[str]) -> list[tuple[int, np.ndarray, np.ndarray
     out: list[tuple[int, np.ndarray, np.ndarray]] = []
     for path in files:
         for rows in iter_file_rows(path):
-            cols = np.split(rows.cols, rows.col_ptr[1:-1])
-            gts = np.split(rows.gt, rows.gt_ptr[1:-1])
-            out.extend(zip(rows.row_tags.tolist(), cols, gts))
+            out.extend(rows.tuples())
     return out
 
 

@@ -17,7 +17,7 @@ themselves, packed varints, are decoded from one stream of payload bytes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -46,6 +46,11 @@ class Rows:
 
     def __len__(self) -> int:
         return len(self.row_tags)
+
+    def tuples(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Each record as `(row_tag, col_tag, gt_tag)`, the ids int64 arrays (views of `cols`/`gt`)."""
+        cols, gts = np.split(self.cols, self.col_ptr[1:-1]), np.split(self.gt, self.gt_ptr[1:-1])
+        return zip(self.row_tags.tolist(), cols, gts)
 
 
 def _varints(buf: np.ndarray, pos: np.ndarray, owner: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -42,12 +42,16 @@ def masked(crcs: np.ndarray) -> np.ndarray:
     return ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
 
 
+def _length_crcs(distinct: list[int]) -> np.ndarray:
+    """The masked CRC-32C of each record length's 8 bytes (little-endian uint32)."""
+    return masked(np.fromiter(map(_crc32c(), map(struct.Struct("<Q").pack, distinct)), np.uint64,
+                              count=len(distinct)))
+
+
 def _length_headers(lengths: Iterable[int]) -> dict[int, bytes]:
     """The 12-byte header of each distinct record length."""
     distinct = sorted(set(lengths))
-    packed = [struct.pack("<Q", n) for n in distinct]
-    crcs = masked(np.fromiter(map(_crc32c(), packed), np.uint64, count=len(distinct)))
-    return {n: p + c.tobytes() for n, p, c in zip(distinct, packed, crcs)}
+    return {n: struct.pack("<Q", n) + c.tobytes() for n, c in zip(distinct, _length_crcs(distinct))}
 
 
 def frames(records: Iterable[bytes]) -> list[bytes]:
@@ -88,9 +92,7 @@ def _check(path: str, data: bytes, heads: np.ndarray, lengths: np.ndarray, offse
     """Every length CRC and data CRC of the records whose headers start at `heads`."""
     crc32c = _crc32c()
     distinct, which = np.unique(lengths, return_inverse=True)
-    table = masked(np.fromiter(map(crc32c, map(struct.Struct("<Q").pack, distinct.tolist())), np.uint64,
-                               count=len(distinct)))
-    bad = np.flatnonzero(_u32_at(data, heads + 8) != table[which])
+    bad = np.flatnonzero(_u32_at(data, heads + 8) != _length_crcs(distinct.tolist())[which])
     if len(bad):
         at = offset + int(heads[bad[0]])
         raise RecordError(f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte {at} "
@@ -151,8 +153,7 @@ def read_blocks(f: BinaryIO, path: str, block_bytes: int = BLOCK_BYTES, checked:
 
 def _check_length(path: str, data: bytes, offset: int) -> None:
     """The length CRC of the record at the start of `data`."""
-    header = _length_headers([struct.unpack_from("<Q", data)[0]])
-    if data[8:12] != next(iter(header.values()))[8:]:
+    if data[8:12] != _length_crcs([struct.unpack_from("<Q", data)[0]]).tobytes():
         raise RecordError(f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte "
                           f"{offset} does not match")
 

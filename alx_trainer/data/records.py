@@ -109,15 +109,19 @@ def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: 
     """
     for path in files:
         held: list[RowChunk] = []
+        held_rows = 0
         for rows in contract.iter_file_rows(path):
             chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
             _check_ids(path, chunk, num_rows, num_cols)
             held.append(chunk)
-            if sum(map(len, held)) >= chunk_rows:
+            held_rows += len(chunk)
+            if held_rows >= chunk_rows:
                 whole = _concat(held)
-                stop = len(whole) - len(whole) % chunk_rows
-                yield from _slices(whole, 0, stop, chunk_rows)
-                held = [_take(whole, stop, len(whole))] if stop < len(whole) else []
+                held_rows %= chunk_rows
+                stop = len(whole) - held_rows
+                for lo in range(0, stop, chunk_rows):
+                    yield _take(whole, lo, lo + chunk_rows)
+                held = [_take(whole, stop, len(whole))] if held_rows else []
         if held:
             yield _concat(held)
 
@@ -125,11 +129,6 @@ def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: 
 def _take(chunk: RowChunk, lo: int, hi: int) -> RowChunk:
     start, stop = chunk.indptr[lo], chunk.indptr[hi]
     return RowChunk(chunk.row_ids[lo:hi], chunk.indptr[lo : hi + 1] - start, chunk.cols[start:stop])
-
-
-def _slices(chunk: RowChunk, lo: int, hi: int, size: int) -> Iterator[RowChunk]:
-    for a in range(lo, hi, size):
-        yield _take(chunk, a, min(a + size, hi))
 
 
 def _concat(chunks: list[RowChunk]) -> RowChunk:

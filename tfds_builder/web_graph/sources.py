@@ -216,9 +216,7 @@ def read_shard(filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
     damaged file or a record that is not a web_graph Example fails naming the file."""
     try:
         for rows in contract.iter_file_rows(filename):
-            cols = np.split(rows.cols, rows.col_ptr[1:-1])
-            gts = np.split(rows.gt, rows.gt_ptr[1:-1])
-            for row in zip(rows.row_tags.tolist(), cols, gts):
+            for row in rows.tuples():
                 yield row_to_example(row)
     except (ValueError, OSError) as e:
         raise BadSourceError(str(e).splitlines()[0]) from e
