@@ -7,6 +7,7 @@ The demo's own line budget is checked in test_demo.py (one demo run serves both)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -171,14 +172,17 @@ def test_header_hint_fires_on_hollins_without_header_and_not_with_it(data_dir, t
     assert json.loads((tmp_path / "header" / "stats.json").read_text())["header_hints"] == []
 
 
-@pytest.mark.parametrize("path, fmt", [
-    ("hollins/edges.txt", EdgeFormat("pairs", header=True)),
-    ("ml-100k/u.data", EdgeFormat("movielens")),
-    ("ml-1m-implicit/train.txt", EdgeFormat("adjacency")),
-    ("ml-1m-implicit/test.txt", EdgeFormat("adjacency")),
+@pytest.mark.parametrize("path, fmt, skip", [
+    ("hollins/edges.txt", EdgeFormat("pairs"), 1),  # its header line taken off: the data is looked at
+    ("ml-100k/u.data", EdgeFormat("movielens"), 0),
+    ("ml-1m-implicit/train.txt", EdgeFormat("adjacency"), 0),
+    ("ml-1m-implicit/test.txt", EdgeFormat("adjacency"), 0),
 ])
-def test_header_hint_is_quiet_on_correct_inputs(data_dir, path, fmt):
-    assert header_hint((data_dir / path).read_bytes(), fmt) is None
+def test_header_hint_is_quiet_on_correct_inputs(data_dir, path, fmt, skip):
+    data = (data_dir / path).read_bytes().split(b"\n", skip)[skip]
+    assert header_hint(data, fmt) is None and header_hint(data, fmt, url_ids=True) is None
+    # a header the reader is told to skip (--header) is no hint
+    assert header_hint((data_dir / path).read_bytes(), dataclasses.replace(fmt, header=True)) is None
 
 
 def test_header_hint_by_hand():

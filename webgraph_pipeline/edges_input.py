@@ -24,7 +24,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from webgraph_pipeline.counters import NAMESPACE, LocalCounts, flush_to_beam
-from webgraph_pipeline.edge_formats import (  # noqa: F401  (parse_url_line: also imported from here)
+from webgraph_pipeline.edge_formats import (
     HINT_SAMPLE_LINES,
     INT_TOKEN,
     MAX_EXAMPLES,
@@ -32,7 +32,7 @@ from webgraph_pipeline.edge_formats import (  # noqa: F401  (parse_url_line: als
     ParsedBlock,
     header_hint,
     parse_block,
-    parse_url_line,
+    parse_url_line,  # noqa: F401 - also imported from here
 )
 from webgraph_pipeline.file_accounting import PARTLY_READ, READ, UNREADABLE, UnreadableFileError, account_file
 
