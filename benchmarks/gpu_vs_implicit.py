@@ -55,7 +55,7 @@ implicit with confidence 1 + 1/alpha on every observed pair and L2 weight lambda
 implicit 0.7's GPU `fit` never applies its `alpha` (only `recalculate_user` does), so the
 confidence is written into the matrix's values and both models get alpha = 1.
 
-Work per epoch is counted, not measured (`epoch_work`): the FLOPs of matrix-free CG (the same count
+Work per epoch is counted, not measured (`trainer_scale.epoch_work`): the FLOPs of matrix-free CG (the same count
 for both) and the bytes any implementation must move; achieved rates are set against the peaks of
 step 1. Peak device memory: ours, JAX's `peak_bytes_in_use`; implicit, RMM's statistics (its
 factors and work buffers) plus its two CSR copies (CUDA managed memory, outside RMM). Host peak
@@ -378,22 +378,6 @@ def implicit_problem(indptr: np.ndarray, cols: np.ndarray, num_cols: int, alpha:
     return matrix, regularization
 
 
-def epoch_work(num_rows: int, num_cols: int, nnz: int, dim: int, cg_iters: int, table_bytes: int) -> tuple[float, float]:
-    """(FLOPs, bytes) of one epoch of matrix-free CG iALS, both sides, no training loss.
-
-    FLOPs per side solving R rows against N fixed rows over the nnz pairs (as
-    `ials_vs_implicit.epoch_flops`): the gramian 2 N d^2, b nnz d, and cg_iters + 1 products with
-    the normal matrix (the residual's and each step's), each 2 R d^2 + 4 nnz d. Bytes, the least any
-    implementation moves: each pair's fixed row gathered once (d table_bytes) with its id (4), each
-    solved row read and written (2 R d table_bytes), the fixed table read once for the gramian.
-    """
-    flops = byte_count = 0.0
-    for solved, fixed in ((num_rows, num_cols), (num_cols, num_rows)):
-        flops += 2 * fixed * dim**2 + nnz * dim + (cg_iters + 1) * (2 * solved * dim**2 + 4 * nnz * dim)
-        byte_count += nnz * (dim * table_bytes + 4) + 2 * solved * dim * table_bytes + fixed * dim * table_bytes
-    return flops, byte_count
-
-
 # ---------------------------------------------------------------- child processes
 
 
@@ -701,6 +685,8 @@ def section_figures(lines: list[dict], error: str | None, work: tuple[float, flo
 def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: str, dim: int, config, who: str,
                 name: str) -> dict:
     """One trainer's child on one matrix at one d (log and spec files under `name`): its table row."""
+    from trainer_scale import epoch_work
+
     meta, peaks = report["data"][size], report["device"].get("peaks", {})
     spec = {"size": size, "data": str(runner.work / "data" / size), "config": config.to_dict(),
             "implicit": args.implicit}

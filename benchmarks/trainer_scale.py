@@ -142,18 +142,19 @@ def run_implicit(data: str, dim: int, epochs: int, cg_iters: int, threads: int, 
     return {"seconds": seconds, "s_per_epoch": float(np.median(seconds[1:] or seconds)), "peak_gib": peak}
 
 
-def epoch_work(num_rows: int, num_cols: int, nnz: int, dim: int, cg_iters: int) -> tuple[float, float]:
-    """(FLOPs, bytes) of one epoch's useful work, both sides, float32 tables.
+def epoch_work(num_rows: int, num_cols: int, nnz: int, dim: int, cg_iters: int,
+               table_bytes: int = 4) -> tuple[float, float]:
+    """(FLOPs, bytes) of one epoch's useful work, both sides, tables of `table_bytes` per value.
 
     FLOPs as `ials_vs_implicit.epoch_flops`: per side b and r0 (3 |S| d), cg_iters matvecs
     (4 |S| d + 2 R d^2 each), the observed loss (2 |S| d), the gramian (2 N d^2). Bytes: each
-    observed pair's fixed-table row gathered once (4 d) plus its id (4), every solved row read and
-    written (8 d) and the fixed table read for the gramian (4 N d).
+    observed pair's fixed-table row gathered once (d table_bytes) plus its id (4), every solved row
+    read and written (2 d table_bytes) and the fixed table read for the gramian (N d table_bytes).
     """
     flops = byte_count = 0.0
     for solved, other in ((num_rows, num_cols), (num_cols, num_rows)):
         flops += 3 * nnz * dim + cg_iters * (4 * nnz * dim + 2 * solved * dim**2) + 2 * nnz * dim + 2 * other * dim**2
-        byte_count += nnz * (4 * dim + 4) + solved * 8 * dim + other * 4 * dim
+        byte_count += nnz * (table_bytes * dim + 4) + solved * 2 * table_bytes * dim + other * table_bytes * dim
     return flops, byte_count
 
 
