@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 GROUP = 32  # columns per group of the exact selection (a block holds a whole number of groups)
 TIERS = (4, 16)  # groups gathered per row when every row of a batch has at most this many candidates
+NO_SEED = np.iinfo(np.int32).max  # the id of an empty seed slot (after every real id)
 SHORT_EXCLUDE = 64  # rows with more known columns than this are batched apart (a wider exclusion list)
 FOLD_IN_CHUNK = 1 << 16  # rows folded in per call of the trainer's solve
 FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
@@ -139,9 +140,10 @@ def _devices(mesh: Mesh | Sequence[Any] | None) -> list:
     return list(mesh)
 
 
-def _block_candidates(scores, threshold, k: int, approx: bool, recall_target: float):
+def _block_candidates(scores, threshold, floor, k: int, approx: bool, recall_target: float):
     """(values, positions) of the entries of a `[B, C]` block that may enter a running top K whose
-    K-th best is `threshold` [B] (see the module docstring); padding: -inf and -1."""
+    K-th best is `threshold` [B] and whose final K-th best is at least `floor` [B] (see the module
+    docstring); padding: -inf and -1."""
     b, c = scores.shape
     if approx:
         return jax.lax.approx_max_k(scores, min(k, c), recall_target=recall_target)
@@ -166,14 +168,35 @@ def _block_candidates(scores, threshold, k: int, approx: bool, recall_target: fl
 
         return select
 
+    empty = (jnp.full((b, 0), -jnp.inf, scores.dtype), jnp.full((b, 0), -1, jnp.int32))
+
     def whole():
         return pad(*jax.lax.top_k(scores, min(k, c)))
 
     if not tiers:
         return whole()
-    need = jnp.max(jnp.sum(best > threshold[:, None], axis=1))
-    index = jnp.searchsorted(jnp.asarray(tiers), need)  # the first tier that holds every row's groups
-    return jax.lax.switch(index, [gathered(m) for m in tiers] + [whole])
+    need = jnp.max(jnp.sum((best > threshold[:, None]) & (best >= floor[:, None]), axis=1))
+    index = jnp.searchsorted(jnp.asarray((0,) + tiers), need)  # the first tier that holds every row's groups
+    return jax.lax.switch(index, [lambda: pad(*empty)] + [gathered(m) for m in tiers] + [whole])
+
+
+def _seed_threshold(queries, seed_table, seed_ids, exclude, k: int):
+    """A lower bound [B] of each row's K-th best admissible score: the K-th best over a device's
+    columns of largest norm (`seed_ids`, ascending; -1: none), lowered by a rounding margin; -inf
+    when fewer than K of them are admissible."""
+    b, s = queries.shape[0], seed_ids.shape[0]
+    if s < k:
+        return jnp.full((b,), -jnp.inf, jnp.float32)
+    scores = jnp.dot(queries, seed_table.T, preferred_element_type=jnp.float32)
+    scores = jnp.where(seed_ids[None, :] != NO_SEED, scores, -jnp.inf)
+    at = jnp.clip(jnp.searchsorted(seed_ids, exclude), 0, s - 1)
+    hit = (exclude >= 0) & (seed_ids[at] == exclude)
+    scores = scores.at[jnp.arange(b)[:, None], jnp.where(hit, at, s)].set(-jnp.inf, mode="drop")
+    kth = jax.lax.top_k(scores, k)[0][:, -1]
+    # the same product in another program may round differently: |error| <= d eps |q| |h|
+    norms = jnp.sqrt(jnp.sum(seed_table * seed_table, axis=1)).max()
+    margin = 4 * queries.shape[1] * jnp.finfo(jnp.float32).eps * jnp.linalg.norm(queries, axis=1) * norms
+    return kth - margin
 
 
 @functools.lru_cache(maxsize=32)
@@ -181,9 +204,10 @@ def _kernel(k: int, cols: int, approx: bool, recall_target: float):
     """One device's program: (queries [B, d], table [blocks * cols, d], exclude [B, E] local ids,
     valid: its real column count) -> running top K (values [B, k], local ids [B, k])."""
 
-    def run(queries, table, exclude, valid):
+    def run(queries, table, exclude, valid, seed_table, seed_ids):
         b = queries.shape[0]
         rows = jnp.arange(b)[:, None]
+        floor = _seed_threshold(queries, seed_table, seed_ids, exclude, k)
 
         def block(j, carry):
             run_vals, run_ids = carry
@@ -195,7 +219,7 @@ def _kernel(k: int, cols: int, approx: bool, recall_target: float):
             local = exclude - start
             local = jnp.where((exclude >= 0) & (local >= 0) & (local < cols), local, cols)
             scores = scores.at[rows, local].set(-jnp.inf, mode="drop")
-            vals, pos = _block_candidates(scores, run_vals[:, -1], k, approx, recall_target)
+            vals, pos = _block_candidates(scores, run_vals[:, -1], floor, k, approx, recall_target)
             all_vals = jnp.concatenate([run_vals, vals], axis=1)  # running first: it holds the lower ids
             all_ids = jnp.concatenate([run_ids, start + pos], axis=1)
             best, at = jax.lax.top_k(all_vals, k)
@@ -230,9 +254,24 @@ class BlockedScorer:
         self.valid = [int(np.clip(self.num_cols - i * self.span, 0, self.span)) for i in range(len(self.devices))]
         padded = np.zeros((self.span * len(self.devices), self.dim), np.float32)
         padded[: self.num_cols] = table
-        self.tables = [jax.device_put(padded[i * self.span : (i + 1) * self.span], d)
-                       for i, d in enumerate(self.devices)]
+        self.tables, self.seeds = [], []
+        for i, device in enumerate(self.devices):
+            part = padded[i * self.span : (i + 1) * self.span]
+            self.tables.append(jax.device_put(part, device))
+            self.seeds.append(jax.device_put(self._seed(part[: self.valid[i]]), device))
         self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+
+    def _seed(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(table, ids) of a block of a device's columns of largest norm, ids ascending (padding
+        `NO_SEED`, zero rows): their K-th best score bounds a row's final K-th best from below."""
+        ids = np.full(self.shape.cols, NO_SEED, np.int32)
+        take = min(len(part), self.shape.cols)
+        norms = np.einsum("ij,ij->i", part, part)
+        chosen = np.sort(np.argpartition(-norms, take - 1)[:take]) if take else np.zeros(0, np.int64)
+        ids[:take] = chosen
+        table = np.zeros((self.shape.cols, self.dim), np.float32)
+        table[:take] = part[chosen]
+        return table, ids
 
     def describe(self, k: int) -> str:
         """The memory bound of a query, for the log."""
@@ -297,7 +336,7 @@ class BlockedScorer:
             local = np.where(ex >= 0, ex - i * self.span, -1).astype(np.int32)
             local[(local < 0) | (local >= self.span)] = -1
             return kernel(jax.device_put(q, device), self.tables[i], jax.device_put(local, device),
-                          jax.device_put(np.int32(self.valid[i]), device))
+                          jax.device_put(np.int32(self.valid[i]), device), *self.seeds[i])
 
         if self.per_core:
             return per_core.run([functools.partial(task, i) for i in range(len(self.devices))])
