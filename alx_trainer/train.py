@@ -13,7 +13,7 @@ only in the epochs of `train_loss_every`, as `loss`),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
 `col_seconds`, `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from
-`alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
+`alx_trainer.evaluation.evaluate.evaluate_dataset` when the dataset has a test split.
 """
 
 from __future__ import annotations

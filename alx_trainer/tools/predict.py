@@ -5,7 +5,7 @@
   row uses its row embedding; a held-out row is folded in from its fold-in outlinks (Eq. 4).
 - `nearest_neighbors`: the K nodes whose embeddings are closest by cosine to a node's embedding.
 - `export_tables`: both tables with their ids (and names) as NumPy `.npz`/`.npy` and as TFRecord.
-Scoring goes through the same sharded top-k as evaluation (`evaluate.ShardedScorer`).
+Scoring goes through the same blocked top-k as evaluation (`topk.BlockedScorer`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from alx_trainer.evaluation.evaluate import ShardedScorer, _tables
+from alx_trainer.evaluation.evaluate import _tables
+from alx_trainer.evaluation.topk import BlockedScorer
 from alx_trainer.model import fold_in
 from webgraph_pipeline import contract, fileio, urls
 from webgraph_pipeline.example_rows import encode_example
@@ -91,7 +92,7 @@ def predict_outlinks(
         raise ValueError(f"node {node!r} (id {row}) has no outlinks in {data_dir}: nothing to predict from")
     names = _names_or_empty(data_dir)
     exclude = np.concatenate([known, [row]]) if _shared_ids(data_dir) else known
-    scores, ids = ShardedScorer(col_table, mesh).topk(query, [exclude], k)
+    ids, scores = BlockedScorer(col_table, mesh).top_k(query, [exclude], k)
     return _named(ids[0], scores[0], names)
 
 
@@ -107,7 +108,7 @@ def nearest_neighbors(
     if not 0 <= node_id < len(emb):
         raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    scores, ids = ShardedScorer(unit, mesh).topk(unit[node_id][None], [np.array([node_id])], k)
+    ids, scores = BlockedScorer(unit, mesh).top_k(unit[node_id][None], [np.array([node_id])], k)
     return _named(ids[0], scores[0], _names_or_empty(data_dir, columns=table == "col") if data_dir else {})
 
 
