@@ -47,7 +47,7 @@ def main() -> None:
     from alx_trainer.data import records
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.train import train
-    from webgraph_pipeline import synthetic_matrix as synth
+    from webgraph_contract import synthetic_matrix as synth
 
     rng = np.random.default_rng(0)
     degrees = synth.row_degrees(rng, args.rows, args.cols, args.nnz, 0.5)

@@ -115,12 +115,12 @@ def implicit_child(args: argparse.Namespace) -> int:
     from threadpoolctl import threadpool_limits
 
     from alx_trainer.evaluation import evaluate, metrics
-    from webgraph_pipeline import contract
+    from webgraph_contract import dataset_reader, stats_json
 
     train_split = "validation_train" if args.split == "validation" else "train"
-    stats = contract.read_stats(args.dataset)
-    n_rows, n_cols = contract.matrix_shape(stats)
-    train = contract.read_split(args.dataset, train_split)
+    stats = stats_json.read_stats(args.dataset)
+    n_rows, n_cols = stats_json.matrix_shape(stats)
+    train = dataset_reader.read_split(args.dataset, train_split)
     rows = np.concatenate([np.full(len(c), r) for r, c, _ in train])
     cols = np.concatenate([c for _, c, _ in train])
     user_items = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_rows, n_cols))

@@ -110,7 +110,7 @@ SIZES = {
 GOWALLA = "gowalla"
 GOWALLA_DIMS = (64, 1024)
 GOWALLA_CONFIG = REPO / "configs" / "gowalla.json"  # our tuned point; its d is replaced by --dims
-ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7  # as webgraph_pipeline.synthetic_matrix: rank density ~ rank^-s
+ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7  # as webgraph_contract.synthetic_matrix: rank density ~ rank^-s
 BUCKETS = 1 << 20  # equal-probability rank buckets of the generator
 GIB = 2.0**30
 EXPLICIT_PRECISIONS = ("float32", "tf32", "bfloat16")  # TrainConfig.matmul_precision's, less 'auto'
@@ -284,7 +284,8 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str, overrid
     trainer's defaults; no evaluation, training loss or progress, and no checkpoint before the last
     epoch's (which the trainer always writes; it falls in `setup_s`); then the size's own overrides
     and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
-    from alx_trainer.config import TrainConfig, parse_dataclass_args
+    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+    from alx_trainer.config import TrainConfig
 
     values: dict[str, Any] = {}
     if size == GOWALLA:

@@ -20,12 +20,12 @@ class Split:
 
 def make_split(data_dir: str, *flags: Any) -> Split:
     """Run the pipeline's CLI with `flags` writing `data_dir`; the dataset read back."""
-    from webgraph_pipeline import contract
+    from webgraph_contract import dataset_reader, stats_json
     from webgraph_pipeline.cli import main
 
     if main([str(f) for f in flags] + ["--output", data_dir]) != 0:
         raise SystemExit(f"webgraph_pipeline {' '.join(map(str, flags))} failed")
-    num_rows, num_cols = contract.matrix_shape(contract.read_stats(data_dir))
-    train = {r: c for r, c, _ in contract.read_split(data_dir, "train")}
-    test = {r: (c, g) for r, c, g in contract.read_split(data_dir, "test")}
+    num_rows, num_cols = stats_json.matrix_shape(stats_json.read_stats(data_dir))
+    train = {r: c for r, c, _ in dataset_reader.read_split(data_dir, "train")}
+    test = {r: (c, g) for r, c, g in dataset_reader.read_split(data_dir, "test")}
     return Split(num_rows, num_cols, train, test)

@@ -4,7 +4,7 @@
                                        [--work /tmp/trainer_scale] [--hugepages both|on|off]
                                        [--ours_flags='--stream_batches ...'] [--train_loss both|off|on]
 
-Each size is written once by `python -m webgraph_pipeline.synthetic_matrix` (seeded, reused when
+Each size is written once by `python -m webgraph_contract.synthetic_matrix` (seeded, reused when
 its stats.json matches); `ml1m-real` is MovieLens-1M itself, the training split of
 `ials_vs_implicit.py` (90% of the users), made by the pipeline once. Then, per size and d, every
 trainer runs in its own subprocess under `/usr/bin/time -v` (peak RSS): ours as a new user runs
@@ -73,7 +73,7 @@ def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
             rows, cols, nnz, seed
         ):
             return out
-    cmd = [sys.executable, "-m", "webgraph_pipeline.synthetic_matrix", "--out", out, "--rows", str(rows),
+    cmd = [sys.executable, "-m", "webgraph_contract.synthetic_matrix", "--out", out, "--rows", str(rows),
            "--cols", str(cols), "--nnz", str(nnz), "--seed", str(seed)]
     run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if run.returncode:
@@ -111,11 +111,11 @@ def implicit_worker(data: str, dim: int, epochs: int, cg_iters: int, threads: in
     from threadpoolctl import threadpool_limits
 
     from alx_trainer.data import records
-    from webgraph_pipeline import contract
+    from webgraph_contract import layout, stats_json
 
-    stats = contract.read_stats(data)
-    num_rows, num_cols = contract.matrix_shape(stats)
-    files = list(contract.iter_split_files(data, "train"))
+    stats = stats_json.read_stats(data)
+    num_rows, num_cols = stats_json.matrix_shape(stats)
+    files = list(layout.iter_split_files(data, "train"))
     rows, cols = [], []
     for chunk in records.read_chunks(files, 8192, num_rows, num_cols):
         rows.append(np.repeat(chunk.row_ids, chunk.lengths))

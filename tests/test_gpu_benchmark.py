@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from implicit.cpu.als import AlternatingLeastSquares
 
-from webgraph_pipeline import synthetic_matrix
+from webgraph_contract import synthetic_matrix
 
 import reference_ials as ref
 
