@@ -12,8 +12,10 @@ training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final t
 only in the epochs of `train_loss_every`, as `loss`),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
-`col_seconds`, `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from
-`alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
+`col_seconds`, `compile_seconds` (of `seconds`: tracing, lowering, and compiling programs or loading
+them from the persistent cache), `compiles` (programs XLA compiled), `rows_solved`, `cols_solved`,
+and `recall@K` (+ `ndcg@100`, popularity baseline) from `alx_trainer.evaluation.evaluate.evaluate`
+when the dataset has a test split.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import checkpoint, run_lock
+from alx_trainer import checkpoint, compile_cache, run_lock
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity, records
@@ -171,7 +173,7 @@ def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, S
 def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int, grams: dict) -> dict:
     """One epoch (row then column half-epoch) on `run.tables`; its metrics record."""
     config, tables = run.config, run.tables
-    t0 = time.perf_counter()
+    t0, compiled0 = time.perf_counter(), compile_cache.counts()
     record: dict = {"epoch": epoch}
 
     def progress(steps: int, rows: int) -> None:
@@ -205,6 +207,8 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
             record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
         )
     record["seconds"] = time.perf_counter() - t0
+    compiled = compile_cache.counts().since(compiled0)
+    record["compile_seconds"], record["compiles"] = compiled.seconds, compiled.compiled
     return record
 
 
