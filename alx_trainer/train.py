@@ -191,6 +191,8 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
         src_gram = _gramian(grams, runner, side.other, tables[side.other])
         src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         tables[side.table], terms = runner.run(src, tables[side.table], progress, src_gram)
+        if runner.solved_gramian is not None:  # the one-call half-epoch computed it
+            grams[side.table] = (tables[side.table], runner.solved_gramian)
         for hook in hooks:
             hook.on_half_epoch_end(run, epoch, side.name)
         _check_finite(_gramian(grams, runner, side.table, tables[side.table]), epoch, side.name)

@@ -65,7 +65,7 @@ def data(tmp_path_factory) -> str:
 def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
     home = str(tmp_path / "xdg")
     cache = os.path.join(home, "alx", "jax")  # 'auto': the user's own cache directory
-    train = ["train", "--data", data, "--dim", "8", "--epochs", "2", "--progress", "false", "--piece_len", "4",
+    train = ["train", "--data", data, "--dim", "8", "--epochs", "2", "--no-progress", "--piece_len", "4",
              "--batch_pieces", "8"]
     first = _run([*train, "--model_dir", str(tmp_path / "m1")], home)
     assert first["requests"] > 0 and first["hits"] == 0, first
@@ -92,7 +92,7 @@ def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
 def test_off_uses_no_directory(data, tmp_path):
     home = str(tmp_path / "xdg")
     counts = _run(["train", "--data", data, "--model_dir", str(tmp_path / "m"), "--dim", "4", "--epochs", "1",
-                   "--eval_every", "0", "--progress", "false", "--compile_cache", "off"], home)
+                   "--eval_every", "0", "--no-progress", "--compile_cache", "off"], home)
     assert counts["requests"] > 0 and counts["hits"] == 0
     assert not os.path.exists(home)
 

@@ -35,6 +35,7 @@ class StepSpec:
     layout: str = "sharded"  # 'sharded', 'replicated' or 'owner' (see above)
     block_size: int = 0  # coordinates per block of the 'block' solver (iALS++)
     precision: str = "float32"  # of the explicit h h^T products: 'float32', 'tf32' or 'bfloat16'
+    unroll: bool = False  # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
 
     @property
     def replicated_src(self) -> bool:
