@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import time
 from typing import Callable, Sequence
@@ -37,11 +38,13 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity, records
 from alx_trainer.data.dataset import open_dataset, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
-from alx_trainer.ops import host_replica
+from alx_trainer.ops import cost, host_replica
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
 from webgraph_pipeline import fileio
+
+log = logging.getLogger(__name__)
 
 
 class TrainingCollapse(FloatingPointError):
@@ -113,6 +116,13 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
     if jax.process_index() == 0:
         with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
+    if log.isEnabledFor(logging.DEBUG):
+        costs = cost.epoch_cost(runners, sides(config.tied), tables)
+        for c in costs["programs"]:
+            log.debug("%s side, %s: %.4g GFLOP, %.4g GB accessed per launch (XLA cost analysis, loops unrolled), "
+                      "%d per half-epoch", c["side"], c["name"], c["flops"] / 1e9, c["bytes_accessed"] / 1e9, c["times"])
+        log.debug("per epoch and device: %.4g GFLOP, %.4g GB accessed, %d compiled calls",
+                  costs["flops_per_epoch"] / 1e9, costs["bytes_per_epoch"] / 1e9, costs["launches_per_epoch"])
     history = [r for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE)) if r.get("epoch", 0) <= start]
     run = Run(config, dataset, mesh, tables, start, history)
     hooks = default_callbacks(config, mgr) + extra

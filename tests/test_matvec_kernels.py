@@ -79,11 +79,11 @@ def _half_epoch(problem, devices: int, table_dtype: str = "float32", **kw):
 
 
 CASES = {
-    "one call (accelerator, resident)": dict(devices=1, accelerator="on", resident_batches="on"),
-    "one call, sharded on 8 devices": dict(devices=8, accelerator="on", resident_batches="on", layout="sharded"),
-    "one call, replicated on 8 devices": dict(devices=8, accelerator="on", resident_batches="on", layout="replicated"),
-    "streamed steps (accelerator)": dict(devices=8, accelerator="on", resident_batches="off", calls_per_half_epoch=2),
-    "per-core owner steps": dict(devices=2, accelerator="off", layout="owner"),
+    "one call (accelerator, resident)": {"devices": 1, "accelerator": "on", "resident_batches": "on"},
+    "one call, sharded on 8 devices": {"devices": 8, "accelerator": "on", "resident_batches": "on", "layout": "sharded"},
+    "one call, replicated on 8 devices": {"devices": 8, "accelerator": "on", "resident_batches": "on", "layout": "replicated"},
+    "streamed steps (accelerator)": {"devices": 8, "accelerator": "on", "resident_batches": "off", "calls_per_half_epoch": 2},
+    "per-core owner steps": {"devices": 2, "accelerator": "off", "layout": "owner"},
 }
 
 

@@ -35,9 +35,9 @@ from alx_trainer.ops.lookups import (
     sharded_scatter,
     stored_rows,
 )
-from alx_trainer.ops.storage import as_float32
 from alx_trainer.ops.mesh import AXIS
 from alx_trainer.ops.spec import Fixed, StepSpec
+from alx_trainer.ops.storage import as_float32
 
 
 def _gramian_local(table_l: jax.Array) -> jax.Array:

@@ -63,6 +63,8 @@ class SideRunner:
         replica: host_replica.ReplicaBuffer | None = None,
         name: str = "",
     ):
+        if spec.layout == "sharded" and mesh.size == 1 and not spec.local_stats:
+            spec = dataclasses.replace(spec, layout="replicated")  # one device: a plain lookup, no collective
         self.config, self.mesh, self.spec, self.replica = config, mesh, spec, replica
         self.hyper = hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.hyper_on_devices = jax.device_put(self.hyper, replicated(mesh))
