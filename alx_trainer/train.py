@@ -12,8 +12,8 @@ training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final t
 only in the epochs of `train_loss_every`, as `loss`),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
-`col_seconds`, `compile_seconds` (of `seconds`: tracing, lowering, and compiling programs or loading
-them from the persistent cache), `compiles` (programs XLA compiled), `rows_solved`, `cols_solved`,
+`col_seconds`, `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
+persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles` (programs XLA compiled), `rows_solved`, `cols_solved`,
 and `recall@K` (+ `ndcg@100`, popularity baseline) from `alx_trainer.evaluation.evaluate.evaluate`
 when the dataset has a test split.
 """
