@@ -13,8 +13,8 @@ only in the epochs of `train_loss_every`, as `loss`),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
 `col_seconds`, `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
-persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles` (programs XLA compiled), `rows_solved`, `cols_solved`,
-and `recall@K` (+ `ndcg@100`, popularity baseline) from `alx_trainer.evaluation.evaluate.evaluate`
+persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles`
+(programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from `alx_trainer.evaluation.evaluate.evaluate`
 when the dataset has a test split.
 """
 
@@ -245,3 +245,12 @@ def _check_finite(gram: jax.Array, epoch: int, side: str) -> None:
             f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical collapse); "
             "raise --reg or use --table_dtype float32"
         )
+
+
+def epoch_cost(config: TrainConfig, dataset: records.Dataset, mesh=None) -> dict:
+    """XLA's cost analysis of one epoch of training `config` on `dataset` (`ops.cost.epoch_cost`:
+    bytes accessed, FLOPs and compiled calls per epoch and device, and every program): both sides
+    planned as `train` plans them (one pass over the data); nothing is trained."""
+    mesh = mesh if mesh is not None else make_mesh()
+    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    return cost.epoch_cost(_runners(config, dataset, mesh), sides(config.tied), tables)

@@ -13,9 +13,8 @@ import numpy as np
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
-from alx_trainer.ops import cost
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.train import train
+from alx_trainer.train import epoch_cost, train
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 import device_proxies  # noqa: E402  (the benchmark's launch count from a profiler trace)
@@ -41,7 +40,7 @@ def _config(tmp_path, **kw) -> TrainConfig:
 
 def test_every_program_of_an_epoch_has_its_bytes_and_flops(tmp_path):
     data = _matrix()
-    found = cost.measure(_config(tmp_path), data, make_mesh(jax.devices()[:1]))
+    found = epoch_cost(_config(tmp_path), data, make_mesh(jax.devices()[:1]))
     names = {(p["side"], p["name"].split(" ")[0]) for p in found["programs"]}
     assert {("row", "normal"), ("row", "long"), ("row", "gramian"), ("col", "normal"), ("col", "gramian")} <= names
     assert all(p["bytes_accessed"] > 0 and p["times"] >= 1 for p in found["programs"]), found["programs"]

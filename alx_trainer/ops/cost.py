@@ -4,7 +4,8 @@
 so each program is analysed as compiled with its loops unrolled (`StepSpec.unroll`): one normal
 batch (times the batches a half-epoch runs), each long-row call, the gramian and the replica.
 Shapes come from the runner's plan and batch source; nothing runs. `epoch_cost` sums both sides
-(the training loop logs it at debug level); `measure(config, dataset)` is the benchmarks' entry.
+(the training loop logs it at debug level; `alx_trainer.train.epoch_cost(config, dataset)` is the
+benchmarks' entry).
 """
 
 from __future__ import annotations
@@ -110,16 +111,3 @@ def _launches(runner, costs: list[ProgramCost]) -> int:
     if runner.one_call:
         return 1
     return sum(runner.plan.calls if c.name == "normal batch" else c.times for c in costs)
-
-
-def measure(config, dataset, mesh=None) -> dict[str, Any]:
-    """`epoch_cost` of training `config` on `dataset` (a `records.Dataset`): plans both sides as
-    `train` does (one pass over the data), analyses the programs, trains nothing."""
-    from alx_trainer import train as training  # the training loop imports this module's users
-    from alx_trainer.model import init_tables
-    from alx_trainer.ops.mesh import make_mesh
-
-    mesh = mesh if mesh is not None else make_mesh()
-    runners = training._runners(config, dataset, mesh)  # noqa: SLF001 - the loop's own construction
-    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
-    return epoch_cost(runners, training.sides(config.tied), tables)
