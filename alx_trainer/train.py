@@ -14,8 +14,8 @@ only in the epochs of `train_loss_every`, as `loss`),
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
 `col_seconds`, `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
 persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles`
-(programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from `alx_trainer.evaluation.evaluate.evaluate`
-when the dataset has a test split.
+(programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity
+baseline) from `alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
 """
 
 from __future__ import annotations
