@@ -89,7 +89,7 @@ def predict_outlinks(
         query = np.asarray(fold_in(col_table, [known], config or model_config), np.float32)
     else:
         raise ValueError(f"node {node!r} (id {row}) has no outlinks in {data_dir}: nothing to predict from")
-    names = _names_or_empty(data_dir)
+    names = vocabulary_names(data_dir)
     exclude = np.concatenate([known, [row]]) if _shared_ids(data_dir) else known
     scores, ids = ShardedScorer(col_table, mesh).topk(query, [exclude], k)
     return _named(ids[0], scores[0], names)
@@ -108,10 +108,11 @@ def nearest_neighbors(
         raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     scores, ids = ShardedScorer(unit, mesh).topk(unit[node_id][None], [np.array([node_id])], k)
-    return _named(ids[0], scores[0], _names_or_empty(data_dir, columns=table == "col") if data_dir else {})
+    return _named(ids[0], scores[0], vocabulary_names(data_dir, columns=table == "col") if data_dir else {})
 
 
-def _names_or_empty(data_dir: str, columns: bool = True) -> dict[int, str]:
+def vocabulary_names(data_dir: str, columns: bool = True) -> dict[int, str]:
+    """id -> name of the dataset's column (or row) vocabulary; empty when it has none."""
     try:
         return load_vocab(fileio.absolute(data_dir), columns)[0]
     except FileNotFoundError:
@@ -135,7 +136,7 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
     when a vocabulary exists). Returns the written paths."""
     row_table, col_table, _ = _tables(model)
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
-    names = _names_or_empty(data_dir) if data_dir else {}
+    names = vocabulary_names(data_dir) if data_dir else {}
     shared = bool(data_dir) and _shared_ids(data_dir)
     fileio.makedirs(out_dir)
     arrays: dict[str, np.ndarray] = {}
