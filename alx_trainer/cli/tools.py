@@ -173,7 +173,7 @@ def main_predict(argv: Sequence[str]) -> int:
                    help="With --links: one JSON line, as --rows answers.")
     p.add_argument("--k", type=at_least(1), default=10, help="How many predictions per node.")
     p.add_argument("--batch_size", type=at_least(0), default=0,
-                   help="Pages per scoring batch of --links/--rows (0: by memory, as `eval`).")
+                   help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`).")
     p.add_argument("--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks.")
     p.add_argument("--table", choices=("row", "col"), default="col", help="Table of --neighbors.")
     add_log_level(p)
@@ -236,6 +236,7 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
     with contextlib.ExitStack() as stack:
         lines = sys.stdin.buffer if args.rows == "-" else stack.enter_context(open(args.rows, "rb"))
         pages = parse_rows(lines, lookup, report, shared)
+        log.debug("predict --rows %s: %s", args.rows, ranker.describe(args.k))
         for page, scores, ids in predict_pages(ranker, pages, args.k, report):
             sys.stdout.write(json_line(answer(page, scores, ids, names)) + "\n")
     summary = report.summary(f"--rows {args.rows}")
@@ -260,7 +261,7 @@ def main_export(argv: Sequence[str]) -> int:
     p.add_argument("--num_shards", type=at_least(0), default=0,
                    help="TFRecord shards per table (0: 1), or of --topk (0: one per 2^20 rows).")
     p.add_argument("--batch_size", type=at_least(0), default=0,
-                   help="Rows per scoring batch of --topk (0: by memory budget, as `eval`).")
+                   help="Rows per scoring batch of --topk (0: by backend, as `eval`).")
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)

@@ -1,9 +1,11 @@
 """Fold-in and top K of the tools (`predict`, `export --topk`), the way `eval` does them.
 
-The one place where the tools use the evaluation's scorer: new pages are folded in from their
-known columns with the trainer's solve (paper Eq. 4), in calls of `rows_per_call` rows as `eval`
-folds its test rows in, and every query is ranked against all columns on the devices in batches,
-its excluded columns left out, so a page given as a test row's fold-in links gets `eval`'s ranking.
+The one place where the tools use the evaluation's top K (`evaluation.topk`): new pages are
+folded in from their known columns with the trainer's solve (paper Eq. 4), `rows_per_call` rows
+per call as `top_k_rows` folds in, and every query is ranked against all columns on the devices
+(`BlockedScorer`: row batches, column blocks, exact), its excluded columns left out, so a page
+given as a test row's fold-in links gets `eval`'s ranking. The column table is put on the devices
+once, for every chunk of rows a tool streams.
 """
 
 from __future__ import annotations
@@ -12,26 +14,28 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from alx_trainer.evaluation.evaluate import FOLD_IN_CHUNK, ShardedScorer
+from alx_trainer.evaluation.topk import FOLD_IN_CHUNK, BlockedScorer
 from alx_trainer.model import fold_in
 
 
 class Ranker:
-    """A column table on the devices, answering top-K queries for folded-in or given row vectors."""
+    """A column table on the devices, answering top-K queries of folded-in or given row vectors."""
 
     def __init__(
         self, col_table: np.ndarray, config: Any, *, mesh: Any = None, batch_size: int | None = None
     ):
         self.col_table = np.asarray(col_table, np.float32)
         self.config = config
-        self.scorer = ShardedScorer(self.col_table, mesh)
-        self.batch = batch_size or self.scorer.default_batch_size()
-        # fold in many rows per call (the solve streams them), as many as `eval` folds in at once
-        self.rows_per_call = max(self.batch, (FOLD_IN_CHUNK // self.batch) * self.batch)
+        self.scorer = BlockedScorer(self.col_table, mesh, rows_per_batch=batch_size)
+        self.rows_per_call = FOLD_IN_CHUNK  # rows per fold-in call, as `top_k_rows` folds in
 
     @property
     def num_cols(self) -> int:
         return self.col_table.shape[0]
+
+    def describe(self, k: int) -> str:
+        """The devices, block shape and memory bound of a query, for the log."""
+        return self.scorer.describe(k)
 
     def fold_in(self, known: Sequence[np.ndarray]) -> np.ndarray:
         """Row vectors `[n, d]` solved from each row's known columns against the column table."""
@@ -42,9 +46,8 @@ class Ranker:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scores and column ids `[n, k]`, best first, of each query against every column but its
         `exclude`; slots past the admissible columns hold id -1 and score -inf."""
-        return self.scorer.topk(
-            queries, [np.asarray(e, np.int64) for e in exclude], k, batch_size=self.batch
-        )
+        found = self.scorer.top_k(queries, [np.asarray(e, np.int64) for e in exclude], k)
+        return found.scores, found.ids
 
     def fold_in_top_k(
         self, known: Sequence[np.ndarray], exclude: Sequence[np.ndarray], k: int

@@ -150,14 +150,8 @@ def export_topk(
     row_names, col_names = _vocabulary(dataset)
     ranker = Ranker(model.col_table, model.config, mesh=mesh, batch_size=batch_size)
     log.info(
-        "export: top %d of %d rows (%d trained, %d folded in) of %d columns into %d shards of %s",
-        k,
-        total,
-        counts["train"],
-        counts["test"],
-        ranker.num_cols,
-        num_shards,
-        out_dir,
+        "export: top %d of %d rows (%d trained, %d folded in) into %d shards of %s; %s",
+        k, total, counts["train"], counts["test"], num_shards, out_dir, ranker.describe(k),
     )
     fileio.makedirs(out_dir)
     start = last = time.perf_counter()
