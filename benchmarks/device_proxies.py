@@ -8,16 +8,13 @@ programs on CPU devices; the main thread and every thread Python starts count); 
 (every NumPy array handed to `jax.device_put` and `jax.make_array_from_*`). Targets: <= 16 calls
 per half-epoch, 0 bytes after epoch 1 when the batches are resident, host CPU <= 5% of the epoch.
 
-    python benchmarks/device_proxies.py                      # 200k x 50k, 2M nnz, d=64, 1 device
-    python benchmarks/device_proxies.py --resident off       # the streamed (double-buffered) path
+    python -m benchmarks.device_proxies                  # 200k x 50k, 2M nnz, d=64, 1 device
+    python -m benchmarks.device_proxies --resident off   # the streamed (double-buffered) path
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import glob
-import gzip
 import json
 import os
 import resource
@@ -40,19 +37,17 @@ def main() -> None:
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
-    import numpy as np
 
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
     from alx_trainer.data import records
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.train import train
-    from webgraph_pipeline import synthetic_matrix as synth
+    from benchmarks.core.power_law import power_law_csr
+    from benchmarks.core.trace import launches
 
-    rng = np.random.default_rng(0)
-    degrees = synth.row_degrees(rng, args.rows, args.cols, args.nnz, 0.5)
-    cols = synth.block_edges(rng, degrees, args.cols, 0.5, rng.permutation(args.cols))
-    held = records.in_memory("power-law", np.concatenate([[0], np.cumsum(degrees)]), cols, args.cols)
+    indptr, cols, _ = power_law_csr(0, args.rows, args.cols, args.nnz, on="host", col_exponent=0.5)
+    held = records.in_memory("power-law", indptr, cols, args.cols)
     copied = count_host_to_device(jax)
     trace_dir = tempfile.mkdtemp(prefix="alx_proxies_")
 
@@ -134,19 +129,6 @@ def host_cpu_seconds() -> float:
             continue
         device += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
     return usage.ru_utime + usage.ru_stime - device / os.sysconf("SC_CLK_TCK")
-
-
-def launches(trace_dir: str) -> collections.Counter:
-    """Program launches in a profiler trace by program (single-device launches under one name)."""
-    path = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
-    found: collections.Counter = collections.Counter()
-    for event in json.load(gzip.open(path))["traceEvents"]:
-        name = event.get("name", "")
-        if event.get("ph") == "X" and name.startswith("CommonPjRtLoadedExecutable::Execute ("):
-            found[name.split("(", 1)[1].rstrip(")")] += 1
-        elif event.get("ph") == "X" and name == "CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice":
-            found["single-device"] += 1
-    return found
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The trainer's TFRecord reader against tf.data on the same files: rows/s, side by side in one run.
 
-    python benchmarks/reader_speed.py [--sizes 25m,in-sparse] [--work /tmp/trainer_scale] [--repeats 3]
+    python -m benchmarks.reader_speed [--sizes 25m,in-sparse] [--work /tmp/trainer_scale] [--repeats 3]
                                       [--chunk_rows 2048]
 
-Each size is the generated power-law matrix of `trainer_scale.py` (made once by
+Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
 `webgraph_pipeline.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
 two readers alternate `--repeats` times over the split's shard files, each making the CSR chunks
 the trainer consumes: ours, `alx_trainer.data.records.read_chunks` (blocks of whole records,
@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import sys
 import time
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from webgraph_pipeline.quiet import quiet  # noqa: E402
+from benchmarks.core.datasets import SIZES, ensure_matrix
+from webgraph_pipeline.quiet import quiet
 
 quiet()  # TensorFlow's start-up lines held back before it is imported
 
@@ -93,14 +89,12 @@ def compare(files: Sequence[str], chunk_rows: int, shape: tuple[int, int], repea
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="25m,in-sparse", help="Sizes of trainer_scale.SIZES, comma-separated.")
+    p.add_argument("--sizes", default="25m,in-sparse", help=f"Sizes of {sorted(SIZES)}, comma-separated.")
     p.add_argument("--work", default="/tmp/trainer_scale", help="Where the matrices are (made if absent).")
     p.add_argument("--repeats", type=int, default=3, help="Passes of each reader (the best is reported).")
     p.add_argument("--chunk_rows", type=int, default=2048, help="Rows per chunk (the trainer's --chunk_rows).")
     args = p.parse_args(argv)
     import tensorflow  # noqa: F401 - imported before any clock starts
-    from trainer_scale import ensure_matrix
-
     from webgraph_pipeline import contract
 
     print(f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} {'tf.data rows/s':>15} {'ratio':>6}"

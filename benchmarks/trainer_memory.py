@@ -1,6 +1,6 @@
 """Where the trainer's host memory goes: resident memory by training phase, beside JAX's live buffers.
 
-    python benchmarks/trainer_memory.py --data DIR [--dim 128] [--epochs 1] [--table_dtype bfloat16]
+    python -m benchmarks.trainer_memory --data DIR [--dim 128] [--epochs 1] [--table_dtype bfloat16]
                                         [--limit_gib 21] [-- more alx_trainer train flags]
 
 Runs `alx_trainer.train.train` in this process as `python -m alx_trainer train` would (the same CPU
@@ -20,13 +20,8 @@ import contextlib
 import functools
 import json
 import os
-import pathlib
-import sys
 import threading
 import time
-
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 GIB = 2**30
 

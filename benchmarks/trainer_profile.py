@@ -1,6 +1,6 @@
 """Where one epoch of ours goes, per side: reading, packing, transfer, normal-row compute, long rows.
 
-    python benchmarks/trainer_profile.py --data DIR [--dim 64] [--cg_iters 3] [--epochs 2] [--no-hugepages]
+    python -m benchmarks.trainer_profile --data DIR [--dim 64] [--cg_iters 3] [--epochs 2] [--no-hugepages]
 
 Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout,
 restarted with glibc's huge-page tunable unless `--no-hugepages`, see `alx_trainer.cli.hugepages`),
@@ -9,20 +9,15 @@ each device's dense batches, copying those to the devices, and (over `--epochs` 
 first dropped as compilation) the fixed table's gramian and its copy for every device, the
 compiled steps of the normal rows and the long-row path (rows with more than `batch_pieces`
 pieces). It also counts the padded slots of the dense batches against the observed pairs, and the
-useful FLOPs and bytes of an epoch (see `trainer_scale.epoch_work`).
+useful FLOPs and bytes of an epoch (see `benchmarks.core.work.epoch_work`).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
-import glob
-import gzip
 import json
 import os
-import pathlib
-import re
 import resource
 import sys
 import tempfile
@@ -30,9 +25,8 @@ import time
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.core.trace import op_seconds
+from benchmarks.core.work import epoch_work
 
 
 def main() -> None:
@@ -55,7 +49,7 @@ def main() -> None:
     from alx_trainer.cli import hugepages
 
     if args.hugepages and hugepages.wanted():
-        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.trainer_profile", *sys.argv[1:]],
                   dict(os.environ, GLIBC_TUNABLES=hugepages.TUNABLE))
     from alx_trainer.cli import train as cli_train
     from alx_trainer.config import TrainConfig
@@ -146,29 +140,11 @@ def main() -> None:
             report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
         del chunks, runner, calls  # one side's batches in memory at a time
-    from trainer_scale import epoch_work
-
     nnz = next(report[s]["nnz"] for s in ("row", "col") if s in report)  # both sides: the same pairs
     flops, byte_count = epoch_work(size["row"], size["col"], nnz, args.dim, args.cg_iters)
     report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9, 1), round(byte_count / 1e9, 2)
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print(json.dumps(report))
-
-
-def op_seconds(trace_dir: str, top: int = 12) -> dict:
-    """Seconds of XLA's own operations (thunks: fusions, dots, scatters) in a JAX profiler trace.
-
-    Summed over the device threads, by thunk name, the `top` largest; loops ('while', 'cond')
-    contain other thunks and are left out. Thunk names are those of the optimized HLO (see
-    XLA_FLAGS=--xla_dump_to to read what a fusion holds).
-    """
-    path = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
-    total: collections.Counter = collections.Counter()
-    for e in json.load(gzip.open(path))["traceEvents"]:
-        name = e.get("name", "")
-        if e.get("ph") == "X" and re.fullmatch(r"[a-z][\w.-]*", name) and not name.startswith(("while", "cond")):
-            total[name] += e["dur"] / 1e6
-    return {k: round(v, 3) for k, v in total.most_common(top)}
 
 
 if __name__ == "__main__":
