@@ -1,4 +1,5 @@
-"""Ours against a peer on the same data, in one run: `python -m benchmarks.NAME` from the repository root.
+"""Ours against a peer on the same data, in one run: `python -m benchmarks.NAME` from the
+repository root.
 
 Entry points: `trainer_scale` (trainer speed against implicit on CPU, generated sizes, MovieLens-1M,
 Gowalla at high d), `gpu_vs_implicit` (the same on one GPU, with the solve forms),

@@ -1,4 +1,4 @@
-"""Ours against implicit's CUDA ALS on one GPU, in one run: seconds per epoch, memory, rates, recall.
+"""Ours against implicit's CUDA ALS on one GPU, in one run: s/epoch, memory, rates, recall.
 
 Made for the lent GPU machine (`../shared/gpu/README.md`: Python 3.12, JAX with CUDA, NumPy,
 SciPy; no TensorFlow, no Beam, no network). On a machine with internet, first fetch implicit's
@@ -15,9 +15,8 @@ then on the GPU machine, from the project root:
     python3 -m benchmarks.gpu_vs_implicit --sizes de-sparse --budget_s 900 --section_timeout 800
 
 The run installs `.whl/*.whl` into `--site` (default /tmp/site) itself when they are there and
-gives every child process the environment the GPU README lists (PYTHONPATH=site; LD_LIBRARY_PATH
-with the CUDA libraries of the `nvidia` packages; JAX's memory fraction as exported, or 75%).
-Without a GPU (or `--implicit cpu`) implicit's CPU model stands in and the table says so; at
+gives every child the GPU README's environment (PYTHONPATH=site; LD_LIBRARY_PATH with the CUDA
+libraries of the `nvidia` packages). Without a GPU (or `--implicit cpu`) implicit's CPU model stands in and the table says so; at
 `--sizes toy` (and `--gowalla_users`, `--peak_n`, `--copy_mib` small) it runs end to end on CPU.
 
 What one run does, each step in its own child process (`benchmarks.core.sections`; a failure, an
@@ -40,9 +39,9 @@ out-of-memory or a timeout prints one line and the run goes on; no section start
 5. One table ('auto: ' marks the default run's form), the forms' verdicts, and `--json` (default
    WORK/gpu_vs_implicit.json) with every figure.
 
-Work per epoch is counted, not measured (`benchmarks.core.work.epoch_work`); achieved rates are set
-against the peaks of step 1. Peak device memory: ours, JAX's `peak_bytes_in_use`; implicit, RMM's
-statistics plus its two CSR copies. Host peak RSS of every child is reported too.
+Work per epoch is counted (`benchmarks.core.work.epoch_work`), rates set against step 1's peaks.
+Peak device memory: ours, JAX's `peak_bytes_in_use`; implicit, RMM's statistics plus its two CSR
+copies. Host peak RSS of every child is reported too.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ from typing import Any, Sequence
 from benchmarks.core import paths, sections, solve_forms
 from benchmarks.core.children import Runner, one_line
 from benchmarks.core.gowalla import read_gowalla
-from benchmarks.core.tables import fmt
+from benchmarks.core.tables import fmt, print_table
 from benchmarks.core.work import epoch_work
 
 
@@ -85,7 +84,8 @@ SIZES = {
     "10m": Size(400_000, 100_000, 10_000_000, 3),
     "25m": Size(1_000_000, 250_000, 25_000_000, 3),
     "149m": Size(1_500_000, 1_500_000, 149_000_000, 2),  # WebGraph in-sparse
-    "de-sparse": Size(19_700_000, 19_700_000, 1_190_000_000, 2, ours=(("table_dtype", "bfloat16"),)),
+    "de-sparse": Size(19_700_000, 19_700_000, 1_190_000_000, 2,
+                      ours=(("table_dtype", "bfloat16"),)),
 }
 GOWALLA = "gowalla"
 GOWALLA_DIMS = (64, 1024)
@@ -94,11 +94,12 @@ FORMS_AT = "gowalla:64,gowalla:1024,25m:128"  # 10M and 149M nnz: ours at 'auto'
 MODULE = "benchmarks.gpu_vs_implicit"
 
 
-def ours_config(size: str, dim: int, epochs: int | None, model_dir: str, overrides: Sequence[str] = ()):
-    """Our TrainConfig for one section: Gowalla from configs/gowalla.json, the power-law sizes at the
-    trainer's defaults; no evaluation, training loss or progress, and no checkpoint before the last
-    epoch's (which the trainer always writes; it falls in `setup_s`); then the size's own overrides
-    and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
+def ours_config(size: str, dim: int, epochs: int | None, model_dir: str,
+                overrides: Sequence[str] = ()):
+    """Our TrainConfig for one section: Gowalla from configs/gowalla.json, the power-law sizes at
+    the trainer's defaults; no evaluation, training loss or progress, and no checkpoint before the
+    last epoch's (which the trainer always writes; it falls in `setup_s`); then the size's own
+    overrides and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
     from alx_trainer.config import TrainConfig, parse_dataclass_args
 
     values: dict[str, Any] = {}
@@ -114,7 +115,8 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str, overrid
         if not sep or not key.strip():
             raise ValueError(f"--ours: expected KEY=VALUE, got {item!r}")
         values[key.strip()] = value.strip()
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:  # typed and checked as a config file
+    with tempfile.NamedTemporaryFile("w",
+                                     suffix=".json") as f:  # typed and checked as a config file
         json.dump(values, f)
         f.flush()
         return parse_dataclass_args(TrainConfig, ["--config", f.name]).validate()
@@ -122,11 +124,11 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str, overrid
 
 def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: str, dim: int, config,
                 who: str, name: str) -> dict:
-    """One trainer's child on one matrix at one d (log and spec files under `name`): its table row."""
+    """One trainer's child on one matrix at one d (log and spec files under `name`): its row."""
     meta, peaks = report["data"][size], report["device"].get("peaks", {})
     spec = {"size": size, "data": str(runner.work / "data" / size), "config": config.to_dict(),
             "implicit": args.implicit, "score": size == GOWALLA}
-    # implicit's child uses JAX only to score, after the fit: it must not take the GPU's memory first
+    # implicit's child uses JAX only to score, after the fit: it must not take the GPU's memory
     env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false") if who == "implicit" else None
     lines, error, child_s = runner(who, name, spec, env)
     table_bytes = sections.merged_result(lines).get("table_bytes", 4)
@@ -134,16 +136,18 @@ def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: st
     figures = sections.section_figures(lines, error, work, peaks)
     figures["who"] = figures["who"] or ("ours" if who == "ours" else "implicit")
     if figures["who"] == "implicit-cpu" and report["device"].get("platform") == "gpu":
-        figures["note"] = f"implicit's CUDA model did not load: its CPU model stood in (logs/{name}.log)"
+        figures["note"] = ("implicit's CUDA model did not load: its CPU model stood in "
+                           f"(logs/{name}.log)")
     return dict(size=size, dim=dim, epochs=config.epochs, cg_iters=config.cg_iters, child_s=child_s,
                 **figures)
 
 
 def add_row(report: dict, r: dict, implicit_s: float | None) -> None:
-    """A row into the report with its ratio to implicit's seconds per epoch, and its line printed."""
+    """A row into the report with its ratio to implicit's seconds per epoch, and its line."""
     r["ratio"] = r["s_per_epoch"] / implicit_s if r["s_per_epoch"] and implicit_s else None
     report["sections"].append(r)
-    print(f"{r['size']} d={r['dim']} {r['who']}" + (f" ({r['form']})" if r.get("form") else "") + ": "
+    print(f"{r['size']} d={r['dim']} {r['who']}" + (f" ({r['form']})" if r.get("form") else "")
+          + ": "
           + (f"{r['s_per_epoch']:.4f} s/epoch" if r["s_per_epoch"] else "-")
           + (f", ratio {r['ratio']:.2f}" if r["ratio"] else "")
           + (f", Recall@20 {r['recall_gt@20']:.4f}" if r["recall_gt@20"] is not None else "")
@@ -161,7 +165,8 @@ def compare_forms(runner: Runner, args: argparse.Namespace, report: dict, plan: 
         meta = report["data"].get(size, {})
         if "error" in meta or not meta:
             continue
-        auto = next((r for r in report["sections"] if (r["size"], r["dim"], r["who"]) == (size, dim, "ours")),
+        auto = next((r for r in report["sections"] if (r["size"], r["dim"], r["who"]) == (size, dim,
+                                                                                          "ours")),
                     {})
         rows = [dict(auto, variant="auto")] if auto.get("form") in forms else []
         for form, config in forms.items():
@@ -175,29 +180,33 @@ def compare_forms(runner: Runner, args: argparse.Namespace, report: dict, plan: 
         if size == GOWALLA:
             lost.update(f for f, why in choice["why_not"].items() if why.startswith("Recall@20"))
         compared = any(r["form"] == auto.get("form") for r in rows)
-        fastest_is_auto = choice["fastest"] == auto["form"] if compared and choice["fastest"] else None
+        fastest_is_auto = (choice["fastest"] == auto["form"]) if compared and choice["fastest"] \
+            else None
         choice.update(size=size, dim=dim, auto=auto.get("form"), auto_is_fastest=fastest_is_auto,
                       forms={r["form"]: {k: r[k] for k in ("s_per_epoch", "recall_gt@20", "error")}
                              for r in rows})
         out.append(choice)
-        print(f"forms {size} d={dim}: fastest "
-              + (f"{choice['fastest']} {choice['s_per_epoch']:.4f} s/epoch" if choice["fastest"] else "none")
-              + (f", Recall@20 {choice['recall_gt@20']:.4f}" if choice["recall_gt@20"] is not None else "")
+        fastest = f"{choice['fastest']} {choice['s_per_epoch']:.4f} s/epoch" if choice["fastest"] \
+            else "none"
+        recall = choice["recall_gt@20"]
+        print(f"forms {size} d={dim}: fastest {fastest}"
+              + (f", Recall@20 {recall:.4f}" if recall is not None else "")
               + f"; 'auto' ran {choice['auto'] or '?'}", flush=True)
     return out
 
 
-def print_table(rows: list[dict]) -> None:
-    head = (f"{'size':<10}{'d':>5}  {'who':<13}{'form (auto: default)':<23}{'s/epoch':>9}{'ratio':>7}"
-            f"{'dev GiB':>8}{'GFLOP/s':>9}{'%f32':>6}{'%bf16':>6}{'GB/s':>8}{'%copy':>6}{'R@20':>7}  note")
-    print("\n" + head + "\n" + "-" * len(head))
-    for r in rows:
-        form = r.get("form") or "-" if r.get("variant") or not r.get("form") else f"auto: {r['form']}"
-        print(f"{r['size']:<10}{r['dim']:>5}  {r['who'] or '?':<13}{form:<23}{fmt(r['s_per_epoch'], '.4f'):>9}"
-              f"{fmt(r['ratio'], '.2f'):>7}{fmt(r['peak_device_gib'], '.2f'):>8}{fmt(r['gflop_s'], '.0f'):>9}"
-              f"{fmt(r['pct_f32_peak'], '.1f'):>6}{fmt(r['pct_bf16_peak'], '.1f'):>6}{fmt(r['gb_s'], '.0f'):>8}"
-              f"{fmt(r['pct_copy_bw'], '.1f'):>6}{fmt(r['recall_gt@20'], '.4f'):>7}  "
-              f"{r['error'] or r['note'] or ''}")
+def print_sections(rows: list[dict]) -> None:
+    """The sections as one table; 'auto: ' marks the form the default run took."""
+    shown = [dict(r, who=r["who"] or "?", note=r["error"] or r["note"] or "",
+                  form=(r.get("form") or "-") if r.get("variant") or not r.get("form")
+                  else f"auto: {r['form']}") for r in rows]
+    print_table([("size", "size", "", -10), ("d", "dim", "", 5), ("who", "who", "", -12),
+                 ("form (auto: default)", "form", "", -22), ("s/epoch", "s_per_epoch", ".4f", 8),
+                 ("ratio", "ratio", ".2f", 6), ("dev GiB", "peak_device_gib", ".2f", 7),
+                 ("GFLOP/s", "gflop_s", ".0f", 8), ("%f32", "pct_f32_peak", ".1f", 5),
+                 ("%bf16", "pct_bf16_peak", ".1f", 5), ("GB/s", "gb_s", ".0f", 6),
+                 ("%copy", "pct_copy_bw", ".1f", 5), ("R@20", "recall_gt@20", ".4f", 6),
+                 ("note", "note", "", -4)], shown)
 
 
 def child_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
@@ -208,13 +217,16 @@ def child_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
     if not found:
         return env
     if not (site / "implicit").is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--no-compile",
                         "--no-cache-dir", "--target", str(site), *found], check=True)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
     roots = [str(site), *[p for p in sys.path if p and os.path.isdir(p)]]
     libs = sorted({os.path.dirname(p) for root in roots
-                   for p in glob.glob(os.path.join(root, "nvidia", "**", "lib*.so*"), recursive=True)})
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libs, os.environ.get("LD_LIBRARY_PATH", "")]))
+                   for p in glob.glob(os.path.join(root, "nvidia", "**", "lib*.so*"),
+                                      recursive=True)})
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None,
+                                                    [*libs, os.environ.get("LD_LIBRARY_PATH", "")]))
     return env
 
 
@@ -222,27 +234,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     names = [GOWALLA, *SIZES]
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="gowalla,10m,25m,149m", help=f"comma-separated, of {names}")
-    p.add_argument("--dims", default="", help=f"d for every size (default: Gowalla {GOWALLA_DIMS}, else 128)")
-    p.add_argument("--epochs", type=int, default=0, help="epochs per run (0: Gowalla's config, 3 up to "
+    p.add_argument("--dims", default="",
+                   help=f"d for every size (default: Gowalla {GOWALLA_DIMS}, else 128)")
+    p.add_argument("--epochs", type=int, default=0,
+                   help="epochs per run (0: Gowalla's config, 3 up to "
                    "25M nnz, else 2)")
     p.add_argument("--gowalla", default=str(paths.GOWALLA_DIR), help="train.txt/test.txt folder")
     p.add_argument("--gowalla_users", type=int, default=0, help="only users below this id (0: all)")
-    p.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE", help="a TrainConfig field")
-    p.add_argument("--forms", default=FORMS, help="solve forms compared for ours at --forms_at ('matvec', "
+    p.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE",
+                   help="a TrainConfig field")
+    p.add_argument("--forms", default=FORMS,
+                   help="solve forms compared for ours at --forms_at ('matvec', "
                    "'explicit:float32|tf32|bfloat16'; '' none)")
-    p.add_argument("--forms_at", default=FORMS_AT, help="where the forms are compared: SIZE:D or SIZE (its "
+    p.add_argument("--forms_at", default=FORMS_AT,
+                   help="where the forms are compared: SIZE:D or SIZE (its "
                    "every d), comma-separated; only planned ones run")
     p.add_argument("--implicit", choices=("auto", "gpu", "cpu", "off"), default="auto",
-                   help="implicit's model: auto = GPU when its CUDA extension loads, else CPU (said in the table)")
+                   help="implicit's model: auto = GPU when its CUDA extension loads, else CPU "
+                   "(said in the table)")
     p.add_argument("--peak_n", type=int, default=8192, help="matmul size of the peak measurement")
-    p.add_argument("--copy_mib", type=int, default=2048, help="MiB copied by the bandwidth measurement")
+    p.add_argument("--copy_mib", type=int, default=2048,
+                   help="MiB copied by the bandwidth measurement")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default=str(paths.work_dir("gpu_vs_implicit")))
-    p.add_argument("--json", default="", help="the JSON of every figure (default WORK/gpu_vs_implicit.json)")
-    p.add_argument("--budget_s", type=float, default=340, help="no section starts after this many seconds")
-    p.add_argument("--section_timeout", type=float, default=300, help="seconds one child process may run")
-    p.add_argument("--wheels", default=str(paths.WHEELS), help="wheel files installed for the children")
-    p.add_argument("--site", default=os.path.join(tempfile.gettempdir(), "site"), help="where they go")
+    p.add_argument("--json", default="",
+                   help="the JSON of every figure (default WORK/gpu_vs_implicit.json)")
+    p.add_argument("--budget_s", type=float, default=340,
+                   help="no section starts after this many seconds")
+    p.add_argument("--section_timeout", type=float, default=300,
+                   help="seconds one child process may run")
+    p.add_argument("--wheels", default=str(paths.WHEELS),
+                   help="wheel files installed for the children")
+    p.add_argument("--site", default=os.path.join(tempfile.gettempdir(), "site"),
+                   help="where they go")
     args = p.parse_args(argv)
     args.size_list = [s for s in args.sizes.split(",") if s]
     bad = [s for s in args.size_list if s not in names]
@@ -258,7 +282,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     try:
         for form in args.form_list:
             solve_forms.form_overrides(form)
-        args.forms_at = {solve_forms.forms_point(item.strip(), names) for item in args.forms_at.split(",")
+        args.forms_at = {solve_forms.forms_point(item.strip(),
+                                                 names) for item in args.forms_at.split(",")
                          if item.strip()}
     except ValueError as e:
         p.error(str(e))
@@ -273,18 +298,22 @@ def plan_sections(args: argparse.Namespace, work: pathlib.Path) -> list:
             model_dir = str(work / "models" / f"{size}-d{dim}")
             at = (size, dim) in args.forms_at or (size, None) in args.forms_at
             config = ours_config(size, dim, args.epochs, model_dir, args.ours)
-            forms = {form: ours_config(size, dim, args.epochs, f"{model_dir}-{form.replace(':', '-')}",
+            forms = {form: ours_config(size, dim, args.epochs,
+                                       f"{model_dir}-{form.replace(':', '-')}",
                                        [*args.ours, *solve_forms.form_overrides(form)])
                      for form in (args.form_list if at else [])}
             plan.append((size, dim, config, forms))
     return plan
 
 
-def prepare_data(runner: Runner, args: argparse.Namespace, report: dict, work: pathlib.Path) -> None:
+def prepare_data(runner: Runner, args: argparse.Namespace, report: dict,
+                 work: pathlib.Path) -> None:
     """The device step (peaks, generated matrices), then Gowalla; one line of each."""
-    generate = {s: (SIZES[s].rows, SIZES[s].cols, SIZES[s].nnz) for s in args.size_list if s in SIZES}
+    generate = {s: (SIZES[s].rows, SIZES[s].cols,
+                    SIZES[s].nnz) for s in args.size_list if s in SIZES}
     lines, error, child_s = runner("device", "device", {"generate": generate, "seed": args.seed,
-                                                        "peak_n": args.peak_n, "copy_mib": args.copy_mib})
+                                                        "peak_n": args.peak_n,
+                                                        "copy_mib": args.copy_mib})
     for line in lines:
         report["device"].update(line.get("device", {}))
         report["data"].update(line.get("data", {}))
@@ -294,10 +323,13 @@ def prepare_data(runner: Runner, args: argparse.Namespace, report: dict, work: p
     def peak(key: str, scale: float) -> str:
         return fmt(peaks[key] / scale if peaks.get(key) else None, ".1f")
 
-    print(f"device: {report['device'].get('device_kind', '?')} ({report['device'].get('platform', '?')}); "
-          f"matmul bf16 {peak('matmul_bf16_flop_s', 1e12)} TFLOP/s, f32 {peak('matmul_f32_flop_s', 1e12)} "
+    device = report["device"]
+    print(f"device: {device.get('device_kind', '?')} ({device.get('platform', '?')}); "
+          f"matmul bf16 {peak('matmul_bf16_flop_s', 1e12)} TFLOP/s, "
+          f"f32 {peak('matmul_f32_flop_s', 1e12)} "
           f"(DEFAULT precision {peak('matmul_f32_default_flop_s', 1e12)}) TFLOP/s, "
-          f"copy {peak('copy_bytes_s', 1e9)} GB/s" + (f"; device step: {error}" if error else ""), flush=True)
+          f"copy {peak('copy_bytes_s', 1e9)} GB/s" + (f"; device step: {error}" if error else ""),
+          flush=True)
     if GOWALLA in args.size_list:
         try:
             t = time.perf_counter()
@@ -308,7 +340,8 @@ def prepare_data(runner: Runner, args: argparse.Namespace, report: dict, work: p
             report["data"][GOWALLA] = {"error": one_line(e)}
     for size in args.size_list:
         meta = report["data"].get(size, {"error": "not generated (the device step failed)"})
-        timings = ", ".join(f"{k} {meta[k]:.2f} s" for k in ("device_s", "to_host_s", "read_s", "save_s")
+        timings = ", ".join(f"{k} {meta[k]:.2f} s" for k in ("device_s", "to_host_s", "read_s",
+                                                             "save_s")
                             if k in meta)
         print(f"data {size}: " + (meta["error"] if "error" in meta else
               f"{meta['rows']:,} x {meta['cols']:,}, {meta['nnz']:,} nnz; {timings}"), flush=True)
@@ -318,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start = time.monotonic()
     work = pathlib.Path(args.work)
-    try:  # sizes, d, epochs and configs first: a bad --ours fails here, in one line, before any work
+    try:  # sizes, d, epochs and configs first: a bad --ours fails here in one line, before work
         plan = plan_sections(args, work)
     except ValueError as e:
         print(f"{MODULE}: error: {one_line(e)}", file=sys.stderr)
@@ -327,12 +360,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = child_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
     except subprocess.CalledProcessError as e:
-        print(f"wheels: install into {args.site} failed ({e}); children run with the environment as it is")
+        print(f"wheels: install into {args.site} failed ({e}); children run with the environment "
+              "as it is")
         env = dict(os.environ)
     runner = Runner(MODULE, work, env, start + args.budget_s, args.section_timeout)
     report: dict[str, Any] = {"run": {"argv": sys.argv[1:] if argv is None else list(argv),
                                       "host": platform.node(),
-                                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                               time.gmtime())},
                               "device": {}, "data": {}, "sections": []}
     prepare_data(runner, args, report, work)
     implicit_s: dict[tuple[str, int], float | None] = {}
@@ -340,18 +375,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = report["data"].get(size, {})
         if "error" in meta or not meta:
             continue
-        rows = {who: run_section(runner, args, report, size, dim, config, who, f"{size}-d{dim}-{who}")
+        rows = {who: run_section(runner, args, report, size, dim, config, who,
+                                 f"{size}-d{dim}-{who}")
                 for who in (("ours", "implicit") if args.implicit != "off" else ("ours",))}
         base = implicit_s[size, dim] = rows.get("implicit", {}).get("s_per_epoch")
         for r in rows.values():
             add_row(report, r, base)
     report["forms"] = compare_forms(runner, args, report, plan, implicit_s)
     report["run"]["seconds"] = time.monotonic() - start
-    print_table(report["sections"])
+    print_sections(report["sections"])
     solve_forms.print_forms(report["forms"])
     path = pathlib.Path(args.json or work / "gpu_vs_implicit.json")
     path.write_text(json.dumps(report, indent=1, default=float))
-    print(f"\n{len(report['sections'])} rows in {report['run']['seconds']:.0f} s; figures in {path}")
+    seconds = report["run"]["seconds"]
+    print(f"\n{len(report['sections'])} rows in {seconds:.0f} s; figures in {path}")
     return 0
 
 

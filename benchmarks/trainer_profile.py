@@ -1,6 +1,7 @@
-"""Where one epoch of ours goes, per side: reading, packing, transfer, normal-row compute, long rows.
+"""Where one epoch of ours goes, per side: reading, packing, transfer, normal rows, long rows.
 
-    python -m benchmarks.trainer_profile --data DIR [--dim 64] [--cg_iters 3] [--epochs 2] [--no-hugepages]
+    python -m benchmarks.trainer_profile --data DIR [--dim 64] [--cg_iters 3] [--epochs 2]
+    [--no-hugepages]
 
 Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout,
 restarted with glibc's huge-page tunable unless `--no-hugepages`, see `alx_trainer.cli.hugepages`),
@@ -36,25 +37,31 @@ def main() -> None:
     parser.add_argument("--cg_iters", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_pieces", type=int, default=0, help="0: as the trainer chooses")
-    parser.add_argument("--piece_len", type=int, default=0, help="0: per side, as the trainer chooses")
-    parser.add_argument("--sides", default="row,col", help="the half-epochs to profile (at least the first needs the other)")
+    parser.add_argument("--piece_len", type=int, default=0,
+                        help="0: per side, as the trainer chooses")
+    parser.add_argument("--sides", default="row,col",
+                        help="the half-epochs to profile (at least the first needs the other)")
     parser.add_argument("--trace", action="store_true",
-                        help="also trace the last half-epoch of each side's normal rows with the JAX profiler and "
-                             "give XLA's own time per kind of operation (gather, dot, scatter, ...)")
+                        help="also trace the last half-epoch of each side's normal rows with the "
+                             "JAX profiler and give XLA's own time per kind of operation (gather, "
+                             "dot, scatter, ...)")
     parser.add_argument("--hugepages", action=argparse.BooleanOptionalAction, default=True,
-                        help="restart with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 as the command line does "
+                        help="restart with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 as the command "
+                             "line does "
                              "(without, every fresh buffer and table gather pays 4 KiB pages)")
     args = parser.parse_args()
 
     from alx_trainer.cli import hugepages
 
     if args.hugepages and hugepages.wanted():
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.trainer_profile", *sys.argv[1:]],
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.trainer_profile",
+                                   *sys.argv[1:]],
                   dict(os.environ, GLIBC_TUNABLES=hugepages.TUNABLE))
     from alx_trainer.cli import train as cli_train
     from alx_trainer.config import TrainConfig
 
-    config = TrainConfig(data=args.data, model_dir="/tmp/unused", dim=args.dim, cg_iters=args.cg_iters, progress=False,
+    config = TrainConfig(data=args.data, model_dir="/tmp/unused", dim=args.dim,
+                         cg_iters=args.cg_iters, progress=False,
                          eval_every=0, batch_pieces=args.batch_pieces, piece_len=args.piece_len)
     cli_train.split_cpu(config)
     import jax
@@ -78,7 +85,8 @@ def main() -> None:
     for side in training.sides(False):
         if side.name not in args.sides.split(","):
             continue
-        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
+        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"],
+                                                                                 size["row"])
         files = records.host_files(dataset.files[side.split], 0, 1)
         reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
         t = time.perf_counter()
@@ -101,7 +109,8 @@ def main() -> None:
             t = time.perf_counter()
             step_src = jax.block_until_ready(runner.replicated(src))
             replica_s.append(time.perf_counter() - t)
-            trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if args.trace and epoch == args.epochs - 1 else None
+            traced = args.trace and epoch == args.epochs - 1
+            trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if traced else None
             if trace_dir:
                 jax.profiler.start_trace(trace_dir)
             t = time.perf_counter()
@@ -127,7 +136,8 @@ def main() -> None:
         slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
         report[side.name] = {
             "rows": int(len(lengths)), "nnz": int(lengths.sum()), "long_rows": int(long.sum()),
-            "long_nnz": int(lengths[long].sum()), "piece_len": runner.plan.piece_len, "batch_pieces": runner.plan.batch_pieces,
+            "long_nnz": int(lengths[long].sum()), "piece_len": runner.plan.piece_len,
+            "batch_pieces": runner.plan.batch_pieces,
             "long_batches": runner.plan.long_steps,
             "long_solves": runner.plan.long_solves, "padded_slots": slots,
             "slots_per_normal_nnz": slots / max(int(lengths[~long].sum()), 1),
@@ -140,9 +150,11 @@ def main() -> None:
             report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
         del chunks, runner, calls  # one side's batches in memory at a time
-    nnz = next(report[s]["nnz"] for s in ("row", "col") if s in report)  # both sides: the same pairs
+    nnz = next(report[s]["nnz"] for s in ("row",
+                                          "col") if s in report)  # both sides: the same pairs
     flops, byte_count = epoch_work(size["row"], size["col"], nnz, args.dim, args.cg_iters)
-    report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9, 1), round(byte_count / 1e9, 2)
+    report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9,
+                                                                 1), round(byte_count / 1e9, 2)
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print(json.dumps(report))
 

@@ -19,7 +19,6 @@ import time
 from typing import Sequence
 
 from alx_trainer.cli.common import one_line as _last_line_of
-
 from benchmarks.core.paths import REPO
 
 GIB = 2.0**30
@@ -74,7 +73,8 @@ def run_child(cmd: Sequence[str], *, env: dict | None = None, log: str | os.Path
             stdout = out.read()
         if check and proc.returncode:
             where = f" (log {log})" if log else ""
-            raise ChildError(f"{name_of(cmd)}: exit {proc.returncode}: {last_line(err_path)}{where}")
+            line = last_line(err_path)
+            raise ChildError(f"{name_of(cmd)}: exit {proc.returncode}: {line}{where}")
     return Child(stdout, proc.returncode, wall, usage.ru_utime + usage.ru_stime, peak / GIB)
 
 
@@ -160,7 +160,8 @@ class Runner:
         if left < 5:
             return [], "skipped: the run's --budget_s is spent", 0.0
         logs = self.work / "logs"
-        out, log, spec_path = (logs / f"{name}{suffix}" for suffix in (".jsonl", ".log", ".spec.json"))
+        out, log, spec_path = (logs / f"{name}{suffix}" for suffix in (".jsonl", ".log",
+                                                                       ".spec.json"))
         logs.mkdir(parents=True, exist_ok=True)
         out.unlink(missing_ok=True)
         spec_path.write_text(json.dumps(dict(spec, out=str(out), work=str(self.work))))
@@ -182,6 +183,7 @@ def write_line(out: str | os.PathLike, record: dict) -> None:
     if "result" in record:
         import resource
 
-        record["result"]["peak_host_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        record["result"]["peak_host_gib"] = peak_kib / 2**20
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -1,5 +1,5 @@
-"""Gowalla, LightGCN's split (`user item item ...` lines in train.txt and test.txt), read without the
-pipeline, and any model scored from its trained user rows as the published table scores them."""
+"""Gowalla, LightGCN's split (`user item item ...` lines in train.txt and test.txt), read without
+the pipeline, and any model scored from its trained user rows as the published table scores them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ Row = tuple[int, np.ndarray, np.ndarray]  # (user, items excluded from the ranki
 
 def read_gowalla(folder: str, users: int = 0) -> dict[str, np.ndarray | int]:
     """train.txt / test.txt as two CSR matrices over the same ids (`train_indptr`, `train_cols`,
-    `test_indptr`, `test_cols`, `num_rows`, `num_cols`); `users` > 0 keeps the users below that id."""
+    `test_indptr`, `test_cols`, `num_rows`, `num_cols`); `users` > 0 keeps the users below that
+    id."""
     split = {}
     for name in ("train", "test"):
         path = os.path.join(folder, f"{name}.txt")
@@ -29,7 +30,8 @@ def read_gowalla(folder: str, users: int = 0) -> dict[str, np.ndarray | int]:
                 try:
                     values = np.array(ids, np.int64)
                 except ValueError:
-                    raise ValueError(f"{path}:{number}: expected integers 'user item item ...'") from None
+                    expected = "expected integers 'user item item ...'"
+                    raise ValueError(f"{path}:{number}: {expected}") from None
                 if (values < 0).any():
                     raise ValueError(f"{path}:{number}: negative id")
                 if not users or values[0] < users:
@@ -43,7 +45,8 @@ def read_gowalla(folder: str, users: int = 0) -> dict[str, np.ndarray | int]:
         for r, c in rows.items():
             lengths[r] = len(c)
         out[f"{name}_indptr"] = np.concatenate([[0], np.cumsum(lengths)])
-        out[f"{name}_cols"] = np.concatenate([rows[r] for r in sorted(rows)] or [np.zeros(0, np.int64)])
+        out[f"{name}_cols"] = np.concatenate([rows[r] for r in sorted(rows)] or [np.zeros(0,
+                                                                                          np.int64)])
     return out
 
 

@@ -6,13 +6,15 @@ Ours, for a row x with observed columns S against the fixed table H (rows h_j):
 with the same form, and the column's own lambda, for the columns. implicit 0.7 (confidence A on an
 observed pair, L2 weight R, binary data) weights an observed pair by A and every other pair by 1:
     sum_{i in S} A (1 - h_i.x)^2 + sum_{j not in S} (h_j.x)^2 + R |x|^2
-  = (A - 1) [ sum_{i in S} (t - h_i.x)^2 + sum_{all j} (h_j.x)^2 / (A - 1) + R |x|^2 / (A - 1) ] + c,
+  = (A - 1) [ sum_{i in S} (t - h_i.x)^2 + sum_{all j} (h_j.x)^2 / (A - 1) + R |x|^2 / (A - 1) ] +
+  c,
 with t = A / (A - 1). Put A = 1 + 1/alpha: that is (1/alpha) x ours with target t = 1 + alpha
 instead of 1 and lambda = alpha R. A target t is the same problem with every embedding scaled by
 sqrt(t) and lambda divided by t (each term scales by t^2 except the L2 terms, by t), and a scale
 changes no ranking; CG from a scaled start runs the scaled iterates. So implicit(A = 1 + 1/alpha,
 R = lambda (1 + alpha) / alpha) is exactly ours at (alpha, lambda, nu = 0), up to a constant factor
-of the objective and a common scale sqrt(1 + alpha) of the embeddings (`tests/test_implicit_mapping.py`
+of the objective and a common scale sqrt(1 + alpha) of the embeddings
+(`tests/test_implicit_mapping.py`
 checks it). At nu > 0 there is no exact counterpart: implicit has one L2 weight for every row and
 column, and `implicit_params` gives it ours at the mean row, lambda (|S|_mean + alpha N)^nu
 (1 + alpha) / alpha: weaker than ours on long rows, stronger on short ones. The starts differ too:
@@ -34,7 +36,8 @@ import numpy as np
 GIB = 2.0**30
 
 
-def implicit_params(alpha: float, lam: float, nu: float, mean_row: float, n_cols: int) -> tuple[float, float]:
+def implicit_params(alpha: float, lam: float, nu: float, mean_row: float,
+                    n_cols: int) -> tuple[float, float]:
     """implicit's (confidence, regularization) for our (alpha, lambda, nu): exact at nu = 0; for
     nu > 0, one constant L2 weight (the user side's lambda_r at the mean row length)."""
     return 1 + 1 / alpha, lam * (1 + alpha) / alpha * (mean_row + alpha * n_cols) ** nu
@@ -65,7 +68,8 @@ def confidence_rows(rows: list[np.ndarray], num_cols: int, confidence: float):
     return sp.csr_matrix((data, indices, indptr), shape=(len(rows), num_cols))
 
 
-def implicit_model(dim: int, regularization: float, epochs: int, cg_iters: int, *, gpu: bool = False,
+def implicit_model(dim: int, regularization: float, epochs: int, cg_iters: int, *,
+                   gpu: bool = False,
                    threads: int = 0, training_loss: bool = False, seed: int = 0):
     """implicit's ALS with CG (`cg_iters` steps per solve), alpha = 1 (the confidences are in the
     matrix): its CUDA model with `gpu`, else its CPU model on `threads` threads (0: all)."""
@@ -108,7 +112,7 @@ def implicit_memory(stats, matrix, dim: int) -> dict:
     instead."""
     users, items = matrix.shape
     managed = 2 * (4 * (users + items + 2) + 8 * matrix.nnz)  # Cui and Ciu: indptr, indices, data
-    counted = 4 * dim * (users + items + 2 * dim)  # the two tables and the two d x d gramians, float32
+    counted = 4 * dim * (users + items + 2 * dim)  # two tables, two d x d gramians (float32)
     measured = stats is not None and stats.peak_bytes >= 4 * dim * (users + items)
     return {"peak_device_gib": ((stats.peak_bytes if measured else counted) + managed) / GIB,
             "peak_device_source": "RMM statistics + managed CSR" if measured else "counted"}

@@ -44,10 +44,12 @@ def rank_buckets(n: int, exponent: float, buckets: int = BUCKETS) -> np.ndarray:
     """Rank boundaries B (int64, B[0] = 0, B[-1] = n): bucket b, ranks [B[b], B[b+1]), has
     probability 1/buckets under the law's CDF (a bucket narrower than a rank puts it on B[b])."""
     law.rank_probabilities(1, exponent)  # checks the exponent
-    return np.floor(law.rank_quantile(np.arange(buckets + 1) / buckets, n, exponent)).astype(np.int64)
+    return np.floor(law.rank_quantile(np.arange(buckets + 1) / buckets, n,
+                                      exponent)).astype(np.int64)
 
 
-def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int, row_exponent: float = ROW_EXPONENT,
+def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
+               row_exponent: float = ROW_EXPONENT,
                col_exponent: float = COL_EXPONENT) -> tuple[np.ndarray, np.ndarray, dict]:
     """A power-law matrix generated on the default JAX device: (indptr int64, cols int32, facts).
 
@@ -61,10 +63,11 @@ def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int, row_exponent: 
     import jax.numpy as jnp
 
     if not 0 < nnz <= num_rows * num_cols // 2:
-        raise ValueError(f"nnz: must be in (0, rows x cols / 2 = {num_rows * num_cols // 2}], got {nnz}")
+        half = num_rows * num_cols // 2
+        raise ValueError(f"nnz: must be in (0, rows x cols / 2 = {half}], got {nnz}")
     if nnz >= 2**31 - 1 or max(num_rows, num_cols) >= 2**31 - 1:
-        raise ValueError("sizes: int32 ids and positions on the device, so rows, cols and nnz must be "
-                         "< 2^31")
+        raise ValueError("sizes: int32 ids and positions on the device, so rows, cols and nnz "
+                         "must be < 2^31")
     t0 = time.perf_counter()
     key_r, key_c, key_draw = jax.random.split(jax.random.key(seed), 3)
     perm_r = jax.random.permutation(key_r, num_rows).astype(jnp.int32)
@@ -106,7 +109,8 @@ def _ranks(key, buckets, size: int):
 
 
 def _draw_pairs(key, b_r, b_c, perm_r, perm_c, draws: int):
-    """`draws` (row, col) pairs sorted by row then column, and a mask of each distinct pair's first."""
+    """`draws` (row, col) pairs sorted by row then column, and a mask of each distinct pair's
+    first copy."""
     import jax
     import jax.numpy as jnp
 

@@ -55,9 +55,11 @@ def device_child(spec: dict, out: str) -> None:
     report: dict[str, Any] = {"platform": device.platform, "device_kind": device.device_kind,
                               "devices": jax.device_count(), "jax": jax.__version__, "peaks": {}}
     n = spec["peak_n"]
-    for name, measure in (("matmul_bf16_flop_s", lambda: machine.matmul_rate(n, "bfloat16", "DEFAULT")),
+    for name, measure in (("matmul_bf16_flop_s",
+                           lambda: machine.matmul_rate(n, "bfloat16", "DEFAULT")),
                           ("matmul_f32_flop_s", lambda: machine.matmul_rate(n, "float32")),
-                          ("matmul_f32_default_flop_s", lambda: machine.matmul_rate(n, "float32", "DEFAULT")),
+                          ("matmul_f32_default_flop_s",
+                           lambda: machine.matmul_rate(n, "float32", "DEFAULT")),
                           ("copy_bytes_s", lambda: machine.copy_rate(spec["copy_mib"]))):
         try:
             report["peaks"][name] = measure()
@@ -67,8 +69,10 @@ def device_child(spec: dict, out: str) -> None:
     write_line(out, {"device": report})
     for size, (rows, cols, nnz) in spec["generate"].items():
         try:
-            indptr, col_ids, facts = power_law.power_law_csr(spec["seed"], rows, cols, nnz, on="device")
-            arrays = {"num_rows": rows, "num_cols": cols, "train_indptr": indptr, "train_cols": col_ids}
+            indptr, col_ids, facts = power_law.power_law_csr(spec["seed"], rows, cols, nnz,
+                                                             on="device")
+            arrays = {"num_rows": rows, "num_cols": cols, "train_indptr": indptr,
+                      "train_cols": col_ids}
             folder = pathlib.Path(spec["work"]) / "data" / size
             meta = save_matrix(folder, arrays, dict(facts, source="jax.random"))
         except Exception as e:
@@ -122,7 +126,8 @@ def ours_child(spec: dict, out: str) -> None:
                   table_dtype=str(dtype))
     write_line(out, {"result": result})
     if spec["score"]:
-        write_line(out, {"result": score_trained_rows(model.row_table, model.col_table, test_rows(m))})
+        write_line(out, {"result": score_trained_rows(model.row_table, model.col_table,
+                                                      test_rows(m))})
 
 
 def implicit_child(spec: dict, out: str) -> None:
@@ -134,14 +139,16 @@ def implicit_child(spec: dict, out: str) -> None:
     gpu = spec["implicit"] == "gpu" or (spec["implicit"] == "auto" and implicit.gpu.HAS_CUDA)
     t = time.perf_counter()
     m = load_matrix(spec["data"])
-    matrix, regularization = implicit_als.implicit_problem(m["train_indptr"], m["train_cols"], m["cols"],
+    matrix, regularization = implicit_als.implicit_problem(m["train_indptr"], m["train_cols"],
+                                                           m["cols"],
                                                            c["alpha"], c["reg"], c["reg_exponent"])
     load_s = time.perf_counter() - t
     if gpu:
         import rmm.statistics
 
         rmm.statistics.enable_statistics()
-    model = implicit_als.implicit_model(c["dim"], regularization, c["epochs"], c["cg_iters"], gpu=gpu,
+    model = implicit_als.implicit_model(c["dim"], regularization, c["epochs"], c["cg_iters"],
+                                        gpu=gpu,
                                         seed=c["seed"])
     seconds, setup_s = implicit_als.timed_fit(
         model, matrix, lambda epoch, s: write_line(out, {"epoch": epoch, "seconds": s}))
@@ -151,7 +158,8 @@ def implicit_child(spec: dict, out: str) -> None:
                               "regularization": regularization,
                               "confidence": float(matrix.data[0]) if matrix.nnz else None}
     if gpu:
-        result.update(implicit_als.implicit_memory(rmm.statistics.get_statistics(), matrix, c["dim"]))
+        result.update(implicit_als.implicit_memory(rmm.statistics.get_statistics(), matrix,
+                                                   c["dim"]))
         model = model.to_cpu()
     write_line(out, {"result": result})  # the timings stand even if scoring fails
     if spec["score"]:
@@ -176,14 +184,17 @@ def merged_result(lines: list[dict]) -> dict:
     return result
 
 
-def section_figures(lines: list[dict], error: str | None, work: tuple[float, float], peaks: dict) -> dict:
-    """One trainer's figures from its child's lines: s/epoch (median after the first), rates, memory."""
+def section_figures(lines: list[dict], error: str | None, work: tuple[float, float],
+                    peaks: dict) -> dict:
+    """One trainer's figures from its child's lines: s/epoch (median after the first), rates,
+    memory."""
     result = merged_result(lines)
     seconds = result.get("epochs_s") or [line["seconds"] for line in lines if "epoch" in line]
     timed = seconds[1:] or seconds
     s = float(np.median(timed)) if timed else None
     flops, byte_count = work
-    f32, bf16, bw = (peaks.get(k) for k in ("matmul_f32_flop_s", "matmul_bf16_flop_s", "copy_bytes_s"))
+    f32, bf16, bw = (peaks.get(k) for k in ("matmul_f32_flop_s", "matmul_bf16_flop_s",
+                                            "copy_bytes_s"))
     figures = {
         "s_per_epoch": s, "epochs_s": seconds, "error": error, "note": None,
         "flops_per_epoch": flops, "bytes_per_epoch": byte_count,
@@ -192,8 +203,10 @@ def section_figures(lines: list[dict], error: str | None, work: tuple[float, flo
         "pct_bf16_peak": 100 * flops / s / bf16 if s and bf16 else None,
         "pct_copy_bw": 100 * byte_count / s / bw if s and bw else None,
     }
-    for key in ("who", "form", "accelerator", "peak_device_gib", "peak_device_source", "device_limit_gib",
-                "peak_host_gib", "table_dtype", "setup_s", "load_s", "dataset_s", "eval_s", "recall_gt@20",
+    for key in ("who", "form", "accelerator", "peak_device_gib", "peak_device_source",
+                "device_limit_gib",
+                "peak_host_gib", "table_dtype", "setup_s", "load_s", "dataset_s", "eval_s",
+                "recall_gt@20",
                 "recall@20", "ndcg@20", "regularization", "confidence"):
         figures[key] = result.get(key)
     return figures

@@ -19,15 +19,16 @@ def form_overrides(form: str) -> list[str]:
         return ["cg_form=matvec"]
     if kind == "explicit" and precision in EXPLICIT_PRECISIONS:
         return ["cg_form=explicit", f"matmul_precision={precision}"]
-    raise ValueError(f"--forms: expected 'matvec' or 'explicit:' with one of {EXPLICIT_PRECISIONS}, "
-                     f"got {form!r}")
+    raise ValueError(f"--forms: expected 'matvec' or 'explicit:' with one of "
+                     f"{EXPLICIT_PRECISIONS}, got {form!r}")
 
 
 def forms_point(item: str, sizes: Sequence[str]) -> tuple[str, int | None]:
     """One `--forms_at` entry: 'SIZE:D' as (size, d), 'SIZE' as (size, None) (its every d)."""
     size, sep, dim = item.partition(":")
     if size not in sizes or sep and not dim.isdigit():
-        raise ValueError(f"--forms_at: expected SIZE or SIZE:D with SIZE of {list(sizes)}, got {item!r}")
+        raise ValueError(f"--forms_at: expected SIZE or SIZE:D with SIZE of {list(sizes)}, "
+                         f"got {item!r}")
     return size, int(dim) if sep else None
 
 
@@ -57,14 +58,16 @@ def choose_form(rows: Sequence[dict], tolerance: float = RECALL_TOLERANCE,
     for r in candidates:
         if r is not fastest:
             why_not[r["form"]] = f"slower: {r['s_per_epoch'] / fastest['s_per_epoch']:.2f}x"
-    return {"fastest": fastest and fastest["form"], "s_per_epoch": fastest and fastest["s_per_epoch"],
+    return {"fastest": fastest and fastest["form"],
+            "s_per_epoch": fastest and fastest["s_per_epoch"],
             "recall_gt@20": fastest and fastest.get("recall_gt@20"), "why_not": why_not}
 
 
 def print_forms(choices: list[dict]) -> None:
     """Per compared (size, d): the fastest candidate form, what 'auto' ran, why each other lost."""
     if choices:
-        print(f"\nsolve forms (fastest of those within {RECALL_TOLERANCE} of the best Gowalla Recall@20):")
+        print(f"\nsolve forms (fastest of those within {RECALL_TOLERANCE} of the best Gowalla "
+              "Recall@20):")
     for c in choices:
         verdict = {True: "auto ran it", False: f"auto ran {c['auto']}",
                    None: f"auto ran {c['auto'] or '?'}, not compared"}[c["auto_is_fastest"]]

@@ -10,12 +10,14 @@ def fmt(value: Any, spec: str = "") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_table(columns: Sequence[tuple[str, str, int]], rows: Sequence[dict], title: str = "") -> None:
-    """Rows as a table: `columns` are (key, format spec, width); a negative width left-aligns."""
+def print_table(columns: Sequence[tuple[str, str, str, int]], rows: Sequence[dict]) -> None:
+    """Rows as a table under a header line: `columns` are (header, key, format spec, width); a
+    negative width left-aligns."""
     def cell(text: str, width: int) -> str:
         return f"{text:<{-width}}" if width < 0 else f"{text:>{width}}"
 
-    head = " ".join(cell(key, width) for key, _, width in columns)
-    print(("\n" + title + "\n" if title else "\n") + head + "\n" + "-" * len(head), flush=True)
+    head = " ".join(cell(header, width) for header, _, _, width in columns)
+    print("\n" + head + "\n" + "-" * len(head), flush=True)
     for r in rows:
-        print(" ".join(cell(fmt(r.get(key), spec), width) for key, spec, width in columns), flush=True)
+        cells = (cell(fmt(r.get(key), spec), width) for _, key, spec, width in columns)
+        print(" ".join(cells), flush=True)

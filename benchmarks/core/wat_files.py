@@ -1,5 +1,5 @@
-"""WAT files for the pipeline's benchmarks: made (the real sample replicated, or synthetic pages) and
-read by the floors ours is measured against (a plain warcio loop, decompression and JSON alone)."""
+"""WAT files for the pipeline's benchmarks: made (the real sample replicated, or synthetic pages)
+and read by the floors ours is measured against (a plain warcio loop, decompression and JSON)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,12 @@ def replicate_sample(path: pathlib.Path, min_records: int) -> int:
         copy = 0
         while written < min_records:
             swaps = ((b"0pointer.de", f"h{copy % 5000}.0pointer.de".encode()),
-                     (b"photo=496", b"photo=%d" % copy), (b"0.r.msn.com", b"m%d.r.msn.com" % (copy % 7000)))
+                     (b"photo=496", b"photo=%d" % copy),
+                     (b"0.r.msn.com", b"m%d.r.msn.com" % (copy % 7000)))
             for _, uri, payload in meta:
                 for old, new in swaps:
-                    payload, uri = payload.replace(old, new), uri.replace(old.decode(), new.decode())
+                    payload, uri = payload.replace(old, new), uri.replace(old.decode(),
+                                                                          new.decode())
                 out.write(_member("metadata", uri, payload, written))
                 written += 1
             copy += 1
@@ -111,7 +113,8 @@ def decode_floor(path: str) -> int:
 
 
 def cc_pyspark_loop(path: str) -> int:
-    """Links the way cc-pyspark's WAT link extraction does it: warcio, json, urljoin; no validation."""
+    """Links the way cc-pyspark's WAT link extraction does it: warcio, json, urljoin; no
+    validation."""
     from warcio.archiveiterator import ArchiveIterator
 
     from webgraph_pipeline.links import DEFAULT_LINK_TYPES

@@ -16,7 +16,8 @@ def epoch_work(num_rows: int, num_cols: int, nnz: int, dim: int, cg_iters: int,
     for solved, other in ((num_rows, num_cols), (num_cols, num_rows)):
         matvecs = cg_iters * (4 * nnz * dim + 2 * solved * dim**2)
         flops += 3 * nnz * dim + matvecs + 2 * nnz * dim + 2 * other * dim**2
-        byte_count += nnz * (table_bytes * dim + 4) + solved * 2 * table_bytes * dim + other * table_bytes * dim
+        gathered = nnz * (table_bytes * dim + 4)
+        byte_count += gathered + solved * 2 * table_bytes * dim + other * table_bytes * dim
     return flops, byte_count
 
 
