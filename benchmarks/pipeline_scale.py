@@ -217,9 +217,8 @@ def bench_wat(pages: int, args) -> dict:
         with open(os.path.join(out, "stats.json")) as f:
             stats = json.load(f)
         r.update(nodes=stats["nodes"], edges=stats["edges"])
-        print(f"  whole job, {workers} worker(s): {r['wall_s']:7.1f} s wall, {r['cpu_s']:.1f} CPU s,"
-              " "
-              f"peak RSS {r['peak_gib']:.2f} GiB, {pages / r['wall_s']:,.0f} pages/s; graph "
+        print(f"  whole job, {workers} worker(s): {r['wall_s']:7.1f} s wall, "
+              f"{r['cpu_s']:.1f} CPU s, peak RSS {r['peak_gib']:.2f} GiB, {pages / r['wall_s']:,.0f} pages/s; graph "
               f"{stats['nodes']:,} nodes {stats['edges']:,} edges; {load_line()}", flush=True)
         row["runs"][workers] = r
     runs, extract = row["runs"], row["extract_only"]
