@@ -17,7 +17,8 @@ then on the GPU machine, from the project root:
 The run installs `.whl/*.whl` into `--site` (default /tmp/site) itself when they are there and
 gives every child the GPU README's environment (PYTHONPATH=site; LD_LIBRARY_PATH with the CUDA
 libraries of the `nvidia` packages). Without a GPU (or `--implicit cpu`) implicit's CPU model
-stands in and the table says so; at `--sizes toy` (and `--gowalla_users`, `--peak_n`, `--copy_mib` small) it runs end to end on CPU.
+stands in and the table says so; at `--sizes toy` (and `--gowalla_users`, `--peak_n`,
+`--copy_mib` small) it runs end to end on CPU.
 
 What one run does, each step in its own child process (`benchmarks.core.sections`; a failure, an
 out-of-memory or a timeout prints one line and the run goes on; no section starts after
