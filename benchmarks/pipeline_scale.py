@@ -219,7 +219,8 @@ def bench_wat(pages: int, args) -> dict:
         r.update(nodes=stats["nodes"], edges=stats["edges"])
         print(f"  whole job, {workers} worker(s): {r['wall_s']:7.1f} s wall, "
               f"{r['cpu_s']:.1f} CPU s, peak RSS {r['peak_gib']:.2f} GiB, "
-              f"{pages / r['wall_s']:,.0f} pages/s; graph {stats['nodes']:,} nodes {stats['edges']:,} edges; {load_line()}", flush=True)
+              f"{pages / r['wall_s']:,.0f} pages/s; graph {stats['nodes']:,} nodes "
+              f"{stats['edges']:,} edges; {load_line()}", flush=True)
         row["runs"][workers] = r
     runs, extract = row["runs"], row["extract_only"]
     if runs.get(1, {}).get("exit") == 0 and extract["exit"] == 0:
