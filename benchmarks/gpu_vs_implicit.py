@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import json
 import os
 import pathlib
@@ -61,7 +60,7 @@ import time
 from typing import Any, Sequence
 
 from benchmarks.core import paths, sections, solve_forms
-from benchmarks.core.children import Runner, one_line
+from benchmarks.core.children import Runner, one_line, wheel_env
 from benchmarks.core.gowalla import read_gowalla
 from benchmarks.core.tables import fmt, print_table
 from benchmarks.core.work import epoch_work
@@ -210,27 +209,6 @@ def print_sections(rows: list[dict]) -> None:
                  ("note", "note", "", -4)], shown)
 
 
-def child_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
-    """The environment of every child: wheels in `wheels` installed into `site` (once) and put on
-    PYTHONPATH, the `nvidia` packages' libraries on LD_LIBRARY_PATH (the GPU README's steps)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    found = sorted(glob.glob(str(wheels / "*.whl")))
-    if not found:
-        return env
-    if not (site / "implicit").is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                        "--no-compile",
-                        "--no-cache-dir", "--target", str(site), *found], check=True)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
-    roots = [str(site), *[p for p in sys.path if p and os.path.isdir(p)]]
-    libs = sorted({os.path.dirname(p) for root in roots
-                   for p in glob.glob(os.path.join(root, "nvidia", "**", "lib*.so*"),
-                                      recursive=True)})
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None,
-                                                    [*libs, os.environ.get("LD_LIBRARY_PATH", "")]))
-    return env
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     names = [GOWALLA, *SIZES]
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
@@ -359,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     work.mkdir(parents=True, exist_ok=True)
     try:
-        env = child_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
+        env = wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
     except subprocess.CalledProcessError as e:
         print(f"wheels: install into {args.site} failed ({e}); children run with the environment "
               "as it is")

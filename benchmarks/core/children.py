@@ -8,6 +8,7 @@ time budget, each writing JSON lines that survive its failure, out-of-memory kil
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import pathlib
@@ -187,3 +188,25 @@ def write_line(out: str | os.PathLike, record: dict) -> None:
         record["result"]["peak_host_gib"] = peak_kib / 2**20
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def wheel_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
+    """The environment of children that need wheels installed apart (implicit's CUDA build): the
+    wheels in `wheels` installed into `site` (once) and put on PYTHONPATH, the `nvidia` packages'
+    libraries on LD_LIBRARY_PATH (the GPU README's steps)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    found = sorted(glob.glob(str(wheels / "*.whl")))
+    if not found:
+        return env
+    if not (site / "implicit").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--no-compile",
+                        "--no-cache-dir", "--target", str(site), *found], check=True)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+    roots = [str(site), *[p for p in sys.path if p and os.path.isdir(p)]]
+    libs = sorted({os.path.dirname(p) for root in roots
+                   for p in glob.glob(os.path.join(root, "nvidia", "**", "lib*.so*"),
+                                      recursive=True)})
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None,
+                                                    [*libs, os.environ.get("LD_LIBRARY_PATH", "")]))
+    return env
