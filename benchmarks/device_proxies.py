@@ -5,9 +5,9 @@ per epoch after the first: the compiled programs launched per half-epoch (epoch 
 profiler trace: every launch, whatever made it); the host CPU seconds spent outside device work
 (later epochs, untraced: the process's CPU time less that of XLA's own threads, which run the
 programs on CPU devices; the main thread and every thread Python starts count); and the bytes
-copied host-to-device
-(every NumPy array handed to `jax.device_put` and `jax.make_array_from_*`). Targets: <= 16 calls
-per half-epoch, 0 bytes after epoch 1 when the batches are resident, host CPU <= 5% of the epoch.
+copied host-to-device (every NumPy array handed to `jax.device_put` and
+`jax.make_array_from_*`). Targets: <= 16 calls per half-epoch, 0 bytes after epoch 1 when the
+batches are resident, host CPU <= 5% of the epoch.
 
     python -m benchmarks.device_proxies                  # 200k x 50k, 2M nnz, d=64, 1 device
     python -m benchmarks.device_proxies --resident off   # the streamed (double-buffered) path

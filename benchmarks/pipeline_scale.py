@@ -18,8 +18,8 @@ orjson on the same payloads.
 them once per `--workers` setting, in a fresh process: wall, CPU, peak memory of the whole process
 tree (sampled every 0.2 s), throughput, 1 / 2 workers and whether their outputs are byte-identical.
 As floors, the plain read of the same files (warcio + JSON) and the extraction stage alone as a
-Beam job (`ExtractEdges` counting its edges): whole job / extraction-only is the graph stage's
-share.
+Beam job (`ExtractEdges` counting its edges): whole job / extraction-only is the graph
+stage's share.
 
 `--graph_edges N ...`: the graph stage alone, edge batches of a generated power-law graph
 (`benchmarks.core.power_law.edge_batch`, n = edges / 8 nodes) made inside the job, then
@@ -244,8 +244,7 @@ def bench_edges(num_edges: int, args, text: bool) -> dict:
         path = write_edges(num_edges, args.work_dir)
         out = os.path.join(args.work_dir, f"text_{num_edges}")
         cmd = job_cmd("--input_format", "edges", "--input", path, "--output", out, "--min_links",
-                      "3",
-                      "--num_shards", "8", "--direct_num_workers", "1")
+                      "3", "--num_shards", "8", "--direct_num_workers", "1")
         mib = os.path.getsize(path) / 2**20
         what = f"whole job on a {num_edges:,}-edge text edge list ({mib:.0f} MiB)"
     else:

@@ -1,8 +1,7 @@
 """The trainer's TFRecord reader against tf.data on the same files: rows/s, side by side in one run.
 
     python -m benchmarks.reader_speed [--sizes 25m,in-sparse] [--work /tmp/trainer_scale]
-    [--repeats 3]
-                                      [--chunk_rows 2048]
+        [--repeats 3] [--chunk_rows 2048]
 
 Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
 `webgraph_pipeline.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the

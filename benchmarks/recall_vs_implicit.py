@@ -2,9 +2,9 @@
 
     python -m benchmarks.recall_vs_implicit ml1m [--dim 128] [--epochs 8] [--lambdas 5,10,20]
         [--alphas 0.25,0.5,1]
-    python -m benchmarks.recall_vs_implicit gowalla [--data data/gowalla] [--config
-    configs/gowalla.json]
-        [--work DIR] [--grid_dims 64] [--grid_alphas 0.005,0.01,0.02]
+    python -m benchmarks.recall_vs_implicit gowalla [--data data/gowalla]
+        [--config configs/gowalla.json] [--work DIR] [--grid_dims 64]
+        [--grid_alphas 0.005,0.01,0.02]
         [--grid_lambdas '0:0.75,1.5,3;1:0.002,0.004,0.008'] [--grid_epochs 8] [--grid_eval_every 4]
     python -m benchmarks.recall_vs_implicit gowalla --per_d 64,256,1024 --work DIR [the grid flags]
         [--ours_flags '...']
@@ -70,8 +70,7 @@ def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float,
     from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha,
-                         reg=reg,
-                         eval_every=0, checkpoint_every=0, progress=False)
+                         reg=reg, eval_every=0, checkpoint_every=0, progress=False)
     t = time.perf_counter()
     model = train(config)
     seconds = time.perf_counter() - t
@@ -283,9 +282,8 @@ def gowalla(args: argparse.Namespace) -> int:
         datasets.gowalla_split(data, args.data, validation_fraction=0.2)
     print(f"Gowalla (LightGCN split, pipeline given split); {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.2f}")
-    print(f"{'model':<58} {'Recall@20':>9} {'R@20 min':>9} {'NDCG@20':>8} {'s/epoch':>8} "
-          f"{'peak MiB':>9} "
-          f"{'load':>5}")
+    head = (f"{'model':<58} {'Recall@20':>9} {'R@20 min':>9} {'NDCG@20':>8} {'s/epoch':>8} "
+            f"{'peak MiB':>9} {'load':>5}")
 
     def line(name: str, r: dict) -> None:
         print(f"{name:<58} {r['recall_gt@20']:>9.4f} {r['recall@20']:>9.4f} {r['ndcg@20']:>8.4f} "
@@ -296,6 +294,7 @@ def gowalla(args: argparse.Namespace) -> int:
         print(f"grid (validation, {args.eval_rows or 'all'} rows): alpha {args.grid_alphas}; "
               f"nu:lambda {args.grid_lambdas}; epochs {args.grid_eval_every}..{args.grid_epochs}; "
               f"CG {args.cg_iters} steps")
+        print(head)
         for d in (int(v) for v in floats(args.per_d)):
             ours = ours_sweep(args, data, d)
             b, final = ours["best"], ours["final"]
@@ -310,8 +309,9 @@ def gowalla(args: argparse.Namespace) -> int:
     else:
         with open(args.config) as f:
             tuned = json.load(f)
-        print(f"our tuned point ({args.config}): " + ", ".join(f"{k}={v}" for k,
-                                                               v in tuned.items()))
+        point = ", ".join(f"{k}={v}" for k, v in tuned.items())
+        print(f"our tuned point ({args.config}): {point}")
+        print(head)
         d, epochs, cg = int(tuned["dim"]), int(tuned["epochs"]), int(tuned.get("cg_iters", 3))
         at = (tuned["alpha"], tuned["reg"], tuned["reg_exponent"])
         line(f"ours {tuned.get('solver', 'cg')}, {point_name(d, *at, epochs)}",

@@ -6,19 +6,18 @@ Ours, for a row x with observed columns S against the fixed table H (rows h_j):
 with the same form, and the column's own lambda, for the columns. implicit 0.7 (confidence A on an
 observed pair, L2 weight R, binary data) weights an observed pair by A and every other pair by 1:
     sum_{i in S} A (1 - h_i.x)^2 + sum_{j not in S} (h_j.x)^2 + R |x|^2
-  = (A - 1) [ sum_{i in S} (t - h_i.x)^2 + sum_{all j} (h_j.x)^2 / (A - 1) + R |x|^2 / (A - 1) ] +
-  c,
+  = (A - 1) [sum_{i in S} (t - h_i.x)^2 + sum_{all j} (h_j.x)^2 / (A - 1) + R |x|^2 / (A - 1)] + c,
 with t = A / (A - 1). Put A = 1 + 1/alpha: that is (1/alpha) x ours with target t = 1 + alpha
 instead of 1 and lambda = alpha R. A target t is the same problem with every embedding scaled by
 sqrt(t) and lambda divided by t (each term scales by t^2 except the L2 terms, by t), and a scale
 changes no ranking; CG from a scaled start runs the scaled iterates. So implicit(A = 1 + 1/alpha,
 R = lambda (1 + alpha) / alpha) is exactly ours at (alpha, lambda, nu = 0), up to a constant factor
 of the objective and a common scale sqrt(1 + alpha) of the embeddings
-(`tests/test_implicit_mapping.py`
-checks it). At nu > 0 there is no exact counterpart: implicit has one L2 weight for every row and
-column, and `implicit_params` gives it ours at the mean row, lambda (|S|_mean + alpha N)^nu
-(1 + alpha) / alpha: weaker than ours on long rows, stronger on short ones. The starts differ too:
-implicit draws uniform [0, 0.01) entries, ours normal(0, init_stddev) ones.
+(`tests/test_implicit_mapping.py` checks it). At nu > 0 there is no exact counterpart: implicit
+has one L2 weight for every row and column, and `implicit_params` gives it ours at the mean row,
+lambda (|S|_mean + alpha N)^nu (1 + alpha) / alpha: weaker than ours on long rows, stronger on
+short ones. The starts differ too: implicit draws uniform [0, 0.01) entries, ours normal(0,
+init_stddev) ones.
 
 implicit 0.7's GPU `fit` never applies its `alpha` (only `recalculate_user` does), so the
 confidence is written into the matrix's values (`implicit_problem`) and the model gets alpha = 1,
