@@ -27,7 +27,7 @@ from alx_trainer.data import integrity
 from alx_trainer.data.records import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity, records
 from alx_trainer.data.dataset import open_dataset, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
-from alx_trainer.ops import host_replica
+from alx_trainer.ops import host_fixed_table
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 
 class TrainingCollapse(FloatingPointError):
@@ -157,7 +157,7 @@ def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str
 def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, SideRunner]:
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
-    replica = host_replica.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
+    replica = host_fixed_table.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
     for side in sides(config.tied):
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
         reader = records.split_reader(dataset, side.split, config.chunk_rows, n_this, n_other,

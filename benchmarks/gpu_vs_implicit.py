@@ -100,7 +100,8 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str,
     the trainer's defaults; no evaluation, training loss or progress, and no checkpoint before the
     last epoch's (which the trainer always writes; it falls in `setup_s`); then the size's own
     overrides and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
-    from alx_trainer.config import TrainConfig, parse_dataclass_args
+    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+    from alx_trainer.config import TrainConfig
 
     values: dict[str, Any] = {}
     if size == GOWALLA:

@@ -125,7 +125,7 @@ def graph_stage_job(num_edges: int, out: str) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from webgraph_pipeline.graph import BuildWebGraph
-    from webgraph_pipeline.variants import GraphConfig
+    from webgraph_pipeline.graph_config import GraphConfig
     from webgraph_pipeline.write import WriteTfRecords
 
     config = GraphConfig(min_links=3)

@@ -4,7 +4,7 @@
         [--repeats 3] [--chunk_rows 2048]
 
 Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
-`webgraph_pipeline.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
+`webgraph_contract.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
 two readers alternate `--repeats` times over the split's shard files, each making the CSR chunks
 the trainer consumes: ours, `alx_trainer.data.records.read_chunks` (blocks of whole records,
 CRC-32C checked, decoded in NumPy), and tf.data as the trainer read them before (a
@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from benchmarks.core.datasets import SIZES, ensure_matrix
-from webgraph_pipeline.quiet import quiet
+from webgraph_contract.quiet_logs import quiet
 
 quiet()  # TensorFlow's start-up lines held back before it is imported
 
@@ -36,11 +36,11 @@ def tf_data_chunks(files: Sequence[str], chunk_rows: int) -> Iterator[tuple[np.n
     """(row ids, indptr, cols) per batch, as the trainer's tf.data reader made them."""
     import tensorflow as tf
 
-    from webgraph_pipeline import contract
+    from webgraph_contract import record_codec
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def parse(serialized):
-        parsed = tf.io.parse_example(serialized, contract.feature_spec())
+        parsed = tf.io.parse_example(serialized, record_codec.feature_spec())
         cols = tf.RaggedTensor.from_sparse(parsed["col_tag"])
         return parsed["row_tag"], cols.values, cols.row_splits
 
@@ -107,15 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     import tensorflow  # noqa: F401 - imported before any clock starts
 
-    from webgraph_pipeline import contract
+    from webgraph_contract import layout, stats_json
 
     print(f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} "
           f"{'tf.data rows/s':>15} {'ratio':>6}  {'rows per CPU s, ours / tf.data':>31}")
     for size in args.sizes.split(","):
         out = ensure_matrix(args.work, size)
-        shape = contract.matrix_shape(contract.read_stats(out))
+        shape = stats_json.matrix_shape(stats_json.read_stats(out))
         for split, flip in (("train", False), ("train_t", True)):
-            files = list(contract.iter_split_files(out, split))
+            files = list(layout.iter_split_files(out, split))
             r = compare(files, args.chunk_rows, shape[::-1] if flip else shape, args.repeats)
             ours, theirs = r["rows"] / r["ours"], r["rows"] / r["tf.data"]
             per_cpu = f"{r['rows'] / r['ours cpu']:,.0f} / {r['rows'] / r['tf.data cpu']:,.0f}"

@@ -111,7 +111,8 @@ def main() -> None:
     sampler = Sampler(args.limit_gib)
 
     from alx_trainer.cli import train as cli_train
-    from alx_trainer.config import TrainConfig, parse_dataclass_args
+    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+    from alx_trainer.config import TrainConfig
 
     argv = ["--data", args.data, "--model_dir", args.model_dir, "--dim", str(args.dim), "--epochs",
             str(args.epochs),

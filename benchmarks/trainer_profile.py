@@ -70,7 +70,7 @@ def main() -> None:
     from alx_trainer.data import batching, records
     from alx_trainer.data.dataset import open_dataset
     from alx_trainer.model import init_tables
-    from alx_trainer.ops.host_replica import ReplicaBuffer
+    from alx_trainer.ops.host_fixed_table import ReplicaBuffer
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.ops.side_runner import SideRunner
     from alx_trainer.ops.spec import step_spec

@@ -6,7 +6,7 @@
         [--ours_flags='--stream_batches ...'] [--threads N] [--recall]
 
 Sizes: the generated power-law matrices of `benchmarks.core.datasets.SIZES` (written once by
-`python -m webgraph_pipeline.synthetic_matrix`, seeded, reused when their stats.json matches);
+`python -m webgraph_contract.synthetic_matrix`, seeded, reused when their stats.json matches);
 `ml1m-real`, MovieLens-1M's training users (the pipeline's strong-generalization split, 90% of the
 users); `gowalla`, LightGCN's Gowalla training pairs (the pipeline's given split of `--gowalla`),
 the size for high d. Ours runs at the trainer's defaults (alpha, lambda, nu), Gowalla at alpha
@@ -105,11 +105,11 @@ def run_ours(data: str, dim: int, args: argparse.Namespace, at: dict, hugepages:
 def scores(data: str, row_table: np.ndarray, col_table: np.ndarray) -> dict:
     """Recall@20 and NDCG@20 of trained rows on a given split's test users."""
     from benchmarks.core.gowalla import score_trained_rows
-    from webgraph_pipeline import contract
+    from webgraph_contract import dataset_reader
 
     _, _, indptr, cols = datasets.read_csr(data, "train")
     rows = [(r, cols[indptr[r]: indptr[r + 1]], g) for r, _,
-            g in contract.read_split(data, "test") if len(g)]
+            g in dataset_reader.read_split(data, "test") if len(g)]
     return score_trained_rows(row_table, col_table, rows)
 
 

@@ -26,7 +26,7 @@ from implicit.cpu.als import AlternatingLeastSquares
 
 from benchmarks import gpu_vs_implicit as bench
 from benchmarks.core import children, implicit_als, power_law, solve_forms
-from webgraph_pipeline import synthetic_matrix
+from webgraph_contract import synthetic_matrix
 
 import reference_ials as ref
 

@@ -22,7 +22,6 @@ from benchmarks.core.trace import launches as trace_launches  # the benchmarks' 
 
 import reference_ials as ref
 
-
 NUM_ROWS, NUM_COLS = 60, 90
 ALPHA, REG = 0.5, 0.8
 

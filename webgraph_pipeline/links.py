@@ -27,8 +27,8 @@ from typing import Any, Iterable, Optional
 
 import orjson
 
+from webgraph_contract.urls import LinkResolver, normalize_url, resolve_url
 from webgraph_pipeline.counters import Inc
-from webgraph_pipeline.urls import LinkResolver, normalize_url, resolve_url
 
 DEFAULT_LINK_TYPES = ("A@/href", "AREA@/href")
 

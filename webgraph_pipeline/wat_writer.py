@@ -28,7 +28,7 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 import orjson
 
-from webgraph_pipeline.arg_errors import OneLineParser
+from webgraph_contract.command_line import OneLineParser
 from webgraph_pipeline.edge_formats import EdgeFormat, parse_block, parse_url_line
 
 Page = tuple[str, Sequence[str]]  # (page URL, outlink URLs)

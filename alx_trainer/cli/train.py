@@ -28,7 +28,8 @@ import sys
 import jax
 
 from alx_trainer.cli.common import run, setup_logging
-from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.config import TrainConfig
 from alx_trainer.ops import per_core
 
 
@@ -73,7 +74,7 @@ def split_cpu(config: TrainConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, train, print a one-line summary; 0 on success, 2 for a bad flag or value, 1 for
-    bad data or a failed run (one line on stderr; `--debug` or ALX_DEBUG=1 adds the traceback)."""
+    bad data or a failed run (one line on stderr; `--debug` or WEBGRAPH_DEBUG=1 adds the traceback)."""
     return run("train", lambda: _main(argv))
 
 

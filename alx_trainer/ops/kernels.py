@@ -1,7 +1,7 @@
 """The compiled `shard_map` kernels of one half-epoch (paper 4.2, Algorithm 2).
 
 - `make_gramian`: local `T_mu^T T_mu`, then `psum`.
-- a step (`make_step`): gather the fixed rows of K stacked dense batches (`lookups`), solve each
+- a step (`make_step`): gather the fixed rows of K stacked dense batches (`gather_scatter`), solve each
   row's normal equations (paper Eq. 4) with the configured solver in float32 ('block': the
   iALS++ sweep of `block_solver`; CG 'matvec': without building d x d matrices), write the rows
   back; a `lax.scan` over the K batches, so fewer dispatches per half-epoch. On a CPU host split
@@ -25,7 +25,15 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from alx_trainer.ops import block_solver, solvers
-from alx_trainer.ops.lookups import fixed_rows, local_lookup, rows_in, rows_out, shard_start, sharded_gather, sharded_scatter
+from alx_trainer.ops.gather_scatter import (
+    fixed_rows,
+    local_lookup,
+    rows_in,
+    rows_out,
+    shard_start,
+    sharded_gather,
+    sharded_scatter,
+)
 from alx_trainer.ops.mesh import AXIS
 from alx_trainer.ops.spec import Fixed, StepSpec
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from alx_trainer.config import ACCELERATOR_BATCH_IDS, TrainConfig
 from alx_trainer.data import batching, records
-from alx_trainer.ops import batch_sources, host_replica, kernels, long_rows, per_core, plan, storage
+from alx_trainer.ops import batch_sources, host_fixed_table, kernels, long_rows, per_core, plan, table_storage
 from alx_trainer.ops.mesh import device_parts, local_rows, padded_rows, replicated
 from alx_trainer.ops.spec import Fixed, StepSpec, accelerator, hyper_params
 
@@ -60,7 +60,7 @@ class SideRunner:
         spec: StepSpec,
         make_chunks: Callable[[], Iterator[records.RowChunk]],
         num_rows: int,
-        replica: host_replica.ReplicaBuffer | None = None,
+        replica: host_fixed_table.ReplicaBuffer | None = None,
         name: str = "",
     ):
         self.config, self.mesh, self.spec, self.replica = config, mesh, spec, replica
@@ -129,7 +129,7 @@ class SideRunner:
     def gramian(self, table: jax.Array) -> jax.Array:
         """`T^T T`, replicated (through the host for the collective-free 'owner' layout)."""
         if self.spec.owner:
-            return host_replica.gramian_via_host(self.mesh, table)
+            return host_fixed_table.gramian_via_host(self.mesh, table)
         return kernels.make_gramian(self.mesh)(table)
 
     def fixed(self, src: jax.Array, gram: jax.Array | None = None) -> Fixed:
@@ -139,13 +139,13 @@ class SideRunner:
     def replicated(self, table: jax.Array) -> jax.Array:
         """The fixed table as the steps take it: whole on every device unless 'sharded', in `gather_form`."""
         if not self.spec.replicated_src:
-            return storage.gather_form(table)
+            return table_storage.gather_form(table)
         if self.spec.owner:
             # A bfloat16 replica is freed each half-epoch: kept, it would add to the shard of
             # temporary that the next half-epoch's `solving_form` takes.
             keep = self.replica if table.dtype != jnp.bfloat16 else None
-            return host_replica.replicate_via_host(self.mesh, table, keep)
-        return storage.gather_form(kernels.make_replicate(self.mesh)(table))
+            return host_fixed_table.replicate_via_host(self.mesh, table, keep)
+        return table_storage.gather_form(kernels.make_replicate(self.mesh)(table))
 
     def run(
         self, src: jax.Array, dst: jax.Array, progress: ProgressFn | None = None, src_gram: jax.Array | None = None
@@ -155,7 +155,7 @@ class SideRunner:
         `progress(steps, rows)` is called after each compiled call of the normal rows; `src_gram`,
         when given, is `gramian(src)` (the training loop keeps each table's).
         """
-        dst = storage.solving_form(dst)  # before the fixed-table replica: their peaks do not add up
+        dst = table_storage.solving_form(dst)  # before the fixed-table replica: their peaks do not add up
         fixed = self.fixed(src, src_gram)
         step_src = self.replicated(src)
         lock = threading.Lock()
@@ -171,7 +171,7 @@ class SideRunner:
             terms.extend(long_terms)
         total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
         del step_src  # the replica goes before `stored_form` takes its shard of temporary
-        return storage.stored_form(dst), total
+        return table_storage.stored_form(dst), total
 
     def run_normal(self, src, dst, fixed: Fixed, done: Callable[[int], None] = lambda rows: None
                    ) -> tuple[jax.Array, list]:

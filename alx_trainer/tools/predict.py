@@ -19,8 +19,8 @@ import numpy as np
 
 from alx_trainer.evaluation.evaluate import ShardedScorer, _tables
 from alx_trainer.model import fold_in
-from webgraph_pipeline import contract, fileio, urls
-from webgraph_pipeline.example_rows import encode_example
+from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
+from webgraph_contract.record_codec import encode_example
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Prediction:
 def load_vocab(data_dir: str, columns: bool = True) -> tuple[dict[int, str], dict[str, int]]:
     """(id -> name, name -> id) from a dataset directory's vocabulary shards: the column names
     (`columns`, the default) or the row names; the same for a graph, whose ids are shared."""
-    names = contract.read_vocab(data_dir, columns=columns)
+    names = dataset_reader.read_vocab(data_dir, columns=columns)
     return names, {name: i for i, name in names.items()}
 
 
@@ -65,8 +65,8 @@ def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) ->
 @functools.lru_cache(maxsize=4)
 def known_rows(data_dir: str) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """(training row -> its columns, held-out row -> its fold-in columns) of a dataset directory."""
-    train = {r: c for r, c, _ in contract.read_split(data_dir, "train")}
-    test = {r: c for r, c, _ in contract.read_split(data_dir, "test")}
+    train = {r: c for r, c, _ in dataset_reader.read_split(data_dir, "train")}
+    test = {r: c for r, c, _ in dataset_reader.read_split(data_dir, "test")}
     return train, test
 
 
@@ -119,7 +119,7 @@ def _names_or_empty(data_dir: str, columns: bool = True) -> dict[int, str]:
 
 
 def _shared_ids(data_dir: str) -> bool:
-    return not contract.is_bipartite(contract.read_stats(data_dir))
+    return not stats_json.is_bipartite(stats_json.read_stats(data_dir))
 
 
 def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
@@ -155,7 +155,7 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
             np.save(f, emb)
         side_names = names if (side == "col" or shared) else {}
         for s in range(num_shards):
-            path = os.path.join(out_dir, contract.shard_name(f"{side}_embeddings.tfr", s, num_shards))
+            path = os.path.join(out_dir, layout.shard_name(f"{side}_embeddings.tfr", s, num_shards))
             rows = range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards)
             fileio.write_records(path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows])
             paths.append(path)

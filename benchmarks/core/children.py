@@ -19,8 +19,8 @@ import tempfile
 import time
 from typing import Sequence
 
-from alx_trainer.cli.common import one_line as _last_line_of
 from benchmarks.core.paths import REPO
+from webgraph_contract.command_line import one_line as _last_line_of
 
 GIB = 2.0**30
 

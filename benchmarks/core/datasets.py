@@ -13,7 +13,7 @@ import numpy as np
 from benchmarks.core import paths
 from benchmarks.core.children import run_child
 
-# name -> (rows, cols, nnz) of the generated power-law matrices (webgraph_pipeline.synthetic_matrix)
+# name -> (rows, cols, nnz) of the generated power-law matrices (webgraph_contract.synthetic_matrix)
 SIZES = {
     "ml1m": (6_040, 3_706, 1_000_000),
     "25m": (1_000_000, 250_000, 25_000_000),
@@ -48,14 +48,14 @@ class Split:
 
 def make_split(data_dir: str, *flags: Any) -> Split:
     """Run the pipeline's command line with `flags` writing `data_dir`; the dataset read back."""
-    from webgraph_pipeline import contract
+    from webgraph_contract import dataset_reader, stats_json
     from webgraph_pipeline.cli import main
 
     if main([str(f) for f in flags] + ["--output", data_dir]) != 0:
         raise SystemExit(f"webgraph_pipeline {' '.join(map(str, flags))} failed")
-    num_rows, num_cols = contract.matrix_shape(contract.read_stats(data_dir))
-    train = {r: c for r, c, _ in contract.read_split(data_dir, "train")}
-    test = {r: (c, g) for r, c, g in contract.read_split(data_dir, "test")}
+    num_rows, num_cols = stats_json.matrix_shape(stats_json.read_stats(data_dir))
+    train = {r: c for r, c, _ in dataset_reader.read_split(data_dir, "train")}
+    test = {r: (c, g) for r, c, g in dataset_reader.read_split(data_dir, "test")}
     return Split(num_rows, num_cols, train, test)
 
 
@@ -81,7 +81,7 @@ def gowalla_split(data_dir: str, source: str | os.PathLike = paths.GOWALLA_DIR,
 
 def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
     """The generated matrix `name` of `SIZES` in WORK/matrix-NAME, written by
-    `python -m webgraph_pipeline.synthetic_matrix` unless its stats.json already matches."""
+    `python -m webgraph_contract.synthetic_matrix` unless its stats.json already matches."""
     out = os.path.join(work, f"matrix-{name}")
     rows, cols, nnz = SIZES[name]
     stats_path = os.path.join(out, "stats.json")
@@ -92,7 +92,7 @@ def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
                stats.get("config", {}).get("seed"))
         if got == (rows, cols, nnz, seed):
             return out
-    child = run_child([sys.executable, "-m", "webgraph_pipeline.synthetic_matrix", "--out", out,
+    child = run_child([sys.executable, "-m", "webgraph_contract.synthetic_matrix", "--out", out,
                        "--rows", rows, "--cols", cols, "--nnz", nnz, "--seed", seed])
     print(child.stdout.strip(), flush=True)
     return out
@@ -102,13 +102,13 @@ def read_csr(data_dir: str, split: str = "train") -> tuple[int, int, np.ndarray,
     """A dataset's split as (num_rows, num_cols, indptr, cols) through the trainer's reader (for
     `train_t`, the shape is the transpose's)."""
     from alx_trainer.data import records
-    from webgraph_pipeline import contract
+    from webgraph_contract import layout, stats_json
 
-    num_rows, num_cols = contract.matrix_shape(contract.read_stats(data_dir))
+    num_rows, num_cols = stats_json.matrix_shape(stats_json.read_stats(data_dir))
     if split == "train_t":
         num_rows, num_cols = num_cols, num_rows
     rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    files = list(contract.iter_split_files(data_dir, split))
+    files = list(layout.iter_split_files(data_dir, split))
     for chunk in records.read_chunks(files, 8192, num_rows, num_cols):
         rows.append(np.repeat(chunk.row_ids, chunk.lengths))
         cols.append(chunk.cols)

@@ -1,6 +1,6 @@
 """The one power-law generator of the benchmarks, on the host (NumPy) or on the device (JAX).
 
-Its law is `webgraph_pipeline.synthetic_matrix`'s (the rank density ~ rank^-s, ranks mapped to ids
+Its law is `webgraph_contract.synthetic_matrix`'s (the rank density ~ rank^-s, ranks mapped to ids
 through seeded permutations): on the host it is that module's own generator (row degrees a
 multinomial, each row's columns drawn until distinct), as the matrices it writes to disk; on the
 device the same rank law is drawn in float32 through equal-probability rank buckets whose
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from webgraph_pipeline import synthetic_matrix as law
+from webgraph_contract import synthetic_matrix as law
 
 ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7  # synthetic_matrix's defaults
 BUCKETS = 1 << 20  # equal-probability rank buckets of the device generator

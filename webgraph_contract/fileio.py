@@ -18,7 +18,7 @@ import shutil
 import uuid
 from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
-from webgraph_pipeline import tfrecord
+from webgraph_contract import tfrecord
 
 T = TypeVar("T")
 

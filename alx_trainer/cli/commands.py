@@ -12,8 +12,9 @@ import json
 from typing import Sequence
 
 from alx_trainer.cli.common import add_log_level, at_least, ks, run, setup_logging
+from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
-from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import open_dataset, validation_view
 from alx_trainer.data.records import Dataset
@@ -32,8 +33,8 @@ from alx_trainer.tools.sweep import (
     run_sweep,
     write_outputs,
 )
-from webgraph_pipeline import fileio
-from webgraph_pipeline.arg_errors import OneLineParser
+from webgraph_contract import fileio
+from webgraph_contract.command_line import OneLineParser
 
 
 def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model, Dataset | None]:

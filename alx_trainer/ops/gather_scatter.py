@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from alx_trainer.ops.mesh import AXIS
 from alx_trainer.ops.spec import StepSpec
-from alx_trainer.ops.storage import as_float32, as_stored
+from alx_trainer.ops.table_storage import as_float32, as_stored
 
 
 def shard_start(table_l: jax.Array) -> jax.Array:
