@@ -93,7 +93,8 @@ class SolverConfig:
         "auto",
         "How CG applies the normal matrix: 'matvec' (O(|S| d) per iteration, never builds it), "
         "'explicit' (builds the d x d matrices, O(|S| d^2), suits matrix units); "
-        "'auto' = matvec on CPU, explicit on GPU/TPU.",
+        "'auto' = the form measured fastest on the backend: matvec on CPU and GPU at every measured d "
+        "(DESIGN.md, trainer section).",
     )
     stats: str = _field(
         "gather",
@@ -194,6 +195,12 @@ class RunConfig:
         "CPU runs of the command line: split the host into this many JAX devices, each running its own steps "
         "(0: one per core). Ignored on GPU/TPU and when XLA_FLAGS sets --xla_force_host_platform_device_count.",
     )
+    compile_cache: str = _field(
+        "auto",
+        "JAX's persistent compilation cache: 'auto' (this user's $XDG_CACHE_HOME/alx/jax, default "
+        "~/.cache/alx/jax), a directory, or 'off'; a later run on the same shapes then compiles nothing. JAX "
+        "runs what it finds there, so a directory other users can write is refused.",
+    )
     distributed: bool = _field(
         False, "Call jax.distributed.initialize() first (multi-host, e.g. every worker of a TPU VM slice)."
     )
@@ -281,6 +288,7 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
             (self.train_loss_every >= 0, f"train_loss_every: must be >= 0, got {self.train_loss_every}"),
             (self.ndcg_k >= 0, f"ndcg_k: must be >= 0, got {self.ndcg_k}"),
             (self.eval_rows >= 0, f"eval_rows: must be >= 0, got {self.eval_rows}"),
+            (bool(self.compile_cache), "compile_cache: give 'auto', 'off' or a directory"),
             (self.log_level in LOG_LEVELS, f"log_level: must be one of {LOG_LEVELS}, got {self.log_level!r}"),
         ]
         for ok, message in checks:

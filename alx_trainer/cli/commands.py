@@ -11,7 +11,15 @@ import dataclasses
 import json
 from typing import Sequence
 
-from alx_trainer.cli.common import add_log_level, at_least, ks, run, setup_logging
+from alx_trainer.cli.common import (
+    add_compile_cache,
+    add_log_level,
+    at_least,
+    ks,
+    run,
+    setup_logging,
+    use_compile_cache,
+)
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig
@@ -68,11 +76,13 @@ def main_eval(argv: Sequence[str]) -> int:
                    help="Fold every row in from its fold-in items, also on a given split (whose users are scored from "
                         "their trained rows by default).")
     p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
+    add_compile_cache(p)
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
 
     def body() -> int:
+        use_compile_cache(args.compile_cache)
         model, dataset = _model(args.model_dir, args.data, args.tfds_data_dir)
         if args.split == "validation":
             dataset = validation_view(dataset)
@@ -115,6 +125,7 @@ def main_sweep(argv: Sequence[str]) -> int:
         dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
         nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)
         setup_logging(config.log_level)
+        use_compile_cache(config.compile_cache)
         split_cpu(config)  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
         rows = run_sweep(config, args.out_dir, dims, alphas, lambdas, nus)
         print(format_table(rows, args.metric))
@@ -139,11 +150,13 @@ def main_predict(argv: Sequence[str]) -> int:
     p.add_argument("--k", type=at_least(1), default=10, help="How many predictions per node.")
     p.add_argument("--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks.")
     p.add_argument("--table", choices=("row", "col"), default="col", help="Table of --neighbors.")
+    add_compile_cache(p)
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
 
     def body() -> int:
+        use_compile_cache(args.compile_cache)
         model, _ = _model(args.model_dir, args.data)
         for node in args.node:
             if args.neighbors:
@@ -164,11 +177,13 @@ def main_export(argv: Sequence[str]) -> int:
     p.add_argument("--output", required=True, help="Output directory.")
     p.add_argument("--data", default="", help="Dataset directory whose vocabulary names the ids (optional).")
     p.add_argument("--num_shards", type=at_least(1), default=1, help="TFRecord shards per table.")
+    add_compile_cache(p)
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
 
     def body() -> int:
+        use_compile_cache(args.compile_cache)
         if fileio.exists(args.output) and not fileio.isdir(args.output):
             raise FileExistsError(f"--output {args.output} is a file, not a directory; give a directory to export into")
         for path in export_tables(_model(args.model_dir, args.data)[0], args.output, data_dir=args.data or None,

@@ -46,6 +46,19 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log_level", choices=LOG_LEVELS, default="info", help="Diagnostics on stderr from this level.")
 
 
+def add_compile_cache(parser: argparse.ArgumentParser) -> None:
+    """`--compile_cache DIR|auto|off` (as `train`'s flag of the same name)."""
+    parser.add_argument("--compile_cache", default="auto",
+                        help="JAX's persistent compilation cache: 'auto' (this user's ~/.cache/alx/jax or "
+                             "$XDG_CACHE_HOME/alx/jax), a directory only this user can write, or 'off'.")
+
+
+def use_compile_cache(setting: str) -> None:
+    """Turn JAX's persistent compilation cache on (`compile_cache.enable`) before anything compiles."""
+    from alx_trainer import compile_cache  # imports JAX: not for --help
+
+    path = compile_cache.enable(setting)
+    logging.getLogger("alx_trainer").debug("compilation cache: %s", path or "off")
 
 
 def run(prog: str, body: Callable[[], int]) -> int:

@@ -27,7 +27,7 @@ import sys
 
 import jax
 
-from alx_trainer.cli.common import run, setup_logging
+from alx_trainer.cli.common import run, setup_logging, use_compile_cache
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.config import TrainConfig
 from alx_trainer.ops import per_core
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     config = parse_dataclass_args(TrainConfig, argv, prog="alx_trainer train").validate()
     setup_logging(config.log_level)
+    use_compile_cache(config.compile_cache)
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad flag
     from alx_trainer.train import train
 
