@@ -4,8 +4,6 @@ launches counted in a profiler trace on CPU devices."""
 from __future__ import annotations
 
 import logging
-import pathlib
-import sys
 
 import jax
 import numpy as np
@@ -15,9 +13,7 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import epoch_cost, train
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-import device_proxies  # noqa: E402  (the benchmark's launch count from a profiler trace)
+from benchmarks.core.trace import launches as trace_launches  # the benchmarks' launch count
 
 DIM = 16
 
@@ -78,5 +74,5 @@ def test_a_resident_half_epoch_is_one_launch(tmp_path):
         trace = str(tmp_path / f"trace{devices}")
         train(_config(tmp_path, model_dir=str(tmp_path / f"m{devices}"), layout=layout),
               mesh=make_mesh(jax.devices()[:devices]), dataset=_matrix(), tables=False, callbacks=[_Trace(trace)])
-        launches = device_proxies.launches(trace)
+        launches = trace_launches(trace)
         assert sum(launches.values()) == 2, launches  # both half-epochs, everything launched

@@ -43,10 +43,15 @@ def rank_probabilities(n: int, exponent: float) -> np.ndarray:
     return np.diff((np.arange(n + 1) / n) ** (1 - exponent))
 
 
+def rank_quantile(u, n: int, exponent: float):
+    """The rank (a float in [0, n]) at CDF value `u` of `rank_probabilities(n, exponent)`: the CDF
+    (r / n)^(1 - exponent) inverted, for NumPy or jax.numpy arrays alike."""
+    return n * u ** (1 / (1 - exponent))
+
+
 def power_law_ids(rng: np.random.Generator, n: int, size: int, exponent: float, perm: np.ndarray) -> np.ndarray:
     """`size` ids in [0, n) drawn with `rank_probabilities(n, exponent)`, ranks mapped by `perm`."""
-    u = rng.random(size)
-    ranks = (n * u ** (1 / (1 - exponent))).astype(np.int64)  # the CDF inverted
+    ranks = rank_quantile(rng.random(size), n, exponent).astype(np.int64)
     return perm[np.minimum(ranks, n - 1)]
 
 
