@@ -1,8 +1,8 @@
 """Streaming input: the contract's TFRecords as CSR chunks of rows in NumPy, without TensorFlow.
 
 Each host reads only its own share of the shard files (`files[process_index::process_count]`);
-each file is read in blocks of whole records (`webgraph_pipeline.tfrecord`, CRC-32C checked) and
-each block decoded at once (`webgraph_pipeline.example_rows`), so no host ever holds the dataset
+each file is read in blocks of whole records (`webgraph_contract.tfrecord`, CRC-32C checked) and
+each block decoded at once (`webgraph_contract.record_codec`), so no host ever holds the dataset
 as Python objects, and `prefetch` runs the reading in a thread ahead of the solves.
 """
 
@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader
 
 T = TypeVar("T")
 
@@ -59,7 +59,7 @@ def in_memory(name: str, indptr: np.ndarray, cols: np.ndarray, num_cols: int) ->
     """A training matrix held in memory as CSR (row r has columns `cols[indptr[r]:indptr[r+1]]`).
 
     Its transpose (the column half-epoch's rows) is made here. It has no test split: evaluate the
-    trained model with `alx_trainer.evaluation.evaluate.evaluate(model, rows)`.
+    trained model with `alx_trainer.evaluation.evaluate.evaluate_rows(model, rows)`.
     """
     indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols, np.int64)
     num_rows = len(indptr) - 1
@@ -110,7 +110,7 @@ def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: 
     for path in files:
         held: list[RowChunk] = []
         held_rows = 0
-        for rows in contract.iter_file_rows(path):
+        for rows in dataset_reader.iter_file_rows(path):
             chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
             _check_ids(path, chunk, num_rows, num_cols)
             held.append(chunk)

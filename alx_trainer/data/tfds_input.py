@@ -14,7 +14,7 @@ import numpy as np
 
 from alx_trainer.data import integrity, records
 from alx_trainer.data.records import Dataset
-from webgraph_pipeline import contract
+from webgraph_contract import layout, stats_json
 
 DEFAULT_VERSION = "1.0.0"
 
@@ -38,7 +38,7 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
         raise FileNotFoundError(f"{full}: not prepared under {root}; run `tfds build tfds_builder/web_graph ...` first")
     files: dict[str, list[str]] = {}
     for split, info in builder.info.splits.items():
-        if split in contract.SPLIT_PREFIXES:
+        if split in layout.SPLIT_PREFIXES:
             files[split] = sorted(os.path.join(root, f) for f in info.filenames)
     absent = [f for split_files in files.values() for f in split_files if not os.path.exists(f)]
     if absent:
@@ -47,17 +47,17 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
     for split in ("train", "train_t"):
         if not files.get(split):
             raise ValueError(f"{full}: has no {split!r} split; dataset does not match the WebGraph contract")
-    stats_path = os.path.join(root, contract.STATS_FILE)
+    stats_path = os.path.join(root, stats_json.STATS_FILE)
     if os.path.exists(stats_path):
-        stats = contract.read_stats(root)
+        stats = stats_json.read_stats(root)
     elif "stats" in builder.info.metadata:
         stats = dict(builder.info.metadata["stats"])
     else:
         stats = {"nodes": _max_id(files) + 1}
-    num_rows, num_cols = contract.matrix_shape(stats)
-    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in contract.SPLIT_PREFIXES}
-    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=contract.is_bipartite(stats),
-                   splits=splits, fingerprint=contract.dataset_fingerprint(stats),
+    num_rows, num_cols = stats_json.matrix_shape(stats)
+    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in layout.SPLIT_PREFIXES}
+    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=stats_json.is_bipartite(stats),
+                   splits=splits, fingerprint=stats_json.dataset_fingerprint(stats),
                    protocol=str(stats.get("protocol", "")))
 
 

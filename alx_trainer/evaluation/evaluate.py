@@ -31,7 +31,7 @@ from alx_trainer.data.dataset import open_dataset, open_directory, validation_vi
 from alx_trainer.data.records import Dataset
 from alx_trainer.evaluation import metrics, topk
 from alx_trainer.model import Model, load_model
-from webgraph_pipeline import contract, fileio
+from webgraph_contract import dataset_reader, fileio, stats_json
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,26 @@ class Ranking:
         """The K of the top K to find: the largest cut-off."""
         return max(list(self.ks) + ([self.ndcg_k] if self.ndcg_k else []))
 
-    def top_k(self, col_table: np.ndarray, known: Sequence[np.ndarray], *, approx: bool | None = None,
-              **queries: Any) -> topk.TopK:
+    def top_k(
+        self,
+        col_table: np.ndarray,
+        known: Sequence[np.ndarray],
+        *,
+        approx: bool | None = None,
+        **queries: Any,
+    ) -> topk.TopK:
         return topk.top_k_rows(
-            col_table, self.depth(), known, approx=self.approx if approx is None else approx,
-            recall_target=self.recall_target, rows_per_batch=self.rows_per_batch,
-            cols_per_block=self.cols_per_block, mesh=self.mesh, progress=self.progress, **queries)
+            col_table,
+            self.depth(),
+            known,
+            approx=self.approx if approx is None else approx,
+            recall_target=self.recall_target,
+            rows_per_batch=self.rows_per_batch,
+            cols_per_block=self.cols_per_block,
+            mesh=self.mesh,
+            progress=self.progress,
+            **queries,
+        )
 
 
 def one_device_mesh() -> Mesh:
@@ -72,8 +86,12 @@ def one_device_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()[:1]), ("cols",))
 
 
-def _tables(model_or_tables: Tables) -> tuple[np.ndarray | None, np.ndarray, Any]:
-    """(row_table, col_table, config) from a Model or a (row, col) pair."""
+def _tables(
+    model_or_tables: Tables | str | os.PathLike,
+) -> tuple[np.ndarray | None, np.ndarray, Any]:
+    """(row_table, col_table, config) from a Model, a model directory or a (row, col) pair."""
+    if isinstance(model_or_tables, (str, os.PathLike)):
+        model_or_tables = load_model(os.fspath(model_or_tables))
     if isinstance(model_or_tables, tuple):
         row, col = model_or_tables
         return row, np.asarray(col, np.float32), None
@@ -85,13 +103,19 @@ def _tables(model_or_tables: Tables) -> tuple[np.ndarray | None, np.ndarray, Any
 
 
 @functools.lru_cache(maxsize=8)
-def _load_eval_data(test: tuple[str, ...], train: tuple[str, ...], shape: tuple[int, int], shared: bool,
-                    stamp: tuple) -> tuple[list[Row], np.ndarray, bool]:
-    """Rows of the `test` files, column popularity (rows per column of the `train` files) and `shared`."""
+def _load_eval_data(
+    test: tuple[str, ...],
+    train: tuple[str, ...],
+    shape: tuple[int, int],
+    shared: bool,
+    stamp: tuple,
+) -> tuple[list[Row], np.ndarray, bool]:
+    """Rows of the `test` files, column popularity (rows per column of the `train` files) and
+    `shared`."""
     counts = np.zeros(shape[1], np.int64)
     for chunk in records.read_chunks(train, 1 << 16, *shape):
         counts += np.bincount(chunk.cols, minlength=shape[1])
-    return contract.read_records(test), counts.astype(np.float32), shared
+    return dataset_reader.read_records(test), counts.astype(np.float32), shared
 
 
 def load_eval_data(data: str | Dataset, split: str = "test") -> tuple[list[Row], np.ndarray, bool]:
@@ -101,11 +125,19 @@ def load_eval_data(data: str | Dataset, split: str = "test") -> tuple[list[Row],
     `validation_view` points at the validation rows, and `files["train"]`), TFDS ones included."""
     dataset = data if isinstance(data, Dataset) else _directory(os.fspath(data), split)
     if not dataset.files.get("test"):
-        raise ValueError(f"{dataset.name}: no test rows to evaluate (the dataset was built without a test split?)")
-    stats = os.path.join(dataset.data_dir, contract.STATS_FILE)
+        raise ValueError(
+            f"{dataset.name}: no test rows to evaluate "
+            "(the dataset was built without a test split?)"
+        )
+    stats = os.path.join(dataset.data_dir, stats_json.STATS_FILE)
     stamp = (dataset.fingerprint, os.path.getmtime(stats) if os.path.exists(stats) else 0.0)
-    return _load_eval_data(tuple(dataset.files["test"]), tuple(dataset.files["train"]),
-                           (dataset.num_rows, dataset.num_cols), not dataset.bipartite, stamp)
+    return _load_eval_data(
+        tuple(dataset.files["test"]),
+        tuple(dataset.files["train"]),
+        (dataset.num_rows, dataset.num_cols),
+        not dataset.bipartite,
+        stamp,
+    )
 
 
 def _directory(data_dir: str, split: str) -> Dataset:
@@ -127,8 +159,9 @@ def evaluate_rows(
     trained_rows: bool = False,
     fold_in_fn: topk.FoldInFn | None = None,
 ) -> dict[str, float]:
-    """Recall@k for k in `ranking.ks` and NDCG@`ranking.ndcg_k` of a model on `rows`, overall and per
-    activity bucket (`cold/recall@20`, ...: rows by their number of fold-in items, `metrics.ACTIVITY_CUTS`).
+    """Recall@k for k in `ranking.ks` and NDCG@`ranking.ndcg_k` of a model on `rows`, overall and
+    per activity bucket (`cold/recall@20`, ...: rows by their number of fold-in items,
+    `metrics.ACTIVITY_CUTS`).
 
     `model_or_tables`: a trainer `Model` or a `(row_table, col_table)` pair; `config` is passed to
     the fold-in solve (default: the model's own; `fold_in_fn(col_table, lists, config)` replaces the
@@ -143,7 +176,9 @@ def evaluate_rows(
     row_table, col_table, model_config = _tables(model_or_tables)
     config = config if config is not None else model_config
     if trained_rows and row_table is None:
-        raise ValueError("trained_rows: the model has no row table (pass a Model, a model directory or both tables)")
+        raise ValueError(
+            "trained_rows: the model has no row table (pass a Model or both tables)"
+        )
     if not rows:
         raise ValueError("no test rows to evaluate (the dataset was built without a test split?)")
     known = [np.asarray(c, np.int64) for _, c, _ in rows]
@@ -160,21 +195,37 @@ def evaluate_rows(
     out = metrics.ranking_metrics(ids, gts, ks, ndcg_k)
     out.update(metrics.bucket_metrics(ids, gts, [len(c) for c in known], ks, ndcg_k))
     if ranking.approx:
-        out[f"approx_recall@{ranking.depth()}"] = _approx_recall(ranking, col_table, known, ids, queries)
+        out[f"approx_recall@{ranking.depth()}"] = _approx_recall(
+            ranking, col_table, known, ids, queries
+        )
     if popularity is not None:
-        scorer = topk.BlockedScorer(np.asarray(popularity, np.float32)[:, None], ranking.mesh,
-                                    rows_per_batch=ranking.rows_per_batch, cols_per_block=ranking.cols_per_block)
+        scorer = topk.BlockedScorer(
+            np.asarray(popularity, np.float32)[:, None],
+            ranking.mesh,
+            rows_per_batch=ranking.rows_per_batch,
+            cols_per_block=ranking.cols_per_block,
+        )
         exclude = [np.append(c, r) for c, r in zip(known, row_ids)] if exclude_self else known
         pop_ids = scorer.top_k(np.ones((len(rows), 1), np.float32), exclude, ranking.depth()).ids
-        out.update({f"popularity/{name}": v for name, v in metrics.ranking_metrics(pop_ids, gts, ks, ndcg_k).items()})
+        out.update(
+            {
+                f"popularity/{name}": v
+                for name, v in metrics.ranking_metrics(pop_ids, gts, ks, ndcg_k).items()
+            }
+        )
     out["num_rows"] = float(len(rows))
     out["num_rows_with_gt"] = float(sum(1 for g in gts if len(g)))
     out["trained_rows"] = float(trained_rows)  # 1: scored from the trained rows, 0: folded in
     return out
 
 
-def _check_ids(row_ids: np.ndarray, known: Sequence[np.ndarray], gts: Sequence[np.ndarray], num_cols: int,
-               num_rows: int | None) -> None:
+def _check_ids(
+    row_ids: np.ndarray,
+    known: Sequence[np.ndarray],
+    gts: Sequence[np.ndarray],
+    num_cols: int,
+    num_rows: int | None,
+) -> None:
     """One line naming the first test row with a column outside the table (or, with `num_rows`, a
     row outside the row table)."""
     for lists in (known, gts):
@@ -182,21 +233,39 @@ def _check_ids(row_ids: np.ndarray, known: Sequence[np.ndarray], gts: Sequence[n
         bad = np.flatnonzero((ids < 0) | (ids >= num_cols))
         if len(bad):
             at = int(np.searchsorted(np.cumsum([len(c) for c in lists]), bad[0], side="right"))
-            raise ValueError(f"test row {row_ids[at]} names column {ids[bad[0]]} outside the table's 0..{num_cols - 1}")
+            raise ValueError(
+                f"test row {row_ids[at]} names column {ids[bad[0]]} "
+                f"outside the table's 0..{num_cols - 1}"
+            )
     if num_rows is not None:
         bad = np.flatnonzero((row_ids < 0) | (row_ids >= num_rows))
         if len(bad):
-            raise ValueError(f"test row {row_ids[bad[0]]} is outside the model's row table 0..{num_rows - 1}")
+            raise ValueError(
+                f"test row {row_ids[bad[0]]} is outside the model's row table 0..{num_rows - 1}"
+            )
 
 
-def _approx_recall(ranking: Ranking, col_table: np.ndarray, known: Sequence[np.ndarray], approx_ids: np.ndarray,
-                   queries: dict[str, Any]) -> float:
-    """Recall of the approximate top K against the exact one on up to `APPROX_SAMPLE` evenly spaced rows."""
-    sample = np.unique(np.linspace(0, len(known) - 1, min(len(known), APPROX_SAMPLE)).astype(np.int64))
+def _approx_recall(
+    ranking: Ranking,
+    col_table: np.ndarray,
+    known: Sequence[np.ndarray],
+    approx_ids: np.ndarray,
+    queries: dict[str, Any],
+) -> float:
+    """Recall of the approximate top K against the exact one on up to `APPROX_SAMPLE` evenly
+    spaced rows."""
+    sample = np.unique(
+        np.linspace(0, len(known) - 1, min(len(known), APPROX_SAMPLE)).astype(np.int64)
+    )
     picked = {name: (v[sample] if name == "row_ids" else v) for name, v in queries.items()}
     exact = ranking.top_k(col_table, [known[i] for i in sample], approx=False, **picked).ids
     recall = topk.approx_recall(approx_ids[sample], exact)
-    log.info("approximate top %d: recall %.4f against exact on %d rows", ranking.depth(), recall, len(sample))
+    log.info(
+        "approximate top %d: recall %.4f against exact on %d rows",
+        ranking.depth(),
+        recall,
+        len(sample),
+    )
     return recall
 
 
@@ -233,9 +302,20 @@ def evaluate_dataset(
         trained_rows = dataset.protocol == "given_split" and row_table is not None
     rows = rows[:max_rows] if max_rows else rows
     if not rows:
-        raise ValueError(f"{dataset.name}: no test rows to evaluate (the dataset was built without a test split?)")
-    return evaluate_rows(model_or_tables, rows, config, ranking, popularity=popularity if baseline else None,
-                         exclude_self=shared, trained_rows=trained_rows, fold_in_fn=fold_in_fn)
+        raise ValueError(
+            f"{dataset.name}: no test rows to evaluate "
+            "(the dataset was built without a test split?)"
+        )
+    return evaluate_rows(
+        model_or_tables,
+        rows,
+        config,
+        ranking,
+        popularity=popularity if baseline else None,
+        exclude_self=shared,
+        trained_rows=trained_rows,
+        fold_in_fn=fold_in_fn,
+    )
 
 
 def evaluate_model_dir(
@@ -248,41 +328,59 @@ def evaluate_model_dir(
     fold_in: bool = False,
     max_rows: int | None = None,
 ) -> dict[str, float]:
-    """`evaluate_dataset` of the latest checkpoint of `model_dir` on `data` (a dataset directory or a
-    TFDS name), refused unless the model was trained on it (same `dataset_fingerprint`; a warning
+    """`evaluate_dataset` of the latest checkpoint of `model_dir` on `data` (a dataset directory or
+    a TFDS name), refused unless the model was trained on it (same `dataset_fingerprint`; a warning
     when either side predates fingerprints). `fold_in`: fold every row in, also on a given split."""
     if not fileio.isdir(model_dir):
-        raise FileNotFoundError(f"{model_dir}: model directory not found; give the --model_dir of a `train` run")
+        raise FileNotFoundError(
+            f"{model_dir}: model directory not found; give the --model_dir of a `train` run"
+        )
     model: Model = load_model(model_dir)
     dataset = open_dataset(data, tfds_data_dir)
-    integrity.check_same_data(model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint)
+    integrity.check_same_data(
+        model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
+    )
     if split == "validation":
         dataset = validation_view(dataset)
     elif split != "test":
         raise ValueError(f"split: expected 'test' or 'validation', got {split!r}")
-    return evaluate_dataset(model, dataset, ranking=ranking, trained_rows=False if fold_in else None, max_rows=max_rows)
+    return evaluate_dataset(
+        model, dataset, ranking=ranking, trained_rows=False if fold_in else None, max_rows=max_rows
+    )
 
 
 def format_metrics(result: Mapping[str, float]) -> str:
-    """One line per metric, model and popularity baseline side by side, then the model per activity bucket."""
+    """One line per metric, model and popularity baseline side by side, then the model per
+    activity bucket."""
     names = [n for n in result if "@" in n and "/" not in n and not n.startswith("approx_recall@")]
     lines = [f"{'metric':<12} {'model':>8} {'popularity':>10}"]
     for name in names:
         pop = result.get(f"popularity/{name}")
         lines.append(f"{name:<12} {result[name]:>8.4f} {'' if pop is None else f'{pop:>10.4f}'}")
-    scored = "from their trained rows" if result.get("trained_rows") else "by folding them in from their fold-in items"
-    lines.append(f"rows: {int(result.get('num_rows', 0))} ({int(result.get('num_rows_with_gt', 0))} with ground truth), "
-                 f"scored {scored}")
+    scored = (
+        "from their trained rows"
+        if result.get("trained_rows")
+        else "by folding them in from their fold-in items"
+    )
+    lines.append(
+        f"rows: {int(result.get('num_rows', 0))} "
+        f"({int(result.get('num_rows_with_gt', 0))} with ground truth), "
+        f"scored {scored}"
+    )
     buckets = [b for b in metrics.ACTIVITY_BUCKETS if f"{b}/rows" in result]
     if buckets:
         lo, hi = metrics.ACTIVITY_CUTS
         lines.append(f"by activity (fold-in items: cold < {lo} <= medium < {hi} <= heavy), model:")
         lines.append(f"{'metric':<12}" + "".join(f" {b:>8}" for b in buckets))
         for name in names:
-            lines.append(f"{name:<12}" + "".join(f" {result[f'{b}/{name}']:>8.4f}" for b in buckets))
+            lines.append(
+                f"{name:<12}" + "".join(f" {result[f'{b}/{name}']:>8.4f}" for b in buckets)
+            )
         lines.append(f"{'rows':<12}" + "".join(f" {int(result[f'{b}/rows']):>8}" for b in buckets))
     for name in (n for n in result if n.startswith("approx_recall@")):
-        lines.append(f"approximate top {name.split('@')[1]}: recall {result[name]:.4f} against exact "
-                     f"(on up to {APPROX_SAMPLE} rows)")
+        lines.append(
+            f"approximate top {name.split('@')[1]}: recall {result[name]:.4f} against exact "
+            f"(on up to {APPROX_SAMPLE} rows)"
+        )
     lines.append("recall@K = hits / min(K, |gt|) (ALX paper); recall_gt@K = hits / |gt| (LightGCN)")
     return "\n".join(lines)
