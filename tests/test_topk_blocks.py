@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer.evaluation import topk
+from alx_trainer.evaluation import threshold_scan, topk
 from alx_trainer.evaluation.topk import BlockedScorer, Csr, top_k_rows
 
 
@@ -28,21 +28,25 @@ def random_exclusions(rng, n, num_cols, most):
     ]
 
 
+@pytest.mark.parametrize("scan", [True, False])
 @pytest.mark.parametrize("devices,cols,rows", [(1, 64, 16), (8, 32, 7), (3, 96, 50)])
-def test_exact_equals_brute_force_across_blocks_and_devices(devices, cols, rows):
+def test_exact_equals_brute_force_across_blocks_and_devices(devices, cols, rows, scan):
     rng = np.random.default_rng(devices)
     table = rng.normal(size=(1003, 8)).astype(np.float32)  # not a multiple of blocks or devices
     queries = rng.normal(size=(45, 8)).astype(np.float32)
     exclude = random_exclusions(rng, len(queries), len(table), 40)
     exclude[3] = rng.choice(len(table), size=300, replace=False)  # a long row: batched apart
-    scorer = BlockedScorer(table, jax.devices()[:devices], rows_per_batch=rows, cols_per_block=cols)
+    scorer = BlockedScorer(
+        table, jax.devices()[:devices], rows_per_batch=rows, cols_per_block=cols, scan=scan
+    )
     got = scorer.top_k(queries, exclude, 150)
     want_ids, want_scores = brute(queries, table, exclude, 150)
     np.testing.assert_array_equal(got.ids, want_ids)
     np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
 
 
-def test_ties_keep_the_lower_id_across_blocks_and_devices():
+@pytest.mark.parametrize("scan", [True, False])
+def test_ties_keep_the_lower_id_across_blocks_and_devices(scan):
     # integer scores, exact in float32: many equal scores, spread over blocks and devices
     rng = np.random.default_rng(5)
     table = rng.integers(-2, 3, size=(517, 3)).astype(np.float32)
@@ -51,7 +55,7 @@ def test_ties_keep_the_lower_id_across_blocks_and_devices():
     want_ids, want_scores = brute(queries, table, exclude, 60)
     for devices, cols in ((1, 32), (4, 32), (8, 64), (2, 4096)):
         got = BlockedScorer(
-            table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols
+            table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols, scan=scan
         ).top_k(queries, exclude, 60)
         np.testing.assert_array_equal(
             got.ids, want_ids, err_msg=f"{devices} devices, {cols} columns a block"
@@ -59,16 +63,63 @@ def test_ties_keep_the_lower_id_across_blocks_and_devices():
         np.testing.assert_array_equal(got.scores, want_scores)
 
 
-def test_cheap_tiers_are_taken_and_stay_exact():
+@pytest.mark.parametrize("scan", [True, False])
+def test_cheap_tiers_are_taken_and_stay_exact(scan):
     # one query, columns by ascending score: each block beats the last (the whole block's top K),
-    # then descending: no group beats the running K-th (the gathered tier)
+    # then descending: no group beats the running K-th (the gathered tier); a zero query ranks by id
     table = np.concatenate([np.arange(2000), np.arange(2000)[::-1]]).astype(np.float32)[:, None]
     queries = np.array([[1.0], [-1.0], [0.0]], np.float32)
-    got = BlockedScorer(table, jax.devices()[:2], rows_per_batch=2, cols_per_block=256).top_k(
-        queries, [np.array([1999]), np.array([], np.int64), np.array([0])], 25
-    )
-    want_ids, _ = brute(queries, table, [[1999], [], [0]], 25)
+    exclude = [np.array([1999]), np.array([], np.int64), np.array([0, 2, 3])]
+    got = BlockedScorer(
+        table, jax.devices()[:2], rows_per_batch=2, cols_per_block=256, scan=scan
+    ).top_k(queries, exclude, 25)
+    want_ids, _ = brute(queries, table, exclude, 25)
     np.testing.assert_array_equal(got.ids, want_ids)
+
+
+@pytest.mark.parametrize("devices", [1, 3])
+def test_scan_stops_at_the_norm_bound_and_stays_exact(devices):
+    # a few long columns among many short ones (the norm bound ends the scan early), columns of
+    # norm zero, signed one-dimensional columns whose scores equal the bound (ties with it), and
+    # a query that every column scores below zero
+    rng = np.random.default_rng(7)
+    table = rng.normal(size=(6000, 4)).astype(np.float32) * 1e-3
+    table[rng.choice(6000, 300, replace=False)] *= 1e3
+    table[rng.choice(6000, 500, replace=False)] = 0.0
+    queries = rng.normal(size=(20, 4)).astype(np.float32)
+    queries[0] = -np.abs(queries[0])
+    table[:, :] = np.where(queries[0] < 0, np.abs(table), table)  # row 0: every score <= 0
+    exclude = random_exclusions(rng, len(queries), len(table), 30)
+    scorer = BlockedScorer(table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=64)
+    assert scorer.scan
+    want_ids, want_scores = brute(queries, table, exclude, 40)
+    got = scorer.top_k(queries, exclude, 40)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    np.testing.assert_allclose(got.scores, want_scores, rtol=1e-6, atol=1e-12)
+    signed = np.round(rng.normal(size=(3000, 1)) * 4).astype(np.float32)
+    ones = np.array([[1.0], [-1.0], [2.0]], np.float32)
+    got = BlockedScorer(signed, jax.devices()[:devices], rows_per_batch=4, cols_per_block=128)
+    want_ids, _ = brute(ones, signed, [[], [5], [7, 8]], 70)
+    np.testing.assert_array_equal(got.top_k(ones, [[], [5], [7, 8]], 70).ids, want_ids)
+
+
+def test_running_topk_merges_candidates_best_first_ties_by_lower_id():
+    top = threshold_scan.RunningTopK(2, 3)
+    top.merge(np.array([0, 0, 1]), np.array([1.0, 2.0, 5.0]), np.array([10, 11, 12]))
+    top.merge(np.array([0, 0, 0]), np.array([2.0, 2.0, 0.5]), np.array([9, 13, 1]))
+    np.testing.assert_array_equal(top.ids, [[9, 11, 13], [12, -1, -1]])
+    np.testing.assert_array_equal(top.kth(), [2.0, -np.inf])
+
+
+def test_shared_ranking_equals_brute_force():
+    rng = np.random.default_rng(4)
+    counts = rng.integers(0, 6, size=400)  # many ties: the lower id first
+    exclude = random_exclusions(rng, 50, len(counts), 120)
+    exclude[0] = np.arange(395)  # fewer admissible columns than k
+    got = topk.top_k_shared(counts, 30, exclude)
+    want_ids, want_scores = brute(np.ones((50, 1)), counts[:, None], exclude, 30)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    np.testing.assert_array_equal(got.scores, want_scores)
 
 
 def test_more_k_than_admissible_columns_gives_padding():

@@ -199,14 +199,8 @@ def evaluate_rows(
             ranking, col_table, known, ids, queries
         )
     if popularity is not None:
-        scorer = topk.BlockedScorer(
-            np.asarray(popularity, np.float32)[:, None],
-            ranking.mesh,
-            rows_per_batch=ranking.rows_per_batch,
-            cols_per_block=ranking.cols_per_block,
-        )
         exclude = [np.append(c, r) for c, r in zip(known, row_ids)] if exclude_self else known
-        pop_ids = scorer.top_k(np.ones((len(rows), 1), np.float32), exclude, ranking.depth()).ids
+        pop_ids = topk.top_k_shared(popularity, ranking.depth(), exclude).ids
         out.update(
             {
                 f"popularity/{name}": v

@@ -37,6 +37,7 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm import tqdm
 
+from alx_trainer.evaluation import threshold_scan
 from alx_trainer.ops import per_core
 
 log = logging.getLogger(__name__)
@@ -256,6 +257,7 @@ class BlockedScorer:
         *,
         rows_per_batch: int | None = None,
         cols_per_block: int | None = None,
+        scan: bool | None = None,
     ):
         table = np.asarray(col_table, np.float32)
         if table.ndim != 2:
@@ -277,14 +279,26 @@ class BlockedScorer:
             int(np.clip(self.num_cols - i * self.span, 0, self.span))
             for i in range(len(self.devices))
         ]
+        self.scan = self.devices[0].platform == "cpu" if scan is None else scan
+        self._table = table
+        self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+
+    @functools.cached_property
+    def _ranges(self) -> tuple[list, list]:
+        """(tables, seeds) of the block kernel: each device's contiguous id range, on it."""
         padded = np.zeros((self.span * len(self.devices), self.dim), np.float32)
-        padded[: self.num_cols] = table
-        self.tables, self.seeds = [], []
+        padded[: self.num_cols] = self._table
+        tables, seeds = [], []
         for i, device in enumerate(self.devices):
             part = padded[i * self.span : (i + 1) * self.span]
-            self.tables.append(jax.device_put(part, device))
-            self.seeds.append(jax.device_put(self._seed(part[: self.valid[i]]), device))
-        self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+            tables.append(jax.device_put(part, device))
+            seeds.append(jax.device_put(self._seed(part[: self.valid[i]]), device))
+        return tables, seeds
+
+    @functools.cached_property
+    def _sorted(self) -> list[threshold_scan.SortedColumns]:
+        """The threshold scan's columns: by descending norm, dealt round-robin over devices."""
+        return threshold_scan.sorted_columns(self._table, self.devices, self.shape.cols)
 
     def _seed(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(table, ids) of a block of a device's columns of largest norm, ids ascending (padding
@@ -331,6 +345,10 @@ class BlockedScorer:
             raise ValueError(f"k must be positive, got {k}")
         ids = np.full((n, k), -1, np.int64)
         scores = np.full((n, k), -np.inf, np.float32)
+        if self.scan and not approx:
+            self._scan(queries, exclude, k, ids, scores, progress)
+            ids[~np.isfinite(scores)] = -1
+            return TopK(ids, scores)
         lengths = exclude.lengths()
         short = lengths <= SHORT_EXCLUDE
         for group in (np.flatnonzero(short), np.flatnonzero(~short)):
@@ -376,6 +394,31 @@ class BlockedScorer:
                     progress(len(index))
             pending = launched
 
+    def _scan(self, queries, exclude: Csr, k: int, ids, scores, progress) -> None:
+        """Fill `ids`/`scores` by the threshold scan (`threshold_scan`), batch by batch."""
+        rows, columns = self.shape.rows, self._sorted
+        for start in range(0, len(queries), rows):
+            part = exclude.rows(start, min(len(queries), start + rows))
+            q = np.zeros((rows, self.dim), np.float32)
+            q[: len(part)] = queries[start : start + rows]
+            pairs = (np.repeat(np.arange(len(part)), part.lengths()), part.indices)
+            tasks = [
+                functools.partial(
+                    threshold_scan.scan, q, len(part), pairs, k, cols, self.shape.cols, device
+                )
+                for cols, device in zip(columns, self.devices)
+            ]
+            found = per_core.run(tasks) if self.per_core else [task() for task in tasks]
+            vals = np.concatenate([v for v, _ in found], axis=1)
+            found = np.concatenate([i for _, i in found], axis=1)
+            order = np.lexsort((np.where(found < 0, np.iinfo(np.int64).max, found), -vals))
+            order = order[:, :k]
+            stop = start + len(part)
+            scores[start:stop] = np.take_along_axis(vals, order, axis=1)[: len(part)]
+            ids[start:stop] = np.take_along_axis(found, order, axis=1)[: len(part)]
+            if progress is not None:
+                progress(len(part))
+
     def _launch(self, kernel, q: np.ndarray, ex: np.ndarray) -> list:
         """Every device's program on one batch: dispatched (accelerators), or run in one pinned
         thread per device (per-core CPU devices, `per_core`)."""
@@ -384,12 +427,13 @@ class BlockedScorer:
             device = self.devices[i]
             local = np.where(ex >= 0, ex - i * self.span, -1).astype(np.int32)
             local[(local < 0) | (local >= self.span)] = -1
+            tables, seeds = self._ranges
             return kernel(
                 jax.device_put(q, device),
-                self.tables[i],
+                tables[i],
                 jax.device_put(local, device),
                 jax.device_put(np.int32(self.valid[i]), device),
-                *self.seeds[i],
+                *seeds[i],
             )
 
         if self.per_core:
@@ -519,6 +563,30 @@ def top_k_rows(
     seconds = time.perf_counter() - began
     log.info("top-k of %d rows in %.1f s (%.0f rows/s)", n, seconds, n / max(seconds, 1e-9))
     return TopK(ids, scores)
+
+
+def top_k_shared(scores: np.ndarray, k: int, exclude: Csr | Sequence[np.ndarray]) -> TopK:
+    """The top `k` of rows that all score column j `scores[j]` (a popularity ranking), each
+    without its `exclude[i]`: one stable ranking (ties: the lower id first), then each row's first
+    `k` admissible columns; -1 / -inf where fewer are admissible."""
+    scores = np.asarray(scores)
+    exclude = Csr.of(exclude)
+    n, lengths = len(exclude), exclude.lengths()
+    width = min(len(scores), k + int(lengths.max(initial=0)))
+    head = np.argsort(-scores.astype(np.float64), kind="stable")[:width]
+    rank = np.full(len(scores), -1, np.int64)
+    rank[head] = np.arange(width)
+    ids = np.full((n, k), -1, np.int64)
+    step = max(1, (1 << 24) // max(width, 1))  # rows at a time: a bounded [rows, width] mask
+    for start in range(0, n, step):
+        part = exclude.rows(start, min(n, start + step))
+        hit = rank[part.indices]
+        blocked = np.zeros((len(part), width), bool)
+        blocked[np.repeat(np.arange(len(part)), part.lengths())[hit >= 0], hit[hit >= 0]] = True
+        first = np.argsort(blocked, axis=1, kind="stable")[:, :k]
+        found = np.where(np.take_along_axis(blocked, first, axis=1), -1, head[first])
+        ids[start : start + len(part), : found.shape[1]] = found
+    return TopK(ids, np.where(ids >= 0, scores[np.maximum(ids, 0)], -np.inf).astype(np.float32))
 
 
 def approx_recall(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:

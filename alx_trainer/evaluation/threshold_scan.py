@@ -1,0 +1,275 @@
+"""Exact top K on CPU devices by a threshold scan: the device flags, the host ranks.
+
+Each device holds its share of the columns in descending norm order (columns dealt round-robin
+from one global norm order). A batch of rows is scanned block by block in one compiled loop that
+only scores a block and compares the maximum of each group of `GROUP` columns with the row's
+threshold: the answer is one bit per group, packed, `[rows, blocks, words]`; no top K is taken on
+the device. The host re-scores the flagged groups in float64, keeps those at or above the running
+K-th best and merges them into a running top K (ties: the lower column id first), which raises the
+threshold of the next call. Calls cover 1, 2, 4, ... up to `CHUNK_BLOCKS` blocks, after a first
+block ranked densely on the host, so the threshold is good before the long calls.
+
+Exactness: a group is flagged when its float32 maximum reaches the float64 K-th best lowered by a
+rounding margin (4 d eps |q| max |h|), so every column that can enter the top K is re-scored. The
+loop stops once no row can reach its threshold any more: a score is at most |q| |h|, and norms
+only fall along a device's columns. Rows whose query is zero score 0 everywhere: their top K is
+the lowest admissible ids, answered without a scan.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+GROUP = 16  # columns per flag bit
+CHUNK_BLOCKS = 64  # most blocks one device call scans before the host merges
+RESCORE_GROUPS = 1 << 14  # flagged groups re-scored on the host at a time
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+class SortedColumns(NamedTuple):
+    """One device's columns in descending norm order, zero padded to whole blocks."""
+
+    table: Any  # jax array [span, d] on the device
+    host: np.ndarray  # float32 [span, d], the same in host memory (re-scoring)
+    ids: np.ndarray  # int64 [span]: the column id at each position (-1: padding)
+    position: np.ndarray  # int64 [num_cols]: each column's position here (-1: another device)
+    ascending: np.ndarray  # int64: this device's column ids, ascending (zero queries)
+    block_norms: Any  # jax array float32 [blocks]: the largest norm of each block
+    max_norm: float
+
+
+def sorted_columns(table: np.ndarray, devices: list, cols: int) -> list[SortedColumns]:
+    """Columns by descending norm (ties: lower id first), dealt round-robin over `devices`, each
+    share padded to a whole number of `cols`-wide blocks."""
+    num_cols = len(table)
+    norms = np.sqrt(np.einsum("ij,ij->i", table, table, dtype=np.float64))
+    order = np.lexsort((np.arange(num_cols), -norms))
+    out = []
+    for i, device in enumerate(devices):
+        mine = order[i :: len(devices)]
+        span = max(1, -(-len(mine) // cols)) * cols
+        ids = np.full(span, -1, np.int64)
+        ids[: len(mine)] = mine
+        host = np.zeros((span, table.shape[1]), np.float32)
+        host[: len(mine)] = table[mine]
+        position = np.full(num_cols, -1, np.int64)
+        position[mine] = np.arange(len(mine))
+        padded_norms = np.zeros(span, np.float64)
+        padded_norms[: len(mine)] = norms[mine]
+        block_norms = _round_up(padded_norms[::cols])
+        out.append(
+            SortedColumns(
+                jax.device_put(host, device),
+                host,
+                ids,
+                position,
+                np.sort(mine),
+                jax.device_put(block_norms, device),
+                float(padded_norms.max(initial=0.0)),
+            )
+        )
+    return out
+
+
+def _round_up(x: np.ndarray) -> np.ndarray:
+    """float32 values no smaller than the float64 `x`."""
+    x = np.asarray(x, np.float64)
+    y = x.astype(np.float32)
+    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y).astype(np.float32)
+
+
+def _round_down(x: np.ndarray) -> np.ndarray:
+    """float32 values no larger than the float64 `x`."""
+    x = np.asarray(x, np.float64)
+    y = x.astype(np.float32)
+    return np.where(y > x, np.nextafter(y, np.float32(-np.inf)), y).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=16)
+def _scan_kernel(cols: int):
+    """(queries [B, d], table, block_norms, threshold [B], reach [B], first block, block count)
+    -> (flags uint32 [B, CHUNK_BLOCKS, words], blocks scanned): bit g of a block's words is set
+    when group g's largest score reaches the row's threshold. The loop ends early once
+    `reach * block norm` is below every row's threshold."""
+    groups = -(-cols // GROUP)
+    words = -(-groups // 32)
+    shifts = jnp.arange(32, dtype=jnp.uint32)
+
+    def run(queries, table, block_norms, threshold, reach, first, count):
+        b = queries.shape[0]
+
+        def live(state):
+            j, _ = state
+            bound = reach * block_norms[jnp.minimum(first + j, block_norms.shape[0] - 1)]
+            return (j < count) & jnp.any(bound >= threshold)
+
+        def body(state):
+            j, flags = state
+            part = jax.lax.dynamic_slice_in_dim(table, (first + j) * cols, cols)
+            scores = jnp.dot(queries, part.T, preferred_element_type=jnp.float32)
+            if groups * GROUP != cols:
+                scores = jnp.pad(
+                    scores, ((0, 0), (0, groups * GROUP - cols)), constant_values=-jnp.inf
+                )
+            hit = scores.reshape(b, groups, GROUP).max(axis=2) >= threshold[:, None]
+            hit = jnp.pad(hit, ((0, 0), (0, words * 32 - groups)))
+            packed = jnp.sum(
+                hit.reshape(b, words, 32).astype(jnp.uint32) << shifts, axis=2, dtype=jnp.uint32
+            )
+            return j + 1, jax.lax.dynamic_update_slice(flags, packed[:, None, :], (0, j, 0))
+
+        flags = jnp.zeros((b, CHUNK_BLOCKS, words), jnp.uint32)
+        j, flags = jax.lax.while_loop(live, body, (jnp.int32(0), flags))
+        return flags, j
+
+    return jax.jit(run)
+
+
+class RunningTopK:
+    """The best `k` (score, id) of each of `n` rows seen so far, best first, ties by lower id."""
+
+    def __init__(self, n: int, k: int):
+        self.k = k
+        self.vals = np.full((n, k), -np.inf, np.float64)
+        self.ids = np.full((n, k), -1, np.int64)
+
+    def kth(self) -> np.ndarray:
+        """Each row's K-th best score (-inf while it has fewer than K)."""
+        return self.vals[:, -1]
+
+    def merge(self, rows: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> None:
+        """Add candidates (row, score, id); a column must not be added twice."""
+        if not len(rows):
+            return
+        touched = np.unique(rows)
+        held = np.isfinite(self.vals[touched])
+        r = np.concatenate([np.repeat(touched, held.sum(axis=1)), rows])
+        v = np.concatenate([self.vals[touched][held], scores])
+        i = np.concatenate([self.ids[touched][held], ids])
+        order = np.lexsort((i, -v, r))
+        r, v, i = r[order], v[order], i[order]
+        rank = np.arange(len(r)) - np.searchsorted(r, r)
+        keep = rank < self.k
+        self.vals[touched] = -np.inf
+        self.ids[touched] = -1
+        self.vals[r[keep], rank[keep]] = v[keep]
+        self.ids[r[keep], rank[keep]] = i[keep]
+
+
+def scan(
+    queries: np.ndarray,
+    real: int,
+    excluded: tuple[np.ndarray, np.ndarray],
+    k: int,
+    cols: SortedColumns,
+    block: int,
+    device: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top `k` (float64 scores, ids; -inf / -1 padding) of the first `real` rows of
+    `queries` [B, d] (the rest: padding, left empty) over one device's columns, excluding the
+    (row, column id) pairs `excluded`."""
+    b, d = queries.shape
+    top = RunningTopK(b, k)
+    q64 = queries.astype(np.float64)
+    qnorm = np.linalg.norm(q64, axis=1)
+    zero = qnorm == 0
+    live = ~zero & (np.arange(b) < real)
+    zero &= np.arange(b) < real
+    at = cols.position[excluded[1]]
+    mine = at >= 0
+    ex_rows, ex_pos = excluded[0][mine], at[mine]
+    ex_keys = np.sort(ex_rows * len(cols.ids) + ex_pos)
+    if zero.any():
+        _zero_rows(top, np.flatnonzero(zero), cols, ex_keys)
+    if not live.any():
+        return top.vals, top.ids
+    _dense_block(top, q64, live, cols, block, ex_rows, ex_pos)
+    margin = 4 * d * EPS32 * qnorm * cols.max_norm
+    reach = np.where(live, _round_up(qnorm * (1 + 8 * d * EPS32)), 0.0).astype(np.float32)
+    reach = jax.device_put(reach, device)
+    kernel = _scan_kernel(block)
+    q_dev = jax.device_put(queries, device)
+    blocks = len(cols.ids) // block
+    first, count = 1, 1
+    while first < blocks:
+        count = min(count, blocks - first, CHUNK_BLOCKS)
+        kth = top.kth()
+        threshold = np.where(live, _round_down(kth - margin), np.inf).astype(np.float32)
+        flags, done = kernel(
+            q_dev,
+            cols.table,
+            cols.block_norms,
+            jax.device_put(threshold, device),
+            reach,
+            np.int32(first),
+            np.int32(count),
+        )
+        done = int(done)
+        _rescore(top, q64, np.asarray(flags)[:, :done], first, block, cols, ex_keys)
+        if done < count:
+            break
+        first += count
+        count *= 2
+    return top.vals, top.ids
+
+
+def _zero_rows(top: RunningTopK, rows: np.ndarray, cols: SortedColumns, ex_keys) -> None:
+    """Rows whose query is zero: every column scores 0, so the lowest admissible ids win."""
+    span = len(cols.ids)
+    for r in rows:
+        for start in range(0, len(cols.ascending), 4 * top.k):
+            ids = cols.ascending[start : start + 4 * top.k]
+            keys = r * span + cols.position[ids]
+            ids = ids[~_contains(ex_keys, keys)]
+            top.merge(np.full(len(ids), r), np.zeros(len(ids)), ids)
+            if np.isfinite(top.vals[r, -1]):
+                break
+
+
+def _contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Which `keys` are in the ascending array `sorted_keys`."""
+    if not len(sorted_keys):
+        return np.zeros(len(keys), bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[at] == keys
+
+
+def _dense_block(top, q64, live, cols: SortedColumns, block, ex_rows, ex_pos) -> None:
+    """Rank the first block (the largest norms) of the `live` rows on the host, in float64."""
+    scores = q64 @ cols.host[:block].astype(np.float64).T
+    first = ex_pos < block
+    scores[ex_rows[first], ex_pos[first]] = -np.inf
+    scores[:, cols.ids[:block] < 0] = -np.inf
+    scores[~live] = -np.inf
+    k = min(top.k, block)
+    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
+    rows, at = np.nonzero((scores >= kth[:, None]) & np.isfinite(scores))
+    top.merge(rows, scores[rows, at], cols.ids[at])
+
+
+def _rescore(top, q64, flags, first, block, cols: SortedColumns, ex_keys) -> None:
+    """Re-score the flagged groups in float64 and merge those that can enter the top K."""
+    rows, j, w = np.nonzero(flags)
+    if not len(rows):
+        return
+    bits = np.unpackbits(
+        flags[rows, j, w].astype("<u4").view(np.uint8).reshape(-1, 4), axis=1, bitorder="little"
+    )
+    at, bit = np.nonzero(bits)
+    rows, blocks = rows[at], first + j[at]
+    starts = blocks * block + (w[at] * 32 + bit) * GROUP
+    for lo in range(0, len(rows), RESCORE_GROUPS):
+        r = rows[lo : lo + RESCORE_GROUPS]
+        positions = starts[lo : lo + RESCORE_GROUPS, None] + np.arange(GROUP)
+        inside = positions < (blocks[lo : lo + RESCORE_GROUPS, None] + 1) * block
+        positions = np.where(inside, positions, 0)
+        scores = np.einsum("ngd,nd->ng", cols.host[positions].astype(np.float64), q64[r])
+        n, g = np.nonzero(inside & (scores >= top.kth()[r][:, None]))
+        r, scores, positions = r[n], scores[n, g], positions[n, g]
+        keep = (cols.ids[positions] >= 0) & ~_contains(ex_keys, r * len(cols.ids) + positions)
+        top.merge(r[keep], scores[keep], cols.ids[positions[keep]])
