@@ -6,8 +6,9 @@ only scores a block and compares the maximum of each group of `GROUP` columns wi
 threshold: the answer is one bit per group, packed, `[rows, blocks, words]`; no top K is taken on
 the device. The host re-scores the flagged groups in float64, keeps those at or above the running
 K-th best and merges them into a running top K (ties: the lower column id first), which raises the
-threshold of the next call. Calls cover 1, 2, 4, ... up to `CHUNK_BLOCKS` blocks, after a first
-block ranked densely on the host, so the threshold is good before the long calls.
+threshold of the next call. Calls cover 1, 2, 4, ... up to `CHUNK_BLOCKS` blocks, after the
+`SEED_COLUMNS` columns of largest norm are ranked densely on the host, so the threshold is good
+before the long calls.
 
 Exactness: a group is flagged when its float32 maximum reaches the float64 K-th best lowered by a
 rounding margin (4 d eps |q| max |h|), so every column that can enter the top K is re-scored. The
@@ -25,9 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-GROUP = 16  # columns per flag bit
+GROUP = 8  # columns per flag bit
 CHUNK_BLOCKS = 64  # most blocks one device call scans before the host merges
 RESCORE_GROUPS = 1 << 14  # flagged groups re-scored on the host at a time
+SEED_COLUMNS = 1024  # columns of largest norm ranked densely on the host: the first threshold
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -43,9 +45,14 @@ class SortedColumns(NamedTuple):
     max_norm: float
 
 
+def block_width(cols: int) -> int:
+    """The scan's block width for a requested one: a whole number of groups."""
+    return max(1, -(-cols // GROUP)) * GROUP
+
+
 def sorted_columns(table: np.ndarray, devices: list, cols: int) -> list[SortedColumns]:
     """Columns by descending norm (ties: lower id first), dealt round-robin over `devices`, each
-    share padded to a whole number of `cols`-wide blocks."""
+    share padded to a whole number of `cols`-wide blocks (`block_width`)."""
     num_cols = len(table)
     norms = np.sqrt(np.einsum("ij,ij->i", table, table, dtype=np.float64))
     order = np.lexsort((np.arange(num_cols), -norms))
@@ -96,7 +103,7 @@ def _scan_kernel(cols: int):
     -> (flags uint32 [B, CHUNK_BLOCKS, words], blocks scanned): bit g of a block's words is set
     when group g's largest score reaches the row's threshold. The loop ends early once
     `reach * block norm` is below every row's threshold."""
-    groups = -(-cols // GROUP)
+    groups = cols // GROUP
     words = -(-groups // 32)
     shifts = jnp.arange(32, dtype=jnp.uint32)
 
@@ -112,10 +119,6 @@ def _scan_kernel(cols: int):
             j, flags = state
             part = jax.lax.dynamic_slice_in_dim(table, (first + j) * cols, cols)
             scores = jnp.dot(queries, part.T, preferred_element_type=jnp.float32)
-            if groups * GROUP != cols:
-                scores = jnp.pad(
-                    scores, ((0, 0), (0, groups * GROUP - cols)), constant_values=-jnp.inf
-                )
             hit = scores.reshape(b, groups, GROUP).max(axis=2) >= threshold[:, None]
             hit = jnp.pad(hit, ((0, 0), (0, words * 32 - groups)))
             packed = jnp.sum(
@@ -146,19 +149,25 @@ class RunningTopK:
         """Add candidates (row, score, id); a column must not be added twice."""
         if not len(rows):
             return
-        touched = np.unique(rows)
-        held = np.isfinite(self.vals[touched])
-        r = np.concatenate([np.repeat(touched, held.sum(axis=1)), rows])
-        v = np.concatenate([self.vals[touched][held], scores])
-        i = np.concatenate([self.ids[touched][held], ids])
-        order = np.lexsort((i, -v, r))
-        r, v, i = r[order], v[order], i[order]
-        rank = np.arange(len(r)) - np.searchsorted(r, r)
-        keep = rank < self.k
-        self.vals[touched] = -np.inf
-        self.ids[touched] = -1
-        self.vals[r[keep], rank[keep]] = v[keep]
-        self.ids[r[keep], rank[keep]] = i[keep]
+        if np.any(rows[1:] < rows[:-1]):
+            order = np.argsort(rows, kind="stable")
+            rows, scores, ids = rows[order], scores[order], ids[order]
+        touched, start, count = np.unique(rows, return_index=True, return_counts=True)
+        width = self.k + int(count.max())
+        vals = np.full((len(touched), width), -np.inf)
+        found = np.full((len(touched), width), -1, np.int64)
+        vals[:, : self.k], found[:, : self.k] = self.vals[touched], self.ids[touched]
+        at = np.repeat(np.arange(len(touched)), count)
+        slot = self.k + np.arange(len(rows)) - np.repeat(start, count)
+        vals[at, slot], found[at, slot] = scores, ids
+        order = np.argsort(-vals, axis=1)
+        ranked = np.take_along_axis(vals, order, axis=1)
+        tied = np.flatnonzero(((ranked[:, 1:] == ranked[:, :-1]) & np.isfinite(ranked[:, 1:])).any(1))
+        if len(tied):  # equal scores: the lower id first
+            order[tied] = np.lexsort((found[tied], -vals[tied]), axis=1)
+        order = order[:, : self.k]
+        self.vals[touched] = np.take_along_axis(vals, order, axis=1)
+        self.ids[touched] = np.take_along_axis(found, order, axis=1)
 
 
 def scan(
@@ -188,14 +197,14 @@ def scan(
         _zero_rows(top, np.flatnonzero(zero), cols, ex_keys)
     if not live.any():
         return top.vals, top.ids
-    _dense_block(top, q64, live, cols, block, ex_rows, ex_pos)
+    _dense_block(top, q64, live, cols, ex_rows, ex_pos)
     margin = 4 * d * EPS32 * qnorm * cols.max_norm
     reach = np.where(live, _round_up(qnorm * (1 + 8 * d * EPS32)), 0.0).astype(np.float32)
     reach = jax.device_put(reach, device)
     kernel = _scan_kernel(block)
     q_dev = jax.device_put(queries, device)
     blocks = len(cols.ids) // block
-    first, count = 1, 1
+    first, count = 0, 1
     while first < blocks:
         count = min(count, blocks - first, CHUNK_BLOCKS)
         kth = top.kth()
@@ -210,7 +219,7 @@ def scan(
             np.int32(count),
         )
         done = int(done)
-        _rescore(top, q64, np.asarray(flags)[:, :done], first, block, cols, ex_keys)
+        _rescore(top, queries, threshold, np.asarray(flags)[:, :done], first, block, cols, ex_keys)
         if done < count:
             break
         first += count
@@ -239,21 +248,25 @@ def _contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return sorted_keys[at] == keys
 
 
-def _dense_block(top, q64, live, cols: SortedColumns, block, ex_rows, ex_pos) -> None:
-    """Rank the first block (the largest norms) of the `live` rows on the host, in float64."""
-    scores = q64 @ cols.host[:block].astype(np.float64).T
-    first = ex_pos < block
+def _dense_block(top, q64, live, cols: SortedColumns, ex_rows, ex_pos) -> None:
+    """Rank the first `SEED_COLUMNS` columns (the largest norms) of the `live` rows on the host,
+    in float64: the first threshold."""
+    seed = min(SEED_COLUMNS, len(cols.ids))
+    scores = q64 @ cols.host[:seed].astype(np.float64).T
+    first = ex_pos < seed
     scores[ex_rows[first], ex_pos[first]] = -np.inf
-    scores[:, cols.ids[:block] < 0] = -np.inf
+    scores[:, cols.ids[:seed] < 0] = -np.inf
     scores[~live] = -np.inf
-    k = min(top.k, block)
+    k = min(top.k, seed)
     kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1]
     rows, at = np.nonzero((scores >= kth[:, None]) & np.isfinite(scores))
     top.merge(rows, scores[rows, at], cols.ids[at])
 
 
-def _rescore(top, q64, flags, first, block, cols: SortedColumns, ex_keys) -> None:
-    """Re-score the flagged groups in float64 and merge those that can enter the top K."""
+def _rescore(top, queries, threshold, flags, first, block, cols: SortedColumns, ex_keys) -> None:
+    """Re-score the flagged groups: in float32 against the device's `threshold` (the rounding
+    margin below the K-th best), then the columns that pass in float64, merging those that can
+    enter the top K."""
     rows, j, w = np.nonzero(flags)
     if not len(rows):
         return
@@ -261,15 +274,21 @@ def _rescore(top, q64, flags, first, block, cols: SortedColumns, ex_keys) -> Non
         flags[rows, j, w].astype("<u4").view(np.uint8).reshape(-1, 4), axis=1, bitorder="little"
     )
     at, bit = np.nonzero(bits)
-    rows, blocks = rows[at], first + j[at]
-    starts = blocks * block + (w[at] * 32 + bit) * GROUP
+    rows = rows[at]
+    groups = (first + j[at]) * (block // GROUP) + w[at] * 32 + bit
+    by_group = cols.host.reshape(-1, GROUP, cols.host.shape[1])
+    seeded = SEED_COLUMNS // GROUP  # groups ranked by `_dense_block`
     for lo in range(0, len(rows), RESCORE_GROUPS):
-        r = rows[lo : lo + RESCORE_GROUPS]
-        positions = starts[lo : lo + RESCORE_GROUPS, None] + np.arange(GROUP)
-        inside = positions < (blocks[lo : lo + RESCORE_GROUPS, None] + 1) * block
-        positions = np.where(inside, positions, 0)
-        scores = np.einsum("ngd,nd->ng", cols.host[positions].astype(np.float64), q64[r])
-        n, g = np.nonzero(inside & (scores >= top.kth()[r][:, None]))
-        r, scores, positions = r[n], scores[n, g], positions[n, g]
-        keep = (cols.ids[positions] >= 0) & ~_contains(ex_keys, r * len(cols.ids) + positions)
+        r, g = rows[lo : lo + RESCORE_GROUPS], groups[lo : lo + RESCORE_GROUPS]
+        rough = np.matmul(by_group[g], queries[r][:, :, None])[:, :, 0]
+        n, c = np.nonzero((rough >= threshold[r][:, None]) & (g[:, None] >= seeded))
+        r, positions = r[n], g[n] * GROUP + c
+        scores = np.einsum(
+            "nd,nd->n", cols.host[positions].astype(np.float64), queries[r].astype(np.float64)
+        )
+        keep = (
+            (scores >= top.kth()[r])
+            & (cols.ids[positions] >= 0)
+            & ~_contains(ex_keys, r * len(cols.ids) + positions)
+        )
         top.merge(r[keep], scores[keep], cols.ids[positions[keep]])

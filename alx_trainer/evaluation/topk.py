@@ -134,9 +134,10 @@ class BlockShape(NamedTuple):
 
 
 def default_block_shape(platform: str) -> BlockShape:
-    """Rows per batch and columns per block by backend: CPU blocks fit a core's L2 cache share,
-    accelerator blocks are large enough to keep the chip busy (256 MiB of scores)."""
-    return BlockShape(256, 4096) if platform == "cpu" else BlockShape(1024, 1 << 16)
+    """Rows per batch and columns per block by backend: 4 MiB of scores on CPU, in batches of
+    many rows (the threshold scan's host work is per batch), accelerator blocks large enough to
+    keep the chip busy (256 MiB of scores)."""
+    return BlockShape(1024, 1024) if platform == "cpu" else BlockShape(1024, 1 << 16)
 
 
 def _devices(mesh: Mesh | Sequence[Any] | None) -> list:
@@ -298,7 +299,11 @@ class BlockedScorer:
     @functools.cached_property
     def _sorted(self) -> list[threshold_scan.SortedColumns]:
         """The threshold scan's columns: by descending norm, dealt round-robin over devices."""
-        return threshold_scan.sorted_columns(self._table, self.devices, self.shape.cols)
+        return threshold_scan.sorted_columns(self._table, self.devices, self._scan_block)
+
+    @property
+    def _scan_block(self) -> int:
+        return threshold_scan.block_width(self.shape.cols)
 
     def _seed(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(table, ids) of a block of a device's columns of largest norm, ids ascending (padding
@@ -404,7 +409,7 @@ class BlockedScorer:
             pairs = (np.repeat(np.arange(len(part)), part.lengths()), part.indices)
             tasks = [
                 functools.partial(
-                    threshold_scan.scan, q, len(part), pairs, k, cols, self.shape.cols, device
+                    threshold_scan.scan, q, len(part), pairs, k, cols, self._scan_block, device
                 )
                 for cols, device in zip(columns, self.devices)
             ]
