@@ -203,7 +203,7 @@ def scan(
     reach = jax.device_put(reach, device)
     kernel = _scan_kernel(block)
     q_dev = jax.device_put(queries, device)
-    blocks = len(cols.ids) // block
+    blocks = len(cols.ids) // block if len(cols.ascending) > SEED_COLUMNS else 0
     first, count = 0, 1
     while first < blocks:
         count = min(count, blocks - first, CHUNK_BLOCKS)
@@ -274,14 +274,14 @@ def _rescore(top, queries, threshold, flags, first, block, cols: SortedColumns, 
         flags[rows, j, w].astype("<u4").view(np.uint8).reshape(-1, 4), axis=1, bitorder="little"
     )
     at, bit = np.nonzero(bits)
-    rows = rows[at]
     groups = (first + j[at]) * (block // GROUP) + w[at] * 32 + bit
+    fresh = groups >= SEED_COLUMNS // GROUP  # the first groups were ranked by `_dense_block`
+    rows, groups = rows[at][fresh], groups[fresh]
     by_group = cols.host.reshape(-1, GROUP, cols.host.shape[1])
-    seeded = SEED_COLUMNS // GROUP  # groups ranked by `_dense_block`
     for lo in range(0, len(rows), RESCORE_GROUPS):
         r, g = rows[lo : lo + RESCORE_GROUPS], groups[lo : lo + RESCORE_GROUPS]
         rough = np.matmul(by_group[g], queries[r][:, :, None])[:, :, 0]
-        n, c = np.nonzero((rough >= threshold[r][:, None]) & (g[:, None] >= seeded))
+        n, c = np.nonzero(rough >= threshold[r][:, None])
         r, positions = r[n], g[n] * GROUP + c
         scores = np.einsum(
             "nd,nd->n", cols.host[positions].astype(np.float64), queries[r].astype(np.float64)
