@@ -162,7 +162,8 @@ class RunningTopK:
         vals[at, slot], found[at, slot] = scores, ids
         order = np.argsort(-vals, axis=1)
         ranked = np.take_along_axis(vals, order, axis=1)
-        tied = np.flatnonzero(((ranked[:, 1:] == ranked[:, :-1]) & np.isfinite(ranked[:, 1:])).any(1))
+        same = (ranked[:, 1:] == ranked[:, :-1]) & np.isfinite(ranked[:, 1:])
+        tied = np.flatnonzero(same.any(axis=1))
         if len(tied):  # equal scores: the lower id first
             order[tied] = np.lexsort((found[tied], -vals[tied]), axis=1)
         order = order[:, : self.k]
