@@ -7,10 +7,15 @@ profiler trace: every launch, whatever made it); the host CPU seconds spent outs
 programs on CPU devices; the main thread and every thread Python starts count); and the bytes
 copied host-to-device (every NumPy array handed to `jax.device_put` and
 `jax.make_array_from_*`). Targets: <= 16 calls per half-epoch, 0 bytes after epoch 1 when the
-batches are resident, host CPU <= 5% of the epoch.
+batches are resident, host CPU <= 5% of the epoch. Then XLA's bytes accessed and FLOPs per epoch
+from its cost analysis (`alx_trainer.train.epoch_cost`: every program of an epoch compiled with its
+loops unrolled), all devices together, beside the counted minimum (`benchmarks.core.work`) and
+their ratio (target: <= 2x at the 25M size).
 
     python -m benchmarks.device_proxies                  # 200k x 50k, 2M nnz, d=64, 1 device
     python -m benchmarks.device_proxies --resident off   # the streamed (double-buffered) path
+    python -m benchmarks.device_proxies --rows 1000000 --cols 250000 --nnz 25000000 --dim 128
+        --epochs 3                                       # the 25M size of the bytes target
 """
 
 from __future__ import annotations
@@ -44,10 +49,12 @@ def main() -> None:
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
     from alx_trainer.data import records
+    from alx_trainer.model import table_dtype
     from alx_trainer.ops.mesh import make_mesh
-    from alx_trainer.train import train
+    from alx_trainer.train import epoch_cost, train
     from benchmarks.core.power_law import power_law_csr
     from benchmarks.core.trace import launches
+    from benchmarks.core.work import epoch_work
 
     indptr, cols, _ = power_law_csr(0, args.rows, args.cols, args.nnz, on="host", col_exponent=0.5)
     held = records.in_memory("power-law", indptr, cols, args.cols)
@@ -84,10 +91,23 @@ def main() -> None:
                          train_loss_every=0,
                          accelerator="on", resident_batches=args.resident, cg_form=args.cg_form)
     t = time.perf_counter()
-    train(config, mesh=make_mesh(), dataset=held, tables=False, callbacks=[Measure()])
+    mesh = make_mesh()
+    train(config, mesh=mesh, dataset=held, tables=False, callbacks=[Measure()])
+    total_s = time.perf_counter() - t
+    t = time.perf_counter()
+    cost = epoch_cost(config, held, mesh)  # per device
+    table_bytes = jax.numpy.dtype(table_dtype(config)).itemsize
+    _, minimum = epoch_work(args.rows, args.cols, len(cols), args.dim, config.cg_iters, table_bytes)
+    xla_bytes = cost["bytes_per_epoch"] * args.devices
+    print(json.dumps({"xla_bytes_per_epoch": xla_bytes,
+                      "xla_flops_per_epoch": cost["flops_per_epoch"] * args.devices,
+                      "launches_per_epoch": cost["launches_per_epoch"],
+                      "counted_bytes_per_epoch": minimum,
+                      "xla_bytes_ratio": round(xla_bytes / minimum, 3),
+                      "cost_s": round(time.perf_counter() - t, 2)}))
     print(json.dumps({"rows": args.rows, "cols": args.cols, "nnz": int(len(cols)), "dim": args.dim,
                       "devices": args.devices, "resident": args.resident,
-                      "total_s": round(time.perf_counter() - t, 2)}))
+                      "total_s": round(total_s, 2)}))
 
 
 def count_host_to_device(jax) -> list[int]:

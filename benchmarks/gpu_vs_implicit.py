@@ -11,8 +11,9 @@ then on the GPU machine, from the project root:
     python3 -m benchmarks.gpu_vs_implicit [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
         [--gowalla data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
         [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec]
-        [--forms_at gowalla:64,gowalla:1024,25m:128]
-    python3 -m benchmarks.gpu_vs_implicit --sizes de-sparse --budget_s 900 --section_timeout 800
+        [--forms_at gowalla:64,gowalla:1024,25m:128] [--cost on|off]
+
+(The WebGraph de-sparse size, with its test split and evaluation, is `benchmarks.de_sparse`.)
 
 The run installs `.whl/*.whl` into `--site` (default /tmp/site) itself when they are there and
 gives every child the GPU README's environment (PYTHONPATH=site; LD_LIBRARY_PATH with the CUDA
@@ -32,15 +33,21 @@ out-of-memory or a timeout prints one line and the run goes on; no section start
    `ours_config`; `--ours KEY=VALUE` overrides any TrainConfig field), then implicit GPU (CG with
    our `cg_iters`, float32) at our objective (`benchmarks.core.implicit_als`). Seconds per epoch:
    the median of the epochs after the first. Ours' setup (`in_memory`'s transpose, planning, the
-   final checkpoint) is timed apart.
+   final checkpoint) is timed apart. Then, in the same child (after the timings), XLA's cost
+   analysis of one epoch (`alx_trainer.train.epoch_cost`: bytes accessed, FLOPs and launches of
+   its programs compiled with their loops unrolled), skipped in one line when its estimate (the
+   planning plus the first epoch's compiling, once per CG step) would outrun the child's time.
 4. The solve forms (`--forms`, at the `--forms_at` points, with what is left of the budget): ours
    again in each form the default ('auto') did not run. Per point, the fastest form whose Gowalla
    Recall@20 is within 0.002 of the best form's there (a form that lost it on Gowalla is out at
-   the other sizes too), and whether 'auto' ran it (`benchmarks.core.solve_forms`).
+   the other sizes too), and whether 'auto' ran it (`benchmarks.core.solve_forms`): the table
+   behind `alx_trainer.ops.spec.AUTO_CG_FORM`.
 5. One table ('auto: ' marks the default run's form), the forms' verdicts, and `--json` (default
    WORK/gpu_vs_implicit.json) with every figure.
 
-Work per epoch is counted (`benchmarks.core.work.epoch_work`), rates set against step 1's peaks.
+Work per epoch is counted (`benchmarks.core.work.epoch_work`: the minimum any implementation must
+move and compute), rates set against step 1's peaks; beside it XLA's bytes accessed per epoch, their
+ratio to the minimum and their share of the copy bandwidth.
 Peak device memory: ours, JAX's `peak_bytes_in_use`; implicit, RMM's statistics plus its two CSR
 copies. Host peak RSS of every child is reported too.
 """
@@ -84,8 +91,6 @@ SIZES = {
     "10m": Size(400_000, 100_000, 10_000_000, 3),
     "25m": Size(1_000_000, 250_000, 25_000_000, 3),
     "149m": Size(1_500_000, 1_500_000, 149_000_000, 2),  # WebGraph in-sparse
-    "de-sparse": Size(19_700_000, 19_700_000, 1_190_000_000, 2,
-                      ours=(("table_dtype", "bfloat16"),)),
 }
 GOWALLA = "gowalla"
 GOWALLA_DIMS = (64, 1024)
@@ -124,11 +129,12 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str,
 
 
 def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: str, dim: int, config,
-                who: str, name: str) -> dict:
-    """One trainer's child on one matrix at one d (log and spec files under `name`): its row."""
+                who: str, name: str, cost: bool = False) -> dict:
+    """One trainer's child on one matrix at one d (log and spec files under `name`): its row;
+    `cost`: XLA's cost analysis too."""
     meta, peaks = report["data"][size], report["device"].get("peaks", {})
     spec = {"size": size, "data": str(runner.work / "data" / size), "config": config.to_dict(),
-            "implicit": args.implicit, "score": size == GOWALLA}
+            "implicit": args.implicit, "score": size == GOWALLA, "cost": cost}
     # implicit's child uses JAX only to score, after the fit: it must not take the GPU's memory
     env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false") if who == "implicit" else None
     lines, error, child_s = runner(who, name, spec, env)
@@ -152,6 +158,9 @@ def add_row(report: dict, r: dict, implicit_s: float | None) -> None:
           + (f"{r['s_per_epoch']:.4f} s/epoch" if r["s_per_epoch"] else "-")
           + (f", ratio {r['ratio']:.2f}" if r["ratio"] else "")
           + (f", Recall@20 {r['recall_gt@20']:.4f}" if r["recall_gt@20"] is not None else "")
+          + (f", XLA {r['xla_bytes_per_epoch'] / 1e9:.3g} GB/epoch "
+             f"({r['xla_bytes_ratio']:.2f}x the minimum)" if r["xla_bytes_ratio"] else "")
+          + (f"; {r['xla_note']}" if r["xla_note"] else "")
           + (f"; {r['error']}" if r["error"] else ""), flush=True)
 
 
@@ -199,6 +208,7 @@ def compare_forms(runner: Runner, args: argparse.Namespace, report: dict, plan: 
 def print_sections(rows: list[dict]) -> None:
     """The sections as one table; 'auto: ' marks the form the default run took."""
     shown = [dict(r, who=r["who"] or "?", note=r["error"] or r["note"] or "",
+                  xla_gb=r["xla_bytes_per_epoch"] / 1e9 if r.get("xla_bytes_per_epoch") else None,
                   form=(r.get("form") or "-") if r.get("variant") or not r.get("form")
                   else f"auto: {r['form']}") for r in rows]
     print_table([("size", "size", "", -10), ("d", "dim", "", 5), ("who", "who", "", -12),
@@ -206,8 +216,12 @@ def print_sections(rows: list[dict]) -> None:
                  ("ratio", "ratio", ".2f", 6), ("dev GiB", "peak_device_gib", ".2f", 7),
                  ("GFLOP/s", "gflop_s", ".0f", 8), ("%f32", "pct_f32_peak", ".1f", 5),
                  ("%bf16", "pct_bf16_peak", ".1f", 5), ("GB/s", "gb_s", ".0f", 6),
-                 ("%copy", "pct_copy_bw", ".1f", 5), ("R@20", "recall_gt@20", ".4f", 6),
-                 ("note", "note", "", -4)], shown)
+                 ("%copy", "pct_copy_bw", ".1f", 5), ("XLA GB", "xla_gb", ".3g", 6),
+                 ("xmin", "xla_bytes_ratio", ".2f", 5), ("%copyX", "pct_copy_bw_xla", ".1f", 6),
+                 ("R@20", "recall_gt@20", ".4f", 6), ("note", "note", "", -4)], shown)
+    print("GFLOP/s, %f32, %bf16, GB/s, %copy: the counted minimum work per epoch against the "
+          "measured peaks; XLA GB: bytes accessed per epoch by XLA's cost analysis, xmin its ratio "
+          "to the minimum, %copyX its share of the copy bandwidth")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -232,6 +246,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--implicit", choices=("auto", "gpu", "cpu", "off"), default="auto",
                    help="implicit's model: auto = GPU when its CUDA extension loads, else CPU "
                    "(said in the table)")
+    p.add_argument("--cost", choices=("on", "off"), default="on",
+                   help="XLA's cost analysis of ours' epoch at each size and d (the default form)")
     p.add_argument("--peak_n", type=int, default=8192, help="matmul size of the peak measurement")
     p.add_argument("--copy_mib", type=int, default=2048,
                    help="MiB copied by the bandwidth measurement")
@@ -356,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "error" in meta or not meta:
             continue
         rows = {who: run_section(runner, args, report, size, dim, config, who,
-                                 f"{size}-d{dim}-{who}")
+                                 f"{size}-d{dim}-{who}", cost=who == "ours" and args.cost == "on")
                 for who in (("ours", "implicit") if args.implicit != "off" else ("ours",))}
         base = implicit_s[size, dim] = rows.get("implicit", {}).get("s_per_epoch")
         for r in rows.values():

@@ -165,7 +165,8 @@ class Runner:
                                                                        ".spec.json"))
         logs.mkdir(parents=True, exist_ok=True)
         out.unlink(missing_ok=True)
-        spec_path.write_text(json.dumps(dict(spec, out=str(out), work=str(self.work))))
+        spec_path.write_text(json.dumps(dict(spec, out=str(out), work=str(self.work),
+                                             timeout_s=left)))
         cmd = [sys.executable, "-m", self.module, "--_child", kind, str(spec_path)]
         error, t = None, time.monotonic()
         try:

@@ -51,13 +51,23 @@ def rank_buckets(n: int, exponent: float, buckets: int = BUCKETS) -> np.ndarray:
 def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
                row_exponent: float = ROW_EXPONENT,
                col_exponent: float = COL_EXPONENT) -> tuple[np.ndarray, np.ndarray, dict]:
-    """A power-law matrix generated on the default JAX device: (indptr int64, cols int32, facts).
+    """`device_matrix` brought to the host: (indptr int64, cols int32, facts); `facts` adds the
+    seconds to the host."""
+    indptr, cols, facts = device_matrix(seed, num_rows, num_cols, nnz, row_exponent, col_exponent)
+    t = time.perf_counter()
+    host_indptr, host_cols = np.asarray(indptr).astype(np.int64), np.asarray(cols)
+    return host_indptr, host_cols, dict(facts, to_host_s=time.perf_counter() - t)
+
+
+def device_matrix(seed: int, num_rows: int, num_cols: int, nnz: int,
+                  row_exponent: float = ROW_EXPONENT, col_exponent: float = COL_EXPONENT):
+    """A power-law matrix generated on the default JAX device, left there: (indptr int32 [rows + 1],
+    cols int32 [nnz], facts).
 
     Pairs are drawn with the law's row and column ranks (a bucket, then a uniform rank in it),
     sorted on the device, deduplicated, and exactly `nnz` distinct pairs kept at random (lowest
     random priorities, ties broken by position). Too few distinct pairs: the draw is repeated with
-    more pairs. Only the CSR arrays come to the host. `facts`: seconds on the device, seconds to
-    the host, draws made.
+    more pairs. `facts`: seconds on the device, draws made.
     """
     import jax
     import jax.numpy as jnp
@@ -86,15 +96,12 @@ def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
         if len(tries) == 6 or draws == 2**31 - 2:
             raise ValueError(f"{nnz} distinct pairs not reached in {len(tries)} draws "
                              f"(last {draws} gave {distinct})")
+        del rows, cols, first  # the device's memory for the next, larger draw
         factor *= 1.1 * nnz / distinct
     key_draw, key = jax.random.split(key_draw)
     indptr, kept_cols = _keep_pairs(key, rows, cols, first, nnz, num_rows)
     indptr.block_until_ready()
-    t1 = time.perf_counter()
-    del rows, cols, first
-    host_indptr, host_cols = np.asarray(indptr).astype(np.int64), np.asarray(kept_cols)
-    facts = {"device_s": t1 - t0, "to_host_s": time.perf_counter() - t1, "draws": tries}
-    return host_indptr, host_cols, facts
+    return indptr, kept_cols, {"device_s": time.perf_counter() - t0, "draws": tries}
 
 
 def _ranks(key, buckets, size: int):

@@ -23,6 +23,8 @@ from benchmarks.core import implicit_als, machine, power_law
 from benchmarks.core.children import one_line, write_line
 from benchmarks.core.gowalla import score_trained_rows, test_rows
 
+COST_MARGIN_S = 10.0  # seconds kept free around the cost analysis's estimate
+
 
 def save_matrix(folder: pathlib.Path, arrays: dict[str, np.ndarray | int], facts: dict) -> dict:
     """Arrays as .npy files and facts (with the shape) as meta.json; the meta, with the seconds to
@@ -128,6 +130,31 @@ def ours_child(spec: dict, out: str) -> None:
     if spec["score"]:
         write_line(out, {"result": score_trained_rows(model.row_table, model.col_table,
                                                       test_rows(m))})
+    if spec.get("cost"):  # last: its compiles must not disturb the timings
+        compile_s = model.metrics[0].get("compile_seconds", 0.0) if model.metrics else 0.0
+        estimate = result["setup_s"] + (config.cg_iters + 1) * compile_s + COST_MARGIN_S
+        left = spec.get("timeout_s", float("inf")) - (time.monotonic() - spec["started"])
+        write_line(out, {"result": xla_cost(config, dataset, estimate, left - COST_MARGIN_S)})
+
+
+def xla_cost(config, dataset, estimate_s: float, left_s: float) -> dict:
+    """XLA's cost analysis of one epoch (`alx_trainer.train.epoch_cost`: its programs compiled
+    with their loops unrolled) as `xla_*` figures, or a one-line `xla_note` when it would take
+    longer (`estimate_s`) than the `left_s` seconds the child has, or fails."""
+    from alx_trainer.train import epoch_cost
+
+    if estimate_s > left_s:
+        return {"xla_note": f"XLA cost analysis skipped: about {estimate_s:.0f} s needed, "
+                            f"{max(left_s, 0):.0f} s left"}
+    t = time.perf_counter()
+    try:
+        cost = epoch_cost(config, dataset)
+    except Exception as e:  # one line, and the figures already written stand
+        return {"xla_note": f"XLA cost analysis failed: {one_line(e)}"}
+    return {"xla_bytes_per_epoch": cost["bytes_per_epoch"],
+            "xla_flops_per_epoch": cost["flops_per_epoch"],
+            "xla_launches_per_epoch": cost["launches_per_epoch"], "xla_programs": cost["programs"],
+            "xla_cost_s": time.perf_counter() - t}
 
 
 def implicit_child(spec: dict, out: str) -> None:
@@ -172,7 +199,7 @@ CHILDREN = {"device": device_child, "ours": ours_child, "implicit": implicit_chi
 
 def child_main(kind: str, spec_path: str) -> None:
     """(In a child) run the section `kind` of the spec at `spec_path`."""
-    spec = json.loads(pathlib.Path(spec_path).read_text())
+    spec = dict(json.loads(pathlib.Path(spec_path).read_text()), started=time.monotonic())
     CHILDREN[kind](spec, spec["out"])
 
 
@@ -203,6 +230,16 @@ def section_figures(lines: list[dict], error: str | None, work: tuple[float, flo
         "pct_bf16_peak": 100 * flops / s / bf16 if s and bf16 else None,
         "pct_copy_bw": 100 * byte_count / s / bw if s and bw else None,
     }
+    xla_bytes, xla_flops = result.get("xla_bytes_per_epoch"), result.get("xla_flops_per_epoch")
+    figures.update(
+        xla_bytes_per_epoch=xla_bytes, xla_flops_per_epoch=xla_flops,
+        xla_launches_per_epoch=result.get("xla_launches_per_epoch"),
+        xla_cost_s=result.get("xla_cost_s"), xla_note=result.get("xla_note"),
+        xla_bytes_ratio=xla_bytes / byte_count if xla_bytes is not None and byte_count else None,
+        pct_copy_bw_xla=100 * xla_bytes / s / bw if xla_bytes is not None and s and bw else None,
+        pct_f32_peak_xla=100 * xla_flops / s / f32 if xla_flops is not None and s and f32 else None,
+        pct_bf16_peak_xla=(100 * xla_flops / s / bf16 if xla_flops is not None and s and bf16
+                           else None))
     for key in ("who", "form", "accelerator", "peak_device_gib", "peak_device_source",
                 "device_limit_gib",
                 "peak_host_gib", "table_dtype", "setup_s", "load_s", "dataset_s", "eval_s",
