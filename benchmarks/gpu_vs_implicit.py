@@ -105,9 +105,6 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str,
     the trainer's defaults; no evaluation, training loss or progress, and no checkpoint before the
     last epoch's (which the trainer always writes; it falls in `setup_s`); then the size's own
     overrides and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
-    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
-    from alx_trainer.config import TrainConfig
-
     values: dict[str, Any] = {}
     if size == GOWALLA:
         values.update(json.loads(paths.GOWALLA_CONFIG.read_text()))
@@ -116,16 +113,7 @@ def ours_config(size: str, dim: int, epochs: int | None, model_dir: str,
     values.update(data=size, model_dir=model_dir, dim=dim, eval_every=0, train_loss_every=0,
                   checkpoint_every=0, progress=False, log_level="warning",
                   **({"epochs": epochs} if epochs else {}))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--ours: expected KEY=VALUE, got {item!r}")
-        values[key.strip()] = value.strip()
-    with tempfile.NamedTemporaryFile("w",
-                                     suffix=".json") as f:  # typed and checked as a config file
-        json.dump(values, f)
-        f.flush()
-        return parse_dataclass_args(TrainConfig, ["--config", f.name]).validate()
+    return sections.typed_config(values, overrides)
 
 
 def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: str, dim: int, config,

@@ -14,8 +14,9 @@ import json
 import os
 import pathlib
 import shutil
+import tempfile
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -24,6 +25,24 @@ from benchmarks.core.children import one_line, write_line
 from benchmarks.core.gowalla import score_trained_rows, test_rows
 
 COST_MARGIN_S = 10.0  # seconds kept free around the cost analysis's estimate
+
+
+def typed_config(values: dict[str, Any], overrides: Sequence[str] = ()):
+    """A checked TrainConfig from `values` and then `overrides` (`KEY=VALUE`, any field), typed as
+    a config file is."""
+    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+    from alx_trainer.config import TrainConfig
+
+    values = dict(values)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--ours: expected KEY=VALUE, got {item!r}")
+        values[key.strip()] = value.strip()
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(values, f)
+        f.flush()
+        return parse_dataclass_args(TrainConfig, ["--config", f.name]).validate()
 
 
 def save_matrix(folder: pathlib.Path, arrays: dict[str, np.ndarray | int], facts: dict) -> dict:

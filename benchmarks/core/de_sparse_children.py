@@ -1,0 +1,196 @@
+"""The children of `benchmarks.de_sparse`, each its own process (`children.Runner`): the matrix and
+its strong-generalization test split made on the device and saved; ours trained on it and its test
+rows evaluated; implicit (`sections.implicit_child`) on the same training matrix.
+
+A child appends JSON lines to its spec's `out` as it goes: `{"phase": NAME, "seconds": S, ...}`
+per phase with the peak device memory (JAX's `peak_bytes_in_use`, where the backend keeps it) and
+the peak host RSS so far, then `{"result": ...}`, so that a failure or a timeout keeps what came
+before.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import resource
+import shutil
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from benchmarks.core import machine, sections
+from benchmarks.core.children import write_line
+
+Phase = Callable[..., None]
+
+
+def phase_writer(out: str) -> Phase:
+    """`phase(name, seconds, **figures)`: one phase's line, with the peak memories so far."""
+
+    def phase(name: str, seconds: float, **figures: Any) -> None:
+        host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        device = machine.device_memory()["peak_device_gib"]
+        write_line(out, {"phase": name, "seconds": seconds, "peak_device_gib": device,
+                         "peak_host_gib": host, **figures})
+
+    return phase
+
+
+def data_child(spec: dict, out: str) -> None:
+    """The power-law matrix (`power_law.device_matrix`) and its split (`strong_split`) made on the
+    device, brought to the host and saved as .npy arrays beside a meta.json."""
+    import jax
+
+    from benchmarks.core import power_law, strong_split
+
+    phase = phase_writer(out)
+    rows, cols, nnz = spec["rows"], spec["cols"], spec["nnz"]
+    device = jax.devices()[0]
+    write_line(out, {"device": {"platform": device.platform, "device_kind": device.device_kind,
+                                "jax": jax.__version__}})
+    t = time.perf_counter()
+    indptr, col_ids, facts = power_law.device_matrix(spec["seed"], rows, cols, nnz)
+    phase("generate", time.perf_counter() - t, draws=facts["draws"])
+    t = time.perf_counter()
+    parts = strong_split.device_split(indptr, col_ids, jax.random.key(spec["seed"] + 1),
+                                      spec["test_fraction"], spec["holdout_fraction"])
+    jax.block_until_ready(parts)
+    phase("split", time.perf_counter() - t)
+    del indptr, col_ids
+    t = time.perf_counter()
+    host = {name: np.asarray(value) for name, value in parts.items()}
+    del parts
+    phase("to host", time.perf_counter() - t)
+    t = time.perf_counter()
+    folder = pathlib.Path(spec["data"])
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in host.items():
+        np.save(folder / f"{name}.npy", value)
+    meta = {"rows": rows, "cols": cols, "nnz": nnz, "train_nnz": len(host["train_cols"]),
+            "test_rows": len(host["test_rows"]), "fold_in_links": len(host["fold_cols"]),
+            "held_links": len(host["gt_cols"])}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    phase("save", time.perf_counter() - t)
+    write_line(out, {"result": meta})
+
+
+def ours_child(spec: dict, out: str) -> None:
+    """Ours on the saved training matrix (`records.in_memory`, `train`), every phase timed apart,
+    then its test rows evaluated (`evaluate_test`)."""
+    from alx_trainer.callbacks import Callback
+    from alx_trainer.config import TrainConfig
+    from alx_trainer.data import records
+    from alx_trainer.evaluation.topk import Csr
+    from alx_trainer.train import train
+
+    phase = phase_writer(out)
+    folder = pathlib.Path(spec["data"])
+    t = time.perf_counter()
+    meta = json.loads((folder / "meta.json").read_text())
+    m = {name: np.load(folder / f"{name}.npy") for name in ("train_indptr", "train_cols",
+                                                           "fold_indptr", "fold_cols",
+                                                           "gt_indptr", "gt_cols")}
+    phase("load", time.perf_counter() - t)
+    t = time.perf_counter()
+    dataset = records.in_memory("de-sparse", m.pop("train_indptr"), m.pop("train_cols"),
+                                meta["cols"])
+    phase("transpose (in_memory)", time.perf_counter() - t)
+    config = TrainConfig(**spec["config"])
+    shutil.rmtree(config.model_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    marks = {"start": time.perf_counter()}
+
+    class Phases(Callback):
+        def on_train_begin(self, run) -> None:
+            phase("tables and plan", time.perf_counter() - marks["start"])
+
+        def on_epoch_end(self, run, epoch: int, record: dict) -> None:
+            marks["end"] = time.perf_counter()
+            phase(f"epoch {epoch}", record["seconds"], compile_s=record.get("compile_seconds"))
+
+    model = train(config, dataset=dataset, callbacks=[Phases()])
+    phase("checkpoint and tables to host", time.perf_counter() - marks["end"])
+    del dataset
+    epochs = [r["seconds"] for r in model.metrics]
+    write_line(out, {"result": dict(sections.solve_form(config), epochs_s=epochs,
+                                    compile_s=[r.get("compile_seconds") for r in model.metrics],
+                                    table_dtype=config.table_dtype)})
+    n = min(spec["eval_rows"] or meta["test_rows"], meta["test_rows"])
+    fold, gt = (Csr(m[f"{name}_indptr"].astype(np.int64),
+                    m[f"{name}_cols"].astype(np.int64)).rows(0, n) for name in ("fold", "gt"))
+    write_line(out, {"result": evaluate_test(model, fold, gt.lists(), spec["ranking"], phase)})
+
+
+def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phase) -> dict:
+    """Recall@K and NDCG of test rows (`fold`: a `topk.Csr` of their kept links, `gts` their held
+    links) through the trainer's evaluation: each row folded in from its kept links
+    (`model.fold_in`, all rows in one call), its top K among all columns with those links excluded
+    (`topk.top_k_rows`, exact or approximate), the metrics against its held links
+    (`evaluation.metrics`, through `ranking_metrics` below); then the other top K (approximate or
+    exact) on `sample_rows` evenly spaced rows, and the approximate top K's recall against the
+    exact one there (`topk.approx_recall`)."""
+    from alx_trainer.evaluation import topk
+    from alx_trainer.model import fold_in
+
+    ks, ndcg_k, approx = ranking["ks"], ranking["ndcg_k"] or None, ranking["approx"]
+    k = max(list(ks) + ([ndcg_k] if ndcg_k else []))
+    col_table, n = model.col_table, len(fold)
+    t = time.perf_counter()
+    queries = fold_in(col_table, fold.lists(), model.config)
+    phase("fold-in", time.perf_counter() - t, rows=n)
+
+    def top_k(rows: np.ndarray, approximate: bool) -> np.ndarray:
+        known = fold if len(rows) == n else topk.Csr.from_lists([fold.row(i) for i in rows])
+        return topk.top_k_rows(col_table, k, known, row_table=queries[rows],
+                               row_ids=np.arange(len(rows)), approx=approximate,
+                               recall_target=ranking["recall_target"], progress=False).ids
+
+    kind = "approximate" if approx else "exact"
+    t = time.perf_counter()
+    ids = top_k(np.arange(n), approx)
+    phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n)
+    t = time.perf_counter()
+    scores = ranking_metrics(ids, gts, ks, ndcg_k)
+    phase("metrics", time.perf_counter() - t, rows=n)
+    sample = np.unique(np.linspace(0, n - 1, min(n, ranking["sample_rows"])).astype(np.int64))
+    other = "exact" if approx else "approximate"
+    t = time.perf_counter()
+    ids_other = top_k(sample, not approx)
+    phase(f"top {k} ({other}, sample)", time.perf_counter() - t, rows=len(sample))
+    approx_ids, exact_ids = (ids[sample], ids_other) if approx else (ids_other, ids[sample])
+    return dict(scores, rows=n, k=k, topk=kind, sample_rows=len(sample),
+                approx_recall=topk.approx_recall(approx_ids, exact_ids),
+                recall_target=ranking["recall_target"])
+
+
+def ranking_metrics(ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | None,
+                    chunk: int = 1 << 16) -> dict[str, float]:
+    """`evaluation.metrics.ranking_metrics`, its per-row values computed in chunks of rows over
+    the host's cores (one pass over 1.9M rows on one core takes minutes), then averaged alike."""
+    from alx_trainer.evaluation import metrics
+
+    def per_row(start: int) -> dict[str, np.ndarray]:
+        part, gt = ids[start: start + chunk], gts[start: start + chunk]
+        values = {}
+        for k in ks:
+            values[f"recall@{k}"] = metrics.recall_at_k(part, gt, k)
+            values[f"recall_gt@{k}"] = metrics.recall_at_k(part, gt, k, of_all_gt=True)
+        if ndcg_k:
+            values[f"ndcg@{ndcg_k}"] = metrics.ndcg_at_k(part, gt, ndcg_k)
+        return values
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        parts = list(pool.map(per_row, range(0, len(ids), chunk)))
+    return {name: metrics.mean_metric(np.concatenate([p[name] for p in parts]))
+            for name in parts[0]}
+
+
+CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}
+
+
+def child_main(kind: str, spec_path: str) -> None:
+    """(In a child) run the child `kind` of the spec at `spec_path`."""
+    spec = dict(json.loads(pathlib.Path(spec_path).read_text()), started=time.monotonic())
+    CHILDREN[kind](spec, spec["out"])
