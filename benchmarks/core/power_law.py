@@ -10,6 +10,7 @@ the device and exactly `nnz` kept. `edge_batch` draws a web-like graph's edges f
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -19,6 +20,7 @@ from webgraph_contract import synthetic_matrix as law
 
 ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7  # synthetic_matrix's defaults
 BUCKETS = 1 << 20  # equal-probability rank buckets of the device generator
+CHUNK = 1 << 26  # pairs drawn at a time by the device generator (bounds its random bits' memory)
 EDGE_EXPONENT = 2 / 3  # edge_batch: node ranks floor(n u^3), degrees of exponent 2.5
 SCRAMBLE = 2654435761  # edge_batch: a multiplicative hash spreading popular ids over the range
 
@@ -90,7 +92,7 @@ def device_matrix(seed: int, num_rows: int, num_cols: int, nnz: int,
         draws = min(math.ceil(nnz * factor), 2**31 - 2)
         rows, cols, first = _draw_pairs(key, b_r, b_c, perm_r, perm_c, draws)
         distinct = int(first.sum())
-        tries.append(draws)
+        tries.append(len(first))
         if distinct >= nnz:
             break
         if len(tries) == 6 or draws == 2**31 - 2:
@@ -116,15 +118,28 @@ def _ranks(key, buckets, size: int):
 
 
 def _draw_pairs(key, b_r, b_c, perm_r, perm_c, draws: int):
-    """`draws` (row, col) pairs sorted by row then column, and a mask of each distinct pair's
-    first copy."""
+    """`draws` (row, col) pairs (above `CHUNK`, rounded up to whole chunks) sorted by row then
+    column, and a mask of each distinct pair's first copy."""
     import jax
     import jax.numpy as jnp
 
     @jax.jit
     def run(key, b_r, b_c, perm_r, perm_c):
-        k_r, k_c = jax.random.split(key)
-        rows, cols = perm_r[_ranks(k_r, b_r, draws)], perm_c[_ranks(k_c, b_c, draws)]
+        def draw(key, size: int):
+            k_r, k_c = jax.random.split(key)
+            return perm_r[_ranks(k_r, b_r, size)], perm_c[_ranks(k_c, b_c, size)]
+
+        if draws <= CHUNK:
+            rows, cols = draw(key, draws)
+        else:  # in chunks: the random bits of one chunk at a time
+            def step(i, pairs):
+                at = (i * CHUNK,)
+                r, c = draw(jax.random.fold_in(key, i), CHUNK)
+                return (jax.lax.dynamic_update_slice(pairs[0], r, at),
+                        jax.lax.dynamic_update_slice(pairs[1], c, at))
+
+            empty = jnp.zeros(-(-draws // CHUNK) * CHUNK, jnp.int32)
+            rows, cols = jax.lax.fori_loop(0, len(empty) // CHUNK, step, (empty, empty))
         rows, cols = jax.lax.sort((rows, cols), num_keys=2)
         new = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
         return rows, cols, jnp.concatenate([jnp.ones(1, bool), new])
@@ -137,7 +152,7 @@ def _keep_pairs(key, rows, cols, first, nnz: int, num_rows: int):
     import jax
     import jax.numpy as jnp
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=(1, 2, 3))  # their memory serves the selection
     def run(key, rows, cols, first):
         top = jnp.iinfo(jnp.int32).max  # above every drawn priority: copies are never kept
         priority = jnp.where(first, jax.random.randint(key, first.shape, 0, top), top)
