@@ -117,7 +117,7 @@ class SolverConfig:
         "kept on the devices when they fit (--resident_batches), a half-epoch's normal rows in at most "
         "--calls_per_half_epoch compiled calls, long rows solved on the devices, gramian and replica by "
         "collectives. 'auto' = on for GPU/TPU, off on CPU (the per-core layout); 'on' forces it on CPU devices "
-        "(tests, benchmarks/device_proxies.py). Layouts 'sharded' or 'replicated' ('auto': sharded).",
+        "(tests, `python -m benchmarks.device_proxies`). Layouts 'sharded' or 'replicated' ('auto': sharded).",
     )
     resident_batches: str = _field(
         "auto",

@@ -119,6 +119,13 @@ def test_a_bad_override_fails_in_one_line_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "logs").exists()
 
 
+def test_cost_analysis_is_skipped_in_one_line_when_it_would_outrun_the_child():
+    from benchmarks.core import sections
+
+    got = sections.xla_cost(None, None, estimate_s=120.4, left_s=30.2)
+    assert got == {"xla_note": "XLA cost analysis skipped: about 120 s needed, 30 s left"}
+
+
 def test_a_failing_child_is_one_line_and_the_run_goes_on(tmp_path):
     runner = children.Runner(bench.MODULE, tmp_path, dict(os.environ), deadline=1e18, section_timeout=60)
     lines, error, _ = runner("no_such_kind", "broken", {})
@@ -216,6 +223,14 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
                     "bytes_per_epoch", "peak_host_gib", "setup_s", "load_s", "child_s"):
             assert r[key] is not None and r[key] >= 0, (size, who, key)
         assert "peak_device_gib" in r  # None on CPU: JAX keeps no device statistics there
+        if who == "ours":  # XLA's cost analysis beside the counted minimum
+            assert r["xla_note"] is None and r["xla_bytes_per_epoch"] > 0 and r["xla_flops_per_epoch"] > 0
+            assert r["xla_launches_per_epoch"] >= 2  # at least one call per half-epoch
+            assert r["xla_bytes_ratio"] == r["xla_bytes_per_epoch"] / r["bytes_per_epoch"]
+            assert r["pct_copy_bw_xla"] == pytest.approx(
+                100 * r["xla_bytes_per_epoch"] / r["s_per_epoch"] / peaks["copy_bytes_s"])
+        else:
+            assert r["xla_bytes_per_epoch"] is None and r["pct_copy_bw_xla"] is None
         if size == "gowalla":
             assert 0 < r["recall_gt@20"] <= 1 and 0 < r["recall@20"] <= 1 and r["ndcg@20"] > 0
     assert sections[("toy", "implicit-cpu")]["ratio"] == 1.0
@@ -226,6 +241,7 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     assert all(sections[(size, "ours")]["accelerator"] is True for size in ("toy", "gowalla"))
     assert [(r["size"], r["form"]) for r in forms] == [("gowalla", "explicit:bfloat16")]
     bf16 = forms[0]
+    assert bf16["xla_bytes_per_epoch"] is None  # the cost is analysed at the default form only
     assert bf16["error"] is None and bf16["s_per_epoch"] > 0 and 0 < bf16["recall_gt@20"] <= 1
     assert bf16["ratio"] == bf16["s_per_epoch"] / sections[("gowalla", "implicit-cpu")]["s_per_epoch"]
     [choice] = report["forms"]
@@ -235,4 +251,5 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     want = min((f for f, r in timed.items() if r["recall_gt@20"] >= best - 0.002), key=lambda f: timed[f]["s_per_epoch"])
     assert choice["fastest"] == want and choice["auto_is_fastest"] == (want == "matvec")
     assert {f: v["s_per_epoch"] for f, v in choice["forms"].items()} == {f: r["s_per_epoch"] for f, r in timed.items()}
+    assert "XLA GB" in run.stdout and "the minimum)" in run.stdout
     assert "auto: matvec" in run.stdout and "explicit:bfloat16" in run.stdout and "solve forms" in run.stdout

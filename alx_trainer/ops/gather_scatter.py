@@ -93,6 +93,6 @@ def row_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
     A gather of whole rows promised in bounds (padding reads row 0), then a multiply by the
     mask. XLA:CPU compiled the bounds-checked form (`take(mode="fill")` or a `where` after it)
     into one per-element loop that re-derived every element's index: 3x slower at d=64 (see
-    `benchmarks/trainer_profile.py --trace`, where this gather was most of an epoch).
+    `python -m benchmarks.trainer_profile --trace`, where this gather was most of an epoch).
     """
     return as_float32(_unmasked_gather(table, ids)) * (ids >= 0)[..., None].astype(jnp.float32)

@@ -57,8 +57,9 @@ def hyper_params(alpha: float, reg: float, reg_exponent: float) -> np.ndarray:
 
 
 # `cg_form` 'auto': the form measured fastest per backend (DESIGN.md's trainer section has the
-# table): matrix-free CG on CPU and, from one H100's figures, on GPU at every measured d (64-1024);
-# no TPU figures, so TPU follows the GPU. A backend or d that ever measures otherwise gets a row here.
+# table, `python -m benchmarks.gpu_vs_implicit` measures it): matrix-free CG on CPU and, from one
+# H100's figures, on GPU at every measured d (64-1024); no TPU figures, so TPU follows the GPU.
+# A backend or d that ever measures otherwise gets a row here.
 AUTO_CG_FORM: dict[str, str] = {"cpu": "matvec", "gpu": "matvec", "tpu": "matvec"}
 
 
