@@ -99,7 +99,8 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows():
     col_table = rng.normal(0, 0.5, (num_cols, dim)).astype(np.float32)
     config = TrainConfig(data="x", model_dir="unused", dim=dim, table_dtype="float32")
     model = Model(None, col_table, config, 1)
-    known = [rng.choice(num_cols, rng.integers(1, 12), replace=False) for _ in range(n)]
+    sizes = np.where(np.arange(n) % 7 == 0, rng.integers(65, 200, n), rng.integers(1, 12, n))
+    known = [rng.choice(num_cols, size, replace=False) for size in sizes]  # widths 64, 128, 256
     gts = [rng.choice(np.setdiff1d(np.arange(num_cols), row), rng.integers(1, 9), replace=False)
            for row in known]
     phases = []
@@ -117,7 +118,15 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows():
     assert got["ndcg@30"] == pytest.approx(np.mean(np.divide(dcg, ideal)))
     assert (got["rows"], got["k"], got["topk"], got["sample_rows"]) == (n, 30, "exact", 16)
     assert 0.9 <= got["approx_recall"] <= 1.0  # approx_max_k on CPU: exact or nearly
-    assert phases == ["fold-in", "top 30 (exact)", "metrics", "top 30 (approximate, sample)"]
+    assert phases == ["fold-in", "column table to the device", "top 30 (exact)", "metrics",
+                      "top 30 (approximate, sample)"]
+
+
+def test_take_rows_is_the_rows_in_the_order_asked():
+    csr = Csr.from_lists([np.array([3, 1]), np.array([], np.int64), np.array([7]), np.array([0, 2, 5])])
+    rows = np.array([3, 0, 1, 3])
+    got = de_sparse_children.take_rows(csr, rows)
+    assert [list(r) for r in got.lists()] == [[0, 2, 5], [3, 1], [], [0, 2, 5]]
 
 
 def test_metrics_in_chunks_equal_the_evaluation_module():
@@ -158,7 +167,8 @@ def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
     names = [(p["step"], p["phase"]) for p in report["phases"]]
     assert names == [("data", n) for n in ("generate", "split", "to host", "save")] + [
         ("ours", n) for n in ("load", "transpose (in_memory)", "tables and plan", "epoch 1", "epoch 2",
-                              "checkpoint and tables to host", "fold-in", "top 100 (approximate)",
+                              "checkpoint and tables to host", "fold-in", "column table to the device",
+                              "top 100 (approximate)",
                               "metrics", "top 100 (exact, sample)")]
     assert all(p["seconds"] >= 0 and p["peak_host_gib"] > 0 for p in report["phases"])
     assert ours["error"] is None and len(ours["epochs_s"]) == 2 and ours["rows"] == data["test_rows"]

@@ -25,6 +25,7 @@ from benchmarks.core import machine, sections
 from benchmarks.core.children import write_line
 
 Phase = Callable[..., None]
+EXCLUDE_FLOOR = 64  # rows with at most this many links are ranked together
 
 
 def phase_writer(out: str) -> Phase:
@@ -127,42 +128,62 @@ def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phas
     """Recall@K and NDCG of test rows (`fold`: a `topk.Csr` of their kept links, `gts` their held
     links) through the trainer's evaluation: each row folded in from its kept links
     (`model.fold_in`, all rows in one call), its top K among all columns with those links excluded
-    (`topk.top_k_rows`, exact or approximate), the metrics against its held links
-    (`evaluation.metrics`, through `ranking_metrics` below); then the other top K (approximate or
-    exact) on `sample_rows` evenly spaced rows, and the approximate top K's recall against the
-    exact one there (`topk.approx_recall`)."""
+    (`topk.BlockedScorer`, exact or approximate, the column table put on the device once; see
+    `top_k`), the metrics against its held links (`evaluation.metrics`, through `ranking_metrics`
+    below); then the other top K (approximate or exact) on `sample_rows` evenly spaced rows, and the
+    approximate top K's recall against the exact one there (`topk.approx_recall`)."""
     from alx_trainer.evaluation import topk
     from alx_trainer.model import fold_in
 
     ks, ndcg_k, approx = ranking["ks"], ranking["ndcg_k"] or None, ranking["approx"]
     k = max(list(ks) + ([ndcg_k] if ndcg_k else []))
-    col_table, n = model.col_table, len(fold)
+    n = len(fold)
     t = time.perf_counter()
-    queries = fold_in(col_table, fold.lists(), model.config)
+    queries = fold_in(model.col_table, fold.lists(), model.config)
     phase("fold-in", time.perf_counter() - t, rows=n)
-
-    def top_k(rows: np.ndarray, approximate: bool) -> np.ndarray:
-        known = fold if len(rows) == n else topk.Csr.from_lists([fold.row(i) for i in rows])
-        return topk.top_k_rows(col_table, k, known, row_table=queries[rows],
-                               row_ids=np.arange(len(rows)), approx=approximate,
-                               recall_target=ranking["recall_target"], progress=False).ids
-
-    kind = "approximate" if approx else "exact"
     t = time.perf_counter()
-    ids = top_k(np.arange(n), approx)
+    scorer = topk.BlockedScorer(model.col_table)
+    phase("column table to the device", time.perf_counter() - t)
+    kind, other = ("approximate", "exact") if approx else ("exact", "approximate")
+    t = time.perf_counter()
+    ids = top_k(scorer, queries, fold, np.arange(n), k, approx, ranking["recall_target"])
     phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n)
     t = time.perf_counter()
     scores = ranking_metrics(ids, gts, ks, ndcg_k)
     phase("metrics", time.perf_counter() - t, rows=n)
     sample = np.unique(np.linspace(0, n - 1, min(n, ranking["sample_rows"])).astype(np.int64))
-    other = "exact" if approx else "approximate"
     t = time.perf_counter()
-    ids_other = top_k(sample, not approx)
+    ids_other = top_k(scorer, queries, fold, sample, k, not approx, ranking["recall_target"])
     phase(f"top {k} ({other}, sample)", time.perf_counter() - t, rows=len(sample))
     approx_ids, exact_ids = (ids[sample], ids_other) if approx else (ids_other, ids[sample])
     return dict(scores, rows=n, k=k, topk=kind, sample_rows=len(sample),
                 approx_recall=topk.approx_recall(approx_ids, exact_ids),
                 recall_target=ranking["recall_target"])
+
+
+def top_k(scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int, approx: bool,
+          recall_target: float) -> np.ndarray:
+    """The top-`k` ids [len(rows), k] of the rows `rows` of `queries`, their links in `fold`
+    excluded, asked of `scorer` in groups of rows of like link counts (powers of two): a batch's
+    exclusion lists are as wide as its longest row's, and at the de-sparse size one width for all
+    rows over 64 links would be 65,536 for about 250k rows."""
+    lengths = fold.lengths()[rows]
+    width = np.left_shift(1, np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64))
+    ids = np.full((len(rows), k), -1, np.int64)
+    for w in np.unique(np.maximum(width, EXCLUDE_FLOOR)):
+        at = np.flatnonzero(np.maximum(width, EXCLUDE_FLOOR) == w)
+        found = scorer.top_k(queries[rows[at]], take_rows(fold, rows[at]), k, approx=approx,
+                             recall_target=recall_target)
+        ids[at] = found.ids
+    return ids
+
+
+def take_rows(csr, rows: np.ndarray):
+    """The rows `rows` of a `topk.Csr`, in that order, as a Csr of their own."""
+    starts, lengths = csr.indptr[rows], csr.indptr[rows + 1] - csr.indptr[rows]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets = np.arange(indptr[-1]) - np.repeat(indptr[:-1], lengths)
+    return type(csr)(indptr, csr.indices[np.repeat(starts, lengths) + offsets])
 
 
 def ranking_metrics(ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | None,

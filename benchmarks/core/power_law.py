@@ -10,7 +10,6 @@ the device and exactly `nnz` kept. `edge_batch` draws a web-like graph's edges f
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 
@@ -152,7 +151,7 @@ def _keep_pairs(key, rows, cols, first, nnz: int, num_rows: int):
     import jax
     import jax.numpy as jnp
 
-    @functools.partial(jax.jit, donate_argnums=(1, 2, 3))  # their memory serves the selection
+    @jax.jit
     def run(key, rows, cols, first):
         top = jnp.iinfo(jnp.int32).max  # above every drawn priority: copies are never kept
         priority = jnp.where(first, jax.random.randint(key, first.shape, 0, top), top)
