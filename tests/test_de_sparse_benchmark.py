@@ -93,7 +93,7 @@ def _brute_force_ids(queries: np.ndarray, col_table: np.ndarray, known: list[np.
     return np.argsort(-scores, axis=1, kind="stable")[:, :k]
 
 
-def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows():
+def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatch):
     rng = np.random.default_rng(3)
     num_cols, dim, n = 300, 6, 70
     col_table = rng.normal(0, 0.5, (num_cols, dim)).astype(np.float32)
@@ -120,6 +120,13 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows():
     assert 0.9 <= got["approx_recall"] <= 1.0  # approx_max_k on CPU: exact or nearly
     assert phases == ["fold-in", "column table to the device", "top 30 (exact)", "metrics",
                       "top 30 (approximate, sample)"]
+    # past its deadline it stops after a chunk of rows, and its figures are those rows'
+    monkeypatch.setattr(de_sparse_children, "EVAL_CHUNK", 16)
+    cut = de_sparse_children.evaluate_test(model, Csr.from_lists(known), gts, ranking,
+                                           lambda *a, **kw: None, deadline=0.0)
+    hits = [len(set(ids[i, :5]) & set(gts[i])) for i in range(16)]
+    assert (cut["rows"], cut["test_rows"]) == (16, n)
+    assert cut["recall@5"] == pytest.approx(np.mean([h / min(5, len(g)) for h, g in zip(hits, gts)]))
 
 
 def test_take_rows_is_the_rows_in_the_order_asked():
@@ -168,10 +175,10 @@ def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
     assert names == [("data", n) for n in ("generate", "split", "to host", "save")] + [
         ("ours", n) for n in ("load", "transpose (in_memory)", "tables and plan", "epoch 1", "epoch 2",
                               "checkpoint and tables to host", "fold-in", "column table to the device",
-                              "top 100 (approximate)",
-                              "metrics", "top 100 (exact, sample)")]
+                              "top 100 (exact)", "metrics", "top 100 (approximate, sample)")]
     assert all(p["seconds"] >= 0 and p["peak_host_gib"] > 0 for p in report["phases"])
-    assert ours["error"] is None and len(ours["epochs_s"]) == 2 and ours["rows"] == data["test_rows"]
+    assert ours["error"] is None and len(ours["epochs_s"]) == 2
+    assert ours["rows"] == ours["test_rows"] == data["test_rows"] and ours["topk"] == "exact"
     for name in ("recall@20", "recall@50", "recall_gt@20", "recall_gt@50", "ndcg@100"):
         assert 0 < ours[name] <= 1, name
     assert ours["recall@50"] >= ours["recall_gt@20"] and 0.9 <= ours["approx_recall"] <= 1

@@ -26,6 +26,8 @@ from benchmarks.core.children import write_line
 
 Phase = Callable[..., None]
 EXCLUDE_FLOOR = 64  # rows with at most this many links are ranked together
+EVAL_CHUNK = 1 << 18  # test rows ranked between two looks at the clock
+EVAL_RESERVE = 0.15  # share of a child's time kept for the metrics and the sample after ranking
 
 
 def phase_writer(out: str) -> Phase:
@@ -121,17 +123,23 @@ def ours_child(spec: dict, out: str) -> None:
     n = min(spec["eval_rows"] or meta["test_rows"], meta["test_rows"])
     fold, gt = (Csr(m[f"{name}_indptr"].astype(np.int64),
                     m[f"{name}_cols"].astype(np.int64)).rows(0, n) for name in ("fold", "gt"))
-    write_line(out, {"result": evaluate_test(model, fold, gt.lists(), spec["ranking"], phase)})
+    left = spec["timeout_s"] - (time.monotonic() - spec["started"])
+    deadline = time.monotonic() + left - EVAL_RESERVE * spec["timeout_s"]
+    write_line(out, {"result": evaluate_test(model, fold, gt.lists(), spec["ranking"], phase,
+                                             deadline)})
 
 
-def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phase) -> dict:
+def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phase,
+                  deadline: float = float("inf")) -> dict:
     """Recall@K and NDCG of test rows (`fold`: a `topk.Csr` of their kept links, `gts` their held
     links) through the trainer's evaluation: each row folded in from its kept links
     (`model.fold_in`, all rows in one call), its top K among all columns with those links excluded
     (`topk.BlockedScorer`, exact or approximate, the column table put on the device once; see
     `top_k`), the metrics against its held links (`evaluation.metrics`, through `ranking_metrics`
     below); then the other top K (approximate or exact) on `sample_rows` evenly spaced rows, and the
-    approximate top K's recall against the exact one there (`topk.approx_recall`)."""
+    approximate top K's recall against the exact one there (`topk.approx_recall`). Rows are ranked
+    in chunks of `EVAL_CHUNK`, in order, while another chunk would end before `deadline`
+    (`time.monotonic()`): the figures are then of the first `rows` of `test_rows`."""
     from alx_trainer.evaluation import topk
     from alx_trainer.model import fold_in
 
@@ -146,7 +154,15 @@ def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phas
     phase("column table to the device", time.perf_counter() - t)
     kind, other = ("approximate", "exact") if approx else ("exact", "approximate")
     t = time.perf_counter()
-    ids = top_k(scorer, queries, fold, np.arange(n), k, approx, ranking["recall_target"])
+    ids, done = np.full((n, k), -1, np.int64), 0
+    while done < n:  # in chunks of rows, while another chunk would end before the deadline
+        rows = np.arange(done, min(n, done + EVAL_CHUNK))
+        began = time.monotonic()
+        ids[rows] = top_k(scorer, queries, fold, rows, k, approx, ranking["recall_target"])
+        done = int(rows[-1]) + 1
+        if time.monotonic() + (time.monotonic() - began) > deadline:
+            break
+    ids, gts, n = ids[:done], gts[:done], done
     phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n)
     t = time.perf_counter()
     scores = ranking_metrics(ids, gts, ks, ndcg_k)
@@ -156,7 +172,7 @@ def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phas
     ids_other = top_k(scorer, queries, fold, sample, k, not approx, ranking["recall_target"])
     phase(f"top {k} ({other}, sample)", time.perf_counter() - t, rows=len(sample))
     approx_ids, exact_ids = (ids[sample], ids_other) if approx else (ids_other, ids[sample])
-    return dict(scores, rows=n, k=k, topk=kind, sample_rows=len(sample),
+    return dict(scores, rows=n, test_rows=len(fold), k=k, topk=kind, sample_rows=len(sample),
                 approx_recall=topk.approx_recall(approx_ids, exact_ids),
                 recall_target=ranking["recall_target"])
 
