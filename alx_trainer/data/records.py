@@ -59,7 +59,7 @@ def in_memory(name: str, indptr: np.ndarray, cols: np.ndarray, num_cols: int) ->
     """A training matrix held in memory as CSR (row r has columns `cols[indptr[r]:indptr[r+1]]`).
 
     Its transpose (the column half-epoch's rows) is made here. It has no test split: evaluate the
-    trained model with `alx_trainer.evaluation.evaluate.evaluate(model, rows)`.
+    trained model with `alx_trainer.evaluation.evaluate.evaluate_rows(model, rows)`.
     """
     indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols, np.int64)
     num_rows = len(indptr) - 1
