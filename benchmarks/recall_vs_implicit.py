@@ -17,8 +17,8 @@ seeded hash; 80% of each held-out user's items fold the user in, 20% are the gro
 library trains on the same users with the same d and epochs over the same (lambda, alpha) grid and
 its best cell by Recall@20 is reported. Held-out users are folded in by each library's own exact
 solve (ours `fold_in`, Cholesky; implicit `recalculate_user`), then ranked and scored by the same
-code (`alx_trainer.evaluation.evaluate.evaluate_dataset`: Recall@K over min(K, |gt|), NDCG@100), next to
-the popularity baseline.
+code (`alx_trainer.evaluation.evaluate.evaluate_dataset`: Recall@K over min(K, |gt|), NDCG@100),
+next to the popularity baseline.
 
 `gowalla`: LightGCN's split against the published table, through the command line. The grid:
 alpha x (nu, lambda) pairs (`nu:lambda,lambda;nu:...`) x the epoch counts grid_eval_every, 2
