@@ -24,7 +24,8 @@ memory (JAX's statistics) and host RSS so far:
    budget (at least `--implicit_s`): its seconds per epoch, or its failure in one line (its float32
    factors alone are 20 GB at this size).
 One table of the phases, the outcome lines, and `--json` (default WORK/de_sparse.json).
-The children's JAX may take `--mem_fraction` of the GPU (they run one at a time); the GPU
+The data and ours children's JAX may take `--mem_fraction` of the GPU (they run one at a time,
+whatever XLA_PYTHON_CLIENT_MEM_FRACTION says; implicit's child allocates nothing for JAX); the GPU
 README's environment (wheels into `--site`, the `nvidia` libraries) is set up as in
 `benchmarks.gpu_vs_implicit`.
 """
@@ -80,7 +81,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="seconds of the budget kept for implicit")
     p.add_argument("--budget_s", type=float, default=470, help="the whole run's seconds")
     p.add_argument("--mem_fraction", default="0.9",
-                   help="XLA_PYTHON_CLIENT_MEM_FRACTION of our children (unless set)")
+                   help="XLA_PYTHON_CLIENT_MEM_FRACTION of the data and ours children, whatever "
+                   "the environment says (they run alone on the device)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default=str(paths.work_dir("de_sparse")))
     p.add_argument("--json", default="", help="every figure (default WORK/de_sparse.json)")
@@ -182,8 +184,7 @@ def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
         print(f"wheels: install into {args.site} failed ({e}); children run with the environment "
               "as it is")
         env = dict(os.environ)
-    ours_env = dict(env)
-    ours_env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", args.mem_fraction)
+    ours_env = dict(env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
     deadline = start + args.budget_s
     runner = Runner(MODULE, work, ours_env, deadline, args.budget_s)
     rows, cols, nnz = args.size

@@ -116,6 +116,7 @@ def ours_child(spec: dict, out: str) -> None:
     model = train(config, dataset=dataset, callbacks=[Phases()])
     phase("checkpoint and tables to host", time.perf_counter() - marks["end"])
     del dataset
+    model.row_table = None  # the test rows are folded in: only the column table is needed
     epochs = [r["seconds"] for r in model.metrics]
     write_line(out, {"result": dict(sections.solve_form(config), epochs_s=epochs,
                                     compile_s=[r.get("compile_seconds") for r in model.metrics],
