@@ -1,19 +1,20 @@
 """The matrix-free CG of one dense batch as one Pallas kernel over tiles of row slots (`cg_kernel`
-'pallas'): each program loads its rows' fixed-table rows once and runs r0, every CG step and the
+'pallas'): each program gathers its rows' fixed-table rows and runs r0, every CG step and the
 observed loss on chip, writing only x and the loss per row.
 
-A program solves `ROWS_PER_TILE` consecutive row slots. The dense batches lay a row's pieces out
-consecutively in slot order (`data.batching`; padding pieces, segment R, come last), so a tile's
-pieces are one range of the batch, read in windows of `chunk` pieces. When the range fits one
-window (the tile is "resident") the window is loaded once and every pass runs on it; otherwise
-each pass streams the windows again (a CG step still reads them once: h.p and the weighted sum
-of h from the same window). The fixed rows are gathered inside the kernel from the table by id
-('replicated' and 'owner' layouts), or read from the block the sharded gather already made.
+A program solves a tile of consecutive row slots (`tile_shape`). The dense batches lay a row's
+pieces out consecutively in slot order (`data.batching`; padding pieces, segment R, come last),
+so a tile's pieces are one range of the batch, read in windows of `chunk` pieces. The first
+window is loaded once and every pass runs on it, so a tile whose pieces fit one window reads its
+rows once; the windows after it are streamed again by every pass (r0, each CG step, the loss), a
+CG step still reading them once (h.p and the weighted sum of h from the same window). The fixed
+rows are gathered inside the kernel from the table by id ('replicated' and 'owner' layouts), or
+read from the block the sharded gather already made ('sharded').
 
 Lowered by Triton on GPU (`jax.experimental.pallas` with Triton compiler parameters), in
 interpret mode on CPU (tests); TPU keeps the XLA path. Pallas is imported only when the kernel
-is traced, so the default path never loads it. Products with the tile's one-hot
-piece-to-row matrix and with alpha G are float32 dots at HIGHEST precision (IEEE on Triton).
+is traced, so the default path never loads it. Products with the tile's one-hot piece-to-row
+matrix and with alpha G are float32 dots at HIGHEST precision (IEEE on Triton).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import numpy as np
 from alx_trainer.ops import solvers
 from alx_trainer.ops.table_storage import as_float32
 
-ROWS_PER_TILE = 16  # row slots per program: amortizes alpha G [d, d] over 16 rows (dot M >= 16)
-TILE_BYTES = 128 * 1024  # a resident window of fixed rows (stored dtype) takes at most this
-MIN_CHUNK = 16  # pieces per window at least (dot M >= 16)
+MAX_TILE_ROWS = 16  # row slots per program at most
+MIN_TILE_ROWS = 4  # and at least: every program reads alpha G [d, d] (through the cache)
+TILE_BYTES = 128 * 1024  # a window of fixed rows (stored dtype) takes at most this on chip
+MIN_CHUNK = 16  # pieces per window at least
 NUM_WARPS = 8  # Triton warps per program (untuned: no GPU has run this kernel)
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -42,6 +44,17 @@ def chunk_pieces(piece_len: int, dim: int, itemsize: int) -> int:
     while 2 * chunk * per_piece <= TILE_BYTES:
         chunk *= 2
     return chunk
+
+
+def tile_shape(pieces: int, slots: int, piece_len: int, dim: int, itemsize: int) -> tuple[int, int]:
+    """(row slots per tile, pieces per window) for batches of `pieces` pieces and `slots` row slots:
+    the most rows (a power of two in [`MIN_TILE_ROWS`, `MAX_TILE_ROWS`]) whose pieces, at the
+    batch's mean per slot, fit one window, so most tiles read their rows once."""
+    chunk = chunk_pieces(piece_len, dim, itemsize)
+    rows = MAX_TILE_ROWS
+    while rows > MIN_TILE_ROWS and rows * pieces > chunk * slots:
+        rows //= 2
+    return rows, chunk
 
 
 def gpu_support(dim: int, piece_len: int) -> str:
@@ -111,65 +124,58 @@ def _kernel(bounds_ref, ids_ref, seg_ref, src_ref, x0_ref, lam_ref, ag_ref, x_re
     def rest(v):  # (alpha G + lambda) v
         return _dot(v, ag) + lam[:, None] * v
 
-    def solve(get, windows):
-        def total(fn, zero):
-            if isinstance(windows, int):  # resident: the one window already loaded
-                return zero + fn(*get(0))
-            return jax.lax.fori_loop(0, windows, lambda j, acc: acc + fn(*get(j)), zero)
+    first_window = load(0)  # on chip for every pass: the whole tile when its pieces fit
+    windows = pl.cdiv(count, chunk)
 
-        b_ax0 = total(lambda h, o, m: sums(h, o, m - dots(h, o, m, x0)), jnp.zeros_like(x0))
+    def total(fn, zero):  # sum over the tile's windows, the first one already loaded
+        more = lambda j, acc: acc + fn(*load(j))
+        return jax.lax.fori_loop(1, windows, more, zero + fn(*first_window))
 
-        def step(_, state):
-            ap = total(lambda h, o, m: sums(h, o, dots(h, o, m, state.p)), jnp.zeros_like(x0))
-            return solvers.cg_update(state, ap + rest(state.p))[0]
+    b_ax0 = total(lambda h, o, m: sums(h, o, m - dots(h, o, m, x0)), jnp.zeros_like(x0))
 
-        x = jax.lax.fori_loop(0, iters, step, solvers.cg_start(x0, b_ax0 - rest(x0))).x
-        observed = jnp.zeros_like(lam)
-        if observed_loss:
-            def loss(h, o, m):
-                per_piece = jnp.sum(m * (1 - dots(h, o, m, x)) ** 2, axis=1, keepdims=True)
-                return jnp.sum(o * per_piece, axis=0)
-            observed = total(loss, observed)
-        return x, observed
+    def step(_, state):
+        ap = total(lambda h, o, m: sums(h, o, dots(h, o, m, state.p)), jnp.zeros_like(x0))
+        return solvers.cg_update(state, ap + rest(state.p))[0]
 
-    def resident():
-        window = load(0)
-        return solve(lambda _: window, 1)
-
-    streamed = lambda: solve(load, pl.cdiv(count, chunk))
-    x, observed = jax.lax.cond(count <= chunk, resident, streamed)
+    x = jax.lax.fori_loop(0, iters, step, solvers.cg_start(x0, b_ax0 - rest(x0))).x
+    observed = jnp.zeros_like(lam)
+    if observed_loss:
+        def loss(h, o, m):
+            per_piece = jnp.sum(m * (1 - dots(h, o, m, x)) ** 2, axis=1, keepdims=True)
+            return jnp.sum(o * per_piece, axis=0)
+        observed = total(loss, observed)
     x_ref[...] = x
     obs_ref[...] = observed
 
 
-def tile_bounds(seg, rows: int, xp=jnp):
-    """First piece of each tile of `ROWS_PER_TILE` slots and the real pieces' end: int32
-    [tiles + 1] (`seg` [B] is in slot order, padding pieces, segment >= `rows`, last)."""
-    tiles = -(-rows // ROWS_PER_TILE)
-    edges = xp.arange(tiles + 1, dtype=xp.int32) * ROWS_PER_TILE
-    real = xp.where(seg < rows, seg, tiles * ROWS_PER_TILE)
+def tile_bounds(seg, rows: int, per_tile: int, xp=jnp):
+    """First piece of each tile of `per_tile` slots and the real pieces' end: int32 [tiles + 1]
+    (`seg` [B] is in slot order, padding pieces, segment >= `rows`, last)."""
+    tiles = -(-rows // per_tile)
+    edges = xp.arange(tiles + 1, dtype=xp.int32) * per_tile
+    real = xp.where(seg < rows, seg, tiles * per_tile)
     return xp.searchsorted(real, edges).astype(xp.int32)
 
 
 def batch_cg(rows: jax.Array, ids: jax.Array, seg: jax.Array, x0: jax.Array, alpha_gram: jax.Array,
              lam: jax.Array, iters: int, gathered: bool, observed_loss: bool,
-             chunk: int = 0) -> tuple[jax.Array, jax.Array]:
+             shape: tuple[int, int] | None = None) -> tuple[jax.Array, jax.Array]:
     """`iters` CG steps from x0 [R, d] on (alpha G + lam I + sum_i h_i h_i^T) x = sum_i h_i for
     every row slot of one dense batch (ids [B, L], seg [B]); (x [R, d], observed loss [R]),
     float32.
 
     `rows` is the fixed table whole (its rows gathered by id inside the kernel) or, `gathered`,
     the batch's rows already gathered [B, L, d] (the 'sharded' layout's gather). Padding slots
-    come back as CG from x0 on alpha G + lam I; the caller masks them. `chunk`: pieces per
-    window (0: `chunk_pieces`).
+    come back as CG from x0 on alpha G + lam I; the caller masks them. `shape`: (row slots per
+    tile, pieces per window), by default `tile_shape`.
     """
     from jax.experimental import pallas as pl  # not imported by the default ('xla') path
 
     (num_slots, d), (B, L) = x0.shape, ids.shape
-    chunk = chunk or chunk_pieces(L, d, rows.dtype.itemsize)
-    tiles = pl.cdiv(num_slots, ROWS_PER_TILE)
-    padded = tiles * ROWS_PER_TILE
-    bounds = tile_bounds(seg, num_slots)
+    per_tile, chunk = shape or tile_shape(B, num_slots, L, d, rows.dtype.itemsize)
+    tiles = pl.cdiv(num_slots, per_tile)
+    padded = tiles * per_tile
+    bounds = tile_bounds(seg, num_slots, per_tile)
     if gathered:
         rows = rows.reshape(B * L, d)
     if B < chunk:  # a window must fit the batch (tests' small batches)
@@ -178,7 +184,7 @@ def batch_cg(rows: jax.Array, ids: jax.Array, seg: jax.Array, x0: jax.Array, alp
     x0 = jnp.pad(x0, ((0, padded - num_slots), (0, 0)))
     lam = jnp.pad(lam.astype(jnp.float32), (0, padded - num_slots))
     whole = lambda a: pl.BlockSpec(a.shape, lambda t: (0,) * a.ndim)
-    per_tile = lambda *dims: pl.BlockSpec((ROWS_PER_TILE, *dims), lambda t: (t, *(0,) * len(dims)))
+    tiled = lambda *dims: pl.BlockSpec((per_tile, *dims), lambda t: (t, *(0,) * len(dims)))
     interpret = _mode()
     params = {} if interpret else {"compiler_params": _triton_params()}
     kernel = functools.partial(_kernel, chunk=chunk, iters=iters, gathered=gathered,
@@ -188,9 +194,9 @@ def batch_cg(rows: jax.Array, ids: jax.Array, seg: jax.Array, x0: jax.Array, alp
         out_shape=(jax.ShapeDtypeStruct((padded, d), jnp.float32),
                    jax.ShapeDtypeStruct((padded,), jnp.float32)),
         grid=(tiles,),
-        in_specs=[whole(bounds), whole(ids), whole(seg), whole(rows), per_tile(d), per_tile(),
+        in_specs=[whole(bounds), whole(ids), whole(seg), whole(rows), tiled(d), tiled(),
                   whole(alpha_gram)],
-        out_specs=(per_tile(d), per_tile()),
+        out_specs=(tiled(d), tiled()),
         interpret=interpret,
         **params,
     )(bounds, ids, seg, rows, x0, lam, alpha_gram.astype(jnp.float32))
@@ -198,25 +204,26 @@ def batch_cg(rows: jax.Array, ids: jax.Array, seg: jax.Array, x0: jax.Array, alp
 
 
 def kernel_bytes(ids: np.ndarray, seg: np.ndarray, num_slots: int, dim: int, itemsize: int,
-                 iters: int, observed_loss: bool = True, chunk: int = 0) -> dict[str, int]:
+                 iters: int, observed_loss: bool = True,
+                 shape: tuple[int, int] | None = None) -> dict[str, int]:
     """Bytes `batch_cg` moves to and from device memory for one batch (ids [B, L], seg [B]):
-    `rows`, the fixed rows of its entries (once for a resident tile, once per pass, 2 + iters
-    with the loss, for a streamed one); `ids` (ids and segments of every window read);
+    `rows`, the fixed rows of its entries (those of a tile's first window once, the others once
+    per pass: r0, each step and the loss); `ids` (ids and segments of every window read);
     `row_state` (x0 and tile bounds read, x and the loss written, float32). Padding entries and
     entries outside a window re-read one row (cache hits, not counted); alpha G, read by every
     program, is shared through the cache and not counted either."""
     B, L = ids.shape
-    chunk = chunk or chunk_pieces(L, dim, itemsize)
-    bounds = tile_bounds(seg, num_slots, np)
+    per_tile, chunk = shape or tile_shape(B, num_slots, L, dim, itemsize)
+    passes = 1 + iters + int(observed_loss)
+    bounds = tile_bounds(seg, num_slots, per_tile, np)
     entries = np.concatenate([[0], np.cumsum((ids >= 0).sum(axis=1))])
     out = {"rows": 0, "ids": 0, "row_state": 0}
-    for first, end in zip(bounds[:-1], bounds[1:]):
-        count = int(end - first)
-        windows = max(1, -(-count // chunk))
-        passes = 1 if count <= chunk else 1 + iters + int(observed_loss)
-        out["rows"] += passes * int(entries[end] - entries[first]) * dim * itemsize
-        out["ids"] += (1 if count <= chunk else passes) * windows * chunk * (L + 1) * 4
-        out["row_state"] += ROWS_PER_TILE * (2 * dim + 2) * 4 + 8
+    for first, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        split = min(end, first + chunk)
+        once, again = entries[split] - entries[first], entries[end] - entries[split]
+        out["rows"] += int(once + passes * again) * dim * itemsize
+        out["ids"] += (1 + passes * max(0, -(-(end - first) // chunk) - 1)) * chunk * (L + 1) * 4
+        out["row_state"] += per_tile * (2 * dim + 2) * 4 + 8
     return out
 
 
