@@ -150,14 +150,14 @@ def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
     return x, _loss_terms(valid, observed, lam, x)
 
 
-def _pallas_cg(spec: StepSpec, fixed: Fixed, rows, ids, seg, x0, row_ids, row_len):
-    """`_matvec_cg` by the Pallas kernel (`pallas_cg`): `rows` is the whole fixed table
+def _pallas_cg(spec: StepSpec, fixed: Fixed, source, ids, seg, x0, row_ids, row_len):
+    """`_matvec_cg` by the Pallas kernel (`pallas_cg`): `source` is the whole fixed table
     (`replicated_src`) or the batch's gathered rows [B, L, d]."""
     gram, hyper = fixed
     valid = row_ids >= 0
     lam = row_reg(spec.num_other, hyper, row_len)
-    x, observed = pallas_cg.batch_cg(rows, ids, seg, x0, hyper[0] * gram, lam, spec.cg_iters,
-                                     gathered=not spec.replicated_src, observed_loss=spec.observed_loss)
+    x, observed = pallas_cg.batch_cg(source, ids, seg, x0, hyper[0] * gram, lam, spec.cg_iters,
+                                     not spec.replicated_src, spec.observed_loss)
     x = jnp.where(valid[:, None], x, 0)
     return x, _loss_terms(valid, observed, lam, x)
 
@@ -170,8 +170,8 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids,
     matvec = spec.matvec and spec.solver == "cg"
     x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
     if matvec and spec.cg_kernel == "pallas":  # the kernel gathers from a whole table itself
-        rows = src_l if spec.replicated_src else stored_rows(spec, src_l, ids)
-        x, terms = _pallas_cg(spec, fixed, rows, ids, seg, x0, row_ids, row_len)
+        source = src_l if spec.replicated_src else stored_rows(spec, src_l, ids)
+        x, terms = _pallas_cg(spec, fixed, source, ids, seg, x0, row_ids, row_len)
         return rows_out(spec, dst_l, row_ids, x), terms
     # [B, L, d]: in the table's dtype, unmasked, for the matrix-free CG; else float32, zeros at padding
     h = stored_rows(spec, src_l, ids) if matvec else fixed_rows(spec, src_l, ids)
