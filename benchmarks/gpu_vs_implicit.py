@@ -10,7 +10,7 @@ then on the GPU machine, from the project root:
 
     python3 -m benchmarks.gpu_vs_implicit [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
         [--gowalla data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
-        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec]
+        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec,matvec:pallas]
         [--forms_at gowalla:64,gowalla:1024,25m:128] [--cost on|off]
 
 (The WebGraph de-sparse size, with its test split and evaluation, is `benchmarks.de_sparse`.)
@@ -94,7 +94,7 @@ SIZES = {
 }
 GOWALLA = "gowalla"
 GOWALLA_DIMS = (64, 1024)
-FORMS = "explicit:float32,explicit:tf32,explicit:bfloat16,matvec"
+FORMS = "explicit:float32,explicit:tf32,explicit:bfloat16,matvec,matvec:pallas"
 FORMS_AT = "gowalla:64,gowalla:1024,25m:128"  # 10M and 149M nnz: ours at 'auto' only
 MODULE = "benchmarks.gpu_vs_implicit"
 
@@ -226,7 +226,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE",
                    help="a TrainConfig field")
     p.add_argument("--forms", default=FORMS,
-                   help="solve forms compared for ours at --forms_at ('matvec', "
+                   help="solve forms compared for ours at --forms_at ('matvec', 'matvec:pallas', "
                    "'explicit:float32|tf32|bfloat16'; '' none)")
     p.add_argument("--forms_at", default=FORMS_AT,
                    help="where the forms are compared: SIZE:D or SIZE (its "

@@ -148,7 +148,7 @@ def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_
     for size in ("gowalla", "25m"):
         config = bench.ours_config(size, 64, None, str(tmp_path))
         assert (config.accelerator, config.cg_form, config.matmul_precision, config.resident_batches) == ("auto",) * 4
-        for form, solve in (("matvec", {"cg_form": "matvec"}),
+        for form, solve in (("matvec", {"cg_form": "matvec"}), ("matvec:pallas", {"cg_form": "matvec", "cg_kernel": "pallas"}),
                             ("explicit:bfloat16", {"cg_form": "explicit", "matmul_precision": "bfloat16"})):
             got = bench.ours_config(size, 64, None, str(tmp_path), solve_forms.form_overrides(form))
             assert got == dataclasses.replace(config, **solve)
@@ -176,7 +176,7 @@ def test_forms_without_recall_drop_those_lost_on_gowalla_and_untimed_ones():
     assert solve_forms.choose_form(rows[1:2])["fastest"] is None
 
 
-@pytest.mark.parametrize("flag,value", [("--forms", "explicit:float16"), ("--forms", "cholesky"),
+@pytest.mark.parametrize("flag,value", [("--forms", "explicit:float16"), ("--forms", "cholesky"), ("--forms", "matvec:triton"),
                                         ("--forms_at", "nowhere:64"), ("--forms_at", "25m:d128")])
 def test_a_bad_form_or_point_is_one_line(capsys, flag, value):
     with pytest.raises(SystemExit):

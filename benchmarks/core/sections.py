@@ -102,15 +102,17 @@ def device_child(spec: dict, out: str) -> None:
 
 
 def solve_form(config) -> dict:
-    """What `config` runs on this backend: `form` ('matvec', 'explicit:PRECISION'; an exact solver
-    is 'SOLVER:PRECISION', iALS++ 'block') and whether the accelerator path is on."""
+    """What `config` runs on this backend: `form` ('matvec', 'matvec:pallas',
+    'explicit:PRECISION'; an exact solver is 'SOLVER:PRECISION', iALS++ 'block') and whether the
+    accelerator path is on."""
     from alx_trainer.ops import spec
 
     step = spec.step_spec(config, num_other=1)
     if step.solver == "block":
         form = "block"
     elif step.solver == "cg":
-        form = "matvec" if step.matvec else f"explicit:{step.precision}"
+        form = f"explicit:{step.precision}" if not step.matvec else (
+            "matvec:pallas" if step.cg_kernel == "pallas" else "matvec")
     else:
         form = f"{step.solver}:{step.precision}"
     return {"form": form, "accelerator": spec.accelerator(config)}

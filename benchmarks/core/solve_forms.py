@@ -12,14 +12,15 @@ RECALL_TOLERANCE = 0.002  # a form whose Gowalla Recall@20 is lower than the bes
 
 
 def form_overrides(form: str) -> list[str]:
-    """The `--ours` overrides of one solve form: 'matvec' (matrix-free CG) or 'explicit:PRECISION'
-    (d x d normal matrices whose h h^T products run at PRECISION)."""
+    """The `--ours` overrides of one solve form: 'matvec' (matrix-free CG by XLA's fusions),
+    'matvec:pallas' (the same as one Pallas kernel, `cg_kernel`) or 'explicit:PRECISION' (d x d
+    normal matrices whose h h^T products run at PRECISION)."""
     kind, _, precision = form.partition(":")
-    if kind == "matvec" and not precision:
-        return ["cg_form=matvec"]
+    if kind == "matvec" and precision in ("", "pallas"):
+        return ["cg_form=matvec"] + (["cg_kernel=pallas"] if precision else [])
     if kind == "explicit" and precision in EXPLICIT_PRECISIONS:
         return ["cg_form=explicit", f"matmul_precision={precision}"]
-    raise ValueError(f"--forms: expected 'matvec' or 'explicit:' with one of "
+    raise ValueError(f"--forms: expected 'matvec', 'matvec:pallas' or 'explicit:' with one of "
                      f"{EXPLICIT_PRECISIONS}, got {form!r}")
 
 
