@@ -24,7 +24,7 @@ from tqdm import tqdm
 from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
 from webgraph_pipeline import fileio

@@ -1,6 +1,6 @@
 """Proxies of the trainer's accelerator path that need no GPU (issue 27), with the path forced on CPU devices.
 
-Trains a power-law matrix held in memory (`records.in_memory`) with `--accelerator on` and prints,
+Trains a power-law matrix held in memory (`dataset.in_memory`) with `--accelerator on` and prints,
 per epoch after the first: the compiled programs launched per half-epoch (epoch 2, from JAX's
 profiler trace: every launch, whatever made it); the host CPU seconds spent outside device work
 (later epochs, untraced: the process's CPU time less that of XLA's own threads, which run the
@@ -44,7 +44,7 @@ def main() -> None:
 
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
-    from alx_trainer.data import records
+    from alx_trainer.data.dataset import in_memory
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.train import train
     from webgraph_pipeline import synthetic_matrix as synth
@@ -52,7 +52,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     degrees = synth.row_degrees(rng, args.rows, args.cols, args.nnz, 0.5)
     cols = synth.block_edges(rng, degrees, args.cols, 0.5, rng.permutation(args.cols))
-    held = records.in_memory("power-law", np.concatenate([[0], np.cumsum(degrees)]), cols, args.cols)
+    held = in_memory("power-law", np.concatenate([[0], np.cumsum(degrees)]), cols, args.cols)
     copied = count_host_to_device(jax)
     trace_dir = tempfile.mkdtemp(prefix="alx_proxies_")
 

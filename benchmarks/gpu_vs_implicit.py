@@ -34,7 +34,7 @@ timeout prints one line and the run goes on; the run stops starting sections aft
    with jax.random (`power_law_csr`) and brought to the host once as CSR (generation, transfer
    and saving timed apart).
 2. Gowalla (LightGCN's split: `user item item ...` lines in train.txt/test.txt) read on the host.
-3. Per size and d: ours (`alx_trainer.train.train` on `records.in_memory`, config from
+3. Per size and d: ours (`alx_trainer.train.train` on `dataset.in_memory`, config from
    `ours_config`; `--ours KEY=VALUE` overrides any TrainConfig field), then implicit GPU
    (`implicit.gpu.als`, CG with our `cg_iters`, float32) at our objective (`implicit_problem`).
    Seconds per epoch: the median of the epochs after the first (the first compiles).
@@ -480,7 +480,7 @@ def ours_child(spec: dict, out: pathlib.Path) -> None:
     """Ours on one matrix: per-epoch seconds as they come, then timings, memory, recall (Gowalla)."""
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
-    from alx_trainer.data import records
+    from alx_trainer.data.dataset import in_memory
     from alx_trainer.model import table_dtype
     from alx_trainer.train import train
 
@@ -492,7 +492,7 @@ def ours_child(spec: dict, out: pathlib.Path) -> None:
     m = load_matrix(spec["data"])
     load_s = time.perf_counter() - t
     t = time.perf_counter()
-    dataset = records.in_memory(spec["size"], m["train_indptr"], m["train_cols"], m["cols"])
+    dataset = in_memory(spec["size"], m["train_indptr"], m["train_cols"], m["cols"])
     dataset_s = time.perf_counter() - t
     config = TrainConfig(**spec["config"])
     shutil.rmtree(config.model_dir, ignore_errors=True)  # a fresh run, never a resumed one

@@ -15,8 +15,7 @@ from alx_trainer.cli.common import add_log_level, at_least, ks, run, setup_loggi
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig, parse_dataclass_args
 from alx_trainer.data import integrity
-from alx_trainer.data.dataset import open_dataset, validation_view
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset, open_dataset, validation_view
 from alx_trainer.evaluation.evaluate import evaluate, format_metrics
 from alx_trainer.model import Model, load_model
 from alx_trainer.tools.predict import export_tables, format_predictions, nearest_neighbors, predict_outlinks

@@ -24,8 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from alx_trainer.data import records
-from alx_trainer.data.dataset import open_directory, validation_view
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset, open_directory, validation_view
 from alx_trainer.evaluation import metrics
 from alx_trainer.model import fold_in, load_model
 from webgraph_pipeline import contract

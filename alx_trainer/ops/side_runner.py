@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from alx_trainer.config import ACCELERATOR_BATCH_IDS, TrainConfig
-from alx_trainer.data import batching, records
+from alx_trainer.data import batching
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import batch_sources, host_replica, kernels, long_rows, per_core, plan, storage
 from alx_trainer.ops.mesh import device_parts, local_rows, padded_rows, replicated
 from alx_trainer.ops.spec import Fixed, StepSpec, accelerator, hyper_params
@@ -58,7 +59,7 @@ class SideRunner:
         config: TrainConfig,
         mesh,
         spec: StepSpec,
-        make_chunks: Callable[[], Iterator[records.RowChunk]],
+        make_chunks: Callable[[], Iterator[RowChunk]],
         num_rows: int,
         replica: host_replica.ReplicaBuffer | None = None,
         name: str = "",
