@@ -69,7 +69,7 @@ def main() -> None:
                                  plan.one_host, batch_ids, max_calls)
         wall, cpu, side_plan = timed(make, args.repeats)
         phases["plan"] = (wall, cpu)
-        pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1)
+        pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1, 0)
         phases["pack"] = timed(lambda pack=pack: sum(1 for _ in pack()), args.repeats)[:2]
         for phase, (wall, cpu) in phases.items():
             report[f"{split}.{phase}"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),

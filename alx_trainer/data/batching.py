@@ -17,6 +17,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from alx_trainer.config import BATCH_IDS, PIECE_LENS
+from alx_trainer.data import host_cores
 from alx_trainer.data.row_chunk import RowChunk
 
 PAD_ID = -1
@@ -141,19 +142,32 @@ def _fill(chunk: RowChunk, starts: list[int], stop: int, piece_len: int, batch_p
     return out
 
 
-def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int) -> Iterator[DeviceBatch]:
-    """Pack every row that fits one device batch; rows longer than that are skipped here."""
-    pending: RowChunk | None = None
+def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int,
+                threads: int = 1) -> Iterator[DeviceBatch]:
+    """Pack every row that fits one device batch; rows longer than that are skipped here.
+
+    The batches of successive chunks are filled in `threads` threads (0: one per host core), in order.
+    """
+    def fill(job: tuple[RowChunk, list[int], int]) -> DeviceBatch:
+        return _fill(*job, piece_len, batch_pieces, batch_rows)
+
+    return host_cores.ordered(fill, _fill_jobs(chunks, piece_len, batch_pieces, batch_rows),
+                              threads or host_cores.host_threads())
+
+
+def _fill_jobs(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int
+               ) -> Iterator[tuple[RowChunk, list[int], int]]:
+    """(rows, batch starts, stop) of each `_fill` of `pack_normal`, in order."""
+    pending = RowChunk.empty()
     for chunk in chunks:
         fits = num_pieces(chunk.lengths, piece_len) <= batch_pieces
-        pending = RowChunk.concat([pending or RowChunk.empty(), chunk if fits.all() else chunk.select(fits)])
+        pending = RowChunk.concat([pending, chunk if fits.all() else chunk.select(fits)])
         starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False)
         if starts:
-            yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
+            yield pending, starts, stop
             pending = pending.take(stop, len(pending))
-    if pending is not None and len(pending):
-        starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
-        yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
+    if len(pending):
+        yield pending, *batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
 
 
 def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> Iterator[LongBatch]:

@@ -27,8 +27,8 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], threads: int | None = N
 
 
 def ordered(fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:
-    """`fn(x)` for each of `items`, in order, computed in `ahead` threads up to `ahead` items ahead
-    of the consumer (memory: `ahead` results at a time)."""
+    """`fn(x)` for each of `items`, in order, computed in `ahead` threads at most `ahead` + 1 items
+    ahead of the consumer (so many results in memory at a time)."""
     if ahead <= 1:
         yield from map(fn, items)
         return
@@ -37,7 +37,7 @@ def ordered(fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]
         try:
             for x in items:
                 pending.append(pool.submit(fn, x))
-                if len(pending) >= ahead:
+                if len(pending) > ahead:
                     yield pending.pop(0).result()
             while pending:
                 yield pending.pop(0).result()

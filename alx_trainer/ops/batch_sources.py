@@ -62,9 +62,11 @@ def _empty(plan: SidePlan, k: int) -> batching.DeviceBatch:
     return batching.empty_batch(k, *plan.shape)
 
 
-def host_calls(chunks: Iterable[RowChunk], plan: SidePlan, per_step: int) -> Iterator[batching.DeviceBatch]:
-    """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them."""
-    steps = batching.pack_normal(chunks, *plan.shape)
+def host_calls(chunks: Iterable[RowChunk], plan: SidePlan, per_step: int, threads: int = 1
+               ) -> Iterator[batching.DeviceBatch]:
+    """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them,
+    packed in `threads` threads (0: one per host core)."""
+    steps = batching.pack_normal(chunks, *plan.shape, threads)
     steps = batching.group_steps(steps, per_step, plan.steps, functools.partial(_empty, plan))
     return batching.stack_calls(steps, plan.per_call)
 
@@ -90,13 +92,14 @@ class FileStream:
     """Packed from the files every half-epoch; packing and copies run in a prefetch thread."""
 
     per_device = False
+    pack_threads = 1  # packing shares the host with the CPU devices' steps
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
         self.mesh, self.plan, self.make_chunks = mesh, plan, make_chunks
         self.per_step = len(mesh.local_devices)
 
     def host_calls(self) -> Iterator[batching.DeviceBatch]:
-        return host_calls(self.make_chunks(), self.plan, self.per_step)
+        return host_calls(self.make_chunks(), self.plan, self.per_step, self.pack_threads)
 
     def streams(self) -> list[Iterator[Call]]:
         return [records.prefetch(lambda: map(functools.partial(global_call, self.mesh), self.host_calls()))]
@@ -111,6 +114,8 @@ class FileStream:
 
 class HostCache(FileStream):
     """Packed once (the first half-epoch's calls), kept in host memory, copied every half-epoch."""
+
+    pack_threads = 0  # once, before the steps: every host core
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
         super().__init__(mesh, plan, make_chunks)
@@ -257,7 +262,7 @@ class DeviceResident:
                 batches.extend(batching.pack_long([chunk], plan.piece_len, plan.batch_pieces))
                 yield chunk
 
-        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step)]
+        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step, threads=0)]
         self.long = [put_long(mesh, c) for c in long_calls(batches, plan, per_step, long_rows, combine)]
 
     def streams(self) -> list[Iterable[Call]]:
@@ -274,6 +279,8 @@ class DeviceResident:
 class DeviceStream(FileStream):
     """Accelerator path when the batches do not fit: packed from the files every half-epoch and
     copied double-buffered (the prefetch thread keeps two calls ahead of the steps)."""
+
+    pack_threads = 0  # the host's cores are free while the accelerators run the steps
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine):
         super().__init__(mesh, plan, make_chunks)
