@@ -21,7 +21,7 @@ import jax
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
-from alx_trainer import checkpoint
+from alx_trainer import checkpoint, phase_times
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset
@@ -108,8 +108,9 @@ class Evaluator(Callback):
         ndcg_k = config.ndcg_k if 0 < config.ndcg_k <= dataset.num_cols else None
         mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
-        result = evaluate.evaluate(model, dataset, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh,
-                                   baseline=dataset.eval_split == "test", max_rows=config.eval_rows or None)
+        with phase_times.timed("eval", f"epoch {epoch}"):
+            result = evaluate.evaluate(model, dataset, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh,
+                                       baseline=dataset.eval_split == "test", max_rows=config.eval_rows or None)
         record.update(result)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import time
 from typing import Callable, Sequence
@@ -29,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import checkpoint, run_lock
+from alx_trainer import checkpoint, phase_times, run_lock
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
@@ -40,6 +41,8 @@ from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
 from webgraph_pipeline import fileio
+
+log = logging.getLogger(__name__)
 
 
 class TrainingCollapse(FloatingPointError):
@@ -97,6 +100,7 @@ def train(
 
 def _train(config: TrainConfig, dataset: Dataset, mesh, extra: list[Callback], with_tables: bool) -> Model:
     """`train` once the data is open and the model directory is this run's."""
+    phase_times.reset()
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
@@ -119,7 +123,9 @@ def _train(config: TrainConfig, dataset: Dataset, mesh, extra: list[Callback], w
         for hook in hooks:
             hook.on_train_begin(run)
         for epoch in range(start + 1, config.epochs + 1):
+            wall, cpu = time.perf_counter(), time.process_time()
             record = _epoch(run, runners, hooks, epoch, grams)
+            phase_times.add("epochs", time.perf_counter() - wall, time.process_time() - cpu)
             run.history.append(record)
             for hook in hooks:
                 hook.on_epoch_end(run, epoch, record)
@@ -127,6 +133,7 @@ def _train(config: TrainConfig, dataset: Dataset, mesh, extra: list[Callback], w
         for hook in hooks:
             hook.on_train_end(run)
         mgr.close()
+        log.info("%s", phase_times.summary())
     epoch = max(start, config.epochs)
     return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
 

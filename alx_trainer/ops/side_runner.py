@@ -9,6 +9,7 @@ The training loop (`alx_trainer.train`) and fold-in (`alx_trainer.model`) both s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer import phase_times
 from alx_trainer.config import ACCELERATOR_BATCH_IDS, TrainConfig
 from alx_trainer.data import batching
 from alx_trainer.data.row_chunk import RowChunk
@@ -78,12 +80,17 @@ class SideRunner:
         # (streamed) rows long at some candidate shape are kept; those of the chosen one are packed
         smallest = min(L * B for L, B in plan.candidate_shapes(config, batch_ids))
         keep = spec.owner and not streamed  # 'owner' packs from the chunks of this pass
-        read = batch_sources.scan(make_chunks(), keep_chunks=keep, long_above=smallest if streamed else None)
+        # the training runners' phases (a fold-in's count as the evaluation's)
+        timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
+        with timed("read"):
+            read = batch_sources.scan(make_chunks(), keep_chunks=keep, long_above=smallest if streamed else None)
         combine = plan.over_hosts if len(local) < mesh.size else plan.one_host  # the mesh spans processes
         max_calls = config.calls_per_half_epoch if self.accelerator else 0
-        self.plan = plan.make_plan(config, spec.owner, read.lengths, read.row_ids, len(local), self.shard, combine,
-                                   batch_ids, max_calls)
-        self.source = self._source(make_chunks, read, combine, streamed, name)
+        with timed("plan"):
+            self.plan = plan.make_plan(config, spec.owner, read.lengths, read.row_ids, len(local), self.shard,
+                                       combine, batch_ids, max_calls)
+        with timed("pack"):
+            self.source = self._source(make_chunks, read, combine, streamed, name)
 
     def _source(self, make_chunks, read: batch_sources.Scan, combine: plan.Combine, streamed: bool, name: str):
         """The batch source of this side's mode (see `batch_sources`)."""
@@ -221,6 +228,10 @@ class SideRunner:
             return long_rows.solve_cg(self.mesh, self.spec, self.shard, self.per_device, self.hyper, batches,
                                       src, dst, fixed)
         return long_rows.solve_explicit(self.mesh, self.spec, self.plan, self.shard, batches, src, dst, fixed)
+
+
+def _untimed(phase: str) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
 
 
 def _host_terms(terms: jax.Array) -> np.ndarray:
