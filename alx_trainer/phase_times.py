@@ -25,14 +25,13 @@ _totals: dict[str, tuple[float, float]] = {}
 
 @contextlib.contextmanager
 def timed(name: str, what: str = "") -> Iterator[None]:
-    """Time the block as phase `name` (`what` says of what in its log line)."""
+    """Time the block as phase `name` (`what` says of what in its log line); a block that raises
+    is neither logged nor counted."""
     wall, cpu = time.perf_counter(), time.process_time()
-    try:
-        yield
-    finally:
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        add(name, wall, cpu)
-        log.info("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
+    yield
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    add(name, wall, cpu)
+    log.info("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
 
 
 def add(name: str, wall: float, cpu: float = 0.0) -> None:

@@ -1,6 +1,7 @@
 """The trainer's host phases on a dataset directory, each timed apart: read, plan, pack, transpose.
 
     python benchmarks/host_phases.py --data DIR [--repeats 2] [--path accelerator|cpu]
+                                     [--phases read,plan,pack,transpose]
     taskset -c 0 python benchmarks/host_phases.py --data DIR      # the same on one core
 
 Per side (`train`, then `train_t`): `read` is the planning pass over the side's shard files
@@ -41,7 +42,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="Passes per phase; the best is reported.")
     p.add_argument("--path", choices=("accelerator", "cpu"), default="accelerator",
                    help="Whose batch shape the plan and pack use.")
+    p.add_argument("--phases", default="read,plan,pack,transpose", help="Which phases to run (read always runs).")
     args = p.parse_args()
+    wanted = set(args.phases.split(","))
 
     from alx_trainer.config import TrainConfig
     from alx_trainer.data import dataset as datasets
@@ -69,19 +72,22 @@ def main() -> None:
                                  plan.one_host, batch_ids, max_calls)
         wall, cpu, side_plan = timed(make, args.repeats)
         phases["plan"] = (wall, cpu)
-        pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1, 0)
-        phases["pack"] = timed(lambda pack=pack: sum(1 for _ in pack()), args.repeats)[:2]
+        if "pack" in wanted:
+            pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1, 0)
+            phases["pack"] = timed(lambda pack=pack: sum(1 for _ in pack()), args.repeats)[:2]
         for phase, (wall, cpu) in phases.items():
             report[f"{split}.{phase}"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                                           "cpu_us_per_row": round(1e6 * cpu / max(rows, 1), 3)}
             print(f"{split:8} {phase:9} {wall:8.2f} s wall {cpu:8.2f} CPU s {1e6 * cpu / max(rows, 1):8.3f} "
                   f"CPU us/row  ({rows:,} rows, {pairs:,} pairs)", flush=True)
-    train = RowChunk.concat(held.pop("train"))
-    del held
-    wall, cpu, _ = timed(lambda: datasets.in_memory("t", train.indptr, train.cols, data.num_cols), args.repeats)
-    report["transpose"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-                           "cpu_ns_per_pair": round(1e9 * cpu / max(len(train.cols), 1), 2)}
-    print(f"transpose {wall:8.2f} s wall {cpu:8.2f} CPU s ({len(train.cols):,} pairs)", flush=True)
+    if "transpose" in wanted:
+        train = RowChunk.concat(held.pop("train"))
+        del held
+        in_memory = functools.partial(datasets.in_memory, "t", train.indptr, train.cols, data.num_cols)
+        wall, cpu, _ = timed(in_memory, args.repeats)
+        report["transpose"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                               "cpu_ns_per_pair": round(1e9 * cpu / max(len(train.cols), 1), 2)}
+        print(f"transpose {wall:8.2f} s wall {cpu:8.2f} CPU s ({len(train.cols):,} pairs)", flush=True)
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     report["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))

@@ -43,3 +43,13 @@ def test_training_logs_every_phase(tmp_path, caplog):
     assert sum(line.startswith("epoch ") and " eval: " in line for line in lines) == 2
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]
     assert re.fullmatch(r"phases: read [\d.]+ s \([\d.]+ CPU s\), plan .*, pack .*, epochs .*, eval .*", summary)
+
+
+def test_a_phase_that_fails_is_not_counted(caplog):
+    phase_times.reset()
+    try:
+        with phase_times.timed("read"):
+            raise ValueError("corrupt")
+    except ValueError:
+        pass
+    assert phase_times.totals() == {} and not [r for r in caplog.records if r.name == "alx_trainer.phase_times"]
