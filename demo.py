@@ -12,7 +12,7 @@
 Every step prints its command line and what the command prints; every output lands under --out.
 The pipeline prints its counters in brief (`--brief`; every counter is in the dataset's stats.json)
 and the TFDS build a short summary of what it wrote (`python -m tfds_builder build`).
-The libraries stay quiet (`webgraph_pipeline.quiet`, set here and inherited by every step).
+The libraries stay quiet (`webgraph_contract.quiet_logs`, set here and inherited by every step).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from webgraph_pipeline.quiet import quiet
+from webgraph_contract.quiet_logs import quiet
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(REPO, "data")
@@ -73,7 +73,7 @@ def plot_recall(metrics_path: str, png_path: str) -> None:
 
 def example_test_pages(dataset_dir: str, count: int) -> list[str]:
     """URLs of the first `count` test rows (pages the model never trained on)."""
-    from webgraph_pipeline.contract import read_split, read_vocab
+    from webgraph_contract.dataset_reader import read_split, read_vocab
 
     urls = read_vocab(dataset_dir)
     return [urls[row] for row, _, _ in read_split(dataset_dir, "test")[:count]]

@@ -7,8 +7,8 @@ BASE = [
     "jax>=0.5,<1",
     "jaxlib>=0.5,<1",
     "orbax-checkpoint>=0.11,<1",
-    "google-crc32c>=1.5,<2",  # CRC-32C of every TFRecord read or written (webgraph_pipeline.tfrecord)
-    "fsspec>=2023.1",  # gs://, s3://, ... paths (webgraph_pipeline.fileio); the store's package is an extra
+    "google-crc32c>=1.5,<2",  # CRC-32C of every TFRecord read or written (webgraph_contract.tfrecord)
+    "fsspec>=2023.1",  # gs://, s3://, ... paths (webgraph_contract.fileio); the store's package is an extra
     "tqdm>=4.66,<5",
     "threadpoolctl>=3.1,<4",  # the host gramian runs BLAS at one thread
     "matplotlib>=3.8,<4",  # the sweep's heatmap
@@ -45,7 +45,7 @@ setup(
     # Namespace discovery also lists the builder's dummy_data folders (data, no __init__.py), so
     # setuptools knows they are meant to ship and their files can be declared as package data.
     packages=find_namespace_packages(
-        include=["webgraph_pipeline*", "tfds_builder*", "alx_trainer*"], exclude=["*.__pycache__"]
+        include=["webgraph_contract*", "webgraph_pipeline*", "tfds_builder*", "alx_trainer*"], exclude=["*.__pycache__"]
     ),
     package_data={
         "tfds_builder.web_graph": ["*.md", "*.bib", "*.tsv"],

@@ -18,7 +18,7 @@ PY
 # the pipeline is an extra: its command says so in one line
 if venv/bin/python -m webgraph_pipeline --help 2> pipeline.err; then exit 1; fi
 grep -q "needs the \[pipeline\] extra" pipeline.err
-venv/bin/python -m webgraph_pipeline.synthetic_matrix --out data --rows 300 --cols 200 --nnz 3000 --shards 2
+venv/bin/python -m webgraph_contract.synthetic_matrix --out data --rows 300 --cols 200 --nnz 3000 --shards 2
 JAX_PLATFORMS=cpu venv/bin/python -m alx_trainer train --data data --model_dir model --dim 8 --epochs 2 \
     --eval_every 0 --no-progress
 test -s model/metrics.jsonl

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
-from webgraph_pipeline.arg_errors import did_you_mean, missing_command
-from webgraph_pipeline.quiet import quiet, verbose_in
+from webgraph_contract.command_line import did_you_mean, missing_command, take_debug_flag
+from webgraph_contract.quiet_logs import quiet, verbose_in
 
 # command -> (module, function); each function takes the remaining argv and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("alx_trainer.cli.train", "main"),
-    "eval": ("alx_trainer.cli.tools", "main_eval"),
-    "sweep": ("alx_trainer.cli.tools", "main_sweep"),
-    "predict": ("alx_trainer.cli.tools", "main_predict"),
-    "export": ("alx_trainer.cli.tools", "main_export"),
+    "eval": ("alx_trainer.cli.commands", "main_eval"),
+    "sweep": ("alx_trainer.cli.commands", "main_sweep"),
+    "predict": ("alx_trainer.cli.commands", "main_predict"),
+    "export": ("alx_trainer.cli.commands", "main_export"),
 }
 
-DEBUG_ENV = "ALX_DEBUG"  # as alx_trainer.cli.common reads it (not imported: it would slow --help)
 USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [--debug] [--log_level LEVEL] [options]"
 PROG = "alx_trainer"
 
@@ -27,9 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     """Dispatch to the command's own parser; a one-line error (exit 2) for no or an unknown command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet(verbose_in(argv))  # before TensorFlow, JAX or orbax are imported
-    if "--debug" in argv:  # any command: errors show their traceback (as ALX_DEBUG=1 does)
-        os.environ[DEBUG_ENV] = "1"
-        argv = [a for a in argv if a != "--debug"]
+    argv = take_debug_flag(argv)  # any command: errors show their traceback
     if not argv:
         return missing_command(PROG, COMMANDS)
     if argv[0] in ("-h", "--help"):

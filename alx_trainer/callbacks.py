@@ -27,7 +27,7 @@ from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,9 @@ class MetricsLogger(Callback):
 def epoch_line(record: dict, epochs: int) -> str:
     """An epoch's record in under a terminal line: time, rows and columns solved, loss (when computed)
     and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard."""
-    parts = [f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s: "
+    compiling = record.get("compile_seconds", 0.0)
+    spent = f" ({compiling:.2f} s compiling)" if compiling >= 0.01 else ""
+    parts = [f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s{spent}: "
              f"{record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols solved"]
     if "loss" in record:
         parts.append(f"loss {record['loss']:.5g}")

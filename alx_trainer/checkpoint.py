@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 CHECKPOINT_SUBDIR = "checkpoints"
 

@@ -1,23 +1,14 @@
-"""Training configuration: the `TrainConfig` dataclass and a reusable flag/config-file parser.
+"""Training configuration: the `TrainConfig` dataclass, its sections and their checks.
 
-`parse_dataclass_args(cls, argv)` turns any dataclass whose fields carry a `help` in their metadata
-into a command line: one `--field` flag per field (booleans as `--x/--no-x`), plus `--config FILE`
-(JSON or YAML with the same keys). Values come from the defaults, then the file, then the flags.
+Each field carries a `help` in its metadata; `alx_trainer.cli.dataclass_flags` turns the class
+into a command line (one `--field` flag per field, plus `--config FILE`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
-import os
-import typing
-from typing import Any, ClassVar, Sequence, TypeVar
-
-import yaml
-
-from webgraph_pipeline.arg_errors import OneLineParser
+from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
 
@@ -102,7 +93,8 @@ class SolverConfig:
         "auto",
         "How CG applies the normal matrix: 'matvec' (O(|S| d) per iteration, never builds it), "
         "'explicit' (builds the d x d matrices, O(|S| d^2), suits matrix units); "
-        "'auto' = matvec on CPU, explicit on GPU/TPU.",
+        "'auto' = the form measured fastest on the backend: matvec on CPU and GPU at every measured d "
+        "(DESIGN.md, trainer section).",
     )
     stats: str = _field(
         "gather",
@@ -203,6 +195,12 @@ class RunConfig:
         "CPU runs of the command line: split the host into this many JAX devices, each running its own steps "
         "(0: one per core). Ignored on GPU/TPU and when XLA_FLAGS sets --xla_force_host_platform_device_count.",
     )
+    compile_cache: str = _field(
+        "auto",
+        "JAX's persistent compilation cache: 'auto' (this user's $XDG_CACHE_HOME/alx/jax, default "
+        "~/.cache/alx/jax), a directory, or 'off'; a later run on the same shapes then compiles nothing. JAX "
+        "runs what it finds there, so a directory other users can write is refused.",
+    )
     distributed: bool = _field(
         False, "Call jax.distributed.initialize() first (multi-host, e.g. every worker of a TPU VM slice)."
     )
@@ -290,6 +288,7 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
             (self.train_loss_every >= 0, f"train_loss_every: must be >= 0, got {self.train_loss_every}"),
             (self.ndcg_k >= 0, f"ndcg_k: must be >= 0, got {self.ndcg_k}"),
             (self.eval_rows >= 0, f"eval_rows: must be >= 0, got {self.eval_rows}"),
+            (bool(self.compile_cache), "compile_cache: give 'auto', 'off' or a directory"),
             (self.log_level in LOG_LEVELS, f"log_level: must be one of {LOG_LEVELS}, got {self.log_level!r}"),
         ]
         for ok, message in checks:
@@ -322,123 +321,3 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
         if nested:
             return {name: dataclasses.asdict(self.section(name)) for name in SECTIONS}
         return dataclasses.asdict(self)
-
-
-def load_config_file(path: str) -> dict[str, Any]:
-    """A JSON or YAML mapping of field values; a one-line error when missing or malformed."""
-    if not os.path.exists(path):
-        raise ConfigError(f"{path}: config file not found")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        if path.endswith((".yaml", ".yml")):
-            values = yaml.safe_load(text)
-        else:
-            values = json.loads(text)
-    except Exception as e:  # JSON and YAML raise different types; both mean a malformed file
-        raise ConfigError(f"{path}: cannot parse config file ({type(e).__name__}: {str(e).splitlines()[0]})") from e
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: config file must hold a mapping of field names to values")
-    return values
-
-
-def _field_type(cls: type, field: dataclasses.Field) -> type:
-    hints = typing.get_type_hints(cls)
-    return hints[field.name]
-
-
-def _coerce(name: str, kind: type, value: Any) -> Any:
-    """A config-file value as the field's type; ValueError naming the field otherwise."""
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{name}: expected a boolean, got {value!r}")
-    if kind is str and isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, bool) or isinstance(value, (list, dict)) or value is None:
-        raise ConfigError(f"{name}: expected {kind.__name__}, got {value!r}")
-    try:
-        converted = kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: expected {kind.__name__}, got {value!r}") from None
-    if kind is int and isinstance(value, float) and converted != value:
-        raise ConfigError(f"{name}: expected int, got {value!r}")
-    return converted
-
-
-def build_parser(cls: type, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
-    """An argparse parser with one flag per dataclass field (defaults shown in --help)."""
-    parser = OneLineParser(
-        prog=prog,
-        description=description or (cls.__doc__ or "").strip(),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument(
-        "--config", default=None, help="JSON or YAML file of field values (flat, or nested by section); flags override it."
-    )
-    sections = getattr(cls, "sections", None) or {"": cls}
-    for title, section in sections.items():
-        group = parser.add_argument_group(title, section.__doc__) if title else parser
-        for field in dataclasses.fields(section):
-            kind = _field_type(section, field)
-            help_text = field.metadata.get("help", "")
-            default = field.default if field.default is not dataclasses.MISSING else None
-            if kind is bool:
-                group.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
-            else:
-                group.add_argument(f"--{field.name}", type=kind, default=default, help=help_text)
-    return parser
-
-
-def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    """Config-file values by field name: a section name mapping to a mapping (`solver: {cg_iters: 3}`)
-    contributes its fields (field values are never mappings, so a section named like a field is told
-    apart by its value)."""
-    sections = getattr(cls, "sections", None) or {}
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if key in sections and isinstance(value, dict):
-            names = {f.name for f in dataclasses.fields(sections[key])}
-            for inner, inner_value in value.items():
-                if inner not in names:
-                    raise ConfigError(f"{where}: unknown config key {key}.{inner!r}")
-                out[inner] = inner_value
-        else:
-            out[key] = value
-    return out
-
-
-def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None,
-                         also_known: Sequence[str] = ()) -> T:
-    """Build `cls` from defaults, then `--config FILE`, then explicit flags (which win).
-
-    Raises ValueError / FileNotFoundError with one-line messages for unknown keys or bad values;
-    an unknown flag or a bad flag value exits with status 2 and one line `PROG: error: ...`.
-    """
-    parser = build_parser(cls, prog=prog)
-    parser.also_known = list(also_known)  # the flags of a command that parsed its own first (sweep)
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    # Which flags were given explicitly: re-parse with every default suppressed.
-    given = argparse.ArgumentParser(add_help=False)
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps no public list of actions
-        if action.dest in ("help",):
-            continue
-        kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS}
-        if isinstance(action, argparse.BooleanOptionalAction):
-            given.add_argument(*action.option_strings, action=argparse.BooleanOptionalAction, **kwargs)
-        else:
-            given.add_argument(*action.option_strings, type=action.type, **kwargs)
-    explicit = vars(given.parse_known_args(list(argv) if argv is not None else None)[0])
-    explicit.pop("config", None)
-
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
-    if args.config:
-        for key, value in flat_values(cls, load_config_file(args.config), args.config).items():
-            if key not in fields:
-                raise ConfigError(f"{args.config}: unknown config key {key!r}")
-            values[key] = _coerce(key, _field_type(cls, fields[key]), value)
-    values.update(explicit)
-    return cls(**values)

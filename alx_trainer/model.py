@@ -27,7 +27,7 @@ from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
 from alx_trainer.ops.table_init import init_table, table_from_numpy
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 METRICS_FILE = "metrics.jsonl"
 

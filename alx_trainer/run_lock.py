@@ -21,7 +21,7 @@ import socket
 import uuid
 from typing import Iterator, Optional
 
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
 

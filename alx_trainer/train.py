@@ -12,8 +12,10 @@ training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final t
 only in the epochs of `train_loss_every`, as `loss`),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
-`col_seconds`, `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity baseline) from
-`alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
+`col_seconds`, `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
+persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles`
+(programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity
+baseline) from `alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
 """
 
 from __future__ import annotations
@@ -30,17 +32,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import checkpoint, phase_times, run_lock
+from alx_trainer import checkpoint, compile_cache, phase_times, run_lock
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset, open_dataset, split_reader, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
-from alx_trainer.ops import host_replica
+from alx_trainer.ops import cost, host_fixed_table
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,13 @@ def _train(config: TrainConfig, dataset: Dataset, mesh, extra: list[Callback], w
     if jax.process_index() == 0:
         with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
+    if log.isEnabledFor(logging.DEBUG):
+        costs = cost.epoch_cost(runners, sides(config.tied), tables)
+        for c in costs["programs"]:
+            log.debug("%s side, %s: %.4g GFLOP, %.4g GB accessed per launch (XLA cost analysis, loops unrolled), "
+                      "%d per half-epoch", c["side"], c["name"], c["flops"] / 1e9, c["bytes_accessed"] / 1e9, c["times"])
+        log.debug("per epoch and device: %.4g GFLOP, %.4g GB accessed, %d compiled calls",
+                  costs["flops_per_epoch"] / 1e9, costs["bytes_per_epoch"] / 1e9, costs["launches_per_epoch"])
     history = [r for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE)) if r.get("epoch", 0) <= start]
     run = Run(config, dataset, mesh, tables, start, history)
     hooks = default_callbacks(config, mgr) + extra
@@ -164,7 +173,7 @@ def _resume(mgr, config: TrainConfig, dataset: Dataset, tables: dict[str, jax.Ar
 def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
-    replica = host_replica.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
+    replica = host_fixed_table.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
     for side in sides(config.tied):
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
         reader = split_reader(dataset, side.split, config.chunk_rows, n_this, n_other,
@@ -178,7 +187,7 @@ def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunne
 def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int, grams: dict) -> dict:
     """One epoch (row then column half-epoch) on `run.tables`; its metrics record."""
     config, tables = run.config, run.tables
-    t0 = time.perf_counter()
+    t0, compiled0 = time.perf_counter(), compile_cache.counts()
     record: dict = {"epoch": epoch}
 
     def progress(steps: int, rows: int) -> None:
@@ -196,6 +205,8 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
         src_gram = _gramian(grams, runner, side.other, tables[side.other])
         src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         tables[side.table], terms = runner.run(src, tables[side.table], progress, src_gram)
+        if runner.solved_gramian is not None:  # the one-call half-epoch computed it
+            grams[side.table] = (tables[side.table], runner.solved_gramian)
         for hook in hooks:
             hook.on_half_epoch_end(run, epoch, side.name)
         _check_finite(_gramian(grams, runner, side.table, tables[side.table]), epoch, side.name)
@@ -212,6 +223,8 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
             record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
         )
     record["seconds"] = time.perf_counter() - t0
+    compiled = compile_cache.counts().since(compiled0)
+    record["compile_seconds"], record["compiles"] = compiled.seconds, compiled.compiled
     return record
 
 
@@ -236,3 +249,12 @@ def _check_finite(gram: jax.Array, epoch: int, side: str) -> None:
             f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical collapse); "
             "raise --reg or use --table_dtype float32"
         )
+
+
+def epoch_cost(config: TrainConfig, dataset: Dataset, mesh=None) -> dict:
+    """XLA's cost analysis of one epoch of training `config` on `dataset` (`ops.cost.epoch_cost`:
+    bytes accessed, FLOPs and compiled calls per epoch and device, and every program): both sides
+    planned as `train` plans them (one pass over the data); nothing is trained."""
+    mesh = mesh if mesh is not None else make_mesh()
+    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    return cost.epoch_cost(_runners(config, dataset, mesh), sides(config.tied), tables)

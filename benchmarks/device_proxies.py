@@ -1,23 +1,21 @@
-"""Proxies of the trainer's accelerator path that need no GPU (issue 27), with the path forced on CPU devices.
+"""Proxies of the trainer's accelerator path that need no GPU (issue 27), forced on CPU devices.
 
 Trains a power-law matrix held in memory (`dataset.in_memory`) with `--accelerator on` and prints,
 per epoch after the first: the compiled programs launched per half-epoch (epoch 2, from JAX's
 profiler trace: every launch, whatever made it); the host CPU seconds spent outside device work
 (later epochs, untraced: the process's CPU time less that of XLA's own threads, which run the
-programs on CPU devices; the main thread and every thread Python starts count); and the bytes copied host-to-device
-(every NumPy array handed to `jax.device_put` and `jax.make_array_from_*`). Targets: <= 16 calls
-per half-epoch, 0 bytes after epoch 1 when the batches are resident, host CPU <= 5% of the epoch.
+programs on CPU devices; the main thread and every thread Python starts count); and the bytes
+copied host-to-device (every NumPy array handed to `jax.device_put` and
+`jax.make_array_from_*`). Targets: <= 16 calls per half-epoch, 0 bytes after epoch 1 when the
+batches are resident, host CPU <= 5% of the epoch.
 
-    python benchmarks/device_proxies.py                      # 200k x 50k, 2M nnz, d=64, 1 device
-    python benchmarks/device_proxies.py --resident off       # the streamed (double-buffered) path
+    python -m benchmarks.device_proxies                  # 200k x 50k, 2M nnz, d=64, 1 device
+    python -m benchmarks.device_proxies --resident off   # the streamed (double-buffered) path
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import glob
-import gzip
 import json
 import os
 import resource
@@ -32,32 +30,33 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=50_000)
     parser.add_argument("--nnz", type=int, default=2_000_000)
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=4, help="at least 3: epoch 2 is traced, later ones timed")
-    parser.add_argument("--devices", type=int, default=1, help="CPU devices (a one-GPU run has one)")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="at least 3: epoch 2 is traced, later ones timed")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="CPU devices (a one-GPU run has one)")
     parser.add_argument("--resident", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--cg_form", default="auto", choices=("auto", "matvec", "explicit"))
     args = parser.parse_args()
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
-    import numpy as np
 
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
     from alx_trainer.data.dataset import in_memory
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.train import train
-    from webgraph_pipeline import synthetic_matrix as synth
+    from benchmarks.core.power_law import power_law_csr
+    from benchmarks.core.trace import launches
 
-    rng = np.random.default_rng(0)
-    degrees = synth.row_degrees(rng, args.rows, args.cols, args.nnz, 0.5)
-    cols = synth.block_edges(rng, degrees, args.cols, 0.5, rng.permutation(args.cols))
-    held = in_memory("power-law", np.concatenate([[0], np.cumsum(degrees)]), cols, args.cols)
+    indptr, cols, _ = power_law_csr(0, args.rows, args.cols, args.nnz, on="host", col_exponent=0.5)
+    held = in_memory("power-law", indptr, cols, args.cols)
     copied = count_host_to_device(jax)
     trace_dir = tempfile.mkdtemp(prefix="alx_proxies_")
 
     class Measure(Callback):
-        """Epoch 2 under the profiler (program launches), the later epochs without it (CPU, copies)."""
+        """Epoch 2 under the profiler (program launches), the later epochs without it (CPU,
+        copies)."""
 
         def on_epoch_end(self, run, epoch, record) -> None:
             host = host_cpu_seconds()
@@ -65,7 +64,8 @@ def main() -> None:
             if epoch == 2:
                 jax.profiler.stop_trace()
                 calls = launches(trace_dir)
-                line.update(calls_per_half_epoch=sum(calls.values()) / 2, calls_by_program=dict(calls))
+                line.update(calls_per_half_epoch=sum(calls.values()) / 2,
+                            calls_by_program=dict(calls))
             elif epoch > 2:
                 line.update(host_cpu_s=round(host - self.host, 4),
                             host_cpu_share=round((host - self.host) / record["seconds"], 4))
@@ -74,25 +74,30 @@ def main() -> None:
                 print(json.dumps(line), flush=True)
             if epoch == 1:
                 options = jax.profiler.ProfileOptions()
-                options.python_tracer_level = 0  # Python's calls traced would be host time of their own
+                options.python_tracer_level = 0  # Python's calls traced would add host time
                 jax.profiler.start_trace(trace_dir, profiler_options=options)
             self.host, self.copied = host_cpu_seconds(), copied[0]
 
-    config = TrainConfig(data="power-law", model_dir=tempfile.mkdtemp(prefix="alx_proxies_model_"), dim=args.dim,
-                         epochs=args.epochs, eval_every=0, checkpoint_every=0, progress=False, train_loss_every=0,
+    config = TrainConfig(data="power-law", model_dir=tempfile.mkdtemp(prefix="alx_proxies_model_"),
+                         dim=args.dim,
+                         epochs=args.epochs, eval_every=0, checkpoint_every=0, progress=False,
+                         train_loss_every=0,
                          accelerator="on", resident_batches=args.resident, cg_form=args.cg_form)
     t = time.perf_counter()
     train(config, mesh=make_mesh(), dataset=held, tables=False, callbacks=[Measure()])
     print(json.dumps({"rows": args.rows, "cols": args.cols, "nnz": int(len(cols)), "dim": args.dim,
-                      "devices": args.devices, "resident": args.resident, "total_s": round(time.perf_counter() - t, 2)}))
+                      "devices": args.devices, "resident": args.resident,
+                      "total_s": round(time.perf_counter() - t, 2)}))
 
 
 def count_host_to_device(jax) -> list[int]:
-    """Wrap JAX's host-to-device entry points; the returned one-item list holds the bytes copied so far."""
+    """Wrap JAX's host-to-device entry points; the returned one-item list holds the bytes copied
+    so far."""
     total = [0]
 
     def nbytes(value) -> int:
-        return int(value.nbytes) if hasattr(value, "nbytes") and not isinstance(value, jax.Array) else 0
+        return int(value.nbytes) if hasattr(value, "nbytes") and not isinstance(value,
+                                                                                jax.Array) else 0
 
     def wrap(name: str, arg: int) -> None:
         original = getattr(jax, name)
@@ -134,19 +139,6 @@ def host_cpu_seconds() -> float:
             continue
         device += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
     return usage.ru_utime + usage.ru_stime - device / os.sysconf("SC_CLK_TCK")
-
-
-def launches(trace_dir: str) -> collections.Counter:
-    """Program launches in a profiler trace by program (single-device launches under one name)."""
-    path = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
-    found: collections.Counter = collections.Counter()
-    for event in json.load(gzip.open(path))["traceEvents"]:
-        name = event.get("name", "")
-        if event.get("ph") == "X" and name.startswith("CommonPjRtLoadedExecutable::Execute ("):
-            found[name.split("(", 1)[1].rstrip(")")] += 1
-        elif event.get("ph") == "X" and name == "CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice":
-            found["single-device"] += 1
-    return found
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """The trainer's TFRecord reader against tf.data on the same files: rows/s, side by side in one run.
 
-    python benchmarks/reader_speed.py [--sizes 25m,in-sparse] [--work /tmp/trainer_scale] [--repeats 3]
-                                      [--chunk_rows 2048]
+    python -m benchmarks.reader_speed [--sizes 25m,in-sparse] [--work /tmp/trainer_scale]
+        [--repeats 3] [--chunk_rows 2048]
 
-Each size is the generated power-law matrix of `trainer_scale.py` (made once by
-`webgraph_pipeline.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
+Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
+`webgraph_contract.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
 two readers alternate `--repeats` times over the split's shard files, each making the CSR chunks
 the trainer consumes: ours, `alx_trainer.data.records.read_chunks` (blocks of whole records,
 CRC-32C checked, decoded in NumPy), and tf.data as the trainer read them before (a
@@ -19,31 +19,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import sys
 import time
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from webgraph_pipeline.quiet import quiet  # noqa: E402
+from benchmarks.core.datasets import SIZES, ensure_matrix
+from webgraph_contract.quiet_logs import quiet
 
 quiet()  # TensorFlow's start-up lines held back before it is imported
 
 
-def tf_data_chunks(files: Sequence[str], chunk_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def tf_data_chunks(files: Sequence[str], chunk_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray,
+                                                                            np.ndarray]]:
     """(row ids, indptr, cols) per batch, as the trainer's tf.data reader made them."""
     import tensorflow as tf
 
-    from webgraph_pipeline import contract
+    from webgraph_contract import record_codec
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def parse(serialized):
-        parsed = tf.io.parse_example(serialized, contract.feature_spec())
+        parsed = tf.io.parse_example(serialized, record_codec.feature_spec())
         cols = tf.RaggedTensor.from_sparse(parsed["col_tag"])
         return parsed["row_tag"], cols.values, cols.row_splits
 
@@ -60,20 +57,25 @@ def ours_chunks(files: Sequence[str], chunk_rows: int, shape: tuple[int, int]):
         yield chunk.row_ids, chunk.indptr, chunk.cols
 
 
-def consume(chunks: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[float, float, tuple[int, int, int]]:
-    """Wall and CPU seconds (all threads) to drain `chunks`, and (rows, nnz, checksum of the ids and lengths)."""
+def consume(chunks: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[float, float,
+                                                                                  tuple[int, int,
+                                                                                        int]]:
+    """Wall and CPU seconds (all threads) to drain `chunks`, and (rows, nnz, a checksum of the ids
+    and lengths)."""
     start, cpu = time.perf_counter(), time.process_time()
     rows = nnz = check = 0
     for row_ids, indptr, cols in chunks:
         rows += len(row_ids)
         nnz += len(cols)
-        check = (check + int(row_ids.sum()) * 3 + int(cols.sum()) * 7 + int((np.diff(indptr) ** 2).sum())) % (1 << 61)
+        squares = int((np.diff(indptr) ** 2).sum())
+        check = (check + int(row_ids.sum()) * 3 + int(cols.sum()) * 7 + squares) % (1 << 61)
     return time.perf_counter() - start, time.process_time() - cpu, (rows, nnz, check)
 
 
-def compare(files: Sequence[str], chunk_rows: int, shape: tuple[int, int], repeats: int) -> dict[str, float]:
-    """Best wall seconds of each reader over `files` and the CPU seconds of that pass; raises if their
-    content differs."""
+def compare(files: Sequence[str], chunk_rows: int, shape: tuple[int, int],
+            repeats: int) -> dict[str, float]:
+    """Best wall seconds of each reader over `files` and the CPU seconds of that pass; raises if
+    their content differs."""
     readers: dict[str, Callable[[], Iterator]] = {
         "ours": lambda: ours_chunks(files, chunk_rows, shape),
         "tf.data": lambda: tf_data_chunks(files, chunk_rows),
@@ -87,34 +89,38 @@ def compare(files: Sequence[str], chunk_rows: int, shape: tuple[int, int], repea
                 best[name], best[f"{name} cpu"] = seconds, cpu
             seen[name] = content
     if seen["ours"] != seen["tf.data"]:
-        raise AssertionError(f"the readers disagree: ours {seen['ours']}, tf.data {seen['tf.data']}")
+        raise AssertionError(f"the readers disagree: ours {seen['ours']}, "
+                             f"tf.data {seen['tf.data']}")
     return {**best, "rows": seen["ours"][0], "nnz": seen["ours"][1]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="25m,in-sparse", help="Sizes of trainer_scale.SIZES, comma-separated.")
-    p.add_argument("--work", default="/tmp/trainer_scale", help="Where the matrices are (made if absent).")
-    p.add_argument("--repeats", type=int, default=3, help="Passes of each reader (the best is reported).")
-    p.add_argument("--chunk_rows", type=int, default=2048, help="Rows per chunk (the trainer's --chunk_rows).")
+    p.add_argument("--sizes", default="25m,in-sparse",
+                   help=f"Sizes of {sorted(SIZES)}, comma-separated.")
+    p.add_argument("--work", default="/tmp/trainer_scale",
+                   help="Where the matrices are (made if absent).")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="Passes of each reader (the best is reported).")
+    p.add_argument("--chunk_rows", type=int, default=2048,
+                   help="Rows per chunk (the trainer's --chunk_rows).")
     args = p.parse_args(argv)
     import tensorflow  # noqa: F401 - imported before any clock starts
-    from trainer_scale import ensure_matrix
 
-    from webgraph_pipeline import contract
+    from webgraph_contract import layout, stats_json
 
-    print(f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} {'tf.data rows/s':>15} {'ratio':>6}"
-          f"  {'rows per CPU s, ours / tf.data':>31}")
+    print(f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} "
+          f"{'tf.data rows/s':>15} {'ratio':>6}  {'rows per CPU s, ours / tf.data':>31}")
     for size in args.sizes.split(","):
         out = ensure_matrix(args.work, size)
-        shape = contract.matrix_shape(contract.read_stats(out))
+        shape = stats_json.matrix_shape(stats_json.read_stats(out))
         for split, flip in (("train", False), ("train_t", True)):
-            files = list(contract.iter_split_files(out, split))
+            files = list(layout.iter_split_files(out, split))
             r = compare(files, args.chunk_rows, shape[::-1] if flip else shape, args.repeats)
             ours, theirs = r["rows"] / r["ours"], r["rows"] / r["tf.data"]
             per_cpu = f"{r['rows'] / r['ours cpu']:,.0f} / {r['rows'] / r['tf.data cpu']:,.0f}"
-            print(f"{size:<10} {split:<8} {r['rows']:>10,} {r['nnz']:>12,} {ours:>12,.0f} {theirs:>15,.0f} "
-                  f"{ours / theirs:>5.2f}x  {per_cpu:>31}", flush=True)
+            print(f"{size:<10} {split:<8} {r['rows']:>10,} {r['nnz']:>12,} {ours:>12,.0f} "
+                  f"{theirs:>15,.0f} {ours / theirs:>5.2f}x  {per_cpu:>31}", flush=True)
     print(f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; best of {args.repeats})")
     return 0
 

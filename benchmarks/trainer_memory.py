@@ -1,6 +1,6 @@
-"""Where the trainer's host memory goes: resident memory by training phase, beside JAX's live buffers.
+"""Where the trainer's host memory goes: resident memory by training phase, beside JAX's buffers.
 
-    python benchmarks/trainer_memory.py --data DIR [--dim 128] [--epochs 1] [--table_dtype bfloat16]
+    python -m benchmarks.trainer_memory --data DIR [--dim 128] [--epochs 1] [--table_dtype bfloat16]
                                         [--limit_gib 21] [-- more alx_trainer train flags]
 
 Runs `alx_trainer.train.train` in this process as `python -m alx_trainer train` would (the same CPU
@@ -20,13 +20,8 @@ import contextlib
 import functools
 import json
 import os
-import pathlib
-import sys
 import threading
 import time
-
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 GIB = 2**30
 
@@ -55,7 +50,8 @@ class Sampler:
             rss = status_kib("VmRSS")
             self.peak = max(self.peak, rss)
             if rss > self.limit_kib or available_kib() < 2**20:
-                print(json.dumps({"stopped": "memory guard", "phase": "/".join(self.stack), "rss_gib": rss / 2**20,
+                print(json.dumps({"stopped": "memory guard", "phase": "/".join(self.stack),
+                                  "rss_gib": rss / 2**20,
                                   "available_gib": available_kib() / 2**20}), flush=True)
                 os._exit(3)
             time.sleep(self.period)
@@ -75,9 +71,11 @@ class Sampler:
             after = status_kib("VmRSS")
             peak = max(self.peak, after)
             live = {a.unsafe_buffer_pointer(): a.nbytes for x in jax.live_arrays()
-                    for a in (s.data for s in x.addressable_shards) if not a.is_deleted()}  # donated: still listed
+                    for a in (s.data for s in x.addressable_shards)
+                    if not a.is_deleted()}  # donated: still listed
             print(json.dumps({
-                "phase": "/".join(self.stack), "s": round(seconds, 2), "rss_in_gib": round(before / 2**20, 2),
+                "phase": "/".join(self.stack), "s": round(seconds, 2),
+                "rss_in_gib": round(before / 2**20, 2),
                 "peak_gib": round(peak / 2**20, 2), "rss_out_gib": round(after / 2**20, 2),
                 "live_arrays_gib": round(sum(live.values()) / GIB, 2), "live_buffers": len(live),
             }), flush=True)
@@ -113,10 +111,13 @@ def main() -> None:
     sampler = Sampler(args.limit_gib)
 
     from alx_trainer.cli import train as cli_train
-    from alx_trainer.config import TrainConfig, parse_dataclass_args
+    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+    from alx_trainer.config import TrainConfig
 
-    argv = ["--data", args.data, "--model_dir", args.model_dir, "--dim", str(args.dim), "--epochs", str(args.epochs),
-            "--table_dtype", args.table_dtype, "--eval_every", "0", "--checkpoint_every", "0", "--no-progress",
+    argv = ["--data", args.data, "--model_dir", args.model_dir, "--dim", str(args.dim), "--epochs",
+            str(args.epochs),
+            "--table_dtype", args.table_dtype, "--eval_every", "0", "--checkpoint_every", "0",
+            "--no-progress",
             *args.flags]
     config = parse_dataclass_args(TrainConfig, argv, prog="trainer_memory").validate()
     cli_train.split_cpu(config)
@@ -137,7 +138,8 @@ def main() -> None:
     del model
     with sampler.phase("train"):
         train.train(config, tables=False)  # as the command line runs it
-    print(json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}), flush=True)
+    print(json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}),
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Where one epoch of ours goes, per side: reading, packing, transfer, normal-row compute, long rows.
+"""Where one epoch of ours goes, per side: reading, packing, transfer, normal rows, long rows.
 
-    python benchmarks/trainer_profile.py --data DIR [--dim 64] [--cg_iters 3] [--epochs 2] [--no-hugepages]
+    python -m benchmarks.trainer_profile --data DIR [--dim 64] [--cg_iters 3] [--epochs 2]
+    [--no-hugepages]
 
 Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout,
 restarted with glibc's huge-page tunable unless `--no-hugepages`, see `alx_trainer.cli.hugepages`),
@@ -9,20 +10,15 @@ each device's dense batches, copying those to the devices, and (over `--epochs` 
 first dropped as compilation) the fixed table's gramian and its copy for every device, the
 compiled steps of the normal rows and the long-row path (rows with more than `batch_pieces`
 pieces). It also counts the padded slots of the dense batches against the observed pairs, and the
-useful FLOPs and bytes of an epoch (see `trainer_scale.epoch_work`).
+useful FLOPs and bytes of an epoch (see `benchmarks.core.work.epoch_work`).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
-import glob
-import gzip
 import json
 import os
-import pathlib
-import re
 import resource
 import sys
 import tempfile
@@ -30,9 +26,8 @@ import time
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.core.trace import op_seconds
+from benchmarks.core.work import epoch_work
 
 
 def main() -> None:
@@ -42,25 +37,31 @@ def main() -> None:
     parser.add_argument("--cg_iters", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_pieces", type=int, default=0, help="0: as the trainer chooses")
-    parser.add_argument("--piece_len", type=int, default=0, help="0: per side, as the trainer chooses")
-    parser.add_argument("--sides", default="row,col", help="the half-epochs to profile (at least the first needs the other)")
+    parser.add_argument("--piece_len", type=int, default=0,
+                        help="0: per side, as the trainer chooses")
+    parser.add_argument("--sides", default="row,col",
+                        help="the half-epochs to profile (at least the first needs the other)")
     parser.add_argument("--trace", action="store_true",
-                        help="also trace the last half-epoch of each side's normal rows with the JAX profiler and "
-                             "give XLA's own time per kind of operation (gather, dot, scatter, ...)")
+                        help="also trace the last half-epoch of each side's normal rows with the "
+                             "JAX profiler and give XLA's own time per kind of operation (gather, "
+                             "dot, scatter, ...)")
     parser.add_argument("--hugepages", action=argparse.BooleanOptionalAction, default=True,
-                        help="restart with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 as the command line does "
+                        help="restart with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 as the command "
+                             "line does "
                              "(without, every fresh buffer and table gather pays 4 KiB pages)")
     args = parser.parse_args()
 
     from alx_trainer.cli import hugepages
 
     if args.hugepages and hugepages.wanted():
-        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.trainer_profile",
+                                   *sys.argv[1:]],
                   dict(os.environ, GLIBC_TUNABLES=hugepages.TUNABLE))
     from alx_trainer.cli import train as cli_train
     from alx_trainer.config import TrainConfig
 
-    config = TrainConfig(data=args.data, model_dir="/tmp/unused", dim=args.dim, cg_iters=args.cg_iters, progress=False,
+    config = TrainConfig(data=args.data, model_dir="/tmp/unused", dim=args.dim,
+                         cg_iters=args.cg_iters, progress=False,
                          eval_every=0, batch_pieces=args.batch_pieces, piece_len=args.piece_len)
     cli_train.split_cpu(config)
     import jax
@@ -69,7 +70,7 @@ def main() -> None:
     from alx_trainer.data import batching, records
     from alx_trainer.data.dataset import open_dataset
     from alx_trainer.model import init_tables
-    from alx_trainer.ops.host_replica import ReplicaBuffer
+    from alx_trainer.ops.host_fixed_table import ReplicaBuffer
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.ops.side_runner import SideRunner
     from alx_trainer.ops.spec import step_spec
@@ -84,7 +85,8 @@ def main() -> None:
     for side in training.sides(False):
         if side.name not in args.sides.split(","):
             continue
-        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
+        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"],
+                                                                                 size["row"])
         files = records.host_files(dataset.files[side.split], 0, 1)
         reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
         t = time.perf_counter()
@@ -107,7 +109,8 @@ def main() -> None:
             t = time.perf_counter()
             step_src = jax.block_until_ready(runner.replicated(src))
             replica_s.append(time.perf_counter() - t)
-            trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if args.trace and epoch == args.epochs - 1 else None
+            traced = args.trace and epoch == args.epochs - 1
+            trace_dir = tempfile.mkdtemp(prefix="alx_trace_") if traced else None
             if trace_dir:
                 jax.profiler.start_trace(trace_dir)
             t = time.perf_counter()
@@ -133,7 +136,8 @@ def main() -> None:
         slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
         report[side.name] = {
             "rows": int(len(lengths)), "nnz": int(lengths.sum()), "long_rows": int(long.sum()),
-            "long_nnz": int(lengths[long].sum()), "piece_len": runner.plan.piece_len, "batch_pieces": runner.plan.batch_pieces,
+            "long_nnz": int(lengths[long].sum()), "piece_len": runner.plan.piece_len,
+            "batch_pieces": runner.plan.batch_pieces,
             "long_batches": runner.plan.long_steps,
             "long_solves": runner.plan.long_solves, "padded_slots": slots,
             "slots_per_normal_nnz": slots / max(int(lengths[~long].sum()), 1),
@@ -146,29 +150,13 @@ def main() -> None:
             report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
         del chunks, runner, calls  # one side's batches in memory at a time
-    from trainer_scale import epoch_work
-
-    nnz = next(report[s]["nnz"] for s in ("row", "col") if s in report)  # both sides: the same pairs
+    nnz = next(report[s]["nnz"] for s in ("row",
+                                          "col") if s in report)  # both sides: the same pairs
     flops, byte_count = epoch_work(size["row"], size["col"], nnz, args.dim, args.cg_iters)
-    report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9, 1), round(byte_count / 1e9, 2)
+    report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9,
+                                                                 1), round(byte_count / 1e9, 2)
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print(json.dumps(report))
-
-
-def op_seconds(trace_dir: str, top: int = 12) -> dict:
-    """Seconds of XLA's own operations (thunks: fusions, dots, scatters) in a JAX profiler trace.
-
-    Summed over the device threads, by thunk name, the `top` largest; loops ('while', 'cond')
-    contain other thunks and are left out. Thunk names are those of the optimized HLO (see
-    XLA_FLAGS=--xla_dump_to to read what a fusion holds).
-    """
-    path = sorted(glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True))[-1]
-    total: collections.Counter = collections.Counter()
-    for e in json.load(gzip.open(path))["traceEvents"]:
-        name = e.get("name", "")
-        if e.get("ph") == "X" and re.fullmatch(r"[a-z][\w.-]*", name) and not name.startswith(("while", "cond")):
-            total[name] += e["dur"] / 1e6
-    return {k: round(v, 3) for k, v in total.most_common(top)}
 
 
 if __name__ == "__main__":

@@ -1,29 +1,30 @@
-"""Ours vs implicit 0.7.x (CPU) on generated power-law matrices: seconds per epoch, peak memory, work rates.
+"""Ours against implicit 0.7 (CPU) per size and d: seconds per epoch, peak memory, work rates.
 
-    python benchmarks/trainer_scale.py [--sizes ml1m,25m,60m] [--dims 64,128] [--epochs 3] [--cg_iters 3]
-                                       [--work /tmp/trainer_scale] [--hugepages both|on|off]
-                                       [--ours_flags='--stream_batches ...'] [--train_loss both|off|on]
+    python -m benchmarks.trainer_scale [--sizes ml1m,25m,60m,ml1m-real,gowalla] [--dims 64,128]
+        [--epochs 3] [--cg_iters 3] [--solvers cg,block,implicit] [--block_size 32]
+        [--work /tmp/trainer_scale] [--hugepages both|on|off] [--train_loss both|off|on]
+        [--ours_flags='--stream_batches ...'] [--threads N] [--recall]
 
-Each size is written once by `python -m webgraph_pipeline.synthetic_matrix` (seeded, reused when
-its stats.json matches); `ml1m-real` is MovieLens-1M itself, the training split of
-`ials_vs_implicit.py` (90% of the users), made by the pipeline once. Then, per size and d, every
-trainer runs in its own subprocess under `/usr/bin/time -v` (peak RSS): ours as a new user runs
-it (`python -m alx_trainer train ... --eval_every 0`, the CLI's CPU split and 'owner' layout),
-and implicit's CPU ALS with `use_cg`, the same d, `cg_steps` = our `cg_iters`, `num_threads` =
-the cores, BLAS at one thread, on the same TFRecords read into a CSR matrix. Seconds per epoch
-are medians over the epochs after the first (ours compiles in its first). `--hugepages`: ours
-with glibc's `malloc.hugetlb=1` tunable (large allocations, the tables among them, on transparent
-huge pages), without, or both. `--ours_flags`:
-more `alx_trainer train` flags for ours (e.g. `--stream_batches` for the in-sparse size).
-`--train_loss`: the same work both ways, each line saying which: `off`, neither computes the
-training loss (ours `--train_loss_every 0`, implicit `calculate_training_loss=False`); `on`, both
-do, every epoch (ours' default, one more pass over the column side's pairs; implicit's `True`).
-Each ratio is against implicit with the same setting.
+Sizes: the generated power-law matrices of `benchmarks.core.datasets.SIZES` (written once by
+`python -m webgraph_contract.synthetic_matrix`, seeded, reused when their stats.json matches);
+`ml1m-real`, MovieLens-1M's training users (the pipeline's strong-generalization split, 90% of the
+users); `gowalla`, LightGCN's Gowalla training pairs (the pipeline's given split of `--gowalla`),
+the size for high d. Ours runs at the trainer's defaults (alpha, lambda, nu), Gowalla at alpha
+0.02, lambda 0.002, nu 1; implicit at the same objective (`benchmarks.core.implicit_als`).
 
-Work per epoch is counted, not measured: FLOPs of the matrix-free CG (`epoch_work`) and the
-bytes the steps must move at least (every gathered embedding once per pass that reads it); rates
-are set against the machine's matmul peak (a large float32 `jnp.dot`) and memory bandwidth (a
-large NumPy copy), both measured here.
+Per size and d every trainer runs in its own process (peak RSS by wait4): ours as a user runs it
+(`python -m alx_trainer train ... --eval_every 0`: the CLI's CPU split and 'owner' layout), with
+`--solver cg` (solver `cg`) or the iALS++ block solver (`block`, `--block_size`); implicit's CPU
+ALS with CG, the same d, `cg_steps` = our `cg_iters`, `--threads` threads, BLAS at one thread, on
+the same TFRecords. Seconds per epoch are medians over the epochs after the first (ours compiles
+in its first). `--hugepages`: ours with glibc's `malloc.hugetlb=1` tunable, without, or both.
+`--train_loss`: `off`, neither computes the training loss; `on`, both do every epoch; each ratio
+is against implicit with the same setting. `--recall`: Recall@20 (hits / |test items|, training
+items excluded) of both on Gowalla's test users. Per core: `--threads 1
+--ours_flags='--cpu_devices 1'`.
+
+Work per epoch is counted, not measured (`benchmarks.core.work`); rates are set against the
+machine's matmul peak (a large float32 `jnp.dot`) and memory bandwidth (a large NumPy copy).
 """
 
 from __future__ import annotations
@@ -31,194 +32,206 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
-import re
-import subprocess
 import sys
 import tempfile
-import time
 from typing import Sequence
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.core import datasets, implicit_als, machine, paths
+from benchmarks.core.children import run_child
+from benchmarks.core.tables import print_table
+from benchmarks.core.work import block_flops, epoch_work
 
-# name -> (rows, cols, nnz)
-SIZES = {
-    "ml1m": (6_040, 3_706, 1_000_000),
-    "25m": (1_000_000, 250_000, 25_000_000),
-    "60m": (2_500_000, 600_000, 60_000_000),
-    "in-sparse": (1_500_000, 1_500_000, 149_000_000),
-    "de-sparse": (19_700_000, 19_700_000, 1_190_000_000),
-}
+MODULE = "benchmarks.trainer_scale"
 HUGEPAGES_ENV = "glibc.malloc.hugetlb=1"
-REAL = "ml1m-real"  # MovieLens-1M itself: `ials_vs_implicit`'s held-out-users split, made by the pipeline
+REAL, GOWALLA = "ml1m-real", "gowalla"
+GOWALLA_POINT = {"alpha": 0.02, "reg": 0.002,
+                 "reg_exponent": 1.0}  # frequency-scaled regularization
+SOLVERS = ("cg", "block", "implicit")
 
 
-def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
+def ensure_data(work: str, name: str, gowalla: str, seed: int = 0) -> str:
+    """The dataset directory of a size, made once under `work`."""
     out = os.path.join(work, f"matrix-{name}")
-    if name == REAL:
-        if not os.path.exists(os.path.join(out, "stats.json")):
-            from ials_vs_implicit import build_split
-
-            build_split(out, seed)
-        return out
-    rows, cols, nnz = SIZES[name]
-    stats_path = os.path.join(out, "stats.json")
-    if os.path.exists(stats_path):
-        stats = json.load(open(stats_path))
-        if (stats.get("num_rows"), stats.get("num_cols"), stats.get("edges"), stats.get("config", {}).get("seed")) == (
-            rows, cols, nnz, seed
-        ):
-            return out
-    cmd = [sys.executable, "-m", "webgraph_pipeline.synthetic_matrix", "--out", out, "--rows", str(rows),
-           "--cols", str(cols), "--nnz", str(nnz), "--seed", str(seed)]
-    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    if run.returncode:
-        raise RuntimeError(f"generator failed: {run.stderr.strip().splitlines()[-1]}")
-    print(run.stdout.strip(), flush=True)
+    if name in datasets.SIZES:
+        return datasets.ensure_matrix(work, name, seed)
+    if not os.path.exists(os.path.join(out, "stats.json")):
+        if name == REAL:
+            datasets.ml1m_split(out, seed)
+        else:
+            datasets.gowalla_split(out, gowalla)
     return out
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[str, float]:
-    """Run `cmd` under /usr/bin/time -v; its stdout and peak RSS in GiB."""
-    run = subprocess.run(["/usr/bin/time", "-v", *cmd], cwd=REPO, capture_output=True, text=True,
-                         env=dict(os.environ, **(env or {})))
-    if run.returncode:
-        raise RuntimeError(f"{' '.join(cmd[:4])} failed:\n{run.stderr[-3000:]}")
-    peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1))
-    return run.stdout, peak_kb / 2**20
+def point(name: str) -> dict:
+    """Our (alpha, reg, reg_exponent) at a size: Gowalla's, else the trainer's defaults."""
+    from alx_trainer.config import TrainConfig
+
+    defaults = TrainConfig(data="", model_dir="")
+    return GOWALLA_POINT if name == GOWALLA else {k: getattr(defaults, k) for k in GOWALLA_POINT}
 
 
-def run_ours(data: str, dim: int, epochs: int, cg_iters: int, hugepages: bool, flags: Sequence[str] = (),
-             train_loss: bool = True) -> dict:
+def per_epoch(seconds: list[float]) -> float:
+    return float(np.median(seconds[1:] or seconds))
+
+
+def run_ours(data: str, dim: int, args: argparse.Namespace, at: dict, hugepages: bool,
+             train_loss: bool,
+             solver: str, score: bool) -> dict:
+    """Ours through the command line in its own process: seconds per epoch, peak RSS, Recall@20."""
+    solver_flags = ["--solver", "block", "--block_size",
+                    args.block_size] if solver == "block" else []
     with tempfile.TemporaryDirectory() as model_dir:
-        cmd = [sys.executable, "-m", "alx_trainer", "train", "--data", data, "--model_dir", model_dir,
-               "--dim", str(dim), "--epochs", str(epochs), "--cg_iters", str(cg_iters), "--eval_every", "0",
-               "--checkpoint_every", "0", "--no-progress", "--train_loss_every", str(int(train_loss)), *flags]
-        _, peak = timed(cmd, {"GLIBC_TUNABLES": HUGEPAGES_ENV} if hugepages else {"GLIBC_TUNABLES": ""})
-        records = [json.loads(line) for line in open(os.path.join(model_dir, "metrics.jsonl"))]
-    seconds = [r["seconds"] for r in records]
-    return {"seconds": seconds, "s_per_epoch": float(np.median(seconds[1:] or seconds)), "peak_gib": peak}
+        cmd = [sys.executable, "-m", "alx_trainer", "train", "--data", data, "--model_dir",
+               model_dir,
+               "--dim", dim, "--epochs", args.epochs, "--cg_iters", args.cg_iters, "--eval_every",
+               "0",
+               "--checkpoint_every", "0", "--no-progress", "--train_loss_every", int(train_loss),
+               *[f"--{k}={v}" for k, v in at.items()], *solver_flags, *args.ours_flags.split()]
+        env = dict(os.environ, GLIBC_TUNABLES=HUGEPAGES_ENV if hugepages else "")
+        child = run_child(cmd, env=env)
+        with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+            seconds = [json.loads(line)["seconds"] for line in f if line.strip()]
+        result = {"seconds": seconds, "s_per_epoch": per_epoch(seconds), "peak_gib": child.peak_gib}
+        if score:
+            from alx_trainer.model import load_model
+
+            model = load_model(model_dir)
+            result.update(scores(data, model.row_table, model.col_table))
+    return result
 
 
-def implicit_worker(data: str, dim: int, epochs: int, cg_iters: int, threads: int, train_loss: bool) -> None:
-    """(subprocess) implicit's CPU ALS on the dataset's train split; prints its per-epoch seconds as JSON."""
-    import scipy.sparse as sp
-    from implicit.cpu.als import AlternatingLeastSquares
-    from threadpoolctl import threadpool_limits
+def scores(data: str, row_table: np.ndarray, col_table: np.ndarray) -> dict:
+    """Recall@20 and NDCG@20 of trained rows on a given split's test users."""
+    from benchmarks.core.gowalla import score_trained_rows
+    from webgraph_contract import dataset_reader
 
-    from alx_trainer.data import records
-    from webgraph_pipeline import contract
-
-    stats = contract.read_stats(data)
-    num_rows, num_cols = contract.matrix_shape(stats)
-    files = list(contract.iter_split_files(data, "train"))
-    rows, cols = [], []
-    for chunk in records.read_chunks(files, 8192, num_rows, num_cols):
-        rows.append(np.repeat(chunk.row_ids, chunk.lengths))
-        cols.append(chunk.cols)
-    row_ids, col_ids = np.concatenate(rows), np.concatenate(cols)
-    del rows, cols
-    user_items = sp.csr_matrix((np.ones(len(col_ids), np.float32), (row_ids, col_ids)), shape=(num_rows, num_cols))
-    del row_ids, col_ids
-    model = AlternatingLeastSquares(factors=dim, regularization=1.0, alpha=10.0, iterations=epochs, use_cg=True,
-                                    random_state=0, num_threads=threads, calculate_training_loss=train_loss)
-    model.cg_steps = cg_iters
-    seconds: list[float] = []
-    with threadpool_limits(1, "blas"):  # implicit's own advice: its threads, not BLAS's
-        model.fit(user_items, show_progress=False, callback=lambda it, elapsed, loss: seconds.append(elapsed))
-    print(json.dumps({"seconds": seconds}))
+    _, _, indptr, cols = datasets.read_csr(data, "train")
+    rows = [(r, cols[indptr[r]: indptr[r + 1]], g) for r, _,
+            g in dataset_reader.read_split(data, "test") if len(g)]
+    return score_trained_rows(row_table, col_table, rows)
 
 
-def run_implicit(data: str, dim: int, epochs: int, cg_iters: int, threads: int, train_loss: bool) -> dict:
-    cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--implicit_worker", "--data", data, "--dims", str(dim),
-           "--epochs", str(epochs), "--cg_iters", str(cg_iters), "--threads", str(threads),
-           "--train_loss", "on" if train_loss else "off"]
-    out, peak = timed(cmd)
-    seconds = json.loads(out.strip().splitlines()[-1])["seconds"]
-    return {"seconds": seconds, "s_per_epoch": float(np.median(seconds[1:] or seconds)), "peak_gib": peak}
+def implicit_worker(args: argparse.Namespace) -> None:
+    """(In a child) implicit's CPU ALS on the dataset's train split; prints its per-epoch seconds
+    (and scores) as JSON."""
+    _, num_cols, indptr, cols = datasets.read_csr(args.data, "train")
+    matrix, reg = implicit_als.implicit_problem(indptr, cols, num_cols, args.alpha, args.reg,
+                                                args.reg_exponent)
+    del indptr, cols
+    model = implicit_als.implicit_model(int(args.dims), reg, args.epochs, args.cg_iters,
+                                        threads=args.threads,
+                                        training_loss=args.train_loss == "on")
+    result: dict = {"seconds": implicit_als.fit(model, matrix)}
+    if args.recall:
+        result.update(scores(args.data, np.asarray(model.user_factors),
+                             np.asarray(model.item_factors)))
+    print(json.dumps(result))
 
 
-def epoch_work(num_rows: int, num_cols: int, nnz: int, dim: int, cg_iters: int,
-               table_bytes: int = 4) -> tuple[float, float]:
-    """(FLOPs, bytes) of one epoch's useful work, both sides, tables of `table_bytes` per value.
-
-    FLOPs as `ials_vs_implicit.epoch_flops`: per side b and r0 (3 |S| d), cg_iters matvecs
-    (4 |S| d + 2 R d^2 each), the observed loss (2 |S| d), the gramian (2 N d^2). Bytes: each
-    observed pair's fixed-table row gathered once (d table_bytes) plus its id (4), every solved row
-    read and written (2 d table_bytes) and the fixed table read for the gramian (N d table_bytes).
-    """
-    flops = byte_count = 0.0
-    for solved, other in ((num_rows, num_cols), (num_cols, num_rows)):
-        flops += 3 * nnz * dim + cg_iters * (4 * nnz * dim + 2 * solved * dim**2) + 2 * nnz * dim + 2 * other * dim**2
-        byte_count += nnz * (table_bytes * dim + 4) + solved * 2 * table_bytes * dim + other * table_bytes * dim
-    return flops, byte_count
+def run_implicit(data: str, dim: int, args: argparse.Namespace, at: dict, train_loss: bool,
+                 score: bool) -> dict:
+    cmd = [sys.executable, "-m", MODULE, "--implicit_worker", "--data", data, "--dims", dim,
+           "--epochs", args.epochs, "--cg_iters", args.cg_iters, "--threads", args.threads,
+           "--train_loss", "on" if train_loss else "off", *[f"--{k}={v}" for k, v in at.items()],
+           *(["--recall"] if score else [])]
+    child = run_child(cmd)
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    return dict(result, s_per_epoch=per_epoch(result["seconds"]), peak_gib=child.peak_gib)
 
 
-def memory_bandwidth(mib: int = 512, repeats: int = 3) -> float:
-    """Bytes/s of a large NumPy copy (read + write counted)."""
-    a = np.ones(mib * 2**20 // 8)
-    b = np.empty_like(a)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return 2 * a.nbytes / best
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    names = [*datasets.SIZES, REAL, GOWALLA]
+    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="ml1m,25m", help=f"comma-separated, of {names}")
+    p.add_argument("--dims", default="64,128")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--cg_iters", type=int, default=3)
+    p.add_argument("--solvers", default="cg,implicit", help=f"comma-separated, of {list(SOLVERS)}")
+    p.add_argument("--block_size", type=int, default=32, help="the block solver's block")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                   help="implicit's threads")
+    p.add_argument("--work", default=str(paths.work_dir("trainer_scale")))
+    p.add_argument("--gowalla", default=str(paths.GOWALLA_DIR), help="train.txt/test.txt folder")
+    p.add_argument("--hugepages", choices=("both", "on", "off"), default="both")
+    p.add_argument("--ours_flags", default="", help="more flags for ours, e.g. '--stream_batches'")
+    p.add_argument("--train_loss", choices=("both", "off", "on"), default="both",
+                   help="training loss computed by neither (off), by both (on), or each in turn")
+    p.add_argument("--recall", action="store_true",
+                   help="Recall@20 of both on Gowalla's test users")
+    p.add_argument("--data", help=argparse.SUPPRESS)  # the implicit worker's
+    p.add_argument("--implicit_worker", action="store_true", help=argparse.SUPPRESS)
+    for key in GOWALLA_POINT:
+        p.add_argument(f"--{key}", type=float, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.size_list, args.solver_list = args.sizes.split(","), args.solvers.split(",")
+    bad = [s for s in args.size_list if s not in names]
+    bad += [s for s in args.solver_list if s not in SOLVERS]
+    if bad:
+        p.error(f"--sizes or --solvers: unknown {bad}; sizes of {names}, solvers of "
+                f"{list(SOLVERS)}")
+    return args
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="ml1m,25m", help=f"comma-separated, of {sorted(SIZES) + [REAL]}")
-    parser.add_argument("--dims", default="64,128")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--cg_iters", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "trainer_scale"))
-    parser.add_argument("--hugepages", choices=("both", "on", "off"), default="both")
-    parser.add_argument("--ours_flags", default="", help="more flags for ours, e.g. '--stream_batches'")
-    parser.add_argument("--train_loss", choices=("both", "off", "on"), default="both",
-                        help="training loss computed by neither (off), by both (on), or each way in turn")
-    parser.add_argument("--data", help="(with --implicit_worker) the dataset directory")
-    parser.add_argument("--implicit_worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.implicit_worker:
-        implicit_worker(args.data, int(args.dims), args.epochs, args.cg_iters, args.threads, args.train_loss == "on")
-        return
-    from ials_vs_implicit import matmul_peak
-
+        implicit_worker(args)
+        return 0
     os.makedirs(args.work, exist_ok=True)
-    peak_flops, bandwidth = matmul_peak(), memory_bandwidth()
-    print(f"machine: matmul peak {peak_flops / 1e9:.1f} GFLOP/s, copy bandwidth {bandwidth / 1e9:.1f} GB/s, "
-          f"load {os.getloadavg()[0]:.1f}; ours: {args.ours_flags or 'CLI defaults'}", flush=True)
-    modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.hugepages]
-    for name in args.sizes.split(","):
-        data = ensure_matrix(args.work, name)
-        stats = json.load(open(os.path.join(data, "stats.json")))
+    peak_flops, bandwidth = machine.cpu_matmul_peak(), machine.memory_bandwidth()
+    print(f"machine: matmul peak {peak_flops / 1e9:.1f} GFLOP/s, copy bandwidth "
+          f"{bandwidth / 1e9:.1f} GB/s, "
+          f"{machine.load_line()}; ours: {args.ours_flags or 'CLI defaults'}", flush=True)
+    hugepage_modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.hugepages]
+    table = []
+    for name in args.size_list:
+        data = ensure_data(args.work, name, args.gowalla)
+        with open(os.path.join(data, "stats.json")) as f:
+            stats = json.load(f)
+        at, score = point(name), args.recall and name == GOWALLA
+        nnz = stats.get("split_edges", {}).get("train", stats["edges"])
         for dim in (int(d) for d in args.dims.split(",")):
-            nnz = stats.get("split_edges", {}).get("train", stats["edges"])
-            flops, byte_count = epoch_work(stats["num_rows"], stats["num_cols"], nnz, dim, args.cg_iters)
+            cg = epoch_work(stats["num_rows"], stats["num_cols"], nnz, dim, args.cg_iters)
+            flops_of = {"cg": cg, "implicit": cg,
+                        "block": (block_flops(nnz, stats["num_rows"], stats["num_cols"], dim,
+                                              args.block_size),
+                                  cg[1])}
             for loss in {"both": (False, True), "off": (False,), "on": (True,)}[args.train_loss]:
                 results = {}
-                for hp in modes:  # ours and implicit interleaved in one run
-                    results[f"ours{'+hp' if hp else ''}"] = run_ours(data, dim, args.epochs, args.cg_iters, hp,
-                                                                     args.ours_flags.split(), loss)
-                    if "implicit" not in results:
-                        results["implicit"] = run_implicit(data, dim, args.epochs, args.cg_iters, args.threads, loss)
-                base = results["implicit"]["s_per_epoch"]
+                for hp in hugepage_modes:  # ours and implicit interleaved in one run
+                    for solver in (s for s in args.solver_list if s != "implicit"):
+                        who = f"ours {solver}" + (" +hp" if hp else "")
+                        results[who] = run_ours(data, dim, args, at, hp, loss, solver, score)
+                        results[who]["work"] = flops_of[solver]
+                    if "implicit" in args.solver_list and "implicit" not in results:
+                        results["implicit"] = run_implicit(data, dim, args, at, loss, score)
+                        results["implicit"]["work"] = flops_of["implicit"]
+                base = results.get("implicit", {}).get("s_per_epoch")
                 for who, r in results.items():
-                    s = r["s_per_epoch"]
-                    print(json.dumps({
-                        "size": name, "dim": dim, "who": who, "train_loss": "on" if loss else "off",
-                        "s_per_epoch": round(s, 3), "ratio": round(s / base, 3),
-                        "peak_gib": round(r["peak_gib"], 2), "gflop_s": round(flops / s / 1e9, 2),
-                        "pct_matmul_peak": round(100 * flops / s / peak_flops, 1),
-                        "gb_s": round(byte_count / s / 1e9, 2), "pct_bandwidth": round(100 * byte_count / s / bandwidth, 1),
-                        "epochs_s": [round(x, 2) for x in r["seconds"]], "load": round(os.getloadavg()[0], 1),
-                    }), flush=True)
+                    s, (flops, byte_count) = r["s_per_epoch"], r["work"]
+                    row = {"size": name, "dim": dim, "who": who,
+                           "train_loss": "on" if loss else "off",
+                           "s_per_epoch": round(s, 3),
+                           "ratio": round(s / base, 3) if base else None,
+                           "peak_gib": round(r["peak_gib"], 2),
+                           "gflop_s": round(flops / s / 1e9, 2),
+                           "pct_matmul_peak": round(100 * flops / s / peak_flops, 1),
+                           "gb_s": round(byte_count / s / 1e9, 2),
+                           "pct_bandwidth": round(100 * byte_count / s / bandwidth, 1),
+                           "recall_gt@20": r.get("recall_gt@20"),
+                           "epochs_s": [round(x, 2) for x in r["seconds"]],
+                           "load": round(os.getloadavg()[0], 1)}
+                    print(json.dumps(row), flush=True)
+                    table.append(row)
+    print_table([("size", "size", "", -10), ("d", "dim", "", 5), ("who", "who", "", -14),
+                 ("loss", "train_loss", "", -4), ("s/epoch", "s_per_epoch", ".3f", 8),
+                 ("ratio", "ratio", ".3f", 6), ("peak GiB", "peak_gib", ".2f", 8),
+                 ("GFLOP/s", "gflop_s", ".1f", 8), ("%peak", "pct_matmul_peak", ".1f", 6),
+                 ("Recall@20", "recall_gt@20", ".4f", 9)], table)
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from webgraph_pipeline import contract
+from webgraph_contract import stats_json
 from webgraph_pipeline.cli import main
 
 
@@ -13,4 +13,4 @@ def make_dataset(output: str | os.PathLike, *flags: Any) -> dict[str, Any]:
     """Run `python -m webgraph_pipeline FLAGS --output OUTPUT` in this process; its stats.json."""
     code = main([str(f) for f in flags] + ["--output", str(output)])
     assert code == 0, f"webgraph_pipeline {flags} exited {code}"
-    return contract.read_stats(str(output))
+    return stats_json.read_stats(str(output))

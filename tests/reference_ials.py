@@ -130,23 +130,23 @@ def write_dataset(
 
     import tensorflow as tf
 
-    from webgraph_pipeline import contract
+    from webgraph_contract import layout, record_codec, stats_json
 
     os.makedirs(data_dir, exist_ok=True)
 
     def write(prefix: str, records: list[bytes]) -> None:
         for s in range(shards):
-            path = os.path.join(data_dir, contract.shard_name(prefix, s, shards, contract.TFRECORD_SUFFIX))
+            path = os.path.join(data_dir, layout.shard_name(prefix, s, shards, layout.TFRECORD_SUFFIX))
             with tf.io.TFRecordWriter(path) as f:
                 for rec in records[s::shards]:
                     f.write(rec)
 
-    write("train", [contract.encode_row(r, c) for r, c in sorted(rows.items())])
-    write("train.transpose", [contract.encode_row(c, r) for c, r in sorted(transpose(rows).items())])
+    write("train", [record_codec.encode_row(r, c) for r, c in sorted(rows.items())])
+    write("train.transpose", [record_codec.encode_row(c, r) for c, r in sorted(transpose(rows).items())])
     if test:
-        write("test", [contract.encode_row(r, k, g) for r, (k, g) in sorted(test.items())])
+        write("test", [record_codec.encode_row(r, k, g) for r, (k, g) in sorted(test.items())])
     edges = sum(len(c) for c in rows.values())
-    contract.write_stats(
+    stats_json.write_stats(
         data_dir,
         {"nodes": max(num_rows, num_cols), "num_rows": num_rows, "num_cols": num_cols, "edges": edges,
          "splits": {"train": len(rows)}, "dropped": {}},

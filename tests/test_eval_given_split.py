@@ -9,7 +9,7 @@ from alx_cli import run_cli as _run_cli
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.evaluate import evaluate
 from alx_trainer.train import train
-from webgraph_pipeline.contract import read_split
+from webgraph_contract.dataset_reader import read_split
 
 from pipeline_data import make_dataset
 

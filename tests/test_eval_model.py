@@ -14,7 +14,7 @@ from alx_trainer.model import fold_in, load_model
 from alx_trainer.tools import predict
 from alx_trainer.train import train
 from tests import reference_ials
-from webgraph_pipeline.contract import read_split, read_vocab
+from webgraph_contract.dataset_reader import read_split, read_vocab
 
 from pipeline_data import make_dataset
 

@@ -7,7 +7,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from webgraph_pipeline.urls import DROP_REASONS, MAX_URL_LENGTH, normalize_url, resolve_url
+from webgraph_contract.urls import DROP_REASONS, MAX_URL_LENGTH, normalize_url, resolve_url
 
 DROPS = [
     ("", "empty_url"),

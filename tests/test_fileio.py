@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 
 
 @pytest.mark.parametrize("records", [[], [b""], [b"x"], [b"\x00\xff" * 5000, b"row", bytes(range(256))]])

@@ -32,7 +32,7 @@ LIBRARY_LINE = re.compile(
     r"apitools|apache_beam|native_type_compatibility|PrismRunner|semi_persistent_directory|Control channel|"
     r"tensorboardX|^(INFO|WARNING)\["
 )
-USER_ENV_DROPS = ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS", "JAX_PLATFORMS", "ALX_DEBUG", "WEBGRAPH_DEBUG")
+USER_ENV_DROPS = ("TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS", "JAX_PLATFORMS", "WEBGRAPH_DEBUG", "WEBGRAPH_DEBUG")
 
 
 def user_env() -> dict[str, str]:

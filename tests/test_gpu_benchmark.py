@@ -1,4 +1,4 @@
-"""`benchmarks/gpu_vs_implicit.py`: implicit fed our objective, the on-device generator, a toy run end to end.
+"""`benchmarks.gpu_vs_implicit` and its core parts: implicit fed our objective, the on-device generator, a toy run.
 
 (a) The matrix handed to implicit (confidences in its values, implicit's alpha = 1, as its GPU `fit`
 needs) trains our objective: implicit's CPU model on it matches the independent float64 NumPy iALS,
@@ -13,7 +13,6 @@ recall rule on hand-made figures.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import pathlib
@@ -25,22 +24,14 @@ import numpy as np
 import pytest
 from implicit.cpu.als import AlternatingLeastSquares
 
-from webgraph_pipeline import synthetic_matrix
+from benchmarks import gpu_vs_implicit as bench
+from benchmarks.core import children, implicit_als, power_law, solve_forms
+from webgraph_contract import synthetic_matrix
 
 import reference_ials as ref
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "benchmarks" / "gpu_vs_implicit.py"
 NUM_USERS, NUM_ITEMS, DIM = 40, 30, 6
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("gpu_vs_implicit", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _small_rows() -> dict[int, list[int]]:
@@ -65,23 +56,23 @@ def _fit(matrix, reg: float, alpha: float, use_cg: bool, start=None) -> tuple[np
 
 
 @pytest.mark.parametrize("alpha,lam", [(0.01, 1.5), (0.3, 0.2)])
-def test_implicit_fed_the_mapped_matrix_trains_our_objective(bench, alpha, lam):
+def test_implicit_fed_the_mapped_matrix_trains_our_objective(alpha, lam):
     rows = _small_rows()
-    matrix, reg = bench.implicit_problem(*_csr(rows), NUM_ITEMS, alpha, lam, 0.0)
+    matrix, reg = implicit_als.implicit_problem(*_csr(rows), NUM_ITEMS, alpha, lam, 0.0)
     assert np.allclose(matrix.data, 1 + 1 / alpha)  # the confidence is in the values
     rng = np.random.default_rng(6)
     w0, h0 = rng.normal(0, 0.3, (NUM_USERS, DIM)), rng.normal(0, 0.3, (NUM_ITEMS, DIM))
     want_w, want_h = ref.ials(rows, w0, h0, epochs=3, alpha=alpha, reg=lam)
-    scale = np.sqrt(1 + alpha)  # implicit's embeddings are ours times this (benchmarks/gowalla.py)
+    scale = np.sqrt(1 + alpha)  # implicit's embeddings are ours times this (benchmarks.core.implicit_als)
     got_w, got_h = _fit(matrix, reg, 1.0, use_cg=False, start=(scale * w0, scale * h0))
     for got, want in ((got_w, want_w), (got_h, want_h)):
         assert np.linalg.norm(got / scale - want) <= 1e-4 * np.linalg.norm(want)
 
 
-def test_scaled_matrix_is_implicits_own_alpha_and_the_unscaled_one_is_not(bench):
+def test_scaled_matrix_is_implicits_own_alpha_and_the_unscaled_one_is_not():
     """The GPU model ignores alpha in `fit`: the scaled matrix at alpha 1 must be what alpha would do (CG)."""
     rows = _small_rows()
-    matrix, reg = bench.implicit_problem(*_csr(rows), NUM_ITEMS, 0.05, 0.5, 0.0)
+    matrix, reg = implicit_als.implicit_problem(*_csr(rows), NUM_ITEMS, 0.05, 0.5, 0.0)
     binary = matrix.copy()
     binary.data[:] = 1.0
     scaled = _fit(matrix, reg, 1.0, use_cg=True)
@@ -92,9 +83,9 @@ def test_scaled_matrix_is_implicits_own_alpha_and_the_unscaled_one_is_not(bench)
         assert np.linalg.norm(wrong - want) > 0.1 * np.linalg.norm(want)
 
 
-def test_generator_gives_distinct_pairs_in_range_with_power_law_shares(bench):
+def test_generator_gives_distinct_pairs_in_range_with_power_law_shares():
     num_rows, num_cols, nnz = 50_000, 10_000, 100_000
-    indptr, cols, facts = bench.power_law_csr(3, num_rows, num_cols, nnz)
+    indptr, cols, facts = power_law.device_csr(3, num_rows, num_cols, nnz)
     assert indptr.shape == (num_rows + 1,) and indptr[0] == 0 and indptr[-1] == nnz == len(cols)
     lengths = np.diff(indptr)
     assert (lengths >= 0).all() and 0 <= cols.min() and cols.max() < num_cols
@@ -105,54 +96,54 @@ def test_generator_gives_distinct_pairs_in_range_with_power_law_shares(bench):
     # NumPy multinomial over the pipeline generator's rank probabilities (its counts sorted the same way)
     rng = np.random.default_rng(0)
     col_counts = np.bincount(cols, minlength=num_cols)
-    for counts, s in ((lengths, bench.ROW_EXPONENT), (col_counts, bench.COL_EXPONENT)):
+    for counts, s in ((lengths, power_law.ROW_EXPONENT), (col_counts, power_law.COL_EXPONENT)):
         want = rng.multinomial(nnz, synthetic_matrix.rank_probabilities(len(counts), s))
         for q in (0.01, 0.1, 0.5):
             top = int(q * len(counts))
             got_share, want_share = np.sort(counts)[::-1][:top].sum() / nnz, np.sort(want)[::-1][:top].sum() / nnz
             assert abs(got_share - want_share) < 0.02, (s, q, got_share, want_share)
     assert lengths.max() > 20 * lengths.mean()  # heavy-tailed
-    again, _, _ = bench.power_law_csr(3, num_rows, num_cols, nnz)
+    again, _, _ = power_law.device_csr(3, num_rows, num_cols, nnz)
     assert np.array_equal(again, indptr)
 
 
-def test_generator_refuses_a_dense_matrix(bench):
+def test_generator_refuses_a_dense_matrix():
     with pytest.raises(ValueError, match="nnz"):
-        bench.power_law_csr(0, 10, 10, 60)
+        power_law.device_csr(0, 10, 10, 60)
 
 
-def test_a_bad_override_fails_in_one_line_before_any_work(bench, tmp_path, capsys):
+def test_a_bad_override_fails_in_one_line_before_any_work(tmp_path, capsys):
     assert bench.main(["--sizes", "toy", "--work", str(tmp_path), "--ours", "no_such_field=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no_such_field" in err[0]
     assert not (tmp_path / "logs").exists()
 
 
-def test_a_failing_child_is_one_line_and_the_run_goes_on(bench, tmp_path):
-    runner = bench.Runner(tmp_path, dict(os.environ), deadline=1e18, section_timeout=60)
+def test_a_failing_child_is_one_line_and_the_run_goes_on(tmp_path):
+    runner = children.Runner(bench.MODULE, tmp_path, dict(os.environ), deadline=1e18, section_timeout=60)
     lines, error, _ = runner("no_such_kind", "broken", {})
     assert lines == [] and error.startswith("exit 1: KeyError")
 
 
-def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_saw_nothing(bench):
+def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_saw_nothing():
     import scipy.sparse as sp
 
     matrix = sp.random(100, 50, density=0.1, format="csr", dtype=np.float32, random_state=0)
     managed = 2 * (4 * (100 + 50 + 2) + 8 * matrix.nnz)
     seen = types.SimpleNamespace(peak_bytes=10**6)
-    assert bench.implicit_memory(seen, matrix, 8)["peak_device_gib"] * 2**30 == 10**6 + managed
-    counted = bench.implicit_memory(types.SimpleNamespace(peak_bytes=0), matrix, 8)
+    assert implicit_als.implicit_memory(seen, matrix, 8)["peak_device_gib"] * 2**30 == 10**6 + managed
+    counted = implicit_als.implicit_memory(types.SimpleNamespace(peak_bytes=0), matrix, 8)
     assert counted["peak_device_gib"] * 2**30 == 4 * 8 * (150 + 16) + managed
     assert counted["peak_device_source"] == "counted"
 
 
-def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_solve(bench, tmp_path):
+def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_solve(tmp_path):
     for size in ("gowalla", "25m"):
         config = bench.ours_config(size, 64, None, str(tmp_path))
         assert (config.accelerator, config.cg_form, config.matmul_precision, config.resident_batches) == ("auto",) * 4
         for form, solve in (("matvec", {"cg_form": "matvec"}),
                             ("explicit:bfloat16", {"cg_form": "explicit", "matmul_precision": "bfloat16"})):
-            got = bench.ours_config(size, 64, None, str(tmp_path), bench.form_overrides(form))
+            got = bench.ours_config(size, 64, None, str(tmp_path), solve_forms.form_overrides(form))
             assert got == dataclasses.replace(config, **solve)
 
 
@@ -160,27 +151,27 @@ def _row(form: str, seconds, recall=None, error=None) -> dict:
     return {"form": form, "s_per_epoch": seconds, "recall_gt@20": recall, "error": error}
 
 
-def test_fastest_form_is_the_fastest_within_the_recall_tolerance(bench):
+def test_fastest_form_is_the_fastest_within_the_recall_tolerance():
     rows = [_row("explicit:bfloat16", 1.0, 0.1500), _row("explicit:tf32", 2.0, 0.1510), _row("matvec", 3.0, 0.1525)]
-    choice = bench.choose_form(rows, tolerance=0.002)
+    choice = solve_forms.choose_form(rows, tolerance=0.002)
     assert (choice["fastest"], choice["s_per_epoch"], choice["recall_gt@20"]) == ("explicit:tf32", 2.0, 0.1510)
     assert choice["why_not"]["explicit:bfloat16"].startswith("Recall@20")  # 0.0025 below the best
     assert choice["why_not"]["matvec"] == "slower: 1.50x"
-    assert bench.choose_form(rows, tolerance=0.003)["fastest"] == "explicit:bfloat16"
+    assert solve_forms.choose_form(rows, tolerance=0.003)["fastest"] == "explicit:bfloat16"
 
 
-def test_forms_without_recall_drop_those_lost_on_gowalla_and_untimed_ones(bench):
+def test_forms_without_recall_drop_those_lost_on_gowalla_and_untimed_ones():
     rows = [_row("explicit:bfloat16", 1.0), _row("explicit:tf32", None, error="exit 1: out of memory"),
             _row("matvec", 3.0)]
-    choice = bench.choose_form(rows, excluded=["explicit:bfloat16"])
+    choice = solve_forms.choose_form(rows, excluded=["explicit:bfloat16"])
     assert choice["fastest"] == "matvec" and choice["why_not"]["explicit:tf32"] == "exit 1: out of memory"
     assert "Gowalla" in choice["why_not"]["explicit:bfloat16"]
-    assert bench.choose_form(rows[1:2])["fastest"] is None
+    assert solve_forms.choose_form(rows[1:2])["fastest"] is None
 
 
 @pytest.mark.parametrize("flag,value", [("--forms", "explicit:float16"), ("--forms", "cholesky"),
                                         ("--forms_at", "nowhere:64"), ("--forms_at", "25m:d128")])
-def test_a_bad_form_or_point_is_one_line(bench, capsys, flag, value):
+def test_a_bad_form_or_point_is_one_line(capsys, flag, value):
     with pytest.raises(SystemExit):
         bench.parse_args(["--sizes", "toy", flag, value])
     err = capsys.readouterr().err.strip().splitlines()
@@ -201,7 +192,7 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     _write_gowalla(tmp_path / "gowalla", users=80, items=60)
     out = tmp_path / "figures.json"
     run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--sizes", "toy,gowalla", "--dims", "8", "--gowalla", str(tmp_path / "gowalla"),
+        [sys.executable, "-m", bench.MODULE, "--sizes", "toy,gowalla", "--dims", "8", "--gowalla", str(tmp_path / "gowalla"),
          "--peak_n", "128", "--copy_mib", "4", "--work", str(tmp_path / "work"), "--json", str(out),
          "--implicit", "cpu", "--wheels", str(tmp_path / "none"), "--forms", "explicit:bfloat16,matvec",
          "--forms_at", "gowalla", "--ours", "accelerator=on"],

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from reference_graph import reference_dataset
 
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader, stats_json
 from webgraph_pipeline.counters import collect_counters
 from webgraph_pipeline.fingerprints import FingerprintCollision, distinct_entries, fingerprint, merge_vocabulary
 from webgraph_pipeline.graph import BuildWebGraph
-from webgraph_pipeline.variants import GraphConfig
+from webgraph_pipeline.graph_config import GraphConfig
 from webgraph_pipeline.wat_writer import synthetic_pages
 from webgraph_pipeline.write import WriteTfRecords
 
@@ -30,10 +30,10 @@ def batches_of(edges, size):
 
 def read_dataset(out_dir, bipartite):
     read = lambda s: sorted((r, tuple(c.tolist()), tuple(g.tolist()))  # noqa: E731
-                            for r, c, g in contract.read_split(str(out_dir), s))
+                            for r, c, g in dataset_reader.read_split(str(out_dir), s))
     got = {s: read(s) for s in ("train", "train_t", "test")}
-    got["vocab"] = contract.read_vocab(str(out_dir))
-    got["col_vocab"] = contract.read_vocab(str(out_dir), columns=True) if bipartite else got["vocab"]
+    got["vocab"] = dataset_reader.read_vocab(str(out_dir))
+    got["col_vocab"] = dataset_reader.read_vocab(str(out_dir), columns=True) if bipartite else got["vocab"]
     return got
 
 
@@ -46,7 +46,7 @@ def run_stage(edges, config, out_dir, num_buckets=8, batch=700, bits=64):
     result = p.run()
     result.wait_until_finish()
     counters = {k: v for k, v in collect_counters(result).items() if k.startswith(GRAPH_COUNTERS)}
-    return json.loads((out_dir / contract.STATS_FILE).read_text()), counters
+    return json.loads((out_dir / stats_json.STATS_FILE).read_text()), counters
 
 
 def assert_same_as_reference(edges, config, out_dir, **kwargs):

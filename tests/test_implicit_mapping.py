@@ -1,6 +1,6 @@
-"""implicit at the parameters `benchmarks/gowalla.py` maps ours to (nu = 0) trains our objective.
+"""implicit at the parameters `benchmarks.core.implicit_als` maps ours to (nu = 0) trains our objective.
 
-The mapping (the benchmark's docstring): implicit with confidence 1 + 1/alpha and L2 weight
+The mapping (that module's docstring): implicit with confidence 1 + 1/alpha and L2 weight
 lambda (1 + alpha) / alpha is our iALS at (alpha, lambda) with every embedding scaled by
 sqrt(1 + alpha). Checked against the independent float64 NumPy iALS (`reference_ials.py`), exact
 solves on both sides, several epochs from the same (scaled) start.
@@ -8,25 +8,16 @@ solves on both sides, several epochs from the same (scaled) start.
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from implicit.cpu.als import AlternatingLeastSquares
 
+from benchmarks.core.implicit_als import implicit_params
+
 import reference_ials as ref
 
 NUM_USERS, NUM_ITEMS, DIM = 40, 30, 6
-
-
-def _gowalla_benchmark():
-    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "gowalla.py"
-    spec = importlib.util.spec_from_file_location("gowalla_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("alpha,lam", [(0.01, 1.5), (0.3, 0.2)])
@@ -39,7 +30,7 @@ def test_implicit_at_the_mapped_point_trains_our_objective(alpha, lam):
     want_w, want_h = ref.ials(rows, w0, h0, epochs=3, alpha=alpha, reg=lam)
 
     mean_row = np.mean([len(c) for c in rows.values()])
-    confidence, reg = _gowalla_benchmark().implicit_params(alpha, lam, 0.0, mean_row, NUM_ITEMS)
+    confidence, reg = implicit_params(alpha, lam, 0.0, mean_row, NUM_ITEMS)
     pairs = [(r, c) for r, cols in rows.items() for c in cols]
     user_items = sp.csr_matrix((np.ones(len(pairs), np.float32), tuple(np.array(pairs).T)), (NUM_USERS, NUM_ITEMS))
     scale = np.sqrt(1 + alpha)
@@ -56,6 +47,6 @@ def test_implicit_at_the_mapped_point_trains_our_objective(alpha, lam):
 
 def test_mapping_at_nu_above_zero_is_ours_at_the_mean_row():
     """nu > 0: one L2 weight, ours lambda (n + alpha N)^nu at the mean row n, in implicit's units."""
-    confidence, reg = _gowalla_benchmark().implicit_params(0.01, 0.004, 1.0, 27.0, 40000)
+    confidence, reg = implicit_params(0.01, 0.004, 1.0, 27.0, 40000)
     assert confidence == pytest.approx(101.0)
     assert reg == pytest.approx(0.004 * (27.0 + 400.0) * 1.01 / 0.01)

@@ -1,4 +1,4 @@
-"""Long rows (more than one device batch) by grouped matrix-free CG (`long_groups`, `long_rows.long_cg`)
+"""Long rows (more than one device batch) by grouped matrix-free CG (`long_rows.plan_groups`, `long_rows.long_cg`)
 against the independent float64 NumPy iALS (tests/reference_ials.py), in every form a group takes:
 one cached chunk of several rows, a resident block read a chunk at a time, and a streamed row."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
-from alx_trainer.ops import long_groups, long_rows
+from alx_trainer.ops import long_rows
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
@@ -83,7 +83,7 @@ def test_grouped_long_rows_match_float64_reference(dataset, tmp_path, monkeypatc
 def test_plan_places_every_row_once_within_its_bounds():
     rng = np.random.default_rng(3)
     batches = np.concatenate([rng.integers(2, 5, 300), rng.integers(5, 40, 40), [64, 65, 200, 245]])
-    chunk, plan = long_groups.plan_groups(batches, cache=4, budget=32, workers=2)
+    chunk, plan = long_rows.plan_groups(batches, cache=4, budget=32, workers=2)
     assert chunk == 4
     groups = [g for w in plan for g in w]
     placed = sorted(r for g in groups for r in g.rows)

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from webgraph_pipeline import contract, fileio
+from webgraph_contract import dataset_reader, fileio
 
 from pipeline_data import make_dataset
 
@@ -87,8 +87,8 @@ def test_every_command_runs_without_tensorflow_tfds_or_beam(datasets):
     out = alx("eval", "--data", data, "--model_dir", model, "--k", "5", "--ndcg_k", "5").stdout
     assert "recall@5" in out and "popularity" in out
 
-    vocab = contract.read_vocab(data)
-    url = vocab[contract.read_split(data, "train")[0][0]]
+    vocab = dataset_reader.read_vocab(data)
+    url = vocab[dataset_reader.read_split(data, "train")[0][0]]
     out = alx("predict", "--data", data, "--model_dir", model, url, "--k", "3").stdout
     assert f"predicted outlinks of {url}" in out and len(out.strip().splitlines()) == 4
 
@@ -109,5 +109,5 @@ def test_a_tfds_name_without_tfds_names_the_extra(tmp_path):
     done = alx("train", "--data", "web_graph/de-dense", "--model_dir", str(tmp_path / "m"), status=1)
     assert done.stderr.strip().splitlines() == [
         "alx_trainer train: error: ImportError: --data web_graph/de-dense is a TFDS name, which needs TensorFlow "
-        "Datasets: pip install 'webgraph-alx[tfds]' (or give a dataset directory) (--debug or ALX_DEBUG=1 shows the "
+        "Datasets: pip install 'webgraph-alx[tfds]' (or give a dataset directory) (--debug or WEBGRAPH_DEBUG=1 shows the "
         "traceback)"]

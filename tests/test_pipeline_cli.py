@@ -11,11 +11,11 @@ import pytest
 from apache_beam.internal import pickler
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from webgraph_pipeline import contract
+from webgraph_contract import stats_json
 from webgraph_pipeline.cli import main
 from webgraph_pipeline.edge_formats import EdgeFormat
+from webgraph_pipeline.graph_config import GraphConfig, get_variant
 from webgraph_pipeline.pipeline import JobSpec, build_pipeline
-from webgraph_pipeline.variants import GraphConfig, get_variant
 
 from test_pipeline_graph import check_dataset, reference_graph  # noqa: E402  (tests/ is on sys.path)
 
@@ -78,7 +78,7 @@ def test_edge_list_through_cli_counts_every_drop(small_edge_list, tmp_path, caps
     code, stdout, _ = run_cli(["--edge_format", "pairs", "--header", "--input", path, "--output", out,
                                "--min_links", "2", "--num_shards", "2"], capsys)
     assert code == 0
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     check_dataset(out, reference_graph(edges, (), 2), stats)
     dropped, counters = stats["dropped"], stats["counters"]
     assert counters["skipped_lines.header"] == 1 and counters["skipped_lines.comment"] == 1
@@ -124,7 +124,7 @@ def test_interaction_data_through_cli(data_dir, tmp_path, capsys):
     code, _, _ = run_cli(["--edge_format", "movielens", "--input", data_dir / "ml-100k" / "u.data",
                           "--output", out, "--num_shards", "1"], capsys)
     assert code == 0
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     assert (stats["num_rows"], stats["num_cols"], stats["edges"]) == (943, 1682, 100_000)
     assert stats["bipartite"] is True and stats["protocol"] == "strong_generalization"
     assert stats["splits"]["test"] + stats["splits"]["train"] == 943

@@ -11,7 +11,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader, stats_json
 from webgraph_pipeline.cli import main
 from webgraph_pipeline.edge_formats import EdgeFormat, parse_block
 from webgraph_pipeline.edges_input import read_line_blocks
@@ -120,9 +120,9 @@ def test_odd_file_through_the_job(tmp_path, capsys):
     code, stdout, _ = run_cli(["--edge_format", "pairs", "--bipartite", "--input", path, "--output", out,
                                "--num_shards", "1", "--test_fraction", "0"], capsys)
     assert code == 0
-    stats = json.loads((out / contract.STATS_FILE).read_text())
-    assert sorted(contract.read_vocab(str(out)).values()) == ["u1", "u2", "u3"]
-    assert sorted(contract.read_vocab(str(out), columns=True).values()) == ["m1", "m2"]
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
+    assert sorted(dataset_reader.read_vocab(str(out)).values()) == ["u1", "u2", "u3"]
+    assert sorted(dataset_reader.read_vocab(str(out), columns=True).values()) == ["m1", "m2"]
     assert stats["edges"] == 3 and stats["dropped"]["dropped_edges.duplicate"] == 1
     assert stats["dropped"]["dropped_lines.undecodable"] == 1
     assert stats["counters"]["skipped_lines.comment"] == 2
@@ -145,17 +145,17 @@ def test_a_file_that_yields_no_edge_is_an_error(content, flags, reason, tmp_path
                            capsys)
     last = err.strip().splitlines()[-1]
     assert code == 1 and last.startswith(f"webgraph_pipeline: error: {bad}: no edge read") and reason in last
-    assert not (out / contract.STATS_FILE).exists()
+    assert not (out / stats_json.STATS_FILE).exists()
 
 
 # ---- ids of any kind: the same graph up to renaming ----------------------------------------------
 
 def _all_links(out: pathlib.Path) -> set[tuple[str, str]]:
     """Every (row name, column name) link of a dataset: train rows and both parts of test rows."""
-    rows, cols = contract.read_vocab(str(out)), contract.read_vocab(str(out), columns=True)
+    rows, cols = dataset_reader.read_vocab(str(out)), dataset_reader.read_vocab(str(out), columns=True)
     links = set()
     for split in ("train", "test"):
-        for r, kept, held in contract.read_split(str(out), split):
+        for r, kept, held in dataset_reader.read_split(str(out), split):
             links |= {(rows[r], cols[int(c)]) for c in np.concatenate([kept, held])}
     return links
 
@@ -183,7 +183,7 @@ def test_named_numeric_and_url_ids_give_the_same_graph(data_dir, tmp_path, capsy
         back_u = {ru(u).lower() if kind == "url" else ru(u): u for u in users}  # hosts are lower-cased
         back_i = {ri(i): i for i in items}
         results[kind] = {(back_u[u], back_i[i]) for u, i in _all_links(out)}
-        stats = json.loads((out / contract.STATS_FILE).read_text())
+        stats = json.loads((out / stats_json.STATS_FILE).read_text())
         results[kind + "_shape"] = (stats["num_rows"], stats["num_cols"], stats["edges"])
     assert results["numeric"] == results["named"] == results["url"]
     assert results["numeric_shape"] == results["named_shape"] == results["url_shape"]
@@ -193,11 +193,11 @@ def test_named_numeric_and_url_ids_give_the_same_graph(data_dir, tmp_path, capsy
 # ---- given splits ---------------------------------------------------------------------------------
 
 def _given(out: pathlib.Path):
-    rows, cols = contract.read_vocab(str(out)), contract.read_vocab(str(out), columns=True)
+    rows, cols = dataset_reader.read_vocab(str(out)), dataset_reader.read_vocab(str(out), columns=True)
     named = lambda ids, names: {names[int(i)] for i in ids}  # noqa: E731
-    train = {rows[r]: named(c, cols) for r, c, _ in contract.read_split(str(out), "train")}
-    train_t = {cols[c]: named(r, rows) for c, r, _ in contract.read_split(str(out), "train_t")}
-    test = {rows[r]: (named(c, cols), named(g, cols)) for r, c, g in contract.read_split(str(out), "test")}
+    train = {rows[r]: named(c, cols) for r, c, _ in dataset_reader.read_split(str(out), "train")}
+    train_t = {cols[c]: named(r, rows) for c, r, _ in dataset_reader.read_split(str(out), "train_t")}
+    test = {rows[r]: (named(c, cols), named(g, cols)) for r, c, g in dataset_reader.read_split(str(out), "test")}
     return train, train_t, test
 
 
@@ -212,7 +212,7 @@ def test_hand_made_given_split_link_by_link(tmp_path, capsys):
     assert train == {"u1": {"a", "b"}, "u2": {"b", "c", "d"}, "u3": {"a"}, "u4": {"c"}}
     assert train_t == {"a": {"u1", "u3"}, "b": {"u1", "u2"}, "c": {"u2", "u4"}, "d": {"u2"}}
     assert test == {"u1": ({"a", "b"}, {"c"}), "u2": ({"b", "c", "d"}, {"a"}), "u4": ({"c"}, {"e"})}
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     assert stats["protocol"] == "given_split" and stats["bipartite"] is True
     assert (stats["num_rows"], stats["num_cols"], stats["edges"]) == (4, 5, 7)
     assert stats["splits"] == {"train": 4, "train_t": 4, "test": 3}
@@ -241,7 +241,7 @@ def check_given_split(train_file: pathlib.Path, test_file: pathlib.Path, out: pa
     assert train_t == transposed
     assert {u: g for u, (_, g) in test.items()} == {u: i for u, i in want_test.items() if i}
     assert all(kept == want_train.get(u, set()) for u, (kept, _) in test.items())
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     users = set(want_train) | set(want_test)
     items = set(transposed) | {i for v in want_test.values() for i in v}
     assert (stats["num_rows"], stats["num_cols"]) == (len(users), len(items))

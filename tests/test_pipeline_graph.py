@@ -10,9 +10,9 @@ import os
 import apache_beam as beam
 import pytest
 
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader, layout, stats_json
 from webgraph_pipeline.graph import BuildWebGraph
-from webgraph_pipeline.variants import GraphConfig
+from webgraph_pipeline.graph_config import GraphConfig
 from webgraph_pipeline.wat_writer import synthetic_pages
 from webgraph_pipeline.write import DEGREE_PLOT, WriteTfRecords
 
@@ -31,11 +31,11 @@ def reference_graph(edges, tlds=(), min_links=0, passes=1):
 
 def read_split(data_dir, split):
     """Every record of a split, parsed with the public feature spec, as (row, cols, gt) int tuples."""
-    return [(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in contract.read_split(str(data_dir), split)]
+    return [(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in dataset_reader.read_split(str(data_dir), split)]
 
 
-def read_vocab(data_dir, prefix=contract.VOCAB_PREFIX):
-    return contract.read_vocab(str(data_dir), columns=prefix == contract.COL_VOCAB_PREFIX)
+def read_vocab(data_dir, prefix=layout.VOCAB_PREFIX):
+    return dataset_reader.read_vocab(str(data_dir), columns=prefix == layout.COL_VOCAB_PREFIX)
 
 
 def build(edges, config, out_dir, num_shards=3):
@@ -45,7 +45,7 @@ def build(edges, config, out_dir, num_shards=3):
                    for i in range(0, len(edges), 500)]
         graph = p | beam.Create(batches) | BuildWebGraph(config)
         graph | WriteTfRecords(str(out_dir), config.to_dict(), ["in-memory"], num_shards=num_shards)
-    return json.loads((out_dir / contract.STATS_FILE).read_text())
+    return json.loads((out_dir / stats_json.STATS_FILE).read_text())
 
 
 def check_dataset(out_dir, expected_edges, stats):
@@ -112,10 +112,10 @@ def test_bipartite_interactions_have_separate_id_ranges(tmp_path):
     users = {u for u, n in collections.Counter(u for u, _ in edges).items() if n >= 3}
     items = {i for i, n in collections.Counter(i for _, i in edges).items() if n >= 3}
     expected = {(u, i) for u, i in edges if u in users and i in items}
-    rows, cols = read_vocab(tmp_path), read_vocab(tmp_path, contract.COL_VOCAB_PREFIX)
+    rows, cols = read_vocab(tmp_path), read_vocab(tmp_path, layout.COL_VOCAB_PREFIX)
     assert set(rows.values()) == {u for u, _ in expected} and sorted(rows) == list(range(len(rows)))
     assert set(cols.values()) == {i for _, i in expected} and sorted(cols) == list(range(len(cols)))
     got = {(rows[r], cols[c]) for s in ("train", "test") for r, k, h in read_split(tmp_path, s) for c in k + h}
     assert got == expected
     assert (stats["num_rows"], stats["num_cols"]) == (len(rows), len(cols))
-    assert contract.matrix_shape(stats) == (len(rows), len(cols))
+    assert stats_json.matrix_shape(stats) == (len(rows), len(cols))

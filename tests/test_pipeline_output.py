@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from webgraph_pipeline import fileio
+from webgraph_contract import fileio
 from webgraph_pipeline.cli import main
 from webgraph_pipeline.output_dir import STAGING_TAG, is_dataset_file
 

@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from webgraph_pipeline import columnar, fingerprints, ids, splits, tlds, variants
+from webgraph_contract.urls import normalize_url
+from webgraph_pipeline import columnar, fingerprints, graph_config, ids, splits, tlds
 from webgraph_pipeline.columnar import rank_nodes
 from webgraph_pipeline.edges_input import parse_url_line
 from webgraph_pipeline.filters import tld_of
 from webgraph_pipeline.fingerprints import pack_names
-from webgraph_pipeline.urls import normalize_url
 from webgraph_pipeline.wat_writer import page_links, relative_link, synthetic_pages
 from webgraph_pipeline.write import shard_of
 
@@ -26,11 +26,11 @@ def test_variants_match_paper_table_1():
         "sparse": ((), 10), "dense": ((), 50), "de-sparse": (("de",), 10),
         "de-dense": (("de",), 50), "in-sparse": (("in",), 10), "in-dense": (("in",), 50),
     }
-    assert {n: (c.tlds, c.min_links) for n, c in variants.VARIANTS.items()} == expected
+    assert {n: (c.tlds, c.min_links) for n, c in graph_config.VARIANTS.items()} == expected
     assert all(c.degree_passes == 1 and c.test_fraction == 0.1 and c.holdout_fraction == 0.25
-               for c in variants.VARIANTS.values())
+               for c in graph_config.VARIANTS.values())
     with pytest.raises(ValueError, match="unknown variant 'de-medium'"):
-        variants.get_variant("de-medium")
+        graph_config.get_variant("de-medium")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -41,7 +41,7 @@ def test_variants_match_paper_table_1():
 ])
 def test_graph_config_rejects_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        variants.GraphConfig(**kwargs)
+        graph_config.GraphConfig(**kwargs)
 
 
 def test_parse_tlds():
@@ -183,10 +183,10 @@ def test_strong_generalization_split_on_100k_nodes():
 def test_records_parse_with_public_feature_spec():
     import tensorflow as tf
 
-    from webgraph_pipeline import contract
+    from webgraph_contract import record_codec
 
     rows = [(3, (1, 2), ()), (7, (4,), (5, 6))]
-    parsed = tf.io.parse_example([contract.encode_row(*r) for r in rows], contract.feature_spec())
+    parsed = tf.io.parse_example([record_codec.encode_row(*r) for r in rows], record_codec.feature_spec())
     assert parsed["row_tag"].numpy().tolist() == [3, 7]
     assert tf.sparse.to_dense(parsed["gt_tag"]).numpy().tolist() == [[0, 0], [5, 6]]
 

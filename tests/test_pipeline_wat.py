@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from webgraph_pipeline import contract
+from webgraph_contract import stats_json
 from webgraph_pipeline.cli import main
 from webgraph_pipeline.wat_writer import write_wat_files
 
@@ -69,7 +69,7 @@ def test_hand_graph_through_wat(hand_wat, tmp_path, capsys, passes, rows):
         for c in cols:
             expected_t.setdefault(c, []).append(r)
     assert {r: c for r, c, _ in read_split(out, "train_t")} == {c: tuple(sorted(r)) for c, r in expected_t.items()}
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     assert stats["counters"]["dropped_edges.tld_filter"] == 3
     assert stats["counters"]["dropped_nodes.degree_filter"] == (2 if passes == 1 else 3)
     assert stats["counters"]["dropped_edges.degree_filter"] == (6 if passes == 1 else 8)
@@ -146,7 +146,7 @@ def test_every_bad_input_case_flows_through_the_job_without_loss(tmp_path, capsy
     vocab = read_vocab(out)
     got = {(vocab[r], vocab[c]) for r, cols, _ in read_split(out, "train") for c in cols}
     assert got == expected
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     counts = stats["counters"]
     damaged = ["corrupt_member", "cut_mid_record", "garbage_between", "truncated_member"]
     assert counts["files.read"] == 5 and counts["files.partly_read"] == 4 and stats["unreadable_files"] == []
@@ -169,7 +169,7 @@ def test_junk_and_empty_files_among_good_ones(tmp_path, capsys):
     (wat_dir / "empty.warc.wat.gz").write_bytes(b"")
     out = tmp_path / "out"
     run_job(["--input", wat_dir / "*.warc.wat.gz", "--output", out, "--test_fraction", "0"], capsys)
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     vocab = read_vocab(out)
     assert {(vocab[r], vocab[c]) for r, cols, _ in read_split(out, "train") for c in cols} == expected
     assert stats["counters"]["files.read"] == 1 and stats["counters"]["files.unreadable"] == 2
@@ -184,7 +184,7 @@ def test_real_common_crawl_sample(data_dir, tmp_path, capsys):
     # One source page: no test row, so the job needs --allow_empty to keep the dataset.
     run_job(["--input", data_dir / "commoncrawl" / "*.wat", "--output", out, "--num_shards", "1", "--allow_empty"],
             capsys)
-    stats = json.loads((out / contract.STATS_FILE).read_text())
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
     assert stats["nodes"] == 14 and stats["edges"] == 13
     assert stats["splits"]["train"] + stats["splits"]["test"] == 1 and stats["splits"]["train_t"] in (0, 13)
     assert stats["counters"]["dropped_records.no_html_metadata"] == 1
@@ -208,7 +208,7 @@ def test_hollins_crawl_as_wat_equals_hollins_edge_list(data_dir, tmp_path, capsy
         if name.endswith((".json", ".png")):
             continue
         assert (tmp_path / "from_wat" / name).read_bytes() == (tmp_path / "from_edges" / name).read_bytes(), name
-    stats = json.loads((tmp_path / "from_edges" / contract.STATS_FILE).read_text())
+    stats = json.loads((tmp_path / "from_edges" / stats_json.STATS_FILE).read_text())
     assert stats["nodes"] > 1000 and stats["edges"] > 10_000
     # Both equal the plain-Python reference of the rules (ids, rows, test rows, held-out links).
     from reference_graph import reference_dataset

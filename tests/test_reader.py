@@ -1,4 +1,4 @@
-"""The reader without TensorFlow (tfrecord framing, example_rows decoding, records.read_chunks) against
+"""The reader without TensorFlow (tfrecord framing, record_codec decoding, records.read_chunks) against
 TensorFlow's own writer and parser, on datasets the tests make and on edge cases; damaged files are
 one-line errors naming the file, before epoch 1."""
 
@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from alx_trainer.cli import train as cli_train
 from alx_trainer.data import records
-from webgraph_pipeline import contract, example_rows, fileio, tfrecord
+from webgraph_contract import dataset_reader, fileio, layout, record_codec, tfrecord
 
 import reference_ials as ref
 from pipeline_data import make_dataset
@@ -26,7 +26,7 @@ def tf_rows(files: list[str]) -> list[tuple[int, list[int], list[int]]]:
     """Every record of `files` as tf.data and tf.io.parse_example read them (the reference)."""
     out = []
     for batch in tf.data.TFRecordDataset(files).batch(7):
-        parsed = tf.io.parse_example(batch, contract.feature_spec())
+        parsed = tf.io.parse_example(batch, record_codec.feature_spec())
         cols = tf.RaggedTensor.from_sparse(parsed["col_tag"]).to_list()
         gts = tf.RaggedTensor.from_sparse(parsed["gt_tag"]).to_list()
         out += [(int(r), c, g) for r, c, g in zip(parsed["row_tag"].numpy(), cols, gts)]
@@ -34,7 +34,7 @@ def tf_rows(files: list[str]) -> list[tuple[int, list[int], list[int]]]:
 
 
 def ours(files: list[str]) -> list[tuple[int, list[int], list[int]]]:
-    return [(r, c.tolist(), g.tolist()) for r, c, g in contract.read_records(files)]
+    return [(r, c.tolist(), g.tolist()) for r, c, g in dataset_reader.read_records(files)]
 
 
 def chunk_rows(files: list[str], chunk: int) -> list[tuple[int, list[int]]]:
@@ -73,11 +73,11 @@ def test_every_split_of_pipeline_datasets_equals_tf_parse(tmp_path, data_dir):
                  "--test_fraction", "0.2", "--num_shards", "2")
     make_dataset(gowalla, "--edge_format", "given_split", "--input", GOWALLA / "train.txt",
                  "--test_input", GOWALLA / "test.txt", "--validation_fraction", "0.25", "--num_shards", "2")
-    for out, expected in ((hollins, contract.SPLIT_PREFIXES), (gowalla, contract.ALL_SPLIT_PREFIXES)):
-        splits = [s for s in contract.ALL_SPLIT_PREFIXES if fileio.glob(contract.split_glob(str(out), s))]
+    for out, expected in ((hollins, layout.SPLIT_PREFIXES), (gowalla, layout.ALL_SPLIT_PREFIXES)):
+        splits = [s for s in layout.ALL_SPLIT_PREFIXES if fileio.glob(layout.split_glob(str(out), s))]
         assert splits == list(expected)
         for split in splits:
-            assert_same(list(contract.iter_split_files(str(out), split)))
+            assert_same(list(layout.iter_split_files(str(out), split)))
 
 
 def test_reference_and_synthetic_datasets_equal_tf_parse(tmp_path):
@@ -86,12 +86,12 @@ def test_reference_and_synthetic_datasets_equal_tf_parse(tmp_path):
     test = {1: ([2, 3], [4]), 5: ([], [7, 8])}
     data = ref.write_dataset(str(tmp_path / "ref"), rows, 60, 40, shards=3, test=test)
     for split in ("train", "train_t", "test"):
-        assert_same(list(contract.iter_split_files(data, split)))
-    from webgraph_pipeline.synthetic_matrix import write_matrix
+        assert_same(list(layout.iter_split_files(data, split)))
+    from webgraph_contract.synthetic_matrix import write_matrix
 
     write_matrix(str(tmp_path / "syn"), 300, 200, 3000, seed=1, num_shards=2)
     for split in ("train", "train_t"):
-        assert_same(list(contract.iter_split_files(str(tmp_path / "syn"), split)))
+        assert_same(list(layout.iter_split_files(str(tmp_path / "syn"), split)))
 
 
 def test_edge_cases_equal_tf_parse(tmp_path):
@@ -99,16 +99,17 @@ def test_edge_cases_equal_tf_parse(tmp_path):
     features in other orders, an unknown feature, and an absent gt_tag."""
     wide = list(range(0, 400_000, 2))
     big = [0, 127, 128, 2**28 - 1, 2**28, 2**35, 2**56, 2**62, MAX - 1]
-    examples = [contract.encode_row(3, [], []), contract.encode_row(4, wide, [1]), contract.encode_row(2**40, big, big),
+    encode = record_codec.encode_row
+    examples = [encode(3, [], []), encode(4, wide, [1]), encode(2**40, big, big),
                 tf_example(9, [5, 0, 7], [2**40], order=("row_tag", "gt_tag", "col_tag"), extra=True),
-                tf_example(10, [1, 2], [], order=("row_tag", "col_tag")), contract.encode_row(11, [], [])]
+                tf_example(10, [1, 2], [], order=("row_tag", "col_tag")), encode(11, [], [])]
     path = str(tmp_path / "edge.tfr")
     write_tf(path, examples)
     assert_same([path])
     assert ours([path])[1][1] == wide and ours([path])[-1] == (11, [], [])
     # ids the trainer refuses (negative, int64's largest) still decode as TensorFlow parses them
     extreme = str(tmp_path / "extreme.tfr")
-    write_tf(extreme, [tf_example(-5, [-1, MAX, -(2**63)], [-(2**40)]), contract.encode_row(1, [MAX])])
+    write_tf(extreme, [tf_example(-5, [-1, MAX, -(2**63)], [-(2**40)]), record_codec.encode_row(1, [MAX])])
     assert ours([extreme]) == tf_rows([extreme])
     # the same records split over blocks of every size: records straddle block ends
     whole = b"".join(examples)
@@ -128,14 +129,14 @@ def test_encoders_equal_tensorflow_serialization():
         example = tf.train.Example()
         for key, value in (("row_tag", [row]), ("col_tag", cols), ("gt_tag", gt)):
             example.features.feature[key].int64_list.value.extend(value)
-        assert contract.encode_row(row, cols, gt) == example.SerializeToString(deterministic=True)
+        assert record_codec.encode_row(row, cols, gt) == example.SerializeToString(deterministic=True)
     vector = rng.standard_normal(5).astype(np.float32)
     example = tf.train.Example(features=tf.train.Features(feature={
         "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[7])),
         "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
         "name": tf.train.Feature(bytes_list=tf.train.BytesList(value=["é/x".encode()])),
     }))
-    ours_ = example_rows.encode_example({"id": np.array([7]), "embedding": vector, "name": ["é/x".encode()]})
+    ours_ = record_codec.encode_example({"id": np.array([7]), "embedding": vector, "name": ["é/x".encode()]})
     assert ours_ == example.SerializeToString(deterministic=True)
 
 
@@ -174,18 +175,18 @@ def test_damaged_files_stop_training_before_epoch_one(tmp_path, capsys, how):
 
 def test_a_record_that_is_not_a_contract_example_names_file_and_offset(tmp_path):
     path = str(tmp_path / "x.tfr")
-    write_tf(path, [contract.encode_row(1, [2]), b"\x0a\x03\x0a\x01\xff"])
+    write_tf(path, [record_codec.encode_row(1, [2]), b"\x0a\x03\x0a\x01\xff"])
     with pytest.raises(ValueError, match=r"x.tfr: the record at byte \d+ is not a web_graph") as e:
-        contract.read_records([path])
+        dataset_reader.read_records([path])
     at = int(str(e.value).split("at byte ")[1].split()[0])
-    assert at == 16 + len(contract.encode_row(1, [2]))
+    assert at == 16 + len(record_codec.encode_row(1, [2]))
 
 
 def test_remote_paths_go_through_fsspec():
     root = "memory://wt28-reader/d"
     fileio.makedirs(root)
-    fileio.write_records(f"{root}/train.tfr-00000-of-00001", [contract.encode_row(1, [2, 3]), contract.encode_row(2, [])])
-    files = list(contract.iter_split_files(root, "train"))
+    fileio.write_records(f"{root}/train.tfr-00000-of-00001", [record_codec.encode_row(1, [2, 3]), record_codec.encode_row(2, [])])
+    files = list(layout.iter_split_files(root, "train"))
     assert [f.startswith("memory://") for f in files] == [True]
     assert ours(files) == [(1, [2, 3], []), (2, [], [])]
     fileio.rmtree(root)

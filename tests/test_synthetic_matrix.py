@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from webgraph_pipeline import contract, synthetic_matrix
+from webgraph_contract import dataset_reader, layout, record_codec, stats_json, synthetic_matrix
 
 
 @pytest.mark.parametrize("top_bits", [28, 40, 63])  # varints of 1-4 bytes (one uint32 word), 1-6, 1-9
@@ -16,8 +16,8 @@ def test_encode_rows_is_byte_identical_to_encode_row(top_bits):
     cols = rng.integers(0, 2**top_bits, indptr[-1]) >> rng.integers(0, top_bits, indptr[-1])
     cols[:3] = [0, 2**top_bits - 1, 2**(top_bits - 1)]
     rows = rng.integers(0, 2**35, len(lengths)) >> rng.integers(0, 35, len(lengths))
-    got = contract.encode_rows(rows, indptr, cols)
-    expected = [contract.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist()) for k, r in enumerate(rows)]
+    got = record_codec.encode_rows(rows, indptr, cols)
+    expected = [record_codec.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist()) for k, r in enumerate(rows)]
     assert got == expected
 
 
@@ -31,8 +31,8 @@ def test_encode_rows_with_gt_tag_is_byte_identical_to_encode_row():
         ptrs.append(np.concatenate([[0], np.cumsum(lengths)]))
         values.append(rng.integers(0, 2**40, ptrs[-1][-1]) >> rng.integers(0, 40, ptrs[-1][-1]))
     rows = rng.integers(0, 2**35, 200) >> rng.integers(0, 35, 200)
-    got = contract.encode_rows(rows, ptrs[0], values[0], ptrs[1], values[1])
-    expected = [contract.encode_row(int(r), values[0][ptrs[0][k]:ptrs[0][k + 1]].tolist(),
+    got = record_codec.encode_rows(rows, ptrs[0], values[0], ptrs[1], values[1])
+    expected = [record_codec.encode_row(int(r), values[0][ptrs[0][k]:ptrs[0][k + 1]].tolist(),
                                     values[1][ptrs[1][k]:ptrs[1][k + 1]].tolist()) for k, r in enumerate(rows)]
     assert got == expected
 
@@ -42,10 +42,10 @@ def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     code = synthetic_matrix.main(["--out", out, "--rows", "300", "--cols", "120", "--nnz", "4000", "--seed", "7",
                                   "--shards", "3"])
     assert code == 0
-    stats = contract.read_stats(out)
-    assert contract.matrix_shape(stats) == (300, 120)
-    train = contract.read_split(out, "train")
-    train_t = contract.read_split(out, "train_t")
+    stats = stats_json.read_stats(out)
+    assert stats_json.matrix_shape(stats) == (300, 120)
+    train = dataset_reader.read_split(out, "train")
+    train_t = dataset_reader.read_split(out, "train_t")
     pairs = {(r, int(c)) for r, cols, _ in train for c in cols}
     pairs_t = {(int(r), c) for c, rows, _ in train_t for r in rows}
     assert sum(len(cols) for _, cols, _ in train) == 4000 == len(pairs)  # distinct pairs, exactly nnz
@@ -53,7 +53,7 @@ def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     assert stats["edges"] == 4000
     assert stats["splits"] == {"train": len(train), "train_t": len(train_t)}
     assert all(0 <= r < 300 and 0 <= c < 120 for r, c in pairs)
-    assert len(contract.iter_split_files(out, "train")) == 3
+    assert len(layout.iter_split_files(out, "train")) == 3
     assert [r for r, _, _ in train] == sorted(r for r, _, _ in train)  # rows in id order, each once
     assert all(list(cols) == sorted(cols) for _, cols, _ in train)
     # power law: the busiest tenth of the columns holds far more than a tenth of the edges
@@ -78,12 +78,12 @@ def test_rows_get_their_degrees_in_distinct_columns_across_blocks_and_buckets(tm
     out = str(tmp_path / "m")
     synthetic_matrix.write_matrix(out, 300, 40, 3000, seed=5, num_shards=3)
     degrees = synthetic_matrix.row_degrees(np.random.default_rng(5), 300, 40, 3000, 0.5)
-    train = {r: list(c) for r, c, _ in contract.read_split(out, "train")}
+    train = {r: list(c) for r, c, _ in dataset_reader.read_split(out, "train")}
     assert {r: len(c) for r, c in train.items()} == {r: int(d) for r, d in enumerate(degrees) if d}
     assert all(c == sorted(set(c)) and all(0 <= x < 40 for x in c) for c in train.values())
     assert max(len(c) for c in train.values()) <= 20  # at most half of the columns
     transpose = {}
-    for c, rows, _ in contract.read_split(out, "train_t"):
+    for c, rows, _ in dataset_reader.read_split(out, "train_t"):
         assert list(rows) == sorted(set(rows))
         transpose[c] = list(rows)
     assert {(r, c) for c, rows in transpose.items() for r in rows} == {(r, c) for r, cs in train.items() for c in cs}

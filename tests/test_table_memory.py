@@ -72,20 +72,20 @@ def test_init_and_checkpoint_peak_memory(tmp_path):
 REPLICA_SCRIPT = MEMORY_HELPERS + """
 import json
 import jax, jax.numpy as jnp, numpy as np
-from alx_trainer.ops import host_replica
+from alx_trainer.ops import host_fixed_table
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.table_init import init_table
 
-host_replica.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
+host_fixed_table.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
 mesh = make_mesh(jax.devices()[:2])
 table = init_table(mesh, 0, 1_000_003, 64, 0.1, jnp.bfloat16)
 table.block_until_ready()
-gram = host_replica.gramian_via_host(mesh, table)  # once before the peak is reset (first-use buffers)
+gram = host_fixed_table.gramian_via_host(mesh, table)  # once before the peak is reset (first-use buffers)
 before = rss()
 reset_peak()
-gram = np.asarray(host_replica.gramian_via_host(mesh, table))
+gram = np.asarray(host_fixed_table.gramian_via_host(mesh, table))
 after_gram = peak()
-replica = host_replica.replicate_via_host(mesh, table)
+replica = host_fixed_table.replicate_via_host(mesh, table)
 replica.block_until_ready()
 after_replica = peak()
 host = np.asarray(table).astype(np.float64)
@@ -241,7 +241,7 @@ def test_replicas_of_successive_half_epochs_reuse_one_host_buffer():
     import jax
     import numpy as np
 
-    from alx_trainer.ops import host_replica
+    from alx_trainer.ops import host_fixed_table
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.ops.table_init import table_from_numpy
 
@@ -249,15 +249,15 @@ def test_replicas_of_successive_half_epochs_reuse_one_host_buffer():
     rng = np.random.default_rng(0)
     big = rng.normal(size=(1000, 16)).astype(np.float32)
     small = rng.normal(size=(300, 16)).astype(np.float32)
-    buffer = host_replica.ReplicaBuffer()
+    buffer = host_fixed_table.ReplicaBuffer()
     pointers = []
     for values in (big, small, big):  # row side, column side, row side
-        replica = host_replica.replicate_via_host(mesh, table_from_numpy(mesh, values, np.float32), buffer)
+        replica = host_fixed_table.replicate_via_host(mesh, table_from_numpy(mesh, values, np.float32), buffer)
         for shard in replica.addressable_shards:  # every device: the whole table, exactly
             np.testing.assert_array_equal(np.asarray(shard.data)[: len(values)], values)
         pointers.append({s.data.unsafe_buffer_pointer() for s in replica.addressable_shards})
         del replica
     # one buffer for all: each replica aliases the memory the first one was copied into
     assert pointers[0] == pointers[1] == pointers[2] and len(pointers[0]) == 1
-    fresh = host_replica.replicate_via_host(mesh, table_from_numpy(mesh, small, np.float32))
+    fresh = host_fixed_table.replicate_via_host(mesh, table_from_numpy(mesh, small, np.float32))
     assert {s.data.unsafe_buffer_pointer() for s in fresh.addressable_shards} != pointers[0]

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from webgraph_pipeline import contract
+from webgraph_contract import layout, record_codec, stats_json
 from webgraph_pipeline.cli import run
 from webgraph_pipeline.wat_writer import read_edge_list, write_wat_files
 
@@ -22,7 +22,7 @@ CONFIG = {"name": "hollins", "min_links": 2, "seed": 3}
 
 def _pipeline_rows(data_dir: str, split: str) -> list:
     return [
-        contract.decode_row(r.numpy()) for f in contract.iter_split_files(data_dir, split) for r in tf.data.TFRecordDataset(f)
+        record_codec.decode_row(r.numpy()) for f in layout.iter_split_files(data_dir, split) for r in tf.data.TFRecordDataset(f)
     ]
 
 
@@ -67,9 +67,9 @@ def both(wat_dir, tmp_path_factory):
 
 def test_tfds_load_returns_exactly_what_the_pipeline_wrote(both):
     out, data_dir = both
-    stats = contract.read_stats(out)
+    stats = stats_json.read_stats(out)
     builder = tfds.builder("web_graph/hollins:1.0.0", data_dir=data_dir)
-    for split in contract.SPLIT_PREFIXES:
+    for split in layout.SPLIT_PREFIXES:
         expected = _pipeline_rows(out, split)
         got = _tfds_rows(tfds.load("web_graph/hollins:1.0.0", data_dir=data_dir, split=split))
         assert sorted(got) == sorted(expected), split
@@ -80,8 +80,8 @@ def test_tfds_load_returns_exactly_what_the_pipeline_wrote(both):
 
 def test_stats_kept_with_the_dataset_match_the_pipeline(both):
     out, data_dir = both
-    ours = contract.read_stats(os.path.join(data_dir, "web_graph", "hollins", "1.0.0"))
-    theirs = contract.read_stats(out)
+    ours = stats_json.read_stats(os.path.join(data_dir, "web_graph", "hollins", "1.0.0"))
+    theirs = stats_json.read_stats(out)
     assert ours["input_files"] == theirs["input_files"]
     assert len(ours["input_files"]) == 4 and ours["input_files"][0].endswith("00006.head.warc.wat")
     assert ours["config"] == dict(theirs["config"], name="hollins")

@@ -16,13 +16,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfds_builder.web_graph import WebGraph, WebGraphConfig, sources
 from tfds_builder.web_graph.make_dummy_data import DENSE_GRAPH, DUMMY_DIR, NUM_NODES, node_url, write_dummy_data
-from webgraph_pipeline import contract, fileio
+from webgraph_contract import dataset_reader, fileio, layout, record_codec, stats_json
 
 from test_pipeline_graph import check_dataset  # noqa: E402  (tests/ is on sys.path)
 
 # The rows of the pipeline-made dummy dataset, read with the contract's reader.
 SOURCE_ROWS = {
-    split: {(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in contract.read_split(str(DUMMY_DIR), split)}
+    split: {(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in dataset_reader.read_split(str(DUMMY_DIR), split)}
     for split in ("train", "train_t", "test")
 }
 BEAM = tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[]))
@@ -33,10 +33,10 @@ def _rows(ds) -> set:
 
 
 def _write_split(directory, split, rows, index=0, total=1):
-    path = directory / contract.shard_name(contract.SPLIT_PREFIXES[split], index, total, contract.TFRECORD_SUFFIX)
+    path = directory / layout.shard_name(layout.SPLIT_PREFIXES[split], index, total, layout.TFRECORD_SUFFIX)
     with tf.io.TFRecordWriter(str(path)) as w:
         for r in rows:
-            w.write(contract.encode_row(*r))
+            w.write(record_codec.encode_row(*r))
     return path
 
 
@@ -95,12 +95,12 @@ def test_resolve_errors_say_what_is_wrong(tmp_path):
 
 def test_shards_are_read_and_a_bad_record_names_its_file(tmp_path):
     good = str(tmp_path / "train.tfr-00000-of-00002")
-    fileio.write_records(good, [contract.encode_row(7, [3, 1], [2]), contract.encode_row(8, [])])
+    fileio.write_records(good, [record_codec.encode_row(7, [3, 1], [2]), record_codec.encode_row(8, [])])
     (key, example), (key2, example2) = sources.read_shard(good)
     assert (key, key2) == (7, 8) and example["row_tag"] == 7 and example2["col_tag"].tolist() == []
     assert example["col_tag"].tolist() == [3, 1] and example["gt_tag"].tolist() == [2]
     bad = str(tmp_path / "train.tfr-00001-of-00002")
-    first = contract.encode_row(1, [2])
+    first = record_codec.encode_row(1, [2])
     fileio.write_records(bad, [first, b"\x01\x02not a proto"])
     at = 16 + len(first)  # the second record's frame begins after the first's 12-byte header and 4-byte CRC
     with pytest.raises(ValueError, match=rf"train.tfr-00001-of-00002: the record at byte {at} is not a web_graph"):
@@ -136,7 +136,7 @@ def test_build_keeps_exact_rows_counts_and_stats(built):
         assert _rows(builder.as_dataset(split=split)) == rows
         assert builder.info.splits[split].num_examples == len(rows)
     written = json.loads((DUMMY_DIR / "stats.json").read_text())
-    assert contract.read_stats(str(builder.data_dir)) == written
+    assert stats_json.read_stats(str(builder.data_dir)) == written
     assert builder.info.metadata["stats"] == written
     assert builder.info.metadata["source"] == {"kind": "pipeline", "path": str(DUMMY_DIR)}
     assert "arXiv:2112.02194" in builder.info.citation and builder.info.homepage.endswith("2112.02194")

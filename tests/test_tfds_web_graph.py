@@ -4,12 +4,12 @@ import tensorflow_datasets as tfds
 
 from tfds_builder.web_graph import WebGraph
 from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, OFFICIAL_SUBDIR
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader
 
 
 def source_rows(directory) -> dict[str, int]:
     """Records per split of a dummy source directory, read with the contract's reader."""
-    return {split: len(contract.read_split(str(directory), split)) for split in ("train", "train_t", "test")}
+    return {split: len(dataset_reader.read_split(str(directory), split)) for split in ("train", "train_t", "test")}
 
 
 class WebGraphFromPipelineDirTest(tfds.testing.DatasetBuilderTestCase):

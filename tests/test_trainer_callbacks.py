@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from alx_trainer.callbacks import Callback, ProgressBar
-from alx_trainer.config import SECTIONS, TrainConfig, parse_dataclass_args
+from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.config import SECTIONS, TrainConfig
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from alx_trainer.cli import train as cli_train
-from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.config import TrainConfig
 
 import reference_ials as ref
 from conftest import REPO

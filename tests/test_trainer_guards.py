@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.pipeline_data import make_dataset
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader, layout, stats_json
 
 # A small graph with URL names (4 outlinks and 4 inlinks per node), so predict can be asked in
 # unnormalized forms.
@@ -70,7 +70,7 @@ def work(tmp_path_factory):
 
 
 def test_fingerprint_is_the_sha256_of_the_data_files(work, tmp_path):
-    stats = contract.read_stats(str(work / "A"))
+    stats = stats_json.read_stats(str(work / "A"))
     names = sorted(n for n in os.listdir(work / "A") if ".tfr-" in n or n.startswith("vocab"))
     assert names and sorted(stats["file_sha256"]) == names
     lines = ""
@@ -79,7 +79,7 @@ def test_fingerprint_is_the_sha256_of_the_data_files(work, tmp_path):
         assert stats["file_sha256"][name] == digest
         lines += f"{name}\t{digest}\n"
     assert stats["dataset_fingerprint"] == hashlib.sha256(lines.encode()).hexdigest()
-    assert contract.read_stats(str(work / "B"))["dataset_fingerprint"] != stats["dataset_fingerprint"]
+    assert stats_json.read_stats(str(work / "B"))["dataset_fingerprint"] != stats["dataset_fingerprint"]
     # the same job on the same input: the same identity
     edges = work / "edges.txt"
     again = make_dataset(tmp_path / "again", "--edge_format", "pairs", "--input", edges, "--min_links", "1",
@@ -96,8 +96,8 @@ def test_tools_refuse_another_dataset(work, command):
             "export": ["export", "--data", other, "--model_dir", model, "--output", work / "export"]}[command]
     rc, out, err = alx(*args)
     assert rc == 1 and out == ""
-    fp_a = contract.read_stats(str(work / "A"))["dataset_fingerprint"][:12]
-    fp_b = contract.read_stats(str(work / "B"))["dataset_fingerprint"][:12]
+    fp_a = stats_json.read_stats(str(work / "A"))["dataset_fingerprint"][:12]
+    fp_b = stats_json.read_stats(str(work / "B"))["dataset_fingerprint"][:12]
     assert len(err) == 1 and err[0].startswith(f"alx_trainer {command}: error: --data {other} (dataset {fp_b})")
     assert f"trained on ({work / 'A'}, dataset {fp_a})" in err[0] and str(model) in err[0]
     assert tree(model) == before and not (work / "export").exists()
@@ -115,9 +115,9 @@ def test_resume_on_another_dataset_is_refused_and_the_model_kept(work, tmp_path)
 def test_dataset_without_fingerprint_warns_and_runs(work, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(work / "A", old)
-    stats = contract.read_stats(str(old))
+    stats = stats_json.read_stats(str(old))
     del stats["dataset_fingerprint"], stats["file_sha256"]
-    contract.write_stats(str(old), stats)
+    stats_json.write_stats(str(old), stats)
     rc, out, err = alx("eval", "--data", old, "--model_dir", work / "model", "--k", "5", "--ndcg_k", "0")
     assert rc == 0 and "recall@5" in out
     assert [line for line in err if "WARNING" in line and "records no dataset fingerprint" in line]
@@ -134,8 +134,8 @@ def test_missing_shard_and_wrong_row_count_stop_before_epoch_1(work, tmp_path):
 
     short = tmp_path / "short"
     shutil.copytree(work / "A", short)
-    stats = contract.read_stats(str(short))
-    kept = contract.read_records([str(short / "train.tfr-00000-of-00002")])
+    stats = stats_json.read_stats(str(short))
+    kept = dataset_reader.read_records([str(short / "train.tfr-00000-of-00002")])
     open(short / "train.tfr-00001-of-00002", "wb").close()  # a valid, empty TFRecord file
     rc, _, err = alx("train", "--data", short, "--model_dir", tmp_path / "m2", "--dim", "4", "--no-progress")
     assert rc == 1 and len(errors(err)) == 1
@@ -230,7 +230,7 @@ def test_url_list_naming_an_id_twice_counts_the_extra_line_once(tmp_path):
                          "--urls", tmp_path / "u.txt", "--min_links", "1", "--test_fraction", "0", "--allow_empty")
     # id 3 on two lines with two URLs, id 2 twice with the same one: two extra lines
     assert stats["counters"]["dropped_url_list.duplicate_id"] == 2
-    names = sorted(contract.read_vocab(str(tmp_path / "out")).values())
+    names = sorted(dataset_reader.read_vocab(str(tmp_path / "out")).values())
     assert names == ["http://a.example/", "http://b.example/", "http://d.example/"] and stats["edges"] == 6
 
 
@@ -256,7 +256,7 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
 
 def test_missing_shards_are_named():
     files = [f"/d/train.tfr-{i:05d}-of-00004" for i in (0, 2)]
-    assert contract.missing_shards(files) == (["train.tfr-00001-of-00004", "train.tfr-00003-of-00004"], None)
-    assert contract.missing_shards(files + ["/d/train.tfr-00001-of-00003"])[1] == (
+    assert layout.missing_shards(files) == (["train.tfr-00001-of-00004", "train.tfr-00003-of-00004"], None)
+    assert layout.missing_shards(files + ["/d/train.tfr-00001-of-00003"])[1] == (
         "shard names disagree on the shard count (3, 4)")
-    assert contract.missing_shards([f"/d/train.tfr-{i:05d}-of-00002" for i in (0, 1)]) == ([], None)
+    assert layout.missing_shards([f"/d/train.tfr-{i:05d}-of-00002" for i in (0, 1)]) == ([], None)

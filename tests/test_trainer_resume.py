@@ -11,7 +11,8 @@ import time
 import numpy as np
 
 from alx_trainer import checkpoint
-from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.config import TrainConfig
 from alx_trainer.model import load_model
 from alx_trainer.train import train
 

@@ -18,7 +18,7 @@ from alx_trainer.ops import batch_sources, per_core
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
-from webgraph_pipeline import contract, synthetic_matrix
+from webgraph_contract import dataset_reader, synthetic_matrix
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_streaming_runner_holds_only_the_long_rows(matrix):
     runner = SideRunner(config, mesh, step_spec(config, 150), reader, 400)
     assert isinstance(runner.source, batch_sources.OwnerStream)  # normal batches are built as they run
     # the long rows are kept from the planning pass: every id of every row with more than 8 x 4 ids, once
-    rows = [(int(r), list(c)) for r, c, _ in contract.read_split(matrix, "train")]
+    rows = [(int(r), list(c)) for r, c, _ in dataset_reader.read_split(matrix, "train")]
     long = {r: c for r, c in rows if len(c) > 8 * 4}
     kept = list(runner.source.long_batches())
     assert long and runner.plan.long_steps == sum(len(b) for b in kept) > 0  # one device

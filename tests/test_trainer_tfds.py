@@ -13,7 +13,7 @@ from alx_trainer.cli import train as cli_train
 from alx_trainer.data.dataset import open_tfds
 from tfds_builder.web_graph import WebGraph
 from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, NUM_NODES
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader
 
 
 def test_train_from_tfds_name(tmp_path, capsys):
@@ -24,17 +24,17 @@ def test_train_from_tfds_name(tmp_path, capsys):
     dataset = open_tfds("web_graph/de-dense", data_dir)
     assert (dataset.num_rows, dataset.num_cols) == (NUM_NODES, NUM_NODES) and not dataset.bipartite
     assert set(dataset.files) == {"train", "train_t", "test"}
-    source_test = contract.read_split(str(DUMMY_DIR), "test")
-    assert sorted(r for r, _, _ in contract.read_records(dataset.files["test"])) == [r for r, _, _ in source_test]
+    source_test = dataset_reader.read_split(str(DUMMY_DIR), "test")
+    assert sorted(r for r, _, _ in dataset_reader.read_records(dataset.files["test"])) == [r for r, _, _ in source_test]
     for files in dataset.files.values():  # the trainer's reader on TFDS-written files: as tf.data parses them
-        assert [(r, c.tolist(), g.tolist()) for r, c, g in contract.read_records(files)] == tf_rows(files)
+        assert [(r, c.tolist(), g.tolist()) for r, c, g in dataset_reader.read_records(files)] == tf_rows(files)
 
     model_dir = tmp_path / "m"
     argv = ["--data", "web_graph/de-dense", "--tfds_data_dir", data_dir, "--model_dir", str(model_dir), "--dim", "4",
             "--epochs", "2", "--no-progress", "--eval_k", "1,3", "--solver", "cholesky", "--reg", "0.1"]
     assert cli_train.main(argv) == 0, capsys.readouterr().err
     record = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()][-1]
-    rows_solved = len(contract.read_split(str(DUMMY_DIR), "train"))
+    rows_solved = len(dataset_reader.read_split(str(DUMMY_DIR), "train"))
     assert record["rows_solved"] == rows_solved and np.isfinite(record["loss"])
     assert 0 <= record["recall@3"] <= 1
     assert 0 <= record["popularity/recall@3"] <= 1  # the same loader as `eval`: the baseline too

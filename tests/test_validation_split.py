@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader
 from webgraph_pipeline.cli import main
 from webgraph_pipeline.given_split import carve_validation
 
@@ -25,8 +25,8 @@ def _raw(path: pathlib.Path) -> dict[str, set[str]]:
 
 def _named(data: str, split: str) -> dict[str, tuple[set[str], set[str]]]:
     """{user name: (col_tag names, gt_tag names)} of one split."""
-    rows, cols = contract.read_vocab(data), contract.read_vocab(data, columns=True)
-    return {rows[r]: ({cols[c] for c in ct}, {cols[c] for c in gt}) for r, ct, gt in contract.read_split(data, split)}
+    rows, cols = dataset_reader.read_vocab(data), dataset_reader.read_vocab(data, columns=True)
+    return {rows[r]: ({cols[c] for c in ct}, {cols[c] for c in gt}) for r, ct, gt in dataset_reader.read_split(data, split)}
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,9 @@ def test_validation_never_overlaps_test_and_with_its_training_rows_is_exactly_tr
     for user, items in fit.items():
         for item in items:
             transposed.setdefault(item, set()).add(user)
-    rows = contract.read_vocab(data)
-    cols = contract.read_vocab(data, columns=True)
-    got_t = {cols[c]: {rows[r] for r in rs} for c, rs, _ in contract.read_split(data, "validation_train_t")}
+    rows = dataset_reader.read_vocab(data)
+    cols = dataset_reader.read_vocab(data, columns=True)
+    got_t = {cols[c]: {rows[r] for r in rs} for c, rs, _ in dataset_reader.read_split(data, "validation_train_t")}
     assert got_t == transposed
     assert held_total == sum(len(v) for v in train.values()) - sum(len(v) for v in fit.values())
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from webgraph_pipeline.quiet import quiet, verbose_in
+from webgraph_contract.quiet_logs import quiet, verbose_in
 
 PIPELINE_PACKAGES = ("apache_beam", "warcio", "orjson", "pandas", "pyarrow", "publicsuffixlist")
 
@@ -10,7 +10,12 @@ PIPELINE_PACKAGES = ("apache_beam", "warcio", "orjson", "pandas", "pyarrow", "pu
 def main() -> int:
     """The job's command line; one line naming the extra when the pipeline's packages are missing."""
     try:
-        quiet(verbose_in(sys.argv[1:]), beam=True)  # before Beam and TensorFlow are imported
+        verbose = verbose_in(sys.argv[1:])
+        quiet(verbose)  # before Beam and TensorFlow are imported
+        if not verbose:
+            from webgraph_pipeline.beam_quiet import import_beam_quietly
+
+            import_beam_quietly()
         from webgraph_pipeline import cli  # imports Beam: the base install (the trainer's) lacks it
     except ModuleNotFoundError as e:
         if e.name not in PIPELINE_PACKAGES:

@@ -4,7 +4,7 @@ With `--direct_running_mode multi_processing` the local runner starts each worke
 process (`python -m apache_beam.runners.worker.sdk_worker_main`). Importing Beam there logs `apitools
 not found ...` through the root logger, which gives the process a stderr handler: that line and
 the worker's first INFO line (`Logging handler created.`) reached the terminal, 2 lines per worker.
-This entry point imports Beam with that warning held back (`quiet.import_beam_quietly`), then runs
+This entry point imports Beam with that warning held back (`beam_quiet.import_beam_quietly`), then runs
 Beam's own worker main: everything the worker logs afterwards goes to the runner's log service, and
 the parent process prints it at its own level (errors only, unless `--verbose`).
 `local_runner.runner_for` makes the local runner start its workers with this command.
@@ -12,7 +12,7 @@ the parent process prints it at its own level (errors only, unless `--verbose`).
 
 import sys
 
-from webgraph_pipeline.quiet import import_beam_quietly
+from webgraph_pipeline.beam_quiet import import_beam_quietly
 
 if __name__ == "__main__":
     import_beam_quietly()

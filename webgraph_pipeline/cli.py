@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import traceback
 from typing import Any, Optional, Sequence
 
-from webgraph_pipeline.arg_errors import OneLineParser, unknown_flags_message
+from webgraph_contract.command_line import DEBUG_ENV, OneLineParser, debugging, one_line, unknown_flags_message
+from webgraph_pipeline.beam_quiet import beam_args
 from webgraph_pipeline.edge_formats import BIPARTITE_FORMATS, FORMATS, EdgeFormat
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, problem_line
+from webgraph_pipeline.graph_config import VARIANTS, GraphConfig, get_variant
 from webgraph_pipeline.output_dir import OutputError, check_output
 from webgraph_pipeline.pipeline import INPUT_FORMATS, EmptyDatasetError, JobSpec, input_files_of, match_inputs, run_job
-from webgraph_pipeline.quiet import beam_args
 from webgraph_pipeline.tlds import parse_tlds
-from webgraph_pipeline.variants import VARIANTS, GraphConfig, get_variant
 from webgraph_pipeline.wat import WAT_READERS, check_reader
 
 EPILOG = """\
@@ -49,7 +48,6 @@ Common Crawl's own bucket can be read directly: --input 's3://commoncrawl/crawl-
 """
 
 
-DEBUG_ENV = "WEBGRAPH_DEBUG"
 PROG = "webgraph_pipeline"  # errors: `webgraph_pipeline: error: ...`
 
 
@@ -260,12 +258,6 @@ def run(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
 BEAM_STEP_LOGGER = "apache_beam.runners.common"  # logs a failing step's exception, traceback included
 
 
-def one_line(error: BaseException) -> str:
-    """An exception as one line: its type when it says nothing, else the last line of its message
-    (a Beam worker error carries the whole remote traceback before the cause)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__
-
 
 class _NoTracebacks(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
@@ -283,7 +275,7 @@ def quiet_step_tracebacks() -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit status: 2 for bad flags, inputs or output, 1 for a failed or empty job."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    debug = "--debug" in argv or debugging()
     try:
         spec, beam_argv = parse_args(argv)
     except (ValueError, FileNotFoundError, ImportError) as e:

@@ -70,7 +70,7 @@ def normalize_token(token: str) -> tuple[Optional[str], Optional[str]]:
     """A URL token normalized like WAT links ((url, None) or (None, reason)); other tokens as they are."""
     if "://" not in token:
         return token, None
-    from webgraph_pipeline import urls
+    from webgraph_contract import urls
 
     return urls.normalize_url(token)
 

@@ -40,9 +40,9 @@ from webgraph_pipeline.fingerprints import (
     pack_names,
     unpacked,
 )
+from webgraph_pipeline.graph_config import GraphConfig
 from webgraph_pipeline.ids import bucket_offsets, buckets_of
 from webgraph_pipeline.splits import split_block
-from webgraph_pipeline.variants import GraphConfig
 
 DEFAULT_GRAPH_BUCKETS = 16
 ROWS, COLS = "rows", "cols"

@@ -26,7 +26,7 @@ import socket
 import uuid
 from typing import Optional
 
-from webgraph_pipeline import contract, fileio
+from webgraph_contract import fileio, layout, stats_json
 from webgraph_pipeline.write import DEGREE_PLOT
 
 STAGING_TAG = ".staging-"
@@ -34,8 +34,8 @@ OWNER_FILE = ".webgraph-staging-owner.json"
 _STAGING_ID = r"(old-)?[0-9a-f]{12}"
 # The names this job writes into its output directory; anything else there is not ours.
 DATASET_PATTERNS = tuple(
-    [f"{prefix}{contract.TFRECORD_SUFFIX}-*-of-*" for prefix in contract.ALL_SPLIT_PREFIXES.values()]
-    + [f"{contract.VOCAB_PREFIX}-*-of-*", f"{contract.COL_VOCAB_PREFIX}-*-of-*", contract.STATS_FILE, DEGREE_PLOT]
+    [f"{prefix}{layout.TFRECORD_SUFFIX}-*-of-*" for prefix in layout.ALL_SPLIT_PREFIXES.values()]
+    + [f"{layout.VOCAB_PREFIX}-*-of-*", f"{layout.COL_VOCAB_PREFIX}-*-of-*", stats_json.STATS_FILE, DEGREE_PLOT]
 )
 
 
@@ -206,13 +206,13 @@ def swap_in(staging: str, output_dir: str) -> None:
             fileio.rmtree(old)
         return
     fileio.makedirs(target)
-    stats = _join(target, contract.STATS_FILE)
+    stats = _join(target, stats_json.STATS_FILE)
     if fileio.exists(stats):
         fileio.remove(stats)
     new = _entries(staging)
     for name in _entries(target):
         if is_dataset_file(name) and name not in new:
             fileio.remove(_join(target, name))
-    for name in sorted(new, key=lambda n: n == contract.STATS_FILE):
+    for name in sorted(new, key=lambda n: n == stats_json.STATS_FILE):
         fileio.rename(_join(staging, name), _join(target, name))
     discard(staging)

@@ -15,15 +15,16 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from webgraph_pipeline import contract, output_dir
+from webgraph_contract import stats_json
+from webgraph_pipeline import output_dir
 from webgraph_pipeline.counters import collect_counters, collect_string_set
 from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat
 from webgraph_pipeline.edges_input import EMPTY_FILES, HEADER_HINTS, LINE_EXAMPLES, ReadEdgeList
 from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, collect_file_problems
 from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
+from webgraph_pipeline.graph_config import GraphConfig
 from webgraph_pipeline.local_runner import disable_time_based_flush, runner_for
-from webgraph_pipeline.variants import GraphConfig
 from webgraph_pipeline.write import WriteTfRecords
 
 INPUT_FORMATS = ("wat", "edges")
@@ -180,12 +181,12 @@ def empty_input_error(entries: Sequence[str]) -> EmptyInputError:
 
 
 def finish_stats(
-    output_dir: str, counters: dict[str, int], file_problems: list[dict[str, str]], seconds: float,
+    output_dir: str, counters: dict[str, int], file_problems: list[dict[str, str]],
     examples: Sequence[str] = (), protocol: str = PROTOCOLS[0], hints: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Add the counters and the input files not read whole to the stats.json the job wrote;
     returns the final stats."""
-    stats = contract.read_stats(output_dir)
+    stats = stats_json.read_stats(output_dir)
     stats["counters"] = dict(sorted(counters.items()))
     stats["dropped"] = {k: v for k, v in stats["counters"].items() if is_loss(k)}
     stats["unreadable_files"] = [p["file"] for p in file_problems if p["status"] == UNREADABLE]
@@ -195,9 +196,8 @@ def finish_stats(
     stats["header_hints"] = [dict(zip(("where", "line", "why"), h.split("\t", 2))) for h in sorted(hints)]
     stats["protocol"] = protocol
     stats["bipartite"] = bool(stats["config"].get("bipartite"))
-    stats.update(contract.fingerprint_dataset(output_dir))  # the files are final: the dataset's identity
-    contract.write_stats(output_dir, stats)
-    stats["wall_seconds"] = round(seconds, 1)  # reported, not stored: it would break byte-identity
+    stats.update(stats_json.fingerprint_dataset(output_dir))  # the files are final: the dataset's identity
+    stats_json.write_stats(output_dir, stats)
     return stats
 
 
@@ -283,9 +283,10 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
         if empty:
             raise empty_input_error(empty)
         stats = finish_stats(
-            staging, collect_counters(result), collect_file_problems(result), time.time() - start,
+            staging, collect_counters(result), collect_file_problems(result),
             collect_string_set(result, LINE_EXAMPLES), spec.protocol, collect_string_set(result, HEADER_HINTS),
         )
+        stats["wall_seconds"] = round(time.time() - start, 1)  # reported, not stored: it would break byte-identity
         unreadable = nothing_readable(stats)
         if unreadable:
             raise unreadable

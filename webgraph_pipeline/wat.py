@@ -3,9 +3,8 @@
 Public API:
 
 - `WAT_READERS = ("warcio", "fastwarc")`: warcio is the default; FastWARC (optional extra `fast`)
-  is offered because it is measured faster (benchmarks/wat_throughput.py, 100k real-record WAT:
-  whole extraction 47k records/s per core with FastWARC vs 21k with warcio, whose pure-Python
-  header parsing alone caps it at 36k) and passes the same damaged-input tests; it needs a
+  is offered because it is measured faster (`python -m benchmarks.pipeline_scale --wat_records N`;
+  figures in docs/figures.md) and passes the same damaged-input tests; it needs a
   seekable stream (all Beam filesystems give one), so on a non-seekable stream warcio is used instead.
 - `check_reader(name)`: raise a clear error for an unknown or uninstalled reader.
 - `iter_wat_payloads(fileobj, inc, reader="warcio") -> Iterator[(target_uri, payload_bytes)]`:

@@ -19,12 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from webgraph_contract import fileio, layout, record_codec, stats_json
+from webgraph_pipeline import __version__
 from webgraph_pipeline import columnar as col
-from webgraph_pipeline import contract, fileio
 from webgraph_pipeline.fingerprints import Names, joined_names, names_array, pack_array
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
-_SPLIT_FILES = tuple((split, prefix, contract.TFRECORD_SUFFIX) for split, prefix in contract.ALL_SPLIT_PREFIXES.items())
+_SPLIT_FILES = tuple((split, prefix, layout.TFRECORD_SUFFIX) for split, prefix in layout.ALL_SPLIT_PREFIXES.items())
 DEGREE_PLOT = "degree_distribution.png"
 
 
@@ -70,28 +71,11 @@ def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequenc
     return buf.getvalue()
 
 
-def build_stats(
-    summary: Mapping[str, Any], config: Mapping[str, Any], input_files: Sequence[str], num_shards: int
-) -> dict[str, Any]:
-    """stats.json without the counters (the driver adds those once the job has run)."""
-    from webgraph_pipeline import __version__
-
-    stats = dict(summary)
-    stats.update(
-        config=dict(config),
-        input_files=list(input_files),
-        num_shards=num_shards,
-        code_version=__version__,
-    )
-    if config.get("bipartite") and "num_rows" in stats:  # users x items: `nodes` is their sum
-        stats.update(users=stats["num_rows"], items=stats["num_cols"])
-    return stats
-
 
 class _WriteShardFn(beam.DoFn):
     """(shard, {'rows': [pieces], 'shard': [...]}) -> writes one shard file sorted by id, yields its path.
 
-    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `contract.encode_rows`) or (ids array,
+    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `record_codec.encode_rows`) or (ids array,
     packed names) (kind `vocab`).
     """
 
@@ -102,7 +86,7 @@ class _WriteShardFn(beam.DoFn):
     def process(self, kv) -> Iterator[str]:
         shard, grouped = kv
         path = os.path.join(
-            self._output_dir, contract.shard_name(self._prefix, shard, self._num_shards, self._suffix)
+            self._output_dir, layout.shard_name(self._prefix, shard, self._num_shards, self._suffix)
         )
         pieces = list(grouped["rows"])
         if self._kind == "vocab":
@@ -111,7 +95,7 @@ class _WriteShardFn(beam.DoFn):
         else:
             block = col.concat_blocks(pieces)
             block = col.take_rows(block, np.argsort(block[0], kind="stable"))
-            fileio.write_records(path, contract.encode_rows(*block))
+            fileio.write_records(path, record_codec.encode_rows(*block))
         yield path
 
 
@@ -181,13 +165,13 @@ class WriteTfRecords(beam.PTransform):
                 _write_sharded(graph[split], size, split, self._output_dir, prefix, suffix, self._num_shards, "rows")
             )
         written.append(
-            _write_sharded(graph["vocab"], sizes["rows"], "vocab", self._output_dir, contract.VOCAB_PREFIX, "",
+            _write_sharded(graph["vocab"], sizes["rows"], "vocab", self._output_dir, layout.VOCAB_PREFIX, "",
                            self._num_shards, "vocab")
         )
         if bipartite:
             written.append(
                 _write_sharded(graph["col_vocab"], sizes["cols"], "col_vocab", self._output_dir,
-                               contract.COL_VOCAB_PREFIX, "", self._num_shards, "vocab")
+                               layout.COL_VOCAB_PREFIX, "", self._num_shards, "vocab")
             )
         written.append(
             summary
@@ -207,9 +191,9 @@ class _WriteStatsFn(beam.DoFn):
         self._num_shards, self._title = num_shards, title
 
     def process(self, summary: Mapping[str, Any]) -> Iterator[str]:
-        stats = build_stats(summary, self._config, self._input_files, self._num_shards)
-        contract.write_stats(self._output_dir, stats)
-        yield os.path.join(self._output_dir, contract.STATS_FILE)
+        stats = stats_json.job_stats(summary, self._config, self._input_files, __version__, self._num_shards)
+        stats_json.write_stats(self._output_dir, stats)
+        yield os.path.join(self._output_dir, stats_json.STATS_FILE)
         plot = os.path.join(self._output_dir, DEGREE_PLOT)
         png = degree_plot_png(stats["out_degree_histogram"], stats["in_degree_histogram"], self._title,
                               bool(self._config.get("bipartite")))

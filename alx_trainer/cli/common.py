@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import traceback
 from typing import Callable
 
 from alx_trainer.config import ConfigError
+from webgraph_contract.command_line import DEBUG_ENV, debugging, one_line
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-DEBUG_ENV = "ALX_DEBUG"  # set (not 0) or --debug: errors show their traceback
 # Errors the commands raise on purpose, with a message that says what, where and what to do.
 EXPECTED_ERRORS = (ValueError, OSError, KeyError, ArithmeticError)
 
@@ -47,16 +46,19 @@ def add_log_level(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log_level", choices=LOG_LEVELS, default="info", help="Diagnostics on stderr from this level.")
 
 
-def debugging() -> bool:
-    """Whether `--debug` (see `alx_trainer.__main__`) or ALX_DEBUG=1 asked for tracebacks."""
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+def add_compile_cache(parser: argparse.ArgumentParser) -> None:
+    """`--compile_cache DIR|auto|off` (as `train`'s flag of the same name)."""
+    parser.add_argument("--compile_cache", default="auto",
+                        help="JAX's persistent compilation cache: 'auto' (this user's ~/.cache/alx/jax or "
+                             "$XDG_CACHE_HOME/alx/jax), a directory only this user can write, or 'off'.")
 
 
-def one_line(error: BaseException) -> str:
-    """An exception as one line: the last non-empty line of its message, else its type."""
-    message = error.args[0] if isinstance(error, KeyError) and error.args else error
-    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__
+def use_compile_cache(setting: str) -> None:
+    """Turn JAX's persistent compilation cache on (`compile_cache.enable`) before anything compiles."""
+    from alx_trainer import compile_cache  # imports JAX: not for --help
+
+    path = compile_cache.enable(setting)
+    logging.getLogger("alx_trainer").debug("compilation cache: %s", path or "off")
 
 
 def run(prog: str, body: Callable[[], int]) -> int:
@@ -67,7 +69,7 @@ def run(prog: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"alx_trainer {prog}: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # every error becomes one line; --debug / ALX_DEBUG=1 adds the traceback
+    except Exception as e:  # every error becomes one line; --debug / WEBGRAPH_DEBUG=1 adds the traceback
         if debugging():
             traceback.print_exc()
         if isinstance(e, ConfigError):

@@ -27,8 +27,9 @@ import sys
 
 import jax
 
-from alx_trainer.cli.common import run, setup_logging
-from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.cli.common import run, setup_logging, use_compile_cache
+from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.config import TrainConfig
 from alx_trainer.ops import per_core
 
 
@@ -73,13 +74,14 @@ def split_cpu(config: TrainConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, train, print a one-line summary; 0 on success, 2 for a bad flag or value, 1 for
-    bad data or a failed run (one line on stderr; `--debug` or ALX_DEBUG=1 adds the traceback)."""
+    bad data or a failed run (one line on stderr; `--debug` or WEBGRAPH_DEBUG=1 adds the traceback)."""
     return run("train", lambda: _main(argv))
 
 
 def _main(argv: list[str] | None) -> int:
     config = parse_dataclass_args(TrainConfig, argv, prog="alx_trainer train").validate()
     setup_logging(config.log_level)
+    use_compile_cache(config.compile_cache)
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad flag
     from alx_trainer.train import train
 

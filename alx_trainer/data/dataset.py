@@ -12,7 +12,7 @@ import numpy as np
 
 from alx_trainer.data import csr_transpose, integrity, records, tfds_input
 from alx_trainer.data.row_chunk import RowChunk
-from webgraph_pipeline import contract, fileio
+from webgraph_contract import fileio, layout, stats_json
 
 
 @dataclasses.dataclass
@@ -46,44 +46,44 @@ def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
 def open_directory(data_dir: str) -> Dataset:
     """The shard files and matrix shape of a directory written in the dataset contract; a `DataError`
     when a split lacks shards or has none although stats.json counts rows in it."""
-    stats = contract.read_stats(data_dir)
-    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in contract.ALL_SPLIT_PREFIXES}
+    stats = stats_json.read_stats(data_dir)
+    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in layout.ALL_SPLIT_PREFIXES}
     files = {}
-    for split in contract.ALL_SPLIT_PREFIXES:
+    for split in layout.ALL_SPLIT_PREFIXES:
         try:
-            files[split] = list(contract.iter_split_files(data_dir, split))
+            files[split] = list(layout.iter_split_files(data_dir, split))
         except FileNotFoundError:
-            optional = split == "test" or split in contract.VALIDATION_PREFIXES
+            optional = split == "test" or split in layout.VALIDATION_PREFIXES
             if not optional or splits.get(split, 0) > 0:
                 counted = f", although stats.json counts {splits[split]} rows in it" if split in splits else ""
                 raise integrity.DataError(
-                    f"{data_dir}: no {split!r} shard ({contract.split_glob(data_dir, split)} matches nothing{counted}); "
+                    f"{data_dir}: no {split!r} shard ({layout.split_glob(data_dir, split)} matches nothing{counted}); "
                     f"restore them or {integrity.REBUILD}"
                 ) from None
             continue
         integrity.check_shards(data_dir, split, files[split])
-    return _described(data_dir, data_dir, files, stats, contract.ALL_SPLIT_PREFIXES)
+    return _described(data_dir, data_dir, files, stats, layout.ALL_SPLIT_PREFIXES)
 
 
 def open_tfds(name: str, data_dir: str | None) -> Dataset:
     """A prepared TFDS dataset such as `web_graph/de-dense` (see `tfds_input`)."""
     full, root, files, stats = tfds_input.locate(name, data_dir)
-    return _described(full, root, files, stats, contract.SPLIT_PREFIXES, tfds=True)
+    return _described(full, root, files, stats, layout.SPLIT_PREFIXES, tfds=True)
 
 
 def _described(name: str, root: str, files: dict[str, list[str]], stats: Mapping[str, Any],
                prefixes: Sequence[str], tfds: bool = False) -> Dataset:
     """A Dataset of `files` as its stats.json describes it (splits among `prefixes` counted)."""
-    num_rows, num_cols = contract.matrix_shape(stats)
+    num_rows, num_cols = stats_json.matrix_shape(stats)
     splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in prefixes}
-    return Dataset(name, num_rows, num_cols, files, root, tfds=tfds, bipartite=contract.is_bipartite(stats),
-                   splits=splits, fingerprint=contract.dataset_fingerprint(stats),
+    return Dataset(name, num_rows, num_cols, files, root, tfds=tfds, bipartite=stats_json.is_bipartite(stats),
+                   splits=splits, fingerprint=stats_json.dataset_fingerprint(stats),
                    protocol=str(stats.get("protocol", "")))
 
 
 def validation_view(dataset: Dataset) -> Dataset:
     """The dataset with its validation splits in the places of train, train_t and test (tuning)."""
-    missing = [s for s in contract.VALIDATION_PREFIXES if s not in dataset.files]
+    missing = [s for s in layout.VALIDATION_PREFIXES if s not in dataset.files]
     if missing:
         raise FileNotFoundError(
             f"{dataset.name}: no {missing[0]!r} split; make the dataset with the pipeline's --validation_fraction"

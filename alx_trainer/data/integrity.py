@@ -3,7 +3,7 @@
 Every check runs before epoch 1 (or before `eval`/`predict`/`export` do any work) and fails with
 a one-line `DataError` that names the directory, what is wrong, and what to do:
 
-- `check_shards`: every shard of `-of-N` of each split is present (`contract.missing_shards`).
+- `check_shards`: every shard of `-of-N` of each split is present (`layout.missing_shards`).
 - `check_trainable`: the matrix has rows and columns and stats.json promises training rows.
 - `check_rows`: the rows the trainer counted while reading a split equal stats.json `splits`.
 - `check_same_data`: the model's recorded `dataset_fingerprint` equals the data's; a model or a
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Mapping, Optional
 
-from webgraph_pipeline import contract
+from webgraph_contract import layout
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class DataError(ValueError):
 
 def check_shards(where: str, split: str, files: list[str]) -> None:
     """Every shard `-of-N` of one split is in `files`; DataError naming the first missing ones."""
-    missing, clash = contract.missing_shards(files)
+    missing, clash = layout.missing_shards(files)
     if clash:
         raise DataError(f"{where}: the {split!r} split is inconsistent: {clash}; {REBUILD}")
     if missing:

@@ -1,8 +1,8 @@
 """Streaming input: the contract's TFRecords as CSR chunks of rows in NumPy, without TensorFlow.
 
 Each host reads only its own share of the shard files (`files[process_index::process_count]`);
-each file is read in blocks of whole records (`webgraph_pipeline.tfrecord`, CRC-32C checked) and
-each block decoded at once (`webgraph_pipeline.example_rows`) in threads over the host's cores,
+each file is read in blocks of whole records (`webgraph_contract.tfrecord`, CRC-32C checked) and
+each block decoded at once (`webgraph_contract.record_codec`) in threads over the host's cores,
 so no host ever holds the dataset as Python objects, and `prefetch` runs the reading in a thread
 ahead of the solves.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from alx_trainer.data import host_cores
 from alx_trainer.data.row_chunk import RowChunk
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader
 
 T = TypeVar("T")
 
@@ -60,13 +60,13 @@ def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: 
 
 def _files_ahead(files: Sequence[str], threads: int) -> Iterator[tuple[str, Iterator]]:
     """(path, its decoded blocks) of every file in order; each file is read in a thread of its own
-    (`contract.iter_file_rows`, `threads` decoding), the next one started with this one."""
+    (`dataset_reader.iter_file_rows`, `threads` decoding), the next one started with this one."""
     started: collections.deque = collections.deque()
     try:
         for k, path in enumerate(files):
             while len(started) < 2 and k + len(started) < len(files):
                 ahead = files[k + len(started)]
-                started.append(_start(functools.partial(contract.iter_file_rows, ahead, threads), 2))
+                started.append(_start(functools.partial(dataset_reader.iter_file_rows, ahead, threads), 2))
             yield path, _drain(*started[0])
             started.popleft()
     finally:

@@ -9,13 +9,12 @@ directory (or `info.metadata["stats"]`), else from the largest id in the files.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
-from typing import Any
-
 from alx_trainer.data import integrity, records
-from webgraph_pipeline import contract
+from webgraph_contract import layout, stats_json
 
 DEFAULT_VERSION = "1.0.0"
 
@@ -40,7 +39,7 @@ def locate(name: str, data_dir: str | None) -> tuple[str, str, dict[str, list[st
         raise FileNotFoundError(f"{full}: not prepared under {root}; run `tfds build tfds_builder/web_graph ...` first")
     files: dict[str, list[str]] = {}
     for split, info in builder.info.splits.items():
-        if split in contract.SPLIT_PREFIXES:
+        if split in layout.SPLIT_PREFIXES:
             files[split] = sorted(os.path.join(root, f) for f in info.filenames)
     absent = [f for split_files in files.values() for f in split_files if not os.path.exists(f)]
     if absent:
@@ -49,9 +48,9 @@ def locate(name: str, data_dir: str | None) -> tuple[str, str, dict[str, list[st
     for split in ("train", "train_t"):
         if not files.get(split):
             raise ValueError(f"{full}: has no {split!r} split; dataset does not match the WebGraph contract")
-    stats_path = os.path.join(root, contract.STATS_FILE)
+    stats_path = os.path.join(root, stats_json.STATS_FILE)
     if os.path.exists(stats_path):
-        stats = contract.read_stats(root)
+        stats = stats_json.read_stats(root)
     elif "stats" in builder.info.metadata:
         stats = dict(builder.info.metadata["stats"])
     else:

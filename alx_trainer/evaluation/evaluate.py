@@ -27,7 +27,7 @@ from alx_trainer.data import records
 from alx_trainer.data.dataset import Dataset, open_directory, validation_view
 from alx_trainer.evaluation import metrics
 from alx_trainer.model import fold_in, load_model
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader, stats_json
 
 Row = tuple[int, np.ndarray, np.ndarray]  # (row_tag, fold-in col_tag, gt_tag)
 FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
@@ -157,7 +157,7 @@ def _load_eval_data(test: tuple[str, ...], train: tuple[str, ...], shape: tuple[
     counts = np.zeros(shape[1], np.int64)
     for chunk in records.read_chunks(train, 1 << 16, *shape):
         counts += np.bincount(chunk.cols, minlength=shape[1])
-    return contract.read_records(test), counts.astype(np.float32), shared
+    return dataset_reader.read_records(test), counts.astype(np.float32), shared
 
 
 def load_eval_data(data: str | Dataset, split: str = "test") -> tuple[list[Row], np.ndarray, bool]:
@@ -168,7 +168,7 @@ def load_eval_data(data: str | Dataset, split: str = "test") -> tuple[list[Row],
     dataset = data if isinstance(data, Dataset) else _directory(os.fspath(data), split)
     if not dataset.files.get("test"):
         raise ValueError(f"{dataset.name}: no test rows to evaluate (the dataset was built without a test split?)")
-    stats = os.path.join(dataset.data_dir, contract.STATS_FILE)
+    stats = os.path.join(dataset.data_dir, stats_json.STATS_FILE)
     stamp = (dataset.fingerprint, os.path.getmtime(stats) if os.path.exists(stats) else 0.0)
     return _load_eval_data(tuple(dataset.files["test"]), tuple(dataset.files["train"]),
                            (dataset.num_rows, dataset.num_cols), not dataset.bipartite, stamp)

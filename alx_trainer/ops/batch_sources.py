@@ -25,7 +25,7 @@ import numpy as np
 
 from alx_trainer.data import batching, records
 from alx_trainer.data.row_chunk import RowChunk
-from alx_trainer.ops import owner_stream
+from alx_trainer.ops import owner_file_stream
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
 
@@ -174,7 +174,7 @@ class OwnerResident:
 
 class OwnerStream:
     """'owner' with `stream_batches`: each device's calls built from the files as they are consumed
-    (`owner_stream`); only the long rows, kept from the planning pass, stay in memory."""
+    (`owner_file_stream`); only the long rows, kept from the planning pass, stay in memory."""
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: list[RowChunk],
                  shard: int, per_device: bool):
@@ -185,12 +185,12 @@ class OwnerStream:
 
     def streams(self) -> list[Iterator[Call]]:
         devices = self.mesh.local_devices
-        parts = owner_stream.split_by_owner(self.make_chunks(), self.shard, len(devices))
+        parts = owner_file_stream.split_by_owner(self.make_chunks(), self.shard, len(devices))
         if self.per_device:  # device j's calls are [1, ...] arrays of its own
             put = [functools.partial(device_call, d) for d in devices]
         else:
             put = [functools.partial(global_call, self.mesh)]
-        return [owner_stream.device_calls(p, *self.plan.shape, self.plan.per_call, f) for p, f in zip(parts, put)]
+        return [owner_file_stream.device_calls(p, *self.plan.shape, self.plan.per_call, f) for p, f in zip(parts, put)]
 
     def long_batches(self) -> Iterable[batching.LongBatch]:
         return self.long

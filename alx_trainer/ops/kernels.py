@@ -1,7 +1,7 @@
 """The compiled `shard_map` kernels of one half-epoch (paper 4.2, Algorithm 2).
 
 - `make_gramian`: local `T_mu^T T_mu`, then `psum`.
-- a step (`make_step`): gather the fixed rows of K stacked dense batches (`lookups`), solve each
+- a step (`make_step`): gather the fixed rows of K stacked dense batches (`gather_scatter`), solve each
   row's normal equations (paper Eq. 4) with the configured solver in float32 ('block': the
   iALS++ sweep of `block_solver`; CG 'matvec': without building d x d matrices), write the rows
   back; a `lax.scan` over the K batches, so fewer dispatches per half-epoch. On a CPU host split
@@ -25,9 +25,19 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from alx_trainer.ops import block_solver, solvers
-from alx_trainer.ops.lookups import fixed_rows, local_lookup, rows_in, rows_out, shard_start, sharded_gather, sharded_scatter
+from alx_trainer.ops.gather_scatter import (
+    fixed_rows,
+    local_lookup,
+    rows_in,
+    rows_out,
+    shard_start,
+    sharded_gather,
+    sharded_scatter,
+    stored_rows,
+)
 from alx_trainer.ops.mesh import AXIS
 from alx_trainer.ops.spec import Fixed, StepSpec
+from alx_trainer.ops.table_storage import as_float32
 
 
 def _gramian_local(table_l: jax.Array) -> jax.Array:
@@ -95,12 +105,59 @@ def _loss_terms(valid, observed, lam, x):
     return jnp.stack([observed, reg, rows])
 
 
+def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
+    """Matrix-free CG on one batch: h [B, L, d] (the table's dtype, padding unmasked), x0 [R, d].
+
+    Every pass over h is a product that widens h to float32 inside it (never a float32 copy of
+    h): `dots` (h_l . v of each entry's row) and `sums` (sum over a row's entries of w_l h_l).
+    r0 = sum_l (1 - h_l.x0) h_l - (alpha G + lambda) x0 takes two passes and each CG step two;
+    the observed loss takes none: h_l.x = h_l.x0 + sum_k step_k h_l.p_k from the steps' `dots`.
+    """
+    gram, hyper = fixed
+    alpha, rows = hyper[0], row_ids.shape[0]
+    valid = row_ids >= 0
+    lam = row_reg(spec.num_other, hyper, row_len)
+    mask = (ids >= 0).astype(jnp.float32)
+    wide = as_float32(h)  # converted inside each consuming fusion (XLA duplicates the convert)
+
+    def per_piece(v):  # [R, ...] -> [B, ...]: the value of each piece's row (zero for padding pieces)
+        return jnp.take(v, seg, axis=0, mode="fill", fill_value=0)
+
+    def dots(v):  # [R, d] -> [B, L]
+        return mask * jnp.sum(wide * per_piece(v)[:, None, :], axis=-1)
+
+    def sums(w):  # [B, L] -> [R, d]
+        return jax.ops.segment_sum(jnp.sum(w[..., None] * wide, axis=1), seg, num_segments=rows)
+
+    def rest(v):  # (alpha G + lambda) v
+        return alpha * (v @ gram) + lam[:, None] * v
+
+    hx = dots(x0)
+    state = solvers.cg_start(x0, sums(mask - hx) - rest(x0))
+
+    def step(_, carry):
+        state, hx = carry
+        hp = dots(state.p)
+        state, size = solvers.cg_update(state, sums(hp) + rest(state.p))
+        return state, (hx + per_piece(size) * hp if spec.observed_loss else hx)
+
+    state, hx = jax.lax.fori_loop(0, spec.cg_iters, step, (state, hx), unroll=spec.unroll)
+    x = jnp.where(valid[:, None], state.x, 0)
+    if spec.observed_loss:
+        observed = jax.ops.segment_sum((mask * (1 - hx) ** 2).sum(axis=1), seg, num_segments=rows)
+    else:
+        observed = jnp.zeros(rows, jnp.float32)
+    return x, _loss_terms(valid, observed, lam, x)
+
+
 def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
     """Solve one dense batch (ids [B, L], seg [B], row_ids/row_len [R]); returns (dst_l, terms)."""
     gram, hyper = fixed
     alpha = hyper[0]
     rows = row_ids.shape[0]
-    h = fixed_rows(spec, src_l, ids)  # [B, L, d] float32, zeros at padding
+    matvec = spec.matvec and spec.solver == "cg"
+    # [B, L, d]: in the table's dtype, unmasked, for the matrix-free CG; else float32, zeros at padding
+    h = stored_rows(spec, src_l, ids) if matvec else fixed_rows(spec, src_l, ids)
     x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
     if spec.solver == "block":  # iALS++: never builds the d x d matrices
         valid = row_ids >= 0
@@ -108,30 +165,8 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids,
         x, err = block_solver.sweep(h, seg, x0, gram, lam, alpha, valid, spec.block_size)
         per_entry = jnp.where(ids >= 0, err**2, 0).sum(axis=1)  # errors of the final x: the observed loss
         terms = _loss_terms(valid, jax.ops.segment_sum(per_entry, seg, num_segments=rows), lam, x)
-    elif spec.matvec and spec.solver == "cg":
-        valid = row_ids >= 0
-        lam = row_reg(spec.num_other, hyper, row_len)
-
-        def per_row(p):  # [R, d] -> [B, d]: each piece's row vector (zero for padding pieces)
-            return jnp.take(p, seg, axis=0, mode="fill", fill_value=0)
-
-        def matvec(p):
-            hp = jnp.einsum("bld,bd->bl", h, per_row(p))
-            obs = jax.ops.segment_sum(jnp.einsum("bl,bld->bd", hp, h), seg, num_segments=rows)
-            return obs + alpha * (p @ gram) + lam[:, None] * p
-
-        # r0 = b - A x0 = sum_i h_i (1 - h_i.x0) - (alpha G + lambda) x0: b and A x0 in one pass.
-        residual = jnp.einsum("bl,bld->bd", 1 - jnp.einsum("bld,bd->bl", h, per_row(x0)), h)
-        r0 = jax.ops.segment_sum(residual, seg, num_segments=rows) - alpha * (x0 @ gram) - lam[:, None] * x0
-        x = solvers.cg(matvec, None, x0, spec.cg_iters, r0=r0)
-        x = jnp.where(valid[:, None], x, 0)
-        if spec.observed_loss:
-            hx = jnp.einsum("bld,bd->bl", h, jnp.take(x, seg, axis=0, mode="fill", fill_value=0))
-            per_entry = jnp.where(ids >= 0, (1 - hx) ** 2, 0).sum(axis=1)
-            observed = jax.ops.segment_sum(per_entry, seg, num_segments=rows)
-        else:
-            observed = jnp.zeros(rows, jnp.float32)
-        terms = _loss_terms(valid, observed, lam, x)
+    elif matvec:
+        x, terms = _matvec_cg(spec, fixed, h, ids, seg, x0, row_ids, row_len)
     else:
         a_obs, b = _explicit_stats(h, seg, rows, spec.precision)
         x, terms = _solve_explicit(spec, fixed, a_obs, b, x0, row_ids, row_len)
@@ -162,7 +197,7 @@ def _step(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len
         # No collective: a device skips its padding batches (row slots all empty).
         return jax.lax.cond(jnp.any(batch[2] >= 0), lambda t: body(t, fixed, *batch), lambda t: (t, jnp.zeros(3)), dst_l)
 
-    dst_l, terms = jax.lax.scan(one, dst_l, (ids[0], seg[0], row_ids[0], row_len[0]))
+    dst_l, terms = jax.lax.scan(one, dst_l, (ids[0], seg[0], row_ids[0], row_len[0]), unroll=spec.unroll)
     terms = terms.sum(axis=0)
     return dst_l, (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
 
@@ -256,7 +291,7 @@ def _long_solve(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, slot, row_ids, 
         return (a.at[slot_k].add(outer_sums(h, spec.precision)[0]), b.at[slot_k].add(h[0].sum(axis=0))), None
 
     init = (jnp.zeros((rows + 1, d, d), jnp.float32), jnp.zeros((rows + 1, d), jnp.float32))
-    (a, b), _ = jax.lax.scan(one, init, (ids[0], slot[0]))
+    (a, b), _ = jax.lax.scan(one, init, (ids[0], slot[0]), unroll=spec.unroll)
     return _solve_scatter(spec, dst_l, fixed, a[None, :rows], b[None, :rows], row_ids, row_len)
 
 
@@ -271,6 +306,39 @@ def make_long_solve(mesh: Mesh, spec: StepSpec):
         mesh=mesh,
         in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
         out_specs=(P(AXIS), P()),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(1,))
+
+
+def _half_epoch(spec: StepSpec, src_l, dst_l, fixed: Fixed, normal, longs):
+    """A whole half-epoch on resident batches: the normal rows' scan (`normal`: its 4 arrays, or
+    None), each long-row call's solve (`longs`), then the gramian of the solved table."""
+    if spec.layout == "replicated":  # the fixed table whole on every device, inside this program
+        src_l = jax.lax.all_gather(src_l, AXIS, tiled=True)
+    terms = jnp.zeros(3, jnp.float32)
+    if normal is not None:
+        dst_l, terms = _step(spec, src_l, dst_l, fixed, *normal)
+    for call in longs:
+        dst_l, more = _long_solve(spec, src_l, dst_l, fixed, *call)
+        terms = terms + more
+    return dst_l, terms, _gramian_local(as_float32(dst_l))
+
+
+@functools.lru_cache(maxsize=None)
+def make_half_epoch(mesh: Mesh, spec: StepSpec, normal: bool, longs: int):
+    """`half_epoch(src, dst, (gram, hyper), normal, longs) -> (dst, terms, gramian(dst))`: one
+    compiled call per half-epoch (the accelerator path's resident batches; 'sharded' or
+    'replicated', `src` sharded either way). `normal` is a `make_step` call's 4 batch arrays (or
+    None when `normal` is False), `longs` a tuple of `longs` `make_long_solve` calls' 4 arrays."""
+    if spec.owner:
+        raise ValueError("a one-call half-epoch takes the 'sharded' or 'replicated' layout")
+    batch = (P(AXIS),) * 4
+    fn = jax.shard_map(
+        functools.partial(_half_epoch, spec),
+        mesh=mesh,
+        in_specs=(P(AXIS), P(AXIS), P(), batch if normal else None, (batch,) * longs),
+        out_specs=(P(AXIS), P(), P()),
         check_vma=False,
     )
     return jax.jit(fn, donate_argnums=(1,))

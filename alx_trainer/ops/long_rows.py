@@ -3,24 +3,42 @@
 Two forms: `solve_explicit` (any layout: a part of each row's d x d statistics per batch from
 `kernels.make_long_stats`, summed on the host in float64, then solved by
 `kernels.make_solve_scatter`) and `solve_cg` ('owner' layout with matrix-free CG, one process:
-the rows go in groups (`long_groups.plan_groups`) over the device threads, each group one call
+the rows go in groups (`plan_groups`) over the device threads, each group one call
 of `long_cg`, which gathers the group's fixed-table rows once and runs r0, the CG steps and the
 loss on the device in float32, as a normal row's solve).
+
+Groups. Which long rows are solved together: groups of whole rows whose gathered block is bounded.
+
+A long row (more than `batch_pieces` pieces) arrives as whole device batches of its own. Its
+matrix-free CG reads every entry five times (r0, three matvecs, the loss), and gathering a
+fixed-table row is a random read, so a group of rows is gathered once into one contiguous
+float32 block that all five passes read (`long_cg`). Sizes are counted in batches and
+are powers of two (one compiled program per size):
+
+- the chunk, the batches whose block fits a core's share of the cache (`cache`). A group of one
+  chunk packs several short long rows and is one batched product per pass that stays in cache
+  for the whole solve: one read from memory per entry instead of five.
+- a row longer than a chunk gets a group of its own, rounded up (shorter rows fill the rest),
+  read from its block a batch at a time, each pass.
+- no group holds more than `budget` batches: a longer row is streamed (each pass gathers it a
+  batch at a time again), so the budget, not the long rows' total, bounds what a device holds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import heapq
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from alx_trainer.data import batching
-from alx_trainer.ops import long_groups, per_core, solvers
-from alx_trainer.ops.host_replica import host_float32
+from alx_trainer.ops import per_core, solvers
+from alx_trainer.ops.gather_scatter import local_update, row_gather
+from alx_trainer.ops.host_fixed_table import host_float32
 from alx_trainer.ops.kernels import make_long_stats, make_solve_scatter, row_reg
-from alx_trainer.ops.lookups import local_update, row_gather
 from alx_trainer.ops.mesh import device_parts, host_batch, local_rows
 from alx_trainer.ops.plan import SidePlan
 from alx_trainer.ops.spec import StepSpec
@@ -33,6 +51,59 @@ from alx_trainer.ops.spec import StepSpec
 LONG_CACHE_BYTES = 8 << 20
 LONG_BLOCK_BYTES = 64 << 20
 
+
+
+@dataclasses.dataclass
+class Group:
+    """Rows (indices into the long rows) solved in one call, in `size` batches (padding at the end)."""
+
+    rows: list[int]
+    size: int
+    resident: bool  # gathered once (else streamed)
+
+
+def pow2_at_least(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def pow2_at_most(n: int) -> int:
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: int) -> tuple[int, list[list[Group]]]:
+    """The chunk and each of `workers` devices' groups for long rows of `batches_per_row` batches.
+
+    `cache`, `budget`: the batches whose float32 block fits a core's cache share and the bound
+    per device. Rows are placed longest first, each into the fullest open group with room for it
+    (best fit), else into a new group of its length rounded up to a power of two, at least a
+    chunk; the groups then go to the least loaded device, largest first.
+    """
+    budget = pow2_at_most(budget)
+    chunk = min(pow2_at_most(cache), budget, pow2_at_least(int(np.sum(batches_per_row))))  # tiny inputs: a tiny chunk
+    groups: list[Group] = []
+    room: list[int] = []  # free batches per group
+    open_with: list[list[int]] = [[] for _ in range(budget + 1)]  # free batches -> resident groups with that room
+    for r in np.argsort(-batches_per_row, kind="stable").tolist():
+        n = int(batches_per_row[r])
+        if n > budget:
+            groups.append(Group([r], pow2_at_least(n), resident=False))
+            room.append(0)
+            continue
+        g = next((open_with[f].pop() for f in range(n, budget + 1) if open_with[f]), None)
+        if g is None:
+            g = len(groups)
+            groups.append(Group([], max(chunk, pow2_at_least(n)), resident=True))
+            room.append(groups[g].size)
+        groups[g].rows.append(r)
+        room[g] -= n
+        open_with[room[g]].append(g)
+    load = [(0, w) for w in range(workers)]
+    per_worker: list[list[Group]] = [[] for _ in range(workers)]
+    for g in sorted(groups, key=lambda g: -g.size):
+        total, w = heapq.heappop(load)
+        per_worker[w].append(g)
+        heapq.heappush(load, (total + g.size, w))
+    return chunk, per_worker
 
 @functools.partial(jax.jit, static_argnames=("iters", "chunk", "resident", "loss"))
 def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, resident: bool, loss: bool):
@@ -145,7 +216,7 @@ def solve_cg(mesh, spec: StepSpec, shard: int, per_device: bool, hyper: np.ndarr
     d = src.shape[1]
     batch_bytes = batches.ids[0].size * d * 4  # one batch's float32 block
     devices = mesh.local_devices if per_device else mesh.local_devices[:1]
-    chunk, plan = long_groups.plan_groups(
+    chunk, plan = plan_groups(
         per_row, LONG_CACHE_BYTES // batch_bytes, LONG_BLOCK_BYTES // batch_bytes, len(devices)
     )
 

@@ -15,7 +15,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching
-from alx_trainer.ops import owner_stream
+from alx_trainer.ops import owner_file_stream
 
 # combine(values, how): `values` (int64 [n]) of every host reduced by `how` ('sum' or 'max').
 Combine = Callable[[np.ndarray, str], np.ndarray]
@@ -90,7 +90,7 @@ def make_plan(
     n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
     device_steps: tuple[int, ...] = ()
     if owner:
-        device_steps = tuple(owner_stream.owner_counts(lengths, row_ids, shard, k, L, B, R))
+        device_steps = tuple(owner_file_stream.owner_counts(lengths, row_ids, shard, k, L, B, R))
         steps = max(device_steps, default=0)
         per_device = np.bincount((row_ids[pieces > B] // shard).astype(np.int64), minlength=k)
         long_solves = int(-(-per_device.max(initial=0) // R))

@@ -25,7 +25,7 @@ from alx_trainer import phase_times
 from alx_trainer.config import ACCELERATOR_BATCH_IDS, TrainConfig
 from alx_trainer.data import batching
 from alx_trainer.data.row_chunk import RowChunk
-from alx_trainer.ops import batch_sources, host_replica, kernels, long_rows, per_core, plan, storage
+from alx_trainer.ops import batch_sources, host_fixed_table, kernels, long_rows, per_core, plan, table_storage
 from alx_trainer.ops.mesh import device_parts, local_rows, padded_rows, replicated
 from alx_trainer.ops.spec import Fixed, StepSpec, accelerator, hyper_params
 
@@ -63,9 +63,11 @@ class SideRunner:
         spec: StepSpec,
         make_chunks: Callable[[], Iterator[RowChunk]],
         num_rows: int,
-        replica: host_replica.ReplicaBuffer | None = None,
+        replica: host_fixed_table.ReplicaBuffer | None = None,
         name: str = "",
     ):
+        if spec.layout == "sharded" and mesh.size == 1 and not spec.local_stats:
+            spec = dataclasses.replace(spec, layout="replicated")  # one device: a plain lookup, no collective
         self.config, self.mesh, self.spec, self.replica = config, mesh, spec, replica
         self.hyper = hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.hyper_on_devices = jax.device_put(self.hyper, replicated(mesh))
@@ -85,19 +87,28 @@ class SideRunner:
         with timed("read"):
             read = batch_sources.scan(make_chunks(), keep_chunks=keep, long_above=smallest if streamed else None)
         combine = plan.over_hosts if len(local) < mesh.size else plan.one_host  # the mesh spans processes
-        max_calls = config.calls_per_half_epoch if self.accelerator else 0
-        with timed("plan"):
-            self.plan = plan.make_plan(config, spec.owner, read.lengths, read.row_ids, len(local), self.shard,
-                                       combine, batch_ids, max_calls)
-        with timed("pack"):
-            self.source = self._source(make_chunks, read, combine, streamed, name)
 
-    def _source(self, make_chunks, read: batch_sources.Scan, combine: plan.Combine, streamed: bool, name: str):
+        def make_plan(max_calls: int) -> plan.SidePlan:
+            with timed("plan"):
+                return plan.make_plan(config, spec.owner, read.lengths, read.row_ids, len(local), self.shard,
+                                      combine, batch_ids, max_calls)
+
+        # the accelerator path: resident batches run a half-epoch in one call (`kernels.make_half_epoch`),
+        # streamed ones in at most `calls_per_half_epoch`
+        self.plan = make_plan(1 if self.accelerator else 0)
+        self.one_call = self.accelerator and self._resident(name)
+        if self.accelerator and not self.one_call:
+            self.plan = make_plan(config.calls_per_half_epoch)
+        with timed("pack"):
+            self.source = self._source(make_chunks, read, combine, streamed)
+        self.solved_gramian: jax.Array | None = None  # the one-call half-epoch's gramian of its result
+
+    def _source(self, make_chunks, read: batch_sources.Scan, combine: plan.Combine, streamed: bool):
         """The batch source of this side's mode (see `batch_sources`)."""
         mesh, config = self.mesh, self.config
         if self.accelerator:
             long_rows_per_call = max(1, min(self.plan.batch_rows, LONG_STATS_BYTES // (4 * config.dim**2)))
-            source = batch_sources.DeviceResident if self._resident(name) else batch_sources.DeviceStream
+            source = batch_sources.DeviceResident if self.one_call else batch_sources.DeviceStream
             return source(mesh, self.plan, make_chunks, long_rows_per_call, combine)
         if streamed:
             return batch_sources.OwnerStream(mesh, self.plan, make_chunks, read.long_rows, self.shard, self.per_device)
@@ -113,10 +124,10 @@ class SideRunner:
         free = free_bytes(self.mesh.local_devices[0])
         choice = self.config.resident_batches
         keep = choice == "on" or (choice == "auto" and need <= RESIDENT_SHARE * free)
+        calls = "one compiled call" if keep else f"at most {self.config.calls_per_half_epoch} compiled calls"
         log.info("%s side: packed batches %.1f MiB per device, %.1f MiB free: %s (resident_batches %s); "
-                 "%d compiled calls of %d batches per half-epoch", name or "one", need / 2**20, free / 2**20,
-                 "kept on the devices" if keep else "copied double-buffered each half-epoch", choice,
-                 self.plan.calls, self.plan.per_call)
+                 "%s per half-epoch", name or "one", need / 2**20, free / 2**20,
+                 "kept on the devices" if keep else "copied double-buffered each half-epoch", choice, calls)
         return keep
 
     def _compiled(self, spec: StepSpec):
@@ -137,7 +148,7 @@ class SideRunner:
     def gramian(self, table: jax.Array) -> jax.Array:
         """`T^T T`, replicated (through the host for the collective-free 'owner' layout)."""
         if self.spec.owner:
-            return host_replica.gramian_via_host(self.mesh, table)
+            return host_fixed_table.gramian_via_host(self.mesh, table)
         return kernels.make_gramian(self.mesh)(table)
 
     def fixed(self, src: jax.Array, gram: jax.Array | None = None) -> Fixed:
@@ -147,13 +158,13 @@ class SideRunner:
     def replicated(self, table: jax.Array) -> jax.Array:
         """The fixed table as the steps take it: whole on every device unless 'sharded', in `gather_form`."""
         if not self.spec.replicated_src:
-            return storage.gather_form(table)
+            return table_storage.gather_form(table)
         if self.spec.owner:
             # A bfloat16 replica is freed each half-epoch: kept, it would add to the shard of
             # temporary that the next half-epoch's `solving_form` takes.
             keep = self.replica if table.dtype != jnp.bfloat16 else None
-            return host_replica.replicate_via_host(self.mesh, table, keep)
-        return storage.gather_form(kernels.make_replicate(self.mesh)(table))
+            return host_fixed_table.replicate_via_host(self.mesh, table, keep)
+        return table_storage.gather_form(kernels.make_replicate(self.mesh)(table))
 
     def run(
         self, src: jax.Array, dst: jax.Array, progress: ProgressFn | None = None, src_gram: jax.Array | None = None
@@ -163,8 +174,13 @@ class SideRunner:
         `progress(steps, rows)` is called after each compiled call of the normal rows; `src_gram`,
         when given, is `gramian(src)` (the training loop keeps each table's).
         """
-        dst = storage.solving_form(dst)  # before the fixed-table replica: their peaks do not add up
+        dst = table_storage.solving_form(dst)  # before the fixed-table replica: their peaks do not add up
         fixed = self.fixed(src, src_gram)
+        if self.one_call:
+            dst, terms, self.solved_gramian = self.run_one_call(table_storage.gather_form(src), dst, fixed)
+            if progress is not None:
+                progress(self.plan.steps, sum(rows for _, rows in self.source.calls))
+            return table_storage.stored_form(dst), _host_terms(terms)
         step_src = self.replicated(src)
         lock = threading.Lock()
 
@@ -179,7 +195,18 @@ class SideRunner:
             terms.extend(long_terms)
         total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
         del step_src  # the replica goes before `stored_form` takes its shard of temporary
-        return storage.stored_form(dst), total
+        return table_storage.stored_form(dst), total
+
+    def one_call_program(self):
+        """The compiled one-call half-epoch of this side (`kernels.make_half_epoch`) and its batch arguments."""
+        calls, longs = self.source.calls, tuple(tuple(c) for c in self.source.device_long_calls())
+        normal = tuple(calls[0][0]) if calls else None
+        return kernels.make_half_epoch(self.mesh, self.spec, normal is not None, len(longs)), normal, longs
+
+    def run_one_call(self, src, dst, fixed: Fixed) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Every row of this side in one compiled call (resident batches); `src` sharded as stored."""
+        program, normal, longs = self.one_call_program()
+        return program(src, dst, fixed, normal, longs)
 
     def run_normal(self, src, dst, fixed: Fixed, done: Callable[[int], None] = lambda rows: None
                    ) -> tuple[jax.Array, list]:

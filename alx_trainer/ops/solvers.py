@@ -35,18 +35,22 @@ def cg_start(x0, r0) -> CGState:
     return CGState(x0, r0, r0, _dot(r0, r0))
 
 
-def cg_step(matvec: Matvec, state: CGState) -> CGState:
-    """One conjugate-gradient step on every row at once. A row whose |r|^2 or p^T A p reached 0
-    stays where it is."""
+def cg_update(state: CGState, ap: jax.Array) -> tuple[CGState, jax.Array]:
+    """One conjugate-gradient step given `ap` = A p; the new state and the step size [R, 1] taken
+    along p. A row whose |r|^2 or p^T A p reached 0 stays where it is."""
     x, r, p, rs = state
-    ap = matvec(p)
     pap = _dot(p, ap)
     step = jnp.where(pap > 0, rs / jnp.where(pap > 0, pap, 1), 0)
     x = x + step * p
     r = r - step * ap
     rs_new = _dot(r, r)
     beta = jnp.where(rs > 0, rs_new / jnp.where(rs > 0, rs, 1), 0)
-    return CGState(x, r, r + beta * p, rs_new)
+    return CGState(x, r, r + beta * p, rs_new), step
+
+
+def cg_step(matvec: Matvec, state: CGState) -> CGState:
+    """One conjugate-gradient step on every row at once (`cg_update` with A p = `matvec(p)`)."""
+    return cg_update(state, matvec(state.p))[0]
 
 
 def cg(matvec: Matvec, b: jax.Array | None, x0: jax.Array, iters: int, r0: jax.Array | None = None) -> jax.Array:

@@ -35,6 +35,7 @@ class StepSpec:
     layout: str = "sharded"  # 'sharded', 'replicated' or 'owner' (see above)
     block_size: int = 0  # coordinates per block of the 'block' solver (iALS++)
     precision: str = "float32"  # of the explicit h h^T products: 'float32', 'tf32' or 'bfloat16'
+    unroll: bool = False  # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
 
     @property
     def replicated_src(self) -> bool:
@@ -55,10 +56,16 @@ def hyper_params(alpha: float, reg: float, reg_exponent: float) -> np.ndarray:
     return np.array([alpha, reg, reg_exponent], np.float32)
 
 
-# `cg_form` 'auto' off CPU: explicit normal matrices up to this d (matrix units), matrix-free above
-# (the d x d matrices of a batch's rows grow as d^2). Provisional: benchmarks/gpu_vs_implicit.py
-# times the forms on a GPU (`--forms`; DESIGN.md's trainer section, the rule); until then a guess.
-EXPLICIT_MAX_DIM = 256
+# `cg_form` 'auto': the form measured fastest per backend (DESIGN.md's trainer section has the
+# table): matrix-free CG on CPU and, from one H100's figures, on GPU at every measured d (64-1024);
+# no TPU figures, so TPU follows the GPU. A backend or d that ever measures otherwise gets a row here.
+AUTO_CG_FORM: dict[str, str] = {"cpu": "matvec", "gpu": "matvec", "tpu": "matvec"}
+
+
+def auto_cg_form(platform: str, dim: int) -> str:
+    """The CG form 'auto' picks on `platform` ('cpu', 'gpu', 'tpu', ...) at embedding dimension `dim`."""
+    del dim  # matvec won at every measured d on every measured backend
+    return AUTO_CG_FORM.get(platform, "matvec")
 
 
 def on_cpu() -> bool:
@@ -85,7 +92,8 @@ def resolve_layout(config: TrainConfig) -> str:
 
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> StepSpec:
     """The kernels' `StepSpec` of a side whose fixed table has `num_other` real rows."""
-    matvec = config.cg_form == "matvec" or (config.cg_form == "auto" and (on_cpu() or config.dim > EXPLICIT_MAX_DIM))
+    form = auto_cg_form(jax.default_backend(), config.dim) if config.cg_form == "auto" else config.cg_form
+    matvec = form == "matvec"
     precision = config.matmul_precision
     if precision == "auto":
         precision = "float32" if on_cpu() else "tf32"

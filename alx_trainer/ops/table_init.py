@@ -15,7 +15,7 @@ from jax.sharding import Mesh
 
 from alx_trainer.data.host_cores import host_threads
 from alx_trainer.ops.mesh import padded_rows, row_sharding
-from alx_trainer.ops.storage import BF16_BITS, bitcast
+from alx_trainer.ops.table_storage import BF16_BITS, bitcast
 
 INIT_CHUNK = 16384  # rows per generator stream and per block: initialization holds a shard and a few blocks
 

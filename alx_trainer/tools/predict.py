@@ -5,7 +5,7 @@
   row uses its row embedding; a held-out row is folded in from its fold-in outlinks (Eq. 4).
 - `nearest_neighbors`: the K nodes whose embeddings are closest by cosine to a node's embedding.
 - `export_tables`: both tables with their ids (and names) as NumPy `.npz`/`.npy` and as TFRecord.
-Scoring goes through the same sharded top-k as evaluation (`evaluate.ShardedScorer`).
+Scoring goes through the same exact top K as evaluation (`ranking.Ranker`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from alx_trainer.evaluation.evaluate import ShardedScorer, _tables
 from alx_trainer.model import fold_in
-from webgraph_pipeline import contract, fileio, urls
-from webgraph_pipeline.example_rows import encode_example
+from alx_trainer.tools.ranking import Ranker, model_tables
+from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
+from webgraph_contract.record_codec import encode_example
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Prediction:
 def load_vocab(data_dir: str, columns: bool = True) -> tuple[dict[int, str], dict[str, int]]:
     """(id -> name, name -> id) from a dataset directory's vocabulary shards: the column names
     (`columns`, the default) or the row names; the same for a graph, whose ids are shared."""
-    names = contract.read_vocab(data_dir, columns=columns)
+    names = dataset_reader.read_vocab(data_dir, columns=columns)
     return names, {name: i for i, name in names.items()}
 
 
@@ -65,8 +65,8 @@ def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) ->
 @functools.lru_cache(maxsize=4)
 def known_rows(data_dir: str) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """(training row -> its columns, held-out row -> its fold-in columns) of a dataset directory."""
-    train = {r: c for r, c, _ in contract.read_split(data_dir, "train")}
-    test = {r: c for r, c, _ in contract.read_split(data_dir, "test")}
+    train = {r: c for r, c, _ in dataset_reader.read_split(data_dir, "train")}
+    test = {r: c for r, c, _ in dataset_reader.read_split(data_dir, "test")}
     return train, test
 
 
@@ -78,7 +78,7 @@ def predict_outlinks(
     model: Any, data_dir: str, node: str | int, k: int = 10, *, config: Any = None, mesh: Any = None
 ) -> list[Prediction]:
     """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks and itself."""
-    row_table, col_table, model_config = _tables(model)
+    row_table, col_table, model_config = model_tables(model)
     row = resolve_node(node, data_dir, columns=False)
     train, test = known_rows(fileio.absolute(data_dir))
     if row in train:
@@ -89,9 +89,9 @@ def predict_outlinks(
         query = np.asarray(fold_in(col_table, [known], config or model_config), np.float32)
     else:
         raise ValueError(f"node {node!r} (id {row}) has no outlinks in {data_dir}: nothing to predict from")
-    names = _names_or_empty(data_dir)
+    names = vocabulary_names(data_dir)
     exclude = np.concatenate([known, [row]]) if _shared_ids(data_dir) else known
-    scores, ids = ShardedScorer(col_table, mesh).topk(query, [exclude], k)
+    scores, ids = Ranker(col_table, None, mesh=mesh).top_k(query, [exclude], k)
     return _named(ids[0], scores[0], names)
 
 
@@ -99,7 +99,7 @@ def nearest_neighbors(
     model: Any, node: str | int, k: int = 10, *, data_dir: str | None = None, table: str = "col", mesh: Any = None
 ) -> list[Prediction]:
     """The `k` nodes with the highest cosine similarity to `node` in the `col` (or `row`) table."""
-    row_table, col_table, _ = _tables(model)
+    row_table, col_table, _ = model_tables(model)
     if table not in ("row", "col"):
         raise ValueError(f"table must be 'row' or 'col', got {table!r}")
     emb = np.asarray(col_table if table == "col" else row_table, np.float32)
@@ -107,11 +107,12 @@ def nearest_neighbors(
     if not 0 <= node_id < len(emb):
         raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    scores, ids = ShardedScorer(unit, mesh).topk(unit[node_id][None], [np.array([node_id])], k)
-    return _named(ids[0], scores[0], _names_or_empty(data_dir, columns=table == "col") if data_dir else {})
+    scores, ids = Ranker(unit, None, mesh=mesh).top_k(unit[node_id][None], [np.array([node_id])], k)
+    return _named(ids[0], scores[0], vocabulary_names(data_dir, columns=table == "col") if data_dir else {})
 
 
-def _names_or_empty(data_dir: str, columns: bool = True) -> dict[int, str]:
+def vocabulary_names(data_dir: str, columns: bool = True) -> dict[int, str]:
+    """id -> name of the dataset's column (or row) vocabulary; empty when it has none."""
     try:
         return load_vocab(fileio.absolute(data_dir), columns)[0]
     except FileNotFoundError:
@@ -119,7 +120,7 @@ def _names_or_empty(data_dir: str, columns: bool = True) -> dict[int, str]:
 
 
 def _shared_ids(data_dir: str) -> bool:
-    return not contract.is_bipartite(contract.read_stats(data_dir))
+    return not stats_json.is_bipartite(stats_json.read_stats(data_dir))
 
 
 def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
@@ -133,9 +134,9 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
     """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]), `row_table.npy`,
     `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`, `embedding`, and `name`
     when a vocabulary exists). Returns the written paths."""
-    row_table, col_table, _ = _tables(model)
+    row_table, col_table, _ = model_tables(model)
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
-    names = _names_or_empty(data_dir) if data_dir else {}
+    names = vocabulary_names(data_dir) if data_dir else {}
     shared = bool(data_dir) and _shared_ids(data_dir)
     fileio.makedirs(out_dir)
     arrays: dict[str, np.ndarray] = {}
@@ -155,7 +156,7 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
             np.save(f, emb)
         side_names = names if (side == "col" or shared) else {}
         for s in range(num_shards):
-            path = os.path.join(out_dir, contract.shard_name(f"{side}_embeddings.tfr", s, num_shards))
+            path = os.path.join(out_dir, layout.shard_name(f"{side}_embeddings.tfr", s, num_shards))
             rows = range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards)
             fileio.write_records(path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows])
             paths.append(path)

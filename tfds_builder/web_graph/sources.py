@@ -1,6 +1,6 @@
 """Where a `web_graph` build reads from, and the plain functions its Beam steps run (no TFDS).
 
-A source is a directory (local, gs://, s3://: anything `webgraph_pipeline.fileio` opens). Its kind is decided
+A source is a directory (local, gs://, s3://: anything `webgraph_contract.fileio` opens). Its kind is decided
 by what the directory holds, checked in this order, first for `<dir>/<official subfolder>` (for
 the six named configs, e.g. `web_graph_tld_de_min_50`) and then for `<dir>` itself:
 
@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from webgraph_pipeline import contract
+from webgraph_contract import dataset_reader, layout, stats_json
 
 PIPELINE = "pipeline"
 OFFICIAL = "official"
@@ -99,14 +99,14 @@ def check_complete_shards(files: Sequence[str], split: str) -> None:
 def _split_files(directory: str) -> dict[str, list[str]] | None:
     """Every split's shards in `directory`; None when it holds no shard of any split."""
     gfile = _gfile()
-    found = {split: sorted(gfile.glob(contract.split_glob(directory, split))) for split in contract.SPLIT_PREFIXES}
+    found = {split: sorted(gfile.glob(layout.split_glob(directory, split))) for split in layout.SPLIT_PREFIXES}
     if not any(found.values()):
         return None
     missing = [split for split, files in found.items() if not files]
     if missing:
         raise SourceNotFoundError(
             f"{directory}: has web_graph shards but none for split(s) {missing} "
-            f"(expected {', '.join(contract.split_glob(directory, s) for s in missing)})"
+            f"(expected {', '.join(layout.split_glob(directory, s) for s in missing)})"
         )
     for split, files in found.items():
         check_complete_shards(files, split)
@@ -137,7 +137,7 @@ def resolve(root: str, subfolder: str = "") -> Source:
         split_files = _split_files(directory)
         if split_files is None:
             continue
-        kind = PIPELINE if gfile.exists(os.path.join(directory, contract.STATS_FILE)) else OFFICIAL
+        kind = PIPELINE if gfile.exists(os.path.join(directory, stats_json.STATS_FILE)) else OFFICIAL
         return Source(kind=kind, path=directory, split_files=split_files)
     wat_files = find_wat_files(root)
     if wat_files:
@@ -145,7 +145,7 @@ def resolve(root: str, subfolder: str = "") -> Source:
     looked = " or ".join(candidates)
     raise SourceNotFoundError(
         f"web_graph source {looked}: found neither TFRecord shards "
-        f"({os.path.basename(contract.split_glob(root, 'train'))}, ...) nor WAT files ({', '.join(WAT_PATTERNS)})"
+        f"({os.path.basename(layout.split_glob(root, 'train'))}, ...) nor WAT files ({', '.join(WAT_PATTERNS)})"
     )
 
 
@@ -173,7 +173,7 @@ def config_mismatches(stats: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
 
 def check_splits_not_empty(splits: Mapping[str, int], where: str, advice: str) -> None:
     """TFDS cannot hold an empty split: raise, saying which split, where and `advice`, if any is empty."""
-    empty = [split for split in contract.SPLIT_PREFIXES if not splits.get(split)]
+    empty = [split for split in layout.SPLIT_PREFIXES if not splits.get(split)]
     if empty:
         raise BadSourceError(f"{where}: split(s) {empty} are empty ({dict(splits)}); {advice}")
 
@@ -215,7 +215,7 @@ def read_shard(filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """Every `(key, example)` of one TFRecord shard (the contract's reader, checksums checked); a
     damaged file or a record that is not a web_graph Example fails naming the file."""
     try:
-        for rows in contract.iter_file_rows(filename):
+        for rows in dataset_reader.iter_file_rows(filename):
             for row in rows.tuples():
                 yield row_to_example(row)
     except (ValueError, OSError) as e:
@@ -230,15 +230,14 @@ def write_job_stats(
     Fails the job with a clear message when a split came out empty (`links_read`: the links the WAT
     files gave, which decides the advice); returns the file's path.
     """
-    from webgraph_pipeline.write import build_stats
+    from webgraph_pipeline import __version__
 
     where = f"graph of {len(input_files)} WAT file(s) with tlds={config['tlds']}, min_links={config['min_links']}"
     advice = wat_advice(links_read, len(input_files), config["tlds"], config["min_links"])
     check_splits_not_empty(summary["splits"], where, advice)
-    stats = build_stats(summary, config, input_files, num_shards=0)
-    del stats["num_shards"]
-    contract.write_stats(data_dir, stats)
-    return os.path.join(data_dir, contract.STATS_FILE)
+    stats = stats_json.job_stats(summary, config, input_files, __version__)
+    stats_json.write_stats(data_dir, stats)
+    return os.path.join(data_dir, stats_json.STATS_FILE)
 
 
 def example_after(row: tuple[int, Sequence[int], Sequence[int]], _stats_path: str) -> tuple[int, dict[str, Any]]:

@@ -39,10 +39,11 @@ import tensorflow_datasets as tfds
 # Absolute, not relative: Beam pickles the step functions by module name, and Dataflow workers
 # import `tfds_builder` (installed with setup.py), whatever name `tfds build` loaded this file under.
 from tfds_builder.web_graph import sources
-from webgraph_pipeline import contract
+from webgraph_contract import layout, stats_json
+from webgraph_contract.command_line import DEBUG_ENV, debugging
+from webgraph_pipeline.graph_config import VARIANTS, GraphConfig
 from webgraph_pipeline.local_runner import disable_time_based_flush
 from webgraph_pipeline.tlds import parse_tlds
-from webgraph_pipeline.variants import VARIANTS, GraphConfig
 
 HOMEPAGE = "https://arxiv.org/abs/2112.02194"
 OFFICIAL_ROOT = "gs://gresearch/web_graph/"
@@ -65,7 +66,7 @@ _FRACTION_FIELDS = ("test_fraction", "holdout_fraction")
 
 @dataclasses.dataclass(eq=False)
 class WebGraphConfig(tfds.core.BuilderConfig):
-    """A WebGraph variant: the graph settings of `webgraph_pipeline.variants.GraphConfig`.
+    """A WebGraph variant: the graph settings of `webgraph_pipeline.graph_config.GraphConfig`.
 
     tlds: keep edges whose both ends are in one of these top-level domains (empty: all).
     min_links: K of the degree filter (at least K in-links and K out-links; 0 disables it).
@@ -203,14 +204,14 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         if source.kind == sources.WAT:
             return self._graph_from_wat(pipeline, source.wat_files)
         if source.kind == sources.PIPELINE:
-            self._stats = contract.read_stats(source.path)
+            self._stats = stats_json.read_stats(source.path)
             if "splits" in self._stats:
-                sources.check_splits_not_empty(self._stats["splits"], os.path.join(source.path, contract.STATS_FILE),
+                sources.check_splits_not_empty(self._stats["splits"], os.path.join(source.path, stats_json.STATS_FILE),
                                                sources.stats_advice(self._stats))
             mismatches = sources.config_mismatches(self._stats, config.graph_settings())
             if mismatches:
                 raise sources.BadSourceError(
-                    f"{os.path.join(source.path, contract.STATS_FILE)}: built with other settings "
+                    f"{os.path.join(source.path, stats_json.STATS_FILE)}: built with other settings "
                     f"than config {config.name!r}: {'; '.join(mismatches)}"
                 )
         return {split: self._generate_examples(pipeline, split, files) for split, files in source.split_files.items()}
@@ -269,7 +270,7 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             split: graph[split]
             | f"Rows[{split}]" >> beam.FlatMap(block_rows)  # BuildWebGraph emits rows in blocks
             | f"ToExamples[{split}]" >> beam.Map(sources.example_after, after_stats)
-            for split in contract.SPLIT_PREFIXES
+            for split in layout.SPLIT_PREFIXES
         }
 
     def _process_pipeline_result(self, pipeline_result) -> None:
@@ -284,23 +285,20 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
                 os.fspath(self.data_dir),
                 collect_counters(pipeline_result),
                 collect_file_problems(pipeline_result),
-                0.0,
             )
-            del self._stats["wall_seconds"]  # finish_stats reports it without storing it
         self.info.metadata["source"] = {"kind": source.kind, "path": source.path}
         if self._stats is not None:
             self.info.metadata["stats"] = self._stats
             if source.kind != sources.WAT:  # finish_stats has written it already
-                contract.write_stats(os.fspath(self.data_dir), self._stats)
+                stats_json.write_stats(os.fspath(self.data_dir), self._stats)
 
 
 WebGraph = Builder
 
-DEBUG_ENV = "WEBGRAPH_DEBUG"
 _TFDS_CLI = "tensorflow_datasets.scripts.cli.main"
 
 
-def one_line(error: BaseException) -> Optional[tuple[str, int]]:
+def build_error(error: BaseException) -> Optional[tuple[str, int]]:
     """(the line to print, exit status) for a known user error of a build, found in the exception or
     its causes; None for any other exception. Beam re-raises a step's error with the step's name
     appended (`... [while running 'WriteStats']`), which the line leaves out."""
@@ -322,15 +320,15 @@ def one_line(error: BaseException) -> Optional[tuple[str, int]]:
 
 def one_line_errors() -> None:
     """Under the `tfds` command line, print a build's user errors as one line (see the module doc)."""
-    if not _under_tfds_cli() or getattr(sys.excepthook, "web_graph", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+    if not _under_tfds_cli() or getattr(sys.excepthook, "web_graph", False) or debugging():
         return
     previous = sys.excepthook
     # Beam logs a failing step's exception, traceback and all, before re-raising it: not for ours.
     logging.getLogger("apache_beam.runners.common").addFilter(
-        lambda record: not (record.exc_info and one_line(record.exc_info[1])))
+        lambda record: not (record.exc_info and build_error(record.exc_info[1])))
 
     def hook(kind, error, tb):
-        found = one_line(error)
+        found = build_error(error)
         if found is None:
             previous(kind, error, tb)
             return
@@ -350,11 +348,11 @@ def quiet_cli() -> None:
     notices, TFDS's custom-config and missing-dataset_info notices) is held back, and the progress bar
     shows only on a terminal; `WEBGRAPH_DEBUG=1` keeps them all. (The `tfds` command sets its own
     logging up before it loads this module, so this is the first point the builder can act.)"""
-    if not _under_tfds_cli() or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+    if not _under_tfds_cli() or debugging():
         return
     from absl import logging as absl_logging
 
-    from webgraph_pipeline.quiet import LIBRARY_LOGGERS
+    from webgraph_contract.quiet_logs import LIBRARY_LOGGERS
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # the job's own warnings (an unreadable input file) stay
     for name in LIBRARY_LOGGERS:

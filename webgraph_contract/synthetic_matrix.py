@@ -1,6 +1,6 @@
 """A generated power-law matrix written in the dataset contract, for trainer benchmarks at scale.
 
-    python -m webgraph_pipeline.synthetic_matrix --out DIR --rows 1000000 --cols 250000 --nnz 25000000 [--seed 0]
+    python -m webgraph_contract.synthetic_matrix --out DIR --rows 1000000 --cols 250000 --nnz 25000000 [--seed 0]
 
 The matrix: row degrees are one multinomial draw of `nnz` over the rows, with Zipf-like rank
 probabilities (density ~ rank^-s; a row holds at most half of the columns), and each row's
@@ -10,7 +10,7 @@ permutations (popular rows and columns are spread over the id range, as over tab
 
 How it is written, with memory bounded by a block whatever `nnz` is: rows are generated in
 blocks of about 4M edges (each block from its own seed), sorted and encoded into the `train`
-records at once (`contract.encode_rows`, vectorized and byte-identical to `contract.encode_row`);
+records at once (`record_codec.encode_rows`, vectorized and byte-identical to `record_codec.encode_row`);
 each block's pairs are also appended to column buckets on disk (at most 65,536 columns each, so
 one radix pass sorts a bucket by column while keeping its rows in order), which then become the
 `train.transpose` records. Shards are id ranges. `stats.json` is written last; there is no `test`
@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from webgraph_pipeline import contract, fileio
+from webgraph_contract import fileio, layout, record_codec, stats_json
 
 BLOCK_EDGES = 1 << 22  # edges generated, sorted and encoded at a time
 BUCKET_EDGES = 1 << 23  # about this many edges per transpose bucket (memory while one is sorted)
@@ -43,10 +43,15 @@ def rank_probabilities(n: int, exponent: float) -> np.ndarray:
     return np.diff((np.arange(n + 1) / n) ** (1 - exponent))
 
 
+def rank_quantile(u, n: int, exponent: float):
+    """The rank (a float in [0, n]) at CDF value `u` of `rank_probabilities(n, exponent)`: the CDF
+    (r / n)^(1 - exponent) inverted, for NumPy or jax.numpy arrays alike."""
+    return n * u ** (1 / (1 - exponent))
+
+
 def power_law_ids(rng: np.random.Generator, n: int, size: int, exponent: float, perm: np.ndarray) -> np.ndarray:
     """`size` ids in [0, n) drawn with `rank_probabilities(n, exponent)`, ranks mapped by `perm`."""
-    u = rng.random(size)
-    ranks = (n * u ** (1 / (1 - exponent))).astype(np.int64)  # the CDF inverted
+    ranks = rank_quantile(rng.random(size), n, exponent).astype(np.int64)
     return perm[np.minimum(ranks, n - 1)]
 
 
@@ -98,7 +103,7 @@ def write_records(write: Callable[[list[bytes]], None], row_tags: np.ndarray, le
     """Write one record per row with a column (CSR by `lengths`); returns the records written."""
     kept = lengths > 0
     indptr = np.concatenate([[0], np.cumsum(lengths[kept])])
-    write(contract.encode_rows(row_tags[kept], indptr, cols))
+    write(record_codec.encode_rows(row_tags[kept], indptr, cols))
     return int(kept.sum())
 
 
@@ -113,8 +118,8 @@ def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0
     if max(num_rows, num_cols) >= 2**31:
         raise ValueError(f"rows, cols: at most 2^31 - 1 each (the spilled pairs hold int32 ids), got {num_rows} x {num_cols}")
     fileio.makedirs(out)
-    for split in contract.SPLIT_PREFIXES:
-        for path in fileio.glob(contract.split_glob(out, split)):
+    for split in layout.SPLIT_PREFIXES:
+        for path in fileio.glob(layout.split_glob(out, split)):
             fileio.remove(path)
     rng = np.random.default_rng(seed)
     degrees = row_degrees(rng, num_rows, num_cols, nnz, row_exponent)
@@ -130,7 +135,7 @@ def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0
         n_train = 0
         bounds = shard_bounds(num_rows, num_shards)
         for s in range(num_shards):
-            path = os.path.join(out, contract.shard_name("train", s, num_shards, contract.TFRECORD_SUFFIX))
+            path = os.path.join(out, layout.shard_name("train", s, num_shards, layout.TFRECORD_SUFFIX))
             with fileio.record_writer(path) as write:
                 for lo, hi in blocks(degrees, int(bounds[s]), int(bounds[s + 1])):
                     cols = block_edges(np.random.default_rng([seed, lo]), degrees[lo:hi], num_cols, col_exponent,
@@ -154,8 +159,8 @@ def write_matrix(out: str, num_rows: int, num_cols: int, nnz: int, seed: int = 0
         "protocol": "synthetic_power_law",
         "config": {"seed": seed, "row_exponent": row_exponent, "col_exponent": col_exponent, "num_shards": num_shards},
     }
-    stats.update(contract.fingerprint_dataset(out))
-    contract.write_stats(out, stats)
+    stats.update(stats_json.fingerprint_dataset(out))
+    stats_json.write_stats(out, stats)
     return stats
 
 
@@ -177,7 +182,7 @@ def write_transpose(out: str, spill_dir: str, num_buckets: int, width: int, num_
     records = 0
     bounds = shard_bounds(num_buckets, num_shards)
     for s in range(num_shards):
-        path = os.path.join(out, contract.shard_name("train.transpose", s, num_shards, contract.TFRECORD_SUFFIX))
+        path = os.path.join(out, layout.shard_name("train.transpose", s, num_shards, layout.TFRECORD_SUFFIX))
         with fileio.record_writer(path) as write:
             for b in range(int(bounds[s]), int(bounds[s + 1])):
                 pairs = np.fromfile(os.path.join(spill_dir, f"{b:06d}"), SPILL)
@@ -189,7 +194,7 @@ def write_transpose(out: str, spill_dir: str, num_buckets: int, width: int, num_
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webgraph_pipeline.synthetic_matrix", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m webgraph_contract.synthetic_matrix", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="Output dataset directory (its split shards are replaced).")
     parser.add_argument("--rows", type=int, required=True, help="Rows of the matrix.")
     parser.add_argument("--cols", type=int, required=True, help="Columns of the matrix (equal to --rows: a square graph).")

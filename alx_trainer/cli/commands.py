@@ -7,18 +7,48 @@ Results go to stdout; diagnostics (sweep progress) to stderr through `logging` (
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
 import json
+import logging
+import os
+import sys
 from typing import Sequence
 
-from alx_trainer.cli.common import add_log_level, at_least, ks, run, setup_logging
+from alx_trainer.cli.common import (
+    add_compile_cache,
+    add_log_level,
+    at_least,
+    ks,
+    run,
+    setup_logging,
+    use_compile_cache,
+)
+from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
-from alx_trainer.config import TrainConfig, parse_dataclass_args
+from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset, open_dataset, validation_view
 from alx_trainer.evaluation.evaluate import evaluate, format_metrics
 from alx_trainer.model import Model, load_model
-from alx_trainer.tools.predict import export_tables, format_predictions, nearest_neighbors, predict_outlinks
+from alx_trainer.tools.new_pages import (
+    ColumnLookup,
+    Report,
+    answer,
+    json_line,
+    parse_rows,
+    predict_pages,
+)
+from alx_trainer.tools.predict import (
+    Prediction,
+    export_tables,
+    format_predictions,
+    nearest_neighbors,
+    predict_outlinks,
+    vocabulary_names,
+)
+from alx_trainer.tools.ranking import Ranker
 from alx_trainer.tools.sweep import (
     DEFAULT_METRIC,
     PAPER_ALPHAS,
@@ -31,8 +61,11 @@ from alx_trainer.tools.sweep import (
     run_sweep,
     write_outputs,
 )
-from webgraph_pipeline import fileio
-from webgraph_pipeline.arg_errors import OneLineParser
+from alx_trainer.tools.topk_export import export_topk
+from webgraph_contract import fileio
+from webgraph_contract.command_line import OneLineParser
+
+log = logging.getLogger("alx_trainer.predict")
 
 
 def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model, Dataset | None]:
@@ -66,11 +99,13 @@ def main_eval(argv: Sequence[str]) -> int:
                    help="Fold every row in from its fold-in items, also on a given split (whose users are scored from "
                         "their trained rows by default).")
     p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
+    add_compile_cache(p)
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
 
     def body() -> int:
+        use_compile_cache(args.compile_cache)
         model, dataset = _model(args.model_dir, args.data, args.tfds_data_dir)
         if args.split == "validation":
             dataset = validation_view(dataset)
@@ -113,6 +148,7 @@ def main_sweep(argv: Sequence[str]) -> int:
         dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
         nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)
         setup_logging(config.log_level)
+        use_compile_cache(config.compile_cache)
         split_cpu(config)  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
         rows = run_sweep(config, args.out_dir, dims, alphas, lambdas, nus)
         print(format_table(rows, args.metric))
@@ -129,20 +165,45 @@ def main_sweep(argv: Sequence[str]) -> int:
 
 
 def main_predict(argv: Sequence[str]) -> int:
-    """Top-K predicted outlinks of a URL or id, or its nearest neighbours (--neighbors)."""
+    """Top-K predicted outlinks of a URL or id, or its nearest neighbours (--neighbors); of a page
+    not in the vocabulary, known by its outlinks (--links); of many such pages (--rows)."""
     p = OneLineParser(prog="alx_trainer predict", description=main_predict.__doc__)
     p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
-    p.add_argument("node", nargs="+", help="URL(s) from the vocabulary, or node ids.")
+    p.add_argument("node", nargs="*", help="URL(s) from the vocabulary, or node ids.")
+    p.add_argument("--links", nargs="+", metavar="URL", default=[],
+                   help="A new page's known outlinks (URLs, or column ids): its predicted "
+                        "outlinks, folded in as `eval` folds in a test row.")
+    p.add_argument("--name", default="",
+                   help="With --links: the page's name (its URL, left out of the predictions "
+                        "when the vocabulary holds it).")
+    p.add_argument("--rows", metavar="FILE", default="",
+                   help="New pages, one per line `NAME<TAB>URL URL ...` ('-': stdin), "
+                        "answered as JSON lines.")
+    p.add_argument("--json", action="store_true",
+                   help="With --links: one JSON line, as --rows answers.")
     p.add_argument("--k", type=at_least(1), default=10, help="How many predictions per node.")
+    p.add_argument("--batch_size", type=at_least(0), default=0,
+                   help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`).")
     p.add_argument("--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks.")
     p.add_argument("--table", choices=("row", "col"), default="col", help="Table of --neighbors.")
+    add_compile_cache(p)
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
+    if sum(map(bool, (args.node, args.links, args.rows))) != 1:
+        p.error("give nodes of the vocabulary, or --links URL ..., or --rows FILE (one of them)")
+    if (args.links or args.rows) and args.neighbors:
+        p.error("--neighbors takes nodes of the vocabulary, not --links or --rows")
+    if (args.json or args.name) and not args.links:
+        p.error("--json and --name go with --links")
 
     def body() -> int:
-        model, _ = _model(args.model_dir, args.data)
+        use_compile_cache(args.compile_cache)
+        model, dataset = _model(args.model_dir, args.data)
+        if args.links or args.rows:
+            ranker = Ranker(model.col_table, model.config, batch_size=args.batch_size or None)
+            return _predict_new(args, dataset, ranker)
         for node in args.node:
             if args.neighbors:
                 preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
@@ -155,22 +216,84 @@ def main_predict(argv: Sequence[str]) -> int:
     return run("predict", body)
 
 
+def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> int:
+    """`predict --links` or `--rows`: answers on stdout, what was not found on stderr."""
+    names = vocabulary_names(args.data)
+    lookup = ColumnLookup({name: i for i, name in names.items()}, ranker.num_cols)
+    shared, report = not dataset.bipartite, Report()
+    if args.links:
+        page = lookup.page(args.name, args.links, report, shared=shared)
+        found = [(url, *lookup.column(url)) for url in args.links]
+        missing = [(url, reason) for url, col, reason in found if col is None]
+        if missing:
+            shown = ", ".join(f"{url} ({reason})" for url, reason in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            log.warning("%d of %d links not found, left out: %s%s",
+                        len(missing), len(args.links), shown, more)
+        _, scores, ids = next(predict_pages(ranker, [page], args.k, report))
+        result = answer(page, scores, ids, names)
+        if args.json:
+            print(json_line(result))
+        else:
+            preds = [Prediction(p["id"], p["url"] or str(p["id"]), p["score"])
+                     for p in result["predictions"]]
+            title = (f"predicted outlinks of {args.name or 'the page'} "
+                     f"(from {len(page.known)} known links):")
+            print(format_predictions(title, preds))
+            if "reason" in result:
+                print(f"no predictions: {result['reason']}")
+        return 0
+    if args.rows != "-" and not os.path.isfile(args.rows):
+        raise FileNotFoundError(
+            f"--rows {args.rows}: no such file; give a file of `NAME<TAB>URL URL ...` lines")
+    with contextlib.ExitStack() as stack:
+        lines = sys.stdin.buffer if args.rows == "-" else stack.enter_context(open(args.rows, "rb"))
+        pages = parse_rows(lines, lookup, report, shared)
+        log.debug("predict --rows %s: %s", args.rows, ranker.describe(args.k))
+        for page, scores, ids in predict_pages(ranker, pages, args.k, report):
+            sys.stdout.write(json_line(answer(page, scores, ids, names)) + "\n")
+    summary = report.summary(f"--rows {args.rows}")
+    if not report.pages and report.bad_lines:
+        raise ValueError(f"{summary}; expected lines `NAME<TAB>URL URL ...`")
+    log.info("%s", summary)
+    return 0
+
+
 def main_export(argv: Sequence[str]) -> int:
-    """Write a model's tables with their ids (and URLs) as NumPy .npz/.npy and TFRecord."""
+    """Write a model's tables with their ids (and URLs) as NumPy .npz/.npy and TFRecord, or with
+    --topk K the top K columns of every row as TFRecord."""
     p = OneLineParser(prog="alx_trainer export", description=main_export.__doc__)
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("--output", required=True, help="Output directory.")
-    p.add_argument("--data", default="", help="Dataset directory whose vocabulary names the ids (optional).")
-    p.add_argument("--num_shards", type=at_least(1), default=1, help="TFRecord shards per table.")
+    p.add_argument("--data", default="",
+                   help="Dataset directory whose vocabulary names the ids (optional; --topk "
+                        "needs it: it holds the rows and their known links).")
+    p.add_argument("--topk", type=at_least(0), default=0, metavar="K",
+                   help="Write the top K columns of every row with known links (topk.tfr-*, "
+                        "topk.json) instead of the tables.")
+    p.add_argument("--num_shards", type=at_least(0), default=0,
+                   help="TFRecord shards per table (0: 1), or of --topk (0: one per 2^20 rows).")
+    p.add_argument("--batch_size", type=at_least(0), default=0,
+                   help="Rows per scoring batch of --topk (0: by backend, as `eval`).")
+    add_compile_cache(p)
     add_log_level(p)
     args = p.parse_args(list(argv))
     setup_logging(args.log_level)
+    if args.topk and not args.data:
+        p.error("--topk needs --data: the dataset whose rows and known links are ranked")
 
     def body() -> int:
+        use_compile_cache(args.compile_cache)
         if fileio.exists(args.output) and not fileio.isdir(args.output):
             raise FileExistsError(f"--output {args.output} is a file, not a directory; give a directory to export into")
-        for path in export_tables(_model(args.model_dir, args.data)[0], args.output, data_dir=args.data or None,
-                                  num_shards=args.num_shards):
+        model, dataset = _model(args.model_dir, args.data)
+        if args.topk:
+            paths = export_topk(model, dataset, args.output, args.topk, num_shards=args.num_shards,
+                                batch_size=args.batch_size or None)
+        else:
+            paths = export_tables(model, args.output, data_dir=args.data or None,
+                                  num_shards=args.num_shards or 1)
+        for path in paths:
             print(path)
         return 0
 

@@ -20,13 +20,8 @@ build` the builder quiets what it still can, see `web_graph_dataset_builder.quie
   (`WARNING:root:...`) handler. Beam (`apache_beam`), absl (orbax's routine notices) and TFDS log
   at ERROR unless verbose: what they warn about at our scale (a missing optional BigQuery client,
   pipeline options the worker discards, TFDS custom-config notices) is no problem of the command.
-- Beam's BigQuery client module warns when `apitools` (an optional GCP dependency) is missing, at
-  import, through the root logger; commands that run Beam import it here once with that warning
-  held back.
-- Beam's SDK worker processes (`--direct_running_mode multi_processing`) are started through
-  `webgraph_pipeline.beam_worker` (`local_runner.runner_for`), which imports Beam with the same
-  warning held back; they log at INFO by default: `beam_args` adds `--default_sdk_harness_log_level`
-  so they log errors only (as the parent does).
+- What Beam itself prints (its import-time BigQuery warning, its SDK workers' logs) is held back
+  by `webgraph_pipeline.beam_quiet`, which the commands that run Beam call after `quiet`.
 """
 
 from __future__ import annotations
@@ -41,13 +36,11 @@ from typing import Iterator, Sequence
 
 TF_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
 LIBRARY_LOGGERS = ("apache_beam", "absl", "tensorflow", "tensorflow_datasets")
-WORKER_LOG_FLAG = "--default_sdk_harness_log_level"
 _HANDLER_MARK = "webgraph_quiet"
 
 
-def quiet(verbose: bool = False, beam: bool = False) -> None:
-    """Set the libraries' logging before they are imported (see the module docstring); idempotent.
-    `beam`: the command runs Beam (its import-time BigQuery warning is then held back here)."""
+def quiet(verbose: bool = False) -> None:
+    """Set the libraries' logging before they are imported (see the module docstring); idempotent."""
     if verbose:
         os.environ[TF_LOG_ENV] = "0"
     else:
@@ -64,8 +57,6 @@ def quiet(verbose: bool = False, beam: bool = False) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
-    if beam and not verbose:
-        import_beam_quietly()
 
 
 @contextlib.contextmanager
@@ -110,23 +101,6 @@ class _QuietLoader(importlib.abc.Loader):
             self._loader.exec_module(module)
 
 
-def import_beam_quietly() -> None:
-    """Import Beam's BigQuery client stubs with their import-time `apitools not found` warning held
-    back (nothing here uses BigQuery); a no-op once imported, or without Beam."""
-    if "apache_beam.io.gcp.internal.clients.bigquery" in sys.modules:
-        return
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    placeholder = logging.NullHandler()  # `logging.warning` on a root without handlers would add one
-    logging.root.addHandler(placeholder)
-    try:
-        import apache_beam.io.gcp.internal.clients.bigquery  # noqa: F401
-    except ImportError:
-        pass
-    finally:
-        logging.root.removeHandler(placeholder)
-        logging.disable(previous)
-
 
 def verbose_in(argv: Sequence[str], flags: Sequence[str] = ("--verbose",)) -> bool:
     """Whether a command line asks for the libraries' output: one of `flags`, or `--log_level debug`."""
@@ -135,10 +109,3 @@ def verbose_in(argv: Sequence[str], flags: Sequence[str] = ("--verbose",)) -> bo
         return True
     return any(a == "--log_level" and b == "debug" for a, b in zip(args, args[1:]))
 
-
-def beam_args(beam_argv: Sequence[str], verbose: bool = False) -> list[str]:
-    """Beam's options with its SDK workers' log level set to ERROR (DEBUG when verbose) unless given."""
-    args = list(beam_argv)
-    if not any(a.split("=", 1)[0] == WORKER_LOG_FLAG for a in args):
-        args.append(f"{WORKER_LOG_FLAG}={'DEBUG' if verbose else 'ERROR'}")
-    return args

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from alx_trainer.ops.mesh import AXIS
 from alx_trainer.ops.spec import StepSpec
-from alx_trainer.ops.storage import as_float32, as_stored
+from alx_trainer.ops.table_storage import as_float32, as_stored
 
 
 def shard_start(table_l: jax.Array) -> jax.Array:
@@ -67,6 +67,26 @@ def fixed_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
     return sharded_gather(src_l, ids)
 
 
+def stored_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
+    """Rows `ids` of the fixed table in its storage dtype (bfloat16, or its `BF16_BITS`, stay so):
+    the matrix-free kernels widen them inside each product. Padding ids give row 0 ('replicated',
+    'owner') or zeros ('sharded'): callers mask by `ids >= 0`."""
+    if spec.replicated_src:
+        return _unmasked_gather(src_l, ids)
+    all_ids = jax.lax.all_gather(ids, AXIS)  # as `sharded_gather`, one device holds each row: a sum of
+    local = all_ids - shard_start(src_l)  # one value and zeros (+0.0, bits 0) is exact in any dtype
+    mine = (local >= 0) & (local < src_l.shape[0])
+    found = jnp.where(mine[..., None], jnp.take(src_l, jnp.where(mine, local, 0), axis=0), 0)
+    return jax.lax.psum_scatter(found, AXIS, scatter_dimension=0, tiled=True)[0]
+
+
+def _unmasked_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """Whole rows `ids` of `table` promised in bounds (a padding id reads row 0)."""
+    dims = jax.lax.GatherDimensionNumbers(offset_dims=(ids.ndim,), collapsed_slice_dims=(0,), start_index_map=(0,))
+    return jax.lax.gather(table, jnp.maximum(ids, 0)[..., None], dims, (1, table.shape[1]),
+                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+
+
 def row_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
     """float32 rows `ids` ([...], PAD_ID -1 allowed) of `table`, zeros at padding: [..., d].
 
@@ -75,7 +95,4 @@ def row_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
     into one per-element loop that re-derived every element's index: 3x slower at d=64 (see
     `benchmarks/trainer_profile.py --trace`, where this gather was most of an epoch).
     """
-    dims = jax.lax.GatherDimensionNumbers(offset_dims=(ids.ndim,), collapsed_slice_dims=(0,), start_index_map=(0,))
-    rows = jax.lax.gather(table, jnp.maximum(ids, 0)[..., None], dims, (1, table.shape[1]),
-                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
-    return as_float32(rows) * (ids >= 0)[..., None].astype(jnp.float32)
+    return as_float32(_unmasked_gather(table, ids)) * (ids >= 0)[..., None].astype(jnp.float32)

@@ -1,17 +1,43 @@
-"""One-line command-line errors: `PROG: error: unknown flag --dimm (did you mean --dim?)`, exit 2.
+"""What the three commands' command lines share: one-line errors, did-you-mean, the debug switch.
 
 `OneLineParser` is an `argparse.ArgumentParser` whose errors are one line on stderr, with no usage
-dump (`--help` has it), and whose unknown flags get the nearest known flag as a suggestion.
+dump (`--help` has it), and whose unknown flags get the nearest known flag as a suggestion
+(`PROG: error: unknown flag --dimm (did you mean --dim?)`, exit 2). `one_line` turns any exception
+into the line a command prints; `--debug` or `WEBGRAPH_DEBUG=1` (`debugging`) adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from typing import Iterable, NoReturn, Sequence
 
 UNRECOGNIZED = "unrecognized arguments: "
+DEBUG_ENV = "WEBGRAPH_DEBUG"  # set (not 0), or --debug: errors show their traceback
+_DEBUG_ALIASES = ("ALX_DEBUG",)  # the trainer's older name for the same switch
+
+
+def debugging() -> bool:
+    """Whether `--debug` or WEBGRAPH_DEBUG=1 (ALX_DEBUG=1 too) asked for tracebacks."""
+    return any(os.environ.get(name, "") not in ("", "0") for name in (DEBUG_ENV, *_DEBUG_ALIASES))
+
+
+def take_debug_flag(argv: Sequence[str]) -> list[str]:
+    """`argv` without `--debug`; where it was given, the debug switch is set for this process and
+    the processes it starts."""
+    if "--debug" in argv:
+        os.environ[DEBUG_ENV] = "1"
+    return [a for a in argv if a != "--debug"]
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: the last non-empty line of its message (a Beam worker error carries
+    the whole remote traceback before the cause), else its type."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def did_you_mean(flag: str, known: Iterable[str]) -> str:

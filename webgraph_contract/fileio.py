@@ -18,7 +18,7 @@ import shutil
 import uuid
 from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
-from webgraph_pipeline import tfrecord
+from webgraph_contract import tfrecord
 
 T = TypeVar("T")
 
@@ -139,7 +139,7 @@ def record_writer(path: str) -> Iterator[Callable[[Iterable[bytes]], None]]:
     """A function appending records to a TFRecord file (uncompressed), which appears at `path`
     complete, renamed from a temporary name, when the block ends without an error."""
     with _replacing(path, "wb") as f:
-        yield lambda records: f.write(b"".join(tfrecord.frames(records)))  # one write: 3x faster than writelines
+        yield lambda records: f.write(b"".join(tfrecord.frames(records)))  # one write: faster than writelines
 
 
 def read_records(path: str) -> Iterator[bytes]:

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 from threadpoolctl import ThreadpoolController
 
 from alx_trainer.data.host_cores import host_threads
-from alx_trainer.ops.storage import BF16_BITS, bits_dtype, gather_form
+from alx_trainer.ops.table_storage import BF16_BITS, bits_dtype, gather_form
 
 
 def replicate_via_host(mesh: Mesh, table: jax.Array, buffer: ReplicaBuffer | None = None) -> jax.Array:

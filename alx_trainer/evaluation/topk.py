@@ -1,0 +1,406 @@
+"""The best K columns of many rows against every column of a table, in row batches and column blocks.
+
+`top_k_rows` is the entry point shared by evaluation, predictions for new pages and `export --topk`:
+rows given by their known column ids (CSR), folded in (paper Eq. 4) or taken from the trained row
+table, ranked against all columns with their known columns excluded.
+
+How (`BlockedScorer`): the column table is split into contiguous id ranges, one per device. For
+each batch of rows every device runs one compiled program, a loop over its column blocks: a block's
+scores `[rows per batch, columns per block]` are computed into the same buffer each time and
+merged into a running top K, so memory is bounded by the block shape whatever the column count.
+The devices' top K are merged on the host. Shapes are fixed (the last batch is padded), so a call
+compiles once (twice when some rows have many known columns: those are batched apart with a wider
+exclusion list).
+
+Exact selection in a block: columns form groups of `GROUP`; a group can hold an entry of the
+final top K only if its best score beats the running K-th best (strictly: a later column loses a
+tie). When at most M groups of every row of the batch do so (M from `TIERS`), the M best groups are
+gathered and merged; otherwise the block's own top K is. Both are exact; the first is cheap once
+the running top K has filled, which is most blocks. Ties are broken by the lower column id, as in
+a stable sort of the scores (the brute-force ranking). The approximate option selects per block
+with `lax.approx_max_k`; `approx_recall` measures it against the exact top K.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import sys
+import time
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from tqdm import tqdm
+
+from alx_trainer.ops import per_core
+
+log = logging.getLogger(__name__)
+
+GROUP = 32  # columns per group of the exact selection (a block holds a whole number of groups)
+TIERS = (4, 16)  # groups gathered per row when every row of a batch has at most this many candidates
+SHORT_EXCLUDE = 64  # rows with more known columns than this are batched apart (a wider exclusion list)
+FOLD_IN_CHUNK = 1 << 16  # rows folded in per call of the trainer's solve
+FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
+
+
+class Csr(NamedTuple):
+    """Column ids per row: row i holds `indices[indptr[i]:indptr[i + 1]]`."""
+
+    indptr: np.ndarray  # int64 [n + 1]
+    indices: np.ndarray  # int64 [nnz]
+
+    @staticmethod
+    def from_lists(rows: Sequence[np.ndarray]) -> Csr:
+        lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        parts = [np.asarray(r, np.int64).ravel() for r in rows]
+        return Csr(indptr, np.concatenate(parts) if parts else np.zeros(0, np.int64))
+
+    @staticmethod
+    def of(rows: Csr | Sequence[np.ndarray]) -> Csr:
+        """`rows` as a Csr (a sequence of id arrays is converted)."""
+        if isinstance(rows, Csr):
+            return Csr(np.asarray(rows.indptr, np.int64), np.asarray(rows.indices, np.int64))
+        return Csr.from_lists(rows)
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.indices[self.indptr[i] : self.indptr[i + 1]]
+
+    def rows(self, start: int, stop: int) -> Csr:
+        """Rows `start..stop-1` as a Csr of their own."""
+        lo, hi = self.indptr[start], self.indptr[stop]
+        return Csr(self.indptr[start : stop + 1] - lo, self.indices[lo:hi])
+
+    def lists(self) -> list[np.ndarray]:
+        return [self.row(i) for i in range(len(self))]
+
+    def with_ids(self, ids: np.ndarray) -> Csr:
+        """Each row with one more id appended (`ids[i]` to row i)."""
+        n = len(self)
+        indptr = self.indptr + np.arange(n + 1)
+        out = np.empty(len(self.indices) + n, np.int64)
+        last = indptr[1:] - 1
+        keep = np.ones(len(out), bool)
+        keep[last] = False
+        out[keep] = self.indices
+        out[last] = np.asarray(ids, np.int64)
+        return Csr(indptr, out)
+
+    def padded(self, index: np.ndarray, batch: int, width: int) -> np.ndarray:
+        """int32 `[batch, width]` of the rows `index` (in that order), padded with -1."""
+        out = np.full((batch, width), -1, np.int32)
+        starts = self.indptr[index]
+        lengths = self.indptr[index + 1] - starts
+        rows = np.repeat(np.arange(len(index)), lengths)
+        offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[rows, offsets] = self.indices[np.repeat(starts, lengths) + offsets]
+        return out
+
+
+class TopK(NamedTuple):
+    """Best columns per row, best first: ids (int64, -1 where fewer columns are admissible) and
+    scores (float32, -inf there)."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+
+
+class BlockShape(NamedTuple):
+    """Rows scored per batch and columns per block: one device's score buffer is rows x cols."""
+
+    rows: int
+    cols: int
+
+    def score_bytes(self) -> int:
+        return 4 * self.rows * self.cols
+
+
+def default_block_shape(platform: str) -> BlockShape:
+    """Rows per batch and columns per block by backend: CPU blocks fit a core's L2 cache share,
+    accelerator blocks are large enough to keep the chip busy (256 MiB of scores)."""
+    return BlockShape(256, 4096) if platform == "cpu" else BlockShape(1024, 1 << 16)
+
+
+def _devices(mesh: Mesh | Sequence[Any] | None) -> list:
+    if mesh is None:
+        return list(jax.local_devices())
+    if isinstance(mesh, Mesh):
+        return [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+    return list(mesh)
+
+
+def _block_candidates(scores, threshold, k: int, approx: bool, recall_target: float):
+    """(values, positions) of the entries of a `[B, C]` block that may enter a running top K whose
+    K-th best is `threshold` [B] (see the module docstring); padding: -inf and -1."""
+    b, c = scores.shape
+    if approx:
+        return jax.lax.approx_max_k(scores, min(k, c), recall_target=recall_target)
+    g = GROUP if c % GROUP == 0 else c
+    groups = scores.reshape(b, c // g, g)
+    best = groups.max(axis=2)
+    tiers = tuple(m for m in TIERS if m < c // g)
+    width = max([min(k, c)] + [m * g for m in tiers])
+
+    def pad(vals, pos):
+        fill = width - vals.shape[1]
+        return (jnp.pad(vals, ((0, 0), (0, fill)), constant_values=-jnp.inf),
+                jnp.pad(pos, ((0, 0), (0, fill)), constant_values=-1))
+
+    def gathered(m: int):
+        def select():
+            _, picked = jax.lax.top_k(best, m)
+            picked = jnp.sort(picked, axis=1)  # in id order, so that ties keep the lower id
+            vals = jnp.take_along_axis(groups, picked[:, :, None], axis=1).reshape(b, m * g)
+            pos = (picked[:, :, None] * g + jnp.arange(g, dtype=picked.dtype)).reshape(b, m * g)
+            return pad(vals, pos)
+
+        return select
+
+    def whole():
+        return pad(*jax.lax.top_k(scores, min(k, c)))
+
+    if not tiers:
+        return whole()
+    need = jnp.max(jnp.sum(best > threshold[:, None], axis=1))
+    index = jnp.searchsorted(jnp.asarray(tiers), need)  # the first tier that holds every row's groups
+    return jax.lax.switch(index, [gathered(m) for m in tiers] + [whole])
+
+
+@functools.lru_cache(maxsize=32)
+def _kernel(k: int, cols: int, approx: bool, recall_target: float):
+    """One device's program: (queries [B, d], table [blocks * cols, d], exclude [B, E] local ids,
+    valid: its real column count) -> running top K (values [B, k], local ids [B, k])."""
+
+    def run(queries, table, exclude, valid):
+        b = queries.shape[0]
+        rows = jnp.arange(b)[:, None]
+
+        def block(j, carry):
+            run_vals, run_ids = carry
+            start = j * cols
+            part = jax.lax.dynamic_slice_in_dim(table, start, cols)
+            scores = jnp.dot(queries, part.T, preferred_element_type=jnp.float32)
+            ids = start + jnp.arange(cols)
+            scores = jnp.where(ids[None, :] < valid, scores, -jnp.inf)
+            local = exclude - start
+            local = jnp.where((exclude >= 0) & (local >= 0) & (local < cols), local, cols)
+            scores = scores.at[rows, local].set(-jnp.inf, mode="drop")
+            vals, pos = _block_candidates(scores, run_vals[:, -1], k, approx, recall_target)
+            all_vals = jnp.concatenate([run_vals, vals], axis=1)  # running first: it holds the lower ids
+            all_ids = jnp.concatenate([run_ids, start + pos], axis=1)
+            best, at = jax.lax.top_k(all_vals, k)
+            return best, jnp.take_along_axis(all_ids, at, axis=1)
+
+        init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32))
+        return jax.lax.fori_loop(0, table.shape[0] // cols, block, init)
+
+    return jax.jit(run)
+
+
+class BlockedScorer:
+    """A column table split by id ranges over devices, answering exact (or approximate) top-K
+    queries in batches of `shape.rows` rows and blocks of `shape.cols` columns."""
+
+    def __init__(self, col_table: np.ndarray, mesh: Mesh | Sequence[Any] | None = None, *,
+                 rows_per_batch: int | None = None, cols_per_block: int | None = None):
+        table = np.asarray(col_table, np.float32)
+        if table.ndim != 2:
+            raise ValueError(f"col_table must be [columns, d], got shape {table.shape}")
+        self.devices = _devices(mesh)
+        self.num_cols, self.dim = table.shape
+        default = default_block_shape(self.devices[0].platform)
+        per_device = math.ceil(max(self.num_cols, 1) / len(self.devices))
+        cols = cols_per_block or default.cols
+        cols = min(cols, -(-per_device // GROUP) * GROUP)  # no block wider than a device's share
+        if cols <= 0 or (rows_per_batch is not None and rows_per_batch <= 0):
+            raise ValueError(f"block shape must be positive: {rows_per_batch} rows x {cols_per_block} columns")
+        self.shape = BlockShape(rows_per_batch or default.rows, cols)
+        blocks = -(-per_device // cols)
+        self.span = blocks * cols  # column ids per device
+        self.valid = [int(np.clip(self.num_cols - i * self.span, 0, self.span)) for i in range(len(self.devices))]
+        padded = np.zeros((self.span * len(self.devices), self.dim), np.float32)
+        padded[: self.num_cols] = table
+        self.tables = [jax.device_put(padded[i * self.span : (i + 1) * self.span], d)
+                       for i, d in enumerate(self.devices)]
+        self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+
+    def describe(self, k: int) -> str:
+        """The memory bound of a query, for the log."""
+        return (f"{self.num_cols} columns on {len(self.devices)} device(s) in blocks of "
+                f"{self.shape.rows} rows x {self.shape.cols} columns: "
+                f"{self.shape.score_bytes() / 2**20:.1f} MiB of scores per device, top {k}")
+
+    def top_k(self, queries: np.ndarray, exclude: Csr | Sequence[np.ndarray], k: int, *,
+              approx: bool = False, recall_target: float = 0.95,
+              progress: Callable[[int], None] | None = None) -> TopK:
+        """The `k` best columns of each query (`[n, d]`), excluding the ids `exclude[i]` for query i;
+        `progress(rows)` is called after each batch."""
+        queries = np.asarray(queries, np.float32)
+        exclude = Csr.of(exclude)
+        n = len(queries)
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ValueError(f"queries must be [n, {self.dim}], got {queries.shape}")
+        if len(exclude) != n:
+            raise ValueError(f"need one exclusion list per query: {len(exclude)} for {n} queries")
+        if k <= 0:
+            raise ValueError(f"k must be positive, got {k}")
+        ids = np.full((n, k), -1, np.int64)
+        scores = np.full((n, k), -np.inf, np.float32)
+        lengths = exclude.lengths()
+        short = lengths <= SHORT_EXCLUDE
+        for group in (np.flatnonzero(short), np.flatnonzero(~short)):
+            if len(group):
+                width = 1 << max(0, int(lengths[group].max()) - 1).bit_length()
+                self._score(queries, exclude, group, width, k, approx, recall_target, ids, scores, progress)
+        ids[~np.isfinite(scores)] = -1
+        return TopK(ids, scores)
+
+    def _score(self, queries, exclude: Csr, group: np.ndarray, width: int, k: int, approx: bool,
+               recall_target: float, ids: np.ndarray, scores: np.ndarray, progress) -> None:
+        """Fill `ids`/`scores` of the rows `group`, batch by batch, the next batch dispatched
+        before the last one is read back."""
+        kernel = _kernel(k, self.shape.cols, bool(approx), float(recall_target))
+        rows = self.shape.rows
+        pending = None
+        for start in range(0, len(group) + rows, rows):
+            launched = None
+            if start < len(group):
+                index = group[start : start + rows]
+                q = np.zeros((rows, self.dim), np.float32)
+                q[: len(index)] = queries[index]
+                ex = exclude.padded(index, rows, width)
+                launched = (index, self._launch(kernel, q, ex))
+            if pending is not None:
+                index, results = pending
+                vals, found = self._merge(results, k)
+                ids[index], scores[index] = found[: len(index)], vals[: len(index)]
+                if progress is not None:
+                    progress(len(index))
+            pending = launched
+
+    def _launch(self, kernel, q: np.ndarray, ex: np.ndarray) -> list:
+        """Every device's program on one batch: dispatched (accelerators), or run in one pinned
+        thread per device (per-core CPU devices, `per_core`)."""
+
+        def task(i: int):
+            device = self.devices[i]
+            local = np.where(ex >= 0, ex - i * self.span, -1).astype(np.int32)
+            local[(local < 0) | (local >= self.span)] = -1
+            return kernel(jax.device_put(q, device), self.tables[i], jax.device_put(local, device),
+                          jax.device_put(np.int32(self.valid[i]), device))
+
+        if self.per_core:
+            return per_core.run([functools.partial(task, i) for i in range(len(self.devices))])
+        return [task(i) for i in range(len(self.devices))]
+
+    def _merge(self, results: list, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The devices' top K merged: a stable sort by score of their concatenation in id order."""
+        vals = [np.asarray(v) for v, _ in results]
+        found = [np.asarray(j).astype(np.int64) + i * self.span for i, (_, j) in enumerate(results)]
+        if len(results) == 1:
+            return vals[0], found[0]
+        vals, found = np.concatenate(vals, axis=1), np.concatenate(found, axis=1)
+        order = np.argsort(-vals, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(vals, order, axis=1), np.take_along_axis(found, order, axis=1)
+
+
+def _progress_bar(total: int, enabled: bool | None, desc: str) -> tqdm:
+    """A tqdm bar on stderr (by default only on a terminal) with rows per second."""
+    enabled = sys.stderr.isatty() if enabled is None else enabled
+    return tqdm(total=total, desc=desc, unit="row", unit_scale=True, file=sys.stderr,
+                disable=not enabled, leave=False, smoothing=0.1)
+
+
+def top_k_rows(
+    col_table: np.ndarray,
+    k: int,
+    known: Csr | Sequence[np.ndarray],
+    *,
+    row_table: np.ndarray | None = None,
+    row_ids: np.ndarray | None = None,
+    config: Any = None,
+    exclude_self: bool = False,
+    approx: bool = False,
+    recall_target: float = 0.95,
+    rows_per_batch: int | None = None,
+    cols_per_block: int | None = None,
+    mesh: Mesh | Sequence[Any] | None = None,
+    progress: bool | None = None,
+    fold_in_fn: FoldInFn | None = None,
+) -> TopK:
+    """Top-`k` column ids and scores `[n, k]` of n rows, their known columns excluded.
+
+    - `known`: the known column ids of each row (a `Csr` or a sequence of id arrays); never returned.
+    - Queries: with `row_table`, row i is `row_table[row_ids[i]]` (zeros for a row without known
+      columns: it was never trained); otherwise row i is folded in from `known[i]` (paper Eq. 4) with
+      `fold_in_fn(col_table, lists, config)`, by default the trainer's solve (`model.fold_in`) with
+      `config` (a `TrainConfig`), `FOLD_IN_CHUNK` rows at a time.
+    - `exclude_self`: also exclude `row_ids[i]` from row i (a graph, whose row and column ids are shared).
+    - `approx`: `lax.approx_max_k` per block with `recall_target` instead of the exact selection.
+    - `rows_per_batch` x `cols_per_block`: the score buffer of one device (defaults by backend,
+      `default_block_shape`); `mesh`: a Mesh or devices to split the columns over (default: every
+      local device).
+    - `progress`: a tqdm bar on stderr with rows per second (default: when stderr is a terminal).
+
+    Returned ids are int64 (-1 where fewer than `k` columns are admissible, score -inf there), best
+    first, ties broken by the lower column id, as a stable sort of the exact scores would.
+    """
+    known = Csr.of(known)
+    n = len(known)
+    num_cols = len(col_table)
+    if len(known.indices) and (known.indices.min() < 0 or known.indices.max() >= num_cols):
+        bad = int(np.searchsorted(known.indptr, np.flatnonzero(
+            (known.indices < 0) | (known.indices >= num_cols))[0], side="right")) - 1
+        raise ValueError(f"row {bad} names a column outside the table's 0..{num_cols - 1}")
+    if (row_table is not None or exclude_self) and (row_ids is None or len(row_ids) != n):
+        raise ValueError(f"row_ids: need one id per row ({n}) with row_table or exclude_self")
+    if row_ids is not None:
+        row_ids = np.asarray(row_ids, np.int64)
+        if row_table is not None and len(row_ids) and not (0 <= row_ids.min() and row_ids.max() < len(row_table)):
+            raise ValueError(f"row_ids: outside the row table's 0..{len(row_table) - 1}")
+    if row_table is None and fold_in_fn is None and config is None:
+        raise ValueError("config: the fold-in needs the training config (or give row_table)")
+    scorer = BlockedScorer(col_table, mesh, rows_per_batch=rows_per_batch, cols_per_block=cols_per_block)
+    log.info("top-k of %d rows: %s%s", n, scorer.describe(k), " (approximate)" if approx else "")
+    exclude = known.with_ids(row_ids) if exclude_self else known
+    ids = np.full((n, k), -1, np.int64)
+    scores = np.full((n, k), -np.inf, np.float32)
+    if fold_in_fn is None and row_table is None:
+        from alx_trainer.model import fold_in as fold_in_fn  # the trainer's solve: imported when used
+    began = time.perf_counter()
+    with _progress_bar(n, progress, "top-k") as bar:
+        for start in range(0, n, FOLD_IN_CHUNK):
+            stop = min(n, start + FOLD_IN_CHUNK)
+            part = known.rows(start, stop)
+            if row_table is not None:
+                has = part.lengths() > 0
+                queries = np.where(has[:, None], np.asarray(row_table[row_ids[start:stop]], np.float32), 0.0)
+            else:
+                queries = np.asarray(fold_in_fn(col_table, part.lists(), config), np.float32)
+            found = scorer.top_k(queries, exclude.rows(start, stop), k, approx=approx,
+                                 recall_target=recall_target, progress=bar.update)
+            ids[start:stop], scores[start:stop] = found
+    seconds = time.perf_counter() - began
+    log.info("top-k of %d rows in %.1f s (%.0f rows/s)", n, seconds, n / max(seconds, 1e-9))
+    return TopK(ids, scores)
+
+
+def approx_recall(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
+    """Mean over rows of |approximate top K ∩ exact top K| / |exact top K| (padding -1 ignored;
+    rows without an admissible column left out); 1.0 when no row has one."""
+    shares = []
+    for a, e in zip(np.asarray(approx_ids), np.asarray(exact_ids)):
+        e = e[e >= 0]
+        if len(e):
+            shares.append(len(np.intersect1d(a[a >= 0], e)) / len(e))
+    return float(np.mean(shares)) if shares else 1.0

@@ -1,0 +1,212 @@
+"""Child processes of the benchmarks: wall, CPU and peak memory of each, failures in one line.
+
+`run_child` runs one command (each trainer in its own process, as a user runs it) and measures it;
+`Runner` runs this package's own children (`python -m MODULE --_child KIND SPEC`) within a run's
+time budget, each writing JSON lines that survive its failure, out-of-memory kill or timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Sequence
+
+from benchmarks.core.paths import REPO
+from webgraph_contract.command_line import one_line as _last_line_of
+
+GIB = 2.0**30
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line with its type, as the benchmarks' reports carry it."""
+    return f"{type(error).__name__}: {_last_line_of(error)}"[:300]
+
+
+class ChildError(RuntimeError):
+    """A child process failed: its command and the last line it wrote."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Child:
+    """What a finished child process gave: its output, exit status, wall and CPU seconds (its own
+    and its reaped descendants'), peak resident memory in GiB (see `run_child`)."""
+
+    stdout: str
+    returncode: int
+    wall_s: float
+    cpu_s: float
+    peak_gib: float
+
+
+def run_child(cmd: Sequence[str], *, env: dict | None = None, log: str | os.PathLike | None = None,
+              tree: bool = False, timeout: float | None = None, check: bool = True) -> Child:
+    """Run `cmd` from the repository root; stdout captured, stderr into `log` (or kept for errors).
+
+    The peak memory is the child's own peak RSS (wait4), or with `tree` the highest sum over the
+    child and all its descendants, sampled from /proc every 0.2 s (workers running side by side).
+    `check`: a non-zero exit raises `ChildError` with the command and the last line of stderr.
+    A `timeout` kills the child's process group and raises `ChildError`.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench_child_") as tmp:
+        err_path = pathlib.Path(log or pathlib.Path(tmp) / "stderr")
+        with open(pathlib.Path(tmp) / "stdout", "w+") as out, open(err_path, "w") as err:
+            start = time.monotonic()
+            proc = subprocess.Popen(list(map(str, cmd)), stdout=out, stderr=err, cwd=REPO, env=env,
+                                    start_new_session=True)  # a group: a timeout kills it all
+            try:
+                status, usage, peak = _wait(proc, start, timeout, tree)
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.wait4(proc.pid, 0)
+                proc.returncode = -signal.SIGKILL
+                raise
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            wall = time.monotonic() - start
+            out.seek(0)
+            stdout = out.read()
+        if check and proc.returncode:
+            where = f" (log {log})" if log else ""
+            line = last_line(err_path)
+            raise ChildError(f"{name_of(cmd)}: exit {proc.returncode}: {line}{where}")
+    return Child(stdout, proc.returncode, wall, usage.ru_utime + usage.ru_stime, peak / GIB)
+
+
+def _wait(proc: subprocess.Popen, start: float, timeout: float | None, tree: bool):
+    """(wait status, rusage, peak bytes) of a child; `ChildError` past the timeout."""
+    peak = 0
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            return status, usage, peak if tree else usage.ru_maxrss * 1024
+        if timeout is not None and time.monotonic() - start > timeout:
+            raise ChildError(f"{name_of(proc.args)}: timed out after {timeout:.0f} s")
+        if tree:
+            peak = max(peak, tree_rss_bytes(proc.pid))
+        time.sleep(0.2 if tree else 0.02)
+
+
+def name_of(cmd: Sequence[str]) -> str:
+    """A command shortened for a message: the program and its module or script."""
+    words = [str(w) for w in cmd]
+    return " ".join(words[:3] if len(words) > 2 and words[1] == "-m" else words[:2])
+
+
+def last_line(path: str | os.PathLike) -> str:
+    """The last non-empty line of a child's output (a traceback's exception line)."""
+    with open(path, errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def tree_rss_bytes(root_pid: int) -> int:
+    """Resident memory of a process and all its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2:].split()
+            pid, ppid, pages = int(entry), int(fields[1]), int(fields[21])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = pages * page
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def json_lines(text: str) -> list[dict]:
+    """The JSON object lines of a child's output; other lines, and a line cut short by a kill, are
+    left out."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return lines
+
+
+@dataclasses.dataclass
+class Runner:
+    """Runs `python -m MODULE --_child KIND SPEC` children within a run's budget; each gives its
+    JSON lines (written to a file as they come) or one line of error."""
+
+    module: str
+    work: pathlib.Path
+    env: dict[str, str]
+    deadline: float  # time.monotonic() after which no child starts
+    section_timeout: float
+
+    def __call__(self, kind: str, name: str, spec: dict,
+                 env: dict[str, str] | None = None) -> tuple[list[dict], str | None, float]:
+        left = min(self.section_timeout, self.deadline - time.monotonic())
+        if left < 5:
+            return [], "skipped: the run's --budget_s is spent", 0.0
+        logs = self.work / "logs"
+        out, log, spec_path = (logs / f"{name}{suffix}" for suffix in (".jsonl", ".log",
+                                                                       ".spec.json"))
+        logs.mkdir(parents=True, exist_ok=True)
+        out.unlink(missing_ok=True)
+        spec_path.write_text(json.dumps(dict(spec, out=str(out), work=str(self.work))))
+        cmd = [sys.executable, "-m", self.module, "--_child", kind, str(spec_path)]
+        error, t = None, time.monotonic()
+        try:
+            child = run_child(cmd, env=env or self.env, log=log, timeout=left, check=False)
+            if child.returncode:
+                error = f"exit {child.returncode}: {last_line(log)}"
+        except ChildError:
+            error = f"timed out after {left:.0f} s"
+        lines = json_lines(out.read_text()) if out.exists() else []
+        return lines, error, time.monotonic() - t
+
+
+def write_line(out: str | os.PathLike, record: dict) -> None:
+    """(In a child) append a JSON line to its output file; a `result` line carries the child's
+    peak host RSS so far."""
+    if "result" in record:
+        import resource
+
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        record["result"]["peak_host_gib"] = peak_kib / 2**20
+    with open(out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def wheel_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
+    """The environment of children that need wheels installed apart (implicit's CUDA build): the
+    wheels in `wheels` installed into `site` (once) and put on PYTHONPATH, the `nvidia` packages'
+    libraries on LD_LIBRARY_PATH (the GPU README's steps)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    found = sorted(glob.glob(str(wheels / "*.whl")))
+    if not found:
+        return env
+    if not (site / "implicit").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--no-compile",
+                        "--no-cache-dir", "--target", str(site), *found], check=True)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+    roots = [str(site), *[p for p in sys.path if p and os.path.isdir(p)]]
+    libs = sorted({os.path.dirname(p) for root in roots
+                   for p in glob.glob(os.path.join(root, "nvidia", "**", "lib*.so*"),
+                                      recursive=True)})
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None,
+                                                    [*libs, os.environ.get("LD_LIBRARY_PATH", "")]))
+    return env

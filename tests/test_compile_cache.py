@@ -1,0 +1,123 @@
+"""Compile once: the persistent compilation cache across processes, and where it may live.
+
+Each command runs in a fresh Python process that counts, with its own `jax.monitoring` listeners
+(not the trainer's), XLA compile requests and persistent-cache hits; the cache directory's entries
+are counted too (every compiled program writes one: no minimum compile time or size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from alx_trainer import compile_cache
+from alx_trainer.config import ConfigError
+
+import reference_ials as ref
+from conftest import REPO
+
+COUNTING_RUN = """
+import json, sys
+import jax
+seen = {"requests": 0, "hits": 0}
+def duration(event, secs, **kw):
+    seen["requests"] += event == "/jax/core/compile/backend_compile_duration"
+def event(event, **kw):
+    seen["hits"] += event == "/jax/compilation_cache/cache_hits"
+jax.monitoring.register_event_duration_secs_listener(duration)
+jax.monitoring.register_event_listener(event)
+from alx_trainer.__main__ import main
+rc = main(sys.argv[1:])
+print("COUNTS " + json.dumps(dict(seen, rc=rc)))
+"""
+
+
+def _run(argv: list[str], cache_home: str) -> dict:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
+               XDG_CACHE_HOME=cache_home, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", COUNTING_RUN, *argv], env=env, capture_output=True, text=True,
+                          timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("COUNTS ")]
+    assert lines, done.stdout[-2000:] + done.stderr[-3000:]
+    counts = json.loads(lines[-1].split(" ", 1)[1])
+    assert counts["rc"] == 0, done.stderr[-3000:]
+    return counts
+
+
+def _entries(path: str) -> set[str]:
+    return {name for _, _, files in os.walk(path) for name in files}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> str:
+    rng = np.random.default_rng(3)
+    rows = ref.random_rows(0, 40, 50, max_len=9)
+    test = {r: (rows[r][: len(rows[r]) // 2 + 1], sorted(rng.choice(50, 3, replace=False).tolist())) for r in range(10)}
+    return ref.write_dataset(str(tmp_path_factory.mktemp("cc") / "data"), rows, 40, 50, test=test)
+
+
+def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
+    home = str(tmp_path / "xdg")
+    cache = os.path.join(home, "alx", "jax")  # 'auto': the user's own cache directory
+    train = ["train", "--data", data, "--dim", "8", "--epochs", "2", "--no-progress", "--piece_len", "4",
+             "--batch_pieces", "8"]
+    first = _run([*train, "--model_dir", str(tmp_path / "m1")], home)
+    assert first["requests"] > 0 and first["hits"] == 0, first
+    written = _entries(cache)
+    assert len(written) >= first["requests"] - first["hits"], (first, written)
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+
+    second = _run([*train, "--model_dir", str(tmp_path / "m2")], home)
+    assert second["requests"] > 0 and second["hits"] == second["requests"], second  # every program loaded
+    assert _entries(cache) == written  # nothing new compiled, so nothing new written
+    metrics = [json.loads(line) for line in open(tmp_path / "m2" / "metrics.jsonl")]
+    assert [m["compiles"] for m in metrics] == [0, 0]
+    first_metrics = [json.loads(line) for line in open(tmp_path / "m1" / "metrics.jsonl")]
+    assert first_metrics[0]["compiles"] > 0 and first_metrics[0]["compile_seconds"] > 0
+
+    # a trained model's eval and export in new processes: programs from the cache, once warm
+    for command in (["eval", "--data", data, "--model_dir", str(tmp_path / "m1")],
+                    ["export", "--model_dir", str(tmp_path / "m1"), "--output", str(tmp_path / "out")]):
+        _run(command, home)
+        again = _run(command, home)
+        assert again["hits"] == again["requests"], (command, again)
+
+
+def test_off_uses_no_directory(data, tmp_path):
+    home = str(tmp_path / "xdg")
+    counts = _run(["train", "--data", data, "--model_dir", str(tmp_path / "m"), "--dim", "4", "--epochs", "1",
+                   "--eval_every", "0", "--no-progress", "--compile_cache", "off"], home)
+    assert counts["requests"] > 0 and counts["hits"] == 0
+    assert not os.path.exists(home)
+
+
+def test_a_directory_others_can_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(ConfigError, match="writable by others"):
+        compile_cache.cache_dir(str(shared))
+    inside = tmp_path / "open"
+    inside.mkdir()
+    os.chmod(inside, 0o777)  # a directory under it could be renamed away and replaced
+    with pytest.raises(ConfigError, match="others can write"):
+        compile_cache.cache_dir(str(inside / "cache"))
+    mine = compile_cache.cache_dir(str(tmp_path / "mine" / "cache"))
+    assert stat.S_IMODE(os.stat(mine).st_mode) == 0o700
+
+
+def test_the_command_line_refuses_it_in_one_line(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    done = subprocess.run([sys.executable, "-m", "alx_trainer", "export", "--model_dir", str(tmp_path / "m"),
+                           "--output", str(tmp_path / "o"), "--compile_cache", str(shared)],
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "writable by others" in done.stderr, done.stderr

@@ -1,0 +1,141 @@
+"""Blocked top K (`evaluation.topk`) against a brute-force float64 NumPy ranking, ties included."""
+
+import jax
+import numpy as np
+import pytest
+
+from alx_trainer.evaluation import topk
+from alx_trainer.evaluation.topk import BlockedScorer, Csr, top_k_rows
+
+
+def brute(queries, table, exclude, k):
+    """ids and scores of a stable sort of the float64 scores (ties: lower id first), -1 / -inf padding."""
+    scores = np.asarray(queries, np.float64) @ np.asarray(table, np.float64).T
+    for i, e in enumerate(exclude):
+        scores[i, np.asarray(e, np.int64)] = -np.inf
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(scores, order, axis=1)
+    ids = np.where(np.isfinite(top), order, -1)
+    width = k - ids.shape[1]
+    return np.pad(ids, ((0, 0), (0, width)), constant_values=-1), np.pad(top, ((0, 0), (0, width)),
+                                                                          constant_values=-np.inf)
+
+
+def random_exclusions(rng, n, num_cols, most):
+    return [rng.choice(num_cols, size=int(rng.integers(0, most + 1)), replace=False) for _ in range(n)]
+
+
+@pytest.mark.parametrize("devices,cols,rows", [(1, 64, 16), (8, 32, 7), (3, 96, 50)])
+def test_exact_equals_brute_force_across_blocks_and_devices(devices, cols, rows):
+    rng = np.random.default_rng(devices)
+    table = rng.normal(size=(1003, 8)).astype(np.float32)  # not a multiple of blocks or devices
+    queries = rng.normal(size=(45, 8)).astype(np.float32)
+    exclude = random_exclusions(rng, len(queries), len(table), 40)
+    exclude[3] = rng.choice(len(table), size=300, replace=False)  # a long row: batched apart
+    scorer = BlockedScorer(table, jax.devices()[:devices], rows_per_batch=rows, cols_per_block=cols)
+    got = scorer.top_k(queries, exclude, 150)
+    want_ids, want_scores = brute(queries, table, exclude, 150)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_ties_keep_the_lower_id_across_blocks_and_devices():
+    # integer scores, exact in float32: many equal scores, spread over blocks and devices
+    rng = np.random.default_rng(5)
+    table = rng.integers(-2, 3, size=(517, 3)).astype(np.float32)
+    queries = rng.integers(-2, 3, size=(30, 3)).astype(np.float32)
+    exclude = random_exclusions(rng, len(queries), len(table), 20)
+    want_ids, want_scores = brute(queries, table, exclude, 60)
+    for devices, cols in ((1, 32), (4, 32), (8, 64), (2, 4096)):
+        got = BlockedScorer(table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols).top_k(
+            queries, exclude, 60)
+        np.testing.assert_array_equal(got.ids, want_ids, err_msg=f"{devices} devices, {cols} columns a block")
+        np.testing.assert_array_equal(got.scores, want_scores)
+
+
+def test_cheap_tiers_are_taken_and_stay_exact():
+    # one query, columns by ascending score: each block beats the last (the whole block's top K),
+    # then descending: no group beats the running K-th (the gathered tier)
+    table = np.concatenate([np.arange(2000), np.arange(2000)[::-1]]).astype(np.float32)[:, None]
+    queries = np.array([[1.0], [-1.0], [0.0]], np.float32)
+    got = BlockedScorer(table, jax.devices()[:2], rows_per_batch=2, cols_per_block=256).top_k(
+        queries, [np.array([1999]), np.array([], np.int64), np.array([0])], 25)
+    want_ids, _ = brute(queries, table, [[1999], [], [0]], 25)
+    np.testing.assert_array_equal(got.ids, want_ids)
+
+
+def test_more_k_than_admissible_columns_gives_padding():
+    table = np.arange(10, dtype=np.float32)[:, None]
+    for devices in (1, 8):
+        got = BlockedScorer(table, jax.devices()[:devices]).top_k(np.ones((1, 1), np.float32), [np.arange(5)], 8)
+        np.testing.assert_array_equal(got.ids[0], [9, 8, 7, 6, 5, -1, -1, -1])
+        assert np.isneginf(got.scores[0, 5:]).all()
+        got = BlockedScorer(table, jax.devices()[:devices]).top_k(np.ones((1, 1), np.float32), [[0]], 20)
+        np.testing.assert_array_equal(got.ids[0], list(range(9, 0, -1)) + [-1] * 11)
+
+
+def test_block_shape_bounds_the_score_buffer_not_the_column_count():
+    scorer = BlockedScorer(np.zeros((1_000_003, 2), np.float32), jax.devices()[:1], rows_per_batch=64,
+                           cols_per_block=2048)
+    assert scorer.shape.score_bytes() == 4 * 64 * 2048
+    assert "64 rows x 2048 columns" in scorer.describe(20)
+    small = BlockedScorer(np.zeros((100, 2), np.float32), jax.devices()[:8])
+    assert small.shape.cols == 32  # a block no wider than a device's share (13 columns, one group)
+
+
+@pytest.mark.parametrize("recall_target", [0.8, 0.95])
+def test_approximate_topk_recall_is_measured_against_exact(recall_target):
+    rng = np.random.default_rng(1)
+    table = rng.normal(size=(3000, 16)).astype(np.float32)
+    queries = rng.normal(size=(40, 16)).astype(np.float32)
+    exclude = [np.array([i]) for i in range(len(queries))]
+    scorer = BlockedScorer(table, jax.devices()[:2], cols_per_block=512)
+    exact = scorer.top_k(queries, exclude, 50)
+    approx = scorer.top_k(queries, exclude, 50, approx=True, recall_target=recall_target)
+    want = np.mean([len(np.intersect1d(a, e)) / 50 for a, e in zip(approx.ids, exact.ids)])
+    assert topk.approx_recall(approx.ids, exact.ids) == pytest.approx(want)
+    assert topk.approx_recall(approx.ids, exact.ids) >= recall_target
+    assert not any(np.isin(a, e).any() for a, e in zip(approx.ids, exclude))
+    assert topk.approx_recall(exact.ids[:, ::-1], exact.ids) == 1.0
+
+
+def np_fold_in(col_table, rows, alpha, reg):
+    """Eq. 4 in float64: (H_S^T H_S + alpha H^T H + reg I) w = H_S^T 1 for each row."""
+    h = np.asarray(col_table, np.float64)
+    base = alpha * h.T @ h + reg * np.eye(h.shape[1])
+    return np.stack([np.linalg.solve(base + h[c].T @ h[c], h[c].sum(axis=0)) for c in rows])
+
+
+def test_top_k_rows_folds_in_or_takes_trained_rows_and_excludes_known_and_self():
+    rng = np.random.default_rng(3)
+    cols = rng.normal(size=(700, 6)).astype(np.float32)
+    known = random_exclusions(rng, 90, len(cols), 12)
+    row_ids = rng.integers(0, 700, size=90)
+    fold = lambda table, lists, config: np_fold_in(table, lists, *config)
+    got = top_k_rows(cols, 30, Csr.from_lists(known), config=(0.1, 0.5), fold_in_fn=fold, rows_per_batch=16,
+                     cols_per_block=64, row_ids=row_ids, exclude_self=True)
+    want_ids, _ = brute(np_fold_in(cols, known, 0.1, 0.5), cols, [np.append(k, r) for k, r in zip(known, row_ids)], 30)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    rows = rng.normal(size=(700, 6)).astype(np.float32)
+    got = top_k_rows(cols, 30, known, row_table=rows, row_ids=row_ids, cols_per_block=64, mesh=jax.devices()[:3])
+    queries = np.where(np.array([len(k) > 0 for k in known])[:, None], rows[row_ids], 0.0)
+    want_ids, want_scores = brute(queries, cols, known, 30)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_top_k_rows_rejects_bad_input():
+    cols = np.zeros((5, 2), np.float32)
+    with pytest.raises(ValueError, match="row 1 names a column outside the table's 0..4"):
+        top_k_rows(cols, 3, [[0], [7]], row_table=cols, row_ids=[0, 1])
+    with pytest.raises(ValueError, match="row_ids: need one id per row"):
+        top_k_rows(cols, 3, [[0]], row_table=cols)
+    with pytest.raises(ValueError, match="config"):
+        top_k_rows(cols, 3, [[0]])
+
+
+def test_csr_helpers():
+    csr = Csr.from_lists([np.array([3, 1]), np.array([], np.int64), np.array([2])])
+    assert [list(r) for r in csr.with_ids(np.array([7, 8, 9])).lists()] == [[3, 1, 7], [8], [2, 9]]
+    assert [list(r) for r in csr.rows(1, 3).lists()] == [[], [2]]
+    np.testing.assert_array_equal(csr.padded(np.array([2, 0]), 3, 2), [[2, -1], [3, 1], [-1, -1]])

@@ -1,0 +1,75 @@
+"""Reading a dataset back: a split's records as int64 arrays, and the vocabulary."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from webgraph_contract import fileio, record_codec, tfrecord
+from webgraph_contract.layout import iter_split_files, vocab_glob
+
+DECODE_THREADS = 2  # threads that check and decode a file's blocks (`iter_file_rows`)
+
+def read_split(data_dir: str, split: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Every record of one split as `(row_tag, col_tag, gt_tag)` with int64 NumPy arrays."""
+    return read_records(list(iter_split_files(data_dir, split)))
+
+
+def iter_file_rows(path: str, threads: int = DECODE_THREADS) -> Iterable[record_codec.Rows]:
+    """The records of one TFRecord file in the contract's layout, a block at a time, in order; a
+    one-line ValueError naming the file and the byte offset of a corrupt or non-contract record.
+
+    This thread reads the blocks; `threads` more check and decode them (NumPy and the CRCs release
+    the GIL for most of that work), at most `threads` + 1 blocks in memory at a time."""
+    with fileio.open_file(path, "rb") as f, concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        pending: collections.deque = collections.deque()
+        for block in tfrecord.read_blocks(f, path, checked=False):
+            pending.append(pool.submit(_decode_block, path, block))
+            if len(pending) > threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _decode_block(path: str, block: tfrecord.Block) -> record_codec.Rows:
+    """One block's records, checksums checked, decoded."""
+    tfrecord.check(path, block)
+    try:
+        return record_codec.decode_rows(block.data, block.starts, block.lengths)
+    except record_codec.ExampleError as e:
+        at = block.offset + int(block.starts[e.index]) - tfrecord.HEADER_BYTES
+        raise ValueError(f"{path}: the record at byte {at} is not a web_graph tf.train.Example ({e})") from None
+
+
+def read_records(files: Sequence[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Every record of some TFRecord files in the contract's feature layout, in file order."""
+    out: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for path in files:
+        for rows in iter_file_rows(path):
+            out.extend(rows.tuples())
+    return out
+
+
+def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
+    """Vocabulary shards of a dataset directory, id -> name (URL): `vocab.tsv-*`, or with
+    `columns` the column names of interaction data (`vocab.cols.tsv-*`, else `vocab.tsv-*`)."""
+    pattern = vocab_glob(data_dir)
+    files = sorted(fileio.glob(vocab_glob(data_dir, columns=True))) if columns else []
+    files = files or sorted(fileio.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"no vocabulary shards match {pattern}")
+    vocab: dict[int, str] = {}
+    for path in files:
+        with fileio.open_file(path, "r") as f:
+            for n, line in enumerate(f, 1):
+                key, sep, name = line.rstrip("\n").partition("\t")
+                if not sep or not key.isdigit():
+                    raise ValueError(f"{path}:{n}: expected `id<TAB>name`, got {line.strip()!r}")
+                if int(key) in vocab:
+                    raise ValueError(f"{path}:{n}: id {key} is named twice")
+                vocab[int(key)] = name
+    return vocab
+
