@@ -149,10 +149,9 @@ class MetricsLogger(Callback):
 
 def epoch_line(record: dict, epochs: int) -> str:
     """An epoch's record in under a terminal line: time, rows and columns solved, loss (when computed)
-    and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard."""
-    compiling = record.get("compile_seconds", 0.0)
-    spent = f" ({compiling:.2f} s compiling)" if compiling >= 0.01 else ""
-    parts = [f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s{spent}: "
+    and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard (compile time
+    included: `compile_seconds`, summed in `train`'s closing line)."""
+    parts = [f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s: "
              f"{record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols solved"]
     if "loss" in record:
         parts.append(f"loss {record['loss']:.5g}")

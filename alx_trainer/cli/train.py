@@ -94,7 +94,11 @@ def _main(argv: list[str] | None) -> int:
     shown = [k for k in last if k == "loss" or (k.startswith("recall@") and "/" not in k)]
     summary = ", ".join(f"{k} {last[k]:.6g}" if k == "loss" else f"{k} {last[k]:.4f}" for k in shown)
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
-    print(f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}" + (f": {summary}" if summary else ""))
+    compiles = sum(r.get("compiles", 0) for r in model.metrics)
+    compiling = sum(r.get("compile_seconds", 0.0) for r in model.metrics)
+    spent = f", {compiles} program(s) compiled in {compiling:.1f} s" if compiles else ", nothing compiled"
+    print(f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}{spent}"
+          + (f": {summary}" if summary else ""))
     return 0
 
 
