@@ -2,8 +2,8 @@
 
 Phases, in order: `read` (a side's planning pass over its files), `plan` (its batch shape and
 counts), `pack` (its batch source: packing, and for the accelerator path copying to the devices,
-with its own pass over the files), `compile`, `epochs` (the half-epochs' work, the first epoch's
-compilation included unless reported as `compile`), `eval`. Wrap a phase in `timed(name)`, or
+with its own pass over the files), `compile` (wall seconds only: `train` takes the epochs'
+`compile_seconds` out of `epochs`), `epochs` (the half-epochs' work), `eval`. Wrap a phase in `timed(name)`, or
 report seconds measured elsewhere with `add`; `train` starts each run with `reset` and logs
 `summary` at its end. CPU seconds are the whole process's.
 """

@@ -42,7 +42,7 @@ def test_training_logs_every_phase(tmp_path, caplog):
             assert any(re.fullmatch(rf"{side} side {phase}: [\d.]+ s \([\d.]+ CPU s\)", line) for line in lines), lines
     assert sum(line.startswith("epoch ") and " eval: " in line for line in lines) == 2
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]
-    assert re.fullmatch(r"phases: read [\d.]+ s \([\d.]+ CPU s\), plan .*, pack .*, epochs .*, eval .*", summary)
+    assert re.fullmatch(r"phases: read [\d.]+ s \([\d.]+ CPU s\), plan .*, pack .*, compile .*, epochs .*, eval .*", summary)
 
 
 def test_a_phase_that_fails_is_not_counted(caplog):
