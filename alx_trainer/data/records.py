@@ -9,8 +9,6 @@ ahead of the solves.
 
 from __future__ import annotations
 
-import collections
-import functools
 import queue
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -34,15 +32,14 @@ def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: 
     """Stream `files` (in order) as CSR chunks of `chunk_rows` rows (fewer at the end of a file).
 
     Blocks are checked and decoded in `threads` threads (None: one per core this process may
-    use), and the next file is read while this one's last blocks decode. Raises ValueError
-    naming the file when a record is corrupt or an id lies outside the matrix shape from
-    stats.json (the dataset does not match the contract).
+    use). Raises ValueError naming the file when a record is corrupt or an id lies outside the
+    matrix shape from stats.json (the dataset does not match the contract).
     """
     threads = threads or host_cores.host_threads()
-    for path, blocks in _files_ahead(files, threads):
+    for path in files:
         held: list[RowChunk] = []
         held_rows = 0
-        for rows in blocks:
+        for rows in dataset_reader.iter_file_rows(path, threads):
             chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
             _check_ids(path, chunk, num_rows, num_cols)
             held.append(chunk)
@@ -56,22 +53,6 @@ def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: 
                 held = [whole.take(stop, len(whole))] if held_rows else []
         if held:
             yield RowChunk.concat(held)
-
-
-def _files_ahead(files: Sequence[str], threads: int) -> Iterator[tuple[str, Iterator]]:
-    """(path, its decoded blocks) of every file in order; each file is read in a thread of its own
-    (`dataset_reader.iter_file_rows`, `threads` decoding), the next one started with this one."""
-    started: collections.deque = collections.deque()
-    try:
-        for k, path in enumerate(files):
-            while len(started) < 2 and k + len(started) < len(files):
-                ahead = files[k + len(started)]
-                started.append(_start(functools.partial(dataset_reader.iter_file_rows, ahead, threads), 2))
-            yield path, _drain(*started[0])
-            started.popleft()
-    finally:
-        for _, stop in started:
-            stop.set()
 
 
 _MISMATCH = "dataset does not match the contract"
@@ -88,15 +69,8 @@ def _check_ids(path: str, chunk: RowChunk, num_rows: int, num_cols: int) -> None
 
 def prefetch(make_iter: Callable[[], Iterator[T]], depth: int = 2) -> Iterator[T]:
     """Run an iterator in a background thread, `depth` items ahead; re-raises its errors here."""
-    yield from _drain(*_start(make_iter, depth))
-
-
-_DONE = object()
-
-
-def _start(make_iter: Callable[[], Iterator[T]], depth: int) -> tuple[queue.Queue, threading.Event]:
-    """A thread that runs `make_iter()` into a queue of `depth` items until done or stopped."""
     q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
     stop = threading.Event()
 
     def put(item) -> bool:
@@ -113,20 +87,16 @@ def _start(make_iter: Callable[[], Iterator[T]], depth: int) -> tuple[queue.Queu
             for item in make_iter():
                 if not put(item):
                     return
-            put(_DONE)
+            put(done)
         except BaseException as e:  # handed to the consumer, which re-raises it
             put(e)
 
-    threading.Thread(target=worker, daemon=True).start()
-    return q, stop
-
-
-def _drain(q: queue.Queue, stop: threading.Event) -> Iterator:
-    """The items of a `_start` queue; stops its thread when the consumer stops early."""
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
     try:
         while True:
             item = q.get()
-            if item is _DONE:
+            if item is done:
                 return
             if isinstance(item, BaseException):
                 raise item
