@@ -108,9 +108,11 @@ class Evaluator(Callback):
         ndcg_k = config.ndcg_k if 0 < config.ndcg_k <= dataset.num_cols else None
         mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
+        ranking = evaluate.Ranking(ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
         with phase_times.timed("eval", f"epoch {epoch}"):
-            result = evaluate.evaluate(model, dataset, ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh,
-                                       baseline=dataset.eval_split == "test", max_rows=config.eval_rows or None)
+            result = evaluate.evaluate_dataset(model, dataset, ranking=ranking,
+                                               baseline=dataset.eval_split == "test",
+                                               max_rows=config.eval_rows or None)
         record.update(result)
 
 

@@ -18,6 +18,7 @@ SOLVERS = ("cg", "cholesky", "lu", "qr", "block")
 POTRF_SOLVERS = ("cholesky", "block")
 STATS_MODES = ("gather", "local")
 CG_FORMS = ("auto", "matvec", "explicit")
+CG_KERNELS = ("xla", "pallas")
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
 LAYOUTS = ("auto", "sharded", "replicated", "owner")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -95,6 +96,15 @@ class SolverConfig:
         "'explicit' (builds the d x d matrices, O(|S| d^2), suits matrix units); "
         "'auto' = the form measured fastest on the backend: matvec on CPU and GPU at every measured d "
         "(DESIGN.md, trainer section).",
+    )
+    cg_kernel: str = _field(
+        "xla",
+        "What runs the matrix-free CG of a batch (cg_form matvec, solver cg, stats gather): "
+        "'xla' (XLA's fusions; each CG step reads the gathered rows twice) or 'pallas' (one "
+        "Pallas kernel over tiles of 4-16 rows that gathers each tile's rows and, when they fit "
+        "on chip, reads them once for r0, every step and the loss). 'pallas' is Triton on GPU "
+        "(dim a power of two in [16, 256]), interpret mode on CPU (slow: for tests), not TPU; "
+        "opt-in until a GPU benchmark has timed it against 'xla'.",
     )
     stats: str = _field(
         "gather",
@@ -247,6 +257,17 @@ class TrainConfig(RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, Mod
             (self.cg_iters > 0, f"cg_iters: must be positive, got {self.cg_iters}"),
             (self.block_size > 0, f"block_size: must be positive, got {self.block_size}"),
             (self.cg_form in CG_FORMS, f"cg_form: must be one of {CG_FORMS}, got {self.cg_form!r}"),
+            (
+                self.cg_kernel in CG_KERNELS,
+                f"cg_kernel: must be one of {CG_KERNELS}, got {self.cg_kernel!r}",
+            ),
+            (
+                self.cg_kernel == "xla"
+                or (self.solver == "cg" and self.cg_form != "explicit" and self.stats == "gather"),
+                "cg_kernel: 'pallas' is the matrix-free CG: it needs solver 'cg', cg_form 'matvec' "
+                f"or 'auto' and stats 'gather', got solver {self.solver!r}, cg_form "
+                f"{self.cg_form!r}, stats {self.stats!r}",
+            ),
             (self.stats in STATS_MODES, f"stats: must be one of {STATS_MODES}, got {self.stats!r}"),
             (self.layout in LAYOUTS, f"layout: must be one of {LAYOUTS}, got {self.layout!r}"),
             (

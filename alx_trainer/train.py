@@ -15,7 +15,7 @@ only in the epochs of `train_loss_every`, as `loss`),
 `col_seconds`, `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
 persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles`
 (programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity
-baseline) from `alx_trainer.evaluation.evaluate.evaluate` when the dataset has a test split.
+baseline) from `alx_trainer.evaluation.evaluate.evaluate_dataset` when the dataset has a test split.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ seeded hash; 80% of each held-out user's items fold the user in, 20% are the gro
 library trains on the same users with the same d and epochs over the same (lambda, alpha) grid and
 its best cell by Recall@20 is reported. Held-out users are folded in by each library's own exact
 solve (ours `fold_in`, Cholesky; implicit `recalculate_user`), then ranked and scored by the same
-code (`alx_trainer.evaluation.evaluate.evaluate`: Recall@K over min(K, |gt|), NDCG@100), next to
+code (`alx_trainer.evaluation.evaluate.evaluate_dataset`: Recall@K over min(K, |gt|), NDCG@100), next to
 the popularity baseline.
 
 `gowalla`: LightGCN's split against the published table, through the command line. The grid:
@@ -66,7 +66,7 @@ def floats(text: str) -> list[float]:
 def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float,
              alpha: float) -> dict:
     from alx_trainer.config import TrainConfig
-    from alx_trainer.evaluation.evaluate import evaluate
+    from alx_trainer.evaluation.evaluate import evaluate_dataset
     from alx_trainer.train import train
 
     config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha,
@@ -74,13 +74,13 @@ def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float,
     t = time.perf_counter()
     model = train(config)
     seconds = time.perf_counter() - t
-    result = evaluate(model, data_dir, dataclasses.replace(config, solver="cholesky"))
+    result = evaluate_dataset(model, data_dir, dataclasses.replace(config, solver="cholesky"))
     return {**result, "train_seconds": seconds}
 
 
 def fit_implicit(split: datasets.Split, data_dir: str, dim: int, epochs: int, reg: float,
                  alpha: float) -> dict:
-    from alx_trainer.evaluation.evaluate import evaluate
+    from alx_trainer.evaluation.evaluate import evaluate_dataset
 
     indptr, cols = split.train_csr()
     matrix, regularization = implicit_als.implicit_problem(indptr, cols, split.num_cols, alpha, reg,
@@ -95,8 +95,8 @@ def fit_implicit(split: datasets.Split, data_dir: str, dim: int, epochs: int, re
         new = implicit_als.confidence_rows(list(fold_rows), split.num_cols, confidence)
         return model.recalculate_user(np.arange(len(fold_rows)), new)
 
-    result = evaluate((None, np.asarray(model.item_factors, np.float32)), data_dir,
-                      fold_in_fn=fold_in)
+    result = evaluate_dataset((None, np.asarray(model.item_factors, np.float32)), data_dir,
+                              fold_in_fn=fold_in)
     return {**result, "train_seconds": seconds, "confidence": confidence,
             "regularization": regularization}
 

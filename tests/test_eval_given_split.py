@@ -7,7 +7,7 @@ import pytest
 from alx_cli import run_cli as _run_cli
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluation.evaluate import evaluate
+from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.train import train
 from webgraph_contract.dataset_reader import read_split
 
@@ -48,12 +48,12 @@ def test_given_split_scores_the_trained_rows(given):
     data, model = given
     rows = read_split(data, "test")
     want = reference(model.row_table, model.col_table, rows)
-    got = evaluate(model, data, ks=(K,), ndcg_k=K)
+    got = evaluate_dataset(model, data, ranking=Ranking(ks=(K,), ndcg_k=K))
     assert got["trained_rows"] == 1
     assert got["recall_gt@20"] == pytest.approx(want["recall_gt@20"], abs=1e-9)
     assert got["ndcg@20"] == pytest.approx(want["ndcg@20"], abs=1e-6)
     # a 1-step CG fold-in from zero is another model: the old default scored that
-    folded = evaluate(model, data, ks=(K,), ndcg_k=K, trained_rows=False)
+    folded = evaluate_dataset(model, data, ranking=Ranking(ks=(K,), ndcg_k=K), trained_rows=False)
     assert folded["trained_rows"] == 0
     assert abs(folded["ndcg@20"] - want["ndcg@20"]) > 1e-3
 

@@ -9,7 +9,7 @@ import pytest
 from alx_cli import run_cli as _run_cli
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluation.evaluate import evaluate, one_device_mesh
+from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset, one_device_mesh
 from alx_trainer.model import fold_in, load_model
 from alx_trainer.tools import predict
 from alx_trainer.train import train
@@ -59,16 +59,17 @@ def test_neighbours_are_mostly_pages_of_the_same_site_section(hollins):
 
 def test_recall_beats_popularity_and_trainer_callback_used_evaluate(hollins):
     data, model = hollins
-    exact = evaluate(model, data)
+    exact = evaluate_dataset(model, data)
     assert exact["recall@20"] > exact["popularity/recall@20"] + 0.2
     assert 0.0 <= exact["ndcg@100"] <= 1.0 and exact["recall@50"] >= exact["recall@20"] - 0.05
-    approx = evaluate(model, data, approx=True, recall_target=0.95)
+    approx = evaluate_dataset(model, data, ranking=Ranking(approx=True, recall_target=0.95))
     assert approx["recall@20"] >= 0.95 * exact["recall@20"]
     with open(os.path.join(model.config.model_dir, "metrics.jsonl"), encoding="utf-8") as f:
         logged = {r["epoch"]: r for r in map(json.loads, f)}
     # the training loop evaluates CPU runs on one device; the same call gives the same figure
-    assert logged[8]["recall@20"] == pytest.approx(evaluate(model, data, mesh=one_device_mesh())["recall@20"], abs=1e-6)
-    assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=0.01)  # 8 shards: ties may break apart
+    one = evaluate_dataset(model, data, ranking=Ranking(mesh=one_device_mesh()))
+    assert logged[8]["recall@20"] == pytest.approx(one["recall@20"], abs=1e-6)
+    assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=1e-6)  # 8 devices: the same ranking
     assert "recall@20" in logged[4] and "recall@20" not in logged[3]
 
 
@@ -97,7 +98,7 @@ def test_cli_eval_predict_export(hollins, tmp_path):
     rc, out, err = _run_cli(["eval", "--data", data, "--model_dir", model_dir, "--output", str(tmp_path / "m.json")])
     assert rc == 0, err
     saved = json.loads((tmp_path / "m.json").read_text())
-    assert "recall@20" in out and saved["recall@20"] == pytest.approx(evaluate(load_model(model_dir), data)["recall@20"])
+    assert "recall@20" in out and saved["recall@20"] == pytest.approx(evaluate_dataset(load_model(model_dir), data)["recall@20"])
     url = read_vocab(data)[read_split(data, "train")[0][0]]  # a page with outlinks
     rc, out, err = _run_cli(["predict", "--data", data, "--model_dir", model_dir, url, "--k", "5"])
     assert rc == 0 and out.count("http") >= 5, err

@@ -9,7 +9,7 @@ from alx_cli import run_cli
 from alx_trainer.cli.commands import main_predict
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation import metrics
-from alx_trainer.evaluation.evaluate import evaluate
+from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset, evaluate_rows
 from alx_trainer.tools import topk_export, topk_records
 from alx_trainer.train import train
 from tests import reference_ials
@@ -122,7 +122,7 @@ def test_links_of_a_held_out_row_rank_as_eval_folds_it_in(hollins):
     # eval of this one row counts the same hits
     hits = len(set(ids) & set(gt.tolist())) / min(K, len(gt))
     assert (
-        evaluate(model, [(row, kept, gt)], ks=(K,), ndcg_k=None, exclude_self=True)["recall@20"]
+        evaluate_rows(model, [(row, kept, gt)], None, Ranking(ks=(K,), ndcg_k=None), exclude_self=True)["recall@20"]
         == hits
     )
     # the table lists the same URLs; a URL written otherwise is normalized; an unknown one reported
@@ -190,7 +190,7 @@ def test_rows_over_the_test_split_give_evals_recall(hollins, tmp_path):
         topk[i] = ids
     recall = metrics.mean_metric(metrics.recall_at_k(topk, [g for _, _, g in test], K))
     assert recall == pytest.approx(
-        evaluate(model, data, ks=(K,), ndcg_k=None)["recall@20"], abs=1e-6
+        evaluate_dataset(model, data, ranking=Ranking(ks=(K,), ndcg_k=None))["recall@20"], abs=1e-6
     )
     bad = sum(1 for n in range(len(test)) if n % 7 == 3)
     assert f"{len(answers)} pages answered, {bad} without a known link" in err

@@ -10,7 +10,7 @@ import pytest
 from alx_cli import run_cli as _run_cli
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluation.evaluate import evaluate
+from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.model import load_model
 from alx_trainer.tools import sweep
 from alx_trainer.train import train
@@ -82,7 +82,7 @@ def test_sweep_command_picks_the_best_validation_point_and_reports_it_on_test(da
     model = load_model(final["model_dir"])
     assert model.epoch == int(saved["best"]["epochs"]) and model.col_table.shape[1] == int(saved["best"]["dim"])
     assert not model.config.validation
-    again = evaluate(model, full, ks=(20,), ndcg_k=20)
+    again = evaluate_dataset(model, full, ranking=Ranking(ks=(20,), ndcg_k=20))
     assert final["test"]["recall_gt@20"] == pytest.approx(again["recall_gt@20"])
     assert final["test"]["num_rows"] == 40 and "cold/recall_gt@20" in final["test"]
     with open(os.path.join(out, sweep.BEST_CONFIG)) as f:

@@ -9,7 +9,7 @@ from alx_trainer.evaluation.topk import BlockedScorer, Csr, top_k_rows
 
 
 def brute(queries, table, exclude, k):
-    """ids and scores of a stable sort of the float64 scores (ties: lower id first), -1 / -inf padding."""
+    """ids and scores of a stable sort of float64 scores (ties: lower id first), -1 / -inf pads."""
     scores = np.asarray(queries, np.float64) @ np.asarray(table, np.float64).T
     for i, e in enumerate(exclude):
         scores[i, np.asarray(e, np.int64)] = -np.inf
@@ -17,12 +17,15 @@ def brute(queries, table, exclude, k):
     top = np.take_along_axis(scores, order, axis=1)
     ids = np.where(np.isfinite(top), order, -1)
     width = k - ids.shape[1]
-    return np.pad(ids, ((0, 0), (0, width)), constant_values=-1), np.pad(top, ((0, 0), (0, width)),
-                                                                          constant_values=-np.inf)
+    return np.pad(ids, ((0, 0), (0, width)), constant_values=-1), np.pad(
+        top, ((0, 0), (0, width)), constant_values=-np.inf
+    )
 
 
 def random_exclusions(rng, n, num_cols, most):
-    return [rng.choice(num_cols, size=int(rng.integers(0, most + 1)), replace=False) for _ in range(n)]
+    return [
+        rng.choice(num_cols, size=int(rng.integers(0, most + 1)), replace=False) for _ in range(n)
+    ]
 
 
 @pytest.mark.parametrize("devices,cols,rows", [(1, 64, 16), (8, 32, 7), (3, 96, 50)])
@@ -47,9 +50,12 @@ def test_ties_keep_the_lower_id_across_blocks_and_devices():
     exclude = random_exclusions(rng, len(queries), len(table), 20)
     want_ids, want_scores = brute(queries, table, exclude, 60)
     for devices, cols in ((1, 32), (4, 32), (8, 64), (2, 4096)):
-        got = BlockedScorer(table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols).top_k(
-            queries, exclude, 60)
-        np.testing.assert_array_equal(got.ids, want_ids, err_msg=f"{devices} devices, {cols} columns a block")
+        got = BlockedScorer(
+            table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols
+        ).top_k(queries, exclude, 60)
+        np.testing.assert_array_equal(
+            got.ids, want_ids, err_msg=f"{devices} devices, {cols} columns a block"
+        )
         np.testing.assert_array_equal(got.scores, want_scores)
 
 
@@ -59,7 +65,8 @@ def test_cheap_tiers_are_taken_and_stay_exact():
     table = np.concatenate([np.arange(2000), np.arange(2000)[::-1]]).astype(np.float32)[:, None]
     queries = np.array([[1.0], [-1.0], [0.0]], np.float32)
     got = BlockedScorer(table, jax.devices()[:2], rows_per_batch=2, cols_per_block=256).top_k(
-        queries, [np.array([1999]), np.array([], np.int64), np.array([0])], 25)
+        queries, [np.array([1999]), np.array([], np.int64), np.array([0])], 25
+    )
     want_ids, _ = brute(queries, table, [[1999], [], [0]], 25)
     np.testing.assert_array_equal(got.ids, want_ids)
 
@@ -67,16 +74,24 @@ def test_cheap_tiers_are_taken_and_stay_exact():
 def test_more_k_than_admissible_columns_gives_padding():
     table = np.arange(10, dtype=np.float32)[:, None]
     for devices in (1, 8):
-        got = BlockedScorer(table, jax.devices()[:devices]).top_k(np.ones((1, 1), np.float32), [np.arange(5)], 8)
+        got = BlockedScorer(table, jax.devices()[:devices]).top_k(
+            np.ones((1, 1), np.float32), [np.arange(5)], 8
+        )
         np.testing.assert_array_equal(got.ids[0], [9, 8, 7, 6, 5, -1, -1, -1])
         assert np.isneginf(got.scores[0, 5:]).all()
-        got = BlockedScorer(table, jax.devices()[:devices]).top_k(np.ones((1, 1), np.float32), [[0]], 20)
+        got = BlockedScorer(table, jax.devices()[:devices]).top_k(
+            np.ones((1, 1), np.float32), [[0]], 20
+        )
         np.testing.assert_array_equal(got.ids[0], list(range(9, 0, -1)) + [-1] * 11)
 
 
 def test_block_shape_bounds_the_score_buffer_not_the_column_count():
-    scorer = BlockedScorer(np.zeros((1_000_003, 2), np.float32), jax.devices()[:1], rows_per_batch=64,
-                           cols_per_block=2048)
+    scorer = BlockedScorer(
+        np.zeros((1_000_003, 2), np.float32),
+        jax.devices()[:1],
+        rows_per_batch=64,
+        cols_per_block=2048,
+    )
     assert scorer.shape.score_bytes() == 4 * 64 * 2048
     assert "64 rows x 2048 columns" in scorer.describe(20)
     small = BlockedScorer(np.zeros((100, 2), np.float32), jax.devices()[:8])
@@ -112,12 +127,28 @@ def test_top_k_rows_folds_in_or_takes_trained_rows_and_excludes_known_and_self()
     known = random_exclusions(rng, 90, len(cols), 12)
     row_ids = rng.integers(0, 700, size=90)
     fold = lambda table, lists, config: np_fold_in(table, lists, *config)
-    got = top_k_rows(cols, 30, Csr.from_lists(known), config=(0.1, 0.5), fold_in_fn=fold, rows_per_batch=16,
-                     cols_per_block=64, row_ids=row_ids, exclude_self=True)
-    want_ids, _ = brute(np_fold_in(cols, known, 0.1, 0.5), cols, [np.append(k, r) for k, r in zip(known, row_ids)], 30)
+    got = top_k_rows(
+        cols,
+        30,
+        Csr.from_lists(known),
+        config=(0.1, 0.5),
+        fold_in_fn=fold,
+        rows_per_batch=16,
+        cols_per_block=64,
+        row_ids=row_ids,
+        exclude_self=True,
+    )
+    want_ids, _ = brute(
+        np_fold_in(cols, known, 0.1, 0.5),
+        cols,
+        [np.append(k, r) for k, r in zip(known, row_ids)],
+        30,
+    )
     np.testing.assert_array_equal(got.ids, want_ids)
     rows = rng.normal(size=(700, 6)).astype(np.float32)
-    got = top_k_rows(cols, 30, known, row_table=rows, row_ids=row_ids, cols_per_block=64, mesh=jax.devices()[:3])
+    got = top_k_rows(
+        cols, 30, known, row_table=rows, row_ids=row_ids, cols_per_block=64, mesh=jax.devices()[:3]
+    )
     queries = np.where(np.array([len(k) > 0 for k in known])[:, None], rows[row_ids], 0.0)
     want_ids, want_scores = brute(queries, cols, known, 30)
     np.testing.assert_array_equal(got.ids, want_ids)

@@ -29,9 +29,10 @@ from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
-from alx_trainer.data.dataset import Dataset, open_dataset, validation_view
-from alx_trainer.evaluation.evaluate import evaluate, format_metrics
+from alx_trainer.data.dataset import Dataset, open_dataset
+from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
 from alx_trainer.model import Model, load_model
+from alx_trainer.ops import per_core
 from alx_trainer.tools.new_pages import (
     ColumnLookup,
     Report,
@@ -81,6 +82,13 @@ def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Mod
     return model, dataset
 
 
+def per_core_cpu() -> None:
+    """One JAX CPU device per core for scoring (before JAX starts): its programs have no collective, so
+    the per-core devices that `split_cpu` keeps from other runs are safe here."""
+    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "") and not per_core.accelerator_plugins():
+        per_core.use_cpu_devices(len(per_core.cores()))
+
+
 def main_eval(argv: Sequence[str]) -> int:
     """Recall@K / NDCG of a trained model and of the popularity baseline on a test split."""
     p = OneLineParser(prog="alx_trainer eval", description=main_eval.__doc__)
@@ -89,9 +97,14 @@ def main_eval(argv: Sequence[str]) -> int:
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("--k", type=ks, default=[20, 50], help="Cut-offs K of Recall@K, comma-separated.")
     p.add_argument("--ndcg_k", type=at_least(0), default=100, help="Cut-off of NDCG (0: none).")
-    p.add_argument("--approx", action="store_true", help="Approximate top-k (lax.approx_max_k) per shard.")
+    p.add_argument("--approx", action="store_true",
+                   help="Approximate top-k (lax.approx_max_k) per column block; its recall against exact is reported.")
     p.add_argument("--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k.")
-    p.add_argument("--batch_size", type=at_least(0), default=0, help="Test rows per scoring batch (0: by memory budget).")
+    p.add_argument("--batch_size", type=at_least(0), default=0, help="Test rows per scoring batch (0: by backend).")
+    p.add_argument("--cols_per_block", type=at_least(0), default=0,
+                   help="Columns scored per block (0: by backend); a device's score buffer is batch_size x cols_per_block.")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="A progress bar with rows per second on stderr (default: when stderr is a terminal).")
     p.add_argument("--max_rows", type=at_least(0), default=0, help="Evaluate only the first N test rows (0: all).")
     p.add_argument("--split", choices=("test", "validation"), default="test",
                    help="Rows to evaluate: test, or validation (a dataset directory made with --validation_fraction).")
@@ -105,15 +118,13 @@ def main_eval(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
+        per_core_cpu()
         use_compile_cache(args.compile_cache)
-        model, dataset = _model(args.model_dir, args.data, args.tfds_data_dir)
-        if args.split == "validation":
-            dataset = validation_view(dataset)
-        result = evaluate(
-            model, dataset, ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx,
-            recall_target=args.recall_target, batch_size=args.batch_size or None, max_rows=args.max_rows or None,
-            trained_rows=False if args.fold_in else None,
-        )
+        ranking = Ranking(ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx, recall_target=args.recall_target,
+                          rows_per_batch=args.batch_size or None, cols_per_block=args.cols_per_block or None,
+                          progress=args.progress)
+        result = evaluate_model_dir(args.model_dir, args.data, ranking, tfds_data_dir=args.tfds_data_dir,
+                                    split=args.split, fold_in=args.fold_in, max_rows=args.max_rows or None)
         print(format_metrics(result))
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:

@@ -118,7 +118,7 @@ def in_memory(name: str, indptr: np.ndarray, cols: np.ndarray, num_cols: int,
 
     Its transpose (the column half-epoch's rows) is made here, in `threads` threads (None: one per
     core this process may use). It has no test split: evaluate the trained model with
-    `alx_trainer.evaluation.evaluate.evaluate(model, rows)`.
+    `alx_trainer.evaluation.evaluate.evaluate_rows(model, rows)`.
     """
     indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols, np.int64)
     num_rows = len(indptr) - 1

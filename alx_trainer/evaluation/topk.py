@@ -1,4 +1,5 @@
-"""The best K columns of many rows against every column of a table, in row batches and column blocks.
+"""The best K columns of many rows against every column of a table, in row batches and column
+blocks.
 
 `top_k_rows` is the entry point shared by evaluation, predictions for new pages and `export --topk`:
 rows given by their known column ids (CSR), folded in (paper Eq. 4) or taken from the trained row
@@ -41,8 +42,14 @@ from alx_trainer.ops import per_core
 log = logging.getLogger(__name__)
 
 GROUP = 32  # columns per group of the exact selection (a block holds a whole number of groups)
-TIERS = (4, 16)  # groups gathered per row when every row of a batch has at most this many candidates
-SHORT_EXCLUDE = 64  # rows with more known columns than this are batched apart (a wider exclusion list)
+TIERS = (
+    4,
+    16,
+)  # groups gathered per row when every row of a batch has at most this many candidates
+NO_SEED = np.iinfo(np.int32).max  # the id of an empty seed slot (after every real id)
+SHORT_EXCLUDE = (
+    64  # rows with more known columns than this are batched apart (a wider exclusion list)
+)
 FOLD_IN_CHUNK = 1 << 16  # rows folded in per call of the trainer's solve
 FoldInFn = Callable[[np.ndarray, Sequence[np.ndarray], Any], np.ndarray]
 
@@ -139,9 +146,10 @@ def _devices(mesh: Mesh | Sequence[Any] | None) -> list:
     return list(mesh)
 
 
-def _block_candidates(scores, threshold, k: int, approx: bool, recall_target: float):
+def _block_candidates(scores, threshold, floor, k: int, approx: bool, recall_target: float):
     """(values, positions) of the entries of a `[B, C]` block that may enter a running top K whose
-    K-th best is `threshold` [B] (see the module docstring); padding: -inf and -1."""
+    K-th best is `threshold` [B] and whose final K-th best is at least `floor` [B] (see the module
+    docstring); padding: -inf and -1."""
     b, c = scores.shape
     if approx:
         return jax.lax.approx_max_k(scores, min(k, c), recall_target=recall_target)
@@ -153,8 +161,10 @@ def _block_candidates(scores, threshold, k: int, approx: bool, recall_target: fl
 
     def pad(vals, pos):
         fill = width - vals.shape[1]
-        return (jnp.pad(vals, ((0, 0), (0, fill)), constant_values=-jnp.inf),
-                jnp.pad(pos, ((0, 0), (0, fill)), constant_values=-1))
+        return (
+            jnp.pad(vals, ((0, 0), (0, fill)), constant_values=-jnp.inf),
+            jnp.pad(pos, ((0, 0), (0, fill)), constant_values=-1),
+        )
 
     def gathered(m: int):
         def select():
@@ -166,14 +176,39 @@ def _block_candidates(scores, threshold, k: int, approx: bool, recall_target: fl
 
         return select
 
+    empty = (jnp.full((b, 0), -jnp.inf, scores.dtype), jnp.full((b, 0), -1, jnp.int32))
+
     def whole():
         return pad(*jax.lax.top_k(scores, min(k, c)))
 
     if not tiers:
         return whole()
-    need = jnp.max(jnp.sum(best > threshold[:, None], axis=1))
-    index = jnp.searchsorted(jnp.asarray(tiers), need)  # the first tier that holds every row's groups
-    return jax.lax.switch(index, [gathered(m) for m in tiers] + [whole])
+    need = jnp.max(jnp.sum((best > threshold[:, None]) & (best >= floor[:, None]), axis=1))
+    index = jnp.searchsorted(
+        jnp.asarray((0,) + tiers), need
+    )  # the first tier that holds every row's groups
+    return jax.lax.switch(index, [lambda: pad(*empty)] + [gathered(m) for m in tiers] + [whole])
+
+
+def _seed_threshold(queries, seed_table, seed_ids, exclude, k: int):
+    """A lower bound [B] of each row's K-th best admissible score: the K-th best over a device's
+    columns of largest norm (`seed_ids`, ascending; -1: none), lowered by a rounding margin; -inf
+    when fewer than K of them are admissible."""
+    b, s = queries.shape[0], seed_ids.shape[0]
+    if s < k:
+        return jnp.full((b,), -jnp.inf, jnp.float32)
+    scores = jnp.dot(queries, seed_table.T, preferred_element_type=jnp.float32)
+    scores = jnp.where(seed_ids[None, :] != NO_SEED, scores, -jnp.inf)
+    at = jnp.clip(jnp.searchsorted(seed_ids, exclude), 0, s - 1)
+    hit = (exclude >= 0) & (seed_ids[at] == exclude)
+    scores = scores.at[jnp.arange(b)[:, None], jnp.where(hit, at, s)].set(-jnp.inf, mode="drop")
+    kth = jax.lax.top_k(scores, k)[0][:, -1]
+    # the same product in another program may round differently: |error| <= d eps |q| |h|
+    norms = jnp.sqrt(jnp.sum(seed_table * seed_table, axis=1)).max()
+    margin = (
+        4 * queries.shape[1] * jnp.finfo(jnp.float32).eps * jnp.linalg.norm(queries, axis=1) * norms
+    )
+    return kth - margin
 
 
 @functools.lru_cache(maxsize=32)
@@ -181,9 +216,10 @@ def _kernel(k: int, cols: int, approx: bool, recall_target: float):
     """One device's program: (queries [B, d], table [blocks * cols, d], exclude [B, E] local ids,
     valid: its real column count) -> running top K (values [B, k], local ids [B, k])."""
 
-    def run(queries, table, exclude, valid):
+    def run(queries, table, exclude, valid, seed_table, seed_ids):
         b = queries.shape[0]
         rows = jnp.arange(b)[:, None]
+        floor = _seed_threshold(queries, seed_table, seed_ids, exclude, k)
 
         def block(j, carry):
             run_vals, run_ids = carry
@@ -195,8 +231,10 @@ def _kernel(k: int, cols: int, approx: bool, recall_target: float):
             local = exclude - start
             local = jnp.where((exclude >= 0) & (local >= 0) & (local < cols), local, cols)
             scores = scores.at[rows, local].set(-jnp.inf, mode="drop")
-            vals, pos = _block_candidates(scores, run_vals[:, -1], k, approx, recall_target)
-            all_vals = jnp.concatenate([run_vals, vals], axis=1)  # running first: it holds the lower ids
+            vals, pos = _block_candidates(scores, run_vals[:, -1], floor, k, approx, recall_target)
+            all_vals = jnp.concatenate(
+                [run_vals, vals], axis=1
+            )  # running first: it holds the lower ids
             all_ids = jnp.concatenate([run_ids, start + pos], axis=1)
             best, at = jax.lax.top_k(all_vals, k)
             return best, jnp.take_along_axis(all_ids, at, axis=1)
@@ -211,8 +249,14 @@ class BlockedScorer:
     """A column table split by id ranges over devices, answering exact (or approximate) top-K
     queries in batches of `shape.rows` rows and blocks of `shape.cols` columns."""
 
-    def __init__(self, col_table: np.ndarray, mesh: Mesh | Sequence[Any] | None = None, *,
-                 rows_per_batch: int | None = None, cols_per_block: int | None = None):
+    def __init__(
+        self,
+        col_table: np.ndarray,
+        mesh: Mesh | Sequence[Any] | None = None,
+        *,
+        rows_per_batch: int | None = None,
+        cols_per_block: int | None = None,
+    ):
         table = np.asarray(col_table, np.float32)
         if table.ndim != 2:
             raise ValueError(f"col_table must be [columns, d], got shape {table.shape}")
@@ -223,27 +267,58 @@ class BlockedScorer:
         cols = cols_per_block or default.cols
         cols = min(cols, -(-per_device // GROUP) * GROUP)  # no block wider than a device's share
         if cols <= 0 or (rows_per_batch is not None and rows_per_batch <= 0):
-            raise ValueError(f"block shape must be positive: {rows_per_batch} rows x {cols_per_block} columns")
+            raise ValueError(
+                f"block shape must be positive: {rows_per_batch} rows x {cols_per_block} columns"
+            )
         self.shape = BlockShape(rows_per_batch or default.rows, cols)
         blocks = -(-per_device // cols)
         self.span = blocks * cols  # column ids per device
-        self.valid = [int(np.clip(self.num_cols - i * self.span, 0, self.span)) for i in range(len(self.devices))]
+        self.valid = [
+            int(np.clip(self.num_cols - i * self.span, 0, self.span))
+            for i in range(len(self.devices))
+        ]
         padded = np.zeros((self.span * len(self.devices), self.dim), np.float32)
         padded[: self.num_cols] = table
-        self.tables = [jax.device_put(padded[i * self.span : (i + 1) * self.span], d)
-                       for i, d in enumerate(self.devices)]
+        self.tables, self.seeds = [], []
+        for i, device in enumerate(self.devices):
+            part = padded[i * self.span : (i + 1) * self.span]
+            self.tables.append(jax.device_put(part, device))
+            self.seeds.append(jax.device_put(self._seed(part[: self.valid[i]]), device))
         self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+
+    def _seed(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(table, ids) of a block of a device's columns of largest norm, ids ascending (padding
+        `NO_SEED`, zero rows): their K-th best score bounds a row's final K-th best from below."""
+        ids = np.full(self.shape.cols, NO_SEED, np.int32)
+        take = min(len(part), self.shape.cols)
+        norms = np.einsum("ij,ij->i", part, part)
+        chosen = (
+            np.sort(np.argpartition(-norms, take - 1)[:take]) if take else np.zeros(0, np.int64)
+        )
+        ids[:take] = chosen
+        table = np.zeros((self.shape.cols, self.dim), np.float32)
+        table[:take] = part[chosen]
+        return table, ids
 
     def describe(self, k: int) -> str:
         """The memory bound of a query, for the log."""
-        return (f"{self.num_cols} columns on {len(self.devices)} device(s) in blocks of "
-                f"{self.shape.rows} rows x {self.shape.cols} columns: "
-                f"{self.shape.score_bytes() / 2**20:.1f} MiB of scores per device, top {k}")
+        return (
+            f"{self.num_cols} columns on {len(self.devices)} device(s) in blocks of "
+            f"{self.shape.rows} rows x {self.shape.cols} columns: "
+            f"{self.shape.score_bytes() / 2**20:.1f} MiB of scores per device, top {k}"
+        )
 
-    def top_k(self, queries: np.ndarray, exclude: Csr | Sequence[np.ndarray], k: int, *,
-              approx: bool = False, recall_target: float = 0.95,
-              progress: Callable[[int], None] | None = None) -> TopK:
-        """The `k` best columns of each query (`[n, d]`), excluding the ids `exclude[i]` for query i;
+    def top_k(
+        self,
+        queries: np.ndarray,
+        exclude: Csr | Sequence[np.ndarray],
+        k: int,
+        *,
+        approx: bool = False,
+        recall_target: float = 0.95,
+        progress: Callable[[int], None] | None = None,
+    ) -> TopK:
+        """The `k` best columns of each query (`[n, d]`), excluding the ids `exclude[i]` for row i;
         `progress(rows)` is called after each batch."""
         queries = np.asarray(queries, np.float32)
         exclude = Csr.of(exclude)
@@ -261,12 +336,25 @@ class BlockedScorer:
         for group in (np.flatnonzero(short), np.flatnonzero(~short)):
             if len(group):
                 width = 1 << max(0, int(lengths[group].max()) - 1).bit_length()
-                self._score(queries, exclude, group, width, k, approx, recall_target, ids, scores, progress)
+                self._score(
+                    queries, exclude, group, width, k, approx, recall_target, ids, scores, progress
+                )
         ids[~np.isfinite(scores)] = -1
         return TopK(ids, scores)
 
-    def _score(self, queries, exclude: Csr, group: np.ndarray, width: int, k: int, approx: bool,
-               recall_target: float, ids: np.ndarray, scores: np.ndarray, progress) -> None:
+    def _score(
+        self,
+        queries,
+        exclude: Csr,
+        group: np.ndarray,
+        width: int,
+        k: int,
+        approx: bool,
+        recall_target: float,
+        ids: np.ndarray,
+        scores: np.ndarray,
+        progress,
+    ) -> None:
         """Fill `ids`/`scores` of the rows `group`, batch by batch, the next batch dispatched
         before the last one is read back."""
         kernel = _kernel(k, self.shape.cols, bool(approx), float(recall_target))
@@ -296,8 +384,13 @@ class BlockedScorer:
             device = self.devices[i]
             local = np.where(ex >= 0, ex - i * self.span, -1).astype(np.int32)
             local[(local < 0) | (local >= self.span)] = -1
-            return kernel(jax.device_put(q, device), self.tables[i], jax.device_put(local, device),
-                          jax.device_put(np.int32(self.valid[i]), device))
+            return kernel(
+                jax.device_put(q, device),
+                self.tables[i],
+                jax.device_put(local, device),
+                jax.device_put(np.int32(self.valid[i]), device),
+                *self.seeds[i],
+            )
 
         if self.per_core:
             return per_core.run([functools.partial(task, i) for i in range(len(self.devices))])
@@ -317,8 +410,16 @@ class BlockedScorer:
 def _progress_bar(total: int, enabled: bool | None, desc: str) -> tqdm:
     """A tqdm bar on stderr (by default only on a terminal) with rows per second."""
     enabled = sys.stderr.isatty() if enabled is None else enabled
-    return tqdm(total=total, desc=desc, unit="row", unit_scale=True, file=sys.stderr,
-                disable=not enabled, leave=False, smoothing=0.1)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="row",
+        unit_scale=True,
+        file=sys.stderr,
+        disable=not enabled,
+        leave=False,
+        smoothing=0.1,
+    )
 
 
 def top_k_rows(
@@ -340,12 +441,13 @@ def top_k_rows(
 ) -> TopK:
     """Top-`k` column ids and scores `[n, k]` of n rows, their known columns excluded.
 
-    - `known`: the known column ids of each row (a `Csr` or a sequence of id arrays); never returned.
+    - `known`: the known column ids of each row (a `Csr` or a sequence of id arrays), never
+      returned.
     - Queries: with `row_table`, row i is `row_table[row_ids[i]]` (zeros for a row without known
-      columns: it was never trained); otherwise row i is folded in from `known[i]` (paper Eq. 4) with
+      columns: it was never trained); otherwise row i is folded in from `known[i]` (Eq. 4) with
       `fold_in_fn(col_table, lists, config)`, by default the trainer's solve (`model.fold_in`) with
       `config` (a `TrainConfig`), `FOLD_IN_CHUNK` rows at a time.
-    - `exclude_self`: also exclude `row_ids[i]` from row i (a graph, whose row and column ids are shared).
+    - `exclude_self`: also exclude `row_ids[i]` from row i (a graph: row and column ids shared).
     - `approx`: `lax.approx_max_k` per block with `recall_target` instead of the exact selection.
     - `rows_per_batch` x `cols_per_block`: the score buffer of one device (defaults by backend,
       `default_block_shape`); `mesh`: a Mesh or devices to split the columns over (default: every
@@ -359,24 +461,40 @@ def top_k_rows(
     n = len(known)
     num_cols = len(col_table)
     if len(known.indices) and (known.indices.min() < 0 or known.indices.max() >= num_cols):
-        bad = int(np.searchsorted(known.indptr, np.flatnonzero(
-            (known.indices < 0) | (known.indices >= num_cols))[0], side="right")) - 1
+        bad = (
+            int(
+                np.searchsorted(
+                    known.indptr,
+                    np.flatnonzero((known.indices < 0) | (known.indices >= num_cols))[0],
+                    side="right",
+                )
+            )
+            - 1
+        )
         raise ValueError(f"row {bad} names a column outside the table's 0..{num_cols - 1}")
     if (row_table is not None or exclude_self) and (row_ids is None or len(row_ids) != n):
         raise ValueError(f"row_ids: need one id per row ({n}) with row_table or exclude_self")
     if row_ids is not None:
         row_ids = np.asarray(row_ids, np.int64)
-        if row_table is not None and len(row_ids) and not (0 <= row_ids.min() and row_ids.max() < len(row_table)):
+        if (
+            row_table is not None
+            and len(row_ids)
+            and not (0 <= row_ids.min() and row_ids.max() < len(row_table))
+        ):
             raise ValueError(f"row_ids: outside the row table's 0..{len(row_table) - 1}")
     if row_table is None and fold_in_fn is None and config is None:
         raise ValueError("config: the fold-in needs the training config (or give row_table)")
-    scorer = BlockedScorer(col_table, mesh, rows_per_batch=rows_per_batch, cols_per_block=cols_per_block)
+    scorer = BlockedScorer(
+        col_table, mesh, rows_per_batch=rows_per_batch, cols_per_block=cols_per_block
+    )
     log.info("top-k of %d rows: %s%s", n, scorer.describe(k), " (approximate)" if approx else "")
     exclude = known.with_ids(row_ids) if exclude_self else known
     ids = np.full((n, k), -1, np.int64)
     scores = np.full((n, k), -np.inf, np.float32)
     if fold_in_fn is None and row_table is None:
-        from alx_trainer.model import fold_in as fold_in_fn  # the trainer's solve: imported when used
+        from alx_trainer.model import (
+            fold_in as fold_in_fn,
+        )  # the trainer's solve: imported when used
     began = time.perf_counter()
     with _progress_bar(n, progress, "top-k") as bar:
         for start in range(0, n, FOLD_IN_CHUNK):
@@ -384,11 +502,19 @@ def top_k_rows(
             part = known.rows(start, stop)
             if row_table is not None:
                 has = part.lengths() > 0
-                queries = np.where(has[:, None], np.asarray(row_table[row_ids[start:stop]], np.float32), 0.0)
+                queries = np.where(
+                    has[:, None], np.asarray(row_table[row_ids[start:stop]], np.float32), 0.0
+                )
             else:
                 queries = np.asarray(fold_in_fn(col_table, part.lists(), config), np.float32)
-            found = scorer.top_k(queries, exclude.rows(start, stop), k, approx=approx,
-                                 recall_target=recall_target, progress=bar.update)
+            found = scorer.top_k(
+                queries,
+                exclude.rows(start, stop),
+                k,
+                approx=approx,
+                recall_target=recall_target,
+                progress=bar.update,
+            )
             ids[start:stop], scores[start:stop] = found
     seconds = time.perf_counter() - began
     log.info("top-k of %d rows in %.1f s (%.0f rows/s)", n, seconds, n / max(seconds, 1e-9))

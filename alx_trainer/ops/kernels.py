@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alx_trainer.ops import block_solver, solvers
+from alx_trainer.ops import block_solver, pallas_cg, solvers
 from alx_trainer.ops.gather_scatter import (
     fixed_rows,
     local_lookup,
@@ -150,15 +150,31 @@ def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
     return x, _loss_terms(valid, observed, lam, x)
 
 
+def _pallas_cg(spec: StepSpec, fixed: Fixed, source, ids, seg, x0, row_ids, row_len):
+    """`_matvec_cg` by the Pallas kernel (`pallas_cg`): `source` is the whole fixed table
+    (`replicated_src`) or the batch's gathered rows [B, L, d]."""
+    gram, hyper = fixed
+    valid = row_ids >= 0
+    lam = row_reg(spec.num_other, hyper, row_len)
+    x, observed = pallas_cg.batch_cg(source, ids, seg, x0, hyper[0] * gram, lam, spec.cg_iters,
+                                     not spec.replicated_src, spec.observed_loss)
+    x = jnp.where(valid[:, None], x, 0)
+    return x, _loss_terms(valid, observed, lam, x)
+
+
 def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
     """Solve one dense batch (ids [B, L], seg [B], row_ids/row_len [R]); returns (dst_l, terms)."""
     gram, hyper = fixed
     alpha = hyper[0]
     rows = row_ids.shape[0]
     matvec = spec.matvec and spec.solver == "cg"
+    x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
+    if matvec and spec.cg_kernel == "pallas":  # the kernel gathers from a whole table itself
+        source = src_l if spec.replicated_src else stored_rows(spec, src_l, ids)
+        x, terms = _pallas_cg(spec, fixed, source, ids, seg, x0, row_ids, row_len)
+        return rows_out(spec, dst_l, row_ids, x), terms
     # [B, L, d]: in the table's dtype, unmasked, for the matrix-free CG; else float32, zeros at padding
     h = stored_rows(spec, src_l, ids) if matvec else fixed_rows(spec, src_l, ids)
-    x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
     if spec.solver == "block":  # iALS++: never builds the d x d matrices
         valid = row_ids >= 0
         lam = row_reg(spec.num_other, hyper, row_len)

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from alx_trainer.config import TrainConfig
+from alx_trainer.ops import pallas_cg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,7 @@ class StepSpec:
     layout: str = "sharded"  # 'sharded', 'replicated' or 'owner' (see above)
     block_size: int = 0  # coordinates per block of the 'block' solver (iALS++)
     precision: str = "float32"  # of the explicit h h^T products: 'float32', 'tf32' or 'bfloat16'
+    cg_kernel: str = "xla"  # the matrix-free CG by XLA's fusions or the Pallas kernel (`pallas_cg`)
     unroll: bool = False  # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
 
     @property
@@ -94,6 +96,9 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
     """The kernels' `StepSpec` of a side whose fixed table has `num_other` real rows."""
     form = auto_cg_form(jax.default_backend(), config.dim) if config.cg_form == "auto" else config.cg_form
     matvec = form == "matvec"
+    kernel = config.cg_kernel if matvec and config.solver == "cg" and config.stats == "gather" else "xla"
+    if kernel == "pallas":
+        pallas_cg.check_backend(config.dim, config.piece_len)
     precision = config.matmul_precision
     if precision == "auto":
         precision = "float32" if on_cpu() else "tf32"
@@ -102,6 +107,7 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         solver=config.solver,
         cg_iters=config.cg_iters,
         matvec=matvec and config.stats == "gather",
+        cg_kernel=kernel,
         local_stats=config.stats == "local",
         observed_loss=observed_loss,
         layout=resolve_layout(config),

@@ -27,7 +27,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from alx_trainer.evaluation.evaluate import evaluate
+from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.train import train
 
 PAPER_LAMBDAS: tuple[float, ...] = (5e-2, 1e-2, 5e-3, 1e-3, 5e-4, 1e-4)
@@ -190,7 +190,7 @@ def final_run(base_config: Any, best: Mapping[str, float], out_dir: str, ks: Seq
     config = point_config(base_config, best, epochs=int(best["epochs"]), validation=False,
                           model_dir=os.path.join(out_dir, "final"), eval_every=0)
     model = train_fn(config)
-    result = evaluate(model, config.data, config, ks=ks, ndcg_k=ndcg_k)
+    result = evaluate_dataset(model, config.data, config, Ranking(ks=ks, ndcg_k=ndcg_k))
     seconds = [r["seconds"] for r in model.metrics if "seconds" in r]
     return {
         "point": {k: best[k] for k in POINT + ("epochs",)},

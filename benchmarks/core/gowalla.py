@@ -66,10 +66,10 @@ def score_trained_rows(row_table: np.ndarray, col_table: np.ndarray, rows: Seque
     """Recall@k (hits/|test|: `recall_gt@k`, LightGCN's; hits/min(k, |test|): `recall@k`) and NDCG@k
     of the users' trained rows, all items ranked but the excluded ones (our evaluator, for any
     model), and the seconds it took (`eval_s`)."""
-    from alx_trainer.evaluation.evaluate import evaluate
+    from alx_trainer.evaluation.evaluate import Ranking, evaluate_rows
 
     t = time.perf_counter()
     tables = (np.asarray(row_table, np.float32), np.asarray(col_table, np.float32))
-    result = evaluate(tables, list(rows), ks=(k,), ndcg_k=k, baseline=False, trained_rows=True)
+    result = evaluate_rows(tables, list(rows), None, Ranking(ks=(k,), ndcg_k=k), trained_rows=True)
     keys = (f"recall_gt@{k}", f"recall@{k}", f"ndcg@{k}")
     return dict({key: result[key] for key in keys}, eval_s=time.perf_counter() - t)
