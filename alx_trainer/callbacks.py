@@ -21,10 +21,10 @@ import jax
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
-from alx_trainer import checkpoint
+from alx_trainer import checkpoint, phase_times
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
 from webgraph_contract import fileio
@@ -109,8 +109,10 @@ class Evaluator(Callback):
         mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
         ranking = evaluate.Ranking(ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
-        result = evaluate.evaluate_dataset(model, dataset, ranking=ranking, baseline=dataset.eval_split == "test",
-                                           max_rows=config.eval_rows or None)
+        with phase_times.timed("eval", f"epoch {epoch}"):
+            result = evaluate.evaluate_dataset(model, dataset, ranking=ranking,
+                                               baseline=dataset.eval_split == "test",
+                                               max_rows=config.eval_rows or None)
         record.update(result)
 
 

@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
@@ -106,6 +106,6 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     dst = table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
     runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
     spec = step_spec(config, num_cols, observed_loss=False)
-    runner = SideRunner(runner_config, mesh, spec, lambda: records.chunks_from_rows(np.arange(n), rows), n)
+    runner = SideRunner(runner_config, mesh, spec, lambda: iter([RowChunk.from_rows(np.arange(n), rows)]), n)
     dst, _ = runner.run(src, dst)
     return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

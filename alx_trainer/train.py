@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import checkpoint, compile_cache, run_lock
+from alx_trainer import checkpoint, compile_cache, phase_times, run_lock
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import integrity, records
-from alx_trainer.data.dataset import open_dataset, validation_view
+from alx_trainer.data import integrity
+from alx_trainer.data.dataset import Dataset, open_dataset, split_reader, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
 from alx_trainer.ops import cost, host_fixed_table
 from alx_trainer.ops.mesh import make_mesh
@@ -73,14 +73,14 @@ def train(
     mesh=None,
     callbacks: Sequence[Callback] = (),
     tables: bool = True,
-    dataset: records.Dataset | None = None,
+    dataset: Dataset | None = None,
 ) -> Model:
     """Train (or resume) per `config`; returns the final `Model`.
 
     The callbacks `config` asks for run first (evaluation, metrics, checkpoints, progress), then
     `callbacks`, then `callback(epoch, model)`. `tables=False` returns the Model without its tables
     (None): its float32 copies would double the memory of bfloat16 tables (the command line
-    reports metrics only). `dataset` (e.g. `records.in_memory(...)`) replaces opening `config.data` (then just its name).
+    reports metrics only). `dataset` (e.g. `dataset.in_memory(...)`) replaces opening `config.data` (then just its name).
     """
     config.validate()
     mesh = mesh if mesh is not None else make_mesh()
@@ -100,8 +100,9 @@ def train(
         return _train(config, dataset, mesh, hooks, tables)
 
 
-def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Callback], with_tables: bool) -> Model:
+def _train(config: TrainConfig, dataset: Dataset, mesh, extra: list[Callback], with_tables: bool) -> Model:
     """`train` once the data is open and the model directory is this run's."""
+    phase_times.reset()
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
@@ -131,7 +132,12 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
         for hook in hooks:
             hook.on_train_begin(run)
         for epoch in range(start + 1, config.epochs + 1):
+            wall, cpu = time.perf_counter(), time.process_time()
             record = _epoch(run, runners, hooks, epoch, grams)
+            compiling = record.get("compile_seconds", 0.0)  # summed over threads: at most the epoch's
+            compiling = min(compiling, time.perf_counter() - wall)
+            phase_times.add("compile", compiling)
+            phase_times.add("epochs", time.perf_counter() - wall - compiling, time.process_time() - cpu)
             run.history.append(record)
             for hook in hooks:
                 hook.on_epoch_end(run, epoch, record)
@@ -139,11 +145,12 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
         for hook in hooks:
             hook.on_train_end(run)
         mgr.close()
+        log.info("%s", phase_times.summary())
     epoch = max(start, config.epochs)
     return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
 
 
-def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str, jax.Array]) -> int:
+def _resume(mgr, config: TrainConfig, dataset: Dataset, tables: dict[str, jax.Array]) -> int:
     """Restore the latest checkpoint into `tables` (in place); the epoch it holds (0: none).
 
     A checkpoint of another dataset (its recorded fingerprint differs from `dataset`'s) is refused.
@@ -166,13 +173,13 @@ def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str
     return start
 
 
-def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, SideRunner]:
+def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
     replica = host_fixed_table.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
     for side in sides(config.tied):
         n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
-        reader = records.split_reader(dataset, side.split, config.chunk_rows, n_this, n_other,
+        reader = split_reader(dataset, side.split, config.chunk_rows, n_this, n_other,
                                       jax.process_index(), jax.process_count())
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
@@ -247,7 +254,7 @@ def _check_finite(gram: jax.Array, epoch: int, side: str) -> None:
         )
 
 
-def epoch_cost(config: TrainConfig, dataset: records.Dataset, mesh=None) -> dict:
+def epoch_cost(config: TrainConfig, dataset: Dataset, mesh=None) -> dict:
     """XLA's cost analysis of one epoch of training `config` on `dataset` (`ops.cost.epoch_cost`:
     bytes accessed, FLOPs and compiled calls per epoch and device, and every program): both sides
     planned as `train` plans them (one pass over the data); nothing is trained."""

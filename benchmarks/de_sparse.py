@@ -13,7 +13,7 @@ memory (JAX's statistics) and host RSS so far:
    strong-generalization test split on the device by the pipeline's rule (`core.strong_split`:
    `--test_fraction` of the rows with >= 2 links held out whole, `--holdout_fraction` of each held
    row's links as its ground truth), brought to the host and saved as .npy arrays;
-2. ours: loaded, `records.in_memory` (its transpose), `train` (tables and planning, then each
+2. ours: loaded, `dataset.in_memory` (its transpose), `train` (tables and planning, then each
    epoch with its compiling seconds, then the final checkpoint), then the test rows through the
    trainer's evaluation: folded in (`model.fold_in`), top K among every column
    (`evaluation.topk.top_k_rows`, `--topk` approximate or exact), `evaluation.metrics`

@@ -1,6 +1,6 @@
 """Proxies of the trainer's accelerator path that need no GPU (issue 27), forced on CPU devices.
 
-Trains a power-law matrix held in memory (`records.in_memory`) with `--accelerator on` and prints,
+Trains a power-law matrix held in memory (`dataset.in_memory`) with `--accelerator on` and prints,
 per epoch after the first: the compiled programs launched per half-epoch (epoch 2, from JAX's
 profiler trace: every launch, whatever made it); the host CPU seconds spent outside device work
 (later epochs, untraced: the process's CPU time less that of XLA's own threads, which run the
@@ -48,7 +48,7 @@ def main() -> None:
 
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
-    from alx_trainer.data import records
+    from alx_trainer.data.dataset import in_memory
     from alx_trainer.model import table_dtype
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.train import epoch_cost, train
@@ -57,7 +57,7 @@ def main() -> None:
     from benchmarks.core.work import epoch_work
 
     indptr, cols, _ = power_law_csr(0, args.rows, args.cols, args.nnz, on="host", col_exponent=0.5)
-    held = records.in_memory("power-law", indptr, cols, args.cols)
+    held = in_memory("power-law", indptr, cols, args.cols)
     copied = count_host_to_device(jax)
     trace_dir = tempfile.mkdtemp(prefix="alx_proxies_")
 

@@ -29,7 +29,7 @@ out-of-memory or a timeout prints one line and the run goes on; no section start
    power-law matrices generated on the device (`benchmarks.core.power_law`) and brought to the
    host once as CSR (generation, transfer and saving timed apart).
 2. Gowalla (LightGCN's split) read on the host.
-3. Per size and d: ours (`alx_trainer.train.train` on `records.in_memory`, config from
+3. Per size and d: ours (`alx_trainer.train.train` on `dataset.in_memory`, config from
    `ours_config`; `--ours KEY=VALUE` overrides any TrainConfig field), then implicit GPU (CG with
    our `cg_iters`, float32) at our objective (`benchmarks.core.implicit_als`). Seconds per epoch:
    the median of the epochs after the first. Ours' setup (`in_memory`'s transpose, planning, the

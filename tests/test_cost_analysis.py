@@ -10,7 +10,7 @@ import numpy as np
 
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data.dataset import Dataset, in_memory
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import epoch_cost, train
 from benchmarks.core.trace import launches as trace_launches  # the benchmarks' launch count
@@ -18,12 +18,12 @@ from benchmarks.core.trace import launches as trace_launches  # the benchmarks' 
 DIM = 16
 
 
-def _matrix() -> records.Dataset:
+def _matrix() -> Dataset:
     rng = np.random.default_rng(5)
     lengths = rng.integers(1, 20, 300)
     lengths[[3, 77]] = 150  # longer than a batch of 8 x 16 ids
     cols = np.concatenate([rng.choice(200, n, replace=False) for n in lengths])
-    return records.in_memory("m", np.concatenate([[0], np.cumsum(lengths)]), cols, 200)
+    return in_memory("m", np.concatenate([[0], np.cumsum(lengths)]), cols, 200)
 
 
 def _config(tmp_path, **kw) -> TrainConfig:

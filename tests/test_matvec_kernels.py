@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
@@ -71,7 +71,7 @@ def _half_epoch(problem, devices: int, table_dtype: str = "float32", **kw):
                          table_dtype=table_dtype, **kw)
     ids = sorted(rows)
     spec = step_spec(config, NUM_COLS, observed_loss=True)
-    runner = SideRunner(config, mesh, spec, lambda: records.chunks_from_rows(ids, [rows[r] for r in ids]), NUM_ROWS)
+    runner = SideRunner(config, mesh, spec, lambda: iter([RowChunk.from_rows(ids, [rows[r] for r in ids])]), NUM_ROWS)
     src = table_from_numpy(mesh, h, table_dtype)
     dst = table_from_numpy(mesh, w0, table_dtype)
     out, terms = runner.run(src, dst)

@@ -18,7 +18,8 @@ from jax import export
 
 import tests.test_matvec_kernels as m
 from alx_trainer.config import ConfigError, TrainConfig
-from alx_trainer.data import batching, records
+from alx_trainer.data import batching
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import kernels, pallas_cg
 from alx_trainer.ops.spec import StepSpec, hyper_params, step_spec
 from tests.test_matvec_kernels import CASES, cg_reference, observed_loss
@@ -44,7 +45,7 @@ def problem():
 
 def _batches(rows) -> batching.DeviceBatch:
     ids = sorted(rows)
-    chunks = records.chunks_from_rows(ids, [rows[r] for r in ids])
+    chunks = [RowChunk.from_rows(ids, [rows[r] for r in ids])]
     batch = batching.merge(list(batching.pack_normal(chunks, PIECE_LEN, PIECES, SLOTS)))
     assert len(batch) >= 3 and (batch.row_ids == -1).any() and (batch.seg == SLOTS).any()
     assert all(np.all(np.diff(s) >= 0) for s in batch.seg), "pieces in slot order"

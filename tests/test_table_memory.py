@@ -117,7 +117,7 @@ SOLVE_SCRIPT = MEMORY_HELPERS + """
 import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.table_init import init_table, table_from_numpy
 from alx_trainer.ops.side_runner import SideRunner
@@ -130,7 +130,7 @@ rows = [rng.choice(n_other, rng.integers(1, 40), replace=False) for _ in row_ids
 config = TrainConfig(data="unused", model_dir="unused", dim=d, table_dtype="bfloat16", progress=False)
 mesh = make_mesh(jax.devices()[:2])
 spec = step_spec(config, n_other)
-runner = SideRunner(config, mesh, spec, lambda: records.chunks_from_rows(row_ids, rows), n)
+runner = SideRunner(config, mesh, spec, lambda: iter([RowChunk.from_rows(row_ids, rows)]), n)
 src = table_from_numpy(mesh, rng.normal(0, 0.1, (n_other, d)), jnp.bfloat16)
 start = np.asarray(init_table(mesh, 0, n, d, 0.1, jnp.float32)).astype(jnp.bfloat16)
 
@@ -172,7 +172,7 @@ LONG_SCRIPT = MEMORY_HELPERS + """
 import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import long_rows
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.table_init import table_from_numpy
@@ -189,7 +189,7 @@ config = TrainConfig(data="unused", model_dir="unused", dim=d, table_dtype="bflo
                      piece_len=16, batch_pieces=64, cg_iters=3)
 mesh = make_mesh(jax.devices()[:2])
 spec = step_spec(config, n_other)
-runner = SideRunner(config, mesh, spec, lambda: records.chunks_from_rows(row_ids, rows), n)
+runner = SideRunner(config, mesh, spec, lambda: iter([RowChunk.from_rows(row_ids, rows)]), n)
 other = rng.normal(0, 0.1, (n_other, d)).astype(jnp.bfloat16).astype(np.float32)
 start = rng.normal(0, 0.1, (n, d)).astype(jnp.bfloat16).astype(np.float32)
 passes = []

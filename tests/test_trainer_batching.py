@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from alx_trainer.data import batching
-from alx_trainer.data.records import RowChunk, chunks_from_rows
+from alx_trainer.data.row_chunk import RowChunk
 
 
 def _rows(seed: int, n: int, max_len: int) -> list[np.ndarray]:
@@ -18,7 +18,7 @@ def _split(rows, row_ids, parts: int):
     """The same rows as several CSR chunks (as a stream delivers them)."""
     bounds = np.linspace(0, len(rows), parts + 1).astype(int)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        yield from chunks_from_rows(row_ids[lo:hi], rows[lo:hi])
+        yield RowChunk.from_rows(row_ids[lo:hi], rows[lo:hi])
 
 
 def _unpack(batches, long_batches, piece_len):
@@ -81,7 +81,7 @@ def test_streamed_chunks_pack_like_one_chunk_and_plan_counts_match():
 
 def test_group_steps_pads_to_the_planned_count():
     rows = _rows(2, 30, max_len=10)
-    batches = list(batching.pack_normal(chunks_from_rows(np.arange(30), rows), 4, 4, 4))
+    batches = list(batching.pack_normal([RowChunk.from_rows(np.arange(30), rows)], 4, 4, 4))
     total = sum(len(b) for b in batches)
     steps = list(batching.group_steps(iter(batches), 4, -(-total // 4) + 2, lambda k: batching.empty_batch(k, 4, 4, 4)))
     assert len(steps) == -(-total // 4) + 2

@@ -14,6 +14,7 @@ import pytest
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
+from alx_trainer.data.dataset import in_memory, split_reader
 from alx_trainer.model import fold_in, init_tables
 from alx_trainer.ops import per_core
 from alx_trainer.ops.mesh import make_mesh
@@ -225,7 +226,6 @@ def test_fold_in_matches_reference(dataset, tmp_path):
 
 def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
     """`piece_len`/`batch_pieces` 0: per side, 8 ids per piece where 16 would pad by more than 20%."""
-    from alx_trainer.data import records
     from alx_trainer.data.dataset import open_dataset
     from alx_trainer.ops.side_runner import SideRunner
 
@@ -275,7 +275,7 @@ def test_in_memory_matrix_trains_as_the_reference(dataset, tmp_path):
     mesh = make_mesh()
     config = _config("csr", str(tmp_path / "m"), epochs=2, chunk_rows=7)  # data: only a name here
     w0, h0 = _initial(config, mesh)
-    held = records.in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
+    held = in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
     model = train(config, mesh=mesh, dataset=held)
     w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
     assert _rel(model.row_table, w) < 1e-4
@@ -284,11 +284,11 @@ def test_in_memory_matrix_trains_as_the_reference(dataset, tmp_path):
 
 def test_in_memory_host_shares_cover_every_row_once(dataset):
     _, rows = dataset
-    held = records.in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
+    held = in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
     for split, n in (("train", NUM_ROWS), ("train_t", NUM_COLS)):
         seen: dict[int, list[int]] = {}
         for host in range(3):
-            for chunk in records.split_reader(held, split, 4, NUM_ROWS, NUM_COLS, host, 3)():
+            for chunk in split_reader(held, split, 4, NUM_ROWS, NUM_COLS, host, 3)():
                 for k, r in enumerate(chunk.row_ids.tolist()):
                     assert r not in seen
                     seen[r] = chunk.cols[chunk.indptr[k] : chunk.indptr[k + 1]].tolist()
@@ -299,4 +299,4 @@ def test_in_memory_host_shares_cover_every_row_once(dataset):
 
 def test_in_memory_rejects_a_bad_row_pointer():
     with pytest.raises(ValueError, match="csr: indptr"):
-        records.in_memory("csr", np.array([0, 3, 2]), np.arange(3), 5)
+        in_memory("csr", np.array([0, 3, 2]), np.arange(3), 5)

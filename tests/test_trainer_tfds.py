@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from test_reader import tf_rows  # tests/ is on sys.path
 
 from alx_trainer.cli import train as cli_train
-from alx_trainer.data import tfds_input
+from alx_trainer.data.dataset import open_tfds
 from tfds_builder.web_graph import WebGraph
 from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, NUM_NODES
 from webgraph_contract import dataset_reader
@@ -21,7 +21,7 @@ def test_train_from_tfds_name(tmp_path, capsys):
     builder = WebGraph(config="de-dense", data_dir=data_dir, source_dir=str(DUMMY_DIR))
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[])))
 
-    dataset = tfds_input.open_tfds("web_graph/de-dense", data_dir)
+    dataset = open_tfds("web_graph/de-dense", data_dir)
     assert (dataset.num_rows, dataset.num_cols) == (NUM_NODES, NUM_NODES) and not dataset.bipartite
     assert set(dataset.files) == {"train", "train_t", "test"}
     source_test = dataset_reader.read_split(str(DUMMY_DIR), "test")

@@ -29,8 +29,7 @@ from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
-from alx_trainer.data.dataset import open_dataset
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset, open_dataset
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
 from alx_trainer.model import Model, load_model
 from alx_trainer.ops import per_core

@@ -17,7 +17,8 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from alx_trainer.config import BATCH_IDS, PIECE_LENS
-from alx_trainer.data.records import RowChunk
+from alx_trainer.data import host_cores
+from alx_trainer.data.row_chunk import RowChunk
 
 PAD_ID = -1
 
@@ -141,39 +142,32 @@ def _fill(chunk: RowChunk, starts: list[int], stop: int, piece_len: int, batch_p
     return out
 
 
-def _concat(a: RowChunk | None, b: RowChunk) -> RowChunk:
-    if a is None or len(a) == 0:
-        return b
-    return RowChunk(
-        np.concatenate([a.row_ids, b.row_ids]),
-        np.concatenate([a.indptr[:-1] - a.indptr[0], b.indptr - b.indptr[0] + (a.indptr[-1] - a.indptr[0])]),
-        np.concatenate([a.cols[a.indptr[0] : a.indptr[-1]], b.cols[b.indptr[0] : b.indptr[-1]]]),
-    )
+def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int,
+                threads: int = 1) -> Iterator[DeviceBatch]:
+    """Pack every row that fits one device batch; rows longer than that are skipped here.
+
+    The batches of successive chunks are filled in `threads` threads (0: one per host core), in order.
+    """
+    def fill(job: tuple[RowChunk, list[int], int]) -> DeviceBatch:
+        return _fill(*job, piece_len, batch_pieces, batch_rows)
+
+    return host_cores.ordered(fill, _fill_jobs(chunks, piece_len, batch_pieces, batch_rows),
+                              threads or host_cores.host_threads())
 
 
-def select_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
-    """The rows of `chunk` where `keep` is true."""
-    lengths = chunk.lengths[keep]
-    starts = chunk.indptr[:-1][keep]
-    entry_row = np.repeat(np.arange(len(lengths)), lengths)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    cols = chunk.cols[starts[entry_row] + np.arange(offsets[-1]) - offsets[:-1][entry_row]]
-    return RowChunk(chunk.row_ids[keep], offsets.astype(np.int64), cols)
-
-
-def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int) -> Iterator[DeviceBatch]:
-    """Pack every row that fits one device batch; rows longer than that are skipped here."""
-    pending: RowChunk | None = None
+def _fill_jobs(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int
+               ) -> Iterator[tuple[RowChunk, list[int], int]]:
+    """(rows, batch starts, stop) of each `_fill` of `pack_normal`, in order."""
+    pending = RowChunk.empty()
     for chunk in chunks:
         fits = num_pieces(chunk.lengths, piece_len) <= batch_pieces
-        pending = _concat(pending, chunk if fits.all() else select_rows(chunk, fits))
+        pending = RowChunk.concat([pending, chunk if fits.all() else chunk.select(fits)])
         starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False)
         if starts:
-            yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
-            pending = select_rows(pending, np.arange(len(pending)) >= stop)
-    if pending is not None and len(pending):
-        starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
-        yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
+            yield pending, starts, stop
+            pending = pending.take(stop, len(pending))
+    if len(pending):
+        yield pending, *batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
 
 
 def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> Iterator[LongBatch]:
@@ -183,7 +177,7 @@ def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> 
         long = num_pieces(chunk.lengths, piece_len) > batch_pieces
         if not long.any():
             continue
-        sub = select_rows(chunk, long)
+        sub = chunk.select(long)
         lengths = sub.lengths
         nb = -(-lengths // per_batch)
         batch_row = np.repeat(np.arange(len(sub)), nb)

@@ -9,18 +9,19 @@ directory (or `info.metadata["stats"]`), else from the largest id in the files.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from alx_trainer.data import integrity, records
-from alx_trainer.data.records import Dataset
 from webgraph_contract import layout, stats_json
 
 DEFAULT_VERSION = "1.0.0"
 
 
-def open_tfds(name: str, data_dir: str | None) -> Dataset:
-    """A `Dataset` for a prepared TFDS dataset such as `web_graph/de-dense` (version 1.0.0 by default)."""
+def locate(name: str, data_dir: str | None) -> tuple[str, str, dict[str, list[str]], dict[str, Any]]:
+    """(full name, data directory, split -> shard files, stats) of a prepared TFDS dataset such as
+    `web_graph/de-dense` (version 1.0.0 by default)."""
     try:
         import tensorflow_datasets as tfds  # seconds to import; only TFDS names need it
     except ImportError:
@@ -54,11 +55,7 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
         stats = dict(builder.info.metadata["stats"])
     else:
         stats = {"nodes": _max_id(files) + 1}
-    num_rows, num_cols = stats_json.matrix_shape(stats)
-    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in layout.SPLIT_PREFIXES}
-    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=stats_json.is_bipartite(stats),
-                   splits=splits, fingerprint=stats_json.dataset_fingerprint(stats),
-                   protocol=str(stats.get("protocol", "")))
+    return full, root, files, stats
 
 
 def _max_id(files: dict[str, list[str]]) -> int:

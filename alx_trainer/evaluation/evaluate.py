@@ -27,8 +27,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from alx_trainer.data import integrity, records
-from alx_trainer.data.dataset import open_dataset, open_directory, validation_view
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset, open_dataset, open_directory, validation_view
 from alx_trainer.evaluation import metrics, topk
 from alx_trainer.model import Model, load_model
 from webgraph_contract import dataset_reader, fileio, stats_json

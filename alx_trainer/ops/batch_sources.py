@@ -24,13 +24,14 @@ import jax
 import numpy as np
 
 from alx_trainer.data import batching, records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import owner_file_stream
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
 
 # A compiled call's batch arrays (ids, seg, row_ids, row_len) on the devices, and the rows it solves.
 Call = tuple[list[jax.Array], int]
-MakeChunks = Callable[[], Iterator[records.RowChunk]]
+MakeChunks = Callable[[], Iterator[RowChunk]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +40,11 @@ class Scan:
 
     lengths: np.ndarray
     row_ids: np.ndarray
-    chunks: list[records.RowChunk] | None  # every chunk (sources that pack from memory)
-    long_rows: list[records.RowChunk]  # rows longer than the smallest candidate batch (`OwnerStream`)
+    chunks: list[RowChunk] | None  # every chunk (sources that pack from memory)
+    long_rows: list[RowChunk]  # rows longer than the smallest candidate batch (`OwnerStream`)
 
 
-def scan(chunks: Iterable[records.RowChunk], keep_chunks: bool, long_above: int | None) -> Scan:
+def scan(chunks: Iterable[RowChunk], keep_chunks: bool, long_above: int | None) -> Scan:
     """One pass over a side's rows; keeps the chunks, or the rows longer than `long_above` ids."""
     seen, kept, long_rows = [], [], []
     for c in chunks:
@@ -51,7 +52,7 @@ def scan(chunks: Iterable[records.RowChunk], keep_chunks: bool, long_above: int 
         if keep_chunks:
             kept.append(c)
         if long_above is not None and (long := c.lengths > long_above).any():
-            long_rows.append(batching.select_rows(c, long))
+            long_rows.append(c.select(long))
     lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
     row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
     return Scan(lengths, row_ids, kept if keep_chunks else None, long_rows)
@@ -61,9 +62,11 @@ def _empty(plan: SidePlan, k: int) -> batching.DeviceBatch:
     return batching.empty_batch(k, *plan.shape)
 
 
-def host_calls(chunks: Iterable[records.RowChunk], plan: SidePlan, per_step: int) -> Iterator[batching.DeviceBatch]:
-    """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them."""
-    steps = batching.pack_normal(chunks, *plan.shape)
+def host_calls(chunks: Iterable[RowChunk], plan: SidePlan, per_step: int, threads: int = 1
+               ) -> Iterator[batching.DeviceBatch]:
+    """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them,
+    packed in `threads` threads (0: one per host core)."""
+    steps = batching.pack_normal(chunks, *plan.shape, threads)
     steps = batching.group_steps(steps, per_step, plan.steps, functools.partial(_empty, plan))
     return batching.stack_calls(steps, plan.per_call)
 
@@ -89,13 +92,14 @@ class FileStream:
     """Packed from the files every half-epoch; packing and copies run in a prefetch thread."""
 
     per_device = False
+    pack_threads = 1  # packing shares the host with the CPU devices' steps
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
         self.mesh, self.plan, self.make_chunks = mesh, plan, make_chunks
         self.per_step = len(mesh.local_devices)
 
     def host_calls(self) -> Iterator[batching.DeviceBatch]:
-        return host_calls(self.make_chunks(), self.plan, self.per_step)
+        return host_calls(self.make_chunks(), self.plan, self.per_step, self.pack_threads)
 
     def streams(self) -> list[Iterator[Call]]:
         return [records.prefetch(lambda: map(functools.partial(global_call, self.mesh), self.host_calls()))]
@@ -111,6 +115,8 @@ class FileStream:
 class HostCache(FileStream):
     """Packed once (the first half-epoch's calls), kept in host memory, copied every half-epoch."""
 
+    pack_threads = 0  # once, before the steps: every host core
+
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
         super().__init__(mesh, plan, make_chunks)
         self.calls = list(super().host_calls())
@@ -123,11 +129,11 @@ class HostCache(FileStream):
         return self.long
 
 
-def pack_by_owner(chunks: Sequence[records.RowChunk], plan: SidePlan, shard: int, devices: int) -> list[batching.DeviceBatch]:
+def pack_by_owner(chunks: Sequence[RowChunk], plan: SidePlan, shard: int, devices: int) -> list[batching.DeviceBatch]:
     """Device j's rows (those of its table shard, ids counted from the shard's start) in its own batches."""
     packed = []
     for j in range(devices):
-        mine = [batching.select_rows(c, c.row_ids // shard == j) for c in chunks]
+        mine = [c.select(c.row_ids // shard == j) for c in chunks]
         mine = [dataclasses.replace(c, row_ids=c.row_ids - j * shard) for c in mine]
         batches = list(batching.pack_normal(mine, *plan.shape))
         packed.append(batching.merge(batches) if batches else _empty(plan, 0))
@@ -141,7 +147,7 @@ class OwnerResident:
     calls left out); else global calls whose slot j holds device j's batches.
     """
 
-    def __init__(self, mesh, plan: SidePlan, chunks: list[records.RowChunk], shard: int, per_device: bool):
+    def __init__(self, mesh, plan: SidePlan, chunks: list[RowChunk], shard: int, per_device: bool):
         self.plan, self.per_device = plan, per_device
         k = len(mesh.local_devices)
         steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
@@ -170,11 +176,11 @@ class OwnerStream:
     """'owner' with `stream_batches`: each device's calls built from the files as they are consumed
     (`owner_file_stream`); only the long rows, kept from the planning pass, stay in memory."""
 
-    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: list[records.RowChunk],
+    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: list[RowChunk],
                  shard: int, per_device: bool):
         self.mesh, self.plan, self.make_chunks, self.shard, self.per_device = mesh, plan, make_chunks, shard, per_device
         per_batch = plan.piece_len * plan.batch_pieces
-        self.long = list(batching.pack_long([batching.select_rows(c, c.lengths > per_batch) for c in long_rows],
+        self.long = list(batching.pack_long([c.select(c.lengths > per_batch) for c in long_rows],
                                             plan.piece_len, plan.batch_pieces))
 
     def streams(self) -> list[Iterator[Call]]:
@@ -251,12 +257,12 @@ class DeviceResident:
         per_step = len(mesh.local_devices)
         batches: list[batching.LongBatch] = []
 
-        def chunks() -> Iterator[records.RowChunk]:  # one pass for both kinds of rows
+        def chunks() -> Iterator[RowChunk]:  # one pass for both kinds of rows
             for chunk in make_chunks():
                 batches.extend(batching.pack_long([chunk], plan.piece_len, plan.batch_pieces))
                 yield chunk
 
-        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step)]
+        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step, threads=0)]
         self.long = [put_long(mesh, c) for c in long_calls(batches, plan, per_step, long_rows, combine)]
 
     def streams(self) -> list[Iterable[Call]]:
@@ -273,6 +279,8 @@ class DeviceResident:
 class DeviceStream(FileStream):
     """Accelerator path when the batches do not fit: packed from the files every half-epoch and
     copied double-buffered (the prefetch thread keeps two calls ahead of the steps)."""
+
+    pack_threads = 0  # the host's cores are free while the accelerators run the steps
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine):
         super().__init__(mesh, plan, make_chunks)

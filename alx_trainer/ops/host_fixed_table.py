@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from threadpoolctl import ThreadpoolController
 
-from alx_trainer.ops.mesh import host_threads
+from alx_trainer.data.host_cores import host_threads
 from alx_trainer.ops.table_storage import BF16_BITS, bits_dtype, gather_form
 
 

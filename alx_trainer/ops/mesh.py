@@ -5,8 +5,6 @@ Both tables are `[rows_padded, d]` arrays sharded by rows over the mesh axis `AX
 
 from __future__ import annotations
 
-import os
-
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -28,11 +26,6 @@ def padded_rows(n: int, mesh: Mesh) -> int:
 
 def row_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(AXIS))
-
-
-def host_threads() -> int:
-    """The cores this process may run on (threads for host-side work)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def device_parts(array: jax.Array) -> dict:

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from alx_trainer.data import batching
-from alx_trainer.data.records import RowChunk
+from alx_trainer.data.row_chunk import RowChunk
 
 _DONE = object()
 
@@ -55,7 +55,7 @@ def split_by_owner(chunks: Iterator[RowChunk], shard: int, devices: int, depth: 
             for chunk in chunks:
                 owner = chunk.row_ids // shard
                 for j, q in enumerate(queues):
-                    mine = batching.select_rows(chunk, owner == j)
+                    mine = chunk.select(owner == j)
                     if len(mine) and not put(q, dataclasses.replace(mine, row_ids=mine.row_ids - j * shard)):
                         return
             for q in queues:

@@ -113,6 +113,8 @@ def one_host(values: np.ndarray, how: str) -> np.ndarray:
 
 
 def over_hosts(values: np.ndarray, how: str) -> np.ndarray:
-    """`Combine` over every process (a collective: all processes call it)."""
+    """`Combine` over every process (a collective: all processes call it, with as many values)."""
+    if len(values) == 0:  # every process has none (the count is agreed): nothing to gather
+        return np.zeros(0, np.int64)
     every = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64))).reshape(-1, len(values))
     return every.sum(axis=0) if how == "sum" else every.max(axis=0)

@@ -9,6 +9,7 @@ The training loop (`alx_trainer.train`) and fold-in (`alx_trainer.model`) both s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -20,8 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer import phase_times
 from alx_trainer.config import ACCELERATOR_BATCH_IDS, TrainConfig
-from alx_trainer.data import batching, records
+from alx_trainer.data import batching
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import batch_sources, host_fixed_table, kernels, long_rows, per_core, plan, table_storage
 from alx_trainer.ops.mesh import device_parts, local_rows, padded_rows, replicated
 from alx_trainer.ops.spec import Fixed, StepSpec, accelerator, hyper_params
@@ -58,7 +61,7 @@ class SideRunner:
         config: TrainConfig,
         mesh,
         spec: StepSpec,
-        make_chunks: Callable[[], Iterator[records.RowChunk]],
+        make_chunks: Callable[[], Iterator[RowChunk]],
         num_rows: int,
         replica: host_fixed_table.ReplicaBuffer | None = None,
         name: str = "",
@@ -79,12 +82,16 @@ class SideRunner:
         # (streamed) rows long at some candidate shape are kept; those of the chosen one are packed
         smallest = min(L * B for L, B in plan.candidate_shapes(config, batch_ids))
         keep = spec.owner and not streamed  # 'owner' packs from the chunks of this pass
-        read = batch_sources.scan(make_chunks(), keep_chunks=keep, long_above=smallest if streamed else None)
+        # the training runners' phases (a fold-in's count as the evaluation's)
+        timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
+        with timed("read"):
+            read = batch_sources.scan(make_chunks(), keep_chunks=keep, long_above=smallest if streamed else None)
         combine = plan.over_hosts if len(local) < mesh.size else plan.one_host  # the mesh spans processes
 
         def make_plan(max_calls: int) -> plan.SidePlan:
-            return plan.make_plan(config, spec.owner, read.lengths, read.row_ids, len(local), self.shard, combine,
-                                  batch_ids, max_calls)
+            with timed("plan"):
+                return plan.make_plan(config, spec.owner, read.lengths, read.row_ids, len(local), self.shard,
+                                      combine, batch_ids, max_calls)
 
         # the accelerator path: resident batches run a half-epoch in one call (`kernels.make_half_epoch`),
         # streamed ones in at most `calls_per_half_epoch`
@@ -92,7 +99,8 @@ class SideRunner:
         self.one_call = self.accelerator and self._resident(name)
         if self.accelerator and not self.one_call:
             self.plan = make_plan(config.calls_per_half_epoch)
-        self.source = self._source(make_chunks, read, combine, streamed)
+        with timed("pack"):
+            self.source = self._source(make_chunks, read, combine, streamed)
         self.solved_gramian: jax.Array | None = None  # the one-call half-epoch's gramian of its result
 
     def _source(self, make_chunks, read: batch_sources.Scan, combine: plan.Combine, streamed: bool):
@@ -247,6 +255,10 @@ class SideRunner:
             return long_rows.solve_cg(self.mesh, self.spec, self.shard, self.per_device, self.hyper, batches,
                                       src, dst, fixed)
         return long_rows.solve_explicit(self.mesh, self.spec, self.plan, self.shard, batches, src, dst, fixed)
+
+
+def _untimed(phase: str) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
 
 
 def _host_terms(terms: jax.Array) -> np.ndarray:

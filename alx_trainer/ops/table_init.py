@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from alx_trainer.ops.mesh import host_threads, padded_rows, row_sharding
+from alx_trainer.data.host_cores import host_threads
+from alx_trainer.ops.mesh import padded_rows, row_sharding
 from alx_trainer.ops.table_storage import BF16_BITS, bitcast
 
 INIT_CHUNK = 16384  # rows per generator stream and per block: initialization holds a shard and a few blocks

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from alx_trainer.data import records
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset
 from alx_trainer.tools import topk_records
 from alx_trainer.tools.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout

@@ -81,11 +81,11 @@ def data_child(spec: dict, out: str) -> None:
 
 
 def ours_child(spec: dict, out: str) -> None:
-    """Ours on the saved training matrix (`records.in_memory`, `train`), every phase timed apart,
+    """Ours on the saved training matrix (`dataset.in_memory`, `train`), every phase timed apart,
     then its test rows evaluated (`evaluate_test`)."""
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
-    from alx_trainer.data import records
+    from alx_trainer.data.dataset import in_memory
     from alx_trainer.evaluation.topk import Csr
     from alx_trainer.train import train
 
@@ -98,7 +98,7 @@ def ours_child(spec: dict, out: str) -> None:
                                                            "gt_indptr", "gt_cols")}
     phase("load", time.perf_counter() - t)
     t = time.perf_counter()
-    dataset = records.in_memory("de-sparse", m.pop("train_indptr"), m.pop("train_cols"),
+    dataset = in_memory("de-sparse", m.pop("train_indptr"), m.pop("train_cols"),
                                 meta["cols"])
     phase("transpose (in_memory)", time.perf_counter() - t)
     config = TrainConfig(**spec["config"])

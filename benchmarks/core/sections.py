@@ -123,7 +123,7 @@ def ours_child(spec: dict, out: str) -> None:
     where the matrix has a test split (`spec['score']`)."""
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
-    from alx_trainer.data import records
+    from alx_trainer.data.dataset import in_memory
     from alx_trainer.model import table_dtype
     from alx_trainer.train import train
 
@@ -135,7 +135,7 @@ def ours_child(spec: dict, out: str) -> None:
     m = load_matrix(spec["data"])
     load_s = time.perf_counter() - t
     t = time.perf_counter()
-    dataset = records.in_memory(spec["size"], m["train_indptr"], m["train_cols"], m["cols"])
+    dataset = in_memory(spec["size"], m["train_indptr"], m["train_cols"], m["cols"])
     dataset_s = time.perf_counter() - t
     config = TrainConfig(**spec["config"])
     shutil.rmtree(config.model_dir, ignore_errors=True)  # a fresh run, never a resumed one
