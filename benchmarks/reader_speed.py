@@ -2,6 +2,7 @@
 
     python -m benchmarks.reader_speed [--sizes 25m,in-sparse] [--work /tmp/trainer_scale]
         [--repeats 3] [--chunk_rows 2048]
+    python -m benchmarks.reader_speed phases --data DIR   # read, plan, pack, transpose timed apart
 
 Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
 `webgraph_contract.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
@@ -126,4 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["phases"]:  # the trainer's host phases alone: benchmarks.core.host_phases
+        from benchmarks.core import host_phases
+
+        sys.exit(host_phases.main(sys.argv[2:]))
     sys.exit(main())

@@ -2,6 +2,7 @@
 
     python -m benchmarks.trainer_profile --data DIR [--dim 64] [--cg_iters 3] [--epochs 2]
     [--no-hugepages]
+    python -m benchmarks.trainer_profile memory --data DIR ...   # resident memory by phase
 
 Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout,
 restarted with glibc's huge-page tunable unless `--no-hugepages`, see `alx_trainer.cli.hugepages`),
@@ -160,4 +161,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["memory"]:  # resident memory by phase: benchmarks.core.trainer_memory
+        from benchmarks.core import trainer_memory
+
+        trainer_memory.main(sys.argv[2:])
+    else:
+        main()

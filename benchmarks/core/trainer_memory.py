@@ -1,7 +1,7 @@
 """Where the trainer's host memory goes: resident memory by training phase, beside JAX's buffers.
 
-    python -m benchmarks.trainer_memory --data DIR [--dim 128] [--epochs 1] [--table_dtype bfloat16]
-                                        [--limit_gib 21] [-- more alx_trainer train flags]
+    python -m benchmarks.trainer_profile memory --data DIR [--dim 128] [--epochs 1]
+        [--table_dtype bfloat16] [--limit_gib 21] [-- more alx_trainer train flags]
 
 Runs `alx_trainer.train.train` in this process as `python -m alx_trainer train` would (the same CPU
 split), with a sampler thread reading VmRSS from /proc/self/status every 20 ms. tracemalloc cannot
@@ -98,7 +98,7 @@ def wrap(sampler: Sampler, owner, attr: str, name: str) -> None:
     setattr(owner, attr, wrapped)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--dim", type=int, default=128)
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--limit_gib", type=float, default=21.0)
     parser.add_argument("--model_dir", default="/tmp/trainer_memory_model")
     parser.add_argument("flags", nargs="*", help="more `alx_trainer train` flags (after --)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sampler = Sampler(args.limit_gib)
 
     from alx_trainer.cli import train as cli_train
@@ -141,6 +141,3 @@ def main() -> None:
     print(json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}),
           flush=True)
 
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """The trainer's host phases on a dataset directory, each timed apart: read, plan, pack, transpose.
 
-    python benchmarks/host_phases.py --data DIR [--repeats 2] [--path accelerator|cpu]
-                                     [--phases read,plan,pack,transpose]
-    taskset -c 0 python benchmarks/host_phases.py --data DIR      # the same on one core
+    python -m benchmarks.reader_speed phases --data DIR [--repeats 2] [--path accelerator|cpu]
+                                              [--phases read,plan,pack,transpose]
+    taskset -c 0 python -m benchmarks.reader_speed phases --data DIR      # the same on one core
 
 Per side (`train`, then `train_t`): `read` is the planning pass over the side's shard files
 (`records.read_chunks`, as `batch_sources.scan` consumes it), `plan` is `plan.make_plan` on what
@@ -36,14 +36,14 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, object]
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="A dataset directory (the contract's layout).")
     p.add_argument("--repeats", type=int, default=2, help="Passes per phase; the best is reported.")
     p.add_argument("--path", choices=("accelerator", "cpu"), default="accelerator",
                    help="Whose batch shape the plan and pack use.")
     p.add_argument("--phases", default="read,plan,pack,transpose", help="Which phases to run (read always runs).")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     wanted = set(args.phases.split(","))
 
     from alx_trainer.config import TrainConfig
@@ -92,6 +92,3 @@ def main() -> None:
     report["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))
 
-
-if __name__ == "__main__":
-    main()
