@@ -1,9 +1,11 @@
-"""Wall and CPU seconds of a training run's phases: each logged as it ends, all in one line at the end.
+"""Wall and CPU seconds of a training run's phases: each logged as it ends, all in one line at the
+end.
 
 Phases, in order: `read` (a side's planning pass over its files), `plan` (its batch shape and
 counts), `pack` (its batch source: packing, and for the accelerator path copying to the devices,
 with its own pass over the files), `compile` (wall seconds only: `train` takes the epochs'
-`compile_seconds` out of `epochs`), `epochs` (the half-epochs' work), `eval`. Wrap a phase in `timed(name)`, or
+`compile_seconds` out of `epochs`), `epochs` (the half-epochs' work), `eval`. Wrap a phase in
+`timed(name)`, or
 report seconds measured elsewhere with `add`; `train` starts each run with `reset` and logs
 `summary` at its end. CPU seconds are the whole process's.
 """

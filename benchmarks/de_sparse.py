@@ -56,51 +56,77 @@ ROWS, COLS, LINKS = 19_700_000, 19_700_000, 1_190_000_000  # the WebGraph de-spa
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="rows, columns and links times this (1: the de-sparse size)")
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="rows, columns and links times this (1: the de-sparse size)",
+    )
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--table_dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    p.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE",
-                   help="a TrainConfig field")
+    p.add_argument(
+        "--ours", action="append", default=[], metavar="KEY=VALUE", help="a TrainConfig field"
+    )
     p.add_argument("--test_fraction", type=float, default=TEST_FRACTION)
     p.add_argument("--holdout_fraction", type=float, default=HOLDOUT_FRACTION)
-    p.add_argument("--topk", choices=("approx", "exact"), default="exact",
-                   help="the top K of every test row (the other on --sample_rows rows; "
-                   "approx_max_k is approximate on TPU only, elsewhere XLA sorts each block)")
+    p.add_argument(
+        "--topk",
+        choices=("approx", "exact"),
+        default="exact",
+        help="the top K of every test row (the other on --sample_rows rows; "
+        "approx_max_k is approximate on TPU only, elsewhere XLA sorts each block)",
+    )
     p.add_argument("--recall_target", type=float, default=0.95, help="of the approximate top K")
     p.add_argument("--ks", default="20,50", help="Recall@K cut-offs")
     p.add_argument("--ndcg_k", type=int, default=100, help="NDCG cut-off (0: none)")
-    p.add_argument("--sample_rows", type=int, default=4096,
-                   help="test rows ranked both ways, for the approximate top K's recall")
-    p.add_argument("--eval_rows", type=int, default=0,
-                   help="evaluate the first N test rows (0: all)")
+    p.add_argument(
+        "--sample_rows",
+        type=int,
+        default=4096,
+        help="test rows ranked both ways, for the approximate top K's recall",
+    )
+    p.add_argument(
+        "--eval_rows", type=int, default=0, help="evaluate the first N test rows (0: all)"
+    )
     p.add_argument("--implicit", choices=("auto", "gpu", "cpu", "off"), default="auto")
     p.add_argument("--implicit_epochs", type=int, default=2)
-    p.add_argument("--implicit_s", type=float, default=90,
-                   help="seconds of the budget kept for implicit")
+    p.add_argument(
+        "--implicit_s", type=float, default=90, help="seconds of the budget kept for implicit"
+    )
     p.add_argument("--budget_s", type=float, default=470, help="the whole run's seconds")
-    p.add_argument("--mem_fraction", default="0.9",
-                   help="XLA_PYTHON_CLIENT_MEM_FRACTION of the data and ours children, whatever "
-                   "the environment says (they run alone on the device)")
+    p.add_argument(
+        "--mem_fraction",
+        default="0.9",
+        help="XLA_PYTHON_CLIENT_MEM_FRACTION of the data and ours children, whatever "
+        "the environment says (they run alone on the device)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default=str(paths.work_dir("de_sparse")))
     p.add_argument("--json", default="", help="every figure (default WORK/de_sparse.json)")
-    p.add_argument("--wheels", default=str(paths.WHEELS),
-                   help="wheel files installed for the children")
-    p.add_argument("--site", default=os.path.join(tempfile.gettempdir(), "site"),
-                   help="where they go")
+    p.add_argument(
+        "--wheels", default=str(paths.WHEELS), help="wheel files installed for the children"
+    )
+    p.add_argument(
+        "--site", default=os.path.join(tempfile.gettempdir(), "site"), help="where they go"
+    )
     args = p.parse_args(argv)
     try:
         args.k_list = [int(k) for k in args.ks.split(",") if k.strip()]
     except ValueError:
         p.error(f"--ks: expected comma-separated integers, got {args.ks!r}")
-    checks = {"--scale": 0 < args.scale <= 1, "--dim": args.dim > 0, "--epochs": args.epochs > 0,
-              "--ks": bool(args.k_list) and min(args.k_list) > 0, "--ndcg_k": args.ndcg_k >= 0,
-              "--sample_rows": args.sample_rows > 0, "--eval_rows": args.eval_rows >= 0,
-              "--test_fraction": 0 < args.test_fraction < 1,
-              "--holdout_fraction": 0 < args.holdout_fraction < 1,
-              "--implicit_epochs": args.implicit_epochs > 0}
+    checks = {
+        "--scale": 0 < args.scale <= 1,
+        "--dim": args.dim > 0,
+        "--epochs": args.epochs > 0,
+        "--ks": bool(args.k_list) and min(args.k_list) > 0,
+        "--ndcg_k": args.ndcg_k >= 0,
+        "--sample_rows": args.sample_rows > 0,
+        "--eval_rows": args.eval_rows >= 0,
+        "--test_fraction": 0 < args.test_fraction < 1,
+        "--holdout_fraction": 0 < args.holdout_fraction < 1,
+        "--implicit_epochs": args.implicit_epochs > 0,
+    }
     bad = [flag for flag, ok in checks.items() if not ok]
     if bad:
         p.error(f"{bad[0]}: out of range ({getattr(args, bad[0][2:])!r})")
@@ -111,9 +137,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def train_config(args: argparse.Namespace, model_dir: str):
     """Ours: the trainer's defaults at d, epochs and table dtype; no evaluation, training loss,
     progress or checkpoint before the last epoch's; then `--ours`."""
-    values = {"data": "de-sparse", "model_dir": model_dir, "dim": args.dim, "epochs": args.epochs,
-              "table_dtype": args.table_dtype, "eval_every": 0, "train_loss_every": 0,
-              "checkpoint_every": 0, "progress": False, "log_level": "warning"}
+    values = {
+        "data": "de-sparse",
+        "model_dir": model_dir,
+        "dim": args.dim,
+        "epochs": args.epochs,
+        "table_dtype": args.table_dtype,
+        "eval_every": 0,
+        "train_loss_every": 0,
+        "checkpoint_every": 0,
+        "progress": False,
+        "log_level": "warning",
+    }
     return sections.typed_config(values, args.ours)
 
 
@@ -134,25 +169,37 @@ def summary_lines(report: dict) -> list[str]:
     data, ours, implicit = (report[k] for k in ("data", "ours", "implicit"))
     out = []
     if data.get("train_nnz") is not None:
-        out.append(f"matrix {data['rows']:,} x {data['cols']:,}, {data['nnz']:,} links: training "
-                   f"{data['train_nnz']:,}; test rows {data['test_rows']:,} (fold-in links "
-                   f"{data['fold_in_links']:,}, held out {data['held_links']:,})")
+        out.append(
+            f"matrix {data['rows']:,} x {data['cols']:,}, {data['nnz']:,} links: training "
+            f"{data['train_nnz']:,}; test rows {data['test_rows']:,} (fold-in links "
+            f"{data['fold_in_links']:,}, held out {data['held_links']:,})"
+        )
     epochs = ours.get("epochs_s") or []
     if epochs:
         later = float(np.median(epochs[1:])) if len(epochs) > 1 else None
-        out.append(f"ours ({ours.get('form')}, {ours.get('table_dtype')} tables): epoch 1 "
-                   f"{epochs[0]:.2f} s (compiling {fmt(ours['compile_s'][0], '.2f')} s), later "
-                   f"epochs {fmt(later, '.3f')} s (median), {len(epochs)} epochs "
-                   f"{sum(epochs):.1f} s")
+        out.append(
+            f"ours ({ours.get('form')}, {ours.get('table_dtype')} tables): epoch 1 "
+            f"{epochs[0]:.2f} s (compiling {fmt(ours['compile_s'][0], '.2f')} s), later "
+            f"epochs {fmt(later, '.3f')} s (median), {len(epochs)} epochs "
+            f"{sum(epochs):.1f} s"
+        )
     if ours.get("rows") is not None:
-        k_metrics = ", ".join(f"{name} {ours[name]:.4f}" for name in ours
-                              if name.startswith(("recall@", "recall_gt@", "ndcg@")))
-        cut = f" (the first, within the budget, of {ours['test_rows']:,})" \
-            if ours["rows"] < ours["test_rows"] else ""
-        out.append(f"evaluation of {ours['rows']:,} test rows{cut} (top {ours['k']}, "
-                   f"{ours['topk']}): {k_metrics}; approximate top {ours['k']} recall against "
-                   f"exact {ours['approx_recall']:.4f} on {ours['sample_rows']:,} rows "
-                   f"(target {ours['recall_target']})")
+        k_metrics = ", ".join(
+            f"{name} {ours[name]:.4f}"
+            for name in ours
+            if name.startswith(("recall@", "recall_gt@", "ndcg@"))
+        )
+        cut = (
+            f" (the first, within the budget, of {ours['test_rows']:,})"
+            if ours["rows"] < ours["test_rows"]
+            else ""
+        )
+        out.append(
+            f"evaluation of {ours['rows']:,} test rows{cut} (top {ours['k']}, "
+            f"{ours['topk']}): {k_metrics}; approximate top {ours['k']} recall against "
+            f"exact {ours['approx_recall']:.4f} on {ours['sample_rows']:,} rows "
+            f"(target {ours['recall_target']})"
+        )
     for who, r in (("ours", ours), ("data", data)):
         if r.get("error"):
             out.append(f"{who}: {r['error']}")
@@ -168,8 +215,11 @@ def implicit_outcome(r: dict) -> str:
     seconds = r.get("epochs_s") or []
     done = ", ".join(f"{s:.1f}" for s in seconds)
     timed = f"{len(seconds)} epoch(s) {done} s" if seconds else "no epoch finished"
-    memory = (f", peak device {r['peak_device_gib']:.1f} GiB ({r['peak_device_source']})"
-              if r.get("peak_device_gib") else "")
+    memory = (
+        f", peak device {r['peak_device_gib']:.1f} GiB ({r['peak_device_source']})"
+        if r.get("peak_device_gib")
+        else ""
+    )
     if r.get("error"):
         return f"{who}: failed: {r['error']} ({timed})"
     return f"{who}: {timed}, set-up {fmt(r.get('setup_s'), '.1f')} s{memory}"
@@ -181,17 +231,29 @@ def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
     try:
         env = wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
     except subprocess.CalledProcessError as e:
-        print(f"wheels: install into {args.site} failed ({e}); children run with the environment "
-              "as it is")
+        print(
+            f"wheels: install into {args.site} failed ({e}); children run with the environment "
+            "as it is"
+        )
         env = dict(os.environ)
     ours_env = dict(env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
     deadline = start + args.budget_s
     runner = Runner(MODULE, work, ours_env, deadline, args.budget_s)
     rows, cols, nnz = args.size
     data_dir = str(work / "data")
-    lines, error, child_s = runner("data", "data", {
-        "rows": rows, "cols": cols, "nnz": nnz, "seed": args.seed, "data": data_dir,
-        "test_fraction": args.test_fraction, "holdout_fraction": args.holdout_fraction})
+    lines, error, child_s = runner(
+        "data",
+        "data",
+        {
+            "rows": rows,
+            "cols": cols,
+            "nnz": nnz,
+            "seed": args.seed,
+            "data": data_dir,
+            "test_fraction": args.test_fraction,
+            "holdout_fraction": args.holdout_fraction,
+        },
+    )
     report["data"] = dict(result(lines), error=error, child_s=child_s)
     report["device"] = next((line["device"] for line in lines if "device" in line), {})
     add_phases(report, lines, "data")
@@ -200,25 +262,41 @@ def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
         report["implicit"] = {"skipped": "not run: no data"}
         return
     runner.section_timeout = max(30.0, deadline - time.monotonic() - args.implicit_s)
-    ranking = {"ks": args.k_list, "ndcg_k": args.ndcg_k, "approx": args.topk == "approx",
-               "recall_target": args.recall_target, "sample_rows": args.sample_rows}
-    lines, error, child_s = runner("ours", "ours", {"data": data_dir, "config": config.to_dict(),
-                                                    "ranking": ranking,
-                                                    "eval_rows": args.eval_rows})
+    ranking = {
+        "ks": args.k_list,
+        "ndcg_k": args.ndcg_k,
+        "approx": args.topk == "approx",
+        "recall_target": args.recall_target,
+        "sample_rows": args.sample_rows,
+    }
+    lines, error, child_s = runner(
+        "ours",
+        "ours",
+        {
+            "data": data_dir,
+            "config": config.to_dict(),
+            "ranking": ranking,
+            "eval_rows": args.eval_rows,
+        },
+    )
     report["ours"] = dict(result(lines), error=error, child_s=child_s)
     add_phases(report, lines, "ours")
     if args.implicit == "off":
         report["implicit"] = {"skipped": "not run (--implicit off)"}
         return
     runner.section_timeout = args.budget_s
-    spec = {"data": data_dir, "implicit": args.implicit, "score": False,
-            "config": dict(config.to_dict(), epochs=args.implicit_epochs)}
+    spec = {
+        "data": data_dir,
+        "implicit": args.implicit,
+        "score": False,
+        "config": dict(config.to_dict(), epochs=args.implicit_epochs),
+    }
     # implicit's child uses JAX only to score: it must not take the GPU's memory
-    lines, error, child_s = runner("implicit", "implicit", spec,
-                                   dict(env, XLA_PYTHON_CLIENT_PREALLOCATE="false"))
+    lines, error, child_s = runner(
+        "implicit", "implicit", spec, dict(env, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    )
     seconds = [line["seconds"] for line in lines if "epoch" in line]
-    report["implicit"] = dict({"epochs_s": seconds}, **result(lines), error=error,
-                              child_s=child_s)
+    report["implicit"] = dict({"epochs_s": seconds}, **result(lines), error=error, child_s=child_s)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -231,21 +309,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{MODULE}: error: {one_line(e)}", file=sys.stderr)
         return 2
     work.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"run": {"argv": sys.argv[1:] if argv is None else list(argv),
-                                      "host": platform.node(), "scale": args.scale,
-                                      "size": list(args.size), "budget_s": args.budget_s,
-                                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                               time.gmtime())},
-                              "phases": [], "data": {}, "ours": {}, "implicit": {}}
+    report: dict[str, Any] = {
+        "run": {
+            "argv": sys.argv[1:] if argv is None else list(argv),
+            "host": platform.node(),
+            "scale": args.scale,
+            "size": list(args.size),
+            "budget_s": args.budget_s,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "phases": [],
+        "data": {},
+        "ours": {},
+        "implicit": {},
+    }
     run(args, config, report, start)
     report["run"]["seconds"] = time.monotonic() - start
     device = report.get("device", {})
-    print(f"\nde-sparse at scale {args.scale:g} on {device.get('device_kind', '?')} "
-          f"({device.get('platform', '?')}), d={args.dim}, {args.table_dtype} tables")
-    print_table([("step", "step", "", -5), ("phase", "phase", "", -34),
-                 ("seconds", "seconds", ".2f", 9), ("dev GiB", "peak_device_gib", ".2f", 8),
-                 ("host GiB", "peak_host_gib", ".2f", 8), ("compile s", "compile_s", ".2f", 9)],
-                report["phases"])
+    print(
+        f"\nde-sparse at scale {args.scale:g} on {device.get('device_kind', '?')} "
+        f"({device.get('platform', '?')}), d={args.dim}, {args.table_dtype} tables"
+    )
+    print_table(
+        [
+            ("step", "step", "", -5),
+            ("phase", "phase", "", -34),
+            ("seconds", "seconds", ".2f", 9),
+            ("dev GiB", "peak_device_gib", ".2f", 8),
+            ("host GiB", "peak_host_gib", ".2f", 8),
+            ("compile s", "compile_s", ".2f", 9),
+        ],
+        report["phases"],
+    )
     print("dev GiB, host GiB: the child's peak so far (JAX's peak_bytes_in_use; peak RSS)\n")
     report["summary"] = summary_lines(report)
     print("\n".join(report["summary"]))

@@ -35,10 +35,12 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=50_000)
     parser.add_argument("--nnz", type=int, default=2_000_000)
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=4,
-                        help="at least 3: epoch 2 is traced, later ones timed")
-    parser.add_argument("--devices", type=int, default=1,
-                        help="CPU devices (a one-GPU run has one)")
+    parser.add_argument(
+        "--epochs", type=int, default=4, help="at least 3: epoch 2 is traced, later ones timed"
+    )
+    parser.add_argument(
+        "--devices", type=int, default=1, help="CPU devices (a one-GPU run has one)"
+    )
     parser.add_argument("--resident", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--cg_form", default="auto", choices=("auto", "matvec", "explicit"))
     args = parser.parse_args()
@@ -71,11 +73,14 @@ def main() -> None:
             if epoch == 2:
                 jax.profiler.stop_trace()
                 calls = launches(trace_dir)
-                line.update(calls_per_half_epoch=sum(calls.values()) / 2,
-                            calls_by_program=dict(calls))
+                line.update(
+                    calls_per_half_epoch=sum(calls.values()) / 2, calls_by_program=dict(calls)
+                )
             elif epoch > 2:
-                line.update(host_cpu_s=round(host - self.host, 4),
-                            host_cpu_share=round((host - self.host) / record["seconds"], 4))
+                line.update(
+                    host_cpu_s=round(host - self.host, 4),
+                    host_cpu_share=round((host - self.host) / record["seconds"], 4),
+                )
             if epoch > 1:
                 line.update(h2d_bytes=copied[0] - self.copied)
                 print(json.dumps(line), flush=True)
@@ -85,11 +90,19 @@ def main() -> None:
                 jax.profiler.start_trace(trace_dir, profiler_options=options)
             self.host, self.copied = host_cpu_seconds(), copied[0]
 
-    config = TrainConfig(data="power-law", model_dir=tempfile.mkdtemp(prefix="alx_proxies_model_"),
-                         dim=args.dim,
-                         epochs=args.epochs, eval_every=0, checkpoint_every=0, progress=False,
-                         train_loss_every=0,
-                         accelerator="on", resident_batches=args.resident, cg_form=args.cg_form)
+    config = TrainConfig(
+        data="power-law",
+        model_dir=tempfile.mkdtemp(prefix="alx_proxies_model_"),
+        dim=args.dim,
+        epochs=args.epochs,
+        eval_every=0,
+        checkpoint_every=0,
+        progress=False,
+        train_loss_every=0,
+        accelerator="on",
+        resident_batches=args.resident,
+        cg_form=args.cg_form,
+    )
     t = time.perf_counter()
     mesh = make_mesh()
     train(config, mesh=mesh, dataset=held, tables=False, callbacks=[Measure()])
@@ -99,15 +112,31 @@ def main() -> None:
     table_bytes = jax.numpy.dtype(table_dtype(config)).itemsize
     _, minimum = epoch_work(args.rows, args.cols, len(cols), args.dim, config.cg_iters, table_bytes)
     xla_bytes = cost["bytes_per_epoch"] * args.devices
-    print(json.dumps({"xla_bytes_per_epoch": xla_bytes,
-                      "xla_flops_per_epoch": cost["flops_per_epoch"] * args.devices,
-                      "launches_per_epoch": cost["launches_per_epoch"],
-                      "counted_bytes_per_epoch": minimum,
-                      "xla_bytes_ratio": round(xla_bytes / minimum, 3),
-                      "cost_s": round(time.perf_counter() - t, 2)}))
-    print(json.dumps({"rows": args.rows, "cols": args.cols, "nnz": int(len(cols)), "dim": args.dim,
-                      "devices": args.devices, "resident": args.resident,
-                      "total_s": round(total_s, 2)}))
+    print(
+        json.dumps(
+            {
+                "xla_bytes_per_epoch": xla_bytes,
+                "xla_flops_per_epoch": cost["flops_per_epoch"] * args.devices,
+                "launches_per_epoch": cost["launches_per_epoch"],
+                "counted_bytes_per_epoch": minimum,
+                "xla_bytes_ratio": round(xla_bytes / minimum, 3),
+                "cost_s": round(time.perf_counter() - t, 2),
+            }
+        )
+    )
+    print(
+        json.dumps(
+            {
+                "rows": args.rows,
+                "cols": args.cols,
+                "nnz": int(len(cols)),
+                "dim": args.dim,
+                "devices": args.devices,
+                "resident": args.resident,
+                "total_s": round(total_s, 2),
+            }
+        )
+    )
 
 
 def count_host_to_device(jax) -> list[int]:
@@ -116,8 +145,11 @@ def count_host_to_device(jax) -> list[int]:
     total = [0]
 
     def nbytes(value) -> int:
-        return int(value.nbytes) if hasattr(value, "nbytes") and not isinstance(value,
-                                                                                jax.Array) else 0
+        return (
+            int(value.nbytes)
+            if hasattr(value, "nbytes") and not isinstance(value, jax.Array)
+            else 0
+        )
 
     def wrap(name: str, arg: int) -> None:
         original = getattr(jax, name)

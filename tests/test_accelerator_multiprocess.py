@@ -20,8 +20,20 @@ from alx_trainer.train import train
 import reference_ials as ref
 from conftest import REPO
 
-FLAGS = {"dim": 6, "epochs": 2, "solver": "cholesky", "init_stddev": 0.3, "piece_len": 4, "batch_pieces": 8, "batch_rows": 4,
-         "eval_every": 0, "alpha": 0.5, "reg": 0.8, "accelerator": "on", "calls_per_half_epoch": 2}
+FLAGS = {
+    "dim": 6,
+    "epochs": 2,
+    "solver": "cholesky",
+    "init_stddev": 0.3,
+    "piece_len": 4,
+    "batch_pieces": 8,
+    "batch_rows": 4,
+    "eval_every": 0,
+    "alpha": 0.5,
+    "reg": 0.8,
+    "accelerator": "on",
+    "calls_per_half_epoch": 2,
+}
 
 
 def _free_port() -> int:
@@ -32,21 +44,46 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("resident", ["on", "off"])
 def test_two_processes_equal_one_process_on_the_accelerator_path(tmp_path, resident):
-    # 3 shards: host 0 reads two, host 1 one (host 1 pads with empty calls); rows 2 and 11 are longer
+    # 3 shards: host 0 reads two, host 1 one (host 1 pads with empty calls); rows 2 and 11 are
+    # longer
     # than a batch (the long-row calls), and so are some columns.
     rows = ref.random_rows(5, 40, 70, max_len=12, long_rows=[2, 11])
     data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 40, 70, shards=3)
     multi_dir = str(tmp_path / "multi")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO),
+    )
     flags = [f"--{k}={v}" for k, v in {**FLAGS, "resident_batches": resident}.items()]
     port = _free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "alx_trainer", "train", "--data", data_dir, "--model_dir", multi_dir, *flags,
-             "--no-progress", "--distributed", "--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2",
-             "--process_id", str(i)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "alx_trainer",
+                "train",
+                "--data",
+                data_dir,
+                "--model_dir",
+                multi_dir,
+                *flags,
+                "--no-progress",
+                "--distributed",
+                "--coordinator_address",
+                f"127.0.0.1:{port}",
+                "--num_processes",
+                "2",
+                "--process_id",
+                str(i),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i in range(2)
     ]
@@ -55,8 +92,12 @@ def test_two_processes_equal_one_process_on_the_accelerator_path(tmp_path, resid
         assert p.returncode == 0, out[-3000:]
         assert "on 8 device(s) in 2 process(es)" in out, out[-3000:]
 
-    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "single"), progress=False,
-                         **{**FLAGS, "resident_batches": resident})
+    config = TrainConfig(
+        data=data_dir,
+        model_dir=str(tmp_path / "single"),
+        progress=False,
+        **{**FLAGS, "resident_batches": resident},
+    )
     mesh = make_mesh()
     single = train(config, mesh=mesh)
     multi = load_model(multi_dir)

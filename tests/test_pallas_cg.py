@@ -81,8 +81,12 @@ def _windows_per_tile(batch, shape) -> set[int]:
 
 
 # (row slots per tile, pieces per window): tiles (with pieces) in one window, streamed, or both
-SHAPES = {"default": (None, "one"), "16 rows, windows of 4": ((16, 4), "streamed"),
-          "4 rows, windows of 2": ((4, 2), "both"), "8 rows, windows of 16": ((8, 16), "both")}
+SHAPES = {
+    "default": (None, "one"),
+    "16 rows, windows of 4": ((16, 4), "streamed"),
+    "4 rows, windows of 2": ((4, 2), "both"),
+    "8 rows, windows of 16": ((8, 16), "both"),
+}
 
 
 @pytest.mark.parametrize("gathered", [False, True], ids=["gather in kernel", "gathered block"])
@@ -110,8 +114,9 @@ def test_bfloat16_tables(problem):
     """bfloat16 tables: the kernel widens the stored values; against the float64 CG on the
     rounded values it agrees to the rounding of the result (bfloat16 keeps 8 bits)."""
     rows, w0, h = problem
-    rounded = [np.asarray(jnp.asarray(a, jnp.bfloat16).astype(jnp.float32), np.float64)
-               for a in (w0, h)]
+    rounded = [
+        np.asarray(jnp.asarray(a, jnp.bfloat16).astype(jnp.float32), np.float64) for a in (w0, h)
+    ]
     expected = cg_reference(rows, *rounded, ITERS)
     scale = np.abs(expected).max()
     batch = _batches(rows)
@@ -225,8 +230,16 @@ def test_default_path_never_loads_the_gpu_backend():
         "m._half_epoch(problem, 1, accelerator='on', resident_batches='on', cg_kernel='pallas')\n"
         "assert not loaded(*triton), loaded(*triton)\n"
     )
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-           "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          cwd=pathlib.Path(__file__).resolve().parent.parent)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "JAX_PLATFORMS": "cpu",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=pathlib.Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]

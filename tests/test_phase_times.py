@@ -1,4 +1,5 @@
-"""The run's phases in the log: each side's read, plan and pack as they end, then one line of all."""
+"""The run's phases in the log: each side's read, plan and pack as they end, then one line of
+all."""
 
 from __future__ import annotations
 
@@ -29,20 +30,39 @@ def test_phases_add_up_in_order():
 
 def test_training_logs_every_phase(tmp_path, caplog):
     rows = ref.random_rows(3, 30, 40, max_len=8)
-    test = {r: (c[: len(c) // 2], c[len(c) // 2 :]) for r, c in list(rows.items())[:6] if len(c) > 1}
+    test = {
+        r: (c[: len(c) // 2], c[len(c) // 2 :]) for r, c in list(rows.items())[:6] if len(c) > 1
+    }
     data = ref.write_dataset(str(tmp_path / "data"), rows, 30, 40, test=test)
-    config = TrainConfig(data=data, model_dir=str(tmp_path / "m"), dim=4, epochs=2, progress=False, eval_every=1,
-                         piece_len=4, batch_pieces=4)
+    config = TrainConfig(
+        data=data,
+        model_dir=str(tmp_path / "m"),
+        dim=4,
+        epochs=2,
+        progress=False,
+        eval_every=1,
+        piece_len=4,
+        batch_pieces=4,
+    )
     with caplog.at_level(logging.INFO, logger="alx_trainer"):
         train(config, mesh=make_mesh())
-    lines = [r.getMessage() for r in {id(r): r for r in caplog.records}.values()
-             if r.name == "alx_trainer.phase_times"]
+    lines = [
+        r.getMessage()
+        for r in {id(r): r for r in caplog.records}.values()
+        if r.name == "alx_trainer.phase_times"
+    ]
     for side in ("row", "col"):
         for phase in ("read", "plan", "pack"):
-            assert any(re.fullmatch(rf"{side} side {phase}: [\d.]+ s \([\d.]+ CPU s\)", line) for line in lines), lines
+            assert any(
+                re.fullmatch(rf"{side} side {phase}: [\d.]+ s \([\d.]+ CPU s\)", line)
+                for line in lines
+            ), lines
     assert sum(line.startswith("epoch ") and " eval: " in line for line in lines) == 2
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]
-    assert re.fullmatch(r"phases: read [\d.]+ s \([\d.]+ CPU s\), plan .*, pack .*, compile .*, epochs .*, eval .*", summary)
+    assert re.fullmatch(
+        r"phases: read [\d.]+ s \([\d.]+ CPU s\), plan .*, pack .*, compile .*, epochs .*, eval .*",
+        summary,
+    )
 
 
 def test_a_phase_that_fails_is_not_counted(caplog):
@@ -52,4 +72,6 @@ def test_a_phase_that_fails_is_not_counted(caplog):
             raise ValueError("corrupt")
     except ValueError:
         pass
-    assert phase_times.totals() == {} and not [r for r in caplog.records if r.name == "alx_trainer.phase_times"]
+    assert phase_times.totals() == {} and not [
+        r for r in caplog.records if r.name == "alx_trainer.phase_times"
+    ]

@@ -122,7 +122,9 @@ def test_links_of_a_held_out_row_rank_as_eval_folds_it_in(hollins):
     # eval of this one row counts the same hits
     hits = len(set(ids) & set(gt.tolist())) / min(K, len(gt))
     assert (
-        evaluate_rows(model, [(row, kept, gt)], None, Ranking(ks=(K,), ndcg_k=None), exclude_self=True)["recall@20"]
+        evaluate_rows(
+            model, [(row, kept, gt)], None, Ranking(ks=(K,), ndcg_k=None), exclude_self=True
+        )["recall@20"]
         == hits
     )
     # the table lists the same URLs; a URL written otherwise is normalized; an unknown one reported

@@ -11,12 +11,17 @@ from alx_trainer.data.row_chunk import RowChunk
 
 def _rows(seed: int, n: int, max_len: int, num_cols: int = 50) -> list[list[int]]:
     rng = np.random.default_rng(seed)
-    return [rng.integers(0, num_cols, size=int(rng.integers(0, max_len + 1))).tolist() for _ in range(n)]
+    return [
+        rng.integers(0, num_cols, size=int(rng.integers(0, max_len + 1))).tolist() for _ in range(n)
+    ]
 
 
 def _listed(chunk: RowChunk) -> list[tuple[int, list[int]]]:
     """(row id, columns) of every row, read through `indptr` alone (any start)."""
-    return [(int(r), chunk.cols[chunk.indptr[k] : chunk.indptr[k + 1]].tolist()) for k, r in enumerate(chunk.row_ids)]
+    return [
+        (int(r), chunk.cols[chunk.indptr[k] : chunk.indptr[k + 1]].tolist())
+        for k, r in enumerate(chunk.row_ids)
+    ]
 
 
 def test_take_select_and_concat_keep_every_row():
@@ -27,14 +32,22 @@ def test_take_select_and_concat_keep_every_row():
     assert _listed(chunk.take(5, 17)) == want[5:17] and chunk.take(5, 17).indptr[0] == 0
     keep = np.arange(40) % 3 == 1
     assert _listed(chunk.select(keep)) == [w for w, k in zip(want, keep) if k]
-    parts = [chunk.take(0, 9), chunk.take(9, 9), chunk.take(9, 30), chunk.select(np.arange(40) >= 30)]
+    parts = [
+        chunk.take(0, 9),
+        chunk.take(9, 9),
+        chunk.take(9, 30),
+        chunk.select(np.arange(40) >= 30),
+    ]
     assert _listed(RowChunk.concat(parts)) == want
 
 
 def test_concat_of_chunks_whose_indptr_does_not_start_at_zero():
     rows = _rows(1, 10, 4)
     whole = RowChunk.from_rows(np.arange(10), rows)
-    views = [RowChunk(whole.row_ids[lo:hi], whole.indptr[lo : hi + 1], whole.cols) for lo, hi in [(0, 3), (3, 10)]]
+    views = [
+        RowChunk(whole.row_ids[lo:hi], whole.indptr[lo : hi + 1], whole.cols)
+        for lo, hi in [(0, 3), (3, 10)]
+    ]
     got = RowChunk.concat(views)
     assert got.indptr[0] == 0 and len(got.cols) == got.indptr[-1] == sum(map(len, rows))
     assert _listed(got) == _listed(whole)

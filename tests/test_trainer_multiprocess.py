@@ -1,4 +1,5 @@
-"""2 processes x 4 CPU devices (jax.distributed on 127.0.0.1, gloo) give the tables of 1 process x 8."""
+"""2 processes x 4 CPU devices (jax.distributed on 127.0.0.1, gloo) give the tables of 1 process x
+8."""
 
 from __future__ import annotations
 
@@ -17,8 +18,29 @@ from alx_trainer.train import train
 import reference_ials as ref
 from conftest import REPO
 
-ARGS = ["--dim", "6", "--epochs", "2", "--solver", "cg", "--cg_iters", "4", "--piece_len", "4", "--batch_pieces", "8",
-        "--batch_rows", "4", "--no-progress", "--eval_every", "0", "--alpha", "0.5", "--reg", "0.8"]
+ARGS = [
+    "--dim",
+    "6",
+    "--epochs",
+    "2",
+    "--solver",
+    "cg",
+    "--cg_iters",
+    "4",
+    "--piece_len",
+    "4",
+    "--batch_pieces",
+    "8",
+    "--batch_rows",
+    "4",
+    "--no-progress",
+    "--eval_every",
+    "0",
+    "--alpha",
+    "0.5",
+    "--reg",
+    "0.8",
+]
 
 
 def _free_port() -> int:
@@ -28,18 +50,43 @@ def _free_port() -> int:
 
 
 def test_two_processes_equal_one_process(tmp_path):
-    # 3 shards: host 0 reads two, host 1 one, so host 1 pads with empty steps; rows 2 and 11 are long.
+    # 3 shards: host 0 reads two, host 1 one, so host 1 pads with empty steps; rows 2 and 11 are
+    # long.
     rows = ref.random_rows(5, 40, 70, max_len=12, long_rows=[2, 11])
     data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 40, 70, shards=3)
     multi_dir = str(tmp_path / "multi")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO),
+    )
     port = _free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "alx_trainer", "train", "--data", data_dir, "--model_dir", multi_dir, *ARGS,
-             "--distributed", "--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2", "--process_id", str(i)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "alx_trainer",
+                "train",
+                "--data",
+                data_dir,
+                "--model_dir",
+                multi_dir,
+                *ARGS,
+                "--distributed",
+                "--coordinator_address",
+                f"127.0.0.1:{port}",
+                "--num_processes",
+                "2",
+                "--process_id",
+                str(i),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i in range(2)
     ]
@@ -48,8 +95,21 @@ def test_two_processes_equal_one_process(tmp_path):
         assert p.returncode == 0, out[-3000:]
         assert "on 8 device(s) in 2 process(es)" in out, out[-3000:]
 
-    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "single"), dim=6, epochs=2, solver="cg", cg_iters=4,
-                         piece_len=4, batch_pieces=8, batch_rows=4, progress=False, eval_every=0, alpha=0.5, reg=0.8)
+    config = TrainConfig(
+        data=data_dir,
+        model_dir=str(tmp_path / "single"),
+        dim=6,
+        epochs=2,
+        solver="cg",
+        cg_iters=4,
+        piece_len=4,
+        batch_pieces=8,
+        batch_rows=4,
+        progress=False,
+        eval_every=0,
+        alpha=0.5,
+        reg=0.8,
+    )
     single = train(config, mesh=make_mesh())
     multi = load_model(multi_dir)
     assert multi.epoch == 2

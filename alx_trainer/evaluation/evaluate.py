@@ -175,9 +175,7 @@ def evaluate_rows(
     row_table, col_table, model_config = _tables(model_or_tables)
     config = config if config is not None else model_config
     if trained_rows and row_table is None:
-        raise ValueError(
-            "trained_rows: the model has no row table (pass a Model or both tables)"
-        )
+        raise ValueError("trained_rows: the model has no row table (pass a Model or both tables)")
     if not rows:
         raise ValueError("no test rows to evaluate (the dataset was built without a test split?)")
     known = [np.asarray(c, np.int64) for _, c, _ in rows]

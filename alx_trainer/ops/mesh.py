@@ -34,7 +34,8 @@ def device_parts(array: jax.Array) -> dict:
 
 
 def host_batch(mesh: Mesh, local: np.ndarray) -> jax.Array:
-    """A global [devices, ...] array sharded by its first axis from this process's [local devices, ...] part."""
+    """A global [devices, ...] array sharded by its first axis from this process's [local devices,
+    ...] part."""
     sharding = row_sharding(mesh)
     global_shape = (mesh.size,) + local.shape[1:]
     return jax.make_array_from_process_local_data(sharding, local, global_shape)

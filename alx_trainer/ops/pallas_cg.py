@@ -73,8 +73,10 @@ def check_backend(dim: int, piece_len: int) -> None:
     if backend == "cpu":
         return
     if backend != "gpu":
-        raise ValueError(f"cg_kernel: 'pallas' runs on GPU (Triton) or CPU (interpret mode), "
-                         f"not {backend}; use 'xla'")
+        raise ValueError(
+            f"cg_kernel: 'pallas' runs on GPU (Triton) or CPU (interpret mode), "
+            f"not {backend}; use 'xla'"
+        )
     reason = gpu_support(dim, piece_len or 16)  # automatic piece lengths (16, 8) are powers of two
     if reason:
         raise ValueError(f"cg_kernel: 'pallas' on GPU: {reason}; use 'xla'")
@@ -90,8 +92,22 @@ def _dot(a, b, contract=((1,), (0,))):
     return jax.lax.dot_general(a, b, dims, precision=HIGHEST, preferred_element_type=jnp.float32)
 
 
-def _kernel(bounds_ref, ids_ref, seg_ref, src_ref, x0_ref, lam_ref, ag_ref, x_ref, obs_ref, *,
-            chunk: int, iters: int, gathered: bool, observed_loss: bool):
+def _kernel(
+    bounds_ref,
+    ids_ref,
+    seg_ref,
+    src_ref,
+    x0_ref,
+    lam_ref,
+    ag_ref,
+    x_ref,
+    obs_ref,
+    *,
+    chunk: int,
+    iters: int,
+    gathered: bool,
+    observed_loss: bool,
+):
     from jax.experimental import pallas as pl  # imported by the kernel's callers only (`batch_cg`)
 
     per_tile, (pieces, piece_len) = x0_ref.shape[0], ids_ref.shape
@@ -140,9 +156,11 @@ def _kernel(bounds_ref, ids_ref, seg_ref, src_ref, x0_ref, lam_ref, ag_ref, x_re
     x = jax.lax.fori_loop(0, iters, step, solvers.cg_start(x0, b_ax0 - rest(x0))).x
     observed = jnp.zeros_like(lam)
     if observed_loss:
+
         def loss(h, o, m):
             per_piece = jnp.sum(m * (1 - dots(h, o, m, x)) ** 2, axis=1, keepdims=True)
             return jnp.sum(o * per_piece, axis=0)
+
         observed = total(loss, observed)
     x_ref[...] = x
     obs_ref[...] = observed
@@ -157,9 +175,18 @@ def tile_bounds(seg, rows: int, per_tile: int, xp=jnp):
     return xp.searchsorted(real, edges).astype(xp.int32)
 
 
-def batch_cg(rows: jax.Array, ids: jax.Array, seg: jax.Array, x0: jax.Array, alpha_gram: jax.Array,
-             lam: jax.Array, iters: int, gathered: bool, observed_loss: bool,
-             shape: tuple[int, int] | None = None) -> tuple[jax.Array, jax.Array]:
+def batch_cg(
+    rows: jax.Array,
+    ids: jax.Array,
+    seg: jax.Array,
+    x0: jax.Array,
+    alpha_gram: jax.Array,
+    lam: jax.Array,
+    iters: int,
+    gathered: bool,
+    observed_loss: bool,
+    shape: tuple[int, int] | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """`iters` CG steps from x0 [R, d] on (alpha G + lam I + sum_i h_i h_i^T) x = sum_i h_i for
     every row slot of one dense batch (ids [B, L], seg [B]); (x [R, d], observed loss [R]),
     float32.
@@ -187,15 +214,25 @@ def batch_cg(rows: jax.Array, ids: jax.Array, seg: jax.Array, x0: jax.Array, alp
     tiled = lambda *dims: pl.BlockSpec((per_tile, *dims), lambda t: (t, *(0,) * len(dims)))
     interpret = _mode()
     params = {} if interpret else {"compiler_params": _triton_params()}
-    kernel = functools.partial(_kernel, chunk=chunk, iters=iters, gathered=gathered,
-                               observed_loss=observed_loss)
+    kernel = functools.partial(
+        _kernel, chunk=chunk, iters=iters, gathered=gathered, observed_loss=observed_loss
+    )
     x, observed = pl.pallas_call(
         kernel,
-        out_shape=(jax.ShapeDtypeStruct((padded, d), jnp.float32),
-                   jax.ShapeDtypeStruct((padded,), jnp.float32)),
+        out_shape=(
+            jax.ShapeDtypeStruct((padded, d), jnp.float32),
+            jax.ShapeDtypeStruct((padded,), jnp.float32),
+        ),
         grid=(tiles,),
-        in_specs=[whole(bounds), whole(ids), whole(seg), whole(rows), tiled(d), tiled(),
-                  whole(alpha_gram)],
+        in_specs=[
+            whole(bounds),
+            whole(ids),
+            whole(seg),
+            whole(rows),
+            tiled(d),
+            tiled(),
+            whole(alpha_gram),
+        ],
         out_specs=(tiled(d), tiled()),
         interpret=interpret,
         **params,
@@ -203,9 +240,16 @@ def batch_cg(rows: jax.Array, ids: jax.Array, seg: jax.Array, x0: jax.Array, alp
     return x[:num_slots], observed[:num_slots]
 
 
-def kernel_bytes(ids: np.ndarray, seg: np.ndarray, num_slots: int, dim: int, itemsize: int,
-                 iters: int, observed_loss: bool = True,
-                 shape: tuple[int, int] | None = None) -> dict[str, int]:
+def kernel_bytes(
+    ids: np.ndarray,
+    seg: np.ndarray,
+    num_slots: int,
+    dim: int,
+    itemsize: int,
+    iters: int,
+    observed_loss: bool = True,
+    shape: tuple[int, int] | None = None,
+) -> dict[str, int]:
     """Bytes `batch_cg` moves to and from device memory for one batch (ids [B, L], seg [B]):
     `rows`, the fixed rows of its entries (those of a tile's first window once, the others once
     per pass: r0, each step and the loss); `ids` (ids and segments of every window read);

@@ -37,7 +37,9 @@ class StepSpec:
     block_size: int = 0  # coordinates per block of the 'block' solver (iALS++)
     precision: str = "float32"  # of the explicit h h^T products: 'float32', 'tf32' or 'bfloat16'
     cg_kernel: str = "xla"  # the matrix-free CG by XLA's fusions or the Pallas kernel (`pallas_cg`)
-    unroll: bool = False  # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
+    unroll: bool = (
+        False  # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
+    )
 
     @property
     def replicated_src(self) -> bool:
@@ -49,7 +51,8 @@ class StepSpec:
         return self.layout == "owner"
 
 
-# What a step sees of the fixed side besides its rows: (gramian [d, d], hyper [3] = alpha, lambda, nu).
+# What a step sees of the fixed side besides its rows: (gramian [d, d], hyper [3] = alpha, lambda,
+# nu).
 Fixed = tuple[jax.Array, jax.Array]
 
 
@@ -66,7 +69,8 @@ AUTO_CG_FORM: dict[str, str] = {"cpu": "matvec", "gpu": "matvec", "tpu": "matvec
 
 
 def auto_cg_form(platform: str, dim: int) -> str:
-    """The CG form 'auto' picks on `platform` ('cpu', 'gpu', 'tpu', ...) at embedding dimension `dim`."""
+    """The CG form 'auto' picks on `platform` ('cpu', 'gpu', 'tpu', ...) at embedding dimension
+    `dim`."""
     del dim  # matvec won at every measured d on every measured backend
     return AUTO_CG_FORM.get(platform, "matvec")
 
@@ -87,17 +91,29 @@ def resolve_layout(config: TrainConfig) -> str:
         per_core = on_cpu() and not accelerator(config) and jax.process_count() == 1
         layout = "owner" if per_core and config.stats == "gather" else "sharded"
     if layout == "owner" and accelerator(config):
-        raise ValueError("layout: 'owner' is the per-core CPU layout; the accelerator path takes 'sharded' or 'replicated'")
+        raise ValueError(
+            "layout: 'owner' is the per-core CPU layout; the accelerator path takes 'sharded' or "
+            "'replicated'"
+        )
     if layout == "owner" and jax.process_count() > 1:
-        raise ValueError(f"layout: 'owner' runs in one process, this run has {jax.process_count()}; use 'replicated'")
+        raise ValueError(
+            f"layout: 'owner' runs in one process, this run has {jax.process_count()}; use "
+            "'replicated'"
+        )
     return layout
 
 
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> StepSpec:
     """The kernels' `StepSpec` of a side whose fixed table has `num_other` real rows."""
-    form = auto_cg_form(jax.default_backend(), config.dim) if config.cg_form == "auto" else config.cg_form
+    form = (
+        auto_cg_form(jax.default_backend(), config.dim)
+        if config.cg_form == "auto"
+        else config.cg_form
+    )
     matvec = form == "matvec"
-    kernel = config.cg_kernel if matvec and config.solver == "cg" and config.stats == "gather" else "xla"
+    kernel = (
+        config.cg_kernel if matvec and config.solver == "cg" and config.stats == "gather" else "xla"
+    )
     if kernel == "pallas":
         pallas_cg.check_backend(config.dim, config.piece_len)
     precision = config.matmul_precision

@@ -36,8 +36,16 @@ def phase_writer(out: str) -> Phase:
     def phase(name: str, seconds: float, **figures: Any) -> None:
         host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         device = machine.device_memory()["peak_device_gib"]
-        write_line(out, {"phase": name, "seconds": seconds, "peak_device_gib": device,
-                         "peak_host_gib": host, **figures})
+        write_line(
+            out,
+            {
+                "phase": name,
+                "seconds": seconds,
+                "peak_device_gib": device,
+                "peak_host_gib": host,
+                **figures,
+            },
+        )
 
     return phase
 
@@ -52,14 +60,27 @@ def data_child(spec: dict, out: str) -> None:
     phase = phase_writer(out)
     rows, cols, nnz = spec["rows"], spec["cols"], spec["nnz"]
     device = jax.devices()[0]
-    write_line(out, {"device": {"platform": device.platform, "device_kind": device.device_kind,
-                                "jax": jax.__version__}})
+    write_line(
+        out,
+        {
+            "device": {
+                "platform": device.platform,
+                "device_kind": device.device_kind,
+                "jax": jax.__version__,
+            }
+        },
+    )
     t = time.perf_counter()
     indptr, col_ids, facts = power_law.device_matrix(spec["seed"], rows, cols, nnz)
     phase("generate", time.perf_counter() - t, draws=facts["draws"])
     t = time.perf_counter()
-    parts = strong_split.device_split(indptr, col_ids, jax.random.key(spec["seed"] + 1),
-                                      spec["test_fraction"], spec["holdout_fraction"])
+    parts = strong_split.device_split(
+        indptr,
+        col_ids,
+        jax.random.key(spec["seed"] + 1),
+        spec["test_fraction"],
+        spec["holdout_fraction"],
+    )
     jax.block_until_ready(parts)
     phase("split", time.perf_counter() - t)
     del indptr, col_ids
@@ -72,9 +93,15 @@ def data_child(spec: dict, out: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, value in host.items():
         np.save(folder / f"{name}.npy", value)
-    meta = {"rows": rows, "cols": cols, "nnz": nnz, "train_nnz": len(host["train_cols"]),
-            "test_rows": len(host["test_rows"]), "fold_in_links": len(host["fold_cols"]),
-            "held_links": len(host["gt_cols"])}
+    meta = {
+        "rows": rows,
+        "cols": cols,
+        "nnz": nnz,
+        "train_nnz": len(host["train_cols"]),
+        "test_rows": len(host["test_rows"]),
+        "fold_in_links": len(host["fold_cols"]),
+        "held_links": len(host["gt_cols"]),
+    }
     (folder / "meta.json").write_text(json.dumps(meta))
     phase("save", time.perf_counter() - t)
     write_line(out, {"result": meta})
@@ -93,13 +120,20 @@ def ours_child(spec: dict, out: str) -> None:
     folder = pathlib.Path(spec["data"])
     t = time.perf_counter()
     meta = json.loads((folder / "meta.json").read_text())
-    m = {name: np.load(folder / f"{name}.npy") for name in ("train_indptr", "train_cols",
-                                                           "fold_indptr", "fold_cols",
-                                                           "gt_indptr", "gt_cols")}
+    m = {
+        name: np.load(folder / f"{name}.npy")
+        for name in (
+            "train_indptr",
+            "train_cols",
+            "fold_indptr",
+            "fold_cols",
+            "gt_indptr",
+            "gt_cols",
+        )
+    }
     phase("load", time.perf_counter() - t)
     t = time.perf_counter()
-    dataset = in_memory("de-sparse", m.pop("train_indptr"), m.pop("train_cols"),
-                                meta["cols"])
+    dataset = in_memory("de-sparse", m.pop("train_indptr"), m.pop("train_cols"), meta["cols"])
     phase("transpose (in_memory)", time.perf_counter() - t)
     config = TrainConfig(**spec["config"])
     shutil.rmtree(config.model_dir, ignore_errors=True)  # a fresh run, never a resumed one
@@ -118,20 +152,32 @@ def ours_child(spec: dict, out: str) -> None:
     del dataset
     model.row_table = None  # the test rows are folded in: only the column table is needed
     epochs = [r["seconds"] for r in model.metrics]
-    write_line(out, {"result": dict(sections.solve_form(config), epochs_s=epochs,
-                                    compile_s=[r.get("compile_seconds") for r in model.metrics],
-                                    table_dtype=config.table_dtype)})
+    write_line(
+        out,
+        {
+            "result": dict(
+                sections.solve_form(config),
+                epochs_s=epochs,
+                compile_s=[r.get("compile_seconds") for r in model.metrics],
+                table_dtype=config.table_dtype,
+            )
+        },
+    )
     n = min(spec["eval_rows"] or meta["test_rows"], meta["test_rows"])
-    fold, gt = (Csr(m[f"{name}_indptr"].astype(np.int64),
-                    m[f"{name}_cols"].astype(np.int64)).rows(0, n) for name in ("fold", "gt"))
+    fold, gt = (
+        Csr(m[f"{name}_indptr"].astype(np.int64), m[f"{name}_cols"].astype(np.int64)).rows(0, n)
+        for name in ("fold", "gt")
+    )
     left = spec["timeout_s"] - (time.monotonic() - spec["started"])
     deadline = time.monotonic() + left - EVAL_RESERVE * spec["timeout_s"]
-    write_line(out, {"result": evaluate_test(model, fold, gt.lists(), spec["ranking"], phase,
-                                             deadline)})
+    write_line(
+        out, {"result": evaluate_test(model, fold, gt.lists(), spec["ranking"], phase, deadline)}
+    )
 
 
-def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phase,
-                  deadline: float = float("inf")) -> dict:
+def evaluate_test(
+    model, fold, gts: list[np.ndarray], ranking: dict, phase: Phase, deadline: float = float("inf")
+) -> dict:
     """Recall@K and NDCG of test rows (`fold`: a `topk.Csr` of their kept links, `gts` their held
     links) through the trainer's evaluation: each row folded in from its kept links
     (`model.fold_in`, all rows in one call), its top K among all columns with those links excluded
@@ -173,13 +219,21 @@ def evaluate_test(model, fold, gts: list[np.ndarray], ranking: dict, phase: Phas
     ids_other = top_k(scorer, queries, fold, sample, k, not approx, ranking["recall_target"])
     phase(f"top {k} ({other}, sample)", time.perf_counter() - t, rows=len(sample))
     approx_ids, exact_ids = (ids[sample], ids_other) if approx else (ids_other, ids[sample])
-    return dict(scores, rows=n, test_rows=len(fold), k=k, topk=kind, sample_rows=len(sample),
-                approx_recall=topk.approx_recall(approx_ids, exact_ids),
-                recall_target=ranking["recall_target"])
+    return dict(
+        scores,
+        rows=n,
+        test_rows=len(fold),
+        k=k,
+        topk=kind,
+        sample_rows=len(sample),
+        approx_recall=topk.approx_recall(approx_ids, exact_ids),
+        recall_target=ranking["recall_target"],
+    )
 
 
-def top_k(scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int, approx: bool,
-          recall_target: float) -> np.ndarray:
+def top_k(
+    scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int, approx: bool, recall_target: float
+) -> np.ndarray:
     """The top-`k` ids [len(rows), k] of the rows `rows` of `queries`, their links in `fold`
     excluded, asked of `scorer` in groups of rows of like link counts (powers of two): a batch's
     exclusion lists are as wide as its longest row's, and at the de-sparse size one width for all
@@ -189,8 +243,13 @@ def top_k(scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int, approx: b
     ids = np.full((len(rows), k), -1, np.int64)
     for w in np.unique(np.maximum(width, EXCLUDE_FLOOR)):
         at = np.flatnonzero(np.maximum(width, EXCLUDE_FLOOR) == w)
-        found = scorer.top_k(queries[rows[at]], take_rows(fold, rows[at]), k, approx=approx,
-                             recall_target=recall_target)
+        found = scorer.top_k(
+            queries[rows[at]],
+            take_rows(fold, rows[at]),
+            k,
+            approx=approx,
+            recall_target=recall_target,
+        )
         ids[at] = found.ids
     return ids
 
@@ -203,14 +262,15 @@ def take_rows(csr, rows: np.ndarray):
     return type(csr)(indptr, csr.indices[np.repeat(starts, lengths) + offsets])
 
 
-def ranking_metrics(ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | None,
-                    chunk: int = 1 << 16) -> dict[str, float]:
+def ranking_metrics(
+    ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | None, chunk: int = 1 << 16
+) -> dict[str, float]:
     """`evaluation.metrics.ranking_metrics`, its per-row values computed in chunks of rows over
     the host's cores (one pass over 1.9M rows on one core takes minutes), then averaged alike."""
     from alx_trainer.evaluation import metrics
 
     def per_row(start: int) -> dict[str, np.ndarray]:
-        part, gt = ids[start: start + chunk], gts[start: start + chunk]
+        part, gt = ids[start : start + chunk], gts[start : start + chunk]
         values = {}
         for k in ks:
             values[f"recall@{k}"] = metrics.recall_at_k(part, gt, k)
@@ -221,8 +281,9 @@ def ranking_metrics(ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | No
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         parts = list(pool.map(per_row, range(0, len(ids), chunk)))
-    return {name: metrics.mean_metric(np.concatenate([p[name] for p in parts]))
-            for name in parts[0]}
+    return {
+        name: metrics.mean_metric(np.concatenate([p[name] for p in parts])) for name in parts[0]
+    }
 
 
 CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}

@@ -40,9 +40,17 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="A dataset directory (the contract's layout).")
     p.add_argument("--repeats", type=int, default=2, help="Passes per phase; the best is reported.")
-    p.add_argument("--path", choices=("accelerator", "cpu"), default="accelerator",
-                   help="Whose batch shape the plan and pack use.")
-    p.add_argument("--phases", default="read,plan,pack,transpose", help="Which phases to run (read always runs).")
+    p.add_argument(
+        "--path",
+        choices=("accelerator", "cpu"),
+        default="accelerator",
+        help="Whose batch shape the plan and pack use.",
+    )
+    p.add_argument(
+        "--phases",
+        default="read,plan,pack,transpose",
+        help="Which phases to run (read always runs).",
+    )
     args = p.parse_args(argv)
     wanted = set(args.phases.split(","))
 
@@ -53,42 +61,78 @@ def main(argv: list[str] | None = None) -> None:
     from alx_trainer.data.row_chunk import RowChunk
     from alx_trainer.ops import batch_sources, plan
 
-    config = TrainConfig(data=args.data, model_dir="/tmp/unused", accelerator="on" if args.path == "accelerator"
-                         else "off", layout="sharded")
+    config = TrainConfig(
+        data=args.data,
+        model_dir="/tmp/unused",
+        accelerator="on" if args.path == "accelerator" else "off",
+        layout="sharded",
+    )
     batch_ids = plan.batching.BATCH_IDS if args.path == "cpu" else 1 << 16
     max_calls = config.calls_per_half_epoch if args.path == "accelerator" else 0
     data = datasets.open_dataset(args.data)
-    report: dict = {"cores": host_threads(), "path": args.path, "rows": data.num_rows, "cols": data.num_cols}
+    report: dict = {
+        "cores": host_threads(),
+        "path": args.path,
+        "rows": data.num_rows,
+        "cols": data.num_cols,
+    }
     held = {}
-    for split, (n_this, n_other) in (("train", (data.num_rows, data.num_cols)),
-                                     ("train_t", (data.num_cols, data.num_rows))):
-        read = functools.partial(records.read_chunks, data.files[split], config.chunk_rows, n_this, n_other)
+    for split, (n_this, n_other) in (
+        ("train", (data.num_rows, data.num_cols)),
+        ("train_t", (data.num_cols, data.num_rows)),
+    ):
+        read = functools.partial(
+            records.read_chunks, data.files[split], config.chunk_rows, n_this, n_other
+        )
         wall, cpu, chunks = timed(lambda read=read: list(read()), args.repeats)
         held[split] = chunks
         scan = batch_sources.scan(iter(chunks), keep_chunks=False, long_above=None)
         rows, pairs = len(scan.lengths), int(scan.lengths.sum())
         phases = {"read": (wall, cpu)}
-        make = functools.partial(plan.make_plan, config, False, scan.lengths, scan.row_ids, 1, n_this,
-                                 plan.one_host, batch_ids, max_calls)
+        make = functools.partial(
+            plan.make_plan,
+            config,
+            False,
+            scan.lengths,
+            scan.row_ids,
+            1,
+            n_this,
+            plan.one_host,
+            batch_ids,
+            max_calls,
+        )
         wall, cpu, side_plan = timed(make, args.repeats)
         phases["plan"] = (wall, cpu)
         if "pack" in wanted:
             pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1, 0)
             phases["pack"] = timed(lambda pack=pack: sum(1 for _ in pack()), args.repeats)[:2]
         for phase, (wall, cpu) in phases.items():
-            report[f"{split}.{phase}"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-                                          "cpu_us_per_row": round(1e6 * cpu / max(rows, 1), 3)}
-            print(f"{split:8} {phase:9} {wall:8.2f} s wall {cpu:8.2f} CPU s {1e6 * cpu / max(rows, 1):8.3f} "
-                  f"CPU us/row  ({rows:,} rows, {pairs:,} pairs)", flush=True)
+            report[f"{split}.{phase}"] = {
+                "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
+                "cpu_us_per_row": round(1e6 * cpu / max(rows, 1), 3),
+            }
+            print(
+                f"{split:8} {phase:9} {wall:8.2f} s wall {cpu:8.2f} CPU s "
+                f"{1e6 * cpu / max(rows, 1):8.3f} "
+                f"CPU us/row  ({rows:,} rows, {pairs:,} pairs)",
+                flush=True,
+            )
     if "transpose" in wanted:
         train = RowChunk.concat(held.pop("train"))
         del held
-        in_memory = functools.partial(datasets.in_memory, "t", train.indptr, train.cols, data.num_cols)
+        in_memory = functools.partial(
+            datasets.in_memory, "t", train.indptr, train.cols, data.num_cols
+        )
         wall, cpu, _ = timed(in_memory, args.repeats)
-        report["transpose"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-                               "cpu_ns_per_pair": round(1e9 * cpu / max(len(train.cols), 1), 2)}
-        print(f"transpose {wall:8.2f} s wall {cpu:8.2f} CPU s ({len(train.cols):,} pairs)", flush=True)
+        report["transpose"] = {
+            "wall_s": round(wall, 3),
+            "cpu_s": round(cpu, 3),
+            "cpu_ns_per_pair": round(1e9 * cpu / max(len(train.cols), 1), 2),
+        }
+        print(
+            f"transpose {wall:8.2f} s wall {cpu:8.2f} CPU s ({len(train.cols):,} pairs)", flush=True
+        )
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     report["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))
-

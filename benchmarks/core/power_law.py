@@ -24,9 +24,15 @@ EDGE_EXPONENT = 2 / 3  # edge_batch: node ranks floor(n u^3), degrees of exponen
 SCRAMBLE = 2654435761  # edge_batch: a multiplicative hash spreading popular ids over the range
 
 
-def power_law_csr(seed: int, num_rows: int, num_cols: int, nnz: int, on: str = "host",
-                  row_exponent: float = ROW_EXPONENT,
-                  col_exponent: float = COL_EXPONENT) -> tuple[np.ndarray, np.ndarray, dict]:
+def power_law_csr(
+    seed: int,
+    num_rows: int,
+    num_cols: int,
+    nnz: int,
+    on: str = "host",
+    row_exponent: float = ROW_EXPONENT,
+    col_exponent: float = COL_EXPONENT,
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """A power-law matrix as host CSR (indptr int64, cols), made on the host or the default JAX
     device (`on`); `facts`: seconds spent, and on the device the draws made."""
     if on == "device":
@@ -45,13 +51,19 @@ def rank_buckets(n: int, exponent: float, buckets: int = BUCKETS) -> np.ndarray:
     """Rank boundaries B (int64, B[0] = 0, B[-1] = n): bucket b, ranks [B[b], B[b+1]), has
     probability 1/buckets under the law's CDF (a bucket narrower than a rank puts it on B[b])."""
     law.rank_probabilities(1, exponent)  # checks the exponent
-    return np.floor(law.rank_quantile(np.arange(buckets + 1) / buckets, n,
-                                      exponent)).astype(np.int64)
+    return np.floor(law.rank_quantile(np.arange(buckets + 1) / buckets, n, exponent)).astype(
+        np.int64
+    )
 
 
-def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
-               row_exponent: float = ROW_EXPONENT,
-               col_exponent: float = COL_EXPONENT) -> tuple[np.ndarray, np.ndarray, dict]:
+def device_csr(
+    seed: int,
+    num_rows: int,
+    num_cols: int,
+    nnz: int,
+    row_exponent: float = ROW_EXPONENT,
+    col_exponent: float = COL_EXPONENT,
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """`device_matrix` brought to the host: (indptr int64, cols int32, facts); `facts` adds the
     seconds to the host."""
     indptr, cols, facts = device_matrix(seed, num_rows, num_cols, nnz, row_exponent, col_exponent)
@@ -60,8 +72,14 @@ def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
     return host_indptr, host_cols, dict(facts, to_host_s=time.perf_counter() - t)
 
 
-def device_matrix(seed: int, num_rows: int, num_cols: int, nnz: int,
-                  row_exponent: float = ROW_EXPONENT, col_exponent: float = COL_EXPONENT):
+def device_matrix(
+    seed: int,
+    num_rows: int,
+    num_cols: int,
+    nnz: int,
+    row_exponent: float = ROW_EXPONENT,
+    col_exponent: float = COL_EXPONENT,
+):
     """A power-law matrix generated on the default JAX device, left there: (indptr int32 [rows + 1],
     cols int32 [nnz], facts).
 
@@ -77,8 +95,9 @@ def device_matrix(seed: int, num_rows: int, num_cols: int, nnz: int,
         half = num_rows * num_cols // 2
         raise ValueError(f"nnz: must be in (0, rows x cols / 2 = {half}], got {nnz}")
     if nnz >= 2**31 - 1 or max(num_rows, num_cols) >= 2**31 - 1:
-        raise ValueError("sizes: int32 ids and positions on the device, so rows, cols and nnz "
-                         "must be < 2^31")
+        raise ValueError(
+            "sizes: int32 ids and positions on the device, so rows, cols and nnz must be < 2^31"
+        )
     t0 = time.perf_counter()
     key_r, key_c, key_draw = jax.random.split(jax.random.key(seed), 3)
     perm_r = jax.random.permutation(key_r, num_rows).astype(jnp.int32)
@@ -95,8 +114,10 @@ def device_matrix(seed: int, num_rows: int, num_cols: int, nnz: int,
         if distinct >= nnz:
             break
         if len(tries) == 6 or draws == 2**31 - 2:
-            raise ValueError(f"{nnz} distinct pairs not reached in {len(tries)} draws "
-                             f"(last {draws} gave {distinct})")
+            raise ValueError(
+                f"{nnz} distinct pairs not reached in {len(tries)} draws "
+                f"(last {draws} gave {distinct})"
+            )
         del rows, cols, first  # the device's memory for the next, larger draw
         factor *= 1.1 * nnz / distinct
     key_draw, key = jax.random.split(key_draw)
@@ -131,11 +152,14 @@ def _draw_pairs(key, b_r, b_c, perm_r, perm_c, draws: int):
         if draws <= CHUNK:
             rows, cols = draw(key, draws)
         else:  # in chunks: the random bits of one chunk at a time
+
             def step(i, pairs):
                 at = (i * CHUNK,)
                 r, c = draw(jax.random.fold_in(key, i), CHUNK)
-                return (jax.lax.dynamic_update_slice(pairs[0], r, at),
-                        jax.lax.dynamic_update_slice(pairs[1], c, at))
+                return (
+                    jax.lax.dynamic_update_slice(pairs[0], r, at),
+                    jax.lax.dynamic_update_slice(pairs[1], c, at),
+                )
 
             empty = jnp.zeros(-(-draws // CHUNK) * CHUNK, jnp.int32)
             rows, cols = jax.lax.fori_loop(0, len(empty) // CHUNK, step, (empty, empty))

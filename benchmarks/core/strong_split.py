@@ -19,15 +19,25 @@ import jax.numpy as jnp
 import numpy as np
 
 TEST_FRACTION, HOLDOUT_FRACTION = 0.1, 0.25  # the pipeline's defaults (`--test_fraction`, ...)
-SPLIT_ARRAYS = ("train_indptr", "train_cols", "test_rows", "fold_indptr", "fold_cols",
-                "gt_indptr", "gt_cols")
+SPLIT_ARRAYS = (
+    "train_indptr",
+    "train_cols",
+    "test_rows",
+    "fold_indptr",
+    "fold_cols",
+    "gt_indptr",
+    "gt_cols",
+)
 
 
 def draws(key, num_rows: int, test_links: int):
     """(test choice uniform [rows], rounding uniform [rows], order bits uint32 [test links])."""
     k_row, k_round, k_link = jax.random.split(key, 3)
-    return (jax.random.uniform(k_row, (num_rows,)), jax.random.uniform(k_round, (num_rows,)),
-            jax.random.bits(k_link, (test_links,), jnp.uint32))
+    return (
+        jax.random.uniform(k_row, (num_rows,)),
+        jax.random.uniform(k_round, (num_rows,)),
+        jax.random.bits(k_link, (test_links,), jnp.uint32),
+    )
 
 
 def held_counts(lengths, rounding, holdout_fraction: float):
@@ -42,8 +52,13 @@ def is_test_row(lengths, choice, test_fraction: float):
     return (lengths >= 2) & (choice < np.float32(test_fraction))
 
 
-def device_split(indptr, cols, key, test_fraction: float = TEST_FRACTION,
-                 holdout_fraction: float = HOLDOUT_FRACTION) -> dict[str, jax.Array]:
+def device_split(
+    indptr,
+    cols,
+    key,
+    test_fraction: float = TEST_FRACTION,
+    holdout_fraction: float = HOLDOUT_FRACTION,
+) -> dict[str, jax.Array]:
     """The split of a device CSR matrix (indptr int32 [rows + 1], cols int32 [nnz]) as device
     arrays named `SPLIT_ARRAYS`: the training CSR (every row, test rows empty), the test rows'
     ids, and their fold-in and ground-truth links as CSR over the test rows in id order. Two
@@ -60,8 +75,13 @@ def _sizes(indptr, key, test_fraction: float, holdout_fraction: float):
     choice, rounding, _ = draws(key, lengths.shape[0], 0)
     test = is_test_row(lengths, choice, test_fraction)
     h = jnp.where(test, held_counts(lengths, rounding, holdout_fraction), 0)
-    return jnp.stack([test.sum(dtype=jnp.int32), jnp.where(test, lengths, 0).sum(dtype=jnp.int32),
-                      h.sum(dtype=jnp.int32)])
+    return jnp.stack(
+        [
+            test.sum(dtype=jnp.int32),
+            jnp.where(test, lengths, 0).sum(dtype=jnp.int32),
+            h.sum(dtype=jnp.int32),
+        ]
+    )
 
 
 def _segment_ids(indptr, size: int):
@@ -75,8 +95,16 @@ def _pointer(lengths):
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7))
-def _split(indptr, cols, key, test_fraction: float, holdout_fraction: float, test_rows: int,
-           test_links: int, held: int) -> dict[str, jax.Array]:
+def _split(
+    indptr,
+    cols,
+    key,
+    test_fraction: float,
+    holdout_fraction: float,
+    test_rows: int,
+    test_links: int,
+    held: int,
+) -> dict[str, jax.Array]:
     nnz = cols.shape[0]
     lengths = indptr[1:] - indptr[:-1]
     choice, rounding, bits = draws(key, lengths.shape[0], test_links)
@@ -93,7 +121,12 @@ def _split(indptr, cols, key, test_fraction: float, holdout_fraction: float, tes
     _, _, order = jax.lax.sort((owner, bits, position), num_keys=2, is_stable=True)
     rank = jnp.zeros(test_links, jnp.int32).at[order].set(position - t_indptr[owner])
     is_held = rank < h[owner]
-    return {"train_indptr": _pointer(jnp.where(test, 0, lengths)), "train_cols": train_cols,
-            "test_rows": rows, "fold_indptr": _pointer(n - h),
-            "fold_cols": t_cols[jnp.nonzero(~is_held, size=test_links - held)[0]],
-            "gt_indptr": _pointer(h), "gt_cols": t_cols[jnp.nonzero(is_held, size=held)[0]]}
+    return {
+        "train_indptr": _pointer(jnp.where(test, 0, lengths)),
+        "train_cols": train_cols,
+        "test_rows": rows,
+        "fold_indptr": _pointer(n - h),
+        "fold_cols": t_cols[jnp.nonzero(~is_held, size=test_links - held)[0]],
+        "gt_indptr": _pointer(h),
+        "gt_cols": t_cols[jnp.nonzero(is_held, size=held)[0]],
+    }

@@ -50,9 +50,17 @@ class Sampler:
             rss = status_kib("VmRSS")
             self.peak = max(self.peak, rss)
             if rss > self.limit_kib or available_kib() < 2**20:
-                print(json.dumps({"stopped": "memory guard", "phase": "/".join(self.stack),
-                                  "rss_gib": rss / 2**20,
-                                  "available_gib": available_kib() / 2**20}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "stopped": "memory guard",
+                            "phase": "/".join(self.stack),
+                            "rss_gib": rss / 2**20,
+                            "available_gib": available_kib() / 2**20,
+                        }
+                    ),
+                    flush=True,
+                )
                 os._exit(3)
             time.sleep(self.period)
 
@@ -70,15 +78,26 @@ class Sampler:
             seconds = time.perf_counter() - t
             after = status_kib("VmRSS")
             peak = max(self.peak, after)
-            live = {a.unsafe_buffer_pointer(): a.nbytes for x in jax.live_arrays()
-                    for a in (s.data for s in x.addressable_shards)
-                    if not a.is_deleted()}  # donated: still listed
-            print(json.dumps({
-                "phase": "/".join(self.stack), "s": round(seconds, 2),
-                "rss_in_gib": round(before / 2**20, 2),
-                "peak_gib": round(peak / 2**20, 2), "rss_out_gib": round(after / 2**20, 2),
-                "live_arrays_gib": round(sum(live.values()) / GIB, 2), "live_buffers": len(live),
-            }), flush=True)
+            live = {
+                a.unsafe_buffer_pointer(): a.nbytes
+                for x in jax.live_arrays()
+                for a in (s.data for s in x.addressable_shards)
+                if not a.is_deleted()
+            }  # donated: still listed
+            print(
+                json.dumps(
+                    {
+                        "phase": "/".join(self.stack),
+                        "s": round(seconds, 2),
+                        "rss_in_gib": round(before / 2**20, 2),
+                        "peak_gib": round(peak / 2**20, 2),
+                        "rss_out_gib": round(after / 2**20, 2),
+                        "live_arrays_gib": round(sum(live.values()) / GIB, 2),
+                        "live_buffers": len(live),
+                    }
+                ),
+                flush=True,
+            )
             self.stack.pop()
             self.peak = max(outer_peak, peak)
 
@@ -114,11 +133,24 @@ def main(argv: list[str] | None = None) -> None:
     from alx_trainer.cli.dataclass_flags import parse_dataclass_args
     from alx_trainer.config import TrainConfig
 
-    argv = ["--data", args.data, "--model_dir", args.model_dir, "--dim", str(args.dim), "--epochs",
-            str(args.epochs),
-            "--table_dtype", args.table_dtype, "--eval_every", "0", "--checkpoint_every", "0",
-            "--no-progress",
-            *args.flags]
+    argv = [
+        "--data",
+        args.data,
+        "--model_dir",
+        args.model_dir,
+        "--dim",
+        str(args.dim),
+        "--epochs",
+        str(args.epochs),
+        "--table_dtype",
+        args.table_dtype,
+        "--eval_every",
+        "0",
+        "--checkpoint_every",
+        "0",
+        "--no-progress",
+        *args.flags,
+    ]
     config = parse_dataclass_args(TrainConfig, argv, prog="trainer_memory").validate()
     cli_train.split_cpu(config)
     import shutil
@@ -138,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     del model
     with sampler.phase("train"):
         train.train(config, tables=False)  # as the command line runs it
-    print(json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}),
-          flush=True)
-
+    print(
+        json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}),
+        flush=True,
+    )
