@@ -10,13 +10,14 @@ compiled call) and `on_half_epoch_end`, then `on_epoch_end` with the epoch's met
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 from tensorboardX import SummaryWriter
@@ -113,7 +114,10 @@ class Evaluator(Callback):
         mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
         ranking = evaluate.Ranking(ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
-        with phase_times.timed("eval", f"epoch {epoch}"):
+        with (
+            phase_times.timed("eval", f"epoch {epoch}"),
+            _details_at_debug("alx_trainer.evaluation"),
+        ):
             result = evaluate.evaluate_dataset(
                 model,
                 dataset,
@@ -122,6 +126,20 @@ class Evaluator(Callback):
                 max_rows=config.eval_rows or None,
             )
         record.update(result)
+
+
+@contextlib.contextmanager
+def _details_at_debug(name: str) -> Iterator[None]:
+    """The INFO lines of logger `name` held back for the block unless debugging: an epoch's
+    evaluation is one figure of the epoch's line, its set-up and speed are for `eval`'s log."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    if not logger.isEnabledFor(logging.DEBUG):
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class MetricsLogger(Callback):

@@ -5,7 +5,7 @@ Phases, in order: `read` (a side's planning pass over its files), `plan` (its ba
 counts), `pack` (its batch source: packing, and for the accelerator path copying to the devices,
 with its own pass over the files), `compile` (wall seconds only: `train` takes the epochs'
 `compile_seconds` out of `epochs`), `epochs` (the half-epochs' work), `eval`. Wrap a phase in
-`timed(name)`, or
+`timed(name)` (its line logged at debug level), or
 report seconds measured elsewhere with `add`; `train` starts each run with `reset` and logs
 `summary` at its end. CPU seconds are the whole process's.
 """
@@ -33,7 +33,7 @@ def timed(name: str, what: str = "") -> Iterator[None]:
     yield
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     add(name, wall, cpu)
-    log.info("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
+    log.debug("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
 
 
 def add(name: str, wall: float, cpu: float = 0.0) -> None:
@@ -57,5 +57,7 @@ def totals() -> dict[str, tuple[float, float]]:
 
 def summary() -> str:
     """One line: every phase's wall seconds (and CPU seconds) so far."""
-    parts = [f"{n} {w:.2f} s ({c:.2f} CPU s)" for n, (w, c) in totals().items()]
+    parts = [
+        f"{n} {w:.2f} s" + (f" ({c:.2f} CPU s)" if c else "") for n, (w, c) in totals().items()
+    ]
     return "phases: " + (", ".join(parts) if parts else "none timed")

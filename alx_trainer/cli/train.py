@@ -103,12 +103,7 @@ def _main(argv: list[str] | None) -> int:
     )
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
     compiles = sum(r.get("compiles", 0) for r in model.metrics)
-    compiling = sum(r.get("compile_seconds", 0.0) for r in model.metrics)
-    spent = (
-        f", {compiles} program(s) compiled in {compiling:.1f} s"
-        if compiles
-        else ", nothing compiled"
-    )
+    spent = f", {compiles} program(s) compiled" if compiles else ", nothing compiled"
     print(
         f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}{spent}"
         + (f": {summary}" if summary else "")
