@@ -4,13 +4,16 @@ reference's (`reference_ials`)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from two_processes import (
+    N_COLS,
+    N_ROWS,
+    assert_same_tables,
+    flag_args,
+    long_row_dataset,
+    train_in_two_processes,
+)
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables, load_model
@@ -18,7 +21,6 @@ from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
-from conftest import REPO
 
 FLAGS = {
     "dim": 6,
@@ -36,76 +38,18 @@ FLAGS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("resident", ["on", "off"])
 def test_two_processes_equal_one_process_on_the_accelerator_path(tmp_path, resident):
-    # 3 shards: host 0 reads two, host 1 one (host 1 pads with empty calls); rows 2 and 11 are
-    # longer
-    # than a batch (the long-row calls), and so are some columns.
-    rows = ref.random_rows(5, 40, 70, max_len=12, long_rows=[2, 11])
-    data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 40, 70, shards=3)
+    rows, data_dir = long_row_dataset(tmp_path)
     multi_dir = str(tmp_path / "multi")
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=4",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(REPO),
-    )
-    flags = [f"--{k}={v}" for k, v in {**FLAGS, "resident_batches": resident}.items()]
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "alx_trainer",
-                "train",
-                "--data",
-                data_dir,
-                "--model_dir",
-                multi_dir,
-                *flags,
-                "--no-progress",
-                "--distributed",
-                "--coordinator_address",
-                f"127.0.0.1:{port}",
-                "--num_processes",
-                "2",
-                "--process_id",
-                str(i),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-3000:]
-        assert "on 8 device(s) in 2 process(es)" in out, out[-3000:]
-
-    config = TrainConfig(
-        data=data_dir,
-        model_dir=str(tmp_path / "single"),
-        progress=False,
-        **{**FLAGS, "resident_batches": resident},
-    )
+    flags = {**FLAGS, "resident_batches": resident}
+    train_in_two_processes(data_dir, multi_dir, flag_args(flags), timeout=300)
+    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "single"), progress=False, **flags)
     mesh = make_mesh()
-    single = train(config, mesh=mesh)
-    multi = load_model(multi_dir)
-    assert multi.epoch == 2
-    for a, b in ((multi.row_table, single.row_table), (multi.col_table, single.col_table)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())
-    start = init_tables(config, 40, 70, mesh)
-    w0, h0 = (np.asarray(start[k], np.float64)[:n] for k, n in (("row", 40), ("col", 70)))
+    assert_same_tables(multi_dir, train(config, mesh=mesh), epochs=2)
+    start = init_tables(config, N_ROWS, N_COLS, mesh)
+    w0, h0 = (np.asarray(start[k], np.float64)[:n] for k, n in (("row", N_ROWS), ("col", N_COLS)))
     w, h = ref.ials(rows, w0, h0, config.epochs, config.alpha, config.reg)
+    multi = load_model(multi_dir)
     for got, want in ((multi.row_table, w), (multi.col_table, h)):
         assert np.linalg.norm(got - want) < 1e-4 * np.linalg.norm(want)
