@@ -67,6 +67,18 @@ def _check_ids(path: str, chunk: RowChunk, num_rows: int, num_cols: int) -> None
         raise ValueError(f"{path}: col_tag {bad} outside [0, {num_cols}) from stats.json; {_MISMATCH}")
 
 
+def put_unless_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:
+    """(In a producer thread) put `item` on the bounded queue `q`, waiting while it is full; False,
+    without putting it, once `stop` is set (the consumer has gone)."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 def prefetch(make_iter: Callable[[], Iterator[T]], depth: int = 2) -> Iterator[T]:
     """Run an iterator in a background thread, `depth` items ahead; re-raises its errors here."""
     q: queue.Queue = queue.Queue(maxsize=depth)
@@ -74,13 +86,7 @@ def prefetch(make_iter: Callable[[], Iterator[T]], depth: int = 2) -> Iterator[T
     stop = threading.Event()
 
     def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless_stopped(q, item, stop)
 
     def worker() -> None:
         try:

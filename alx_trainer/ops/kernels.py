@@ -254,6 +254,19 @@ def _terms_spec(spec: StepSpec):
     return P(AXIS) if spec.owner else P()
 
 
+def _solve_program(mesh: Mesh, spec: StepSpec, body, terms_spec: P):
+    """`body(spec, src, dst, fixed, 4 batch arrays) -> (dst, terms)` compiled over the mesh: `src`
+    replicated or sharded by the layout, `dst` sharded and donated, the batch arrays sharded."""
+    fn = jax.shard_map(
+        functools.partial(body, spec),
+        mesh=mesh,
+        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), *(P(AXIS),) * 4),
+        out_specs=(P(AXIS), terms_spec),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(1,))
+
+
 @functools.lru_cache(maxsize=None)
 def make_step(mesh: Mesh, spec: StepSpec):
     """`step(src, dst, (gram, hyper), ids, seg, row_ids, row_len) -> (dst, terms)`.
@@ -261,22 +274,7 @@ def make_step(mesh: Mesh, spec: StepSpec):
     `src` is the fixed table (replicated unless the layout is 'sharded'), `dst` the table being
     solved (donated, updated in place); the batch arrays are [D, K, ...] (K batches per device).
     """
-    fn = jax.shard_map(
-        functools.partial(_step, spec),
-        mesh=mesh,
-        in_specs=(
-            P() if spec.replicated_src else P(AXIS),
-            P(AXIS),
-            P(),
-            P(AXIS),
-            P(AXIS),
-            P(AXIS),
-            P(AXIS),
-        ),
-        out_specs=(P(AXIS), _terms_spec(spec)),
-        check_vma=False,
-    )
-    return jax.jit(fn, donate_argnums=(1,))
+    return _solve_program(mesh, spec, _step, _terms_spec(spec))
 
 
 @functools.lru_cache(maxsize=None)
@@ -365,22 +363,7 @@ def make_long_solve(mesh: Mesh, spec: StepSpec):
     long rows wholly on the devices (the accelerator path; 'sharded' or 'replicated' layout)."""
     if spec.owner:
         raise ValueError("the device long-row solve takes the 'sharded' or 'replicated' layout")
-    fn = jax.shard_map(
-        functools.partial(_long_solve, spec),
-        mesh=mesh,
-        in_specs=(
-            P() if spec.replicated_src else P(AXIS),
-            P(AXIS),
-            P(),
-            P(AXIS),
-            P(AXIS),
-            P(AXIS),
-            P(AXIS),
-        ),
-        out_specs=(P(AXIS), P()),
-        check_vma=False,
-    )
-    return jax.jit(fn, donate_argnums=(1,))
+    return _solve_program(mesh, spec, _long_solve, P())
 
 
 def _half_epoch(spec: StepSpec, src_l, dst_l, fixed: Fixed, normal, longs):

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from alx_trainer.data import batching
+from alx_trainer.data.records import put_unless_stopped
 from alx_trainer.data.row_chunk import RowChunk
 
 _DONE = object()
@@ -58,13 +59,7 @@ def split_by_owner(
     stop = threading.Event()
 
     def put(q: queue.Queue, item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless_stopped(q, item, stop)
 
     def reader() -> None:
         try:
