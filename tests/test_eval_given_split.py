@@ -1,8 +1,6 @@
 """On a given split the test users are training rows: evaluation scores their trained rows, not a
 fold-in."""
 
-import pathlib
-
 import numpy as np
 import pytest
 from alx_cli import run_cli as _run_cli
@@ -12,9 +10,8 @@ from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.train import train
 from webgraph_contract.dataset_reader import read_split
 
-from pipeline_data import make_dataset
+from pipeline_data import gowalla_dataset
 
-GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
 K = 20
 
 
@@ -24,17 +21,7 @@ def given(tmp_path_factory):
     fold-in."""
     root = tmp_path_factory.mktemp("given")
     data = str(root / "data")
-    make_dataset(
-        data,
-        "--edge_format",
-        "given_split",
-        "--input",
-        GOWALLA / "train.txt",
-        "--test_input",
-        GOWALLA / "test.txt",
-        "--num_shards",
-        "1",
-    )
+    gowalla_dataset(data, num_shards=1)
     config = TrainConfig(
         data=data,
         model_dir=str(root / "model"),

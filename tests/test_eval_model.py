@@ -16,28 +16,15 @@ from alx_trainer.train import train
 from tests import reference_ials
 from webgraph_contract.dataset_reader import read_split, read_vocab
 
-from pipeline_data import make_dataset
+from pipeline_data import hollins_dataset, make_dataset
 
 
 @pytest.fixture(scope="module")
-def hollins(tmp_path_factory, data_dir):
+def hollins(tmp_path_factory):
     """The real hollins.edu crawl as one graph in the contract, and a model trained on it."""
     root = tmp_path_factory.mktemp("hollins")
     data = str(root / "data")
-    make_dataset(
-        data,
-        "--edge_format",
-        "pairs",
-        "--header",
-        "--input",
-        data_dir / "hollins" / "edges.txt",
-        "--urls",
-        data_dir / "hollins" / "urls.txt",
-        "--test_fraction",
-        "0.1",
-        "--num_shards",
-        "1",
-    )
+    hollins_dataset(data, test_fraction=0.1, num_shards=1)
     config = TrainConfig(
         data=data,
         model_dir=str(root / "model"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -15,9 +14,8 @@ import pytest
 
 from webgraph_contract import dataset_reader, fileio
 
-from pipeline_data import make_dataset
+from pipeline_data import gowalla_dataset, hollins_dataset
 
-GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
 BLOCKED = ("tensorflow", "tensorflow_datasets", "apache_beam")
 # Runs `python -m alx_trainer ARGS` as if those packages were not installed: their sys.modules
 # entries
@@ -66,36 +64,11 @@ def alx(*args: str, status: int = 0) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def datasets(tmp_path_factory, data_dir):
+def datasets(tmp_path_factory):
     """The real hollins.edu crawl (with its URLs) and the Gowalla excerpt with validation splits."""
     root = tmp_path_factory.mktemp("no_tf")
-    make_dataset(
-        root / "hollins",
-        "--edge_format",
-        "pairs",
-        "--header",
-        "--input",
-        data_dir / "hollins" / "edges.txt",
-        "--urls",
-        data_dir / "hollins" / "urls.txt",
-        "--test_fraction",
-        "0.1",
-        "--num_shards",
-        "2",
-    )
-    make_dataset(
-        root / "gowalla",
-        "--edge_format",
-        "given_split",
-        "--input",
-        GOWALLA / "train.txt",
-        "--test_input",
-        GOWALLA / "test.txt",
-        "--validation_fraction",
-        "0.25",
-        "--num_shards",
-        "1",
-    )
+    hollins_dataset(root / "hollins", test_fraction=0.1, num_shards=2)
+    gowalla_dataset(root / "gowalla", num_shards=1, validation_fraction=0.25)
     return root, str(root / "hollins"), str(root / "gowalla")
 
 

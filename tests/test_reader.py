@@ -6,7 +6,6 @@ one-line errors naming the file, before epoch 1."""
 from __future__ import annotations
 
 import os
-import pathlib
 
 import numpy as np
 import pytest
@@ -17,10 +16,9 @@ from alx_trainer.data import records
 from webgraph_contract import dataset_reader, fileio, layout, record_codec, tfrecord
 
 import reference_ials as ref
-from pipeline_data import make_dataset
+from pipeline_data import gowalla_dataset, hollins_dataset
 
 MAX = np.iinfo(np.int64).max
-GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
 
 
 def tf_rows(files: list[str]) -> list[tuple[int, list[int], list[int]]]:
@@ -74,33 +72,10 @@ def assert_same(files: list[str]) -> None:
     assert chunk_rows(files, 3) == [(r, c) for r, c, _ in expected]
 
 
-def test_every_split_of_pipeline_datasets_equals_tf_parse(tmp_path, data_dir):
+def test_every_split_of_pipeline_datasets_equals_tf_parse(tmp_path):
     hollins, gowalla = tmp_path / "hollins", tmp_path / "gowalla"
-    make_dataset(
-        hollins,
-        "--edge_format",
-        "pairs",
-        "--header",
-        "--input",
-        data_dir / "hollins" / "edges.txt",
-        "--test_fraction",
-        "0.2",
-        "--num_shards",
-        "2",
-    )
-    make_dataset(
-        gowalla,
-        "--edge_format",
-        "given_split",
-        "--input",
-        GOWALLA / "train.txt",
-        "--test_input",
-        GOWALLA / "test.txt",
-        "--validation_fraction",
-        "0.25",
-        "--num_shards",
-        "2",
-    )
+    hollins_dataset(hollins, test_fraction=0.2, num_shards=2, urls=False)
+    gowalla_dataset(gowalla, num_shards=2, validation_fraction=0.25)
     for out, expected in ((hollins, layout.SPLIT_PREFIXES), (gowalla, layout.ALL_SPLIT_PREFIXES)):
         splits = [
             s for s in layout.ALL_SPLIT_PREFIXES if fileio.glob(layout.split_glob(str(out), s))

@@ -3,7 +3,6 @@ test."""
 
 import json
 import os
-import pathlib
 import shutil
 
 import numpy as np
@@ -16,9 +15,7 @@ from alx_trainer.model import load_model
 from alx_trainer.tools import sweep
 from alx_trainer.train import train
 
-from pipeline_data import make_dataset
-
-GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
+from pipeline_data import gowalla_dataset
 
 
 @pytest.fixture(scope="module")
@@ -26,19 +23,7 @@ def datasets(tmp_path_factory):
     """The Gowalla excerpt with validation splits, and a copy without its test split."""
     root = tmp_path_factory.mktemp("sweep")
     full = root / "full"
-    make_dataset(
-        full,
-        "--edge_format",
-        "given_split",
-        "--input",
-        GOWALLA / "train.txt",
-        "--test_input",
-        GOWALLA / "test.txt",
-        "--validation_fraction",
-        "0.25",
-        "--num_shards",
-        "1",
-    )
+    gowalla_dataset(full, num_shards=1, validation_fraction=0.25)
     blind = root / "no_test"
     shutil.copytree(full, blind)
     for path in blind.glob("test.tfr-*"):
@@ -146,17 +131,7 @@ def test_sweep_command_picks_the_best_validation_point_and_reports_it_on_test(da
 
 def test_sweep_needs_the_validation_split(tmp_path):
     data = tmp_path / "plain"
-    make_dataset(
-        data,
-        "--edge_format",
-        "given_split",
-        "--input",
-        GOWALLA / "train.txt",
-        "--test_input",
-        GOWALLA / "test.txt",
-        "--num_shards",
-        "1",
-    )
+    gowalla_dataset(data, num_shards=1)
     rc, _, err = _run_cli(
         [
             "sweep",

@@ -10,9 +10,7 @@ from webgraph_contract import dataset_reader
 from webgraph_pipeline.cli import main
 from webgraph_pipeline.given_split import carve_validation
 
-from pipeline_data import make_dataset
-
-GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
+from pipeline_data import GOWALLA, gowalla_dataset
 
 
 def _raw(path: pathlib.Path) -> dict[str, set[str]]:
@@ -36,20 +34,8 @@ def _named(data: str, split: str) -> dict[str, tuple[set[str], set[str]]]:
 @pytest.fixture(scope="module")
 def excerpt(tmp_path_factory):
     root = tmp_path_factory.mktemp("gowalla_validation")
-    flags = [
-        "--edge_format",
-        "given_split",
-        "--input",
-        GOWALLA / "train.txt",
-        "--test_input",
-        GOWALLA / "test.txt",
-        "--validation_fraction",
-        "0.2",
-        "--num_shards",
-        "2",
-    ]
-    stats = make_dataset(root / "a", *flags)
-    make_dataset(root / "b", *flags)
+    stats = gowalla_dataset(root / "a", num_shards=2, validation_fraction=0.2)
+    gowalla_dataset(root / "b", num_shards=2, validation_fraction=0.2)
     return str(root / "a"), str(root / "b"), stats
 
 
@@ -97,17 +83,7 @@ def test_validation_split_is_identical_across_runs(excerpt):
 def test_the_test_split_and_train_are_unchanged_by_the_flag(excerpt, tmp_path):
     data, _, _ = excerpt
     plain = tmp_path / "plain"
-    make_dataset(
-        plain,
-        "--edge_format",
-        "given_split",
-        "--input",
-        GOWALLA / "train.txt",
-        "--test_input",
-        GOWALLA / "test.txt",
-        "--num_shards",
-        "2",
-    )
+    gowalla_dataset(plain, num_shards=2)
     assert not list(plain.glob("validation*"))
     names = [p.name for p in plain.glob("*.tfr-*")]
     assert len(names) == 6  # train, train.transpose, test x 2 shards
