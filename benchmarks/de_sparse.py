@@ -34,19 +34,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Sequence
 
 import numpy as np
 
 from benchmarks.core import de_sparse_children, paths, sections
-from benchmarks.core.children import Runner, one_line, wheel_env
+from benchmarks.core.children import Runner, add_wheel_args, children_env, main_or_child, one_line
 from benchmarks.core.strong_split import HOLDOUT_FRACTION, TEST_FRACTION
 from benchmarks.core.tables import fmt, print_table
 
@@ -104,12 +101,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default=str(paths.work_dir("de_sparse")))
     p.add_argument("--json", default="", help="every figure (default WORK/de_sparse.json)")
-    p.add_argument(
-        "--wheels", default=str(paths.WHEELS), help="wheel files installed for the children"
-    )
-    p.add_argument(
-        "--site", default=os.path.join(tempfile.gettempdir(), "site"), help="where they go"
-    )
+    add_wheel_args(p)
     args = p.parse_args(argv)
     try:
         args.k_list = [int(k) for k in args.ks.split(",") if k.strip()]
@@ -228,14 +220,7 @@ def implicit_outcome(r: dict) -> str:
 def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
     """The three children, in order, within the budget."""
     work = pathlib.Path(args.work)
-    try:
-        env = wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
-    except subprocess.CalledProcessError as e:
-        print(
-            f"wheels: install into {args.site} failed ({e}); children run with the environment "
-            "as it is"
-        )
-        env = dict(os.environ)
+    env = children_env(args)
     ours_env = dict(env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
     deadline = start + args.budget_s
     runner = Runner(MODULE, work, ours_env, deadline, args.budget_s)
@@ -351,7 +336,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--_child":
-        de_sparse_children.child_main(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(main())
+    main_or_child(main, de_sparse_children.CHILDREN)

@@ -57,17 +57,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import pathlib
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Sequence
 
 from benchmarks.core import paths, sections, solve_forms
-from benchmarks.core.children import Runner, one_line, wheel_env
+from benchmarks.core.children import Runner, add_wheel_args, children_env, main_or_child, one_line
 from benchmarks.core.gowalla import read_gowalla
 from benchmarks.core.tables import fmt, print_table
 from benchmarks.core.work import epoch_work
@@ -356,12 +353,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--section_timeout", type=float, default=300, help="seconds one child process may run"
     )
-    p.add_argument(
-        "--wheels", default=str(paths.WHEELS), help="wheel files installed for the children"
-    )
-    p.add_argument(
-        "--site", default=os.path.join(tempfile.gettempdir(), "site"), help="where they go"
-    )
+    add_wheel_args(p)
     args = p.parse_args(argv)
     args.size_list = [s for s in args.sizes.split(",") if s]
     bad = [s for s in args.size_list if s not in names]
@@ -475,14 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{MODULE}: error: {one_line(e)}", file=sys.stderr)
         return 2
     work.mkdir(parents=True, exist_ok=True)
-    try:
-        env = wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
-    except subprocess.CalledProcessError as e:
-        print(
-            f"wheels: install into {args.site} failed ({e}); children run with the environment "
-            "as it is"
-        )
-        env = dict(os.environ)
+    env = children_env(args)
     runner = Runner(MODULE, work, env, start + args.budget_s, args.section_timeout)
     report: dict[str, Any] = {
         "run": {
@@ -529,7 +514,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--_child":
-        sections.child_main(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(main())
+    main_or_child(main, sections.CHILDREN)

@@ -9,15 +9,12 @@ folded-in rows. (c) The whole run at a tiny `--scale` on CPU writes every phase 
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
+from benchmark_run import toy_run
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.topk import Csr
@@ -193,39 +190,20 @@ def test_a_bad_flag_is_one_line(capsys, flag, value):
 
 
 def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
-    out = tmp_path / "figures.json"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            de_sparse.MODULE,
-            "--scale",
-            "0.0001",
-            "--dim",
-            "8",
-            "--epochs",
-            "2",
-            "--implicit",
-            "cpu",
-            "--sample_rows",
-            "64",
-            "--work",
-            str(tmp_path / "work"),
-            "--json",
-            str(out),
-            "--wheels",
-            str(tmp_path / "none"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        env=dict(
-            os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1"
-        ),  # one device: less to compile
+    report, stdout = toy_run(
+        de_sparse.MODULE,
+        tmp_path,
+        "--scale",
+        "0.0001",
+        "--dim",
+        "8",
+        "--epochs",
+        "2",
+        "--implicit",
+        "cpu",
+        "--sample_rows",
+        "64",
     )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    report = json.loads(out.read_text())
     data, ours, implicit = report["data"], report["ours"], report["implicit"]
     assert (data["rows"], data["cols"], data["nnz"]) == (1970, 1970, 119_000)
     assert data["train_nnz"] + data["fold_in_links"] + data["held_links"] == 119_000
@@ -259,4 +237,4 @@ def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
         and implicit["error"] is None
         and len(implicit["epochs_s"]) == 2
     )
-    assert "recall@50" in run.stdout and "implicit-cpu: 2 epoch(s)" in run.stdout
+    assert "recall@50" in stdout and "implicit-cpu: 2 epoch(s)" in stdout

@@ -17,12 +17,11 @@ import dataclasses
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import types
 
 import numpy as np
 import pytest
+from benchmark_run import toy_run
 from implicit.cpu.als import AlternatingLeastSquares
 
 from benchmarks import gpu_vs_implicit as bench
@@ -255,47 +254,28 @@ def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
 
 def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     _write_gowalla(tmp_path / "gowalla", users=80, items=60)
-    out = tmp_path / "figures.json"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            bench.MODULE,
-            "--sizes",
-            "toy,gowalla",
-            "--dims",
-            "8",
-            "--gowalla",
-            str(tmp_path / "gowalla"),
-            "--peak_n",
-            "128",
-            "--copy_mib",
-            "4",
-            "--work",
-            str(tmp_path / "work"),
-            "--json",
-            str(out),
-            "--implicit",
-            "cpu",
-            "--wheels",
-            str(tmp_path / "none"),
-            "--forms",
-            "explicit:bfloat16,matvec",
-            "--forms_at",
-            "gowalla",
-            "--ours",
-            "accelerator=on",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        env=dict(
-            os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1"
-        ),  # one device: less to compile
+    report, stdout = toy_run(
+        bench.MODULE,
+        tmp_path,
+        "--sizes",
+        "toy,gowalla",
+        "--dims",
+        "8",
+        "--gowalla",
+        str(tmp_path / "gowalla"),
+        "--peak_n",
+        "128",
+        "--copy_mib",
+        "4",
+        "--implicit",
+        "cpu",
+        "--forms",
+        "explicit:bfloat16,matvec",
+        "--forms_at",
+        "gowalla",
+        "--ours",
+        "accelerator=on",
     )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    report = json.loads(out.read_text())
     peaks = report["device"]["peaks"]
     assert all(peaks[k] > 0 for k in ("matmul_bf16_flop_s", "matmul_f32_flop_s", "copy_bytes_s"))
     toy = report["data"]["toy"]
@@ -348,7 +328,7 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
         sections[("gowalla", "ours")]["epochs"]
         == json.loads((REPO / "configs" / "gowalla.json").read_text())["epochs"]
     )
-    assert "s/epoch" in run.stdout and "implicit-cpu" in run.stdout
+    assert "s/epoch" in stdout and "implicit-cpu" in stdout
     # the forms: on CPU 'auto' runs matvec (not run again); explicit:bfloat16 ran, at Gowalla only
     assert sections[("gowalla", "ours")]["form"] == sections[("toy", "ours")]["form"] == "matvec"
     assert all(sections[(size, "ours")]["accelerator"] is True for size in ("toy", "gowalla"))
@@ -371,9 +351,5 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     assert {f: v["s_per_epoch"] for f, v in choice["forms"].items()} == {
         f: r["s_per_epoch"] for f, r in timed.items()
     }
-    assert "XLA GB" in run.stdout and "the minimum)" in run.stdout
-    assert (
-        "auto: matvec" in run.stdout
-        and "explicit:bfloat16" in run.stdout
-        and "solve forms" in run.stdout
-    )
+    assert "XLA GB" in stdout and "the minimum)" in stdout
+    assert "auto: matvec" in stdout and "explicit:bfloat16" in stdout and "solve forms" in stdout

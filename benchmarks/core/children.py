@@ -7,6 +7,7 @@ time budget, each writing JSON lines that survive its failure, out-of-memory kil
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import glob
 import json
@@ -17,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
+from benchmarks.core import paths
 from benchmarks.core.paths import REPO
 from webgraph_contract.command_line import one_line as _last_line_of
 
@@ -246,3 +248,39 @@ def wheel_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
         filter(None, [*libs, os.environ.get("LD_LIBRARY_PATH", "")])
     )
     return env
+
+
+def add_wheel_args(p: argparse.ArgumentParser) -> None:
+    """`--wheels` and `--site`: the wheels installed apart for the children (`wheel_env`)."""
+    p.add_argument(
+        "--wheels", default=str(paths.WHEELS), help="wheel files installed for the children"
+    )
+    p.add_argument(
+        "--site", default=os.path.join(tempfile.gettempdir(), "site"), help="where they go"
+    )
+
+
+def children_env(args: argparse.Namespace) -> dict[str, str]:
+    """`wheel_env` of `args.wheels` and `args.site`; where installing fails, says so and gives
+    this process's environment as it is."""
+    try:
+        return wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
+    except subprocess.CalledProcessError as e:
+        print(
+            f"wheels: install into {args.site} failed ({e}); children run with the environment "
+            "as it is"
+        )
+        return dict(os.environ)
+
+
+ChildFn = Callable[[dict, str], None]
+
+
+def main_or_child(main: Callable[[], int], children: Mapping[str, ChildFn]) -> None:
+    """A benchmark's `__main__`: `--_child KIND SPEC` (a `Runner` child) runs `children[KIND]` on
+    the spec at SPEC (its start time added); otherwise exits with `main()`'s status."""
+    if len(sys.argv) == 4 and sys.argv[1] == "--_child":
+        spec = dict(json.loads(pathlib.Path(sys.argv[3]).read_text()), started=time.monotonic())
+        children[sys.argv[2]](spec, spec["out"])
+    else:
+        sys.exit(main())

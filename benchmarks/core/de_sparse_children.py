@@ -287,9 +287,3 @@ def ranking_metrics(
 
 
 CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}
-
-
-def child_main(kind: str, spec_path: str) -> None:
-    """(In a child) run the child `kind` of the spec at `spec_path`."""
-    spec = dict(json.loads(pathlib.Path(spec_path).read_text()), started=time.monotonic())
-    CHILDREN[kind](spec, spec["out"])

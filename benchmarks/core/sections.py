@@ -257,12 +257,6 @@ def implicit_child(spec: dict, out: str) -> None:
 CHILDREN = {"device": device_child, "ours": ours_child, "implicit": implicit_child}
 
 
-def child_main(kind: str, spec_path: str) -> None:
-    """(In a child) run the section `kind` of the spec at `spec_path`."""
-    spec = dict(json.loads(pathlib.Path(spec_path).read_text()), started=time.monotonic())
-    CHILDREN[kind](spec, spec["out"])
-
-
 def merged_result(lines: list[dict]) -> dict:
     """A child's result lines merged in order (timings first, then scores where they were made)."""
     result: dict = {}
