@@ -15,8 +15,9 @@ from alx_trainer.data import host_cores
 MIN_PART = 1 << 20  # entries per part at least (below that a thread costs more than it saves)
 
 
-def transpose(indptr: np.ndarray, cols: np.ndarray, num_cols: int, threads: int | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:
+def transpose(
+    indptr: np.ndarray, cols: np.ndarray, num_cols: int, threads: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, row ids) of the transpose: column c holds rows `rows[t_indptr[c]:t_indptr[c+1]]`,
     in increasing order. `threads` None: one per core this process may use."""
     nnz, num_rows = len(cols), len(indptr) - 1
@@ -46,7 +47,9 @@ def transpose(indptr: np.ndarray, cols: np.ndarray, num_cols: int, threads: int 
         lo, hi = indptr[lo_row], indptr[hi_row]
         part = cols[lo:hi]
         order = _stable_order(part, num_cols)
-        rows = np.repeat(np.arange(lo_row, hi_row, dtype=np.int64), np.diff(indptr[lo_row : hi_row + 1]))
+        rows = np.repeat(
+            np.arange(lo_row, hi_row, dtype=np.int64), np.diff(indptr[lo_row : hi_row + 1])
+        )
         at = shifts[p][part[order]]
         at += np.arange(hi - lo)
         rows_of[at] = rows[order]

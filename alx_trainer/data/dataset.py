@@ -28,26 +28,34 @@ class Dataset:
     bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
     eval_split: str = "test"  # the contract split that files["test"] holds ("validation" tuning)
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # rows per split (stats.json)
-    fingerprint: str | None = None  # stats.json `dataset_fingerprint` (None: made before it existed)
+    fingerprint: str | None = (
+        None  # stats.json `dataset_fingerprint` (None: made before it existed)
+    )
     protocol: str = ""  # stats.json `protocol` (`given_split`: the test users are training rows)
     # splits held in memory (`in_memory`)
     arrays: dict[str, RowChunk] = dataclasses.field(default_factory=dict)
 
 
 def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
-    """A contract directory (local or remote, e.g. gs://), or a TFDS name such as `web_graph/de-dense`."""
+    """A contract directory (local or remote, e.g. gs://), or a TFDS name such as
+    `web_graph/de-dense`."""
     if fileio.isdir(data):
         return open_directory(data)
     if "/" in data and "://" not in data and not data.startswith(("/", ".")):
         return open_tfds(data, tfds_data_dir or None)
-    raise FileNotFoundError(f"{data}: no such dataset directory (nor a TFDS name like web_graph/de-dense)")
+    raise FileNotFoundError(
+        f"{data}: no such dataset directory (nor a TFDS name like web_graph/de-dense)"
+    )
 
 
 def open_directory(data_dir: str) -> Dataset:
-    """The shard files and matrix shape of a directory written in the dataset contract; a `DataError`
+    """The shard files and matrix shape of a directory written in the dataset contract; a
+    `DataError`
     when a split lacks shards or has none although stats.json counts rows in it."""
     stats = stats_json.read_stats(data_dir)
-    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in layout.ALL_SPLIT_PREFIXES}
+    splits = {
+        k: int(v) for k, v in stats.get("splits", {}).items() if k in layout.ALL_SPLIT_PREFIXES
+    }
     files = {}
     for split in layout.ALL_SPLIT_PREFIXES:
         try:
@@ -55,9 +63,14 @@ def open_directory(data_dir: str) -> Dataset:
         except FileNotFoundError:
             optional = split == "test" or split in layout.VALIDATION_PREFIXES
             if not optional or splits.get(split, 0) > 0:
-                counted = f", although stats.json counts {splits[split]} rows in it" if split in splits else ""
+                counted = (
+                    f", although stats.json counts {splits[split]} rows in it"
+                    if split in splits
+                    else ""
+                )
                 raise integrity.DataError(
-                    f"{data_dir}: no {split!r} shard ({layout.split_glob(data_dir, split)} matches nothing{counted}); "
+                    f"{data_dir}: no {split!r} shard ({layout.split_glob(data_dir, split)} matches "
+                    f"nothing{counted}); "
                     f"restore them or {integrity.REBUILD}"
                 ) from None
             continue
@@ -71,14 +84,29 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
     return _described(full, root, files, stats, layout.SPLIT_PREFIXES, tfds=True)
 
 
-def _described(name: str, root: str, files: dict[str, list[str]], stats: Mapping[str, Any],
-               prefixes: Sequence[str], tfds: bool = False) -> Dataset:
+def _described(
+    name: str,
+    root: str,
+    files: dict[str, list[str]],
+    stats: Mapping[str, Any],
+    prefixes: Sequence[str],
+    tfds: bool = False,
+) -> Dataset:
     """A Dataset of `files` as its stats.json describes it (splits among `prefixes` counted)."""
     num_rows, num_cols = stats_json.matrix_shape(stats)
     splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in prefixes}
-    return Dataset(name, num_rows, num_cols, files, root, tfds=tfds, bipartite=stats_json.is_bipartite(stats),
-                   splits=splits, fingerprint=stats_json.dataset_fingerprint(stats),
-                   protocol=str(stats.get("protocol", "")))
+    return Dataset(
+        name,
+        num_rows,
+        num_cols,
+        files,
+        root,
+        tfds=tfds,
+        bipartite=stats_json.is_bipartite(stats),
+        splits=splits,
+        fingerprint=stats_json.dataset_fingerprint(stats),
+        protocol=str(stats.get("protocol", "")),
+    )
 
 
 def validation_view(dataset: Dataset) -> Dataset:
@@ -86,17 +114,25 @@ def validation_view(dataset: Dataset) -> Dataset:
     missing = [s for s in layout.VALIDATION_PREFIXES if s not in dataset.files]
     if missing:
         raise FileNotFoundError(
-            f"{dataset.name}: no {missing[0]!r} split; make the dataset with the pipeline's --validation_fraction"
+            f"{dataset.name}: no {missing[0]!r} split; make the dataset with the pipeline's "
+            "--validation_fraction"
         )
     places = {"train": "validation_train", "train_t": "validation_train_t", "test": "validation"}
     files = {place: dataset.files[split] for place, split in places.items()}
-    splits = {place: dataset.splits[split] for place, split in places.items() if split in dataset.splits}
+    splits = {
+        place: dataset.splits[split] for place, split in places.items() if split in dataset.splits
+    }
     return dataclasses.replace(dataset, files=files, splits=splits, eval_split="validation")
 
 
 def split_reader(
-    dataset: Dataset, split: str, chunk_rows: int, num_rows: int, num_cols: int,
-    process_index: int = 0, process_count: int = 1,
+    dataset: Dataset,
+    split: str,
+    chunk_rows: int,
+    num_rows: int,
+    num_cols: int,
+    process_index: int = 0,
+    process_count: int = 1,
 ) -> Callable[[], Iterator[RowChunk]]:
     """A function that streams this host's share of `split` as chunks of at most `chunk_rows` rows:
     its round-robin share of the shard files, or of the in-memory split's chunks."""
@@ -112,8 +148,9 @@ def split_reader(
     return chunks
 
 
-def in_memory(name: str, indptr: np.ndarray, cols: np.ndarray, num_cols: int,
-              threads: int | None = None) -> Dataset:
+def in_memory(
+    name: str, indptr: np.ndarray, cols: np.ndarray, num_cols: int, threads: int | None = None
+) -> Dataset:
     """A training matrix held in memory as CSR (row r has columns `cols[indptr[r]:indptr[r+1]]`).
 
     Its transpose (the column half-epoch's rows) is made here, in `threads` threads (None: one per

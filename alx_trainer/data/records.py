@@ -13,8 +13,6 @@ import queue
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
-import numpy as np
-
 from alx_trainer.data import host_cores
 from alx_trainer.data.row_chunk import RowChunk
 from webgraph_contract import dataset_reader
@@ -27,8 +25,9 @@ def host_files(files: Sequence[str], process_index: int, process_count: int) -> 
     return list(files)[process_index::process_count]
 
 
-def read_chunks(files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int,
-                threads: int | None = None) -> Iterator[RowChunk]:
+def read_chunks(
+    files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int, threads: int | None = None
+) -> Iterator[RowChunk]:
     """Stream `files` (in order) as CSR chunks of `chunk_rows` rows (fewer at the end of a file).
 
     Blocks are checked and decoded in `threads` threads (None: one per core this process may
@@ -61,10 +60,14 @@ _MISMATCH = "dataset does not match the contract"
 def _check_ids(path: str, chunk: RowChunk, num_rows: int, num_cols: int) -> None:
     if len(chunk.row_ids) and (chunk.row_ids.min() < 0 or chunk.row_ids.max() >= num_rows):
         bad = chunk.row_ids[(chunk.row_ids < 0) | (chunk.row_ids >= num_rows)][0]
-        raise ValueError(f"{path}: row_tag {bad} outside [0, {num_rows}) from stats.json; {_MISMATCH}")
+        raise ValueError(
+            f"{path}: row_tag {bad} outside [0, {num_rows}) from stats.json; {_MISMATCH}"
+        )
     if len(chunk.cols) and (chunk.cols.min() < 0 or chunk.cols.max() >= num_cols):
         bad = chunk.cols[(chunk.cols < 0) | (chunk.cols >= num_cols)][0]
-        raise ValueError(f"{path}: col_tag {bad} outside [0, {num_cols}) from stats.json; {_MISMATCH}")
+        raise ValueError(
+            f"{path}: col_tag {bad} outside [0, {num_cols}) from stats.json; {_MISMATCH}"
+        )
 
 
 def put_unless_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:

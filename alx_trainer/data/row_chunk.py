@@ -43,7 +43,9 @@ class RowChunk:
     def take(self, lo: int, hi: int) -> RowChunk:
         """Rows [lo, hi), their `indptr` from 0 (a view of this chunk's arrays)."""
         start, stop = self.indptr[lo], self.indptr[hi]
-        return RowChunk(self.row_ids[lo:hi], self.indptr[lo : hi + 1] - start, self.cols[start:stop])
+        return RowChunk(
+            self.row_ids[lo:hi], self.indptr[lo : hi + 1] - start, self.cols[start:stop]
+        )
 
     def select(self, keep: np.ndarray) -> RowChunk:
         """The rows where the boolean mask `keep` is true, in order."""
