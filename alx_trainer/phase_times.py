@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 ORDER = ("read", "plan", "pack", "compile", "epochs", "eval")
 _lock = threading.Lock()
-_totals: dict[str, tuple[float, float]] = {}
+_totals: dict[str, tuple[float, float | None]] = {}
 
 
 @contextlib.contextmanager
@@ -36,11 +36,12 @@ def timed(name: str, what: str = "") -> Iterator[None]:
     log.debug("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
 
 
-def add(name: str, wall: float, cpu: float = 0.0) -> None:
-    """Add `wall` and `cpu` seconds to phase `name`."""
+def add(name: str, wall: float, cpu: float | None = None) -> None:
+    """Add `wall` and `cpu` seconds to phase `name` (`cpu` None: not measured for this phase)."""
     with _lock:
-        w, c = _totals.get(name, (0.0, 0.0))
-        _totals[name] = (w + wall, c + cpu)
+        w, c = _totals.get(name, (0.0, None))
+        both_none = cpu is None and c is None
+        _totals[name] = (w + wall, None if both_none else (c or 0.0) + (cpu or 0.0))
 
 
 def reset() -> None:
@@ -48,7 +49,7 @@ def reset() -> None:
         _totals.clear()
 
 
-def totals() -> dict[str, tuple[float, float]]:
+def totals() -> dict[str, tuple[float, float | None]]:
     """Phase -> (wall, CPU) seconds so far, in `ORDER` (then any other names)."""
     with _lock:
         names = [n for n in ORDER if n in _totals] + sorted(set(_totals) - set(ORDER))
@@ -58,6 +59,7 @@ def totals() -> dict[str, tuple[float, float]]:
 def summary() -> str:
     """One line: every phase's wall seconds (and CPU seconds) so far."""
     parts = [
-        f"{n} {w:.2f} s" + (f" ({c:.2f} CPU s)" if c else "") for n, (w, c) in totals().items()
+        f"{n} {w:.2f} s" + ("" if c is None else f" ({c:.2f} CPU s)")
+        for n, (w, c) in totals().items()
     ]
     return "phases: " + (", ".join(parts) if parts else "none timed")

@@ -44,7 +44,7 @@ def test_training_logs_every_phase(tmp_path, caplog):
         piece_len=4,
         batch_pieces=4,
     )
-    with caplog.at_level(logging.INFO, logger="alx_trainer"):
+    with caplog.at_level(logging.DEBUG, logger="alx_trainer"):  # each phase's own line: debug
         train(config, mesh=make_mesh())
     lines = [
         r.getMessage()
