@@ -43,7 +43,9 @@ def run(title: str, cmd: list[str]) -> None:
     start = time.time()
     done = subprocess.run(cmd, cwd=REPO)
     if done.returncode != 0:
-        sys.exit(f"demo: step failed with exit code {done.returncode}: {cmd[2] if len(cmd) > 2 else cmd}")
+        sys.exit(
+            f"demo: step failed with exit code {done.returncode}: {cmd[2] if len(cmd) > 2 else cmd}"
+        )
     STEP_SECONDS[title.split(".")[0]] = time.time() - start
 
 
@@ -80,14 +82,20 @@ def example_test_pages(dataset_dir: str, count: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=os.path.join(REPO, "demo_out"), help="where everything is written")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--out", default=os.path.join(REPO, "demo_out"), help="where everything is written"
+    )
     p.add_argument("--epochs", type=int, default=8, help="training epochs")
     p.add_argument("--dim", type=int, default=64, help="embedding dimension")
     p.add_argument("--min_links", type=int, default=2, help="K of the degree filter")
     p.add_argument("--small", action="store_true", help="a quick run (tests): 2 epochs, d=16")
     args = p.parse_args(argv)
-    quiet()  # for this process (the example pages' vocabulary, the plot) and, through the environment, each step
+    # for this process (the example pages' vocabulary, the plot) and, through the environment, each
+    # step
+    quiet()
     if args.small:
         args.epochs, args.dim = 2, 16
     out = os.path.abspath(args.out)
@@ -98,43 +106,134 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     started = time.time()
 
-    run("1. Pack the real hollins.edu crawl into WAT files, next to the real Common Crawl sample", [
-        py, "-m", "webgraph_pipeline.wat_writer", "--edges", "data/hollins/edges.txt",
-        "--urls", "data/hollins/urls.txt", "--header", "--output", wat_dir, "--records_per_file", "2000"])
+    run(
+        "1. Pack the real hollins.edu crawl into WAT files, next to the real Common Crawl sample",
+        [
+            py,
+            "-m",
+            "webgraph_pipeline.wat_writer",
+            "--edges",
+            "data/hollins/edges.txt",
+            "--urls",
+            "data/hollins/urls.txt",
+            "--header",
+            "--output",
+            wat_dir,
+            "--records_per_file",
+            "2000",
+        ],
+    )
     for path in glob.glob(os.path.join(DATA, "commoncrawl", "*.wat")):
         shutil.copy(path, wat_dir)
 
-    run("2. The WebGraph Beam pipeline on the DirectRunner", [
-        py, "-m", "webgraph_pipeline", "--input", os.path.join(wat_dir, "*"), "--output", dataset_dir,
-        "--min_links", str(args.min_links), "--num_shards", "2", "--brief"])
+    run(
+        "2. The WebGraph Beam pipeline on the DirectRunner",
+        [
+            py,
+            "-m",
+            "webgraph_pipeline",
+            "--input",
+            os.path.join(wat_dir, "*"),
+            "--output",
+            dataset_dir,
+            "--min_links",
+            str(args.min_links),
+            "--num_shards",
+            "2",
+            "--brief",
+        ],
+    )
 
     config = json.dumps({"name": CONFIG_NAME, "min_links": args.min_links})
-    run("3. The TFDS dataset, built from the pipeline's output (`tfds build`, quiet)", [
-        py, "-m", "tfds_builder", "build", "tfds_builder/web_graph",
-        f"--config={config}", f"--manual_dir={dataset_dir}", f"--data_dir={tfds_dir}",
-        "--beam_pipeline_options=runner=DirectRunner"])
+    run(
+        "3. The TFDS dataset, built from the pipeline's output (`tfds build`, quiet)",
+        [
+            py,
+            "-m",
+            "tfds_builder",
+            "build",
+            "tfds_builder/web_graph",
+            f"--config={config}",
+            f"--manual_dir={dataset_dir}",
+            f"--data_dir={tfds_dir}",
+            "--beam_pipeline_options=runner=DirectRunner",
+        ],
+    )
 
     data_flags = ["--data", f"web_graph/{CONFIG_NAME}", "--tfds_data_dir", tfds_dir]
-    run(f"4. Train sharded implicit ALS on web_graph/{CONFIG_NAME}", [
-        py, "-m", "alx_trainer", "train", *data_flags, "--model_dir", model_dir,
-        "--epochs", str(args.epochs), "--dim", str(args.dim), "--tied",
-        "--alpha", "0.01", "--reg", "0.05", "--eval_every", "1", "--eval_k", "20,50", "--no-progress"])
+    run(
+        f"4. Train sharded implicit ALS on web_graph/{CONFIG_NAME}",
+        [
+            py,
+            "-m",
+            "alx_trainer",
+            "train",
+            *data_flags,
+            "--model_dir",
+            model_dir,
+            "--epochs",
+            str(args.epochs),
+            "--dim",
+            str(args.dim),
+            "--tied",
+            "--alpha",
+            "0.01",
+            "--reg",
+            "0.05",
+            "--eval_every",
+            "1",
+            "--eval_k",
+            "20,50",
+            "--no-progress",
+        ],
+    )
 
     metrics_path = os.path.join(out, "eval.json")
-    run("5. Evaluate: Recall@20/50 and NDCG@100 next to the popularity baseline", [
-        py, "-m", "alx_trainer", "eval", *data_flags, "--model_dir", model_dir, "--k", "20,50",
-        "--output", metrics_path])
+    run(
+        "5. Evaluate: Recall@20/50 and NDCG@100 next to the popularity baseline",
+        [
+            py,
+            "-m",
+            "alx_trainer",
+            "eval",
+            *data_flags,
+            "--model_dir",
+            model_dir,
+            "--k",
+            "20,50",
+            "--output",
+            metrics_path,
+        ],
+    )
 
-    run("6. Example predictions (top outlinks) for a few held-out pages, with their URLs", [
-        py, "-m", "alx_trainer", "predict", "--data", dataset_dir, "--model_dir", model_dir, "--k", "3",
-        *example_test_pages(dataset_dir, 3)])
+    run(
+        "6. Example predictions (top outlinks) for a few held-out pages, with their URLs",
+        [
+            py,
+            "-m",
+            "alx_trainer",
+            "predict",
+            "--data",
+            dataset_dir,
+            "--model_dir",
+            model_dir,
+            "--k",
+            "3",
+            *example_test_pages(dataset_dir, 3),
+        ],
+    )
 
     recall_png = os.path.join(out, "recall_per_epoch.png")
     plot_recall(os.path.join(model_dir, "metrics.jsonl"), recall_png)
     steps = ", ".join(f"{seconds:.1f}" for seconds in STEP_SECONDS.values())
     print(f"== Done in {time.time() - started:.0f} s (steps: {steps} s). Outputs under {out}:")
-    for path in [dataset_dir, *glob.glob(os.path.join(dataset_dir, "*.png")), recall_png, metrics_path,
-                 os.path.join(model_dir, "metrics.jsonl")]:
+    for path in [
+        dataset_dir,
+        *glob.glob(os.path.join(dataset_dir, "*.png")),
+        recall_png,
+        metrics_path,
+        os.path.join(model_dir, "metrics.jsonl"),
+    ]:
         print("  " + path)
     return 0
 

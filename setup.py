@@ -7,8 +7,10 @@ BASE = [
     "jax>=0.5,<1",
     "jaxlib>=0.5,<1",
     "orbax-checkpoint>=0.11,<1",
-    "google-crc32c>=1.5,<2",  # CRC-32C of every TFRecord read or written (webgraph_contract.tfrecord)
-    "fsspec>=2023.1",  # gs://, s3://, ... paths (webgraph_contract.fileio); the store's package is an extra
+    # CRC-32C of every TFRecord read or written (webgraph_contract.tfrecord)
+    "google-crc32c>=1.5,<2",
+    # gs://, s3://, ... paths (webgraph_contract.fileio); the store's package is an extra
+    "fsspec>=2023.1",
     "tqdm>=4.66,<5",
     "threadpoolctl>=3.1,<4",  # the host gramian runs BLAS at one thread
     "matplotlib>=3.8,<4",  # the sweep's heatmap
@@ -20,10 +22,13 @@ PIPELINE = [  # python -m webgraph_pipeline: the Beam job from Common Crawl or e
     "warcio>=1.7,<2",
     "orjson>=3.9,<4",
     "pandas>=2.0,<4",  # hash_array: the graph stage's vectorized node fingerprints
-    "pyarrow>=14,<26",  # node names as string arrays: sorted, taken and compared without a Python object each
-    "publicsuffixlist>=1.0,<2",  # --tlds and TFDS configs are checked against its Public Suffix List
+    # node names as string arrays: sorted, taken and compared without a Python object each
+    "pyarrow>=14,<26",
+    # --tlds and TFDS configs are checked against its Public Suffix List
+    "publicsuffixlist>=1.0,<2",
 ]
-TFDS = [  # --data web_graph/<config> and `tfds build tfds_builder/web_graph` (which also runs the pipeline)
+# --data web_graph/<config> and `tfds build tfds_builder/web_graph` (which also runs the pipeline)
+TFDS = [
     "tensorflow>=2.16,<3",
     "tensorflow-datasets>=4.9.6,<5",
     "mlcroissant>=1.0,<2",  # the `tfds` command line (tfds build) imports it
@@ -45,7 +50,8 @@ setup(
     # Namespace discovery also lists the builder's dummy_data folders (data, no __init__.py), so
     # setuptools knows they are meant to ship and their files can be declared as package data.
     packages=find_namespace_packages(
-        include=["webgraph_contract*", "webgraph_pipeline*", "tfds_builder*", "alx_trainer*"], exclude=["*.__pycache__"]
+        include=["webgraph_contract*", "webgraph_pipeline*", "tfds_builder*", "alx_trainer*"],
+        exclude=["*.__pycache__"],
     ),
     package_data={
         "tfds_builder.web_graph": ["*.md", "*.bib", "*.tsv"],
@@ -53,14 +59,21 @@ setup(
         "tfds_builder.web_graph.dummy_data.web_graph_tld_in_min_50": ["*"],
     },
     # The base install is what training needs (`python -m alx_trainer ...` on a dataset directory):
-    # JAX and NumPy, no TensorFlow, no Beam. The extras add the other users' parts (see README "Install").
+    # JAX and NumPy, no TensorFlow, no Beam. The extras add the other users' parts (see README
+    # "Install").
     install_requires=BASE,
     extras_require={
         "pipeline": PIPELINE,
         "tfds": TFDS,
         "all": PIPELINE + TFDS,
-        "test": ["pytest>=8,<10", "scipy>=1.11,<2", "implicit>=0.7,<0.8", "dill>=0.3.6,<1",
-                 "fastwarc>=2.0,<3", "ruff>=0.6,<1"],
+        "test": [
+            "pytest>=8,<10",
+            "scipy>=1.11,<2",
+            "implicit>=0.7,<0.8",
+            "dill>=0.3.6,<1",
+            "fastwarc>=2.0,<3",
+            "ruff>=0.6,<1",
+        ],
         "gcs": ["gcsfs>=2023.1"],  # gs:// paths (fsspec's Google Cloud Storage filesystem)
         "s3": ["s3fs>=2023.1"],  # s3:// paths
         "dataflow": ["apache-beam[gcp]>=2.60,<3", "gcsfs>=2023.1"],

@@ -1,4 +1,5 @@
-"""`python -m alx_trainer train|eval|sweep|predict|export ...`: one entry point, one module per command."""
+"""`python -m alx_trainer train|eval|sweep|predict|export ...`: one entry point, one module per
+command."""
 
 from __future__ import annotations
 
@@ -17,12 +18,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("alx_trainer.cli.commands", "main_export"),
 }
 
-USAGE = "usage: python -m alx_trainer {" + ",".join(COMMANDS) + "} [--help] [--debug] [--log_level LEVEL] [options]"
+USAGE = (
+    "usage: python -m alx_trainer {"
+    + ",".join(COMMANDS)
+    + "} [--help] [--debug] [--log_level LEVEL] [options]"
+)
 PROG = "alx_trainer"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to the command's own parser; a one-line error (exit 2) for no or an unknown command."""
+    """Dispatch to the command's own parser; a one-line error (exit 2) for no or an unknown
+    command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet(verbose_in(argv))  # before TensorFlow, JAX or orbax are imported
     argv = take_debug_flag(argv)  # any command: errors show their traceback
@@ -34,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         hint = did_you_mean("--" + command, ["--" + c for c in COMMANDS]).replace("--", "")
-        print(f"{PROG}: error: unknown command {command!r}{hint}; one of {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"{PROG}: error: unknown command {command!r}{hint}; one of {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     module, function = COMMANDS[command]
     return int(getattr(importlib.import_module(module), function)(rest) or 0)

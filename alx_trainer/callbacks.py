@@ -1,4 +1,5 @@
-"""What the epoch loop calls besides the solves: evaluation, metrics, checkpoints, progress, a user function.
+"""What the epoch loop calls besides the solves: evaluation, metrics, checkpoints, progress, a user
+function.
 
 `alx_trainer.train.train` runs `Callback` hooks in list order (as Keras and implicit take
 callbacks): `on_train_begin`, then per half-epoch `on_half_epoch_begin`, `on_steps` (after each
@@ -9,22 +10,23 @@ compiled call) and `on_half_epoch_end`, then `on_epoch_end` with the epoch's met
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
-from alx_trainer import checkpoint
+from alx_trainer import checkpoint, phase_times
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
 from webgraph_contract import fileio
@@ -67,7 +69,8 @@ class Callback:
         pass
 
     def on_steps(self, steps: int, rows: int) -> None:
-        """After each compiled call: `steps` dense batches solving `rows` rows (from device threads, one at a time)."""
+        """After each compiled call: `steps` dense batches solving `rows` rows (from device threads,
+        one at a time)."""
 
     def on_half_epoch_end(self, run: Run, epoch: int, side: str) -> None:
         pass
@@ -80,7 +83,8 @@ class Callback:
 
 
 class Evaluator(Callback):
-    """Recall@K (and NDCG@`ndcg_k` when there are at least that many columns) on the test split (the validation split
+    """Recall@K (and NDCG@`ndcg_k` when there are at least that many columns) on the test split (the
+    validation split
     when tuning) every `every` epochs and the last."""
 
     def __init__(self, every: int):
@@ -97,7 +101,8 @@ class Evaluator(Callback):
         integrity.check_rows(dataset.name, "test", counted, dataset.splits, how)
         if counted == 0:
             raise integrity.DataError(
-                f"{dataset.name}: no test rows to evaluate ({how}); pass --eval_every 0 to train without "
+                f"{dataset.name}: no test rows to evaluate ({how}); pass --eval_every 0 to train "
+                "without "
                 "evaluation, or build the dataset with a --test_fraction above 0"
             )
 
@@ -109,9 +114,32 @@ class Evaluator(Callback):
         mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
         ranking = evaluate.Ranking(ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
-        result = evaluate.evaluate_dataset(model, dataset, ranking=ranking, baseline=dataset.eval_split == "test",
-                                           max_rows=config.eval_rows or None)
+        with (
+            phase_times.timed("eval", f"epoch {epoch}"),
+            _details_at_debug("alx_trainer.evaluation"),
+        ):
+            result = evaluate.evaluate_dataset(
+                model,
+                dataset,
+                ranking=ranking,
+                baseline=dataset.eval_split == "test",
+                max_rows=config.eval_rows or None,
+            )
         record.update(result)
+
+
+@contextlib.contextmanager
+def _details_at_debug(name: str) -> Iterator[None]:
+    """The INFO lines of logger `name` held back for the block unless debugging: an epoch's
+    evaluation is one figure of the epoch's line, its set-up and speed are for `eval`'s log."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    if not logger.isEnabledFor(logging.DEBUG):
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class MetricsLogger(Callback):
@@ -148,11 +176,14 @@ class MetricsLogger(Callback):
 
 
 def epoch_line(record: dict, epochs: int) -> str:
-    """An epoch's record in under a terminal line: time, rows and columns solved, loss (when computed)
+    """An epoch's record in under a terminal line: time, rows and columns solved, loss (when
+    computed)
     and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard (compile time
     included: `compile_seconds`, summed in `train`'s closing line)."""
-    parts = [f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s: "
-             f"{record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols solved"]
+    parts = [
+        f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s: "
+        f"{record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols solved"
+    ]
     if "loss" in record:
         parts.append(f"loss {record['loss']:.5g}")
     recall = next((k for k in record if k.startswith("recall@")), None)
@@ -193,7 +224,13 @@ class ProgressBar(Callback):
         self.start, self.rows = 0.0, 0
 
     def on_half_epoch_begin(self, run: Run, epoch: int, side: str, total_steps: int) -> None:
-        self.bar = tqdm(total=total_steps, desc=f"epoch {epoch} {side}s", unit="step", file=sys.stderr, leave=False)
+        self.bar = tqdm(
+            total=total_steps,
+            desc=f"epoch {epoch} {side}s",
+            unit="step",
+            file=sys.stderr,
+            leave=False,
+        )
         self.start, self.rows = time.perf_counter(), 0
 
     def on_steps(self, steps: int, rows: int) -> None:
@@ -220,6 +257,8 @@ def default_callbacks(config: TrainConfig, mgr) -> list[Callback]:
     """Evaluation, metrics, checkpoints and progress as `config` asks, in that order."""
     callbacks: list[Callback] = [Evaluator(config.eval_every)] if config.eval_every else []
     callbacks += [MetricsLogger(config.model_dir), Checkpointer(mgr, config.checkpoint_every)]
-    if config.progress and jax.process_index() == 0 and sys.stderr.isatty():  # in a log: the epoch lines
+    if (
+        config.progress and jax.process_index() == 0 and sys.stderr.isatty()
+    ):  # in a log: the epoch lines
         callbacks.append(ProgressBar())
     return callbacks

@@ -22,38 +22,62 @@ def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.Check
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
     path = fileio.absolute(path)
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=False
+        max_to_keep=keep,
+        create=not read_only,
+        read_only=read_only,
+        enable_async_checkpointing=False,
     )
     # Uncompressed tables: zstd gains little on float tables and its encoded copy doubled the peak
     # memory of a save (measured: 0.95 GiB table, 1.22 -> 2.11 GiB compressed, 1.24 GiB without).
-    handlers = {"tables": ocp.PyTreeCheckpointHandler(use_compression=False), "meta": ocp.JsonCheckpointHandler()}
-    return ocp.CheckpointManager(path, options=options, item_names=("tables", "meta"), item_handlers=handlers)
+    handlers = {
+        "tables": ocp.PyTreeCheckpointHandler(use_compression=False),
+        "meta": ocp.JsonCheckpointHandler(),
+    }
+    return ocp.CheckpointManager(
+        path, options=options, item_names=("tables", "meta"), item_handlers=handlers
+    )
 
 
-def save(mgr: ocp.CheckpointManager, epoch: int, tables: dict[str, jax.Array], meta: dict[str, Any]) -> None:
+def save(
+    mgr: ocp.CheckpointManager, epoch: int, tables: dict[str, jax.Array], meta: dict[str, Any]
+) -> None:
     """Save the sharded tables (every process writes its shards) and JSON metadata for `epoch`."""
-    mgr.save(epoch, args=ocp.args.Composite(tables=ocp.args.PyTreeSave(tables), meta=ocp.args.JsonSave(meta)))
+    mgr.save(
+        epoch,
+        args=ocp.args.Composite(tables=ocp.args.PyTreeSave(tables), meta=ocp.args.JsonSave(meta)),
+    )
     mgr.wait_until_finished()
 
 
 def _restore_args(abstract: dict[str, jax.ShapeDtypeStruct]) -> ocp.args.PyTreeRestore:
     """Restore the tables as `abstract` says (shape, dtype, sharding)."""
-    return ocp.args.PyTreeRestore(item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract))
+    return ocp.args.PyTreeRestore(
+        item=abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract)
+    )
 
 
 def latest_epoch(mgr: ocp.CheckpointManager) -> int | None:
     return mgr.latest_step()
 
 
-def restore(mgr: ocp.CheckpointManager, epoch: int, like: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], dict]:
+def restore(
+    mgr: ocp.CheckpointManager, epoch: int, like: dict[str, jax.Array]
+) -> tuple[dict[str, jax.Array], dict]:
     """Restore into arrays with the shapes, dtypes and shardings of `like`."""
-    abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in like.items()}
-    out = mgr.restore(epoch, args=ocp.args.Composite(tables=_restore_args(abstract), meta=ocp.args.JsonRestore()))
+    abstract = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in like.items()
+    }
+    out = mgr.restore(
+        epoch, args=ocp.args.Composite(tables=_restore_args(abstract), meta=ocp.args.JsonRestore())
+    )
     return dict(out["tables"]), dict(out["meta"])
 
 
-def restore_numpy(model_dir: str, epoch: int | None = None) -> tuple[dict[str, np.ndarray], dict, int]:
-    """Tables as host NumPy arrays (padded), the metadata and the epoch; FileNotFoundError if none."""
+def restore_numpy(
+    model_dir: str, epoch: int | None = None
+) -> tuple[dict[str, np.ndarray], dict, int]:
+    """Tables as host NumPy arrays (padded), the metadata and the epoch; FileNotFoundError if
+    none."""
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
     if not fileio.isdir(path):
         raise FileNotFoundError(f"{path}: no checkpoints; train a model into {model_dir} first")
@@ -64,7 +88,10 @@ def restore_numpy(model_dir: str, epoch: int | None = None) -> tuple[dict[str, n
     meta = mgr.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     dtype = jax.numpy.dtype(meta["table_dtype"])  # knows bfloat16
-    abstract = {k: jax.ShapeDtypeStruct(tuple(s), dtype, sharding=sharding) for k, s in meta["table_shapes"].items()}
+    abstract = {
+        k: jax.ShapeDtypeStruct(tuple(s), dtype, sharding=sharding)
+        for k, s in meta["table_shapes"].items()
+    }
     tables = mgr.restore(epoch, args=ocp.args.Composite(tables=_restore_args(abstract)))["tables"]
     mgr.close()
     return {k: np.asarray(v, dtype=np.float32) for k, v in tables.items()}, dict(meta), epoch

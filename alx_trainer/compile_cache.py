@@ -46,13 +46,17 @@ def _refusal(path: str) -> str | None:
     while parent and parent != os.path.dirname(parent):
         pst = os.stat(parent)
         if pst.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not pst.st_mode & stat.S_ISVTX:
-            return f"inside {parent}, which others can write (mode {stat.S_IMODE(pst.st_mode):o}, no sticky bit)"
+            return (
+                f"inside {parent}, which others can write (mode {stat.S_IMODE(pst.st_mode):o}, no "
+                "sticky bit)"
+            )
         parent = os.path.dirname(parent)
     return None
 
 
 def cache_dir(setting: str) -> str | None:
-    """The directory `setting` ('auto', 'off' or a path) names, created 0700 and checked; None for 'off'.
+    """The directory `setting` ('auto', 'off' or a path) names, created 0700 and checked; None for
+    'off'.
 
     Raises `ConfigError` (one line, naming the directory) when it cannot be used safely.
     """
@@ -60,20 +64,27 @@ def cache_dir(setting: str) -> str | None:
         return None
     path = os.path.abspath(os.path.expanduser(default_dir() if setting in (AUTO, "") else setting))
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"compile_cache: {path} is a file, not a directory; give a directory or 'off'")
+        raise ConfigError(
+            f"compile_cache: {path} is a file, not a directory; give a directory or 'off'"
+        )
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"compile_cache: cannot create {path} ({e.strerror}); give another directory or 'off'") from e
+        raise ConfigError(
+            f"compile_cache: cannot create {path} ({e.strerror}); give another directory or 'off'"
+        ) from e
     why = _refusal(path)
     if why:
-        raise ConfigError(f"compile_cache: {path} is {why}; JAX runs the programs it finds there, so give a "
-                          "directory only you can write (e.g. chmod 700) or 'off'")
+        raise ConfigError(
+            f"compile_cache: {path} is {why}; JAX runs the programs it finds there, so give a "
+            "directory only you can write (e.g. chmod 700) or 'off'"
+        )
     return path
 
 
 def enable(setting: str) -> str | None:
-    """Use the persistent compilation cache `setting` names (before the first compile); its path or None."""
+    """Use the persistent compilation cache `setting` names (before the first compile); its path or
+    None."""
     path = cache_dir(setting)
     if path is None:
         jax.config.update("jax_enable_compilation_cache", False)
@@ -87,7 +98,8 @@ def enable(setting: str) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class CompileCounts:
-    """Totals since import: seconds tracing, lowering and compiling or loading; programs compiled."""
+    """Totals since import: seconds tracing, lowering and compiling or loading; programs
+    compiled."""
 
     seconds: float = 0.0
     requests: int = 0
@@ -99,7 +111,11 @@ class CompileCounts:
         return self.requests - self.hits
 
     def since(self, earlier: "CompileCounts") -> "CompileCounts":
-        return CompileCounts(self.seconds - earlier.seconds, self.requests - earlier.requests, self.hits - earlier.hits)
+        return CompileCounts(
+            self.seconds - earlier.seconds,
+            self.requests - earlier.requests,
+            self.hits - earlier.hits,
+        )
 
 
 _totals = {"seconds": 0.0, "requests": 0, "hits": 0}

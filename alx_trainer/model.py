@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
@@ -34,7 +34,8 @@ METRICS_FILE = "metrics.jsonl"
 
 @dataclasses.dataclass
 class Model:
-    """A trained model: float32 tables trimmed to the real sizes (None: not asked for), its config and epochs done."""
+    """A trained model: float32 tables trimmed to the real sizes (None: not asked for), its config
+    and epochs done."""
 
     row_table: np.ndarray | None
     col_table: np.ndarray | None
@@ -60,16 +61,22 @@ def read_metrics(path: str) -> list[dict]:
 
 def trim(table: jax.Array, n: int) -> np.ndarray:
     """The first `n` rows of a sharded table as float32 NumPy (gathered from every process)."""
-    full = multihost_utils.process_allgather(table, tiled=True) if jax.process_count() > 1 else table
+    full = (
+        multihost_utils.process_allgather(table, tiled=True) if jax.process_count() > 1 else table
+    )
     return np.asarray(jnp.asarray(full, jnp.float32))[:n]
 
 
 def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict[str, jax.Array]:
     """The initial sharded tables (a function of the seed and shapes only, not of the mesh)."""
     dtype = table_dtype(config)
-    tables = {"row": init_table(mesh, config.seed, num_rows, config.dim, config.start_stddev(), dtype)}
+    tables = {
+        "row": init_table(mesh, config.seed, num_rows, config.dim, config.start_stddev(), dtype)
+    }
     if not config.tied:
-        tables["col"] = init_table(mesh, config.seed + 1, num_cols, config.dim, config.start_stddev(), dtype)
+        tables["col"] = init_table(
+            mesh, config.seed + 1, num_cols, config.dim, config.start_stddev(), dtype
+        )
     return tables
 
 
@@ -79,16 +86,21 @@ def load_model(model_dir: str) -> Model:
     config = TrainConfig(**meta["config"])
     row = tables["row"][: meta["num_rows"]]
     col = row if "col" not in tables else tables["col"][: meta["num_cols"]]
-    history = [r for r in read_metrics(os.path.join(model_dir, METRICS_FILE)) if r.get("epoch", 0) <= epoch]
+    history = [
+        r for r in read_metrics(os.path.join(model_dir, METRICS_FILE)) if r.get("epoch", 0) <= epoch
+    ]
     return Model(row, col, config, epoch, history, meta.get("dataset_fingerprint"))
 
 
-def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConfig, mesh=None) -> np.ndarray:
+def fold_in(
+    col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConfig, mesh=None
+) -> np.ndarray:
     """Embeddings [len(rows), d] float32 solving Eq. 4 for each row against the fixed `col_table`.
 
     Uses the configured solver (CG and the block sweep start from zero: one block sweep is only an
     approximation for b < d) and the training step kernels; single process.
-    The default mesh is every local device, but one device on CPU (see `alx_trainer.cli.train.split_cpu`).
+    The default mesh is every local device, but one device on CPU (see
+    `alx_trainer.cli.train.split_cpu`).
     """
     if mesh is None:
         cpu = jax.default_backend() == "cpu"
@@ -106,6 +118,8 @@ def fold_in(col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConf
     dst = table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
     runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
     spec = step_spec(config, num_cols, observed_loss=False)
-    runner = SideRunner(runner_config, mesh, spec, lambda: records.chunks_from_rows(np.arange(n), rows), n)
+    runner = SideRunner(
+        runner_config, mesh, spec, lambda: iter([RowChunk.from_rows(np.arange(n), rows)]), n
+    )
     dst, _ = runner.run(src, dst)
     return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

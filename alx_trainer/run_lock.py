@@ -1,4 +1,5 @@
-"""One training per model directory: `<model_dir>/train.lock` holds the writer's host, pid and start.
+"""One training per model directory: `<model_dir>/train.lock` holds the writer's host, pid and
+start.
 
 `hold(model_dir)` creates the lock file with `O_CREAT | O_EXCL` (atomic on a local filesystem), so
 of two trainings started into one directory exactly one gets it; the other stops with `LockHeld`
@@ -54,7 +55,8 @@ def _alive(pid: int, start_ticks: Optional[int]) -> bool:
 
 
 def owner_record() -> dict:
-    """This process as a lock owner: host, pid, its start (ticks, to detect pid reuse) and the time."""
+    """This process as a lock owner: host, pid, its start (ticks, to detect pid reuse) and the
+    time."""
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -75,8 +77,10 @@ def _read(path: str) -> Optional[dict]:
 
 
 def describe(owner: dict) -> str:
-    return (f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}, "
-            f"started {owner.get('started', 'at an unknown time')}")
+    return (
+        f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}, "
+        f"started {owner.get('started', 'at an unknown time')}"
+    )
 
 
 def _stale(owner: dict) -> bool:
@@ -104,7 +108,8 @@ def _create(path: str, owner: dict) -> bool:
 
 
 def acquire(model_dir: str) -> dict:
-    """Take the lock of `model_dir` (created if needed); LockHeld naming the holder if it is taken."""
+    """Take the lock of `model_dir` (created if needed); LockHeld naming the holder if it is
+    taken."""
     fileio.makedirs(model_dir)
     path = os.path.join(model_dir, LOCK_FILE)
     owner = owner_record()
@@ -116,18 +121,24 @@ def acquire(model_dir: str) -> dict:
             continue
         if not _stale(held):
             raise LockHeld(
-                f"{model_dir} is being trained by {describe(held)} (lock file {path}); wait for that training "
+                f"{model_dir} is being trained by {describe(held)} (lock file {path}); wait for "
+                "that training "
                 "to end or use another --model_dir (if that process is gone, remove the lock file)"
             )
-        # Move the stale file aside under a unique name: of several processes taking it over, one wins.
+        # Move the stale file aside under a unique name: of several processes taking it over, one
+        # wins.
         aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
         try:
             fileio.rename(path, aside)
         except OSError:
             continue
         fileio.remove(aside)
-        log.warning("%s: took over a stale lock of %s, which no longer runs", model_dir, describe(held))
-    raise LockHeld(f"{model_dir}: could not take the lock file {path}; another training is starting there")
+        log.warning(
+            "%s: took over a stale lock of %s, which no longer runs", model_dir, describe(held)
+        )
+    raise LockHeld(
+        f"{model_dir}: could not take the lock file {path}; another training is starting there"
+    )
 
 
 def release(model_dir: str, owner: dict) -> None:

@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import checkpoint, compile_cache, run_lock
+from alx_trainer import checkpoint, compile_cache, phase_times, run_lock
 from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import integrity, records
-from alx_trainer.data.dataset import open_dataset, validation_view
+from alx_trainer.data import integrity
+from alx_trainer.data.dataset import Dataset, open_dataset, split_reader, validation_view
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
 from alx_trainer.ops import cost, host_fixed_table
 from alx_trainer.ops.mesh import make_mesh
@@ -73,14 +73,15 @@ def train(
     mesh=None,
     callbacks: Sequence[Callback] = (),
     tables: bool = True,
-    dataset: records.Dataset | None = None,
+    dataset: Dataset | None = None,
 ) -> Model:
     """Train (or resume) per `config`; returns the final `Model`.
 
     The callbacks `config` asks for run first (evaluation, metrics, checkpoints, progress), then
     `callbacks`, then `callback(epoch, model)`. `tables=False` returns the Model without its tables
     (None): its float32 copies would double the memory of bfloat16 tables (the command line
-    reports metrics only). `dataset` (e.g. `records.in_memory(...)`) replaces opening `config.data` (then just its name).
+    reports metrics only). `dataset` (e.g. `dataset.in_memory(...)`) replaces opening `config.data`
+    (then just its name).
     """
     config.validate()
     mesh = mesh if mesh is not None else make_mesh()
@@ -89,9 +90,13 @@ def train(
         dataset = validation_view(dataset)
     integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
     if config.tied and dataset.num_rows != dataset.num_cols:
-        raise ValueError(f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}")
+        raise ValueError(
+            f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}"
+        )
     if fileio.exists(config.model_dir) and not fileio.isdir(config.model_dir):
-        raise ValueError(f"--model_dir {config.model_dir} is a file, not a directory; choose a directory")
+        raise ValueError(
+            f"--model_dir {config.model_dir} is a file, not a directory; choose a directory"
+        )
     fileio.makedirs(config.model_dir)
     # one writer per model directory (process 0 speaks for a multi-host run)
     lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
@@ -100,16 +105,24 @@ def train(
         return _train(config, dataset, mesh, hooks, tables)
 
 
-def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Callback], with_tables: bool) -> Model:
+def _train(
+    config: TrainConfig, dataset: Dataset, mesh, extra: list[Callback], with_tables: bool
+) -> Model:
     """`train` once the data is open and the model directory is this run's."""
+    phase_times.reset()
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
         start = _resume(mgr, config, dataset, tables)
         runners = _runners(config, dataset, mesh)
         for side in sides(config.tied):  # the planning pass read every row once: count them
-            integrity.check_rows(config.data, side.split, runners[side.name].plan.rows, dataset.splits,
-                                 "counted by the pass that plans the batches")
+            integrity.check_rows(
+                config.data,
+                side.split,
+                runners[side.name].plan.rows,
+                dataset.splits,
+                "counted by the pass that plans the batches",
+            )
     except BaseException:
         mgr.close()
         raise
@@ -119,11 +132,27 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
     if log.isEnabledFor(logging.DEBUG):
         costs = cost.epoch_cost(runners, sides(config.tied), tables)
         for c in costs["programs"]:
-            log.debug("%s side, %s: %.4g GFLOP, %.4g GB accessed per launch (XLA cost analysis, loops unrolled), "
-                      "%d per half-epoch", c["side"], c["name"], c["flops"] / 1e9, c["bytes_accessed"] / 1e9, c["times"])
-        log.debug("per epoch and device: %.4g GFLOP, %.4g GB accessed, %d compiled calls",
-                  costs["flops_per_epoch"] / 1e9, costs["bytes_per_epoch"] / 1e9, costs["launches_per_epoch"])
-    history = [r for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE)) if r.get("epoch", 0) <= start]
+            log.debug(
+                "%s side, %s: %.4g GFLOP, %.4g GB accessed per launch (XLA cost analysis, loops "
+                "unrolled), "
+                "%d per half-epoch",
+                c["side"],
+                c["name"],
+                c["flops"] / 1e9,
+                c["bytes_accessed"] / 1e9,
+                c["times"],
+            )
+        log.debug(
+            "per epoch and device: %.4g GFLOP, %.4g GB accessed, %d compiled calls",
+            costs["flops_per_epoch"] / 1e9,
+            costs["bytes_per_epoch"] / 1e9,
+            costs["launches_per_epoch"],
+        )
+    history = [
+        r
+        for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE))
+        if r.get("epoch", 0) <= start
+    ]
     run = Run(config, dataset, mesh, tables, start, history)
     hooks = default_callbacks(config, mgr) + extra
     grams: dict[str, tuple[jax.Array, jax.Array]] = {}  # see `_gramian`
@@ -131,7 +160,16 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
         for hook in hooks:
             hook.on_train_begin(run)
         for epoch in range(start + 1, config.epochs + 1):
+            wall, cpu = time.perf_counter(), time.process_time()
             record = _epoch(run, runners, hooks, epoch, grams)
+            compiling = record.get(
+                "compile_seconds", 0.0
+            )  # summed over threads: at most the epoch's
+            compiling = min(compiling, time.perf_counter() - wall)
+            phase_times.add("compile", compiling)
+            phase_times.add(
+                "epochs", time.perf_counter() - wall - compiling, time.process_time() - cpu
+            )
             run.history.append(record)
             for hook in hooks:
                 hook.on_epoch_end(run, epoch, record)
@@ -139,25 +177,32 @@ def _train(config: TrainConfig, dataset: records.Dataset, mesh, extra: list[Call
         for hook in hooks:
             hook.on_train_end(run)
         mgr.close()
+        log.info("%s", phase_times.summary())
     epoch = max(start, config.epochs)
     return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
 
 
-def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str, jax.Array]) -> int:
+def _resume(mgr, config: TrainConfig, dataset: Dataset, tables: dict[str, jax.Array]) -> int:
     """Restore the latest checkpoint into `tables` (in place); the epoch it holds (0: none).
 
     A checkpoint of another dataset (its recorded fingerprint differs from `dataset`'s) is refused.
     """
     start = checkpoint.latest_epoch(mgr) or 0
     if start:
-        saved = mgr.restore(start, args=checkpoint.ocp.args.Composite(meta=checkpoint.ocp.args.JsonRestore()))["meta"]
+        saved = mgr.restore(
+            start, args=checkpoint.ocp.args.Composite(meta=checkpoint.ocp.args.JsonRestore())
+        )["meta"]
         integrity.check_same_data(
-            config.model_dir, saved.get("dataset_fingerprint"), saved.get("config", {}).get("data", "?"),
-            config.data, dataset.fingerprint,
+            config.model_dir,
+            saved.get("dataset_fingerprint"),
+            saved.get("config", {}).get("data", "?"),
+            config.data,
+            dataset.fingerprint,
         )
         if saved["table_shapes"] != {k: list(v.shape) for k, v in tables.items()}:
             raise ValueError(
-                f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this run "
+                f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this "
+                "run "
                 f"({ {k: list(v.shape) for k, v in tables.items()} }); "
                 "same dataset, dim, tied and device count needed to resume"
             )
@@ -166,21 +211,34 @@ def _resume(mgr, config: TrainConfig, dataset: records.Dataset, tables: dict[str
     return start
 
 
-def _runners(config: TrainConfig, dataset: records.Dataset, mesh) -> dict[str, SideRunner]:
+def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
-    replica = host_fixed_table.ReplicaBuffer()  # one fixed-table replica at a time, in memory kept between them
+    replica = (
+        host_fixed_table.ReplicaBuffer()
+    )  # one fixed-table replica at a time, in memory kept between them
     for side in sides(config.tied):
-        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
-        reader = records.split_reader(dataset, side.split, config.chunk_rows, n_this, n_other,
-                                      jax.process_index(), jax.process_count())
+        n_this, n_other = (
+            (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
+        )
+        reader = split_reader(
+            dataset,
+            side.split,
+            config.chunk_rows,
+            n_this,
+            n_other,
+            jax.process_index(),
+            jax.process_count(),
+        )
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
         runners[side.name] = SideRunner(config, mesh, spec, reader, n_this, replica, side.name)
     return runners
 
 
-def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int, grams: dict) -> dict:
+def _epoch(
+    run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int, grams: dict
+) -> dict:
     """One epoch (row then column half-epoch) on `run.tables`; its metrics record."""
     config, tables = run.config, run.tables
     t0, compiled0 = time.perf_counter(), compile_cache.counts()
@@ -212,11 +270,17 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
         record[f"loss_reg_{side.name}"] = float(terms[1])
         record[f"{side.name}s_solved"] = int(terms[2])
     g_row = np.asarray(_gramian(grams, runners["row"], "row", tables["row"]), np.float64)
-    g_col = g_row if config.tied else np.asarray(_gramian(grams, runners["row"], "col", tables["col"]), np.float64)
+    g_col = (
+        g_row
+        if config.tied
+        else np.asarray(_gramian(grams, runners["row"], "col", tables["col"]), np.float64)
+    )
     record["loss_unobserved"] = float(config.alpha * np.sum(g_row * g_col))
     if "loss_observed" in record:
-        record["loss"] = record["loss_observed"] + record["loss_unobserved"] + sum(
-            record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col")
+        record["loss"] = (
+            record["loss_observed"]
+            + record["loss_unobserved"]
+            + sum(record.get(f"loss_reg_{s}", 0.0) for s in ("row", "col"))
         )
     record["seconds"] = time.perf_counter() - t0
     compiled = compile_cache.counts().since(compiled0)
@@ -242,12 +306,13 @@ def _check_finite(gram: jax.Array, epoch: int, side: str) -> None:
     sums of squares of its columns, replicated to every process) is then not finite either."""
     if not np.isfinite(np.diagonal(np.asarray(gram))).all():
         raise TrainingCollapse(
-            f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical collapse); "
+            f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical "
+            "collapse); "
             "raise --reg or use --table_dtype float32"
         )
 
 
-def epoch_cost(config: TrainConfig, dataset: records.Dataset, mesh=None) -> dict:
+def epoch_cost(config: TrainConfig, dataset: Dataset, mesh=None) -> dict:
     """XLA's cost analysis of one epoch of training `config` on `dataset` (`ops.cost.epoch_cost`:
     bytes accessed, FLOPs and compiled calls per epoch and device, and every program): both sides
     planned as `train` plans them (one pass over the data); nothing is trained."""

@@ -1,16 +1,21 @@
 """Proxies of the trainer's accelerator path that need no GPU (issue 27), forced on CPU devices.
 
-Trains a power-law matrix held in memory (`records.in_memory`) with `--accelerator on` and prints,
+Trains a power-law matrix held in memory (`dataset.in_memory`) with `--accelerator on` and prints,
 per epoch after the first: the compiled programs launched per half-epoch (epoch 2, from JAX's
 profiler trace: every launch, whatever made it); the host CPU seconds spent outside device work
 (later epochs, untraced: the process's CPU time less that of XLA's own threads, which run the
 programs on CPU devices; the main thread and every thread Python starts count); and the bytes
 copied host-to-device (every NumPy array handed to `jax.device_put` and
 `jax.make_array_from_*`). Targets: <= 16 calls per half-epoch, 0 bytes after epoch 1 when the
-batches are resident, host CPU <= 5% of the epoch.
+batches are resident, host CPU <= 5% of the epoch. Then XLA's bytes accessed and FLOPs per epoch
+from its cost analysis (`alx_trainer.train.epoch_cost`: every program of an epoch compiled with its
+loops unrolled), all devices together, beside the counted minimum (`benchmarks.core.work`) and
+their ratio (target: <= 2x at the 25M size).
 
     python -m benchmarks.device_proxies                  # 200k x 50k, 2M nnz, d=64, 1 device
     python -m benchmarks.device_proxies --resident off   # the streamed (double-buffered) path
+    python -m benchmarks.device_proxies --rows 1000000 --cols 250000 --nnz 25000000 --dim 128
+        --epochs 3                                       # the 25M size of the bytes target
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=50_000)
     parser.add_argument("--nnz", type=int, default=2_000_000)
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=4,
-                        help="at least 3: epoch 2 is traced, later ones timed")
-    parser.add_argument("--devices", type=int, default=1,
-                        help="CPU devices (a one-GPU run has one)")
+    parser.add_argument(
+        "--epochs", type=int, default=4, help="at least 3: epoch 2 is traced, later ones timed"
+    )
+    parser.add_argument(
+        "--devices", type=int, default=1, help="CPU devices (a one-GPU run has one)"
+    )
     parser.add_argument("--resident", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--cg_form", default="auto", choices=("auto", "matvec", "explicit"))
     args = parser.parse_args()
@@ -43,14 +50,16 @@ def main() -> None:
 
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
-    from alx_trainer.data import records
+    from alx_trainer.data.dataset import in_memory
+    from alx_trainer.model import table_dtype
     from alx_trainer.ops.mesh import make_mesh
-    from alx_trainer.train import train
+    from alx_trainer.train import epoch_cost, train
     from benchmarks.core.power_law import power_law_csr
     from benchmarks.core.trace import launches
+    from benchmarks.core.work import epoch_work
 
     indptr, cols, _ = power_law_csr(0, args.rows, args.cols, args.nnz, on="host", col_exponent=0.5)
-    held = records.in_memory("power-law", indptr, cols, args.cols)
+    held = in_memory("power-law", indptr, cols, args.cols)
     copied = count_host_to_device(jax)
     trace_dir = tempfile.mkdtemp(prefix="alx_proxies_")
 
@@ -64,11 +73,14 @@ def main() -> None:
             if epoch == 2:
                 jax.profiler.stop_trace()
                 calls = launches(trace_dir)
-                line.update(calls_per_half_epoch=sum(calls.values()) / 2,
-                            calls_by_program=dict(calls))
+                line.update(
+                    calls_per_half_epoch=sum(calls.values()) / 2, calls_by_program=dict(calls)
+                )
             elif epoch > 2:
-                line.update(host_cpu_s=round(host - self.host, 4),
-                            host_cpu_share=round((host - self.host) / record["seconds"], 4))
+                line.update(
+                    host_cpu_s=round(host - self.host, 4),
+                    host_cpu_share=round((host - self.host) / record["seconds"], 4),
+                )
             if epoch > 1:
                 line.update(h2d_bytes=copied[0] - self.copied)
                 print(json.dumps(line), flush=True)
@@ -78,16 +90,53 @@ def main() -> None:
                 jax.profiler.start_trace(trace_dir, profiler_options=options)
             self.host, self.copied = host_cpu_seconds(), copied[0]
 
-    config = TrainConfig(data="power-law", model_dir=tempfile.mkdtemp(prefix="alx_proxies_model_"),
-                         dim=args.dim,
-                         epochs=args.epochs, eval_every=0, checkpoint_every=0, progress=False,
-                         train_loss_every=0,
-                         accelerator="on", resident_batches=args.resident, cg_form=args.cg_form)
+    config = TrainConfig(
+        data="power-law",
+        model_dir=tempfile.mkdtemp(prefix="alx_proxies_model_"),
+        dim=args.dim,
+        epochs=args.epochs,
+        eval_every=0,
+        checkpoint_every=0,
+        progress=False,
+        train_loss_every=0,
+        accelerator="on",
+        resident_batches=args.resident,
+        cg_form=args.cg_form,
+    )
     t = time.perf_counter()
-    train(config, mesh=make_mesh(), dataset=held, tables=False, callbacks=[Measure()])
-    print(json.dumps({"rows": args.rows, "cols": args.cols, "nnz": int(len(cols)), "dim": args.dim,
-                      "devices": args.devices, "resident": args.resident,
-                      "total_s": round(time.perf_counter() - t, 2)}))
+    mesh = make_mesh()
+    train(config, mesh=mesh, dataset=held, tables=False, callbacks=[Measure()])
+    total_s = time.perf_counter() - t
+    t = time.perf_counter()
+    cost = epoch_cost(config, held, mesh)  # per device
+    table_bytes = jax.numpy.dtype(table_dtype(config)).itemsize
+    _, minimum = epoch_work(args.rows, args.cols, len(cols), args.dim, config.cg_iters, table_bytes)
+    xla_bytes = cost["bytes_per_epoch"] * args.devices
+    print(
+        json.dumps(
+            {
+                "xla_bytes_per_epoch": xla_bytes,
+                "xla_flops_per_epoch": cost["flops_per_epoch"] * args.devices,
+                "launches_per_epoch": cost["launches_per_epoch"],
+                "counted_bytes_per_epoch": minimum,
+                "xla_bytes_ratio": round(xla_bytes / minimum, 3),
+                "cost_s": round(time.perf_counter() - t, 2),
+            }
+        )
+    )
+    print(
+        json.dumps(
+            {
+                "rows": args.rows,
+                "cols": args.cols,
+                "nnz": int(len(cols)),
+                "dim": args.dim,
+                "devices": args.devices,
+                "resident": args.resident,
+                "total_s": round(total_s, 2),
+            }
+        )
+    )
 
 
 def count_host_to_device(jax) -> list[int]:
@@ -96,8 +145,11 @@ def count_host_to_device(jax) -> list[int]:
     total = [0]
 
     def nbytes(value) -> int:
-        return int(value.nbytes) if hasattr(value, "nbytes") and not isinstance(value,
-                                                                                jax.Array) else 0
+        return (
+            int(value.nbytes)
+            if hasattr(value, "nbytes") and not isinstance(value, jax.Array)
+            else 0
+        )
 
     def wrap(name: str, arg: int) -> None:
         original = getattr(jax, name)

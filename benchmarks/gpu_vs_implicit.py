@@ -10,9 +10,10 @@ then on the GPU machine, from the project root:
 
     python3 -m benchmarks.gpu_vs_implicit [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
         [--gowalla data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
-        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec]
-        [--forms_at gowalla:64,gowalla:1024,25m:128]
-    python3 -m benchmarks.gpu_vs_implicit --sizes de-sparse --budget_s 900 --section_timeout 800
+        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec,matvec:pallas]
+        [--forms_at gowalla:64,gowalla:1024,25m:128] [--cost on|off]
+
+(The WebGraph de-sparse size, with its test split and evaluation, is `benchmarks.de_sparse`.)
 
 The run installs `.whl/*.whl` into `--site` (default /tmp/site) itself when they are there and
 gives every child the GPU README's environment (PYTHONPATH=site; LD_LIBRARY_PATH with the CUDA
@@ -28,19 +29,25 @@ out-of-memory or a timeout prints one line and the run goes on; no section start
    power-law matrices generated on the device (`benchmarks.core.power_law`) and brought to the
    host once as CSR (generation, transfer and saving timed apart).
 2. Gowalla (LightGCN's split) read on the host.
-3. Per size and d: ours (`alx_trainer.train.train` on `records.in_memory`, config from
+3. Per size and d: ours (`alx_trainer.train.train` on `dataset.in_memory`, config from
    `ours_config`; `--ours KEY=VALUE` overrides any TrainConfig field), then implicit GPU (CG with
    our `cg_iters`, float32) at our objective (`benchmarks.core.implicit_als`). Seconds per epoch:
    the median of the epochs after the first. Ours' setup (`in_memory`'s transpose, planning, the
-   final checkpoint) is timed apart.
+   final checkpoint) is timed apart. Then, in the same child (after the timings), XLA's cost
+   analysis of one epoch (`alx_trainer.train.epoch_cost`: bytes accessed, FLOPs and launches of
+   its programs compiled with their loops unrolled), skipped in one line when its estimate (the
+   planning plus the first epoch's compiling, once per CG step) would outrun the child's time.
 4. The solve forms (`--forms`, at the `--forms_at` points, with what is left of the budget): ours
    again in each form the default ('auto') did not run. Per point, the fastest form whose Gowalla
    Recall@20 is within 0.002 of the best form's there (a form that lost it on Gowalla is out at
-   the other sizes too), and whether 'auto' ran it (`benchmarks.core.solve_forms`).
+   the other sizes too), and whether 'auto' ran it (`benchmarks.core.solve_forms`): the table
+   behind `alx_trainer.ops.spec.AUTO_CG_FORM`.
 5. One table ('auto: ' marks the default run's form), the forms' verdicts, and `--json` (default
    WORK/gpu_vs_implicit.json) with every figure.
 
-Work per epoch is counted (`benchmarks.core.work.epoch_work`), rates set against step 1's peaks.
+Work per epoch is counted (`benchmarks.core.work.epoch_work`: the minimum any implementation must
+move and compute), rates set against step 1's peaks; beside it XLA's bytes accessed per epoch, their
+ratio to the minimum and their share of the copy bandwidth.
 Peak device memory: ours, JAX's `peak_bytes_in_use`; implicit, RMM's statistics plus its two CSR
 copies. Host peak RSS of every child is reported too.
 """
@@ -50,17 +57,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import pathlib
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Sequence
 
 from benchmarks.core import paths, sections, solve_forms
-from benchmarks.core.children import Runner, one_line, wheel_env
+from benchmarks.core.children import Runner, add_wheel_args, children_env, main_or_child, one_line
 from benchmarks.core.gowalla import read_gowalla
 from benchmarks.core.tables import fmt, print_table
 from benchmarks.core.work import epoch_work
@@ -84,51 +88,62 @@ SIZES = {
     "10m": Size(400_000, 100_000, 10_000_000, 3),
     "25m": Size(1_000_000, 250_000, 25_000_000, 3),
     "149m": Size(1_500_000, 1_500_000, 149_000_000, 2),  # WebGraph in-sparse
-    "de-sparse": Size(19_700_000, 19_700_000, 1_190_000_000, 2,
-                      ours=(("table_dtype", "bfloat16"),)),
 }
 GOWALLA = "gowalla"
 GOWALLA_DIMS = (64, 1024)
-FORMS = "explicit:float32,explicit:tf32,explicit:bfloat16,matvec"
+FORMS = "explicit:float32,explicit:tf32,explicit:bfloat16,matvec,matvec:pallas"
 FORMS_AT = "gowalla:64,gowalla:1024,25m:128"  # 10M and 149M nnz: ours at 'auto' only
 MODULE = "benchmarks.gpu_vs_implicit"
 
 
-def ours_config(size: str, dim: int, epochs: int | None, model_dir: str,
-                overrides: Sequence[str] = ()):
+def ours_config(
+    size: str, dim: int, epochs: int | None, model_dir: str, overrides: Sequence[str] = ()
+):
     """Our TrainConfig for one section: Gowalla from configs/gowalla.json, the power-law sizes at
     the trainer's defaults; no evaluation, training loss or progress, and no checkpoint before the
     last epoch's (which the trainer always writes; it falls in `setup_s`); then the size's own
     overrides and `overrides` (`KEY=VALUE`, any TrainConfig field, typed as a config file)."""
-    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
-    from alx_trainer.config import TrainConfig
-
     values: dict[str, Any] = {}
     if size == GOWALLA:
         values.update(json.loads(paths.GOWALLA_CONFIG.read_text()))
     if size in SIZES:
         values.update(SIZES[size].ours, epochs=SIZES[size].epochs)
-    values.update(data=size, model_dir=model_dir, dim=dim, eval_every=0, train_loss_every=0,
-                  checkpoint_every=0, progress=False, log_level="warning",
-                  **({"epochs": epochs} if epochs else {}))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--ours: expected KEY=VALUE, got {item!r}")
-        values[key.strip()] = value.strip()
-    with tempfile.NamedTemporaryFile("w",
-                                     suffix=".json") as f:  # typed and checked as a config file
-        json.dump(values, f)
-        f.flush()
-        return parse_dataclass_args(TrainConfig, ["--config", f.name]).validate()
+    values.update(
+        data=size,
+        model_dir=model_dir,
+        dim=dim,
+        eval_every=0,
+        train_loss_every=0,
+        checkpoint_every=0,
+        progress=False,
+        log_level="warning",
+        **({"epochs": epochs} if epochs else {}),
+    )
+    return sections.typed_config(values, overrides)
 
 
-def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: str, dim: int, config,
-                who: str, name: str) -> dict:
-    """One trainer's child on one matrix at one d (log and spec files under `name`): its row."""
+def run_section(
+    runner: Runner,
+    args: argparse.Namespace,
+    report: dict,
+    size: str,
+    dim: int,
+    config,
+    who: str,
+    name: str,
+    cost: bool = False,
+) -> dict:
+    """One trainer's child on one matrix at one d (log and spec files under `name`): its row;
+    `cost`: XLA's cost analysis too."""
     meta, peaks = report["data"][size], report["device"].get("peaks", {})
-    spec = {"size": size, "data": str(runner.work / "data" / size), "config": config.to_dict(),
-            "implicit": args.implicit, "score": size == GOWALLA}
+    spec = {
+        "size": size,
+        "data": str(runner.work / "data" / size),
+        "config": config.to_dict(),
+        "implicit": args.implicit,
+        "score": size == GOWALLA,
+        "cost": cost,
+    }
     # implicit's child uses JAX only to score, after the fit: it must not take the GPU's memory
     env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false") if who == "implicit" else None
     lines, error, child_s = runner(who, name, spec, env)
@@ -137,26 +152,49 @@ def run_section(runner: Runner, args: argparse.Namespace, report: dict, size: st
     figures = sections.section_figures(lines, error, work, peaks)
     figures["who"] = figures["who"] or ("ours" if who == "ours" else "implicit")
     if figures["who"] == "implicit-cpu" and report["device"].get("platform") == "gpu":
-        figures["note"] = ("implicit's CUDA model did not load: its CPU model stood in "
-                           f"(logs/{name}.log)")
-    return dict(size=size, dim=dim, epochs=config.epochs, cg_iters=config.cg_iters, child_s=child_s,
-                **figures)
+        figures["note"] = (
+            f"implicit's CUDA model did not load: its CPU model stood in (logs/{name}.log)"
+        )
+    return dict(
+        size=size,
+        dim=dim,
+        epochs=config.epochs,
+        cg_iters=config.cg_iters,
+        child_s=child_s,
+        **figures,
+    )
 
 
 def add_row(report: dict, r: dict, implicit_s: float | None) -> None:
     """A row into the report with its ratio to implicit's seconds per epoch, and its line."""
     r["ratio"] = r["s_per_epoch"] / implicit_s if r["s_per_epoch"] and implicit_s else None
     report["sections"].append(r)
-    print(f"{r['size']} d={r['dim']} {r['who']}" + (f" ({r['form']})" if r.get("form") else "")
-          + ": "
-          + (f"{r['s_per_epoch']:.4f} s/epoch" if r["s_per_epoch"] else "-")
-          + (f", ratio {r['ratio']:.2f}" if r["ratio"] else "")
-          + (f", Recall@20 {r['recall_gt@20']:.4f}" if r["recall_gt@20"] is not None else "")
-          + (f"; {r['error']}" if r["error"] else ""), flush=True)
+    print(
+        f"{r['size']} d={r['dim']} {r['who']}"
+        + (f" ({r['form']})" if r.get("form") else "")
+        + ": "
+        + (f"{r['s_per_epoch']:.4f} s/epoch" if r["s_per_epoch"] else "-")
+        + (f", ratio {r['ratio']:.2f}" if r["ratio"] else "")
+        + (f", Recall@20 {r['recall_gt@20']:.4f}" if r["recall_gt@20"] is not None else "")
+        + (
+            f", XLA {r['xla_bytes_per_epoch'] / 1e9:.3g} GB/epoch "
+            f"({r['xla_bytes_ratio']:.2f}x the minimum)"
+            if r["xla_bytes_ratio"]
+            else ""
+        )
+        + (f"; {r['xla_note']}" if r["xla_note"] else "")
+        + (f"; {r['error']}" if r["error"] else ""),
+        flush=True,
+    )
 
 
-def compare_forms(runner: Runner, args: argparse.Namespace, report: dict, plan: list,
-                  implicit_s: dict[tuple[str, int], float | None]) -> list[dict]:
+def compare_forms(
+    runner: Runner,
+    args: argparse.Namespace,
+    report: dict,
+    plan: list,
+    implicit_s: dict[tuple[str, int], float | None],
+) -> list[dict]:
     """Ours in each `--forms` solve form at the `--forms_at` points, after every section (so the
     comparison takes what is left of `--budget_s`); the form 'auto' ran is not run again. Gowalla's
     points first: a form that loses recall there is no candidate at the other sizes either."""
@@ -166,9 +204,14 @@ def compare_forms(runner: Runner, args: argparse.Namespace, report: dict, plan: 
         meta = report["data"].get(size, {})
         if "error" in meta or not meta:
             continue
-        auto = next((r for r in report["sections"] if (r["size"], r["dim"], r["who"]) == (size, dim,
-                                                                                          "ours")),
-                    {})
+        auto = next(
+            (
+                r
+                for r in report["sections"]
+                if (r["size"], r["dim"], r["who"]) == (size, dim, "ours")
+            ),
+            {},
+        )
         rows = [dict(auto, variant="auto")] if auto.get("form") in forms else []
         for form, config in forms.items():
             if form != auto.get("form"):
@@ -181,72 +224,136 @@ def compare_forms(runner: Runner, args: argparse.Namespace, report: dict, plan: 
         if size == GOWALLA:
             lost.update(f for f, why in choice["why_not"].items() if why.startswith("Recall@20"))
         compared = any(r["form"] == auto.get("form") for r in rows)
-        fastest_is_auto = (choice["fastest"] == auto["form"]) if compared and choice["fastest"] \
-            else None
-        choice.update(size=size, dim=dim, auto=auto.get("form"), auto_is_fastest=fastest_is_auto,
-                      forms={r["form"]: {k: r[k] for k in ("s_per_epoch", "recall_gt@20", "error")}
-                             for r in rows})
+        fastest_is_auto = (
+            (choice["fastest"] == auto["form"]) if compared and choice["fastest"] else None
+        )
+        choice.update(
+            size=size,
+            dim=dim,
+            auto=auto.get("form"),
+            auto_is_fastest=fastest_is_auto,
+            forms={
+                r["form"]: {k: r[k] for k in ("s_per_epoch", "recall_gt@20", "error")} for r in rows
+            },
+        )
         out.append(choice)
-        fastest = f"{choice['fastest']} {choice['s_per_epoch']:.4f} s/epoch" if choice["fastest"] \
+        fastest = (
+            f"{choice['fastest']} {choice['s_per_epoch']:.4f} s/epoch"
+            if choice["fastest"]
             else "none"
+        )
         recall = choice["recall_gt@20"]
-        print(f"forms {size} d={dim}: fastest {fastest}"
-              + (f", Recall@20 {recall:.4f}" if recall is not None else "")
-              + f"; 'auto' ran {choice['auto'] or '?'}", flush=True)
+        print(
+            f"forms {size} d={dim}: fastest {fastest}"
+            + (f", Recall@20 {recall:.4f}" if recall is not None else "")
+            + f"; 'auto' ran {choice['auto'] or '?'}",
+            flush=True,
+        )
     return out
 
 
 def print_sections(rows: list[dict]) -> None:
     """The sections as one table; 'auto: ' marks the form the default run took."""
-    shown = [dict(r, who=r["who"] or "?", note=r["error"] or r["note"] or "",
-                  form=(r.get("form") or "-") if r.get("variant") or not r.get("form")
-                  else f"auto: {r['form']}") for r in rows]
-    print_table([("size", "size", "", -10), ("d", "dim", "", 5), ("who", "who", "", -12),
-                 ("form (auto: default)", "form", "", -22), ("s/epoch", "s_per_epoch", ".4f", 8),
-                 ("ratio", "ratio", ".2f", 6), ("dev GiB", "peak_device_gib", ".2f", 7),
-                 ("GFLOP/s", "gflop_s", ".0f", 8), ("%f32", "pct_f32_peak", ".1f", 5),
-                 ("%bf16", "pct_bf16_peak", ".1f", 5), ("GB/s", "gb_s", ".0f", 6),
-                 ("%copy", "pct_copy_bw", ".1f", 5), ("R@20", "recall_gt@20", ".4f", 6),
-                 ("note", "note", "", -4)], shown)
+    shown = [
+        dict(
+            r,
+            who=r["who"] or "?",
+            note=r["error"] or r["note"] or "",
+            xla_gb=r["xla_bytes_per_epoch"] / 1e9 if r.get("xla_bytes_per_epoch") else None,
+            form=(r.get("form") or "-")
+            if r.get("variant") or not r.get("form")
+            else f"auto: {r['form']}",
+        )
+        for r in rows
+    ]
+    print_table(
+        [
+            ("size", "size", "", -10),
+            ("d", "dim", "", 5),
+            ("who", "who", "", -12),
+            ("form (auto: default)", "form", "", -22),
+            ("s/epoch", "s_per_epoch", ".4f", 8),
+            ("ratio", "ratio", ".2f", 6),
+            ("dev GiB", "peak_device_gib", ".2f", 7),
+            ("GFLOP/s", "gflop_s", ".0f", 8),
+            ("%f32", "pct_f32_peak", ".1f", 5),
+            ("%bf16", "pct_bf16_peak", ".1f", 5),
+            ("GB/s", "gb_s", ".0f", 6),
+            ("%copy", "pct_copy_bw", ".1f", 5),
+            ("XLA GB", "xla_gb", ".3g", 6),
+            ("xmin", "xla_bytes_ratio", ".2f", 5),
+            ("%copyX", "pct_copy_bw_xla", ".1f", 6),
+            ("R@20", "recall_gt@20", ".4f", 6),
+            ("note", "note", "", -4),
+        ],
+        shown,
+    )
+    print(
+        "GFLOP/s, %f32, %bf16, GB/s, %copy: the counted minimum work per epoch against the "
+        "measured peaks; XLA GB: bytes accessed per epoch by XLA's cost analysis, xmin its ratio "
+        "to the minimum, %copyX its share of the copy bandwidth"
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     names = [GOWALLA, *SIZES]
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="gowalla,10m,25m,149m", help=f"comma-separated, of {names}")
-    p.add_argument("--dims", default="",
-                   help=f"d for every size (default: Gowalla {GOWALLA_DIMS}, else 128)")
-    p.add_argument("--epochs", type=int, default=0,
-                   help="epochs per run (0: Gowalla's config, 3 up to "
-                   "25M nnz, else 2)")
+    p.add_argument(
+        "--dims", default="", help=f"d for every size (default: Gowalla {GOWALLA_DIMS}, else 128)"
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=0,
+        help="epochs per run (0: Gowalla's config, 3 up to 25M nnz, else 2)",
+    )
     p.add_argument("--gowalla", default=str(paths.GOWALLA_DIR), help="train.txt/test.txt folder")
     p.add_argument("--gowalla_users", type=int, default=0, help="only users below this id (0: all)")
-    p.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE",
-                   help="a TrainConfig field")
-    p.add_argument("--forms", default=FORMS,
-                   help="solve forms compared for ours at --forms_at ('matvec', "
-                   "'explicit:float32|tf32|bfloat16'; '' none)")
-    p.add_argument("--forms_at", default=FORMS_AT,
-                   help="where the forms are compared: SIZE:D or SIZE (its "
-                   "every d), comma-separated; only planned ones run")
-    p.add_argument("--implicit", choices=("auto", "gpu", "cpu", "off"), default="auto",
-                   help="implicit's model: auto = GPU when its CUDA extension loads, else CPU "
-                   "(said in the table)")
+    p.add_argument(
+        "--ours", action="append", default=[], metavar="KEY=VALUE", help="a TrainConfig field"
+    )
+    p.add_argument(
+        "--forms",
+        default=FORMS,
+        help="solve forms compared for ours at --forms_at ('matvec', 'matvec:pallas', "
+        "'explicit:float32|tf32|bfloat16'; '' none)",
+    )
+    p.add_argument(
+        "--forms_at",
+        default=FORMS_AT,
+        help="where the forms are compared: SIZE:D or SIZE (its "
+        "every d), comma-separated; only planned ones run",
+    )
+    p.add_argument(
+        "--implicit",
+        choices=("auto", "gpu", "cpu", "off"),
+        default="auto",
+        help="implicit's model: auto = GPU when its CUDA extension loads, else CPU "
+        "(said in the table)",
+    )
+    p.add_argument(
+        "--cost",
+        choices=("on", "off"),
+        default="on",
+        help="XLA's cost analysis of ours' epoch at each size and d (the default form)",
+    )
     p.add_argument("--peak_n", type=int, default=8192, help="matmul size of the peak measurement")
-    p.add_argument("--copy_mib", type=int, default=2048,
-                   help="MiB copied by the bandwidth measurement")
+    p.add_argument(
+        "--copy_mib", type=int, default=2048, help="MiB copied by the bandwidth measurement"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default=str(paths.work_dir("gpu_vs_implicit")))
-    p.add_argument("--json", default="",
-                   help="the JSON of every figure (default WORK/gpu_vs_implicit.json)")
-    p.add_argument("--budget_s", type=float, default=340,
-                   help="no section starts after this many seconds")
-    p.add_argument("--section_timeout", type=float, default=300,
-                   help="seconds one child process may run")
-    p.add_argument("--wheels", default=str(paths.WHEELS),
-                   help="wheel files installed for the children")
-    p.add_argument("--site", default=os.path.join(tempfile.gettempdir(), "site"),
-                   help="where they go")
+    p.add_argument(
+        "--json", default="", help="the JSON of every figure (default WORK/gpu_vs_implicit.json)"
+    )
+    p.add_argument(
+        "--budget_s", type=float, default=340, help="no section starts after this many seconds"
+    )
+    p.add_argument(
+        "--section_timeout", type=float, default=300, help="seconds one child process may run"
+    )
+    add_wheel_args(p)
     args = p.parse_args(argv)
     args.size_list = [s for s in args.sizes.split(",") if s]
     bad = [s for s in args.size_list if s not in names]
@@ -262,9 +369,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     try:
         for form in args.form_list:
             solve_forms.form_overrides(form)
-        args.forms_at = {solve_forms.forms_point(item.strip(),
-                                                 names) for item in args.forms_at.split(",")
-                         if item.strip()}
+        args.forms_at = {
+            solve_forms.forms_point(item.strip(), names)
+            for item in args.forms_at.split(",")
+            if item.strip()
+        }
     except ValueError as e:
         p.error(str(e))
     return args
@@ -278,22 +387,32 @@ def plan_sections(args: argparse.Namespace, work: pathlib.Path) -> list:
             model_dir = str(work / "models" / f"{size}-d{dim}")
             at = (size, dim) in args.forms_at or (size, None) in args.forms_at
             config = ours_config(size, dim, args.epochs, model_dir, args.ours)
-            forms = {form: ours_config(size, dim, args.epochs,
-                                       f"{model_dir}-{form.replace(':', '-')}",
-                                       [*args.ours, *solve_forms.form_overrides(form)])
-                     for form in (args.form_list if at else [])}
+            forms = {
+                form: ours_config(
+                    size,
+                    dim,
+                    args.epochs,
+                    f"{model_dir}-{form.replace(':', '-')}",
+                    [*args.ours, *solve_forms.form_overrides(form)],
+                )
+                for form in (args.form_list if at else [])
+            }
             plan.append((size, dim, config, forms))
     return plan
 
 
-def prepare_data(runner: Runner, args: argparse.Namespace, report: dict,
-                 work: pathlib.Path) -> None:
+def prepare_data(
+    runner: Runner, args: argparse.Namespace, report: dict, work: pathlib.Path
+) -> None:
     """The device step (peaks, generated matrices), then Gowalla; one line of each."""
-    generate = {s: (SIZES[s].rows, SIZES[s].cols,
-                    SIZES[s].nnz) for s in args.size_list if s in SIZES}
-    lines, error, child_s = runner("device", "device", {"generate": generate, "seed": args.seed,
-                                                        "peak_n": args.peak_n,
-                                                        "copy_mib": args.copy_mib})
+    generate = {
+        s: (SIZES[s].rows, SIZES[s].cols, SIZES[s].nnz) for s in args.size_list if s in SIZES
+    }
+    lines, error, child_s = runner(
+        "device",
+        "device",
+        {"generate": generate, "seed": args.seed, "peak_n": args.peak_n, "copy_mib": args.copy_mib},
+    )
     for line in lines:
         report["device"].update(line.get("device", {}))
         report["data"].update(line.get("data", {}))
@@ -304,12 +423,14 @@ def prepare_data(runner: Runner, args: argparse.Namespace, report: dict,
         return fmt(peaks[key] / scale if peaks.get(key) else None, ".1f")
 
     device = report["device"]
-    print(f"device: {device.get('device_kind', '?')} ({device.get('platform', '?')}); "
-          f"matmul bf16 {peak('matmul_bf16_flop_s', 1e12)} TFLOP/s, "
-          f"f32 {peak('matmul_f32_flop_s', 1e12)} "
-          f"(DEFAULT precision {peak('matmul_f32_default_flop_s', 1e12)}) TFLOP/s, "
-          f"copy {peak('copy_bytes_s', 1e9)} GB/s" + (f"; device step: {error}" if error else ""),
-          flush=True)
+    print(
+        f"device: {device.get('device_kind', '?')} ({device.get('platform', '?')}); "
+        f"matmul bf16 {peak('matmul_bf16_flop_s', 1e12)} TFLOP/s, "
+        f"f32 {peak('matmul_f32_flop_s', 1e12)} "
+        f"(DEFAULT precision {peak('matmul_f32_default_flop_s', 1e12)}) TFLOP/s, "
+        f"copy {peak('copy_bytes_s', 1e9)} GB/s" + (f"; device step: {error}" if error else ""),
+        flush=True,
+    )
     if GOWALLA in args.size_list:
         try:
             t = time.perf_counter()
@@ -320,11 +441,20 @@ def prepare_data(runner: Runner, args: argparse.Namespace, report: dict,
             report["data"][GOWALLA] = {"error": one_line(e)}
     for size in args.size_list:
         meta = report["data"].get(size, {"error": "not generated (the device step failed)"})
-        timings = ", ".join(f"{k} {meta[k]:.2f} s" for k in ("device_s", "to_host_s", "read_s",
-                                                             "save_s")
-                            if k in meta)
-        print(f"data {size}: " + (meta["error"] if "error" in meta else
-              f"{meta['rows']:,} x {meta['cols']:,}, {meta['nnz']:,} nnz; {timings}"), flush=True)
+        timings = ", ".join(
+            f"{k} {meta[k]:.2f} s"
+            for k in ("device_s", "to_host_s", "read_s", "save_s")
+            if k in meta
+        )
+        print(
+            f"data {size}: "
+            + (
+                meta["error"]
+                if "error" in meta
+                else f"{meta['rows']:,} x {meta['cols']:,}, {meta['nnz']:,} nnz; {timings}"
+            ),
+            flush=True,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -337,27 +467,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{MODULE}: error: {one_line(e)}", file=sys.stderr)
         return 2
     work.mkdir(parents=True, exist_ok=True)
-    try:
-        env = wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
-    except subprocess.CalledProcessError as e:
-        print(f"wheels: install into {args.site} failed ({e}); children run with the environment "
-              "as it is")
-        env = dict(os.environ)
+    env = children_env(args)
     runner = Runner(MODULE, work, env, start + args.budget_s, args.section_timeout)
-    report: dict[str, Any] = {"run": {"argv": sys.argv[1:] if argv is None else list(argv),
-                                      "host": platform.node(),
-                                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                               time.gmtime())},
-                              "device": {}, "data": {}, "sections": []}
+    report: dict[str, Any] = {
+        "run": {
+            "argv": sys.argv[1:] if argv is None else list(argv),
+            "host": platform.node(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "device": {},
+        "data": {},
+        "sections": [],
+    }
     prepare_data(runner, args, report, work)
     implicit_s: dict[tuple[str, int], float | None] = {}
     for size, dim, config, _ in plan:
         meta = report["data"].get(size, {})
         if "error" in meta or not meta:
             continue
-        rows = {who: run_section(runner, args, report, size, dim, config, who,
-                                 f"{size}-d{dim}-{who}")
-                for who in (("ours", "implicit") if args.implicit != "off" else ("ours",))}
+        rows = {
+            who: run_section(
+                runner,
+                args,
+                report,
+                size,
+                dim,
+                config,
+                who,
+                f"{size}-d{dim}-{who}",
+                cost=who == "ours" and args.cost == "on",
+            )
+            for who in (("ours", "implicit") if args.implicit != "off" else ("ours",))
+        }
         base = implicit_s[size, dim] = rows.get("implicit", {}).get("s_per_epoch")
         for r in rows.values():
             add_row(report, r, base)
@@ -373,7 +514,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--_child":
-        sections.child_main(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(main())
+    main_or_child(main, sections.CHILDREN)

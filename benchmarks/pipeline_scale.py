@@ -95,19 +95,24 @@ def bench_extraction(records: int, repeat: int, work_dir: str) -> dict:
     mb = os.path.getsize(path) / 1e6
     print(f"input: {path} ({n:,} WARC records, {mb:.1f} MB per-record gzip)")
     json_rate, orjson_rate = json_rates(str(path))
-    print(f"JSON decode only: json {json_rate:,.0f}/s, orjson {orjson_rate:,.0f}/s "
-          f"({orjson_rate / json_rate:.2f}x)")
-    methods = [("(a)  ours, warcio reader", ours("warcio")),
-               ("(a') ours, FastWARC reader", ours("fastwarc")),
-               ("(b)  warcio + json + urljoin", wat_files.cc_pyspark_loop),
-               ("(c)  floor: decompress + orjson", wat_files.decode_floor),
-               ("(r)  warcio reading alone", wat_files.warcio_read_only)]
+    print(
+        f"JSON decode only: json {json_rate:,.0f}/s, orjson {orjson_rate:,.0f}/s "
+        f"({orjson_rate / json_rate:.2f}x)"
+    )
+    methods = [
+        ("(a)  ours, warcio reader", ours("warcio")),
+        ("(a') ours, FastWARC reader", ours("fastwarc")),
+        ("(b)  warcio + json + urljoin", wat_files.cc_pyspark_loop),
+        ("(c)  floor: decompress + orjson", wat_files.decode_floor),
+        ("(r)  warcio reading alone", wat_files.warcio_read_only),
+    ]
     rates = {}
     for name, fn in methods:
         seconds, out = best_cpu_seconds(fn, str(path), repeat)
         rates[name[:4].strip()] = n / seconds
-        print(f"{name:34s} {n / seconds:>10,.0f} records/s per core  ({seconds:.2f} s CPU, "
-              f"{out:,})")
+        print(
+            f"{name:34s} {n / seconds:>10,.0f} records/s per core  ({seconds:.2f} s CPU, {out:,})"
+        )
     a, a2, b, c = rates["(a)"], rates["(a')"], rates["(b)"], rates["(c)"]
     print(f"ratios: a/b = {a / b:.2f} (target >= 1.5), a/c = {a / c:.2f} (target >= 0.5)")
     print(f"        a'/b = {a2 / b:.2f}, a'/c = {a2 / c:.2f}", flush=True)
@@ -132,9 +137,13 @@ def graph_stage_job(num_edges: int, out: str) -> None:
     sizes = [min(BATCH_EDGES, num_edges - i) for i in range(0, num_edges, BATCH_EDGES)]
     os.makedirs(out, exist_ok=True)
     with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as p:
-        graph = (p | beam.Create(list(enumerate(sizes))) | beam.Reshuffle()
-                 | beam.MapTuple(lambda i, n: edge_batch(0, i, n, max(num_edges // 8, 1)))
-                 | BuildWebGraph(config))
+        graph = (
+            p
+            | beam.Create(list(enumerate(sizes)))
+            | beam.Reshuffle()
+            | beam.MapTuple(lambda i, n: edge_batch(0, i, n, max(num_edges // 8, 1)))
+            | BuildWebGraph(config)
+        )
         graph | WriteTfRecords(out, config.to_dict(), ["generated"], num_shards=8)
 
 
@@ -147,9 +156,13 @@ def extract_only_job(pattern: str) -> None:
     from webgraph_pipeline.pipeline import match_inputs
 
     with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as p:
-        _ = (p | ExtractEdges(match_inputs([pattern])) | beam.Map(lambda b: len(b[0]))
-             | beam.CombineGlobally(sum) | beam.Map(lambda n: print(f"extracted {n} edges",
-                                                                    flush=True)))
+        _ = (
+            p
+            | ExtractEdges(match_inputs([pattern]))
+            | beam.Map(lambda b: len(b[0]))
+            | beam.CombineGlobally(sum)
+            | beam.Map(lambda n: print(f"extracted {n} edges", flush=True))
+        )
 
 
 def write_edges(num_edges: int, work_dir: str) -> str:
@@ -158,8 +171,9 @@ def write_edges(num_edges: int, work_dir: str) -> str:
     if not os.path.exists(path):
         with open(path + ".tmp", "w") as f:
             for i, start in enumerate(range(0, num_edges, BATCH_EDGES)):
-                src, dst = edge_batch(0, i, min(BATCH_EDGES, num_edges - start),
-                                      max(num_edges // 8, 1))
+                src, dst = edge_batch(
+                    0, i, min(BATCH_EDGES, num_edges - start), max(num_edges // 8, 1)
+                )
                 # bare integer ids: a line of two `n<id>` words would read as a header line
                 f.write("".join(f"{a[1:]} {b[1:]}\n" for a, b in zip(src, dst)))
         os.rename(path + ".tmp", path)
@@ -169,8 +183,12 @@ def write_edges(num_edges: int, work_dir: str) -> str:
 def measured(cmd: list, log: str) -> dict:
     """A job in a child: wall, CPU, peak memory of its process tree, exit status."""
     child = run_child(cmd, log=log, tree=True, check=False)
-    return {"wall_s": child.wall_s, "cpu_s": child.cpu_s, "peak_gib": child.peak_gib,
-            "exit": child.returncode}
+    return {
+        "wall_s": child.wall_s,
+        "cpu_s": child.cpu_s,
+        "peak_gib": child.peak_gib,
+        "exit": child.returncode,
+    }
 
 
 def job_cmd(*args: str) -> list[str]:
@@ -181,7 +199,8 @@ def identical_outputs(a: str, b: str) -> bool:
     """Whether two output directories hold the same files with the same bytes."""
     names = sorted(os.listdir(a))
     return names == sorted(os.listdir(b)) and all(
-        pathlib.Path(a, n).read_bytes() == pathlib.Path(b, n).read_bytes() for n in names)
+        pathlib.Path(a, n).read_bytes() == pathlib.Path(b, n).read_bytes() for n in names
+    )
 
 
 def bench_wat(pages: int, args) -> dict:
@@ -191,25 +210,41 @@ def bench_wat(pages: int, args) -> dict:
         start = time.time()
         responses = wat_files.response_pages(pattern)
         floor_s = time.time() - start
-    print(f"{pages:,} pages: WAT {size / 2**20:.1f} MiB in {len(glob.glob(pattern))} files "
-          f"(written in {gen_s:.0f} s); plain read+parse floor {floor_s:.1f} s for "
-          f"{responses:,} pages; {load_line()}", flush=True)
-    row = {"pages": pages, "wat_bytes": size, "write_wat_s": gen_s, "read_floor_s": floor_s,
-           "runs": {},
-           "extract_only": {"exit": None}}
+    print(
+        f"{pages:,} pages: WAT {size / 2**20:.1f} MiB in {len(glob.glob(pattern))} files "
+        f"(written in {gen_s:.0f} s); plain read+parse floor {floor_s:.1f} s for "
+        f"{responses:,} pages; {load_line()}",
+        flush=True,
+    )
+    row = {
+        "pages": pages,
+        "wat_bytes": size,
+        "write_wat_s": gen_s,
+        "read_floor_s": floor_s,
+        "runs": {},
+        "extract_only": {"exit": None},
+    }
     if args.extract_only:
         log = os.path.join(args.work_dir, f"extract_{pages}.log")
-        e = row["extract_only"] = measured([sys.executable, "-m", MODULE, "--extract_only_job",
-                                            pattern], log)
-        print(f"  extraction only (ExtractEdges, 1 worker): {e['wall_s']:7.1f} s wall, "
-              f"{e['cpu_s']:.1f} CPU s, peak RSS {e['peak_gib']:.2f} GiB"
-              + (f" FAILED (exit {e['exit']})" if e["exit"] else ""))
+        e = row["extract_only"] = measured(
+            [sys.executable, "-m", MODULE, "--extract_only_job", pattern], log
+        )
+        print(
+            f"  extraction only (ExtractEdges, 1 worker): {e['wall_s']:7.1f} s wall, "
+            f"{e['cpu_s']:.1f} CPU s, peak RSS {e['peak_gib']:.2f} GiB"
+            + (f" FAILED (exit {e['exit']})" if e["exit"] else "")
+        )
     for workers in args.workers:
         out = os.path.join(args.work_dir, f"out_{pages}_{workers}")
-        mode = ["--direct_num_workers", "1"] if workers == 1 else [
-            "--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
-        r = measured(job_cmd("--input", pattern, "--output", out, *args.job_flags.split(), *mode),
-                     out + ".log")
+        mode = (
+            ["--direct_num_workers", "1"]
+            if workers == 1
+            else ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
+        )
+        r = measured(
+            job_cmd("--input", pattern, "--output", out, *args.job_flags.split(), *mode),
+            out + ".log",
+        )
         if r["exit"]:
             print(f"  {workers} worker(s): FAILED (exit {r['exit']}), see {out}.log", flush=True)
             row["runs"][workers] = r
@@ -217,24 +252,33 @@ def bench_wat(pages: int, args) -> dict:
         with open(os.path.join(out, "stats.json")) as f:
             stats = json.load(f)
         r.update(nodes=stats["nodes"], edges=stats["edges"])
-        print(f"  whole job, {workers} worker(s): {r['wall_s']:7.1f} s wall, "
-              f"{r['cpu_s']:.1f} CPU s, peak RSS {r['peak_gib']:.2f} GiB, "
-              f"{pages / r['wall_s']:,.0f} pages/s; graph {stats['nodes']:,} nodes "
-              f"{stats['edges']:,} edges; {load_line()}", flush=True)
+        print(
+            f"  whole job, {workers} worker(s): {r['wall_s']:7.1f} s wall, "
+            f"{r['cpu_s']:.1f} CPU s, peak RSS {r['peak_gib']:.2f} GiB, "
+            f"{pages / r['wall_s']:,.0f} pages/s; graph {stats['nodes']:,} nodes "
+            f"{stats['edges']:,} edges; {load_line()}",
+            flush=True,
+        )
         row["runs"][workers] = r
     runs, extract = row["runs"], row["extract_only"]
     if runs.get(1, {}).get("exit") == 0 and extract["exit"] == 0:
-        print(f"  whole job / extraction only (1 worker): "
-              f"{runs[1]['wall_s'] / extract['wall_s']:.2f}x wall, "
-              f"{runs[1]['cpu_s'] / extract['cpu_s']:.2f}x CPU; DirectRunner / plain read floor: "
-              f"{runs[1]['wall_s'] / floor_s:.1f}x", flush=True)
+        print(
+            f"  whole job / extraction only (1 worker): "
+            f"{runs[1]['wall_s'] / extract['wall_s']:.2f}x wall, "
+            f"{runs[1]['cpu_s'] / extract['cpu_s']:.2f}x CPU; DirectRunner / plain read floor: "
+            f"{runs[1]['wall_s'] / floor_s:.1f}x",
+            flush=True,
+        )
     if runs.get(1, {}).get("exit") == 0 and runs.get(2, {}).get("exit") == 0:
-        same = row["identical_1_vs_2"] = identical_outputs(os.path.join(args.work_dir,
-                                                                        f"out_{pages}_1"),
-                                                           os.path.join(args.work_dir,
-                                                                        f"out_{pages}_2"))
-        print(f"  1 worker / 2 workers wall: {runs[1]['wall_s'] / runs[2]['wall_s']:.2f}x; "
-              f"outputs byte-identical: {same}", flush=True)
+        same = row["identical_1_vs_2"] = identical_outputs(
+            os.path.join(args.work_dir, f"out_{pages}_1"),
+            os.path.join(args.work_dir, f"out_{pages}_2"),
+        )
+        print(
+            f"  1 worker / 2 workers wall: {runs[1]['wall_s'] / runs[2]['wall_s']:.2f}x; "
+            f"outputs byte-identical: {same}",
+            flush=True,
+        )
     return row
 
 
@@ -243,8 +287,20 @@ def bench_edges(num_edges: int, args, text: bool) -> dict:
     if text:
         path = write_edges(num_edges, args.work_dir)
         out = os.path.join(args.work_dir, f"text_{num_edges}")
-        cmd = job_cmd("--input_format", "edges", "--input", path, "--output", out, "--min_links",
-                      "3", "--num_shards", "8", "--direct_num_workers", "1")
+        cmd = job_cmd(
+            "--input_format",
+            "edges",
+            "--input",
+            path,
+            "--output",
+            out,
+            "--min_links",
+            "3",
+            "--num_shards",
+            "8",
+            "--direct_num_workers",
+            "1",
+        )
         mib = os.path.getsize(path) / 2**20
         what = f"whole job on a {num_edges:,}-edge text edge list ({mib:.0f} MiB)"
     else:
@@ -260,9 +316,12 @@ def bench_edges(num_edges: int, args, text: bool) -> dict:
             stats = json.load(f)
         row.update(nodes=stats["nodes"], edges=stats["edges"])
         what += f" ({stats['edges']:,} kept, {stats['nodes']:,} nodes)"
-    print(f"{what}: {row['wall_s']:.1f} s wall, {row['cpu_s']:.1f} CPU s, "
-          f"{num_edges / row['cpu_s']:,.0f} edges/s/core, {row['cpu_s'] / num_edges * 1e6:.2f} CPU "
-          f"us/edge, peak RSS {row['peak_gib']:.2f} GiB; {load_line()}", flush=True)
+    print(
+        f"{what}: {row['wall_s']:.1f} s wall, {row['cpu_s']:.1f} CPU s, "
+        f"{num_edges / row['cpu_s']:,.0f} edges/s/core, {row['cpu_s'] / num_edges * 1e6:.2f} CPU "
+        f"us/edge, peak RSS {row['peak_gib']:.2f} GiB; {load_line()}",
+        flush=True,
+    )
     return row
 
 
@@ -273,34 +332,66 @@ def print_marginal_costs(rows: list[dict], what: str) -> None:
     for a, b in zip(done, done[1:]):
         per_edge = (b["cpu_s"] - a["cpu_s"]) / (b["edges_in"] - a["edges_in"])
         fixed = a["cpu_s"] - per_edge * a["edges_in"]
-        print(f"{what}, {a['edges_in']:,} -> {b['edges_in']:,} edges: {per_edge * 1e6:.2f} CPU us "
-              f"per extra edge ({1 / per_edge:,.0f} edges/s/core beyond a fixed {fixed:.1f} CPU s)",
-              flush=True)
+        print(
+            f"{what}, {a['edges_in']:,} -> {b['edges_in']:,} edges: {per_edge * 1e6:.2f} CPU us "
+            f"per extra edge ({1 / per_edge:,.0f} edges/s/core beyond a fixed {fixed:.1f} CPU s)",
+            flush=True,
+        )
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--wat_records", type=int, default=0,
-                    help="extraction per core on this many records")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="(--wat_records) runs per method, the best kept")
-    ap.add_argument("--pages", type=int, nargs="*",
-                    help="whole-job runs on this many pages (default 20000 "
-                    "when nothing else is asked; give none to skip)")
+    ap = argparse.ArgumentParser(
+        prog=f"python -m {MODULE}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--wat_records", type=int, default=0, help="extraction per core on this many records"
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="(--wat_records) runs per method, the best kept"
+    )
+    ap.add_argument(
+        "--pages",
+        type=int,
+        nargs="*",
+        help="whole-job runs on this many pages (default 20000 "
+        "when nothing else is asked; give none to skip)",
+    )
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--work_dir", default="/tmp/webgraph_bench")
     ap.add_argument("--records_per_file", type=int, default=5_000)
-    ap.add_argument("--job_flags", default="--min_links 3 --num_shards 8",
-                    help="graph flags for the job (default: K=3, 8 shards)")
-    ap.add_argument("--graph_edges", type=int, nargs="*", default=[],
-                    help="sizes (edges) of graph-stage-only runs on generated power-law batches")
-    ap.add_argument("--text_edges", type=int, nargs="*", default=[],
-                    help="sizes (edges) of whole-job runs on the same graph as a text edge list")
-    ap.add_argument("--no_read_floor", dest="read_floor", action="store_false",
-                    help="skip the plain read of the WAT files (a floor, about 2 min at 1M pages)")
-    ap.add_argument("--no_extract_only", dest="extract_only", action="store_false",
-                    help="skip the extraction-only job (to split a long series into runs)")
+    ap.add_argument(
+        "--job_flags",
+        default="--min_links 3 --num_shards 8",
+        help="graph flags for the job (default: K=3, 8 shards)",
+    )
+    ap.add_argument(
+        "--graph_edges",
+        type=int,
+        nargs="*",
+        default=[],
+        help="sizes (edges) of graph-stage-only runs on generated power-law batches",
+    )
+    ap.add_argument(
+        "--text_edges",
+        type=int,
+        nargs="*",
+        default=[],
+        help="sizes (edges) of whole-job runs on the same graph as a text edge list",
+    )
+    ap.add_argument(
+        "--no_read_floor",
+        dest="read_floor",
+        action="store_false",
+        help="skip the plain read of the WAT files (a floor, about 2 min at 1M pages)",
+    )
+    ap.add_argument(
+        "--no_extract_only",
+        dest="extract_only",
+        action="store_false",
+        help="skip the extraction-only job (to split a long series into runs)",
+    )
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--graph_stage_job", nargs=2, metavar=("EDGES", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--extract_only_job", metavar="GLOB", help=argparse.SUPPRESS)
@@ -314,8 +405,11 @@ def main(argv=None) -> int:
     if args.pages is None:
         args.pages = [] if args.wat_records or args.graph_edges or args.text_edges else [20_000]
     os.makedirs(args.work_dir, exist_ok=True)
-    results = {"extraction": bench_extraction(args.wat_records, args.repeat, args.work_dir)
-               if args.wat_records else None}
+    results = {
+        "extraction": bench_extraction(args.wat_records, args.repeat, args.work_dir)
+        if args.wat_records
+        else None
+    }
     results["wat"] = [bench_wat(pages, args) for pages in args.pages]
     results["graph_stage"] = [bench_edges(n, args, text=False) for n in args.graph_edges]
     results["text_edges"] = [bench_edges(n, args, text=True) for n in args.text_edges]

@@ -2,6 +2,7 @@
 
     python -m benchmarks.reader_speed [--sizes 25m,in-sparse] [--work /tmp/trainer_scale]
         [--repeats 3] [--chunk_rows 2048]
+    python -m benchmarks.reader_speed phases --data DIR   # read, plan, pack, transpose timed apart
 
 Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
 `webgraph_contract.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
@@ -31,8 +32,9 @@ from webgraph_contract.quiet_logs import quiet
 quiet()  # TensorFlow's start-up lines held back before it is imported
 
 
-def tf_data_chunks(files: Sequence[str], chunk_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray,
-                                                                            np.ndarray]]:
+def tf_data_chunks(
+    files: Sequence[str], chunk_rows: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(row ids, indptr, cols) per batch, as the trainer's tf.data reader made them."""
     import tensorflow as tf
 
@@ -57,9 +59,9 @@ def ours_chunks(files: Sequence[str], chunk_rows: int, shape: tuple[int, int]):
         yield chunk.row_ids, chunk.indptr, chunk.cols
 
 
-def consume(chunks: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[float, float,
-                                                                                  tuple[int, int,
-                                                                                        int]]:
+def consume(
+    chunks: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[float, float, tuple[int, int, int]]:
     """Wall and CPU seconds (all threads) to drain `chunks`, and (rows, nnz, a checksum of the ids
     and lengths)."""
     start, cpu = time.perf_counter(), time.process_time()
@@ -72,8 +74,9 @@ def consume(chunks: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tupl
     return time.perf_counter() - start, time.process_time() - cpu, (rows, nnz, check)
 
 
-def compare(files: Sequence[str], chunk_rows: int, shape: tuple[int, int],
-            repeats: int) -> dict[str, float]:
+def compare(
+    files: Sequence[str], chunk_rows: int, shape: tuple[int, int], repeats: int
+) -> dict[str, float]:
     """Best wall seconds of each reader over `files` and the CPU seconds of that pass; raises if
     their content differs."""
     readers: dict[str, Callable[[], Iterator]] = {
@@ -89,28 +92,35 @@ def compare(files: Sequence[str], chunk_rows: int, shape: tuple[int, int],
                 best[name], best[f"{name} cpu"] = seconds, cpu
             seen[name] = content
     if seen["ours"] != seen["tf.data"]:
-        raise AssertionError(f"the readers disagree: ours {seen['ours']}, "
-                             f"tf.data {seen['tf.data']}")
+        raise AssertionError(
+            f"the readers disagree: ours {seen['ours']}, tf.data {seen['tf.data']}"
+        )
     return {**best, "rows": seen["ours"][0], "nnz": seen["ours"][1]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="25m,in-sparse",
-                   help=f"Sizes of {sorted(SIZES)}, comma-separated.")
-    p.add_argument("--work", default="/tmp/trainer_scale",
-                   help="Where the matrices are (made if absent).")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="Passes of each reader (the best is reported).")
-    p.add_argument("--chunk_rows", type=int, default=2048,
-                   help="Rows per chunk (the trainer's --chunk_rows).")
+    p.add_argument(
+        "--sizes", default="25m,in-sparse", help=f"Sizes of {sorted(SIZES)}, comma-separated."
+    )
+    p.add_argument(
+        "--work", default="/tmp/trainer_scale", help="Where the matrices are (made if absent)."
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help="Passes of each reader (the best is reported)."
+    )
+    p.add_argument(
+        "--chunk_rows", type=int, default=2048, help="Rows per chunk (the trainer's --chunk_rows)."
+    )
     args = p.parse_args(argv)
     import tensorflow  # noqa: F401 - imported before any clock starts
 
     from webgraph_contract import layout, stats_json
 
-    print(f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} "
-          f"{'tf.data rows/s':>15} {'ratio':>6}  {'rows per CPU s, ours / tf.data':>31}")
+    print(
+        f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} "
+        f"{'tf.data rows/s':>15} {'ratio':>6}  {'rows per CPU s, ours / tf.data':>31}"
+    )
     for size in args.sizes.split(","):
         out = ensure_matrix(args.work, size)
         shape = stats_json.matrix_shape(stats_json.read_stats(out))
@@ -119,11 +129,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             r = compare(files, args.chunk_rows, shape[::-1] if flip else shape, args.repeats)
             ours, theirs = r["rows"] / r["ours"], r["rows"] / r["tf.data"]
             per_cpu = f"{r['rows'] / r['ours cpu']:,.0f} / {r['rows'] / r['tf.data cpu']:,.0f}"
-            print(f"{size:<10} {split:<8} {r['rows']:>10,} {r['nnz']:>12,} {ours:>12,.0f} "
-                  f"{theirs:>15,.0f} {ours / theirs:>5.2f}x  {per_cpu:>31}", flush=True)
+            print(
+                f"{size:<10} {split:<8} {r['rows']:>10,} {r['nnz']:>12,} {ours:>12,.0f} "
+                f"{theirs:>15,.0f} {ours / theirs:>5.2f}x  {per_cpu:>31}",
+                flush=True,
+            )
     print(f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; best of {args.repeats})")
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["phases"]:  # the trainer's host phases alone: benchmarks.core.host_phases
+        from benchmarks.core import host_phases
+
+        sys.exit(host_phases.main(sys.argv[2:]))
     sys.exit(main())

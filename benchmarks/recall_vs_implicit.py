@@ -17,8 +17,8 @@ seeded hash; 80% of each held-out user's items fold the user in, 20% are the gro
 library trains on the same users with the same d and epochs over the same (lambda, alpha) grid and
 its best cell by Recall@20 is reported. Held-out users are folded in by each library's own exact
 solve (ours `fold_in`, Cholesky; implicit `recalculate_user`), then ranked and scored by the same
-code (`alx_trainer.evaluation.evaluate.evaluate_dataset`: Recall@K over min(K, |gt|), NDCG@100), next to
-the popularity baseline.
+code (`alx_trainer.evaluation.evaluate.evaluate_dataset`: Recall@K over min(K, |gt|), NDCG@100),
+next to the popularity baseline.
 
 `gowalla`: LightGCN's split against the published table, through the command line. The grid:
 alpha x (nu, lambda) pairs (`nu:lambda,lambda;nu:...`) x the epoch counts grid_eval_every, 2
@@ -63,14 +63,24 @@ def floats(text: str) -> list[float]:
 # ---------------------------------------------------------------- MovieLens-1M
 
 
-def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float,
-             alpha: float) -> dict:
+def fit_ours(
+    data_dir: str, model_dir: str, dim: int, epochs: int, reg: float, alpha: float
+) -> dict:
     from alx_trainer.config import TrainConfig
     from alx_trainer.evaluation.evaluate import evaluate_dataset
     from alx_trainer.train import train
 
-    config = TrainConfig(data=data_dir, model_dir=model_dir, dim=dim, epochs=epochs, alpha=alpha,
-                         reg=reg, eval_every=0, checkpoint_every=0, progress=False)
+    config = TrainConfig(
+        data=data_dir,
+        model_dir=model_dir,
+        dim=dim,
+        epochs=epochs,
+        alpha=alpha,
+        reg=reg,
+        eval_every=0,
+        checkpoint_every=0,
+        progress=False,
+    )
     t = time.perf_counter()
     model = train(config)
     seconds = time.perf_counter() - t
@@ -78,13 +88,15 @@ def fit_ours(data_dir: str, model_dir: str, dim: int, epochs: int, reg: float,
     return {**result, "train_seconds": seconds}
 
 
-def fit_implicit(split: datasets.Split, data_dir: str, dim: int, epochs: int, reg: float,
-                 alpha: float) -> dict:
+def fit_implicit(
+    split: datasets.Split, data_dir: str, dim: int, epochs: int, reg: float, alpha: float
+) -> dict:
     from alx_trainer.evaluation.evaluate import evaluate_dataset
 
     indptr, cols = split.train_csr()
-    matrix, regularization = implicit_als.implicit_problem(indptr, cols, split.num_cols, alpha, reg,
-                                                           0.0)
+    matrix, regularization = implicit_als.implicit_problem(
+        indptr, cols, split.num_cols, alpha, reg, 0.0
+    )
     model = implicit_als.implicit_model(dim, regularization, epochs, cg_iters=3)
     t = time.perf_counter()
     implicit_als.fit(model, matrix)
@@ -95,35 +107,57 @@ def fit_implicit(split: datasets.Split, data_dir: str, dim: int, epochs: int, re
         new = implicit_als.confidence_rows(list(fold_rows), split.num_cols, confidence)
         return model.recalculate_user(np.arange(len(fold_rows)), new)
 
-    result = evaluate_dataset((None, np.asarray(model.item_factors, np.float32)), data_dir,
-                              fold_in_fn=fold_in)
-    return {**result, "train_seconds": seconds, "confidence": confidence,
-            "regularization": regularization}
+    result = evaluate_dataset(
+        (None, np.asarray(model.item_factors, np.float32)), data_dir, fold_in_fn=fold_in
+    )
+    return {
+        **result,
+        "train_seconds": seconds,
+        "confidence": confidence,
+        "regularization": regularization,
+    }
 
 
 def ml1m(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = os.path.join(tmp, "ml1m")
         split = datasets.ml1m_split(data_dir, args.seed, args.test_fraction, shards=2)
-        print(f"ML-1M: {split.num_rows} users x {split.num_cols} movies, {split.nnz} training "
-              f"pairs; {len(split.test)} held-out users (80% fold-in / 20% ground truth), seed "
-              f"{args.seed}; d={args.dim}, {args.epochs} epochs, grid "
-              f"{len(args.lambdas)}x{len(args.alphas)}",
-              flush=True)
-        print(f"{'library':<9} {'lambda':>7} {'alpha':>7} {'R@20':>7} {'R@50':>7} {'NDCG@100':>9} "
-              f"{'train s':>8}")
+        print(
+            f"ML-1M: {split.num_rows} users x {split.num_cols} movies, {split.nnz} training "
+            f"pairs; {len(split.test)} held-out users (80% fold-in / 20% ground truth), seed "
+            f"{args.seed}; d={args.dim}, {args.epochs} epochs, grid "
+            f"{len(args.lambdas)}x{len(args.alphas)}",
+            flush=True,
+        )
+        print(
+            f"{'library':<9} {'lambda':>7} {'alpha':>7} {'R@20':>7} {'R@50':>7} {'NDCG@100':>9} "
+            f"{'train s':>8}"
+        )
         best: dict[str, dict] = {}
         for lam in args.lambdas:
             for alpha in args.alphas:
-                cells = [("ours", fit_ours(data_dir, os.path.join(tmp, f"m{lam}_{alpha}"), args.dim,
-                                           args.epochs, lam, alpha)),
-                         ("implicit", fit_implicit(split, data_dir, args.dim, args.epochs, lam,
-                                                   alpha))]
+                cells = [
+                    (
+                        "ours",
+                        fit_ours(
+                            data_dir,
+                            os.path.join(tmp, f"m{lam}_{alpha}"),
+                            args.dim,
+                            args.epochs,
+                            lam,
+                            alpha,
+                        ),
+                    ),
+                    ("implicit", fit_implicit(split, data_dir, args.dim, args.epochs, lam, alpha)),
+                ]
                 for name, r in cells:
                     r.update({"lambda": lam, "alpha": alpha})
-                    print(f"{name:<9} {lam:>7g} {alpha:>7g} {r['recall@20']:>7.4f} "
-                          f"{r['recall@50']:>7.4f} {r['ndcg@100']:>9.4f} "
-                          f"{r['train_seconds']:>8.1f}", flush=True)
+                    print(
+                        f"{name:<9} {lam:>7g} {alpha:>7g} {r['recall@20']:>7.4f} "
+                        f"{r['recall@50']:>7.4f} {r['ndcg@100']:>9.4f} "
+                        f"{r['train_seconds']:>8.1f}",
+                        flush=True,
+                    )
                     if name not in best or r["recall@20"] > best[name]["recall@20"]:
                         best[name] = r
         pop = best["ours"]
@@ -133,10 +167,13 @@ def ml1m(args: argparse.Namespace) -> int:
             label = f"{name} (lambda={r['lambda']:g}, alpha={r['alpha']:g})"
             if name == "implicit":
                 label += f" = (reg {r['regularization']:.3g}, C {r['confidence']:.3g})"
-            print(f"{label:<52} {r['recall@20']:>9.4f} {r['recall@50']:>9.4f} "
-                  f"{r['ndcg@100']:>9.4f}")
-        print(f"{'popularity':<52} {pop['popularity/recall@20']:>9.4f} "
-              f"{pop['popularity/recall@50']:>9.4f} {pop['popularity/ndcg@100']:>9.4f}")
+            print(
+                f"{label:<52} {r['recall@20']:>9.4f} {r['recall@50']:>9.4f} {r['ndcg@100']:>9.4f}"
+            )
+        print(
+            f"{'popularity':<52} {pop['popularity/recall@20']:>9.4f} "
+            f"{pop['popularity/recall@50']:>9.4f} {pop['popularity/ndcg@100']:>9.4f}"
+        )
         ratio = best["ours"]["recall@20"] / best["implicit"]["recall@20"]
         print(f"ours / implicit Recall@20: {ratio:.3f}")
     return 0
@@ -147,16 +184,46 @@ def ml1m(args: argparse.Namespace) -> int:
 
 def run_ours(config: str, data: str, model_dir: str) -> dict:
     """Train with the config file, evaluate on test; metrics, s/epoch and the training's peak."""
-    child = run_child([sys.executable, "-m", "alx_trainer", "train", "--config", config, "--data",
-                       data,
-                       "--model_dir", model_dir, "--eval_every", "0", "--checkpoint_every", "0",
-                       "--no-progress"])
+    child = run_child(
+        [
+            sys.executable,
+            "-m",
+            "alx_trainer",
+            "train",
+            "--config",
+            config,
+            "--data",
+            data,
+            "--model_dir",
+            model_dir,
+            "--eval_every",
+            "0",
+            "--checkpoint_every",
+            "0",
+            "--no-progress",
+        ]
+    )
     with open(os.path.join(model_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     result_path = os.path.join(model_dir, "eval.json")
-    run_child([sys.executable, "-m", "alx_trainer", "eval", "--data", data, "--model_dir",
-               model_dir,
-               "--k", "20", "--ndcg_k", "20", "--output", result_path])
+    run_child(
+        [
+            sys.executable,
+            "-m",
+            "alx_trainer",
+            "eval",
+            "--data",
+            data,
+            "--model_dir",
+            model_dir,
+            "--k",
+            "20",
+            "--ndcg_k",
+            "20",
+            "--output",
+            result_path,
+        ]
+    )
     with open(result_path) as f:
         result = json.load(f)
     seconds = [r["seconds"] for r in records[1:]] or [records[0]["seconds"]]
@@ -172,8 +239,9 @@ def implicit_child(args: argparse.Namespace) -> int:
     _, n_cols, indptr, cols = datasets.read_csr(args.dataset, train_split)
     matrix, reg = implicit_als.implicit_problem(indptr, cols, n_cols, args.alpha, args.reg, args.nu)
     model = implicit_als.implicit_model(args.dim, reg, args.epochs, args.cg_iters)
-    held = evaluate.load_eval_data(args.dataset,
-                                   args.split)[0]  # the rows (and order) our evaluation uses
+    held = evaluate.load_eval_data(args.dataset, args.split)[
+        0
+    ]  # the rows (and order) our evaluation uses
     held = held[: args.eval_rows] if args.eval_rows else held
     at = {int(e) for e in floats(args.eval_epochs)} if args.eval_epochs else {args.epochs}
     seconds: list[float] = []
@@ -190,18 +258,54 @@ def implicit_child(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_implicit(dataset: str, split: str, dim: int, alpha: float, reg: float, nu: float,
-                 epochs: int,
-                 cg_iters: int, eval_epochs: str = "", eval_rows: int = 0) -> list[dict]:
+def run_implicit(
+    dataset: str,
+    split: str,
+    dim: int,
+    alpha: float,
+    reg: float,
+    nu: float,
+    epochs: int,
+    cg_iters: int,
+    eval_epochs: str = "",
+    eval_rows: int = 0,
+) -> list[dict]:
     """implicit fitted in a child process: its metrics at each evaluated epoch count (peak RSS,
     CPU s)."""
-    child = run_child([sys.executable, "-m", MODULE, "gowalla", "--_implicit_child", "--dataset",
-                       dataset,
-                       "--split", split, "--dim", dim, "--alpha", alpha, "--reg", reg, "--nu", nu,
-                       "--epochs", epochs, "--cg_iters", cg_iters, "--eval_epochs", eval_epochs,
-                       "--eval_rows", eval_rows])
-    return [dict(json.loads(line), rss_mib=child.peak_gib * 1024, cpu_s=child.cpu_s)
-            for line in child.stdout.splitlines() if line.startswith("{")]
+    child = run_child(
+        [
+            sys.executable,
+            "-m",
+            MODULE,
+            "gowalla",
+            "--_implicit_child",
+            "--dataset",
+            dataset,
+            "--split",
+            split,
+            "--dim",
+            dim,
+            "--alpha",
+            alpha,
+            "--reg",
+            reg,
+            "--nu",
+            nu,
+            "--epochs",
+            epochs,
+            "--cg_iters",
+            cg_iters,
+            "--eval_epochs",
+            eval_epochs,
+            "--eval_rows",
+            eval_rows,
+        ]
+    )
+    return [
+        dict(json.loads(line), rss_mib=child.peak_gib * 1024, cpu_s=child.cpu_s)
+        for line in child.stdout.splitlines()
+        if line.startswith("{")
+    ]
 
 
 def lambda_grid(text: str) -> dict[float, list[float]]:
@@ -214,8 +318,10 @@ def lambda_grid(text: str) -> dict[float, list[float]]:
         except ValueError:
             grid[float("nan")] = []
         if not list(grid.values())[-1]:
-            raise SystemExit(f"{MODULE}: error: --grid_lambdas: expected "
-                             f"'nu:lambda,lambda;nu:...', got {group!r}")
+            raise SystemExit(
+                f"{MODULE}: error: --grid_lambdas: expected "
+                f"'nu:lambda,lambda;nu:...', got {group!r}"
+            )
     return grid
 
 
@@ -236,12 +342,23 @@ def implicit_sweep(args: argparse.Namespace, data: str, d: int) -> tuple[tuple, 
     for nu, lams in lambda_grid(args.grid_lambdas).items():
         for lam in lams:
             for alpha in floats(args.grid_alphas):
-                key = (f"{d}|{alpha:g}|{lam:g}|{nu:g}|{args.grid_epochs}|{args.grid_eval_every}|"
-                       f"{args.cg_iters}|{args.eval_rows}")
+                key = (
+                    f"{d}|{alpha:g}|{lam:g}|{nu:g}|{args.grid_epochs}|{args.grid_eval_every}|"
+                    f"{args.cg_iters}|{args.eval_rows}"
+                )
                 if key not in cache:
-                    results = run_implicit(data, "validation", d, alpha, lam, nu, args.grid_epochs,
-                                           args.cg_iters,
-                                           ",".join(str(e) for e in every), args.eval_rows)
+                    results = run_implicit(
+                        data,
+                        "validation",
+                        d,
+                        alpha,
+                        lam,
+                        nu,
+                        args.grid_epochs,
+                        args.cg_iters,
+                        ",".join(str(e) for e in every),
+                        args.eval_rows,
+                    )
                     cache[key] = {"key": key, "results": results}
                     with open(cache_path, "a") as f:
                         f.write(json.dumps(cache[key]) + "\n")
@@ -258,15 +375,41 @@ def ours_sweep(args: argparse.Namespace, data: str, d: int) -> dict:
     groups = list(lambda_grid(args.grid_lambdas).items())
     for i, (nu, lams) in enumerate(groups):
         last = i == len(groups) - 1
-        child = run_child([sys.executable, "-m", "alx_trainer", "sweep", "--data", data,
-                           "--out_dir", out,
-                           "--dims", d, "--alphas", args.grid_alphas, "--nus", f"{nu:g}",
-                           "--lambdas", ",".join(f"{v:g}" for v in lams), "--epochs",
-                           args.grid_epochs,
-                           "--eval_every", args.grid_eval_every, "--eval_rows", args.eval_rows,
-                           "--eval_k", "20", "--ndcg_k", "20", "--cg_iters", args.cg_iters,
-                           "--no-progress",
-                           *args.ours_flags.split(), *([] if last else ["--no_final"])])
+        child = run_child(
+            [
+                sys.executable,
+                "-m",
+                "alx_trainer",
+                "sweep",
+                "--data",
+                data,
+                "--out_dir",
+                out,
+                "--dims",
+                d,
+                "--alphas",
+                args.grid_alphas,
+                "--nus",
+                f"{nu:g}",
+                "--lambdas",
+                ",".join(f"{v:g}" for v in lams),
+                "--epochs",
+                args.grid_epochs,
+                "--eval_every",
+                args.grid_eval_every,
+                "--eval_rows",
+                args.eval_rows,
+                "--eval_k",
+                "20",
+                "--ndcg_k",
+                "20",
+                "--cg_iters",
+                args.cg_iters,
+                "--no-progress",
+                *args.ours_flags.split(),
+                *([] if last else ["--no_final"]),
+            ]
+        )
     with open(os.path.join(out, "sweep.json")) as f:
         return dict(json.load(f), rss_mib=child.peak_gib * 1024)
 
@@ -280,32 +423,47 @@ def gowalla(args: argparse.Namespace) -> int:
     data = os.path.join(args.work_dir, "gowalla")
     if not os.path.exists(os.path.join(data, "stats.json")):
         datasets.gowalla_split(data, args.data, validation_fraction=0.2)
-    print(f"Gowalla (LightGCN split, pipeline given split); {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}")
-    head = (f"{'model':<58} {'Recall@20':>9} {'R@20 min':>9} {'NDCG@20':>8} {'s/epoch':>8} "
-            f"{'peak MiB':>9} {'load':>5}")
+    print(
+        f"Gowalla (LightGCN split, pipeline given split); {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
+    head = (
+        f"{'model':<58} {'Recall@20':>9} {'R@20 min':>9} {'NDCG@20':>8} {'s/epoch':>8} "
+        f"{'peak MiB':>9} {'load':>5}"
+    )
 
     def line(name: str, r: dict) -> None:
-        print(f"{name:<58} {r['recall_gt@20']:>9.4f} {r['recall@20']:>9.4f} {r['ndcg@20']:>8.4f} "
-              f"{r['seconds_per_epoch']:>8.2f} {r.get('rss_mib', float('nan')):>9.0f} "
-              f"{os.getloadavg()[0]:>5.2f}", flush=True)
+        print(
+            f"{name:<58} {r['recall_gt@20']:>9.4f} {r['recall@20']:>9.4f} {r['ndcg@20']:>8.4f} "
+            f"{r['seconds_per_epoch']:>8.2f} {r.get('rss_mib', float('nan')):>9.0f} "
+            f"{os.getloadavg()[0]:>5.2f}",
+            flush=True,
+        )
 
     if args.per_d:
-        print(f"grid (validation, {args.eval_rows or 'all'} rows): alpha {args.grid_alphas}; "
-              f"nu:lambda {args.grid_lambdas}; epochs {args.grid_eval_every}..{args.grid_epochs}; "
-              f"CG {args.cg_iters} steps")
+        print(
+            f"grid (validation, {args.eval_rows or 'all'} rows): alpha {args.grid_alphas}; "
+            f"nu:lambda {args.grid_lambdas}; epochs {args.grid_eval_every}..{args.grid_epochs}; "
+            f"CG {args.cg_iters} steps"
+        )
         print(head)
         for d in (int(v) for v in floats(args.per_d)):
             ours = ours_sweep(args, data, d)
             b, final = ours["best"], ours["final"]
-            line(f"ours, val {b['recall_gt@20']:.4f}: " + point_name(d, b["alpha"], b["lambda"],
-                                                                     b["nu"],
-                                                                     int(b["epochs"])),
-                 dict(final["test"], seconds_per_epoch=final["seconds_per_epoch"],
-                      rss_mib=ours["rss_mib"]))
+            line(
+                f"ours, val {b['recall_gt@20']:.4f}: "
+                + point_name(d, b["alpha"], b["lambda"], b["nu"], int(b["epochs"])),
+                dict(
+                    final["test"],
+                    seconds_per_epoch=final["seconds_per_epoch"],
+                    rss_mib=ours["rss_mib"],
+                ),
+            )
             (alpha, lam, nu, ep), score = implicit_sweep(args, data, d)
-            line(f"implicit, val {score:.4f}: " + point_name(d, alpha, lam, nu, ep),
-                 run_implicit(data, "test", d, alpha, lam, nu, ep, args.cg_iters)[-1])
+            line(
+                f"implicit, val {score:.4f}: " + point_name(d, alpha, lam, nu, ep),
+                run_implicit(data, "test", d, alpha, lam, nu, ep, args.cg_iters)[-1],
+            )
     else:
         with open(args.config) as f:
             tuned = json.load(f)
@@ -314,14 +472,18 @@ def gowalla(args: argparse.Namespace) -> int:
         print(head)
         d, epochs, cg = int(tuned["dim"]), int(tuned["epochs"]), int(tuned.get("cg_iters", 3))
         at = (tuned["alpha"], tuned["reg"], tuned["reg_exponent"])
-        line(f"ours {tuned.get('solver', 'cg')}, {point_name(d, *at, epochs)}",
-             run_ours(args.config, data, os.path.join(args.work_dir, "ours")))
+        line(
+            f"ours {tuned.get('solver', 'cg')}, {point_name(d, *at, epochs)}",
+            run_ours(args.config, data, os.path.join(args.work_dir, "ours")),
+        )
         line("implicit cg, same point", run_implicit(data, "test", d, *at, epochs, cg)[-1])
         args.cg_iters = cg
         for gd in (int(v) for v in floats(args.grid_dims)):
             (alpha, lam, nu, ep), score = implicit_sweep(args, data, gd)
-            line(f"implicit, own best (val {score:.4f}): " + point_name(gd, alpha, lam, nu, ep),
-                 run_implicit(data, "test", gd, alpha, lam, nu, ep, cg)[-1])
+            line(
+                f"implicit, own best (val {score:.4f}): " + point_name(gd, alpha, lam, nu, ep),
+                run_implicit(data, "test", gd, alpha, lam, nu, ep, cg)[-1],
+            )
     for name, recall, ndcg in PUBLISHED:
         print(f"{name:<58} {recall:>9.4f} {'':>9} {ndcg:>8.4f}")
     tmp.cleanup()
@@ -329,44 +491,71 @@ def gowalla(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=f"python -m {MODULE}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="dataset_name", required=True)
     m = sub.add_parser("ml1m", help="MovieLens-1M, strong generalization, each one's best cell")
     m.add_argument("--dim", type=int, default=128)
     m.add_argument("--epochs", type=int, default=8)
-    m.add_argument("--lambdas", type=floats, default=[5.0, 10.0, 20.0],
-                   help="our L2 regularization grid")
-    m.add_argument("--alphas", type=floats, default=[0.25, 0.5, 1.0],
-                   help="our unobserved-weight grid")
-    m.add_argument("--test_fraction", type=float, default=0.1,
-                   help="share of users held out (pipeline hash)")
+    m.add_argument(
+        "--lambdas", type=floats, default=[5.0, 10.0, 20.0], help="our L2 regularization grid"
+    )
+    m.add_argument(
+        "--alphas", type=floats, default=[0.25, 0.5, 1.0], help="our unobserved-weight grid"
+    )
+    m.add_argument(
+        "--test_fraction", type=float, default=0.1, help="share of users held out (pipeline hash)"
+    )
     m.add_argument("--seed", type=int, default=0)
     g = sub.add_parser("gowalla", help="Gowalla (LightGCN's split) against the published table")
     g.add_argument("--data", default=str(paths.GOWALLA_DIR), help="train.txt/test.txt folder")
     g.add_argument("--config", default=str(paths.GOWALLA_CONFIG), help="our tuned point")
-    g.add_argument("--work", default="", help="where the dataset, sweeps and models go (default: a "
-                   "temporary directory); sweeps already in it are resumed, not rerun")
-    g.add_argument("--per_d", default="",
-                   help="instead of the tuned point: for each d (comma-separated), ours "
-                   "and implicit each tuned on validation over the grid, reported on test")
+    g.add_argument(
+        "--work",
+        default="",
+        help="where the dataset, sweeps and models go (default: a "
+        "temporary directory); sweeps already in it are resumed, not rerun",
+    )
+    g.add_argument(
+        "--per_d",
+        default="",
+        help="instead of the tuned point: for each d (comma-separated), ours "
+        "and implicit each tuned on validation over the grid, reported on test",
+    )
     g.add_argument("--grid_dims", default="64", help="d of implicit's own grid (without --per_d)")
     g.add_argument("--grid_alphas", default="0.005,0.01,0.02")
-    g.add_argument("--grid_lambdas", default="0:0.75,1.5,3;1:0.002,0.004,0.008",
-                   help="nu:lambda,... groups separated by ';' (lambda's scale depends on nu)")
+    g.add_argument(
+        "--grid_lambdas",
+        default="0:0.75,1.5,3;1:0.002,0.004,0.008",
+        help="nu:lambda,... groups separated by ';' (lambda's scale depends on nu)",
+    )
     g.add_argument("--grid_epochs", type=int, default=8, help="epochs per grid point")
-    g.add_argument("--grid_eval_every", type=int, default=4,
-                   help="every so many epochs is a grid point too")
-    g.add_argument("--eval_rows", type=int, default=10000,
-                   help="validation rows per grid point (0: all)")
-    g.add_argument("--cg_iters", type=int, default=3,
-                   help="CG steps of both (without --per_d: the config's)")
+    g.add_argument(
+        "--grid_eval_every", type=int, default=4, help="every so many epochs is a grid point too"
+    )
+    g.add_argument(
+        "--eval_rows", type=int, default=10000, help="validation rows per grid point (0: all)"
+    )
+    g.add_argument(
+        "--cg_iters", type=int, default=3, help="CG steps of both (without --per_d: the config's)"
+    )
     g.add_argument("--ours_flags", default="", help="more `train` flags for our sweep (--per_d)")
-    g.add_argument("--_implicit_child", action="store_true",
-                   help=argparse.SUPPRESS)  # one implicit fit
-    for name, kind in (("dataset", str), ("split", str), ("dim", int), ("alpha", float),
-                       ("reg", float),
-                       ("nu", float), ("epochs", int), ("eval_epochs", str)):
+    g.add_argument(
+        "--_implicit_child", action="store_true", help=argparse.SUPPRESS
+    )  # one implicit fit
+    for name, kind in (
+        ("dataset", str),
+        ("split", str),
+        ("dim", int),
+        ("alpha", float),
+        ("reg", float),
+        ("nu", float),
+        ("epochs", int),
+        ("eval_epochs", str),
+    ):
         g.add_argument(f"--{name}", type=kind, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     return ml1m(args) if args.dataset_name == "ml1m" else gowalla(args)

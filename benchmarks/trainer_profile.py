@@ -2,6 +2,7 @@
 
     python -m benchmarks.trainer_profile --data DIR [--dim 64] [--cg_iters 3] [--epochs 2]
     [--no-hugepages]
+    python -m benchmarks.trainer_profile memory --data DIR ...   # resident memory by phase
 
 Splits the CPU as `python -m alx_trainer train` does (one JAX device per core, 'owner' layout,
 restarted with glibc's huge-page tunable unless `--no-hugepages`, see `alx_trainer.cli.hugepages`),
@@ -37,32 +38,52 @@ def main() -> None:
     parser.add_argument("--cg_iters", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_pieces", type=int, default=0, help="0: as the trainer chooses")
-    parser.add_argument("--piece_len", type=int, default=0,
-                        help="0: per side, as the trainer chooses")
-    parser.add_argument("--sides", default="row,col",
-                        help="the half-epochs to profile (at least the first needs the other)")
-    parser.add_argument("--trace", action="store_true",
-                        help="also trace the last half-epoch of each side's normal rows with the "
-                             "JAX profiler and give XLA's own time per kind of operation (gather, "
-                             "dot, scatter, ...)")
-    parser.add_argument("--hugepages", action=argparse.BooleanOptionalAction, default=True,
-                        help="restart with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 as the command "
-                             "line does "
-                             "(without, every fresh buffer and table gather pays 4 KiB pages)")
+    parser.add_argument(
+        "--piece_len", type=int, default=0, help="0: per side, as the trainer chooses"
+    )
+    parser.add_argument(
+        "--sides",
+        default="row,col",
+        help="the half-epochs to profile (at least the first needs the other)",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also trace the last half-epoch of each side's normal rows with the "
+        "JAX profiler and give XLA's own time per kind of operation (gather, "
+        "dot, scatter, ...)",
+    )
+    parser.add_argument(
+        "--hugepages",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="restart with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 as the command "
+        "line does "
+        "(without, every fresh buffer and table gather pays 4 KiB pages)",
+    )
     args = parser.parse_args()
 
     from alx_trainer.cli import hugepages
 
     if args.hugepages and hugepages.wanted():
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.trainer_profile",
-                                   *sys.argv[1:]],
-                  dict(os.environ, GLIBC_TUNABLES=hugepages.TUNABLE))
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "benchmarks.trainer_profile", *sys.argv[1:]],
+            dict(os.environ, GLIBC_TUNABLES=hugepages.TUNABLE),
+        )
     from alx_trainer.cli import train as cli_train
     from alx_trainer.config import TrainConfig
 
-    config = TrainConfig(data=args.data, model_dir="/tmp/unused", dim=args.dim,
-                         cg_iters=args.cg_iters, progress=False,
-                         eval_every=0, batch_pieces=args.batch_pieces, piece_len=args.piece_len)
+    config = TrainConfig(
+        data=args.data,
+        model_dir="/tmp/unused",
+        dim=args.dim,
+        cg_iters=args.cg_iters,
+        progress=False,
+        eval_every=0,
+        batch_pieces=args.batch_pieces,
+        piece_len=args.piece_len,
+    )
     cli_train.split_cpu(config)
     import jax
 
@@ -79,14 +100,18 @@ def main() -> None:
     dataset = open_dataset(config.data)
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
-    report: dict = {"devices": len(mesh.devices.flat), "dim": args.dim,
-                    "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
+    report: dict = {
+        "devices": len(mesh.devices.flat),
+        "dim": args.dim,
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+    }
     replica = ReplicaBuffer()  # as `train` shares one between its two runners
     for side in training.sides(False):
         if side.name not in args.sides.split(","):
             continue
-        n_this, n_other = (size["row"], size["col"]) if side.name == "row" else (size["col"],
-                                                                                 size["row"])
+        n_this, n_other = (
+            (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
+        )
         files = records.host_files(dataset.files[side.split], 0, 1)
         reader = functools.partial(records.read_chunks, files, config.chunk_rows, n_this, n_other)
         t = time.perf_counter()
@@ -135,29 +160,44 @@ def main() -> None:
         calls = runner.source.streams()
         slots = sum(int(np.prod(a[0].shape)) for per in calls for a, _ in per)
         report[side.name] = {
-            "rows": int(len(lengths)), "nnz": int(lengths.sum()), "long_rows": int(long.sum()),
-            "long_nnz": int(lengths[long].sum()), "piece_len": runner.plan.piece_len,
+            "rows": int(len(lengths)),
+            "nnz": int(lengths.sum()),
+            "long_rows": int(long.sum()),
+            "long_nnz": int(lengths[long].sum()),
+            "piece_len": runner.plan.piece_len,
             "batch_pieces": runner.plan.batch_pieces,
             "long_batches": runner.plan.long_steps,
-            "long_solves": runner.plan.long_solves, "padded_slots": slots,
+            "long_solves": runner.plan.long_solves,
+            "padded_slots": slots,
             "slots_per_normal_nnz": slots / max(int(lengths[~long].sum()), 1),
-            "read_s": read_s, "plan_pack_transfer_s": init_s,
-            "gramian_s": gram_s[1:] or gram_s, "fixed_replica_s": replica_s[1:] or replica_s,
-            "normal_compute_s": normal_s[1:] or normal_s, "long_rows_s": long_s[1:] or long_s,
+            "read_s": read_s,
+            "plan_pack_transfer_s": init_s,
+            "gramian_s": gram_s[1:] or gram_s,
+            "fixed_replica_s": replica_s[1:] or replica_s,
+            "normal_compute_s": normal_s[1:] or normal_s,
+            "long_rows_s": long_s[1:] or long_s,
         }
         if kinds:
             report[side.name]["xla_op_s"] = kinds
             report[side.name]["long_xla_op_s"] = long_kinds
         print(json.dumps({side.name: report[side.name]}), flush=True)
         del chunks, runner, calls  # one side's batches in memory at a time
-    nnz = next(report[s]["nnz"] for s in ("row",
-                                          "col") if s in report)  # both sides: the same pairs
+    nnz = next(
+        report[s]["nnz"] for s in ("row", "col") if s in report
+    )  # both sides: the same pairs
     flops, byte_count = epoch_work(size["row"], size["col"], nnz, args.dim, args.cg_iters)
-    report["epoch_useful_gflop"], report["epoch_min_gb"] = round(flops / 1e9,
-                                                                 1), round(byte_count / 1e9, 2)
+    report["epoch_useful_gflop"], report["epoch_min_gb"] = (
+        round(flops / 1e9, 1),
+        round(byte_count / 1e9, 2),
+    )
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print(json.dumps(report))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["memory"]:  # resident memory by phase: benchmarks.core.trainer_memory
+        from benchmarks.core import trainer_memory
+
+        trainer_memory.main(sys.argv[2:])
+    else:
+        main()

@@ -46,8 +46,11 @@ from benchmarks.core.work import block_flops, epoch_work
 MODULE = "benchmarks.trainer_scale"
 HUGEPAGES_ENV = "glibc.malloc.hugetlb=1"
 REAL, GOWALLA = "ml1m-real", "gowalla"
-GOWALLA_POINT = {"alpha": 0.02, "reg": 0.002,
-                 "reg_exponent": 1.0}  # frequency-scaled regularization
+GOWALLA_POINT = {
+    "alpha": 0.02,
+    "reg": 0.002,
+    "reg_exponent": 1.0,
+}  # frequency-scaled regularization
 SOLVERS = ("cg", "block", "implicit")
 
 
@@ -76,19 +79,47 @@ def per_epoch(seconds: list[float]) -> float:
     return float(np.median(seconds[1:] or seconds))
 
 
-def run_ours(data: str, dim: int, args: argparse.Namespace, at: dict, hugepages: bool,
-             train_loss: bool,
-             solver: str, score: bool) -> dict:
+def run_ours(
+    data: str,
+    dim: int,
+    args: argparse.Namespace,
+    at: dict,
+    hugepages: bool,
+    train_loss: bool,
+    solver: str,
+    score: bool,
+) -> dict:
     """Ours through the command line in its own process: seconds per epoch, peak RSS, Recall@20."""
-    solver_flags = ["--solver", "block", "--block_size",
-                    args.block_size] if solver == "block" else []
+    solver_flags = (
+        ["--solver", "block", "--block_size", args.block_size] if solver == "block" else []
+    )
     with tempfile.TemporaryDirectory() as model_dir:
-        cmd = [sys.executable, "-m", "alx_trainer", "train", "--data", data, "--model_dir",
-               model_dir,
-               "--dim", dim, "--epochs", args.epochs, "--cg_iters", args.cg_iters, "--eval_every",
-               "0",
-               "--checkpoint_every", "0", "--no-progress", "--train_loss_every", int(train_loss),
-               *[f"--{k}={v}" for k, v in at.items()], *solver_flags, *args.ours_flags.split()]
+        cmd = [
+            sys.executable,
+            "-m",
+            "alx_trainer",
+            "train",
+            "--data",
+            data,
+            "--model_dir",
+            model_dir,
+            "--dim",
+            dim,
+            "--epochs",
+            args.epochs,
+            "--cg_iters",
+            args.cg_iters,
+            "--eval_every",
+            "0",
+            "--checkpoint_every",
+            "0",
+            "--no-progress",
+            "--train_loss_every",
+            int(train_loss),
+            *[f"--{k}={v}" for k, v in at.items()],
+            *solver_flags,
+            *args.ours_flags.split(),
+        ]
         env = dict(os.environ, GLIBC_TUNABLES=HUGEPAGES_ENV if hugepages else "")
         child = run_child(cmd, env=env)
         with open(os.path.join(model_dir, "metrics.jsonl")) as f:
@@ -108,8 +139,11 @@ def scores(data: str, row_table: np.ndarray, col_table: np.ndarray) -> dict:
     from webgraph_contract import dataset_reader
 
     _, _, indptr, cols = datasets.read_csr(data, "train")
-    rows = [(r, cols[indptr[r]: indptr[r + 1]], g) for r, _,
-            g in dataset_reader.read_split(data, "test") if len(g)]
+    rows = [
+        (r, cols[indptr[r] : indptr[r + 1]], g)
+        for r, _, g in dataset_reader.read_split(data, "test")
+        if len(g)
+    ]
     return score_trained_rows(row_table, col_table, rows)
 
 
@@ -117,25 +151,49 @@ def implicit_worker(args: argparse.Namespace) -> None:
     """(In a child) implicit's CPU ALS on the dataset's train split; prints its per-epoch seconds
     (and scores) as JSON."""
     _, num_cols, indptr, cols = datasets.read_csr(args.data, "train")
-    matrix, reg = implicit_als.implicit_problem(indptr, cols, num_cols, args.alpha, args.reg,
-                                                args.reg_exponent)
+    matrix, reg = implicit_als.implicit_problem(
+        indptr, cols, num_cols, args.alpha, args.reg, args.reg_exponent
+    )
     del indptr, cols
-    model = implicit_als.implicit_model(int(args.dims), reg, args.epochs, args.cg_iters,
-                                        threads=args.threads,
-                                        training_loss=args.train_loss == "on")
+    model = implicit_als.implicit_model(
+        int(args.dims),
+        reg,
+        args.epochs,
+        args.cg_iters,
+        threads=args.threads,
+        training_loss=args.train_loss == "on",
+    )
     result: dict = {"seconds": implicit_als.fit(model, matrix)}
     if args.recall:
-        result.update(scores(args.data, np.asarray(model.user_factors),
-                             np.asarray(model.item_factors)))
+        result.update(
+            scores(args.data, np.asarray(model.user_factors), np.asarray(model.item_factors))
+        )
     print(json.dumps(result))
 
 
-def run_implicit(data: str, dim: int, args: argparse.Namespace, at: dict, train_loss: bool,
-                 score: bool) -> dict:
-    cmd = [sys.executable, "-m", MODULE, "--implicit_worker", "--data", data, "--dims", dim,
-           "--epochs", args.epochs, "--cg_iters", args.cg_iters, "--threads", args.threads,
-           "--train_loss", "on" if train_loss else "off", *[f"--{k}={v}" for k, v in at.items()],
-           *(["--recall"] if score else [])]
+def run_implicit(
+    data: str, dim: int, args: argparse.Namespace, at: dict, train_loss: bool, score: bool
+) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        MODULE,
+        "--implicit_worker",
+        "--data",
+        data,
+        "--dims",
+        dim,
+        "--epochs",
+        args.epochs,
+        "--cg_iters",
+        args.cg_iters,
+        "--threads",
+        args.threads,
+        "--train_loss",
+        "on" if train_loss else "off",
+        *[f"--{k}={v}" for k, v in at.items()],
+        *(["--recall"] if score else []),
+    ]
     child = run_child(cmd)
     result = json.loads(child.stdout.strip().splitlines()[-1])
     return dict(result, s_per_epoch=per_epoch(result["seconds"]), peak_gib=child.peak_gib)
@@ -150,16 +208,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cg_iters", type=int, default=3)
     p.add_argument("--solvers", default="cg,implicit", help=f"comma-separated, of {list(SOLVERS)}")
     p.add_argument("--block_size", type=int, default=32, help="the block solver's block")
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                   help="implicit's threads")
+    p.add_argument(
+        "--threads", type=int, default=len(os.sched_getaffinity(0)), help="implicit's threads"
+    )
     p.add_argument("--work", default=str(paths.work_dir("trainer_scale")))
     p.add_argument("--gowalla", default=str(paths.GOWALLA_DIR), help="train.txt/test.txt folder")
     p.add_argument("--hugepages", choices=("both", "on", "off"), default="both")
     p.add_argument("--ours_flags", default="", help="more flags for ours, e.g. '--stream_batches'")
-    p.add_argument("--train_loss", choices=("both", "off", "on"), default="both",
-                   help="training loss computed by neither (off), by both (on), or each in turn")
-    p.add_argument("--recall", action="store_true",
-                   help="Recall@20 of both on Gowalla's test users")
+    p.add_argument(
+        "--train_loss",
+        choices=("both", "off", "on"),
+        default="both",
+        help="training loss computed by neither (off), by both (on), or each in turn",
+    )
+    p.add_argument(
+        "--recall", action="store_true", help="Recall@20 of both on Gowalla's test users"
+    )
     p.add_argument("--data", help=argparse.SUPPRESS)  # the implicit worker's
     p.add_argument("--implicit_worker", action="store_true", help=argparse.SUPPRESS)
     for key in GOWALLA_POINT:
@@ -169,8 +233,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     bad = [s for s in args.size_list if s not in names]
     bad += [s for s in args.solver_list if s not in SOLVERS]
     if bad:
-        p.error(f"--sizes or --solvers: unknown {bad}; sizes of {names}, solvers of "
-                f"{list(SOLVERS)}")
+        p.error(
+            f"--sizes or --solvers: unknown {bad}; sizes of {names}, solvers of {list(SOLVERS)}"
+        )
     return args
 
 
@@ -181,9 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     os.makedirs(args.work, exist_ok=True)
     peak_flops, bandwidth = machine.cpu_matmul_peak(), machine.memory_bandwidth()
-    print(f"machine: matmul peak {peak_flops / 1e9:.1f} GFLOP/s, copy bandwidth "
-          f"{bandwidth / 1e9:.1f} GB/s, "
-          f"{machine.load_line()}; ours: {args.ours_flags or 'CLI defaults'}", flush=True)
+    print(
+        f"machine: matmul peak {peak_flops / 1e9:.1f} GFLOP/s, copy bandwidth "
+        f"{bandwidth / 1e9:.1f} GB/s, "
+        f"{machine.load_line()}; ours: {args.ours_flags or 'CLI defaults'}",
+        flush=True,
+    )
     hugepage_modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.hugepages]
     table = []
     for name in args.size_list:
@@ -194,10 +262,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         nnz = stats.get("split_edges", {}).get("train", stats["edges"])
         for dim in (int(d) for d in args.dims.split(",")):
             cg = epoch_work(stats["num_rows"], stats["num_cols"], nnz, dim, args.cg_iters)
-            flops_of = {"cg": cg, "implicit": cg,
-                        "block": (block_flops(nnz, stats["num_rows"], stats["num_cols"], dim,
-                                              args.block_size),
-                                  cg[1])}
+            flops_of = {
+                "cg": cg,
+                "implicit": cg,
+                "block": (
+                    block_flops(nnz, stats["num_rows"], stats["num_cols"], dim, args.block_size),
+                    cg[1],
+                ),
+            }
             for loss in {"both": (False, True), "off": (False,), "on": (True,)}[args.train_loss]:
                 results = {}
                 for hp in hugepage_modes:  # ours and implicit interleaved in one run
@@ -211,25 +283,39 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base = results.get("implicit", {}).get("s_per_epoch")
                 for who, r in results.items():
                     s, (flops, byte_count) = r["s_per_epoch"], r["work"]
-                    row = {"size": name, "dim": dim, "who": who,
-                           "train_loss": "on" if loss else "off",
-                           "s_per_epoch": round(s, 3),
-                           "ratio": round(s / base, 3) if base else None,
-                           "peak_gib": round(r["peak_gib"], 2),
-                           "gflop_s": round(flops / s / 1e9, 2),
-                           "pct_matmul_peak": round(100 * flops / s / peak_flops, 1),
-                           "gb_s": round(byte_count / s / 1e9, 2),
-                           "pct_bandwidth": round(100 * byte_count / s / bandwidth, 1),
-                           "recall_gt@20": r.get("recall_gt@20"),
-                           "epochs_s": [round(x, 2) for x in r["seconds"]],
-                           "load": round(os.getloadavg()[0], 1)}
+                    row = {
+                        "size": name,
+                        "dim": dim,
+                        "who": who,
+                        "train_loss": "on" if loss else "off",
+                        "s_per_epoch": round(s, 3),
+                        "ratio": round(s / base, 3) if base else None,
+                        "peak_gib": round(r["peak_gib"], 2),
+                        "gflop_s": round(flops / s / 1e9, 2),
+                        "pct_matmul_peak": round(100 * flops / s / peak_flops, 1),
+                        "gb_s": round(byte_count / s / 1e9, 2),
+                        "pct_bandwidth": round(100 * byte_count / s / bandwidth, 1),
+                        "recall_gt@20": r.get("recall_gt@20"),
+                        "epochs_s": [round(x, 2) for x in r["seconds"]],
+                        "load": round(os.getloadavg()[0], 1),
+                    }
                     print(json.dumps(row), flush=True)
                     table.append(row)
-    print_table([("size", "size", "", -10), ("d", "dim", "", 5), ("who", "who", "", -14),
-                 ("loss", "train_loss", "", -4), ("s/epoch", "s_per_epoch", ".3f", 8),
-                 ("ratio", "ratio", ".3f", 6), ("peak GiB", "peak_gib", ".2f", 8),
-                 ("GFLOP/s", "gflop_s", ".1f", 8), ("%peak", "pct_matmul_peak", ".1f", 6),
-                 ("Recall@20", "recall_gt@20", ".4f", 9)], table)
+    print_table(
+        [
+            ("size", "size", "", -10),
+            ("d", "dim", "", 5),
+            ("who", "who", "", -14),
+            ("loss", "train_loss", "", -4),
+            ("s/epoch", "s_per_epoch", ".3f", 8),
+            ("ratio", "ratio", ".3f", 6),
+            ("peak GiB", "peak_gib", ".2f", 8),
+            ("GFLOP/s", "gflop_s", ".1f", 8),
+            ("%peak", "pct_matmul_peak", ".1f", 6),
+            ("Recall@20", "recall_gt@20", ".4f", 9),
+        ],
+        table,
+    )
     return 0
 
 

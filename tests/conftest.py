@@ -9,7 +9,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Commands run in-process turn JAX's compilation cache on ('auto': under XDG_CACHE_HOME): the
 # repository's own ignored directory, not the user's home.
-os.environ["XDG_CACHE_HOME"] = str(pathlib.Path(__file__).resolve().parent.parent / ".pytest_cache" / "xdg")
+os.environ["XDG_CACHE_HOME"] = str(
+    pathlib.Path(__file__).resolve().parent.parent / ".pytest_cache" / "xdg"
+)
 
 import pytest  # noqa: E402
 

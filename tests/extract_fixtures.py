@@ -66,7 +66,10 @@ def wat_bytes(records: Iterable[Any], gzip: bool = True) -> tuple[bytes, list[in
             "WARC-Date": "2021-06-01T00:00:00Z",
         }
         record = writer.create_warc_record(
-            uri, warc_type, payload=io.BytesIO(payload), warc_content_type=content_type,
+            uri,
+            warc_type,
+            payload=io.BytesIO(payload),
+            warc_content_type=content_type,
             warc_headers_dict=headers,
         )
         writer.write_record(record)

@@ -1,4 +1,5 @@
-"""The graph stage's documented rules (DESIGN.md, WebGraph rules 4-7) worked out in plain Python with
+"""The graph stage's documented rules (DESIGN.md, WebGraph rules 4-7) worked out in plain Python
+with
 sets, dicts and hashlib: the independent reference the Beam graph stage is checked against.
 
 It shares no code with `webgraph_pipeline`: ids are ranks in the order (blake2b-8 bucket of the
@@ -32,8 +33,17 @@ def _ids(names, id_buckets):
     return {n: i for i, n in enumerate(sorted(names, key=lambda n: (_h(n) % id_buckets, n)))}
 
 
-def reference_dataset(edges, tlds=(), min_links=0, passes=1, bipartite=False, id_buckets=1024, seed=0,
-                      test_fraction=0.1, holdout_fraction=0.25):
+def reference_dataset(
+    edges,
+    tlds=(),
+    min_links=0,
+    passes=1,
+    bipartite=False,
+    id_buckets=1024,
+    seed=0,
+    test_fraction=0.1,
+    holdout_fraction=0.25,
+):
     """Edges (with duplicates and self-loops) -> dict with vocab, col_vocab, train, train_t, test
     (sorted lists of (row, cols, gt) tuples), the drop counters and the summary figures."""
     edges = list(edges)
@@ -95,6 +105,10 @@ def reference_dataset(edges, tlds=(), min_links=0, passes=1, bipartite=False, id
         "test": sorted(test),
         "counters": {k: v for k, v in counters.items() if v},
         "edges": len(distinct),
-        "out_degree_histogram": sorted([d, n] for d, n in collections.Counter(map(len, rows.values())).items()),
-        "in_degree_histogram": sorted([d, n] for d, n in collections.Counter(in_degree.values()).items()),
+        "out_degree_histogram": sorted(
+            [d, n] for d, n in collections.Counter(map(len, rows.values())).items()
+        ),
+        "in_degree_histogram": sorted(
+            [d, n] for d, n in collections.Counter(in_degree.values()).items()
+        ),
     }

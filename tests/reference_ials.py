@@ -1,4 +1,5 @@
-"""An independent float64 NumPy iALS (paper Eq. 3/4) with exact solves or iALS++ block sweeps, for tests.
+"""An independent float64 NumPy iALS (paper Eq. 3/4) with exact solves or iALS++ block sweeps, for
+tests.
 
 Plain loops over rows with `numpy.linalg.solve`; no code shared with `alx_trainer`. Rows that do
 not occur in a split keep their current embedding (as in the trainer). Tied tables: each half-epoch
@@ -42,7 +43,8 @@ def solve_rows_block(
     block_size: int,
     reg_exponent: float = 0.0,
 ) -> np.ndarray:
-    """iALS++: a copy of `target` where each row of `rows` gets one sweep of exact block minimizations.
+    """iALS++: a copy of `target` where each row of `rows` gets one sweep of exact block
+    minimizations.
 
     For each block of coordinates in order, the row's Eq. 3 objective is minimized over that block
     with the other coordinates at their current values (the errors h_i . x - 1 recomputed from x).
@@ -93,7 +95,9 @@ def ials(
     w = np.asarray(row_table, np.float64)
     h = w if col_table is None else np.asarray(col_table, np.float64)
 
-    def half(other: np.ndarray, side_rows: Mapping[int, Sequence[int]], target: np.ndarray) -> np.ndarray:
+    def half(
+        other: np.ndarray, side_rows: Mapping[int, Sequence[int]], target: np.ndarray
+    ) -> np.ndarray:
         if block_size is None:
             return solve_rows(other, side_rows, target, alpha, reg, reg_exponent)
         return solve_rows_block(other, side_rows, target, alpha, reg, block_size, reg_exponent)
@@ -109,7 +113,9 @@ def ials(
     return w, h
 
 
-def loss(rows: Mapping[int, Sequence[int]], w: np.ndarray, h: np.ndarray, alpha: float, reg: float) -> dict[str, float]:
+def loss(
+    rows: Mapping[int, Sequence[int]], w: np.ndarray, h: np.ndarray, alpha: float, reg: float
+) -> dict[str, float]:
     """Eq. 3 terms: observed squared error, alpha * all-pairs squared score, L2 of solved rows."""
     w, h = np.asarray(w, np.float64), np.asarray(h, np.float64)
     observed = sum(float(np.sum((1 - h[list(c)] @ w[r]) ** 2)) for r, c in rows.items())
@@ -136,25 +142,38 @@ def write_dataset(
 
     def write(prefix: str, records: list[bytes]) -> None:
         for s in range(shards):
-            path = os.path.join(data_dir, layout.shard_name(prefix, s, shards, layout.TFRECORD_SUFFIX))
+            path = os.path.join(
+                data_dir, layout.shard_name(prefix, s, shards, layout.TFRECORD_SUFFIX)
+            )
             with tf.io.TFRecordWriter(path) as f:
                 for rec in records[s::shards]:
                     f.write(rec)
 
     write("train", [record_codec.encode_row(r, c) for r, c in sorted(rows.items())])
-    write("train.transpose", [record_codec.encode_row(c, r) for c, r in sorted(transpose(rows).items())])
+    write(
+        "train.transpose",
+        [record_codec.encode_row(c, r) for c, r in sorted(transpose(rows).items())],
+    )
     if test:
         write("test", [record_codec.encode_row(r, k, g) for r, (k, g) in sorted(test.items())])
     edges = sum(len(c) for c in rows.values())
     stats_json.write_stats(
         data_dir,
-        {"nodes": max(num_rows, num_cols), "num_rows": num_rows, "num_cols": num_cols, "edges": edges,
-         "splits": {"train": len(rows)}, "dropped": {}},
+        {
+            "nodes": max(num_rows, num_cols),
+            "num_rows": num_rows,
+            "num_cols": num_cols,
+            "edges": edges,
+            "splits": {"train": len(rows)},
+            "dropped": {},
+        },
     )
     return data_dir
 
 
-def random_rows(seed: int, num_rows: int, num_cols: int, max_len: int, long_rows: Sequence[int] = ()) -> dict[int, list[int]]:
+def random_rows(
+    seed: int, num_rows: int, num_cols: int, max_len: int, long_rows: Sequence[int] = ()
+) -> dict[int, list[int]]:
     """Random distinct column sets per row; rows in `long_rows` get `num_cols` // 2 + 1 columns."""
     rng = np.random.default_rng(seed)
     rows = {}

@@ -39,10 +39,20 @@ print("COUNTS " + json.dumps(dict(seen, rc=rc)))
 
 
 def _run(argv: list[str], cache_home: str) -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
-               XDG_CACHE_HOME=cache_home, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", COUNTING_RUN, *argv], env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        JAX_PLATFORMS="cpu",
+        XDG_CACHE_HOME=cache_home,
+        PYTHONPATH=str(REPO),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", COUNTING_RUN, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("COUNTS ")]
     assert lines, done.stdout[-2000:] + done.stderr[-3000:]
     counts = json.loads(lines[-1].split(" ", 1)[1])
@@ -58,15 +68,30 @@ def _entries(path: str) -> set[str]:
 def data(tmp_path_factory) -> str:
     rng = np.random.default_rng(3)
     rows = ref.random_rows(0, 40, 50, max_len=9)
-    test = {r: (rows[r][: len(rows[r]) // 2 + 1], sorted(rng.choice(50, 3, replace=False).tolist())) for r in range(10)}
+    test = {
+        r: (rows[r][: len(rows[r]) // 2 + 1], sorted(rng.choice(50, 3, replace=False).tolist()))
+        for r in range(10)
+    }
     return ref.write_dataset(str(tmp_path_factory.mktemp("cc") / "data"), rows, 40, 50, test=test)
 
 
 def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
     home = str(tmp_path / "xdg")
     cache = os.path.join(home, "alx", "jax")  # 'auto': the user's own cache directory
-    train = ["train", "--data", data, "--dim", "8", "--epochs", "2", "--no-progress", "--piece_len", "4",
-             "--batch_pieces", "8"]
+    train = [
+        "train",
+        "--data",
+        data,
+        "--dim",
+        "8",
+        "--epochs",
+        "2",
+        "--no-progress",
+        "--piece_len",
+        "4",
+        "--batch_pieces",
+        "8",
+    ]
     first = _run([*train, "--model_dir", str(tmp_path / "m1")], home)
     assert first["requests"] > 0 and first["hits"] == 0, first
     written = _entries(cache)
@@ -74,7 +99,9 @@ def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
     assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
 
     second = _run([*train, "--model_dir", str(tmp_path / "m2")], home)
-    assert second["requests"] > 0 and second["hits"] == second["requests"], second  # every program loaded
+    assert second["requests"] > 0 and second["hits"] == second["requests"], (
+        second
+    )  # every program loaded
     assert _entries(cache) == written  # nothing new compiled, so nothing new written
     metrics = [json.loads(line) for line in open(tmp_path / "m2" / "metrics.jsonl")]
     assert [m["compiles"] for m in metrics] == [0, 0]
@@ -82,8 +109,10 @@ def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
     assert first_metrics[0]["compiles"] > 0 and first_metrics[0]["compile_seconds"] > 0
 
     # a trained model's eval and export in new processes: programs from the cache, once warm
-    for command in (["eval", "--data", data, "--model_dir", str(tmp_path / "m1")],
-                    ["export", "--model_dir", str(tmp_path / "m1"), "--output", str(tmp_path / "out")]):
+    for command in (
+        ["eval", "--data", data, "--model_dir", str(tmp_path / "m1")],
+        ["export", "--model_dir", str(tmp_path / "m1"), "--output", str(tmp_path / "out")],
+    ):
         _run(command, home)
         again = _run(command, home)
         assert again["hits"] == again["requests"], (command, again)
@@ -91,8 +120,25 @@ def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
 
 def test_off_uses_no_directory(data, tmp_path):
     home = str(tmp_path / "xdg")
-    counts = _run(["train", "--data", data, "--model_dir", str(tmp_path / "m"), "--dim", "4", "--epochs", "1",
-                   "--eval_every", "0", "--no-progress", "--compile_cache", "off"], home)
+    counts = _run(
+        [
+            "train",
+            "--data",
+            data,
+            "--model_dir",
+            str(tmp_path / "m"),
+            "--dim",
+            "4",
+            "--epochs",
+            "1",
+            "--eval_every",
+            "0",
+            "--no-progress",
+            "--compile_cache",
+            "off",
+        ],
+        home,
+    )
     assert counts["requests"] > 0 and counts["hits"] == 0
     assert not os.path.exists(home)
 
@@ -116,8 +162,23 @@ def test_the_command_line_refuses_it_in_one_line(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    done = subprocess.run([sys.executable, "-m", "alx_trainer", "export", "--model_dir", str(tmp_path / "m"),
-                           "--output", str(tmp_path / "o"), "--compile_cache", str(shared)],
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "alx_trainer",
+            "export",
+            "--model_dir",
+            str(tmp_path / "m"),
+            "--output",
+            str(tmp_path / "o"),
+            "--compile_cache",
+            str(shared),
+        ],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0 and "writable by others" in done.stderr, done.stderr

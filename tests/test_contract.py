@@ -1,4 +1,5 @@
-"""The dataset contract: shard names, record round trip through real TFRecords, stats.json errors."""
+"""The dataset contract: shard names, record round trip through real TFRecords, stats.json
+errors."""
 
 import json
 
@@ -11,7 +12,9 @@ from webgraph_contract import layout, record_codec, stats_json
 def test_shard_names_match_public_layout():
     assert layout.shard_name("train", 3, 10, ".tfr") == "train.tfr-00003-of-00010"
     assert layout.split_glob("/d", "train_t") == "/d/train.transpose.tfr-*-of-*"
-    assert layout.split_glob("/d", "validation_train_t") == "/d/validation.train.transpose.tfr-*-of-*"
+    assert (
+        layout.split_glob("/d", "validation_train_t") == "/d/validation.train.transpose.tfr-*-of-*"
+    )
     with pytest.raises(ValueError, match="unknown split"):
         layout.split_glob("/d", "valid")
 
@@ -26,7 +29,11 @@ def test_records_round_trip_through_tfrecord_and_feature_spec(tmp_path):
     spec = record_codec.feature_spec()
     parsed = [tf.io.parse_single_example(s, spec) for s in tf.data.TFRecordDataset(path)]
     assert [
-        (int(p["row_tag"]), p["col_tag"].values.numpy().tolist(), p["gt_tag"].values.numpy().tolist())
+        (
+            int(p["row_tag"]),
+            p["col_tag"].values.numpy().tolist(),
+            p["gt_tag"].values.numpy().tolist(),
+        )
         for p in parsed
     ] == rows
     assert [record_codec.decode_row(s.numpy()) for s in tf.data.TFRecordDataset(path)] == rows

@@ -1,4 +1,5 @@
-"""The main job end to end at a small size: WAT packing -> Beam pipeline -> tfds build -> train -> eval -> predict.
+"""The main job end to end at a small size: WAT packing -> Beam pipeline -> tfds build -> train ->
+eval -> predict.
 
 Run as a user runs it (none of the test session's environment settings), it also keeps the line
 budget of issue 26: the commands print their own progress and results, the libraries nothing.
@@ -15,16 +16,24 @@ from test_first_contact import library_lines, user_env
 from conftest import REPO
 
 # The budget of the full demo (`make demo`, 8 epochs); `--small` prints 6 epoch lines fewer. Before
-# issue 26: 362 lines (513 with the libraries' output); then 122, of which tfds's DatasetInfo print was 39
-# and the pipeline's counter table 20, now 2 (`python -m tfds_builder build`'s summary) and 5 (`--brief`).
+# issue 26: 362 lines (513 with the libraries' output); then 122, of which tfds's DatasetInfo print
+# was 39
+# and the pipeline's counter table 20, now 2 (`python -m tfds_builder build`'s summary) and 5
+# (`--brief`).
 LINE_BUDGET = 80
 SMALL_RUN_FEWER_LINES = 8 - 2
 
 
 def test_demo_small_runs_end_to_end_and_prints_only_what_matters(tmp_path):
     out = tmp_path / "demo"
-    done = subprocess.run([sys.executable, str(REPO / "demo.py"), "--small", "--out", str(out)], cwd=REPO,
-                          env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "demo.py"), "--small", "--out", str(out)],
+        cwd=REPO,
+        env=user_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=900,
+    )
     text = done.stdout.decode("utf-8", "replace")
     assert done.returncode == 0, text[-6000:]
     metrics = json.loads((out / "eval.json").read_text())
@@ -48,5 +57,7 @@ def test_demo_small_runs_end_to_end_and_prints_only_what_matters(tmp_path):
     assert len(epochs) == 2 and all(len(line) <= 80 and "solved" in line for line in epochs)
     assert not re.search(r"\bnan\b", text, re.IGNORECASE)
     assert all(math.isfinite(v) for v in metrics.values() if isinstance(v, float))
-    records = [json.loads(line) for line in (out / "model" / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (out / "model" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert all(math.isfinite(v) for r in records for v in r.values() if isinstance(v, float))

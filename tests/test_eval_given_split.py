@@ -1,6 +1,5 @@
-"""On a given split the test users are training rows: evaluation scores their trained rows, not a fold-in."""
-
-import pathlib
+"""On a given split the test users are training rows: evaluation scores their trained rows, not a
+fold-in."""
 
 import numpy as np
 import pytest
@@ -11,21 +10,31 @@ from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.train import train
 from webgraph_contract.dataset_reader import read_split
 
-from pipeline_data import make_dataset
+from pipeline_data import gowalla_dataset
 
-GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
 K = 20
 
 
 @pytest.fixture(scope="module")
 def given(tmp_path_factory):
-    """The Gowalla excerpt as a given split, and a model whose 1-step CG rows are far from a 1-step fold-in."""
+    """The Gowalla excerpt as a given split, and a model whose 1-step CG rows are far from a 1-step
+    fold-in."""
     root = tmp_path_factory.mktemp("given")
     data = str(root / "data")
-    make_dataset(data, "--edge_format", "given_split", "--input", GOWALLA / "train.txt",
-                 "--test_input", GOWALLA / "test.txt", "--num_shards", "1")
-    config = TrainConfig(data=data, model_dir=str(root / "model"), dim=16, epochs=3, alpha=0.1, reg=0.5,
-                         cg_iters=1, eval_every=0, progress=False, eval_k="20", ndcg_k=K)
+    gowalla_dataset(data, num_shards=1)
+    config = TrainConfig(
+        data=data,
+        model_dir=str(root / "model"),
+        dim=16,
+        epochs=3,
+        alpha=0.1,
+        reg=0.5,
+        cg_iters=1,
+        eval_every=0,
+        progress=False,
+        eval_k="20",
+        ndcg_k=K,
+    )
     return data, train(config)
 
 
@@ -61,7 +70,22 @@ def test_given_split_scores_the_trained_rows(given):
 def test_eval_command_scores_trained_rows_unless_fold_in(given):
     data, model = given
     model_dir = model.config.model_dir
-    rc, out, _ = _run_cli(["eval", "--data", data, "--model_dir", model_dir, "--k", "20", "--ndcg_k", "20"])
+    rc, out, _ = _run_cli(
+        ["eval", "--data", data, "--model_dir", model_dir, "--k", "20", "--ndcg_k", "20"]
+    )
     assert rc == 0 and "scored from their trained rows" in out
-    rc, out, _ = _run_cli(["eval", "--data", data, "--model_dir", model_dir, "--k", "20", "--ndcg_k", "20", "--fold_in"])
+    rc, out, _ = _run_cli(
+        [
+            "eval",
+            "--data",
+            data,
+            "--model_dir",
+            model_dir,
+            "--k",
+            "20",
+            "--ndcg_k",
+            "20",
+            "--fold_in",
+        ]
+    )
     assert rc == 0 and "by folding them in from their fold-in items" in out

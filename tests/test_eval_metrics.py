@@ -60,11 +60,20 @@ def test_activity_buckets_by_hand():
     # fold-in sizes 3 (cold), 15 (cold), 16 (medium), 63 (medium), 64 (heavy): cuts at 16 and 64
     assert metrics.activity_bucket([3, 15, 16, 63, 64]).tolist() == [0, 0, 1, 1, 2]
     topk = np.array([[1, 2], [3, 4], [5, 6], [7, 8], [9, 10]])
-    gt = [np.array([1]), np.array([9, 10]), np.array([6, 5, 11]), np.array([], np.int64), np.array([10, 12])]
+    gt = [
+        np.array([1]),
+        np.array([9, 10]),
+        np.array([6, 5, 11]),
+        np.array([], np.int64),
+        np.array([10, 12]),
+    ]
     got = metrics.bucket_metrics(topk, gt, [3, 15, 16, 63, 64], ks=(2,), ndcg_k=2)
-    # cold: row 0 recall 1/1, row 1 0/2 -> mean 0.5; medium: row 2 2/min(2,3) = 1, 2/3 of all gt; row 3 has no gt
+    # cold: row 0 recall 1/1, row 1 0/2 -> mean 0.5; medium: row 2 2/min(2,3) = 1, 2/3 of all gt;
+    # row 3 has no gt
     assert got["cold/recall@2"] == pytest.approx(0.5) and got["cold/rows"] == 2
-    assert got["medium/recall@2"] == pytest.approx(1.0) and got["medium/recall_gt@2"] == pytest.approx(2 / 3)
+    assert got["medium/recall@2"] == pytest.approx(1.0) and got[
+        "medium/recall_gt@2"
+    ] == pytest.approx(2 / 3)
     assert got["medium/rows"] == 1
     # heavy: 10 at rank 2 of gt {10, 12}: recall 1/2, NDCG (1/log2 3) / (1 + 1/log2 3)
     assert got["heavy/recall@2"] == pytest.approx(0.5)

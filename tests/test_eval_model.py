@@ -16,18 +16,25 @@ from alx_trainer.train import train
 from tests import reference_ials
 from webgraph_contract.dataset_reader import read_split, read_vocab
 
-from pipeline_data import make_dataset
+from pipeline_data import hollins_dataset, make_dataset
 
 
 @pytest.fixture(scope="module")
-def hollins(tmp_path_factory, data_dir):
+def hollins(tmp_path_factory):
     """The real hollins.edu crawl as one graph in the contract, and a model trained on it."""
     root = tmp_path_factory.mktemp("hollins")
     data = str(root / "data")
-    make_dataset(data, "--edge_format", "pairs", "--header", "--input", data_dir / "hollins" / "edges.txt",
-                 "--urls", data_dir / "hollins" / "urls.txt", "--test_fraction", "0.1", "--num_shards", "1")
-    config = TrainConfig(data=data, model_dir=str(root / "model"), dim=32, epochs=8, alpha=0.01, reg=0.1,
-                         eval_every=4, progress=False)
+    hollins_dataset(data, test_fraction=0.1, num_shards=1)
+    config = TrainConfig(
+        data=data,
+        model_dir=str(root / "model"),
+        dim=32,
+        epochs=8,
+        alpha=0.01,
+        reg=0.1,
+        eval_every=4,
+        progress=False,
+    )
     return data, train(config)
 
 
@@ -51,7 +58,9 @@ def test_neighbours_are_mostly_pages_of_the_same_site_section(hollins):
         assert len(found) == 10 and q not in [p.id for p in found]
         same.append(np.mean([sections[p.id] == sections[q] for p in found]))
     # random baseline: the chance that another page is in the same section, for the same queries
-    chance = np.mean([((sections == sections[q]).sum() - 1) / (len(sections) - 1) for q in queries[::4]])
+    chance = np.mean(
+        [((sections == sections[q]).sum() - 1) / (len(sections) - 1) for q in queries[::4]]
+    )
     share = float(np.mean(same))
     assert share > 0.5, share
     assert share > 3 * chance, (share, chance)
@@ -69,7 +78,9 @@ def test_recall_beats_popularity_and_trainer_callback_used_evaluate(hollins):
     # the training loop evaluates CPU runs on one device; the same call gives the same figure
     one = evaluate_dataset(model, data, ranking=Ranking(mesh=one_device_mesh()))
     assert logged[8]["recall@20"] == pytest.approx(one["recall@20"], abs=1e-6)
-    assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=1e-6)  # 8 devices: the same ranking
+    assert logged[8]["recall@20"] == pytest.approx(
+        exact["recall@20"], abs=1e-6
+    )  # 8 devices: the same ranking
     assert "recall@20" in logged[4] and "recall@20" not in logged[3]
 
 
@@ -79,7 +90,9 @@ def test_predicted_outlinks_match_brute_force(hollins):
     train_rows = {r: c for r, c, _ in read_split(data, "train")}
     row = max(train_rows, key=lambda r: len(train_rows[r]))
     preds = predict.predict_outlinks(model, data, vocab[row], 15)
-    scores = np.asarray(model.row_table, np.float64)[row] @ np.asarray(model.col_table, np.float64).T
+    scores = (
+        np.asarray(model.row_table, np.float64)[row] @ np.asarray(model.col_table, np.float64).T
+    )
     scores[train_rows[row]] = -np.inf
     scores[row] = -np.inf
     want = np.argsort(-scores, kind="stable")[:15]
@@ -95,16 +108,24 @@ def test_predicted_outlinks_match_brute_force(hollins):
 def test_cli_eval_predict_export(hollins, tmp_path):
     data, model = hollins
     model_dir = model.config.model_dir
-    rc, out, err = _run_cli(["eval", "--data", data, "--model_dir", model_dir, "--output", str(tmp_path / "m.json")])
+    rc, out, err = _run_cli(
+        ["eval", "--data", data, "--model_dir", model_dir, "--output", str(tmp_path / "m.json")]
+    )
     assert rc == 0, err
     saved = json.loads((tmp_path / "m.json").read_text())
-    assert "recall@20" in out and saved["recall@20"] == pytest.approx(evaluate_dataset(load_model(model_dir), data)["recall@20"])
+    assert "recall@20" in out and saved["recall@20"] == pytest.approx(
+        evaluate_dataset(load_model(model_dir), data)["recall@20"]
+    )
     url = read_vocab(data)[read_split(data, "train")[0][0]]  # a page with outlinks
     rc, out, err = _run_cli(["predict", "--data", data, "--model_dir", model_dir, url, "--k", "5"])
     assert rc == 0 and out.count("http") >= 5, err
-    rc, out, err = _run_cli(["predict", "--data", data, "--model_dir", model_dir, "http://nowhere.example/"])
+    rc, out, err = _run_cli(
+        ["predict", "--data", data, "--model_dir", model_dir, "http://nowhere.example/"]
+    )
     assert rc == 1 and "not in the vocabulary" in err and len(err.strip().splitlines()) == 1
-    rc, _, err = _run_cli(["export", "--model_dir", model_dir, "--output", str(tmp_path / "exp"), "--data", data])
+    rc, _, err = _run_cli(
+        ["export", "--model_dir", model_dir, "--output", str(tmp_path / "exp"), "--data", data]
+    )
     assert rc == 0, err
     loaded = load_model(model_dir)
     npz = np.load(tmp_path / "exp" / "embeddings.npz")
@@ -113,7 +134,9 @@ def test_cli_eval_predict_export(hollins, tmp_path):
     assert npz["col_names"][0] == read_vocab(data)[0]
     import tensorflow as tf
 
-    records = list(tf.data.TFRecordDataset(str(tmp_path / "exp" / "col_embeddings.tfr-00000-of-00001")))
+    records = list(
+        tf.data.TFRecordDataset(str(tmp_path / "exp" / "col_embeddings.tfr-00000-of-00001"))
+    )
     ex = tf.train.Example.FromString(records[3].numpy()).features.feature
     assert len(records) == len(loaded.col_table) and ex["id"].int64_list.value[0] == 3
     np.testing.assert_allclose(ex["embedding"].float_list.value, loaded.col_table[3], rtol=1e-6)
@@ -121,18 +144,42 @@ def test_cli_eval_predict_export(hollins, tmp_path):
 
 def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, data_dir):
     data = str(tmp_path / "ml100k")
-    make_dataset(data, "--edge_format", "movielens", "--input", data_dir / "ml-100k" / "u.data",
-                 "--test_fraction", "0.05", "--num_shards", "1")
-    config = TrainConfig(data=data, model_dir=str(tmp_path / "m"), dim=16, epochs=40, alpha=0.01, reg=3.0,
-                         solver="cholesky", eval_every=0, checkpoint_every=0, progress=False)
+    make_dataset(
+        data,
+        "--edge_format",
+        "movielens",
+        "--input",
+        data_dir / "ml-100k" / "u.data",
+        "--test_fraction",
+        "0.05",
+        "--num_shards",
+        "1",
+    )
+    config = TrainConfig(
+        data=data,
+        model_dir=str(tmp_path / "m"),
+        dim=16,
+        epochs=40,
+        alpha=0.01,
+        reg=3.0,
+        solver="cholesky",
+        eval_every=0,
+        checkpoint_every=0,
+        progress=False,
+    )
     model = train(config)
     rows = read_split(data, "train")[:200]
     folded = fold_in(model.col_table, [c for _, c, _ in rows], config)
     trained = model.row_table[[r for r, _, _ in rows]]
     assert np.linalg.norm(folded - trained) / np.linalg.norm(trained) < 1e-2
     # and the fold-in is Eq. 4 itself: a float64 NumPy solve against the same column table
-    want = reference_ials.solve_rows(model.col_table, {i: c for i, (_, c, _) in enumerate(rows)},
-                                     np.zeros((len(rows), 16)), config.alpha, config.reg)
+    want = reference_ials.solve_rows(
+        model.col_table,
+        {i: c for i, (_, c, _) in enumerate(rows)},
+        np.zeros((len(rows), 16)),
+        config.alpha,
+        config.reg,
+    )
     np.testing.assert_allclose(folded, want, rtol=1e-3, atol=1e-4)
 
 
@@ -145,15 +192,55 @@ def test_cli_eval_of_a_tfds_dataset(tmp_path):
 
     tfds_dir = str(tmp_path / "tfds")
     builder = WebGraph(config="de-dense", data_dir=tfds_dir, source_dir=str(DUMMY_DIR))
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[])))
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[]))
+    )
     model_dir = str(tmp_path / "m")
-    train(TrainConfig(data="web_graph/de-dense", tfds_data_dir=tfds_dir, model_dir=model_dir, dim=4, epochs=2,
-                      solver="cholesky", reg=0.1, eval_every=0, progress=False))
+    train(
+        TrainConfig(
+            data="web_graph/de-dense",
+            tfds_data_dir=tfds_dir,
+            model_dir=model_dir,
+            dim=4,
+            epochs=2,
+            solver="cholesky",
+            reg=0.1,
+            eval_every=0,
+            progress=False,
+        )
+    )
     out_json = tmp_path / "m.json"
-    rc, out, err = _run_cli(["eval", "--data", "web_graph/de-dense", "--tfds_data_dir", tfds_dir,
-                             "--model_dir", model_dir, "--k", "1,3", "--output", str(out_json)])
+    rc, out, err = _run_cli(
+        [
+            "eval",
+            "--data",
+            "web_graph/de-dense",
+            "--tfds_data_dir",
+            tfds_dir,
+            "--model_dir",
+            model_dir,
+            "--k",
+            "1,3",
+            "--output",
+            str(out_json),
+        ]
+    )
     assert rc == 0, err
     result = json.loads(out_json.read_text())
-    assert 0 <= result["recall@3"] <= 1 and 0 <= result["popularity/recall@3"] <= 1 and result["num_rows"] >= 1
-    rc, _, err = _run_cli(["eval", "--data", "web_graph/nothing", "--tfds_data_dir", tfds_dir, "--model_dir", model_dir])
+    assert (
+        0 <= result["recall@3"] <= 1
+        and 0 <= result["popularity/recall@3"] <= 1
+        and result["num_rows"] >= 1
+    )
+    rc, _, err = _run_cli(
+        [
+            "eval",
+            "--data",
+            "web_graph/nothing",
+            "--tfds_data_dir",
+            tfds_dir,
+            "--model_dir",
+            model_dir,
+        ]
+    )
     assert rc == 1 and len(err.strip().splitlines()) == 1

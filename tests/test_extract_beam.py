@@ -30,18 +30,22 @@ def wat_dir(tmp_path_factory, data_dir):
     the first record and the warcinfo record warcio's writer does not add: so record 2)."""
     out = tmp_path_factory.mktemp("wat")
     shutil.copy(data_dir / REAL_WAT, out / "real.wat")
-    one, _ = wat_bytes([
-        envelope("http://p.de/", a_links("/a", "/b", "http://q.de/")),
-        envelope("http://q.de/", a_links("http://p.de/", "javascript:x()", "#")),
-    ])
+    one, _ = wat_bytes(
+        [
+            envelope("http://p.de/", a_links("/a", "/b", "http://q.de/")),
+            envelope("http://q.de/", a_links("http://p.de/", "javascript:x()", "#")),
+        ]
+    )
     (out / "one.wat.gz").write_bytes(one)
-    two, offsets = wat_bytes([
-        envelope("http://P.DE:80/", a_links("/c", "/a")),
-        envelope("http://lost.de/", a_links("/gone")),
-        envelope("http://p.de/#x", a_links("http://r.de/", "mailto:a@p.de")),
-    ])
+    two, offsets = wat_bytes(
+        [
+            envelope("http://P.DE:80/", a_links("/c", "/a")),
+            envelope("http://lost.de/", a_links("/gone")),
+            envelope("http://p.de/#x", a_links("http://r.de/", "mailto:a@p.de")),
+        ]
+    )
     damaged = bytearray(two)
-    damaged[offsets[1] + 40: offsets[1] + 70] = bytes(30)
+    damaged[offsets[1] + 40 : offsets[1] + 70] = bytes(30)
     (out / "two.wat.gz").write_bytes(bytes(damaged))
     (out / "two.offsets").write_text(" ".join(map(str, offsets)))
     with gzip.open(out / "wat.paths.gz", "wt") as listing:
@@ -64,7 +68,8 @@ def test_expand_listing(wat_dir):
     listed = expand_listing(str(wat_dir / "wat.paths.gz"), str(wat_dir))
     assert listed == [str(wat_dir / "one.wat.gz"), str(wat_dir / "two.wat.gz")]
     assert expand_listing(str(wat_dir / "wat.paths.gz"), "s3://bucket/crawl/") == [
-        "s3://bucket/crawl/one.wat.gz", "s3://bucket/crawl/two.wat.gz"
+        "s3://bucket/crawl/one.wat.gz",
+        "s3://bucket/crawl/two.wat.gz",
     ]
 
 
@@ -74,7 +79,11 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     expected, counts = plain_edges_and_counts(files, reader)
     # Hand-checked facts of the generated files: the union of p.de's three records, no self-loop.
     assert {t for s, t in expected if s == "http://p.de/"} == {
-        "http://p.de/a", "http://p.de/b", "http://p.de/c", "http://q.de/", "http://r.de/"
+        "http://p.de/a",
+        "http://p.de/b",
+        "http://p.de/c",
+        "http://q.de/",
+        "http://r.de/",
     }
     assert not any(s.startswith("http://lost.de") for s, _ in expected)
 
@@ -87,7 +96,9 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     # Batches hold every edge of every record; repeats across records are the graph stage's to drop.
     assert_that(edges | beam.Distinct(), equal_to(sorted(expected)))
     assert_that(
-        batches | "Sizes" >> beam.Map(lambda b: len(b[0]) == len(b[1]) > 0), equal_to([True] * 3), label="Batches"
+        batches | "Sizes" >> beam.Map(lambda b: len(b[0]) == len(b[1]) > 0),
+        equal_to([True] * 3),
+        label="Batches",
     )
     result = pipeline.run()
     result.wait_until_finish()
@@ -96,12 +107,26 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     counts.inc("files.unreadable")
     assert collect_counters(result) == dict(counts)
     got = collect_counters(result)
-    assert got["damage.corrupt_region"] == 1 and got["files.read"] == 2 and got["files.partly_read"] == 1
+    assert (
+        got["damage.corrupt_region"] == 1
+        and got["files.read"] == 2
+        and got["files.partly_read"] == 1
+    )
     damaged_at = int((wat_dir / "two.offsets").read_text().split()[1])
     where = f"byte {damaged_at} (record 2)" if reader == "warcio" else "after byte 0 (record 2)"
     assert collect_file_problems(result) == [
-        {"file": missing, "status": "unreadable", "reason": "not_found", "detail": "no file matches"},
-        {"file": str(wat_dir / "two.wat.gz"), "status": "partly_read", "reason": "corrupt_region", "detail": where},
+        {
+            "file": missing,
+            "status": "unreadable",
+            "reason": "not_found",
+            "detail": "no file matches",
+        },
+        {
+            "file": str(wat_dir / "two.wat.gz"),
+            "status": "partly_read",
+            "reason": "corrupt_region",
+            "detail": where,
+        },
     ]
 
 
@@ -111,7 +136,9 @@ def test_unreadable_input_can_be_fatal(wat_dir):
     _ = pipeline | ExtractEdges([str(wat_dir / "one.wat.gz"), missing], fail_on_unreadable=True)
     with pytest.raises(Exception, match="nowhere.wat.gz") as error:
         pipeline.run().wait_until_finish()
-    assert "unreadable input file" in str(error.value) or isinstance(error.value, UnreadableFileError)
+    assert "unreadable input file" in str(error.value) or isinstance(
+        error.value, UnreadableFileError
+    )
 
 
 def test_bad_arguments_are_refused():

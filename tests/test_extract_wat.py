@@ -139,7 +139,7 @@ def test_truncated_gzip_member_in_the_middle(reader):
     data, offsets = wat_bytes([BEFORE, middle, AFTER])
     # Drop the second half of the middle member: its deflate stream ends early, AFTER follows.
     cut = (offsets[1] + offsets[2]) // 2
-    edges, counts = run(data[:cut] + data[offsets[2]:], reader)
+    edges, counts = run(data[:cut] + data[offsets[2] :], reader)
     assert edges == GOOD_EDGES
     assert counts["damage.corrupt_region"] + counts["damage.truncated_record"] == 1
 
@@ -147,7 +147,7 @@ def test_truncated_gzip_member_in_the_middle(reader):
 @pytest.mark.parametrize("reader", READERS)
 def test_garbage_between_plain_records(reader):
     data, offsets = wat_bytes([BEFORE, AFTER], gzip=False)
-    damaged = data[: offsets[1]] + b"this is not a WARC record\r\n\r\n" + data[offsets[1]:]
+    damaged = data[: offsets[1]] + b"this is not a WARC record\r\n\r\n" + data[offsets[1] :]
     edges, counts = run(damaged, reader)
     assert edges == GOOD_EDGES
     assert counts["damage.corrupt_region"] == 1
@@ -227,7 +227,10 @@ def test_bad_urls_counted_by_reason_good_ones_normalized():
 
 def test_base_href_link_types_and_union_semantics():
     links = [
-        ("A@/href", "rel/x"), ("AREA@/href", "/area"), ("IMG@/src", "img.png"), ("A@/href", "rel/x")
+        ("A@/href", "rel/x"),
+        ("AREA@/href", "/area"),
+        ("IMG@/src", "img.png"),
+        ("A@/href", "rel/x"),
     ]
     page = envelope("http://site.de/dir/page.html", links, base="http://cdn.de/root/")
     edges, counts = run(wat_bytes([page])[0])
@@ -255,7 +258,7 @@ def test_unseekable_stream_keeps_everything_before_damage(reader):
 
     middle = envelope("http://lost.de/", a_links("http://z.de/"))
     data, offsets = wat_bytes([BEFORE, middle, AFTER])
-    damaged = data[: offsets[1] + 30] + bytes(30) + data[offsets[1] + 60:]
+    damaged = data[: offsets[1] + 30] + bytes(30) + data[offsets[1] + 60 :]
     counts = LocalCounts()
     edges = set(wat_edges(io.BufferedReader(Unseekable(damaged)), counts.inc, reader=reader))
     assert {e for e in GOOD_EDGES if e[0] == "http://before.de/"} <= edges

@@ -1,4 +1,5 @@
-"""fileio: TFRecord framing equal to TensorFlow's writer, local file operations, and a whole pipeline
+"""fileio: TFRecord framing equal to TensorFlow's writer, local file operations, and a whole
+pipeline
 run that never imports TensorFlow."""
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import pytest
 from webgraph_contract import fileio
 
 
-@pytest.mark.parametrize("records", [[], [b""], [b"x"], [b"\x00\xff" * 5000, b"row", bytes(range(256))]])
+@pytest.mark.parametrize(
+    "records", [[], [b""], [b"x"], [b"\x00\xff" * 5000, b"row", bytes(range(256))]]
+)
 def test_tfrecord_bytes_equal_tensorflow_writer(tmp_path, records):
     import tensorflow as tf
 
@@ -22,7 +25,10 @@ def test_tfrecord_bytes_equal_tensorflow_writer(tmp_path, records):
             writer.write(record)
     assert ours.read_bytes() == theirs.read_bytes()
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(ours))] == records
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours.tfrecord", "theirs.tfrecord"]  # no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ours.tfrecord",
+        "theirs.tfrecord",
+    ]  # no temp left
 
 
 def test_local_operations(tmp_path):
@@ -33,8 +39,14 @@ def test_local_operations(tmp_path):
     fileio.write_atomic(str(d / "t.txt"), "second\n")  # replaces
     with fileio.open_file(str(d / "t.txt")) as f:
         assert f.read() == "second\n"
-    assert fileio.isdir(str(d)) and not fileio.isdir(str(d / "t.txt")) and fileio.exists(str(d / "t.txt"))
-    assert fileio.listdir(str(d)) == ["t.txt"] and fileio.glob(str(d / "*.txt")) == [str(d / "t.txt")]
+    assert (
+        fileio.isdir(str(d))
+        and not fileio.isdir(str(d / "t.txt"))
+        and fileio.exists(str(d / "t.txt"))
+    )
+    assert fileio.listdir(str(d)) == ["t.txt"] and fileio.glob(str(d / "*.txt")) == [
+        str(d / "t.txt")
+    ]
     fileio.rename(str(d / "t.txt"), str(d / "u.txt"))
     fileio.remove(str(d / "u.txt"))
     with pytest.raises(OSError):
@@ -45,16 +57,21 @@ def test_local_operations(tmp_path):
 
 def test_a_whole_job_never_imports_tensorflow(tmp_path):
     edges = tmp_path / "edges.txt"
-    edges.write_text("".join(f"{s} {d}\n" for s in range(12) for d in range(12) if s != d and (s + d) % 3))
+    edges.write_text(
+        "".join(f"{s} {d}\n" for s in range(12) for d in range(12) if s != d and (s + d) % 3)
+    )
     script = (
         "import sys\n"
         "from webgraph_pipeline.cli import main\n"
-        f"code = main(['--input_format', 'edges', '--input', {str(edges)!r}, '--output', {str(tmp_path / 'out')!r},"
+        f"code = main(['--input_format', 'edges', '--input', {str(edges)!r}, '--output', "
+        f"{str(tmp_path / 'out')!r},"
         " '--num_shards', '2', '--test_fraction', '0.3'])\n"
         "assert code == 0, code\n"
         "print('tensorflow' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
     assert (tmp_path / "out" / "stats.json").exists()

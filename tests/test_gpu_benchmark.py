@@ -1,4 +1,5 @@
-"""`benchmarks.gpu_vs_implicit` and its core parts: implicit fed our objective, the on-device generator, a toy run.
+"""`benchmarks.gpu_vs_implicit` and its core parts: implicit fed our objective, the on-device
+generator, a toy run.
 
 (a) The matrix handed to implicit (confidences in its values, implicit's alpha = 1, as its GPU `fit`
 needs) trains our objective: implicit's CPU model on it matches the independent float64 NumPy iALS,
@@ -16,12 +17,11 @@ import dataclasses
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import types
 
 import numpy as np
 import pytest
+from benchmark_run import toy_run
 from implicit.cpu.als import AlternatingLeastSquares
 
 from benchmarks import gpu_vs_implicit as bench
@@ -37,18 +37,31 @@ NUM_USERS, NUM_ITEMS, DIM = 40, 30, 6
 def _small_rows() -> dict[int, list[int]]:
     rows = ref.random_rows(5, NUM_USERS, NUM_ITEMS, max_len=10)
     for item in set(range(NUM_ITEMS)) - {c for cols in rows.values() for c in cols}:
-        rows[0] = sorted(rows[0] + [item])  # every item observed: implicit solves every row, the reference too
+        rows[0] = sorted(
+            rows[0] + [item]
+        )  # every item observed: implicit solves every row, the reference too
     return rows
 
 
 def _csr(rows: dict[int, list[int]]) -> tuple[np.ndarray, np.ndarray]:
     lengths = [len(rows[r]) for r in range(NUM_USERS)]
-    return np.concatenate([[0], np.cumsum(lengths)]), np.concatenate([rows[r] for r in range(NUM_USERS)])
+    return np.concatenate([[0], np.cumsum(lengths)]), np.concatenate(
+        [rows[r] for r in range(NUM_USERS)]
+    )
 
 
-def _fit(matrix, reg: float, alpha: float, use_cg: bool, start=None) -> tuple[np.ndarray, np.ndarray]:
-    model = AlternatingLeastSquares(factors=DIM, regularization=reg, alpha=alpha, iterations=3, use_cg=use_cg,
-                                    num_threads=1, random_state=0)
+def _fit(
+    matrix, reg: float, alpha: float, use_cg: bool, start=None
+) -> tuple[np.ndarray, np.ndarray]:
+    model = AlternatingLeastSquares(
+        factors=DIM,
+        regularization=reg,
+        alpha=alpha,
+        iterations=3,
+        use_cg=use_cg,
+        num_threads=1,
+        random_state=0,
+    )
     if start is not None:
         model.user_factors, model.item_factors = (t.astype(np.float32) for t in start)
     model.fit(matrix, show_progress=False)
@@ -63,14 +76,17 @@ def test_implicit_fed_the_mapped_matrix_trains_our_objective(alpha, lam):
     rng = np.random.default_rng(6)
     w0, h0 = rng.normal(0, 0.3, (NUM_USERS, DIM)), rng.normal(0, 0.3, (NUM_ITEMS, DIM))
     want_w, want_h = ref.ials(rows, w0, h0, epochs=3, alpha=alpha, reg=lam)
-    scale = np.sqrt(1 + alpha)  # implicit's embeddings are ours times this (benchmarks.core.implicit_als)
+    scale = np.sqrt(
+        1 + alpha
+    )  # implicit's embeddings are ours times this (benchmarks.core.implicit_als)
     got_w, got_h = _fit(matrix, reg, 1.0, use_cg=False, start=(scale * w0, scale * h0))
     for got, want in ((got_w, want_w), (got_h, want_h)):
         assert np.linalg.norm(got / scale - want) <= 1e-4 * np.linalg.norm(want)
 
 
 def test_scaled_matrix_is_implicits_own_alpha_and_the_unscaled_one_is_not():
-    """The GPU model ignores alpha in `fit`: the scaled matrix at alpha 1 must be what alpha would do (CG)."""
+    """The GPU model ignores alpha in `fit`: the scaled matrix at alpha 1 must be what alpha would
+    do (CG)."""
     rows = _small_rows()
     matrix, reg = implicit_als.implicit_problem(*_csr(rows), NUM_ITEMS, 0.05, 0.5, 0.0)
     binary = matrix.copy()
@@ -92,15 +108,20 @@ def test_generator_gives_distinct_pairs_in_range_with_power_law_shares():
     keys = np.repeat(np.arange(num_rows), lengths) * num_cols + cols
     assert (np.diff(keys) > 0).all()  # sorted by (row, column) and no pair twice
     assert facts["device_s"] >= 0 and facts["draws"][-1] >= nnz
-    # the share of the pairs held by the top 1%, 10%, 50% of rows (columns), against the same shares of a
-    # NumPy multinomial over the pipeline generator's rank probabilities (its counts sorted the same way)
+    # the share of the pairs held by the top 1%, 10%, 50% of rows (columns), against the same shares
+    # of a
+    # NumPy multinomial over the pipeline generator's rank probabilities (its counts sorted the same
+    # way)
     rng = np.random.default_rng(0)
     col_counts = np.bincount(cols, minlength=num_cols)
     for counts, s in ((lengths, power_law.ROW_EXPONENT), (col_counts, power_law.COL_EXPONENT)):
         want = rng.multinomial(nnz, synthetic_matrix.rank_probabilities(len(counts), s))
         for q in (0.01, 0.1, 0.5):
             top = int(q * len(counts))
-            got_share, want_share = np.sort(counts)[::-1][:top].sum() / nnz, np.sort(want)[::-1][:top].sum() / nnz
+            got_share, want_share = (
+                np.sort(counts)[::-1][:top].sum() / nnz,
+                np.sort(want)[::-1][:top].sum() / nnz,
+            )
             assert abs(got_share - want_share) < 0.02, (s, q, got_share, want_share)
     assert lengths.max() > 20 * lengths.mean()  # heavy-tailed
     again, _, _ = power_law.device_csr(3, num_rows, num_cols, nnz)
@@ -119,8 +140,17 @@ def test_a_bad_override_fails_in_one_line_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "logs").exists()
 
 
+def test_cost_analysis_is_skipped_in_one_line_when_it_would_outrun_the_child():
+    from benchmarks.core import sections
+
+    got = sections.xla_cost(None, None, estimate_s=120.4, left_s=30.2)
+    assert got == {"xla_note": "XLA cost analysis skipped: about 120 s needed, 30 s left"}
+
+
 def test_a_failing_child_is_one_line_and_the_run_goes_on(tmp_path):
-    runner = children.Runner(bench.MODULE, tmp_path, dict(os.environ), deadline=1e18, section_timeout=60)
+    runner = children.Runner(
+        bench.MODULE, tmp_path, dict(os.environ), deadline=1e18, section_timeout=60
+    )
     lines, error, _ = runner("no_such_kind", "broken", {})
     assert lines == [] and error.startswith("exit 1: KeyError")
 
@@ -131,7 +161,9 @@ def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_s
     matrix = sp.random(100, 50, density=0.1, format="csr", dtype=np.float32, random_state=0)
     managed = 2 * (4 * (100 + 50 + 2) + 8 * matrix.nnz)
     seen = types.SimpleNamespace(peak_bytes=10**6)
-    assert implicit_als.implicit_memory(seen, matrix, 8)["peak_device_gib"] * 2**30 == 10**6 + managed
+    assert (
+        implicit_als.implicit_memory(seen, matrix, 8)["peak_device_gib"] * 2**30 == 10**6 + managed
+    )
     counted = implicit_als.implicit_memory(types.SimpleNamespace(peak_bytes=0), matrix, 8)
     assert counted["peak_device_gib"] * 2**30 == 4 * 8 * (150 + 16) + managed
     assert counted["peak_device_source"] == "counted"
@@ -140,9 +172,17 @@ def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_s
 def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_solve(tmp_path):
     for size in ("gowalla", "25m"):
         config = bench.ours_config(size, 64, None, str(tmp_path))
-        assert (config.accelerator, config.cg_form, config.matmul_precision, config.resident_batches) == ("auto",) * 4
-        for form, solve in (("matvec", {"cg_form": "matvec"}),
-                            ("explicit:bfloat16", {"cg_form": "explicit", "matmul_precision": "bfloat16"})):
+        assert (
+            config.accelerator,
+            config.cg_form,
+            config.matmul_precision,
+            config.resident_batches,
+        ) == ("auto",) * 4
+        for form, solve in (
+            ("matvec", {"cg_form": "matvec"}),
+            ("matvec:pallas", {"cg_form": "matvec", "cg_kernel": "pallas"}),
+            ("explicit:bfloat16", {"cg_form": "explicit", "matmul_precision": "bfloat16"}),
+        ):
             got = bench.ours_config(size, 64, None, str(tmp_path), solve_forms.form_overrides(form))
             assert got == dataclasses.replace(config, **solve)
 
@@ -152,30 +192,54 @@ def _row(form: str, seconds, recall=None, error=None) -> dict:
 
 
 def test_fastest_form_is_the_fastest_within_the_recall_tolerance():
-    rows = [_row("explicit:bfloat16", 1.0, 0.1500), _row("explicit:tf32", 2.0, 0.1510), _row("matvec", 3.0, 0.1525)]
+    rows = [
+        _row("explicit:bfloat16", 1.0, 0.1500),
+        _row("explicit:tf32", 2.0, 0.1510),
+        _row("matvec", 3.0, 0.1525),
+    ]
     choice = solve_forms.choose_form(rows, tolerance=0.002)
-    assert (choice["fastest"], choice["s_per_epoch"], choice["recall_gt@20"]) == ("explicit:tf32", 2.0, 0.1510)
+    assert (choice["fastest"], choice["s_per_epoch"], choice["recall_gt@20"]) == (
+        "explicit:tf32",
+        2.0,
+        0.1510,
+    )
     assert choice["why_not"]["explicit:bfloat16"].startswith("Recall@20")  # 0.0025 below the best
     assert choice["why_not"]["matvec"] == "slower: 1.50x"
     assert solve_forms.choose_form(rows, tolerance=0.003)["fastest"] == "explicit:bfloat16"
 
 
 def test_forms_without_recall_drop_those_lost_on_gowalla_and_untimed_ones():
-    rows = [_row("explicit:bfloat16", 1.0), _row("explicit:tf32", None, error="exit 1: out of memory"),
-            _row("matvec", 3.0)]
+    rows = [
+        _row("explicit:bfloat16", 1.0),
+        _row("explicit:tf32", None, error="exit 1: out of memory"),
+        _row("matvec", 3.0),
+    ]
     choice = solve_forms.choose_form(rows, excluded=["explicit:bfloat16"])
-    assert choice["fastest"] == "matvec" and choice["why_not"]["explicit:tf32"] == "exit 1: out of memory"
+    assert (
+        choice["fastest"] == "matvec"
+        and choice["why_not"]["explicit:tf32"] == "exit 1: out of memory"
+    )
     assert "Gowalla" in choice["why_not"]["explicit:bfloat16"]
     assert solve_forms.choose_form(rows[1:2])["fastest"] is None
 
 
-@pytest.mark.parametrize("flag,value", [("--forms", "explicit:float16"), ("--forms", "cholesky"),
-                                        ("--forms_at", "nowhere:64"), ("--forms_at", "25m:d128")])
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--forms", "explicit:float16"),
+        ("--forms", "cholesky"),
+        ("--forms", "matvec:triton"),
+        ("--forms_at", "nowhere:64"),
+        ("--forms_at", "25m:d128"),
+    ],
+)
 def test_a_bad_form_or_point_is_one_line(capsys, flag, value):
     with pytest.raises(SystemExit):
         bench.parse_args(["--sizes", "toy", flag, value])
     err = capsys.readouterr().err.strip().splitlines()
-    assert "error: --forms" in err[-1] and value in err[-1]  # argparse's usage line, then the one error line
+    assert (
+        "error: --forms" in err[-1] and value in err[-1]
+    )  # argparse's usage line, then the one error line
 
 
 def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
@@ -190,17 +254,28 @@ def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
 
 def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     _write_gowalla(tmp_path / "gowalla", users=80, items=60)
-    out = tmp_path / "figures.json"
-    run = subprocess.run(
-        [sys.executable, "-m", bench.MODULE, "--sizes", "toy,gowalla", "--dims", "8", "--gowalla", str(tmp_path / "gowalla"),
-         "--peak_n", "128", "--copy_mib", "4", "--work", str(tmp_path / "work"), "--json", str(out),
-         "--implicit", "cpu", "--wheels", str(tmp_path / "none"), "--forms", "explicit:bfloat16,matvec",
-         "--forms_at", "gowalla", "--ours", "accelerator=on"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
-        env=dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1"),  # one device: less to compile
+    report, stdout = toy_run(
+        bench.MODULE,
+        tmp_path,
+        "--sizes",
+        "toy,gowalla",
+        "--dims",
+        "8",
+        "--gowalla",
+        str(tmp_path / "gowalla"),
+        "--peak_n",
+        "128",
+        "--copy_mib",
+        "4",
+        "--implicit",
+        "cpu",
+        "--forms",
+        "explicit:bfloat16,matvec",
+        "--forms_at",
+        "gowalla",
+        "--ours",
+        "accelerator=on",
     )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    report = json.loads(out.read_text())
     peaks = report["device"]["peaks"]
     assert all(peaks[k] > 0 for k in ("matmul_bf16_flop_s", "matmul_f32_flop_s", "copy_bytes_s"))
     toy = report["data"]["toy"]
@@ -208,31 +283,73 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
     assert report["data"]["gowalla"]["nnz"] == 80 * 9
     forms = [r for r in report["sections"] if r.get("variant")]
     sections = {(r["size"], r["who"]): r for r in report["sections"] if not r.get("variant")}
-    assert set(sections) == {("toy", "ours"), ("toy", "implicit-cpu"), ("gowalla", "ours"), ("gowalla", "implicit-cpu")}
+    assert set(sections) == {
+        ("toy", "ours"),
+        ("toy", "implicit-cpu"),
+        ("gowalla", "ours"),
+        ("gowalla", "implicit-cpu"),
+    }
     for (size, who), r in sections.items():
         assert r["error"] is None and r["dim"] == 8
         assert r["s_per_epoch"] > 0 and len(r["epochs_s"]) == r["epochs"]
-        for key in ("ratio", "gflop_s", "gb_s", "pct_f32_peak", "pct_bf16_peak", "pct_copy_bw", "flops_per_epoch",
-                    "bytes_per_epoch", "peak_host_gib", "setup_s", "load_s", "child_s"):
+        for key in (
+            "ratio",
+            "gflop_s",
+            "gb_s",
+            "pct_f32_peak",
+            "pct_bf16_peak",
+            "pct_copy_bw",
+            "flops_per_epoch",
+            "bytes_per_epoch",
+            "peak_host_gib",
+            "setup_s",
+            "load_s",
+            "child_s",
+        ):
             assert r[key] is not None and r[key] >= 0, (size, who, key)
         assert "peak_device_gib" in r  # None on CPU: JAX keeps no device statistics there
+        if who == "ours":  # XLA's cost analysis beside the counted minimum
+            assert (
+                r["xla_note"] is None
+                and r["xla_bytes_per_epoch"] > 0
+                and r["xla_flops_per_epoch"] > 0
+            )
+            assert r["xla_launches_per_epoch"] >= 2  # at least one call per half-epoch
+            assert r["xla_bytes_ratio"] == r["xla_bytes_per_epoch"] / r["bytes_per_epoch"]
+            assert r["pct_copy_bw_xla"] == pytest.approx(
+                100 * r["xla_bytes_per_epoch"] / r["s_per_epoch"] / peaks["copy_bytes_s"]
+            )
+        else:
+            assert r["xla_bytes_per_epoch"] is None and r["pct_copy_bw_xla"] is None
         if size == "gowalla":
             assert 0 < r["recall_gt@20"] <= 1 and 0 < r["recall@20"] <= 1 and r["ndcg@20"] > 0
     assert sections[("toy", "implicit-cpu")]["ratio"] == 1.0
-    assert sections[("gowalla", "ours")]["epochs"] == json.loads((REPO / "configs" / "gowalla.json").read_text())["epochs"]
-    assert "s/epoch" in run.stdout and "implicit-cpu" in run.stdout
+    assert (
+        sections[("gowalla", "ours")]["epochs"]
+        == json.loads((REPO / "configs" / "gowalla.json").read_text())["epochs"]
+    )
+    assert "s/epoch" in stdout and "implicit-cpu" in stdout
     # the forms: on CPU 'auto' runs matvec (not run again); explicit:bfloat16 ran, at Gowalla only
     assert sections[("gowalla", "ours")]["form"] == sections[("toy", "ours")]["form"] == "matvec"
     assert all(sections[(size, "ours")]["accelerator"] is True for size in ("toy", "gowalla"))
     assert [(r["size"], r["form"]) for r in forms] == [("gowalla", "explicit:bfloat16")]
     bf16 = forms[0]
+    assert bf16["xla_bytes_per_epoch"] is None  # the cost is analysed at the default form only
     assert bf16["error"] is None and bf16["s_per_epoch"] > 0 and 0 < bf16["recall_gt@20"] <= 1
-    assert bf16["ratio"] == bf16["s_per_epoch"] / sections[("gowalla", "implicit-cpu")]["s_per_epoch"]
+    assert (
+        bf16["ratio"] == bf16["s_per_epoch"] / sections[("gowalla", "implicit-cpu")]["s_per_epoch"]
+    )
     [choice] = report["forms"]
     assert (choice["size"], choice["dim"], choice["auto"]) == ("gowalla", 8, "matvec")
     timed = {"matvec": sections[("gowalla", "ours")], "explicit:bfloat16": bf16}
     best = max(r["recall_gt@20"] for r in timed.values())
-    want = min((f for f, r in timed.items() if r["recall_gt@20"] >= best - 0.002), key=lambda f: timed[f]["s_per_epoch"])
+    want = min(
+        (f for f, r in timed.items() if r["recall_gt@20"] >= best - 0.002),
+        key=lambda f: timed[f]["s_per_epoch"],
+    )
     assert choice["fastest"] == want and choice["auto_is_fastest"] == (want == "matvec")
-    assert {f: v["s_per_epoch"] for f, v in choice["forms"].items()} == {f: r["s_per_epoch"] for f, r in timed.items()}
-    assert "auto: matvec" in run.stdout and "explicit:bfloat16" in run.stdout and "solve forms" in run.stdout
+    assert {f: v["s_per_epoch"] for f, v in choice["forms"].items()} == {
+        f: r["s_per_epoch"] for f, r in timed.items()
+    }
+    assert "XLA GB" in stdout and "the minimum)" in stdout
+    assert "auto: matvec" in stdout and "explicit:bfloat16" in stdout and "solve forms" in stdout

@@ -26,7 +26,9 @@ def _modules() -> dict[str, pathlib.Path]:
     return out
 
 
-def _imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> list[tuple[str, ast.stmt]]:
+def _imports(
+    name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]
+) -> list[tuple[str, ast.stmt]]:
     """(project module imported, the statement) for each import in `path`'s syntax tree."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
@@ -39,7 +41,9 @@ def _imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) ->
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
         else:
             continue
         found += [(t, node) for t in targets if t in modules]
@@ -48,11 +52,15 @@ def _imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) ->
 
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: {t for t, _ in _imports(name, path, modules) if t != name} for name, path in modules.items()}
+    return {
+        name: {t for t, _ in _imports(name, path, modules) if t != name}
+        for name, path in modules.items()
+    }
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan), each as a sorted list."""
+    """The strongly connected components with more than one module (Tarjan), each as a sorted
+    list."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -96,7 +104,9 @@ def test_the_graph_sees_the_project():
     graph = _graph()
     assert "alx_trainer.train" in graph and "webgraph_pipeline.cli" in graph
     assert "webgraph_contract.dataset_reader" in graph["alx_trainer.data.records"]
-    assert "tfds_builder.web_graph.web_graph_dataset_builder" in graph["tfds_builder.web_graph"]  # relative import
+    assert (
+        "tfds_builder.web_graph.web_graph_dataset_builder" in graph["tfds_builder.web_graph"]
+    )  # relative import
 
 
 def test_no_import_cycle():
@@ -120,17 +130,21 @@ def test_the_packages_import_downward_only():
     assert not wrong, "imports across the install boundary:\n" + "\n".join(sorted(wrong))
 
 
-
 def test_trainer_imports_inside_functions_say_why():
-    """In the trainer, a function-level import has a comment on its line or the line above (why not at the top)."""
+    """In the trainer, a function-level import has a comment on its line or the line above (why not
+    at the top)."""
     missing = []
     for name, path in _modules().items():
         if not name.startswith("alx_trainer"):
             continue
         lines = path.read_text(encoding="utf-8").splitlines()
         tree = ast.parse("\n".join(lines))
-        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        late = {n for f in functions for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        functions = [
+            n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        late = {
+            n for f in functions for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))
+        }
         for node in sorted(late, key=lambda n: n.lineno):
             here, above = lines[node.lineno - 1], lines[node.lineno - 2] if node.lineno > 1 else ""
             if "#" not in here and not above.strip().startswith("#"):

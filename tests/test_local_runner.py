@@ -1,4 +1,5 @@
-"""Beam's local runner loses elements on gRPC workers; `local_runner.disable_time_based_flush` avoids it.
+"""Beam's local runner loses elements on gRPC workers; `local_runner.disable_time_based_flush`
+avoids it.
 
 The race (see webgraph_pipeline/local_runner.py): the runner streams a stage's input to an SDK
 worker through a data-plane stream that a background thread flushes every
@@ -44,17 +45,25 @@ def _stream_round_trip(time_limit_ms: int) -> tuple[bytes, bytes]:
 
 def test_beams_time_flushed_stream_drops_chunks_written_during_a_flush():
     written, sent = _stream_round_trip(time_limit_ms=5)
-    assert len(sent) < len(written) / 2  # Beam's bug: still there (drop the workaround once it is not)
+    assert (
+        len(sent) < len(written) / 2
+    )  # Beam's bug: still there (drop the workaround once it is not)
     written, sent = _stream_round_trip(time_limit_ms=0)  # what disable_time_based_flush selects
     assert sent == written
 
 
-def _cogroup_sizes(argv: list[str], out_dir, tags: int = 8, keys: int = 2000, payload: int = 1000) -> dict[int, int]:
-    """{key: grouped values} of a CoGroupByKey of `tags` PCollections (a Flatten the runner materializes)."""
+def _cogroup_sizes(
+    argv: list[str], out_dir, tags: int = 8, keys: int = 2000, payload: int = 1000
+) -> dict[int, int]:
+    """{key: grouped values} of a CoGroupByKey of `tags` PCollections (a Flatten the runner
+    materializes)."""
     out_dir.mkdir()
     with beam.Pipeline(options=PipelineOptions(argv)) as p:
         numbers = p | beam.Create(range(keys)) | beam.Reshuffle()
-        tagged = {f"t{j}": numbers | f"Tag{j}" >> beam.Map(lambda i: (i % 100, "x" * payload)) for j in range(tags)}
+        tagged = {
+            f"t{j}": numbers | f"Tag{j}" >> beam.Map(lambda i: (i % 100, "x" * payload))
+            for j in range(tags)
+        }
         (
             tagged
             | beam.CoGroupByKey()
@@ -80,8 +89,11 @@ def one_ms_flush(monkeypatch):
     sys.setswitchinterval(interval)
 
 
-def test_cogroupbykey_on_two_worker_processes_loses_elements_with_beams_time_flush(one_ms_flush, tmp_path):
-    # A race: it lost 25-50% in 8 of 9 runs of this size on a quiet 2-core machine, but none in three
+def test_cogroupbykey_on_two_worker_processes_loses_elements_with_beams_time_flush(
+    one_ms_flush, tmp_path
+):
+    # A race: it lost 25-50% in 8 of 9 runs of this size on a quiet 2-core machine, but none in
+    # three
     # runs beside a 17 GiB training job (a CI run at load 4); eight tries (about 4.5 s each).
     totals = []
     for attempt in range(8):
@@ -91,7 +103,9 @@ def test_cogroupbykey_on_two_worker_processes_loses_elements_with_beams_time_flu
     assert min(totals) < 8 * 2000, totals  # the reproducer: whole chunks of the Flatten are gone
 
 
-def test_cogroupbykey_on_two_worker_processes_equals_in_memory_with_the_workaround(one_ms_flush, tmp_path):
+def test_cogroupbykey_on_two_worker_processes_equals_in_memory_with_the_workaround(
+    one_ms_flush, tmp_path
+):
     disable_time_based_flush()
     expected = dict.fromkeys(range(100), 8 * 20)  # 2000 numbers -> 20 per key, once per tag
     assert _cogroup_sizes(TWO_PROCESSES, tmp_path / "two_processes") == expected

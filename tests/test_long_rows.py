@@ -1,4 +1,5 @@
-"""Long rows (more than one device batch) by grouped matrix-free CG (`long_rows.plan_groups`, `long_rows.long_cg`)
+"""Long rows (more than one device batch) by grouped matrix-free CG (`long_rows.plan_groups`,
+`long_rows.long_cg`)
 against the independent float64 NumPy iALS (tests/reference_ials.py), in every form a group takes:
 one cached chunk of several rows, a resident block read a chunk at a time, and a streamed row."""
 
@@ -31,7 +32,9 @@ def dataset(tmp_path_factory):
     rng = np.random.default_rng(7)
     rows = {}
     for r in range(NUM_ROWS):
-        n = {3: 40, 4: 50, 5: 60, 6: 70, 7: 100, 8: 120, 9: 150, 10: 280}.get(r, int(rng.integers(1, 11)))
+        n = {3: 40, 4: 50, 5: 60, 6: 70, 7: 100, 8: 120, 9: 150, 10: 280}.get(
+            r, int(rng.integers(1, 11))
+        )
         cols = set(rng.choice(np.arange(3, NUM_COLS), size=n, replace=False).tolist())
         cols |= {c for c, p in enumerate((0.2, 0.45, 0.95)) if rng.random() < p}
         rows[r] = sorted(cols)
@@ -41,19 +44,38 @@ def dataset(tmp_path_factory):
 
 
 def _run(data_dir: str, model_dir: str, devices: int, calls: list):
-    config = TrainConfig(data=data_dir, model_dir=model_dir, dim=DIM, epochs=2, alpha=ALPHA, reg=REG, solver="cg",
-                         cg_iters=12, cg_form="matvec", layout="owner", piece_len=4, batch_pieces=8, batch_rows=4,
-                         progress=False, eval_every=0, init_stddev=0.3)
+    config = TrainConfig(
+        data=data_dir,
+        model_dir=model_dir,
+        dim=DIM,
+        epochs=2,
+        alpha=ALPHA,
+        reg=REG,
+        solver="cg",
+        cg_iters=12,
+        cg_form="matvec",
+        layout="owner",
+        piece_len=4,
+        batch_pieces=8,
+        batch_rows=4,
+        progress=False,
+        eval_every=0,
+        init_stddev=0.3,
+    )
     mesh = make_mesh(jax.devices()[:devices])
     t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
-    w0, h0 = np.asarray(t["row"], np.float64)[:NUM_ROWS], np.asarray(t["col"], np.float64)[:NUM_COLS]
+    w0, h0 = (
+        np.asarray(t["row"], np.float64)[:NUM_ROWS],
+        np.asarray(t["col"], np.float64)[:NUM_COLS],
+    )
     return train(config, mesh=mesh), w0, h0
 
 
 @pytest.mark.parametrize("devices", [2, 8])
 @pytest.mark.parametrize("cache_batches,budget_batches", [(2, 4), (64, 64)])
-def test_grouped_long_rows_match_float64_reference(dataset, tmp_path, monkeypatch, devices, cache_batches,
-                                                    budget_batches):
+def test_grouped_long_rows_match_float64_reference(
+    dataset, tmp_path, monkeypatch, devices, cache_batches, budget_batches
+):
     data_dir, rows = dataset
     monkeypatch.setattr(long_rows, "LONG_CACHE_BYTES", cache_batches * BATCH_BYTES)
     monkeypatch.setattr(long_rows, "LONG_BLOCK_BYTES", budget_batches * BATCH_BYTES)
@@ -95,8 +117,12 @@ def test_plan_places_every_row_once_within_its_bounds():
             assert g.size <= 32
         else:
             assert g.rows == [g.rows[0]] and batches[g.rows[0]] > 32, g
-    assert {r for g in groups if not g.resident for r in g.rows} == set(np.flatnonzero(batches > 32).tolist())
+    assert {r for g in groups if not g.resident for r in g.rows} == set(
+        np.flatnonzero(batches > 32).tolist()
+    )
     held = sum(g.size for g in groups if g.resident)  # streamed groups skip their padding chunks
-    assert held < 1.1 * batches[batches <= 32].sum()  # best fit fills the padding of the longer rows' groups
+    assert (
+        held < 1.1 * batches[batches <= 32].sum()
+    )  # best fit fills the padding of the longer rows' groups
     loads = [sum(g.size for g in w) for w in plan]
     assert max(loads) - min(loads) <= max(g.size for g in groups)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
@@ -54,7 +54,10 @@ def observed_loss(rows, w, h) -> float:
 @pytest.fixture(scope="module")
 def problem():
     rng = np.random.default_rng(7)
-    rows = {r: sorted(rng.choice(NUM_COLS, int(rng.integers(1, 13)), replace=False).tolist()) for r in range(NUM_ROWS)}
+    rows = {
+        r: sorted(rng.choice(NUM_COLS, int(rng.integers(1, 13)), replace=False).tolist())
+        for r in range(NUM_ROWS)
+    }
     for r in (4, 21):  # longer than a batch (8 pieces of 4 ids)
         rows[r] = sorted(rng.choice(NUM_COLS, 45, replace=False).tolist())
     rows.pop(33)  # a row without entries keeps its values
@@ -66,12 +69,31 @@ def problem():
 def _half_epoch(problem, devices: int, table_dtype: str = "float32", **kw):
     rows, w0, h = problem
     mesh = make_mesh(jax.devices()[:devices])
-    config = TrainConfig(data="mem", model_dir="unused", dim=DIM, alpha=ALPHA, reg=REG, solver="cg", cg_iters=ITERS,
-                         cg_form="matvec", piece_len=4, batch_pieces=8, batch_rows=4, progress=False,
-                         table_dtype=table_dtype, **kw)
+    config = TrainConfig(
+        data="mem",
+        model_dir="unused",
+        dim=DIM,
+        alpha=ALPHA,
+        reg=REG,
+        solver="cg",
+        cg_iters=ITERS,
+        cg_form="matvec",
+        piece_len=4,
+        batch_pieces=8,
+        batch_rows=4,
+        progress=False,
+        table_dtype=table_dtype,
+        **kw,
+    )
     ids = sorted(rows)
     spec = step_spec(config, NUM_COLS, observed_loss=True)
-    runner = SideRunner(config, mesh, spec, lambda: records.chunks_from_rows(ids, [rows[r] for r in ids]), NUM_ROWS)
+    runner = SideRunner(
+        config,
+        mesh,
+        spec,
+        lambda: iter([RowChunk.from_rows(ids, [rows[r] for r in ids])]),
+        NUM_ROWS,
+    )
     src = table_from_numpy(mesh, h, table_dtype)
     dst = table_from_numpy(mesh, w0, table_dtype)
     out, terms = runner.run(src, dst)
@@ -79,10 +101,29 @@ def _half_epoch(problem, devices: int, table_dtype: str = "float32", **kw):
 
 
 CASES = {
-    "one call (accelerator, resident)": {"devices": 1, "accelerator": "on", "resident_batches": "on"},
-    "one call, sharded on 8 devices": {"devices": 8, "accelerator": "on", "resident_batches": "on", "layout": "sharded"},
-    "one call, replicated on 8 devices": {"devices": 8, "accelerator": "on", "resident_batches": "on", "layout": "replicated"},
-    "streamed steps (accelerator)": {"devices": 8, "accelerator": "on", "resident_batches": "off", "calls_per_half_epoch": 2},
+    "one call (accelerator, resident)": {
+        "devices": 1,
+        "accelerator": "on",
+        "resident_batches": "on",
+    },
+    "one call, sharded on 8 devices": {
+        "devices": 8,
+        "accelerator": "on",
+        "resident_batches": "on",
+        "layout": "sharded",
+    },
+    "one call, replicated on 8 devices": {
+        "devices": 8,
+        "accelerator": "on",
+        "resident_batches": "on",
+        "layout": "replicated",
+    },
+    "streamed steps (accelerator)": {
+        "devices": 8,
+        "accelerator": "on",
+        "resident_batches": "off",
+        "calls_per_half_epoch": 2,
+    },
     "per-core owner steps": {"devices": 2, "accelerator": "off", "layout": "owner"},
 }
 
@@ -97,12 +138,16 @@ def test_matvec_half_epoch_matches_float64_cg(problem, case):
     expected = cg_reference(rows, w0, h, ITERS)
     assert np.abs(w - expected).max() < 1e-4 * np.abs(expected).max()
     assert terms[2] == len(rows)
-    assert terms[1] == pytest.approx(REG * sum(float(expected[r] @ expected[r]) for r in rows), rel=1e-4)
+    assert terms[1] == pytest.approx(
+        REG * sum(float(expected[r] @ expected[r]) for r in rows), rel=1e-4
+    )
     assert terms[0] == pytest.approx(observed_loss(rows, expected, h), rel=1e-4)
 
 
 def test_one_call_returns_the_gramian_of_its_result(problem):
-    runner, w, _ = _half_epoch(problem, 8, accelerator="on", resident_batches="on", layout="sharded")
+    runner, w, _ = _half_epoch(
+        problem, 8, accelerator="on", resident_batches="on", layout="sharded"
+    )
     gram = np.asarray(runner.solved_gramian, np.float64)
     assert np.abs(gram - w.T @ w).max() < 1e-4 * np.abs(w.T @ w).max()
 
@@ -111,8 +156,13 @@ def test_bfloat16_tables_read_in_their_own_dtype(problem):
     """bfloat16 tables: the kernels widen the stored values, so the reference on the rounded values
     agrees to the rounding of the result (bfloat16 keeps 8 bits)."""
     rows, w0, h = problem
-    rounded = [np.asarray(jax.numpy.asarray(a, jax.numpy.bfloat16).astype(np.float32), np.float64) for a in (w0, h)]
-    _, w, _ = _half_epoch((rows, *rounded), 1, table_dtype="bfloat16", accelerator="on", resident_batches="on")
+    rounded = [
+        np.asarray(jax.numpy.asarray(a, jax.numpy.bfloat16).astype(np.float32), np.float64)
+        for a in (w0, h)
+    ]
+    _, w, _ = _half_epoch(
+        (rows, *rounded), 1, table_dtype="bfloat16", accelerator="on", resident_batches="on"
+    )
     expected = cg_reference(rows, rounded[0], rounded[1], ITERS)
     assert np.abs(w - expected).max() < 2**-7 * np.abs(expected).max()
 
@@ -123,11 +173,16 @@ def test_unrolled_loops_compute_the_same(problem):
     runner.spec = dataclasses.replace(runner.spec, unroll=True)
     rows, w0, h = problem
     mesh = runner.mesh
-    out, _, _ = runner.run_one_call(table_from_numpy(mesh, h, "float32"), table_from_numpy(mesh, w0, "float32"),
-                                    runner.fixed(table_from_numpy(mesh, h, "float32")))
+    out, _, _ = runner.run_one_call(
+        table_from_numpy(mesh, h, "float32"),
+        table_from_numpy(mesh, w0, "float32"),
+        runner.fixed(table_from_numpy(mesh, h, "float32")),
+    )
     assert np.abs(np.asarray(out, np.float64)[:NUM_ROWS] - w).max() < 1e-5
 
 
 def test_streamed_half_epochs_keep_to_calls_per_half_epoch(problem):
-    runner, _, _ = _half_epoch(problem, 1, accelerator="on", resident_batches="off", calls_per_half_epoch=2)
+    runner, _, _ = _half_epoch(
+        problem, 1, accelerator="on", resident_batches="off", calls_per_half_epoch=2
+    )
     assert not runner.one_call and runner.plan.calls <= 2 < runner.plan.steps

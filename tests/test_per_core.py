@@ -39,21 +39,30 @@ assert per_core.use_cpu_devices(2)
 import jax
 made = sorted(sorted(os.sched_getaffinity(t)) for t in per_core.threads() - old)
 pinned = per_core.run([lambda: sorted(os.sched_getaffinity(0))] * 2)
-print(json.dumps({"devices": len(jax.devices()), "async": jax.config.read("jax_cpu_enable_async_dispatch"),
-                  "before": before, "after": sorted(os.sched_getaffinity(0)), "pinned": pinned, "made": made,
+print(json.dumps({"devices": len(jax.devices()),
+                  "async": jax.config.read("jax_cpu_enable_async_dispatch"),
+                  "before": before, "after": sorted(os.sched_getaffinity(0)), "pinned": pinned,
+                  "made": made,
                   "again": per_core.use_cpu_devices(3)}))
 """
 
 
-@pytest.mark.skipif(len(per_core.cores()) < 2 or not hasattr(os, "sched_setaffinity"), reason="needs 2 cores")
+@pytest.mark.skipif(
+    len(per_core.cores()) < 2 or not hasattr(os, "sched_setaffinity"), reason="needs 2 cores"
+)
 def test_use_cpu_devices_pins_one_thread_per_device(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    run = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["devices"] == 2 and got["async"] is False
     assert got["after"] == got["before"]  # the main thread gets its cores back
-    assert got["pinned"] == [[got["before"][0]], [got["before"][1]]]  # device j's thread on core j only
+    assert got["pinned"] == [
+        [got["before"][0]],
+        [got["before"][1]],
+    ]  # device j's thread on core j only
     assert got["again"] is False  # JAX has started: its devices stay
     # XLA's own threads (its intra-op pool among them): one core each, spread over both devices'
     # cores, not all left on the first core the client was created on

@@ -39,7 +39,9 @@ def run_cli(args, capsys):
     return code, out.out, out.err
 
 
-# ---- each format on a real file, edge counts worked out from the raw text -------------------------
+# ---- each format on a real file, edge counts worked out from the raw text
+# -------------------------
+
 
 def test_pairs_with_header_on_hollins(data_dir):
     text = (data_dir / "hollins" / "edges.txt").read_text()
@@ -70,8 +72,11 @@ def test_movielens_u_data_and_ratings_dat(data_dir):
     edges, counts, _ = parse_file(dat, EdgeFormat("movielens", min_rating=4))
     assert edges == [(r[0], r[1]) for r in rows if int(r[2]) >= 4]
     assert counts == {"dropped_lines.below_min_rating": sum(int(r[2]) < 4 for r in rows)}
-    # a u.data file read as given_split or a given-split file read as movielens is refused line by line
-    _, counts, _ = parse_file((data_dir / "ml-1m-implicit" / "test.txt").read_bytes(), EdgeFormat("movielens"))
+    # a u.data file read as given_split or a given-split file read as movielens is refused line by
+    # line
+    _, counts, _ = parse_file(
+        (data_dir / "ml-1m-implicit" / "test.txt").read_bytes(), EdgeFormat("movielens")
+    )
     assert counts["dropped_lines.wrong_field_count"] > 5000
 
 
@@ -79,7 +84,9 @@ def test_csv_with_header_and_delimiter(data_dir):
     rows = [line.split("\t") for line in (data_dir / "ml-100k" / "u.data").read_text().splitlines()]
     text = "userId;movieId;rating;timestamp\n" + "".join(";".join(r) + "\n" for r in rows)
     text += "a b;c;5;0\n;d;5;0\n"  # a field with a space, an empty field: malformed, counted
-    edges, counts, examples = parse_file(text.encode(), EdgeFormat("csv", delimiter=";", header=True))
+    edges, counts, examples = parse_file(
+        text.encode(), EdgeFormat("csv", delimiter=";", header=True)
+    )
     assert edges == [(r[0], r[1]) for r in rows]
     assert counts == {"skipped_lines.header": 1, "dropped_lines.bad_field": 2}
     assert examples["dropped_lines.bad_field"] == [100_002, 100_003]
@@ -94,18 +101,29 @@ def test_given_split_excerpt_of_gowalla():
 
 # ---- bad bytes and odd lines: counted by reason, with line numbers -------------------------------
 
-ODD = (b"\xef\xbb\xbf% KONECT-style header\n# comment\nu1\tm1\r\nu2 m2\n\n  u3   m1  \r\nbad\n"
-       b"caf\xe9 m3\nu1 m1\n")
+ODD = (
+    b"\xef\xbb\xbf% KONECT-style header\n# comment\nu1\tm1\r\nu2 m2\n\n  u3   m1  \r\nbad\n"
+    b"caf\xe9 m3\nu1 m1\n"
+)
 
 
 @pytest.mark.parametrize("block_bytes", [7, 16, 1 << 20])
 def test_bom_comments_crlf_tabs_latin1_counted_at_any_block_size(block_bytes):
     edges, counts, examples = parse_file(ODD, EdgeFormat("pairs"), block_bytes)
     assert edges == [("u1", "m1"), ("u2", "m2"), ("u3", "m1"), ("u1", "m1")]  # no phantom BOM node
-    assert counts == {"input_files.bom_stripped": 1, "skipped_lines.comment": 2, "skipped_lines.blank": 1,
-                      "dropped_lines.too_few_fields": 1, "dropped_lines.undecodable": 1}
-    assert examples == {"skipped_lines.comment": [1, 2], "skipped_lines.blank": [5],
-                        "dropped_lines.too_few_fields": [7], "dropped_lines.undecodable": [8]}
+    assert counts == {
+        "input_files.bom_stripped": 1,
+        "skipped_lines.comment": 2,
+        "skipped_lines.blank": 1,
+        "dropped_lines.too_few_fields": 1,
+        "dropped_lines.undecodable": 1,
+    }
+    assert examples == {
+        "skipped_lines.comment": [1, 2],
+        "skipped_lines.blank": [5],
+        "dropped_lines.too_few_fields": [7],
+        "dropped_lines.undecodable": [8],
+    }
 
 
 def test_non_ascii_ids_split_on_ascii_whitespace_only():
@@ -117,8 +135,22 @@ def test_odd_file_through_the_job(tmp_path, capsys):
     path = tmp_path / "odd.txt"
     path.write_bytes(ODD)
     out = tmp_path / "out"
-    code, stdout, _ = run_cli(["--edge_format", "pairs", "--bipartite", "--input", path, "--output", out,
-                               "--num_shards", "1", "--test_fraction", "0"], capsys)
+    code, stdout, _ = run_cli(
+        [
+            "--edge_format",
+            "pairs",
+            "--bipartite",
+            "--input",
+            path,
+            "--output",
+            out,
+            "--num_shards",
+            "1",
+            "--test_fraction",
+            "0",
+        ],
+        capsys,
+    )
     assert code == 0
     stats = json.loads((out / stats_json.STATS_FILE).read_text())
     assert sorted(dataset_reader.read_vocab(str(out)).values()) == ["u1", "u2", "u3"]
@@ -130,29 +162,45 @@ def test_odd_file_through_the_job(tmp_path, capsys):
     assert f"first lines of dropped_lines.undecodable: {path}:8" in stdout
 
 
-@pytest.mark.parametrize("content, flags, reason", [
-    (b"", [], "no line"),
-    (b"start end\n", ["--header"], "skipped_lines.header (1 lines)"),
-    (b"% only\n% comments\n", [], "skipped_lines.comment (2 lines)"),
-    (b"1::2::5::9\n1::3::4::9\n", [], "dropped_lines.too_few_fields (2 lines)"),  # ratings.dat read as pairs
-])
+@pytest.mark.parametrize(
+    "content, flags, reason",
+    [
+        (b"", [], "no line"),
+        (b"start end\n", ["--header"], "skipped_lines.header (1 lines)"),
+        (b"% only\n% comments\n", [], "skipped_lines.comment (2 lines)"),
+        (
+            b"1::2::5::9\n1::3::4::9\n",
+            [],
+            "dropped_lines.too_few_fields (2 lines)",
+        ),  # ratings.dat read as pairs
+    ],
+)
 def test_a_file_that_yields_no_edge_is_an_error(content, flags, reason, tmp_path, capsys):
     good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
     good.write_text("a b\n")
     bad.write_bytes(content)
     out = tmp_path / "out"
-    code, _, err = run_cli(["--edge_format", "pairs", "--input", good, "--input", bad, "--output", out, *flags],
-                           capsys)
+    code, _, err = run_cli(
+        ["--edge_format", "pairs", "--input", good, "--input", bad, "--output", out, *flags], capsys
+    )
     last = err.strip().splitlines()[-1]
-    assert code == 1 and last.startswith(f"webgraph_pipeline: error: {bad}: no edge read") and reason in last
+    assert (
+        code == 1
+        and last.startswith(f"webgraph_pipeline: error: {bad}: no edge read")
+        and reason in last
+    )
     assert not (out / stats_json.STATS_FILE).exists()
 
 
 # ---- ids of any kind: the same graph up to renaming ----------------------------------------------
 
+
 def _all_links(out: pathlib.Path) -> set[tuple[str, str]]:
     """Every (row name, column name) link of a dataset: train rows and both parts of test rows."""
-    rows, cols = dataset_reader.read_vocab(str(out)), dataset_reader.read_vocab(str(out), columns=True)
+    rows, cols = (
+        dataset_reader.read_vocab(str(out)),
+        dataset_reader.read_vocab(str(out), columns=True),
+    )
     links = set()
     for split in ("train", "test"):
         for r, kept, held in dataset_reader.read_split(str(out), split):
@@ -161,7 +209,10 @@ def _all_links(out: pathlib.Path) -> set[tuple[str, str]]:
 
 
 def test_named_numeric_and_url_ids_give_the_same_graph(data_dir, tmp_path, capsys):
-    rows = [line.split("\t")[:2] for line in (data_dir / "ml-100k" / "u.data").read_text().splitlines()[:4000]]
+    rows = [
+        line.split("\t")[:2]
+        for line in (data_dir / "ml-100k" / "u.data").read_text().splitlines()[:4000]
+    ]
     rng = np.random.default_rng(0)
     users, items = sorted({u for u, _ in rows}), sorted({i for _, i in rows})
     user_name = dict(zip(users, rng.permutation(len(users)).astype(str)))
@@ -170,17 +221,36 @@ def test_named_numeric_and_url_ids_give_the_same_graph(data_dir, tmp_path, capsy
     renamings = {
         "numeric": (lambda u: u, lambda i: i),
         "named": (lambda u: f"u{user_name[u]}", lambda i: f"m{item_name[i]}"),
-        "url": (lambda u: f"http://User{user_name[u]}.example.com/", lambda i: f"https://shop.example.org/i/{item_name[i]}"),
+        "url": (
+            lambda u: f"http://User{user_name[u]}.example.com/",
+            lambda i: f"https://shop.example.org/i/{item_name[i]}",
+        ),
     }
     results = {}
     for kind, (ru, ri) in renamings.items():
         path = tmp_path / f"{kind}.txt"
         path.write_text("".join(f"{ru(rows[k][0])} {ri(rows[k][1])}\n" for k in order))
         out = tmp_path / kind
-        code, _, _ = run_cli(["--edge_format", "pairs", "--bipartite", "--input", path, "--output", out,
-                              "--num_shards", "1", "--min_links", "2"], capsys)
+        code, _, _ = run_cli(
+            [
+                "--edge_format",
+                "pairs",
+                "--bipartite",
+                "--input",
+                path,
+                "--output",
+                out,
+                "--num_shards",
+                "1",
+                "--min_links",
+                "2",
+            ],
+            capsys,
+        )
         assert code == 0
-        back_u = {ru(u).lower() if kind == "url" else ru(u): u for u in users}  # hosts are lower-cased
+        back_u = {
+            ru(u).lower() if kind == "url" else ru(u): u for u in users
+        }  # hosts are lower-cased
         back_i = {ri(i): i for i in items}
         results[kind] = {(back_u[u], back_i[i]) for u, i in _all_links(out)}
         stats = json.loads((out / stats_json.STATS_FILE).read_text())
@@ -190,14 +260,24 @@ def test_named_numeric_and_url_ids_give_the_same_graph(data_dir, tmp_path, capsy
     assert results["numeric_shape"][2] == len(results["numeric"]) > 3000
 
 
-# ---- given splits ---------------------------------------------------------------------------------
+# ---- given splits
+# ---------------------------------------------------------------------------------
+
 
 def _given(out: pathlib.Path):
-    rows, cols = dataset_reader.read_vocab(str(out)), dataset_reader.read_vocab(str(out), columns=True)
+    rows, cols = (
+        dataset_reader.read_vocab(str(out)),
+        dataset_reader.read_vocab(str(out), columns=True),
+    )
     named = lambda ids, names: {names[int(i)] for i in ids}  # noqa: E731
     train = {rows[r]: named(c, cols) for r, c, _ in dataset_reader.read_split(str(out), "train")}
-    train_t = {cols[c]: named(r, rows) for c, r, _ in dataset_reader.read_split(str(out), "train_t")}
-    test = {rows[r]: (named(c, cols), named(g, cols)) for r, c, g in dataset_reader.read_split(str(out), "test")}
+    train_t = {
+        cols[c]: named(r, rows) for c, r, _ in dataset_reader.read_split(str(out), "train_t")
+    }
+    test = {
+        rows[r]: (named(c, cols), named(g, cols))
+        for r, c, g in dataset_reader.read_split(str(out), "test")
+    }
     return train, train_t, test
 
 
@@ -205,8 +285,21 @@ def test_hand_made_given_split_link_by_link(tmp_path, capsys):
     (tmp_path / "train.txt").write_text("# published split\nu1 a b\nu2 b c d b\nu3 a\nu4 c\n")
     (tmp_path / "test.txt").write_text("u1 c\nu2 a\nu4 e\n")
     out = tmp_path / "out"
-    code, stdout, _ = run_cli(["--edge_format", "given_split", "--input", tmp_path / "train.txt",
-                               "--test_input", tmp_path / "test.txt", "--output", out, "--num_shards", "2"], capsys)
+    code, stdout, _ = run_cli(
+        [
+            "--edge_format",
+            "given_split",
+            "--input",
+            tmp_path / "train.txt",
+            "--test_input",
+            tmp_path / "test.txt",
+            "--output",
+            out,
+            "--num_shards",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0
     train, train_t, test = _given(out)
     assert train == {"u1": {"a", "b"}, "u2": {"b", "c", "d"}, "u3": {"a"}, "u4": {"c"}}
@@ -217,7 +310,10 @@ def test_hand_made_given_split_link_by_link(tmp_path, capsys):
     assert (stats["num_rows"], stats["num_cols"], stats["edges"]) == (4, 5, 7)
     assert stats["splits"] == {"train": 4, "train_t": 4, "test": 3}
     assert stats["test_links"] == {"col_tag": 2 + 3 + 1, "gt_tag": 3}
-    assert stats["dropped"]["dropped_edges.duplicate"] == 1 and stats["counters"]["skipped_lines.comment"] == 1
+    assert (
+        stats["dropped"]["dropped_edges.duplicate"] == 1
+        and stats["counters"]["skipped_lines.comment"] == 1
+    )
     assert "(given_split)" in stdout
 
 
@@ -230,7 +326,8 @@ def _user_items(path: pathlib.Path) -> dict[str, set[str]]:
 
 
 def check_given_split(train_file: pathlib.Path, test_file: pathlib.Path, out: pathlib.Path) -> dict:
-    """The dataset equals the files: train and train_t hold train.txt, test rows' gt_tag test.txt."""
+    """The dataset equals the files: train and train_t hold train.txt, test rows' gt_tag
+    test.txt."""
     want_train, want_test = _user_items(train_file), _user_items(test_file)
     train, train_t, test = _given(out)
     assert train == {u: i for u, i in want_train.items() if i}
@@ -253,8 +350,21 @@ def check_given_split(train_file: pathlib.Path, test_file: pathlib.Path, out: pa
 def test_gowalla_excerpt_through_the_cli(tmp_path, capsys):
     train, test = TESTS_DATA / "gowalla" / "train.txt", TESTS_DATA / "gowalla" / "test.txt"
     out = tmp_path / "gowalla"
-    code, _, _ = run_cli(["--edge_format", "given_split", "--input", train, "--test_input", test,
-                          "--output", out, "--num_shards", "2"], capsys)
+    code, _, _ = run_cli(
+        [
+            "--edge_format",
+            "given_split",
+            "--input",
+            train,
+            "--test_input",
+            test,
+            "--output",
+            out,
+            "--num_shards",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0
     stats = check_given_split(train, test, out)
     assert stats["splits"]["test"] == stats["num_rows"] == 40
@@ -264,9 +374,26 @@ def test_gowalla_excerpt_through_the_cli(tmp_path, capsys):
 def test_whole_gowalla_split_has_the_published_counts(tmp_path, capsys):
     train, test = SHARED_GOWALLA / "train.txt", SHARED_GOWALLA / "test.txt"
     out = tmp_path / "gowalla"
-    code, _, _ = run_cli(["--edge_format", "given_split", "--input", train, "--test_input", test,
-                          "--output", out, "--num_shards", "4"], capsys)
+    code, _, _ = run_cli(
+        [
+            "--edge_format",
+            "given_split",
+            "--input",
+            train,
+            "--test_input",
+            test,
+            "--output",
+            out,
+            "--num_shards",
+            "4",
+        ],
+        capsys,
+    )
     assert code == 0
     stats = check_given_split(train, test, out)
-    assert (stats["num_rows"], stats["num_cols"], stats["edges"], stats["test_links"]["gt_tag"]) == (
-        29_858, 40_981, 810_128, 217_242)
+    assert (
+        stats["num_rows"],
+        stats["num_cols"],
+        stats["edges"],
+        stats["test_links"]["gt_tag"],
+    ) == (29_858, 40_981, 810_128, 217_242)

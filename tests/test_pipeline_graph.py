@@ -30,8 +30,12 @@ def reference_graph(edges, tlds=(), min_links=0, passes=1):
 
 
 def read_split(data_dir, split):
-    """Every record of a split, parsed with the public feature spec, as (row, cols, gt) int tuples."""
-    return [(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in dataset_reader.read_split(str(data_dir), split)]
+    """Every record of a split, parsed with the public feature spec, as (row, cols, gt) int
+    tuples."""
+    return [
+        (r, tuple(c.tolist()), tuple(g.tolist()))
+        for r, c, g in dataset_reader.read_split(str(data_dir), split)
+    ]
 
 
 def read_vocab(data_dir, prefix=layout.VOCAB_PREFIX):
@@ -41,8 +45,10 @@ def read_vocab(data_dir, prefix=layout.VOCAB_PREFIX):
 def build(edges, config, out_dir, num_shards=3):
     with beam.Pipeline() as p:
         edges = sorted(edges)
-        batches = [([s for s, _ in edges[i:i + 500]], [t for _, t in edges[i:i + 500]])
-                   for i in range(0, len(edges), 500)]
+        batches = [
+            ([s for s, _ in edges[i : i + 500]], [t for _, t in edges[i : i + 500]])
+            for i in range(0, len(edges), 500)
+        ]
         graph = p | beam.Create(batches) | BuildWebGraph(config)
         graph | WriteTfRecords(str(out_dir), config.to_dict(), ["in-memory"], num_shards=num_shards)
     return json.loads((out_dir / stats_json.STATS_FILE).read_text())
@@ -79,7 +85,9 @@ def synthetic_edges():
 
 
 def test_filters_ids_and_splits_match_reference(synthetic_edges, tmp_path):
-    config = GraphConfig(tlds=("com", "de"), min_links=3, degree_passes=2, test_fraction=0.2, seed=5)
+    config = GraphConfig(
+        tlds=("com", "de"), min_links=3, degree_passes=2, test_fraction=0.2, seed=5
+    )
     stats = build(synthetic_edges, config, tmp_path)
     expected = reference_graph(synthetic_edges, {"com", "de"}, 3, passes=2)
     assert 500 < len(expected) < len(synthetic_edges)
@@ -87,11 +95,17 @@ def test_filters_ids_and_splits_match_reference(synthetic_edges, tmp_path):
     rows = len(train) + len(test)
     assert 0.15 < len(test) / rows < 0.25
     assert stats["out_degree_histogram"] == sorted(
-        [d, n] for d, n in collections.Counter(collections.Counter(s for s, _ in expected).values()).items())
+        [d, n]
+        for d, n in collections.Counter(
+            collections.Counter(s for s, _ in expected).values()
+        ).items()
+    )
     assert sum(n for _, n in stats["in_degree_histogram"]) == len({t for _, t in expected})
     assert (tmp_path / DEGREE_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     names = sorted(os.listdir(tmp_path))
-    assert [n for n in names if n.startswith("train.tfr")] == [f"train.tfr-0000{i}-of-00003" for i in range(3)]
+    assert [n for n in names if n.startswith("train.tfr")] == [
+        f"train.tfr-0000{i}-of-00003" for i in range(3)
+    ]
 
 
 def test_one_pass_leaves_nodes_below_k(synthetic_edges, tmp_path):
@@ -115,7 +129,12 @@ def test_bipartite_interactions_have_separate_id_ranges(tmp_path):
     rows, cols = read_vocab(tmp_path), read_vocab(tmp_path, layout.COL_VOCAB_PREFIX)
     assert set(rows.values()) == {u for u, _ in expected} and sorted(rows) == list(range(len(rows)))
     assert set(cols.values()) == {i for _, i in expected} and sorted(cols) == list(range(len(cols)))
-    got = {(rows[r], cols[c]) for s in ("train", "test") for r, k, h in read_split(tmp_path, s) for c in k + h}
+    got = {
+        (rows[r], cols[c])
+        for s in ("train", "test")
+        for r, k, h in read_split(tmp_path, s)
+        for c in k + h
+    }
     assert got == expected
     assert (stats["num_rows"], stats["num_cols"]) == (len(rows), len(cols))
     assert stats_json.matrix_shape(stats) == (len(rows), len(cols))

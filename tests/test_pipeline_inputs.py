@@ -40,8 +40,14 @@ class Run:
 
 def cli(*args, env=None) -> Run:
     environment = dict(os.environ, PYTHONPATH=REPO, **(env or {}))
-    done = subprocess.run([sys.executable, "-m", "webgraph_pipeline", *map(str, args)], cwd=REPO,
-                          env=environment, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "webgraph_pipeline", *map(str, args)],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return Run(done.returncode, done.stdout, done.stderr)
 
 
@@ -59,24 +65,30 @@ def page(site: str, i: int) -> dict:
 
 
 def edges_of(site: str, pages) -> set[tuple[str, str]]:
-    return {(f"http://{site}/p{i}", f"http://{site}/p{(i + k) % 8}") for i in pages for k in (1, 2, 3)}
+    return {
+        (f"http://{site}/p{i}", f"http://{site}/p{(i + k) % 8}") for i in pages for k in (1, 2, 3)
+    }
 
 
 @pytest.fixture(scope="module")
 def wats(tmp_path_factory, data_dir):
-    """good, damaged (record 3 of 8 corrupt), cut (inside its last record), and three unreadable files."""
+    """good, damaged (record 3 of 8 corrupt), cut (inside its last record), and three unreadable
+    files."""
     d = tmp_path_factory.mktemp("wat")
     good, _ = wat_bytes([page("good.de", i) for i in range(8)])
     (d / "good.warc.wat.gz").write_bytes(good)
     data, offsets = wat_bytes([page("damaged.de", i) for i in range(8)])
     broken = bytearray(data)
-    broken[offsets[2] + 30: offsets[2] + 60] = bytes(30)  # inside record 3's gzip member
+    broken[offsets[2] + 30 : offsets[2] + 60] = bytes(30)  # inside record 3's gzip member
     (d / "damaged.warc.wat.gz").write_bytes(bytes(broken))
     data, cut_offsets = wat_bytes([page("cut.de", i) for i in range(8)])
     (d / "cut.warc.wat.gz").write_bytes(data[: (cut_offsets[7] + len(data)) // 2])
     (d / "garbage.warc.wat.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 8)
     (d / "notes.warc.wat").write_text("my notes, not a WAT file\n" * 20)
-    shutil.copy(data_dir / "commoncrawl" / "CC-MAIN-20140820021334-00006.head.warc", d / "responses.warc.wat")
+    shutil.copy(
+        data_dir / "commoncrawl" / "CC-MAIN-20140820021334-00006.head.warc",
+        d / "responses.warc.wat",
+    )
     return d, {"damaged": (offsets[2], 3), "cut": (cut_offsets[7], 8)}
 
 
@@ -94,7 +106,16 @@ def previous(wats, tmp_path_factory):
     """A finished dataset from the good file: what a failed run must leave byte-identical."""
     d, _ = wats
     out = tmp_path_factory.mktemp("previous") / "out"
-    run = cli("--input", d / "good.warc.wat.gz", "--output", out, "--test_fraction", "0", "--num_shards", "1")
+    run = cli(
+        "--input",
+        d / "good.warc.wat.gz",
+        "--output",
+        out,
+        "--test_fraction",
+        "0",
+        "--num_shards",
+        "1",
+    )
     assert run.code == 0, run.err[-2000:]
     return out
 
@@ -106,38 +127,68 @@ def test_every_wat_file_is_accounted_for(wats, tmp_path):
     assert run.code == 0 and run.errors == []
     stats = json.loads((out / "stats.json").read_text())
     expected_problems = [
-        {"file": str(d / name), "status": status, "reason": reason,
-         "detail": f"byte {where[name.split('.')[0]][0]} (record {where[name.split('.')[0]][1]})"}
-        for name, (status, reason) in BAD.items() if status == "partly_read"
+        {
+            "file": str(d / name),
+            "status": status,
+            "reason": reason,
+            "detail": "byte {} (record {})".format(*where[name.split(".")[0]]),
+        }
+        for name, (status, reason) in BAD.items()
+        if status == "partly_read"
     ]
     got = {p["file"]: p for p in stats["file_problems"]}
     assert sorted(got) == sorted(str(d / n) for n in BAD)
     for problem in expected_problems:
         assert got[problem["file"]] == problem
     for name, (status, reason) in BAD.items():
-        assert (got[str(d / name)]["status"], got[str(d / name)]["reason"]) == (status, reason), name
+        assert (got[str(d / name)]["status"], got[str(d / name)]["reason"]) == (status, reason), (
+            name
+        )
         assert str(d / name) in run.out  # named in the summary too
-    assert "UNREADABLE input files (3):" in run.out and "PARTLY READ (damaged) input files (2):" in run.out
-    assert stats["unreadable_files"] == sorted(str(d / n) for n, (s, _) in BAD.items() if s == "unreadable")
+    assert (
+        "UNREADABLE input files (3):" in run.out
+        and "PARTLY READ (damaged) input files (2):" in run.out
+    )
+    assert stats["unreadable_files"] == sorted(
+        str(d / n) for n, (s, _) in BAD.items() if s == "unreadable"
+    )
     counters = stats["counters"]
     assert counters["files.matched"] == 6
-    assert (counters["files.read"], counters["files.partly_read"], counters["files.unreadable"]) == (1, 2, 3)
+    assert (
+        counters["files.read"],
+        counters["files.partly_read"],
+        counters["files.unreadable"],
+    ) == (1, 2, 3)
     assert counters["unreadable_files.not_warc"] == counters["unreadable_files.not_wat"] == 1
     # Nothing lost: every intact record of the damaged files is in the graph (record 3 of damaged
     # and the cut record 8 are not), and nothing of the unreadable ones.
     vocab = read_vocab(out)
     got_edges = {(vocab[r], vocab[c]) for r, cols, _ in read_split(out, "train") for c in cols}
-    expected = edges_of("good.de", range(8)) | edges_of("damaged.de", {0, 1, 3, 4, 5, 6, 7}) | edges_of("cut.de", range(7))
+    expected = (
+        edges_of("good.de", range(8))
+        | edges_of("damaged.de", {0, 1, 3, 4, 5, 6, 7})
+        | edges_of("cut.de", range(7))
+    )
     assert got_edges == expected
 
 
-@pytest.mark.parametrize("name", sorted(set(BAD) - {"cut.warc.wat.gz"}))  # damaged stands for partly read
+@pytest.mark.parametrize(
+    "name", sorted(set(BAD) - {"cut.warc.wat.gz"})
+)  # damaged stands for partly read
 def test_fail_on_unreadable_fires_for_each_kind(name, wats, previous, tmp_path):
     d, where = wats
     out = tmp_path / "out"
     shutil.copytree(previous, out)
     before = snapshot(out)
-    run = cli("--input", d / "good.warc.wat.gz", "--input", d / name, "--output", out, "--fail_on_unreadable")
+    run = cli(
+        "--input",
+        d / "good.warc.wat.gz",
+        "--input",
+        d / name,
+        "--output",
+        out,
+        "--fail_on_unreadable",
+    )
     status, reason = BAD[name]
     assert run.code == 1 and len(run.errors) == 1, run.err[-2000:]
     assert f"{status.replace('_', ' ')} input file {d / name}: {reason}" in run.errors[0]
@@ -150,7 +201,15 @@ def test_no_readable_input_is_an_error_even_with_allow_empty(wats, previous, tmp
     out = tmp_path / "out"
     shutil.copytree(previous, out)
     before = snapshot(out)
-    run = cli("--input", d / "notes.warc.wat", "--input", d / "garbage.warc.wat.gz", "--output", out, "--allow_empty")
+    run = cli(
+        "--input",
+        d / "notes.warc.wat",
+        "--input",
+        d / "garbage.warc.wat.gz",
+        "--output",
+        out,
+        "--allow_empty",
+    )
     assert run.code == 1 and len(run.errors) == 1
     assert "no input file could be read:" in run.errors[0] and "(bad_gzip)" in run.errors[0]
     assert "(not_warc)" in run.errors[0] and "min_links" not in run.errors[0]
@@ -159,36 +218,66 @@ def test_no_readable_input_is_an_error_even_with_allow_empty(wats, previous, tmp
 
 # Edge lists and flags --------------------------------------------------------------------------
 
-RING = "".join(f"{s} {d}\n" for s in range(12) for d in range(12) if s != d and (d - s) % 12 in (1, 2, 5))
+RING = "".join(
+    f"{s} {d}\n" for s in range(12) for d in range(12) if s != d and (d - s) % 12 in (1, 2, 5)
+)
 
 
 def test_tlds_are_idna_encoded_and_match_idn_hosts(tmp_path):
-    """`--tlds РФ` is xn--p1ai, the TLD of the punycode hosts: the .рф triangle stays, the .de page goes."""
+    """`--tlds РФ` is xn--p1ai, the TLD of the punycode hosts: the .рф triangle stays, the .de page
+    goes."""
     edges = tmp_path / "idn.txt"
     ru = ["http://а.рф/", "http://б.рф/", "http://в.рф/"]
-    lines = [f"{a} {b}" for a in ru for b in ru if a != b] + [f"http://x.de/ {ru[0]}", f"{ru[1]} http://x.de/"]
+    lines = [f"{a} {b}" for a in ru for b in ru if a != b] + [
+        f"http://x.de/ {ru[0]}",
+        f"{ru[1]} http://x.de/",
+    ]
     edges.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    run = cli("--edge_format", "pairs", "--input", edges, "--output", out, "--tlds", "РФ", "--test_fraction", "0")
+    run = cli(
+        "--edge_format",
+        "pairs",
+        "--input",
+        edges,
+        "--output",
+        out,
+        "--tlds",
+        "РФ",
+        "--test_fraction",
+        "0",
+    )
     assert run.code == 0, run.err[-2000:]
     stats = json.loads((out / "stats.json").read_text())
     assert stats["config"]["tlds"] == ["xn--p1ai"]
-    assert (stats["nodes"], stats["edges"]) == (3, 6) and stats["counters"]["dropped_edges.tld_filter"] == 2
+    assert (stats["nodes"], stats["edges"]) == (3, 6) and stats["counters"][
+        "dropped_edges.tld_filter"
+    ] == 2
     # The hosts as the standard library's IDNA codec spells them.
-    assert sorted(read_vocab(out).values()) == sorted(f"http://{h.encode('idna').decode()}/" for h in
-                                                      ["а.рф", "б.рф", "в.рф"])
+    assert sorted(read_vocab(out).values()) == sorted(
+        f"http://{h.encode('idna').decode()}/" for h in ["а.рф", "б.рф", "в.рф"]
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--tlds", "ü"], "--tlds: unknown top-level domain 'ü' ('xn--tda'): not a TLD of the Public Suffix List"),
-    (["--tlds", "de,xyzjunk"], "--tlds: unknown top-level domain 'xyzjunk'"),
-    (["--test_fraction", "1"], "test_fraction must be in [0, 1) (1 leaves no training row)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--tlds", "ü"],
+            "--tlds: unknown top-level domain 'ü' ('xn--tda'): not a TLD of the Public Suffix List",
+        ),
+        (["--tlds", "de,xyzjunk"], "--tlds: unknown top-level domain 'xyzjunk'"),
+        (["--test_fraction", "1"], "test_fraction must be in [0, 1) (1 leaves no training row)"),
+    ],
+)
 def test_bad_flag_values_exit_2_before_reading(args, message, tmp_path):
     out = tmp_path / "out"
-    run = cli("--edge_format", "pairs", "--input", "/nonexistent/never-read.txt", "--output", out, *args)
+    run = cli(
+        "--edge_format", "pairs", "--input", "/nonexistent/never-read.txt", "--output", out, *args
+    )
     # Flags are checked before the input: the missing input is not what is reported.
-    assert run.code == 2 and len(run.errors) == 1 and run.errors[0].startswith(ERROR + message), run.errors
+    assert run.code == 2 and len(run.errors) == 1 and run.errors[0].startswith(ERROR + message), (
+        run.errors
+    )
     assert not out.exists()
 
 
@@ -205,24 +294,51 @@ def test_edge_lists_bad_lines_bad_files_and_duplicate_ids(tmp_path):
     bad = tmp_path / "bad.txt.gz"
     bad.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 8)
     urls = tmp_path / "urls.txt"
-    urls.write_text("".join(f"{i} http://p{i}.example.org/\n" for i in range(12)) + "5 http://other.example.org/\n")
+    urls.write_text(
+        "".join(f"{i} http://p{i}.example.org/\n" for i in range(12))
+        + "5 http://other.example.org/\n"
+    )
     out = tmp_path / "out"
-    args = ["--edge_format", "pairs", "--input", edges, "--input", bad, "--urls", urls, "--output", out]
+    args = [
+        "--edge_format",
+        "pairs",
+        "--input",
+        edges,
+        "--input",
+        bad,
+        "--urls",
+        urls,
+        "--output",
+        out,
+    ]
     run = cli(*args, "--test_fraction", "0")
     assert run.code == 0 and run.errors == [], run.err[-2000:]
     stats = json.loads((out / "stats.json").read_text())
     last = len(lines)
     assert stats["counters"]["dropped_lines.undecodable"] == 3
-    assert stats["line_examples"]["dropped_lines.undecodable"] == [f"{edges}:3", f"{edges}:5", f"{edges}:{last}"]
-    assert f"first lines of dropped_lines.undecodable: {edges}:3, {edges}:5, {edges}:{last}" in run.out
+    assert stats["line_examples"]["dropped_lines.undecodable"] == [
+        f"{edges}:3",
+        f"{edges}:5",
+        f"{edges}:{last}",
+    ]
+    assert (
+        f"first lines of dropped_lines.undecodable: {edges}:3, {edges}:5, {edges}:{last}" in run.out
+    )
     assert stats["edges"] == len(RING.splitlines()) and stats["nodes"] == 12
-    assert stats["unreadable_files"] == [str(bad)] and stats["file_problems"][0]["reason"] == "bad_gzip"
+    assert (
+        stats["unreadable_files"] == [str(bad)]
+        and stats["file_problems"][0]["reason"] == "bad_gzip"
+    )
     assert stats["counters"]["files.read"] == 1 and stats["counters"]["files.unreadable"] == 1
     assert f"unreadable input file {bad}: bad_gzip" in run.out
     assert stats["counters"]["dropped_url_list.duplicate_id"] == 1
     before = snapshot(out)
     run = cli(*args, "--fail_on_unreadable")
-    assert run.code == 1 and len(run.errors) == 1 and f"unreadable input file {bad}: bad_gzip" in run.errors[0]
+    assert (
+        run.code == 1
+        and len(run.errors) == 1
+        and f"unreadable input file {bad}: bad_gzip" in run.errors[0]
+    )
     assert snapshot(out) == before
 
 
@@ -248,6 +364,7 @@ def test_empty_results_exit_1_naming_the_reason(case, tmp_path, previous):
 
 # Staging directories left by kill -9 -----------------------------------------------------------
 
+
 def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -269,7 +386,9 @@ def test_next_run_removes_dead_staging_and_keeps_the_rest(tmp_path):
     edges = tmp_path / "edges.txt"
     edges.write_text(RING)
     out = tmp_path / "out"
-    dead = stale(out, "0123456789ab", {"host": socket.gethostname(), "pid": dead_pid(), "start": None})
+    dead = stale(
+        out, "0123456789ab", {"host": socket.gethostname(), "pid": dead_pid(), "start": None}
+    )
     unowned = stale(out, "ba9876543210", None)
     elsewhere = stale(out, "aaaaaaaaaaaa", {"host": "another-host", "pid": 1, "start": None})
     not_ours = f"{out}{output_dir.STAGING_TAG}mine"  # not a name our rule makes
@@ -287,7 +406,11 @@ def test_a_live_writer_of_the_same_output_is_not_disturbed(tmp_path):
     edges = tmp_path / "edges.txt"
     edges.write_text(RING)
     out = tmp_path / "out"
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "start": output_dir._process_start(os.getpid())}
+    me = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": output_dir._process_start(os.getpid()),
+    }
     live = stale(out, "cafecafecafe", me)
     run = cli("--edge_format", "pairs", "--input", edges, "--output", out)
     assert run.code == 2 and len(run.errors) == 1
@@ -304,5 +427,7 @@ def test_a_dataset_parked_by_an_interrupted_swap_is_put_back(tmp_path):
     assert output_dir.clean_stale_staging(str(out)) == []
     assert (out / "stats.json").read_text() == "{}" and not os.path.exists(parked)
     os.makedirs(parked)
-    assert output_dir.clean_stale_staging(str(out)) == [parked]  # the swap had finished: just leftovers
+    assert output_dir.clean_stale_staging(str(out)) == [
+        parked
+    ]  # the swap had finished: just leftovers
     assert (out / "stats.json").exists()

@@ -1,4 +1,5 @@
-"""Nothing lost: the previous dataset survives every failed run; foreign, unwritable and empty outputs are refused."""
+"""Nothing lost: the previous dataset survives every failed run; foreign, unwritable and empty
+outputs are refused."""
 
 from __future__ import annotations
 
@@ -33,8 +34,21 @@ def dataset(tmp_path, capsys):
     edges = tmp_path / "edges.txt"
     edges.write_text(EDGES)
     out = tmp_path / "out"
-    code, _, err = run_cli(["--input_format", "edges", "--input", edges, "--output", out, "--num_shards", "2",
-                            "--test_fraction", "0.3"], capsys)
+    code, _, err = run_cli(
+        [
+            "--input_format",
+            "edges",
+            "--input",
+            edges,
+            "--output",
+            out,
+            "--num_shards",
+            "2",
+            "--test_fraction",
+            "0.3",
+        ],
+        capsys,
+    )
     assert code == 0, err
     files = snapshot(out)
     assert "stats.json" in files and all(is_dataset_file(n) for n in files)
@@ -47,8 +61,21 @@ def no_staging_left(tmp_path) -> bool:
 
 def test_rerun_replaces_the_dataset_whole(dataset, tmp_path, capsys):
     edges, out, before = dataset
-    code, _, err = run_cli(["--input_format", "edges", "--input", edges, "--output", out, "--num_shards", "3",
-                            "--test_fraction", "0.3"], capsys)
+    code, _, err = run_cli(
+        [
+            "--input_format",
+            "edges",
+            "--input",
+            edges,
+            "--output",
+            out,
+            "--num_shards",
+            "3",
+            "--test_fraction",
+            "0.3",
+        ],
+        capsys,
+    )
     assert code == 0, err
     after = snapshot(out)
     assert not any("-of-00002" in n for n in after) and any("-of-00003" in n for n in after)
@@ -59,14 +86,28 @@ def test_failing_job_keeps_the_previous_dataset(dataset, tmp_path, capsys):
     edges, out, before = dataset
     listing = tmp_path / "wat.paths"
     listing.write_text("missing/0.warc.wat.gz\n")  # found missing only when the job opens it
-    code, _, err = run_cli(["--input_listing", listing, "--listing_prefix", f"{tmp_path}/", "--output", out,
-                            "--fail_on_unreadable"], capsys)
+    code, _, err = run_cli(
+        [
+            "--input_listing",
+            listing,
+            "--listing_prefix",
+            f"{tmp_path}/",
+            "--output",
+            out,
+            "--fail_on_unreadable",
+        ],
+        capsys,
+    )
     assert code == 1 and len(err) == 1
-    assert err[0].startswith("webgraph_pipeline: error: the job failed: ") and "is unchanged" in err[0]
+    assert (
+        err[0].startswith("webgraph_pipeline: error: the job failed: ") and "is unchanged" in err[0]
+    )
     assert snapshot(out) == before and no_staging_left(tmp_path)
 
 
-def test_writer_failing_after_half_its_shards_keeps_the_previous_dataset(dataset, tmp_path, capsys, monkeypatch):
+def test_writer_failing_after_half_its_shards_keeps_the_previous_dataset(
+    dataset, tmp_path, capsys, monkeypatch
+):
     edges, out, before = dataset
     real, calls = fileio.write_records, []
 
@@ -77,7 +118,9 @@ def test_writer_failing_after_half_its_shards_keeps_the_previous_dataset(dataset
         real(path, records)
 
     monkeypatch.setattr(fileio, "write_records", fail_after_three)
-    code, _, err = run_cli(["--input_format", "edges", "--input", edges, "--output", out, "--num_shards", "2"], capsys)
+    code, _, err = run_cli(
+        ["--input_format", "edges", "--input", edges, "--output", out, "--num_shards", "2"], capsys
+    )
     assert len(calls) > 3, "the injected fault never fired"
     assert code == 1 and "injected: disk full" in err[-1]
     assert snapshot(out) == before and no_staging_left(tmp_path)
@@ -85,12 +128,27 @@ def test_writer_failing_after_half_its_shards_keeps_the_previous_dataset(dataset
 
 def test_kill_9_mid_run_keeps_the_previous_dataset(dataset, tmp_path, data_dir):
     edges, out, before = dataset
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "webgraph_pipeline", "--input_format", "edges", "--input",
-         str(data_dir / "hollins" / "edges.txt"), "--urls", str(data_dir / "hollins" / "urls.txt"),
-         "--output", str(out)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "webgraph_pipeline",
+            "--input_format",
+            "edges",
+            "--input",
+            str(data_dir / "hollins" / "edges.txt"),
+            "--urls",
+            str(data_dir / "hollins" / "urls.txt"),
+            "--output",
+            str(out),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 120
     while time.time() < deadline and no_staging_left(tmp_path) and proc.poll() is None:
@@ -110,7 +168,12 @@ def test_foreign_output_refused_unless_overwrite(tmp_path, capsys):
     (home / "thesis.tex").write_text("precious")
     args = ["--input_format", "edges", "--input", edges, "--output", home]
     code, _, err = run_cli(args, capsys)
-    assert code == 2 and len(err) == 1 and "not a WebGraph dataset (thesis.tex)" in err[0] and "--overwrite" in err[0]
+    assert (
+        code == 2
+        and len(err) == 1
+        and "not a WebGraph dataset (thesis.tex)" in err[0]
+        and "--overwrite" in err[0]
+    )
     assert [p.name for p in home.iterdir()] == ["thesis.tex"]
     code, _, err = run_cli(args + ["--overwrite"], capsys)
     assert code == 0, err
@@ -121,10 +184,21 @@ def test_foreign_output_refused_unless_overwrite(tmp_path, capsys):
 def test_unwritable_output_refused_before_reading(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    code, _, err = run_cli(["--input_format", "edges", "--input", "/nonexistent/never-read.txt",
-                            "--output", blocker / "out"], capsys)
+    code, _, err = run_cli(
+        [
+            "--input_format",
+            "edges",
+            "--input",
+            "/nonexistent/never-read.txt",
+            "--output",
+            blocker / "out",
+        ],
+        capsys,
+    )
     assert code == 2 and len(err) == 1 and "cannot write" in err[0]
-    code, _, err = run_cli(["--input_format", "edges", "--input", "/nonexistent/x.txt", "--output", blocker], capsys)
+    code, _, err = run_cli(
+        ["--input_format", "edges", "--input", "/nonexistent/x.txt", "--output", blocker], capsys
+    )
     assert code == 2 and "is a file" in err[0]
 
 
@@ -133,8 +207,12 @@ def test_empty_result_fails_and_keeps_the_previous_dataset(dataset, tmp_path, ca
     args = ["--input_format", "edges", "--input", edges, "--output", out, "--min_links", "1000"]
     code, _, err = run_cli(args, capsys)
     assert code == 1 and len(err) == 1
-    # the filter that emptied it, named with its K; an empty graph is no dataset one would keep: no --allow_empty hint
-    assert "has no node: no node has >= 1000 in- and out-links" in err[0] and "lower --min_links" in err[0]
+    # the filter that emptied it, named with its K; an empty graph is no dataset one would keep: no
+    # --allow_empty hint
+    assert (
+        "has no node: no node has >= 1000 in- and out-links" in err[0]
+        and "lower --min_links" in err[0]
+    )
     assert "--allow_empty" not in err[0]
     assert snapshot(out) == before
     code, _, err = run_cli(args + ["--allow_empty"], capsys)

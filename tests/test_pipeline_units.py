@@ -1,4 +1,5 @@
-"""Plain-function tests of the WebGraph job's record logic (no Beam): filters, ids, splits, parsing."""
+"""Plain-function tests of the WebGraph job's record logic (no Beam): filters, ids, splits,
+parsing."""
 
 from __future__ import annotations
 
@@ -23,22 +24,35 @@ from webgraph_pipeline.write import shard_of
 
 def test_variants_match_paper_table_1():
     expected = {
-        "sparse": ((), 10), "dense": ((), 50), "de-sparse": (("de",), 10),
-        "de-dense": (("de",), 50), "in-sparse": (("in",), 10), "in-dense": (("in",), 50),
+        "sparse": ((), 10),
+        "dense": ((), 50),
+        "de-sparse": (("de",), 10),
+        "de-dense": (("de",), 50),
+        "in-sparse": (("in",), 10),
+        "in-dense": (("in",), 50),
     }
     assert {n: (c.tlds, c.min_links) for n, c in graph_config.VARIANTS.items()} == expected
-    assert all(c.degree_passes == 1 and c.test_fraction == 0.1 and c.holdout_fraction == 0.25
-               for c in graph_config.VARIANTS.values())
+    assert all(
+        c.degree_passes == 1 and c.test_fraction == 0.1 and c.holdout_fraction == 0.25
+        for c in graph_config.VARIANTS.values()
+    )
     with pytest.raises(ValueError, match="unknown variant 'de-medium'"):
         graph_config.get_variant("de-medium")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"min_links": -1}, "min_links"), ({"holdout_fraction": 1.0}, "holdout_fraction"),
-    ({"test_fraction": 1.5}, "test_fraction"), ({"test_fraction": 1.0}, "no training row"),
-    ({"tlds": ("De",)}, "top-level domain"), ({"tlds": ("xyzjunk",)}, "unknown top-level domain"),
-    ({"tlds": ("de",), "bipartite": True}, "bipartite"), ({"degree_passes": 0}, "degree_passes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"min_links": -1}, "min_links"),
+        ({"holdout_fraction": 1.0}, "holdout_fraction"),
+        ({"test_fraction": 1.5}, "test_fraction"),
+        ({"test_fraction": 1.0}, "no training row"),
+        ({"tlds": ("De",)}, "top-level domain"),
+        ({"tlds": ("xyzjunk",)}, "unknown top-level domain"),
+        ({"tlds": ("de",), "bipartite": True}, "bipartite"),
+        ({"degree_passes": 0}, "degree_passes"),
+    ],
+)
 def test_graph_config_rejects_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         graph_config.GraphConfig(**kwargs)
@@ -47,21 +61,25 @@ def test_graph_config_rejects_bad_settings(kwargs, message):
 def test_parse_tlds():
     assert tlds.parse_tlds(" IN, de,.de ,") == ("de", "in")
     assert tlds.parse_tlds("") == () and tlds.parse_tlds([]) == ()
-    # IDN TLDs become the punycode the hosts carry (IANA: .рф is xn--p1ai), so the filter can match them.
+    # IDN TLDs become the punycode the hosts carry (IANA: .рф is xn--p1ai), so the filter can match
+    # them.
     assert tlds.parse_tlds(["РФ", "de"]) == ("de", "xn--p1ai") == tlds.parse_tlds("de,рф")
     url, _ = normalize_url("http://ПРИМЕР.РФ/")
     assert tld_of(url) == "xn--p1ai"
 
 
-@pytest.mark.parametrize("value, message", [
-    ("ü", "unknown top-level domain 'ü' ('xn--tda')"),  # its punycode is no TLD
-    ("de,xyzjunk", "unknown top-level domain 'xyzjunk'"),
-    ("co.uk", "bad top-level domain 'co.uk'"),
-    ("de", None),
-    (5, "expected a comma-separated string or a list of strings, got 5"),
-    (["de", 3], "got ['de', 3]"),
-    ({"de": 1}, "got {'de': 1}"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("ü", "unknown top-level domain 'ü' ('xn--tda')"),  # its punycode is no TLD
+        ("de,xyzjunk", "unknown top-level domain 'xyzjunk'"),
+        ("co.uk", "bad top-level domain 'co.uk'"),
+        ("de", None),
+        (5, "expected a comma-separated string or a list of strings, got 5"),
+        (["de", 3], "got ['de', 3]"),
+        ({"de": 1}, "got {'de': 1}"),
+    ],
+)
 def test_parse_tlds_refuses_what_can_match_no_host(value, message):
     if message is None:
         assert tlds.parse_tlds(value, where="here") == ("de",)
@@ -80,7 +98,10 @@ def test_ids_are_dense_deterministic_and_ordered_by_bucket_then_name():
     names = [f"http://site{i % 37}.de/p{i}" for i in range(2000)]
 
     def blake2b_bucket(name, num_buckets):  # the documented rule, worked out here with hashlib
-        return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big") % num_buckets
+        return (
+            int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
+            % num_buckets
+        )
 
     for num_buckets in (1, 7, 1024):
         buckets = ids.buckets_of(pack_names(names), num_buckets)
@@ -92,7 +113,14 @@ def test_ids_are_dense_deterministic_and_ordered_by_bucket_then_name():
         assigned = {}
         for b, v in groups.items():  # each bucket numbered on its own, from its offset
             v = v[::-1]
-            assigned.update(zip(v, rank_nodes(np.full(len(v), b), pa.array(v, pa.large_string()), offsets[b]).tolist()))
+            assigned.update(
+                zip(
+                    v,
+                    rank_nodes(
+                        np.full(len(v), b), pa.array(v, pa.large_string()), offsets[b]
+                    ).tolist(),
+                )
+            )
         assert sorted(assigned.values()) == list(range(len(names)))
         # The documented order: by (bucket, name), worked out here without the module's numbering.
         order = sorted(names, key=lambda n: (blake2b_bucket(n, num_buckets), n))
@@ -103,16 +131,23 @@ def test_ids_are_dense_deterministic_and_ordered_by_bucket_then_name():
 
 
 def assign_rows(rows, seed, test_fraction, holdout_fraction):
-    """{'train': [...], 'test': [...]} records of (row id, name, sorted cols) rows, by `splits.split_block`."""
+    """{'train': [...], 'test': [...]} records of (row id, name, sorted cols) rows, by
+    `splits.split_block`."""
     names = np.array([name for _, name, _ in rows], dtype=object)
     ptr = np.concatenate([[0], np.cumsum([len(c) for _, _, c in rows])]).astype(np.int64)
     cols = np.array([c for _, _, cs in rows for c in cs], dtype=np.int64)
     is_test, held = splits.split_block(names, ptr, cols, seed, test_fraction, holdout_fraction)
     out = {"train": [], "test": []}
     for i, (row_id, _, row_cols) in enumerate(rows):
-        h = held[ptr[i]:ptr[i + 1]]
+        h = held[ptr[i] : ptr[i + 1]]
         if is_test[i]:
-            out["test"].append((row_id, tuple(np.array(row_cols)[~h].tolist()), tuple(np.array(row_cols)[h].tolist())))
+            out["test"].append(
+                (
+                    row_id,
+                    tuple(np.array(row_cols)[~h].tolist()),
+                    tuple(np.array(row_cols)[h].tolist()),
+                )
+            )
         else:
             assert not h.any()
             out["train"].append((row_id, tuple(row_cols), ()))
@@ -120,28 +155,37 @@ def assign_rows(rows, seed, test_fraction, holdout_fraction):
 
 
 def test_split_rules_on_small_rows():
-    assert assign_rows([(5, "http://a.de/", (9,))], seed=0, test_fraction=1.0, holdout_fraction=0.25) == {
-        "train": [(5, (9,), ())], "test": []}
+    assert assign_rows(
+        [(5, "http://a.de/", (9,))], seed=0, test_fraction=1.0, holdout_fraction=0.25
+    ) == {"train": [(5, (9,), ())], "test": []}
     rows = [(n, f"http://r{n}.de/", tuple(range(100, 100 + n))) for n in range(2, 30)]
     out = assign_rows(rows, 3, 1.0, 0.25)
     assert not out["train"] and [r for r, _, _ in out["test"]] == list(range(2, 30))
     for (n, kept, held), (_, _, cols) in zip(out["test"], rows):
         assert kept and held and sorted(kept + held) == list(cols) and not set(kept) & set(held)
-        assert len(held) == min(max(int(0.25 * n + splits.unit_hashes(3, "round", [f"http://r{n}.de/"])[0]), 1), n - 1)
+        assert len(held) == min(
+            max(int(0.25 * n + splits.unit_hashes(3, "round", [f"http://r{n}.de/"])[0]), 1), n - 1
+        )
     assert assign_rows([(1, "x", (1, 2, 3))], 0, 0.0, 0.25)["test"] == []
     # The split depends on the seed.
-    picks = {seed: bool(assign_rows([(0, "http://a.de/", (1, 2, 3, 4, 5))], seed, 0.5, 0.25)["test"])
-             for seed in range(40)}
+    picks = {
+        seed: bool(assign_rows([(0, "http://a.de/", (1, 2, 3, 4, 5))], seed, 0.5, 0.25)["test"])
+        for seed in range(40)
+    }
     assert 0 < sum(picks.values()) < 40
     # The row hash is blake2b-8 of "seed<US>row<US>name" over 2^64, worked out here with hashlib.
     digest = hashlib.blake2b("7\x1frow\x1fhttp://a.de/".encode(), digest_size=8).digest()
-    assert splits.unit_hashes(7, "row", ["http://a.de/"])[0] == int.from_bytes(digest, "big") / 2.0**64
+    assert (
+        splits.unit_hashes(7, "row", ["http://a.de/"])[0] == int.from_bytes(digest, "big") / 2.0**64
+    )
 
 
 def _synthetic_rows(num_pages: int) -> list[tuple[int, str, tuple[int, ...]]]:
     pages = list(synthetic_pages(num_pages, mean_out=10, seed=7))
     index = {url: i for i, (url, _) in enumerate(pages)}
-    return [(index[url], url, tuple(sorted(index[t] for t in links))) for url, links in pages if links]
+    return [
+        (index[url], url, tuple(sorted(index[t] for t in links))) for url, links in pages if links
+    ]
 
 
 def test_strong_generalization_split_on_100k_nodes():
@@ -173,8 +217,11 @@ def test_strong_generalization_split_on_100k_nodes():
     import scipy.sparse as sp
 
     mt = sp.csr_matrix((np.ones(len(r_idx)), (r_idx, c_idx)), shape=(100_000, 100_000)).T.tocsr()
-    expected = [(c, tuple(mt.indices[mt.indptr[c]:mt.indptr[c + 1]].tolist()), ()) for c in range(100_000)
-                if mt.indptr[c + 1] > mt.indptr[c]]
+    expected = [
+        (c, tuple(mt.indices[mt.indptr[c] : mt.indptr[c + 1]].tolist()), ())
+        for c in range(100_000)
+        if mt.indptr[c + 1] > mt.indptr[c]
+    ]
     assert train_t == expected
     test_rows = {r for r, _, _ in out["test"]}
     assert not test_rows & {c for _, rs, _ in train_t for c in rs}
@@ -186,13 +233,18 @@ def test_records_parse_with_public_feature_spec():
     from webgraph_contract import record_codec
 
     rows = [(3, (1, 2), ()), (7, (4,), (5, 6))]
-    parsed = tf.io.parse_example([record_codec.encode_row(*r) for r in rows], record_codec.feature_spec())
+    parsed = tf.io.parse_example(
+        [record_codec.encode_row(*r) for r in rows], record_codec.feature_spec()
+    )
     assert parsed["row_tag"].numpy().tolist() == [3, 7]
     assert tf.sparse.to_dense(parsed["gt_tag"]).numpy().tolist() == [[0, 0], [5, 6]]
 
 
 def test_parse_url_line():
-    assert parse_url_line("007 http://www1.hollins.edu/ \n") == (("7", "http://www1.hollins.edu/"), None)
+    assert parse_url_line("007 http://www1.hollins.edu/ \n") == (
+        ("7", "http://www1.hollins.edu/"),
+        None,
+    )
     assert parse_url_line("link url") == (None, "bad_id")
     assert parse_url_line("x http://a/") == (None, "bad_id")
     assert parse_url_line("1 http://a/ extra") == (None, "bad_fields")
@@ -204,12 +256,15 @@ def test_shards_are_contiguous_id_ranges():
     assert [shard_of(i, 2, 5) for i in range(2)] == [0, 2]
 
 
-@pytest.mark.parametrize("page, target, expected", [
-    ("http://a.de/b/x.html", "http://a.de/b/y.html", "y.html"),
-    ("http://a.de/b/x.html", "http://a.de/c/z.html?q=1", "/c/z.html?q=1"),
-    ("http://a.de/b/x.html", "http://other.de/", "http://other.de/"),
-    ("http://a.de/", "http://a.de/", "/"),
-])
+@pytest.mark.parametrize(
+    "page, target, expected",
+    [
+        ("http://a.de/b/x.html", "http://a.de/b/y.html", "y.html"),
+        ("http://a.de/b/x.html", "http://a.de/c/z.html?q=1", "/c/z.html?q=1"),
+        ("http://a.de/b/x.html", "http://other.de/", "http://other.de/"),
+        ("http://a.de/", "http://a.de/", "/"),
+    ],
+)
 def test_relative_links_resolve_back(page, target, expected):
     assert relative_link(page, target) == expected
     assert urljoin(page, expected) == target
@@ -239,7 +294,9 @@ def test_distinct_is_sorted_set(values):
 def test_counts_and_unique_values(values):
     arr = np.array(values, dtype=np.uint64)
     got, counts = columnar.count_values(arr)
-    assert got.dtype == np.uint64 and dict(zip(got.tolist(), counts.tolist())) == collections.Counter(values)
+    assert got.dtype == np.uint64 and dict(
+        zip(got.tolist(), counts.tolist())
+    ) == collections.Counter(values)
     assert columnar.unique(arr).tolist() == list(dict.fromkeys(values))
 
 
@@ -248,15 +305,21 @@ def test_rows_group_sorted_with_and_without_the_one_key_path():
     for big in (0, 2**40):  # ids from 2^31 take the lexsort path
         r, c = np.array(rows) + big, np.array(cols) + big
         got_rows, offsets, got_cols = columnar.group_rows(r, c)
-        got = {int(x): got_cols[offsets[i]:offsets[i + 1]].tolist() for i, x in enumerate(got_rows)}
-        assert got == {x + big: sorted(y + big for rr, y in zip(rows, cols) if rr == x) for x in rows}
+        got = {
+            int(x): got_cols[offsets[i] : offsets[i + 1]].tolist() for i, x in enumerate(got_rows)
+        }
+        assert got == {
+            x + big: sorted(y + big for rr, y in zip(rows, cols) if rr == x) for x in rows
+        }
         assert got_rows.tolist() == sorted(got)
 
 
 def test_membership_and_lookup_in_a_sorted_table():
     table = np.array([2, 5, 9, 2**64 - 1], np.uint64)
     values = np.array([9, 1, 2**64 - 1, 10, 5, 2**63], np.uint64)
-    assert columnar.is_member(values, table).tolist() == [v in set(table.tolist()) for v in values.tolist()]
+    assert columnar.is_member(values, table).tolist() == [
+        v in set(table.tolist()) for v in values.tolist()
+    ]
     assert columnar.is_member(values, table[:0]).tolist() == [False] * len(values)
     present = np.array([2**64 - 1, 2, 9, 9], np.uint64)
     assert columnar.lookup(present, table, "node").tolist() == [3, 0, 2, 2]

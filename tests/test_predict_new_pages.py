@@ -15,30 +15,17 @@ from alx_trainer.train import train
 from tests import reference_ials
 from webgraph_contract.dataset_reader import read_split, read_vocab
 
-from pipeline_data import make_dataset
+from pipeline_data import hollins_dataset
 
 K = 20
 
 
 @pytest.fixture(scope="module")
-def hollins(tmp_path_factory, data_dir):
+def hollins(tmp_path_factory):
     """hollins.edu as a graph with a test split, and a model whose fold-in solves exactly."""
     root = tmp_path_factory.mktemp("hollins_new_pages")
     data = str(root / "data")
-    make_dataset(
-        data,
-        "--edge_format",
-        "pairs",
-        "--header",
-        "--input",
-        data_dir / "hollins" / "edges.txt",
-        "--urls",
-        data_dir / "hollins" / "urls.txt",
-        "--test_fraction",
-        "0.1",
-        "--num_shards",
-        "2",
-    )
+    hollins_dataset(data, test_fraction=0.1, num_shards=2)
     config = TrainConfig(
         data=data,
         model_dir=str(root / "model"),
@@ -122,7 +109,9 @@ def test_links_of_a_held_out_row_rank_as_eval_folds_it_in(hollins):
     # eval of this one row counts the same hits
     hits = len(set(ids) & set(gt.tolist())) / min(K, len(gt))
     assert (
-        evaluate_rows(model, [(row, kept, gt)], None, Ranking(ks=(K,), ndcg_k=None), exclude_self=True)["recall@20"]
+        evaluate_rows(
+            model, [(row, kept, gt)], None, Ranking(ks=(K,), ndcg_k=None), exclude_self=True
+        )["recall@20"]
         == hits
     )
     # the table lists the same URLs; a URL written otherwise is normalized; an unknown one reported

@@ -1,11 +1,11 @@
-"""The reader without TensorFlow (tfrecord framing, record_codec decoding, records.read_chunks) against
+"""The reader without TensorFlow (tfrecord framing, record_codec decoding, records.read_chunks)
+against
 TensorFlow's own writer and parser, on datasets the tests make and on edge cases; damaged files are
 one-line errors naming the file, before epoch 1."""
 
 from __future__ import annotations
 
 import os
-import pathlib
 
 import numpy as np
 import pytest
@@ -16,10 +16,9 @@ from alx_trainer.data import records
 from webgraph_contract import dataset_reader, fileio, layout, record_codec, tfrecord
 
 import reference_ials as ref
-from pipeline_data import make_dataset
+from pipeline_data import gowalla_dataset, hollins_dataset
 
 MAX = np.iinfo(np.int64).max
-GOWALLA = pathlib.Path(__file__).parent / "data" / "gowalla"
 
 
 def tf_rows(files: list[str]) -> list[tuple[int, list[int], list[int]]]:
@@ -42,7 +41,10 @@ def chunk_rows(files: list[str], chunk: int) -> list[tuple[int, list[int]]]:
     out = []
     for c in records.read_chunks(files, chunk, MAX, MAX):
         assert len(c) <= chunk and c.indptr[0] == 0 and c.indptr[-1] == len(c.cols)
-        out += [(int(r), c.cols[c.indptr[k] : c.indptr[k + 1]].tolist()) for k, r in enumerate(c.row_ids)]
+        out += [
+            (int(r), c.cols[c.indptr[k] : c.indptr[k + 1]].tolist())
+            for k, r in enumerate(c.row_ids)
+        ]
     return out
 
 
@@ -52,8 +54,11 @@ def write_tf(path: str, records_: list[bytes]) -> None:
             w.write(r)
 
 
-def tf_example(row: int, cols, gt, order=("col_tag", "gt_tag", "row_tag"), extra: bool = False) -> bytes:
-    """An Example built by TensorFlow's protobuf, features inserted in `order` (serialized as upb orders them)."""
+def tf_example(
+    row: int, cols, gt, order=("col_tag", "gt_tag", "row_tag"), extra: bool = False
+) -> bytes:
+    """An Example built by TensorFlow's protobuf, features inserted in `order` (serialized as upb
+    orders them)."""
     values = {"row_tag": [row], "col_tag": list(cols), "gt_tag": list(gt)}
     feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=values[k])) for k in order}
     if extra:
@@ -67,14 +72,14 @@ def assert_same(files: list[str]) -> None:
     assert chunk_rows(files, 3) == [(r, c) for r, c, _ in expected]
 
 
-def test_every_split_of_pipeline_datasets_equals_tf_parse(tmp_path, data_dir):
+def test_every_split_of_pipeline_datasets_equals_tf_parse(tmp_path):
     hollins, gowalla = tmp_path / "hollins", tmp_path / "gowalla"
-    make_dataset(hollins, "--edge_format", "pairs", "--header", "--input", data_dir / "hollins" / "edges.txt",
-                 "--test_fraction", "0.2", "--num_shards", "2")
-    make_dataset(gowalla, "--edge_format", "given_split", "--input", GOWALLA / "train.txt",
-                 "--test_input", GOWALLA / "test.txt", "--validation_fraction", "0.25", "--num_shards", "2")
+    hollins_dataset(hollins, test_fraction=0.2, num_shards=2, urls=False)
+    gowalla_dataset(gowalla, num_shards=2, validation_fraction=0.25)
     for out, expected in ((hollins, layout.SPLIT_PREFIXES), (gowalla, layout.ALL_SPLIT_PREFIXES)):
-        splits = [s for s in layout.ALL_SPLIT_PREFIXES if fileio.glob(layout.split_glob(str(out), s))]
+        splits = [
+            s for s in layout.ALL_SPLIT_PREFIXES if fileio.glob(layout.split_glob(str(out), s))
+        ]
         assert splits == list(expected)
         for split in splits:
             assert_same(list(layout.iter_split_files(str(out), split)))
@@ -82,7 +87,9 @@ def test_every_split_of_pipeline_datasets_equals_tf_parse(tmp_path, data_dir):
 
 def test_reference_and_synthetic_datasets_equal_tf_parse(tmp_path):
     rng = np.random.default_rng(3)
-    rows = {r: sorted(set(rng.integers(0, 40, rng.integers(1, 9)).tolist())) for r in range(0, 60, 2)}
+    rows = {
+        r: sorted(set(rng.integers(0, 40, rng.integers(1, 9)).tolist())) for r in range(0, 60, 2)
+    }
     test = {1: ([2, 3], [4]), 5: ([], [7, 8])}
     data = ref.write_dataset(str(tmp_path / "ref"), rows, 60, 40, shards=3, test=test)
     for split in ("train", "train_t", "test"):
@@ -95,21 +102,30 @@ def test_reference_and_synthetic_datasets_equal_tf_parse(tmp_path):
 
 
 def test_edge_cases_equal_tf_parse(tmp_path):
-    """Empty rows (also last in a file), a row of 200k columns, ids of every varint width, negative ids,
+    """Empty rows (also last in a file), a row of 200k columns, ids of every varint width, negative
+    ids,
     features in other orders, an unknown feature, and an absent gt_tag."""
     wide = list(range(0, 400_000, 2))
     big = [0, 127, 128, 2**28 - 1, 2**28, 2**35, 2**56, 2**62, MAX - 1]
     encode = record_codec.encode_row
-    examples = [encode(3, [], []), encode(4, wide, [1]), encode(2**40, big, big),
-                tf_example(9, [5, 0, 7], [2**40], order=("row_tag", "gt_tag", "col_tag"), extra=True),
-                tf_example(10, [1, 2], [], order=("row_tag", "col_tag")), encode(11, [], [])]
+    examples = [
+        encode(3, [], []),
+        encode(4, wide, [1]),
+        encode(2**40, big, big),
+        tf_example(9, [5, 0, 7], [2**40], order=("row_tag", "gt_tag", "col_tag"), extra=True),
+        tf_example(10, [1, 2], [], order=("row_tag", "col_tag")),
+        encode(11, [], []),
+    ]
     path = str(tmp_path / "edge.tfr")
     write_tf(path, examples)
     assert_same([path])
     assert ours([path])[1][1] == wide and ours([path])[-1] == (11, [], [])
     # ids the trainer refuses (negative, int64's largest) still decode as TensorFlow parses them
     extreme = str(tmp_path / "extreme.tfr")
-    write_tf(extreme, [tf_example(-5, [-1, MAX, -(2**63)], [-(2**40)]), record_codec.encode_row(1, [MAX])])
+    write_tf(
+        extreme,
+        [tf_example(-5, [-1, MAX, -(2**63)], [-(2**40)]), record_codec.encode_row(1, [MAX])],
+    )
     assert ours([extreme]) == tf_rows([extreme])
     # the same records split over blocks of every size: records straddle block ends
     whole = b"".join(examples)
@@ -117,7 +133,10 @@ def test_edge_cases_equal_tf_parse(tmp_path):
     for block in (1, 13, 100, 1 << 20):
         with open(path, "rb") as f:
             pieces = list(tfrecord.read_blocks(f, path, block_bytes=block))
-        assert b"".join(p.data[a : a + n] for p in pieces for a, n in zip(p.starts, p.lengths)) == whole
+        assert (
+            b"".join(p.data[a : a + n] for p in pieces for a, n in zip(p.starts, p.lengths))
+            == whole
+        )
 
 
 def test_encoders_equal_tensorflow_serialization():
@@ -129,14 +148,22 @@ def test_encoders_equal_tensorflow_serialization():
         example = tf.train.Example()
         for key, value in (("row_tag", [row]), ("col_tag", cols), ("gt_tag", gt)):
             example.features.feature[key].int64_list.value.extend(value)
-        assert record_codec.encode_row(row, cols, gt) == example.SerializeToString(deterministic=True)
+        assert record_codec.encode_row(row, cols, gt) == example.SerializeToString(
+            deterministic=True
+        )
     vector = rng.standard_normal(5).astype(np.float32)
-    example = tf.train.Example(features=tf.train.Features(feature={
-        "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[7])),
-        "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
-        "name": tf.train.Feature(bytes_list=tf.train.BytesList(value=["é/x".encode()])),
-    }))
-    ours_ = record_codec.encode_example({"id": np.array([7]), "embedding": vector, "name": ["é/x".encode()]})
+    example = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[7])),
+                "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
+                "name": tf.train.Feature(bytes_list=tf.train.BytesList(value=["é/x".encode()])),
+            }
+        )
+    )
+    ours_ = record_codec.encode_example(
+        {"id": np.array([7]), "embedding": vector, "name": ["é/x".encode()]}
+    )
     assert ours_ == example.SerializeToString(deterministic=True)
 
 
@@ -163,13 +190,25 @@ def test_damaged_files_stop_training_before_epoch_one(tmp_path, capsys, how):
     with pytest.raises(ValueError, match="train.tfr-00001-of-00002"):
         list(records.read_chunks([shard], 8, 40, 30))
     model_dir = tmp_path / "m"
-    argv = ["--data", data, "--model_dir", str(model_dir), "--dim", "4", "--epochs", "2", "--no-progress"]
+    argv = [
+        "--data",
+        data,
+        "--model_dir",
+        str(model_dir),
+        "--dim",
+        "4",
+        "--epochs",
+        "2",
+        "--no-progress",
+    ]
     assert cli_train.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "train.tfr-00001-of-00002" in err, err
     word = {"truncated": "truncated", "not_tfrecord": "not a TFRecord"}.get(how, "corrupt")
     assert word in err, err
-    saved = list((model_dir / "checkpoints").iterdir()) if (model_dir / "checkpoints").exists() else []
+    saved = (
+        list((model_dir / "checkpoints").iterdir()) if (model_dir / "checkpoints").exists() else []
+    )
     assert not (model_dir / "metrics.jsonl").exists() and saved == []  # no epoch ran
 
 
@@ -185,7 +224,10 @@ def test_a_record_that_is_not_a_contract_example_names_file_and_offset(tmp_path)
 def test_remote_paths_go_through_fsspec():
     root = "memory://wt28-reader/d"
     fileio.makedirs(root)
-    fileio.write_records(f"{root}/train.tfr-00000-of-00001", [record_codec.encode_row(1, [2, 3]), record_codec.encode_row(2, [])])
+    fileio.write_records(
+        f"{root}/train.tfr-00000-of-00001",
+        [record_codec.encode_row(1, [2, 3]), record_codec.encode_row(2, [])],
+    )
     files = list(layout.iter_split_files(root, "train"))
     assert [f.startswith("memory://") for f in files] == [True]
     assert ours(files) == [(1, [2, 3], []), (2, [], [])]

@@ -1,5 +1,6 @@
 """The conjugate-gradient recurrence (`solvers.cg`, run by the normal rows' steps and the long rows'
-`long_rows.long_cg`) against an independent float64 reference: the minimizer of the A-norm error over
+`long_rows.long_cg`) against an independent float64 reference: the minimizer of the A-norm error
+over
 the Krylov space, which k exact CG steps reach."""
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def test_cg_reaches_the_krylov_minimizer_and_converges():
         want = np.stack([_krylov_minimizer(a[i], b[i], x0[i], k) for i in range(len(a))])
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-4 * np.abs(want).max())
     exact = np.linalg.solve(a, b[..., None])[..., 0]
-    got = _device_cg(a, b, x0, 16)  # d steps are exact in exact arithmetic; float32 needs a few more
+    got = _device_cg(
+        a, b, x0, 16
+    )  # d steps are exact in exact arithmetic; float32 needs a few more
     np.testing.assert_allclose(got, exact, rtol=0, atol=1e-3 * np.abs(exact).max())
 
 
@@ -50,7 +53,12 @@ def test_a_row_already_solved_stays_where_it_is():
     a, b, x0 = (x.astype(np.float32) for x in _systems(1, 6, 8))
     b[2] = a[2] @ x0[2]  # r0 = 0 must leave the row where it is (no 0/0)
     got = _device_cg(a, b, x0, 3)
-    want = np.stack([_krylov_minimizer(*(x[i].astype(np.float64) for x in (a, b, x0)), 3) for i in range(len(a))])
+    want = np.stack(
+        [
+            _krylov_minimizer(*(x[i].astype(np.float64) for x in (a, b, x0)), 3)
+            for i in range(len(a))
+        ]
+    )
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got[2], x0[2], atol=1e-5)

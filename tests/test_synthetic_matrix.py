@@ -1,4 +1,5 @@
-"""The synthetic power-law matrix: contract records byte-identical to encode_row, counts read back, seeded."""
+"""The synthetic power-law matrix: contract records byte-identical to encode_row, counts read back,
+seeded."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,9 @@ import pytest
 from webgraph_contract import dataset_reader, layout, record_codec, stats_json, synthetic_matrix
 
 
-@pytest.mark.parametrize("top_bits", [28, 40, 63])  # varints of 1-4 bytes (one uint32 word), 1-6, 1-9
+@pytest.mark.parametrize(
+    "top_bits", [28, 40, 63]
+)  # varints of 1-4 bytes (one uint32 word), 1-6, 1-9
 def test_encode_rows_is_byte_identical_to_encode_row(top_bits):
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 30, 300)
@@ -14,10 +17,13 @@ def test_encode_rows_is_byte_identical_to_encode_row(top_bits):
     lengths[10] = 2000  # a payload length needing a two-byte varint
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     cols = rng.integers(0, 2**top_bits, indptr[-1]) >> rng.integers(0, top_bits, indptr[-1])
-    cols[:3] = [0, 2**top_bits - 1, 2**(top_bits - 1)]
+    cols[:3] = [0, 2**top_bits - 1, 2 ** (top_bits - 1)]
     rows = rng.integers(0, 2**35, len(lengths)) >> rng.integers(0, 35, len(lengths))
     got = record_codec.encode_rows(rows, indptr, cols)
-    expected = [record_codec.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist()) for k, r in enumerate(rows)]
+    expected = [
+        record_codec.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist())
+        for k, r in enumerate(rows)
+    ]
     assert got == expected
 
 
@@ -32,15 +38,35 @@ def test_encode_rows_with_gt_tag_is_byte_identical_to_encode_row():
         values.append(rng.integers(0, 2**40, ptrs[-1][-1]) >> rng.integers(0, 40, ptrs[-1][-1]))
     rows = rng.integers(0, 2**35, 200) >> rng.integers(0, 35, 200)
     got = record_codec.encode_rows(rows, ptrs[0], values[0], ptrs[1], values[1])
-    expected = [record_codec.encode_row(int(r), values[0][ptrs[0][k]:ptrs[0][k + 1]].tolist(),
-                                    values[1][ptrs[1][k]:ptrs[1][k + 1]].tolist()) for k, r in enumerate(rows)]
+    expected = [
+        record_codec.encode_row(
+            int(r),
+            values[0][ptrs[0][k] : ptrs[0][k + 1]].tolist(),
+            values[1][ptrs[1][k] : ptrs[1][k + 1]].tolist(),
+        )
+        for k, r in enumerate(rows)
+    ]
     assert got == expected
 
 
 def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     out = str(tmp_path / "m")
-    code = synthetic_matrix.main(["--out", out, "--rows", "300", "--cols", "120", "--nnz", "4000", "--seed", "7",
-                                  "--shards", "3"])
+    code = synthetic_matrix.main(
+        [
+            "--out",
+            out,
+            "--rows",
+            "300",
+            "--cols",
+            "120",
+            "--nnz",
+            "4000",
+            "--seed",
+            "7",
+            "--shards",
+            "3",
+        ]
+    )
     assert code == 0
     stats = stats_json.read_stats(out)
     assert stats_json.matrix_shape(stats) == (300, 120)
@@ -48,7 +74,9 @@ def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     train_t = dataset_reader.read_split(out, "train_t")
     pairs = {(r, int(c)) for r, cols, _ in train for c in cols}
     pairs_t = {(int(r), c) for c, rows, _ in train_t for r in rows}
-    assert sum(len(cols) for _, cols, _ in train) == 4000 == len(pairs)  # distinct pairs, exactly nnz
+    assert (
+        sum(len(cols) for _, cols, _ in train) == 4000 == len(pairs)
+    )  # distinct pairs, exactly nnz
     assert pairs == pairs_t  # the transpose holds the same matrix
     assert stats["edges"] == 4000
     assert stats["splits"] == {"train": len(train), "train_t": len(train_t)}
@@ -59,6 +87,7 @@ def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     # power law: the busiest tenth of the columns holds far more than a tenth of the edges
     col_degree = np.bincount([c for _, c in pairs], minlength=120)
     assert np.sort(col_degree)[::-1][:12].sum() > 0.25 * 4000
+
 
 def test_generator_is_deterministic_by_seed(tmp_path):
     def files(seed: int, name: str) -> dict[str, bytes]:
@@ -71,7 +100,9 @@ def test_generator_is_deterministic_by_seed(tmp_path):
     assert first != files(2, "c")
 
 
-def test_rows_get_their_degrees_in_distinct_columns_across_blocks_and_buckets(tmp_path, monkeypatch):
+def test_rows_get_their_degrees_in_distinct_columns_across_blocks_and_buckets(
+    tmp_path, monkeypatch
+):
     # small blocks and buckets: many row blocks per shard, many column buckets per transpose shard
     monkeypatch.setattr(synthetic_matrix, "BLOCK_EDGES", 97)
     monkeypatch.setattr(synthetic_matrix, "BUCKET_COLS", 7)
@@ -86,12 +117,20 @@ def test_rows_get_their_degrees_in_distinct_columns_across_blocks_and_buckets(tm
     for c, rows, _ in dataset_reader.read_split(out, "train_t"):
         assert list(rows) == sorted(set(rows))
         transpose[c] = list(rows)
-    assert {(r, c) for c, rows in transpose.items() for r in rows} == {(r, c) for r, cs in train.items() for c in cs}
+    assert {(r, c) for c, rows in transpose.items() for r in rows} == {
+        (r, c) for r, cs in train.items() for c in cs
+    }
     assert not list((tmp_path / "m").glob(".transpose*"))  # the buckets are removed
 
 
 def test_bad_arguments_exit_non_zero(tmp_path, capsys):
-    assert synthetic_matrix.main(["--out", str(tmp_path), "--rows", "0", "--cols", "5", "--nnz", "3"]) == 2
+    assert (
+        synthetic_matrix.main(["--out", str(tmp_path), "--rows", "0", "--cols", "5", "--nnz", "3"])
+        == 2
+    )
     assert "--rows must be positive" in capsys.readouterr().err
-    assert synthetic_matrix.main(["--out", str(tmp_path), "--rows", "2", "--cols", "2", "--nnz", "5"]) == 2
+    assert (
+        synthetic_matrix.main(["--out", str(tmp_path), "--rows", "2", "--cols", "2", "--nnz", "5"])
+        == 2
+    )
     assert "exceeds rows x cols / 2" in capsys.readouterr().err

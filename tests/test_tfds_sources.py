@@ -15,25 +15,39 @@ import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfds_builder.web_graph import WebGraph, WebGraphConfig, sources
-from tfds_builder.web_graph.make_dummy_data import DENSE_GRAPH, DUMMY_DIR, NUM_NODES, node_url, write_dummy_data
+from tfds_builder.web_graph.make_dummy_data import (
+    DENSE_GRAPH,
+    DUMMY_DIR,
+    NUM_NODES,
+    node_url,
+    write_dummy_data,
+)
 from webgraph_contract import dataset_reader, fileio, layout, record_codec, stats_json
 
 from test_pipeline_graph import check_dataset  # noqa: E402  (tests/ is on sys.path)
 
 # The rows of the pipeline-made dummy dataset, read with the contract's reader.
 SOURCE_ROWS = {
-    split: {(r, tuple(c.tolist()), tuple(g.tolist())) for r, c, g in dataset_reader.read_split(str(DUMMY_DIR), split)}
+    split: {
+        (r, tuple(c.tolist()), tuple(g.tolist()))
+        for r, c, g in dataset_reader.read_split(str(DUMMY_DIR), split)
+    }
     for split in ("train", "train_t", "test")
 }
 BEAM = tfds.download.DownloadConfig(beam_options=PipelineOptions(flags=[]))
 
 
 def _rows(ds) -> set:
-    return {(int(x["row_tag"]), tuple(x["col_tag"].tolist()), tuple(x["gt_tag"].tolist())) for x in tfds.as_numpy(ds)}
+    return {
+        (int(x["row_tag"]), tuple(x["col_tag"].tolist()), tuple(x["gt_tag"].tolist()))
+        for x in tfds.as_numpy(ds)
+    }
 
 
 def _write_split(directory, split, rows, index=0, total=1):
-    path = directory / layout.shard_name(layout.SPLIT_PREFIXES[split], index, total, layout.TFRECORD_SUFFIX)
+    path = directory / layout.shard_name(
+        layout.SPLIT_PREFIXES[split], index, total, layout.TFRECORD_SUFFIX
+    )
     with tf.io.TFRecordWriter(str(path)) as w:
         for r in rows:
             w.write(record_codec.encode_row(*r))
@@ -54,7 +68,9 @@ def test_dummy_data_is_the_dense_graph():
     stats = json.loads((DUMMY_DIR / "stats.json").read_text())
     check_dataset(DUMMY_DIR, edges, stats)
     assert stats["config"]["name"] == "de-dense" and stats["protocol"] == "strong_generalization"
-    assert len(SOURCE_ROWS["test"]) >= 1 and all(len(c) + len(g) == 50 for _, c, g in SOURCE_ROWS["test"])
+    assert len(SOURCE_ROWS["test"]) >= 1 and all(
+        len(c) + len(g) == 50 for _, c, g in SOURCE_ROWS["test"]
+    )
 
 
 def test_dummy_data_is_what_the_generator_writes(tmp_path):
@@ -76,47 +92,69 @@ def test_resolve_tells_sources_apart(tmp_path):
     for name in ("a.warc.wat.gz", "b.wat", "notes.txt"):
         (wat / name).write_bytes(b"")
     found = sources.resolve(str(wat))
-    assert found.kind == sources.WAT and [p.rsplit("/", 1)[1] for p in found.wat_files] == ["a.warc.wat.gz", "b.wat"]
+    assert found.kind == sources.WAT and [p.rsplit("/", 1)[1] for p in found.wat_files] == [
+        "a.warc.wat.gz",
+        "b.wat",
+    ]
 
 
 def test_resolve_errors_say_what_is_wrong(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a directory"):
         sources.resolve(str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match="neither TFRecord shards nor WAT files|found neither"):
+    with pytest.raises(
+        FileNotFoundError, match="neither TFRecord shards nor WAT files|found neither"
+    ):
         sources.resolve(str(tmp_path))
     _write_split(tmp_path, "train", [(0, (1,), ())])
     with pytest.raises(FileNotFoundError, match=r"none for split\(s\) \['train_t', 'test'\]"):
         sources.resolve(str(tmp_path))
     _write_split(tmp_path, "train_t", [(1, (0,), ())])
     _write_split(tmp_path, "test", [], index=1, total=3)
-    with pytest.raises(ValueError, match=r"'test' .* incomplete: 2 of 3 shards missing \(first: 00000\)"):
+    with pytest.raises(
+        ValueError, match=r"'test' .* incomplete: 2 of 3 shards missing \(first: 00000\)"
+    ):
         sources.resolve(str(tmp_path))
 
 
 def test_shards_are_read_and_a_bad_record_names_its_file(tmp_path):
     good = str(tmp_path / "train.tfr-00000-of-00002")
-    fileio.write_records(good, [record_codec.encode_row(7, [3, 1], [2]), record_codec.encode_row(8, [])])
+    fileio.write_records(
+        good, [record_codec.encode_row(7, [3, 1], [2]), record_codec.encode_row(8, [])]
+    )
     (key, example), (key2, example2) = sources.read_shard(good)
     assert (key, key2) == (7, 8) and example["row_tag"] == 7 and example2["col_tag"].tolist() == []
     assert example["col_tag"].tolist() == [3, 1] and example["gt_tag"].tolist() == [2]
     bad = str(tmp_path / "train.tfr-00001-of-00002")
     first = record_codec.encode_row(1, [2])
     fileio.write_records(bad, [first, b"\x01\x02not a proto"])
-    at = 16 + len(first)  # the second record's frame begins after the first's 12-byte header and 4-byte CRC
-    with pytest.raises(ValueError, match=rf"train.tfr-00001-of-00002: the record at byte {at} is not a web_graph"):
+    at = 16 + len(
+        first
+    )  # the second record's frame begins after the first's 12-byte header and 4-byte CRC
+    with pytest.raises(
+        ValueError, match=rf"train.tfr-00001-of-00002: the record at byte {at} is not a web_graph"
+    ):
         list(sources.read_shard(bad))
 
 
 def test_empty_split_is_refused_with_the_reason():
     sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 1}, "here", "advice")
-    with pytest.raises(ValueError, match=r"^here: split\(s\) \['test'\] are empty \(.*\); do this$"):
+    with pytest.raises(
+        ValueError, match=r"^here: split\(s\) \['test'\] are empty \(.*\); do this$"
+    ):
         sources.check_splits_not_empty({"train": 3, "train_t": 4, "test": 0}, "here", "do this")
 
 
 def test_config_mismatches_compare_recorded_settings_only():
     stats = {"config": {"tlds": ["de"], "min_links": 50, "seed": 0}}
-    assert sources.config_mismatches(stats, WebGraphConfig(name="x", tlds=("DE",), min_links=50).graph_settings()) == []
-    assert sources.config_mismatches(stats, WebGraphConfig(name="y", min_links=10).graph_settings()) == [
+    assert (
+        sources.config_mismatches(
+            stats, WebGraphConfig(name="x", tlds=("DE",), min_links=50).graph_settings()
+        )
+        == []
+    )
+    assert sources.config_mismatches(
+        stats, WebGraphConfig(name="y", min_links=10).graph_settings()
+    ) == [
         "tlds: dataset has ['de'], config wants []",
         "min_links: dataset has 50, config wants 10",
     ]
@@ -139,7 +177,9 @@ def test_build_keeps_exact_rows_counts_and_stats(built):
     assert stats_json.read_stats(str(builder.data_dir)) == written
     assert builder.info.metadata["stats"] == written
     assert builder.info.metadata["source"] == {"kind": "pipeline", "path": str(DUMMY_DIR)}
-    assert "arXiv:2112.02194" in builder.info.citation and builder.info.homepage.endswith("2112.02194")
+    assert "arXiv:2112.02194" in builder.info.citation and builder.info.homepage.endswith(
+        "2112.02194"
+    )
 
 
 def test_tfds_load_reads_the_built_files(built):
@@ -148,12 +188,16 @@ def test_tfds_load_reads_the_built_files(built):
     assert _rows(ds) == SOURCE_ROWS["test"]
     restored = tfds.builder("web_graph/de-dense:1.0.0", data_dir=str(data_dir))
     assert restored.info.splits["train_t"].num_examples == len(SOURCE_ROWS["train_t"])
-    assert restored.info.metadata["stats"]["nodes"] == NUM_NODES  # the stats travel with the built files
+    assert (
+        restored.info.metadata["stats"]["nodes"] == NUM_NODES
+    )  # the stats travel with the built files
 
 
 def test_settings_mismatch_is_refused(tmp_path):
     builder = WebGraph(config="sparse", data_dir=str(tmp_path / "tfds"), source_dir=str(DUMMY_DIR))
-    with pytest.raises(ValueError, match=r"stats.json: built with other settings than config 'sparse': tlds"):
+    with pytest.raises(
+        ValueError, match=r"stats.json: built with other settings than config 'sparse': tlds"
+    ):
         builder.download_and_prepare(download_config=BEAM)
 
 
@@ -163,13 +207,18 @@ def test_corrupt_shard_fails_the_build_naming_the_file(tmp_path):
     bad = source / "test.tfr-00001-of-00002"
     bad.write_bytes(bad.read_bytes()[:-7])
     builder = WebGraph(config="in-dense", data_dir=str(tmp_path / "tfds"), source_dir=str(source))
-    with pytest.raises(Exception, match=r"test.tfr-00001-of-00002: truncated TFRecord: the file ends inside the record"):
+    with pytest.raises(
+        Exception,
+        match=r"test.tfr-00001-of-00002: truncated TFRecord: the file ends inside the record",
+    ):
         builder.download_and_prepare(download_config=BEAM)
 
 
 def test_beam_steps_pickle_by_a_module_name_workers_can_import():
-    """`tfds build tfds_builder/web_graph` imports the builder as `web_graph.web_graph_dataset_builder`;
-    its Beam steps must still refer to `tfds_builder...`, which setup.py installs on Dataflow workers."""
+    """`tfds build tfds_builder/web_graph` imports the builder as
+    `web_graph.web_graph_dataset_builder`;
+    its Beam steps must still refer to `tfds_builder...`, which setup.py installs on Dataflow
+    workers."""
     from apache_beam.internal import pickler
     from tensorflow_datasets.core.community.load import builder_cls_from_module
 

@@ -1,4 +1,5 @@
-"""The `web_graph` TFDS builder on its dummy data: TFDS's own builder checks, for two source layouts."""
+"""The `web_graph` TFDS builder on its dummy data: TFDS's own builder checks, for two source
+layouts."""
 
 import tensorflow_datasets as tfds
 
@@ -9,11 +10,15 @@ from webgraph_contract import dataset_reader
 
 def source_rows(directory) -> dict[str, int]:
     """Records per split of a dummy source directory, read with the contract's reader."""
-    return {split: len(dataset_reader.read_split(str(directory), split)) for split in ("train", "train_t", "test")}
+    return {
+        split: len(dataset_reader.read_split(str(directory), split))
+        for split in ("train", "train_t", "test")
+    }
 
 
 class WebGraphFromPipelineDirTest(tfds.testing.DatasetBuilderTestCase):
-    """`de-dense` from `dummy_data/`: a pipeline output directory (stats.json + one shard per split)."""
+    """`de-dense` from `dummy_data/`: a pipeline output directory (stats.json + one shard per
+    split)."""
 
     DATASET_CLASS = WebGraph
     BUILDER_CONFIG_NAMES_TO_TEST = ["de-dense"]
@@ -23,7 +28,8 @@ class WebGraphFromPipelineDirTest(tfds.testing.DatasetBuilderTestCase):
 
 
 class WebGraphFromOfficialLayoutTest(tfds.testing.DatasetBuilderTestCase):
-    """`in-dense` from `dummy_data/web_graph_tld_in_min_50/`: the official layout, two shards per split."""
+    """`in-dense` from `dummy_data/web_graph_tld_in_min_50/`: the official layout, two shards per
+    split."""
 
     DATASET_CLASS = WebGraph
     BUILDER_CONFIG_NAMES_TO_TEST = ["in-dense"]

@@ -1,9 +1,11 @@
-"""The accelerator path forced on CPU devices (`accelerator='on'`): exact tables, few calls, no input copies.
+"""The accelerator path forced on CPU devices (`accelerator='on'`): exact tables, few calls, no
+input copies.
 
 Resident and streamed batches are checked against the float64 reference (`reference_ials`), the
 per-core path's own test matrix included (rows longer than a batch, a row filling one exactly).
 Calls are counted in JAX's profiler trace (each program launch, whatever made it), host-to-device
-copies by `jax.transfer_guard_host_to_device('disallow_explicit')`, which makes any of them an error.
+copies by `jax.transfer_guard_host_to_device('disallow_explicit')`, which makes any of them an
+error.
 """
 
 from __future__ import annotations
@@ -37,9 +39,23 @@ def dataset(tmp_path_factory):
 
 def _config(data_dir: str, model_dir: str, **kw) -> TrainConfig:
     # 4 x 8 = 32 ids per batch: rows 5, 17 and 30 (46 ids) are long rows
-    base = {"data": data_dir, "model_dir": model_dir, "dim": 6, "epochs": 2, "alpha": ALPHA, "reg": REG,
-            "solver": "cholesky", "progress": False, "eval_every": 0, "init_stddev": 0.3, "piece_len": 4,
-            "batch_pieces": 8, "batch_rows": 4, "accelerator": "on", "checkpoint_every": 0}
+    base = {
+        "data": data_dir,
+        "model_dir": model_dir,
+        "dim": 6,
+        "epochs": 2,
+        "alpha": ALPHA,
+        "reg": REG,
+        "solver": "cholesky",
+        "progress": False,
+        "eval_every": 0,
+        "init_stddev": 0.3,
+        "piece_len": 4,
+        "batch_pieces": 8,
+        "batch_rows": 4,
+        "accelerator": "on",
+        "checkpoint_every": 0,
+    }
     base.update(kw)
     return TrainConfig(**base)
 
@@ -50,12 +66,17 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.parametrize("resident", ["on", "off"])
 @pytest.mark.parametrize("layout,devices", [("sharded", 8), ("replicated", 8), ("auto", 1)])
-def test_resident_and_streamed_batches_match_float64_reference(dataset, tmp_path, resident, layout, devices):
+def test_resident_and_streamed_batches_match_float64_reference(
+    dataset, tmp_path, resident, layout, devices
+):
     data_dir, rows = dataset
     mesh = make_mesh(jax.devices()[:devices])
     config = _config(data_dir, str(tmp_path / "m"), layout=layout, resident_batches=resident)
     t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
-    w0, h0 = np.asarray(t["row"], np.float64)[:NUM_ROWS], np.asarray(t["col"], np.float64)[:NUM_COLS]
+    w0, h0 = (
+        np.asarray(t["row"], np.float64)[:NUM_ROWS],
+        np.asarray(t["col"], np.float64)[:NUM_COLS],
+    )
     model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
     assert _rel(model.row_table, w) < 1e-4 and _rel(model.col_table, h) < 1e-4
@@ -65,13 +86,23 @@ def test_resident_and_streamed_batches_match_float64_reference(dataset, tmp_path
 
 
 def test_cg_with_explicit_matrices_in_bfloat16_products_stays_close(dataset, tmp_path):
-    """The matrix-unit form (explicit normal matrices, bfloat16 products summed in float32, CG in float32)."""
+    """The matrix-unit form (explicit normal matrices, bfloat16 products summed in float32, CG in
+    float32)."""
     data_dir, rows = dataset
     mesh = make_mesh()
-    config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=20, cg_form="explicit",
-                     matmul_precision="bfloat16")
+    config = _config(
+        data_dir,
+        str(tmp_path / "m"),
+        solver="cg",
+        cg_iters=20,
+        cg_form="explicit",
+        matmul_precision="bfloat16",
+    )
     t = init_tables(config, NUM_ROWS, NUM_COLS, mesh)
-    w0, h0 = np.asarray(t["row"], np.float64)[:NUM_ROWS], np.asarray(t["col"], np.float64)[:NUM_COLS]
+    w0, h0 = (
+        np.asarray(t["row"], np.float64)[:NUM_ROWS],
+        np.asarray(t["col"], np.float64)[:NUM_COLS],
+    )
     model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
     # bfloat16 keeps 8 bits of each product's inputs: about 2^-8 relative per entry
@@ -100,10 +131,19 @@ class _Epoch2(Callback):
 
 def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
     data_dir, rows = dataset
-    config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="on", calls_per_half_epoch=3,
-                     batch_pieces=4, batch_rows=2)  # 16 ids per batch: more batches than calls
+    config = _config(
+        data_dir,
+        str(tmp_path / "m"),
+        epochs=3,
+        resident_batches="on",
+        calls_per_half_epoch=3,
+        batch_pieces=4,
+        batch_rows=2,
+    )  # 16 ids per batch: more batches than calls
     trace = str(tmp_path / "trace")
-    model = train(config, mesh=make_mesh(), callbacks=[_Epoch2(trace, guard=True)])  # a copy would raise
+    model = train(
+        config, mesh=make_mesh(), callbacks=[_Epoch2(trace, guard=True)]
+    )  # a copy would raise
     assert model.metrics[-1]["rows_solved"] == len(rows)
     launches = trace_launches(trace)
     # resident batches: a half-epoch is one call (normal and long rows, gramian), whatever
@@ -122,7 +162,8 @@ def test_streamed_batches_are_copied_every_epoch(dataset, tmp_path):
 
 @pytest.mark.parametrize("free,copies", [(1 << 40, False), (0, True)])
 def test_automatic_residency_follows_the_free_memory(dataset, tmp_path, monkeypatch, free, copies):
-    """`resident_batches` 'auto' keeps the batches on the devices only when the free memory allows."""
+    """`resident_batches` 'auto' keeps the batches on the devices only when the free memory
+    allows."""
     data_dir, _ = dataset
     monkeypatch.setattr(side_runner, "free_bytes", lambda device: free)
     config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="auto")

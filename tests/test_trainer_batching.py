@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from alx_trainer.data import batching
-from alx_trainer.data.records import RowChunk, chunks_from_rows
+from alx_trainer.data.row_chunk import RowChunk
 
 
 def _rows(seed: int, n: int, max_len: int) -> list[np.ndarray]:
@@ -18,7 +18,7 @@ def _split(rows, row_ids, parts: int):
     """The same rows as several CSR chunks (as a stream delivers them)."""
     bounds = np.linspace(0, len(rows), parts + 1).astype(int)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        yield from chunks_from_rows(row_ids[lo:hi], rows[lo:hi])
+        yield RowChunk.from_rows(row_ids[lo:hi], rows[lo:hi])
 
 
 def _unpack(batches, long_batches, piece_len):
@@ -38,15 +38,24 @@ def _unpack(batches, long_batches, piece_len):
                     got.setdefault(int(b.row_ids[k, slot]), [])
     for b in long_batches:
         for k in range(len(b)):
-            got.setdefault(int(b.owner[k]), []).extend(int(i) for i in b.ids[k].reshape(-1) if i != batching.PAD_ID)
+            got.setdefault(int(b.owner[k]), []).extend(
+                int(i) for i in b.ids[k].reshape(-1) if i != batching.PAD_ID
+            )
     return got
 
 
-@pytest.mark.parametrize("piece_len,batch_pieces,batch_rows,parts", [(4, 8, 8, 1), (4, 8, 3, 5), (8, 16, 16, 3), (2, 3, 2, 7)])
+@pytest.mark.parametrize(
+    "piece_len,batch_pieces,batch_rows,parts",
+    [(4, 8, 8, 1), (4, 8, 3, 5), (8, 16, 16, 3), (2, 3, 2, 7)],
+)
 def test_packing_keeps_every_id_once(piece_len, batch_pieces, batch_rows, parts):
-    rows = _rows(0, 300, max_len=3 * piece_len * batch_pieces)  # some rows longer than a whole batch
+    rows = _rows(
+        0, 300, max_len=3 * piece_len * batch_pieces
+    )  # some rows longer than a whole batch
     row_ids = np.arange(300) * 7 + 3
-    normal = list(batching.pack_normal(_split(rows, row_ids, parts), piece_len, batch_pieces, batch_rows))
+    normal = list(
+        batching.pack_normal(_split(rows, row_ids, parts), piece_len, batch_pieces, batch_rows)
+    )
     long = list(batching.pack_long(_split(rows, row_ids, parts), piece_len, batch_pieces))
     for b in normal:
         assert b.ids.shape[1:] == (batch_pieces, piece_len) and b.ids.dtype == np.int32
@@ -81,9 +90,13 @@ def test_streamed_chunks_pack_like_one_chunk_and_plan_counts_match():
 
 def test_group_steps_pads_to_the_planned_count():
     rows = _rows(2, 30, max_len=10)
-    batches = list(batching.pack_normal(chunks_from_rows(np.arange(30), rows), 4, 4, 4))
+    batches = list(batching.pack_normal([RowChunk.from_rows(np.arange(30), rows)], 4, 4, 4))
     total = sum(len(b) for b in batches)
-    steps = list(batching.group_steps(iter(batches), 4, -(-total // 4) + 2, lambda k: batching.empty_batch(k, 4, 4, 4)))
+    steps = list(
+        batching.group_steps(
+            iter(batches), 4, -(-total // 4) + 2, lambda k: batching.empty_batch(k, 4, 4, 4)
+        )
+    )
     assert len(steps) == -(-total // 4) + 2
     assert all(s.ids.shape == (4, 4, 4) for s in steps)
     assert (steps[-1].row_ids == batching.PAD_ID).all() and (steps[-1].seg == 4).all()
@@ -98,13 +111,16 @@ def test_empty_row_gets_a_slot():
 
 
 def test_owner_steps_and_stack_calls():
-    """Slot j of every step holds device j's batches in order (empties once it runs out); K steps stack per call."""
+    """Slot j of every step holds device j's batches in order (empties once it runs out); K steps
+    stack per call."""
     a, b = batching.empty_batch(3, 2, 2, 2), batching.empty_batch(1, 2, 2, 2)
     a.row_ids[:, 0] = [10, 11, 12]
     b.row_ids[:, 0] = [20]
     steps = list(batching.owner_steps([a, b], batching.empty_batch(1, 2, 2, 2)))
     assert [s.row_ids[:, 0].tolist() for s in steps] == [[10, 20], [11, -1], [12, -1]]
-    steps = list(batching.group_steps(iter(steps), 2, 4, lambda k: batching.empty_batch(k, 2, 2, 2)))
+    steps = list(
+        batching.group_steps(iter(steps), 2, 4, lambda k: batching.empty_batch(k, 2, 2, 2))
+    )
     (first, second) = batching.stack_calls(steps, 2)
     assert first.ids.shape == (2, 2, 2, 2) and first.row_ids.shape == (2, 2, 2)
     assert first.row_ids[:, :, 0].tolist() == [[10, 11], [20, -1]]
@@ -113,13 +129,17 @@ def test_owner_steps_and_stack_calls():
         list(batching.stack_calls(steps, 3))
 
 
-@pytest.mark.parametrize("length,expected", [(16, 16), (32, 16), (5, 8), (8, 8), (9, 16), (30, 16), (20, 8)])
+@pytest.mark.parametrize(
+    "length,expected", [(16, 16), (32, 16), (5, 8), (8, 8), (9, 16), (30, 16), (20, 8)]
+)
 def test_automatic_piece_length_from_padding(length, expected):
     # Rows of one length n: L=16 takes 16*ceil(n/16) slots, L=8 takes 8*ceil(n/8). Worked out by
     # hand: n=16, 32, 30 (32 slots: 1.07) stay at 16; n=5 (3.2x at 16, 1.6x at 8) and n=8 (2x, 1x)
     # and n=20 (1.6x, 1.2x) go to 8; n=9 pads 16/9 at both, and 16 comes first.
     lengths = np.full(50, length)
-    counts = {L: batching.padded_slots(lengths, *batching.batch_shape(L, 0)) for L in batching.PIECE_LENS}
+    counts = {
+        L: batching.padded_slots(lengths, *batching.batch_shape(L, 0)) for L in batching.PIECE_LENS
+    }
     assert counts[16] == (50 * 16 * -(-length // 16), 50 * length)
     assert batching.choose_piece_len(counts) == expected
 

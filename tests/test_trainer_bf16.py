@@ -1,4 +1,5 @@
-"""bfloat16 tables on real ML-1M stay finite; a numerical collapse stops training with a clear message."""
+"""bfloat16 tables on real ML-1M stay finite; a numerical collapse stops training with a clear
+message."""
 
 from __future__ import annotations
 
@@ -21,15 +22,36 @@ from pipeline_data import make_dataset
 @pytest.fixture(scope="module")
 def ml1m(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("ml1m") / "data"
-    stats = make_dataset(out, "--edge_format", "adjacency", "--bipartite", "--input",
-                         data_dir / "ml-1m-implicit" / "train.txt", "--test_fraction", "0.05", "--num_shards", "2")
+    stats = make_dataset(
+        out,
+        "--edge_format",
+        "adjacency",
+        "--bipartite",
+        "--input",
+        data_dir / "ml-1m-implicit" / "train.txt",
+        "--test_fraction",
+        "0.05",
+        "--num_shards",
+        "2",
+    )
     assert stats["splits"]["test"] > 200
     return str(out)
 
 
 def test_bfloat16_tables_stay_finite_on_ml1m(ml1m, tmp_path):
-    config = TrainConfig(data=ml1m, model_dir=str(tmp_path / "m"), dim=16, epochs=3, table_dtype="bfloat16",
-                         alpha=0.1, reg=1.0, init_stddev=0.1, progress=False, eval_k="20", batch_pieces=512)
+    config = TrainConfig(
+        data=ml1m,
+        model_dir=str(tmp_path / "m"),
+        dim=16,
+        epochs=3,
+        table_dtype="bfloat16",
+        alpha=0.1,
+        reg=1.0,
+        init_stddev=0.1,
+        progress=False,
+        eval_k="20",
+        batch_pieces=512,
+    )
     model = train(config, mesh=make_mesh(jax.devices()[:2]))
     assert np.isfinite(model.row_table).all() and np.isfinite(model.col_table).all()
     assert np.abs(model.col_table).max() > 0.01  # trained, not collapsed to zero
@@ -48,8 +70,27 @@ def test_collapse_stops_with_epoch_and_side(tmp_path, capsys):
     # systems, and the Cholesky solve produces NaN in the first row half-epoch.
     rows = ref.random_rows(0, 20, 30, max_len=3)
     data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 20, 30)
-    argv = ["--data", data_dir, "--model_dir", str(tmp_path / "m"), "--dim", "8", "--epochs", "2", "--alpha", "0",
-            "--reg", "0", "--solver", "cholesky", "--no-progress", "--table_dtype", "bfloat16", "--eval_every", "0"]
+    argv = [
+        "--data",
+        data_dir,
+        "--model_dir",
+        str(tmp_path / "m"),
+        "--dim",
+        "8",
+        "--epochs",
+        "2",
+        "--alpha",
+        "0",
+        "--reg",
+        "0",
+        "--solver",
+        "cholesky",
+        "--no-progress",
+        "--table_dtype",
+        "bfloat16",
+        "--eval_every",
+        "0",
+    ]
     assert cli_train.main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1

@@ -1,4 +1,5 @@
-"""The iALS++ block solver (`--solver block`) against the float64 NumPy reference (tests/reference_ials.py)."""
+"""The iALS++ block solver (`--solver block`) against the float64 NumPy reference
+(tests/reference_ials.py)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,19 @@ def dataset(tmp_path_factory):
 
 
 def _config(data_dir: str, model_dir: str, **kw) -> TrainConfig:
-    base = dict(data=data_dir, model_dir=model_dir, dim=DIM, epochs=2, alpha=ALPHA, reg=REG, solver="block",
-                progress=False, eval_every=0, init_stddev=0.3, **SHAPE)
+    base = dict(
+        data=data_dir,
+        model_dir=model_dir,
+        dim=DIM,
+        epochs=2,
+        alpha=ALPHA,
+        reg=REG,
+        solver="block",
+        progress=False,
+        eval_every=0,
+        init_stddev=0.3,
+        **SHAPE,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -52,8 +64,14 @@ def test_block_sweeps_match_float64_reference(dataset, tmp_path, block_size, lay
     data_dir, rows = dataset
     mesh = make_mesh()
     assert mesh.size == 8
-    config = _config(data_dir, str(tmp_path / "m"), block_size=block_size, layout=layout, reg_exponent=0.5,
-                     reg=0.05)
+    config = _config(
+        data_dir,
+        str(tmp_path / "m"),
+        block_size=block_size,
+        layout=layout,
+        reg_exponent=0.5,
+        reg=0.05,
+    )
     w0, h0 = _initial(config, mesh)
     model = train(config, mesh=mesh)
     w, h = ref.ials(rows, w0, h0, 2, ALPHA, 0.05, reg_exponent=0.5, block_size=block_size)
@@ -88,7 +106,8 @@ def test_full_block_is_the_exact_solve(dataset, tmp_path, block_size):
 
 
 def test_small_blocks_are_not_the_exact_solve_but_never_raise_the_loss(dataset, tmp_path):
-    """One sweep of small blocks is a different (inexact) update; block descent never increases Eq. 3."""
+    """One sweep of small blocks is a different (inexact) update; block descent never increases Eq.
+    3."""
     data_dir, rows = dataset
     mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), block_size=1, epochs=4)
@@ -113,8 +132,16 @@ def test_sweep_explicit_equals_the_residual_sweep():
     fixed = rng.normal(size=(20, d))
     gram = (fixed.T @ fixed).astype(np.float32)
     lam = np.array([0.5, 1.0, 2.0], np.float32)
-    x, _ = block_solver.sweep(jnp.asarray(h), jnp.asarray(seg), jnp.asarray(x0), jnp.asarray(gram), jnp.asarray(lam),
-                              ALPHA, jnp.ones(rows, bool), 3)
+    x, _ = block_solver.sweep(
+        jnp.asarray(h),
+        jnp.asarray(seg),
+        jnp.asarray(x0),
+        jnp.asarray(gram),
+        jnp.asarray(lam),
+        ALPHA,
+        jnp.ones(rows, bool),
+        3,
+    )
     a = np.zeros((rows, d, d), np.float32)
     b = np.zeros((rows, d), np.float32)
     for p in range(4):

@@ -51,33 +51,66 @@ class Recorder(Callback):
 def test_hooks_run_in_order_and_report_every_step(tmp_path, monkeypatch, caplog):
     rows = ref.random_rows(3, 40, 30, max_len=9, long_rows=(5,))
     data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 40, 30)
-    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "m"), dim=8, epochs=2, piece_len=2,
-                         batch_pieces=4, steps_per_call=2, progress=True, eval_every=0)
+    config = TrainConfig(
+        data=data_dir,
+        model_dir=str(tmp_path / "m"),
+        dim=8,
+        epochs=2,
+        piece_len=2,
+        batch_pieces=4,
+        steps_per_call=2,
+        progress=True,
+        eval_every=0,
+    )
     recorder, seen = Recorder(), []
-    monkeypatch.setattr(logging.getLogger("alx_trainer"), "propagate", True)  # a CLI test may have set it off
+    monkeypatch.setattr(
+        logging.getLogger("alx_trainer"), "propagate", True
+    )  # a CLI test may have set it off
     with caplog.at_level(logging.INFO, logger="alx_trainer"):
-        model = train(config, callback=lambda epoch, m: seen.append((epoch, len(m.metrics))),
-                      mesh=make_mesh(jax.devices()[:2]), callbacks=[recorder])
+        model = train(
+            config,
+            callback=lambda epoch, m: seen.append((epoch, len(m.metrics))),
+            mesh=make_mesh(jax.devices()[:2]),
+            callbacks=[recorder],
+        )
     kinds = [c[0] for c in recorder.calls]
     assert kinds == ["begin"] + ["half", "half_end", "half", "half_end", "epoch"] * 2 + ["end"]
-    assert [c[1:] for c in recorder.calls if c[0] == "half"] == [(1, "row"), (1, "col"), (2, "row"), (2, "col")]
-    lengths = {"row": np.array([len(c) for c in rows.values()]), "col": np.bincount(np.concatenate(list(rows.values())))}
+    assert [c[1:] for c in recorder.calls if c[0] == "half"] == [
+        (1, "row"),
+        (1, "col"),
+        (2, "row"),
+        (2, "col"),
+    ]
+    lengths = {
+        "row": np.array([len(c) for c in rows.values()]),
+        "col": np.bincount(np.concatenate(list(rows.values()))),
+    }
     for (epoch, side), (total, steps, solved) in recorder.steps.items():
         assert steps == total > 0
         # rows longer than one batch (row 5: 8 pieces of 2 > 4) are solved apart, not in the steps
         long = int(np.sum(-(-lengths[side] // 2) > 4))
-        assert solved + long == model.metrics[epoch - 1][f"{side}s_solved"] == np.count_nonzero(lengths[side])
+        assert (
+            solved + long
+            == model.metrics[epoch - 1][f"{side}s_solved"]
+            == np.count_nonzero(lengths[side])
+        )
     assert ("epoch", 1, sorted(model.metrics[0])) in recorder.calls
     assert seen == [(1, 1), (2, 2)]  # the user callback's model carries the metrics up to its epoch
-    # One record can reach caplog's handler twice (a CLI test elsewhere may leave the handler on this logger).
+    # One record can reach caplog's handler twice (a CLI test elsewhere may leave the handler on
+    # this logger).
     records = list({id(r): r for r in caplog.records}.values())
     lines = [r.getMessage() for r in records if r.name == "alx_trainer.callbacks"]
     assert [line.split(" ")[:2] for line in lines] == [["epoch", "1/2"], ["epoch", "2/2"]]
     m = model.metrics[0]  # one short line: what was solved, by name, and the loss
-    assert f"{m['rows_solved']:,} rows + {m['cols_solved']:,} cols solved, loss {m['loss']:.5g}" in lines[0]
+    assert (
+        f"{m['rows_solved']:,} rows + {m['cols_solved']:,} cols solved, loss {m['loss']:.5g}"
+        in lines[0]
+    )
     assert all(len(line) <= 80 for line in lines)
     saved = [json.loads(x) for x in open(tmp_path / "m" / "metrics.jsonl")]
-    assert [r["epoch"] for r in saved] == [1, 2] and saved[1]["loss"] == pytest.approx(model.metrics[1]["loss"])
+    assert [r["epoch"] for r in saved] == [1, 2] and saved[1]["loss"] == pytest.approx(
+        model.metrics[1]["loss"]
+    )
 
 
 def test_progress_bar_counts_steps(capsys):
@@ -92,26 +125,48 @@ def test_progress_bar_counts_steps(capsys):
 
 def test_sections_cover_every_field_once():
     names = [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]
-    assert sorted(names) == sorted(f.name for f in dataclasses.fields(TrainConfig)) and len(set(names)) == len(names)
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(TrainConfig)) and len(
+        set(names)
+    ) == len(names)
     config = TrainConfig(dim=32, solver="lu", eval_k="10")
     assert config.section("model").dim == 32 and config.section("solver").solver == "lu"
-    assert config.to_dict(nested=True)["evaluation"] == {"eval_every": 1, "eval_k": "10", "ndcg_k": 100, "eval_rows": 0,
-                                                             "train_loss_every": 1}
+    assert config.to_dict(nested=True)["evaluation"] == {
+        "eval_every": 1,
+        "eval_k": "10",
+        "ndcg_k": 100,
+        "eval_rows": 0,
+        "train_loss_every": 1,
+    }
 
 
 def test_nested_config_file_equals_flat(tmp_path):
     nested = tmp_path / "nested.yaml"
-    nested.write_text("data: {data: d, chunk_rows: 64}\nmodel: {dim: 16, tied: true}\nsolver: {solver: lu}\n"
-                      "run: {model_dir: m, epochs: 3}\n")
+    nested.write_text(
+        "data: {data: d, chunk_rows: 64}\nmodel: {dim: 16, tied: true}\nsolver: {solver: lu}\n"
+        "run: {model_dir: m, epochs: 3}\n"
+    )
     flat = tmp_path / "flat.json"
-    flat.write_text(json.dumps({"data": "d", "chunk_rows": 64, "dim": 16, "tied": True, "solver": "lu",
-                                "model_dir": "m", "epochs": 3}))
+    flat.write_text(
+        json.dumps(
+            {
+                "data": "d",
+                "chunk_rows": 64,
+                "dim": 16,
+                "tied": True,
+                "solver": "lu",
+                "model_dir": "m",
+                "epochs": 3,
+            }
+        )
+    )
     a = parse_dataclass_args(TrainConfig, ["--config", str(nested)])
     b = parse_dataclass_args(TrainConfig, ["--config", str(flat)])
     assert a == b and a.solver == "lu" and a.data == "d" and a.dim == 16
     dumped = tmp_path / "dumped.json"
     dumped.write_text(json.dumps(a.to_dict(nested=True)))
-    assert parse_dataclass_args(TrainConfig, ["--config", str(dumped), "--dim", "8"]) == dataclasses.replace(a, dim=8)
+    assert parse_dataclass_args(
+        TrainConfig, ["--config", str(dumped), "--dim", "8"]
+    ) == dataclasses.replace(a, dim=8)
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {dimm: 3}\n")
     with pytest.raises(ValueError, match=r"unknown config key model.'dimm'"):

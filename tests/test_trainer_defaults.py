@@ -31,7 +31,11 @@ def test_the_table_covers_the_measured_points():
 def test_auto_picks_the_documented_form(backend, dim, form, monkeypatch):
     assert spec.auto_cg_form(backend, dim) == form
     monkeypatch.setattr(spec.jax, "default_backend", lambda: backend)
-    step = spec.step_spec(TrainConfig(data="x", model_dir="y", dim=dim, cg_form="auto"), num_other=10)
+    step = spec.step_spec(
+        TrainConfig(data="x", model_dir="y", dim=dim, cg_form="auto"), num_other=10
+    )
     assert step.matvec == (form == "matvec")
-    explicit = spec.step_spec(TrainConfig(data="x", model_dir="y", dim=dim, cg_form="explicit"), num_other=10)
+    explicit = spec.step_spec(
+        TrainConfig(data="x", model_dir="y", dim=dim, cg_form="explicit"), num_other=10
+    )
     assert not explicit.matvec

@@ -14,6 +14,7 @@ import pytest
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
+from alx_trainer.data.dataset import in_memory, split_reader
 from alx_trainer.model import fold_in, init_tables
 from alx_trainer.ops import per_core
 from alx_trainer.ops.mesh import make_mesh
@@ -40,8 +41,19 @@ def dataset(tmp_path_factory):
 
 
 def _config(data_dir: str, model_dir: str, **kw) -> TrainConfig:
-    base = dict(data=data_dir, model_dir=model_dir, dim=6, epochs=1, alpha=ALPHA, reg=REG, solver="cholesky",
-                progress=False, eval_every=0, init_stddev=0.3, **SHAPE)
+    base = dict(
+        data=data_dir,
+        model_dir=model_dir,
+        dim=6,
+        epochs=1,
+        alpha=ALPHA,
+        reg=REG,
+        solver="cholesky",
+        progress=False,
+        eval_every=0,
+        init_stddev=0.3,
+        **SHAPE,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -61,7 +73,9 @@ class _Compiled(logging.Handler):
         self.names: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if (found := re.match(r"Finished XLA compilation of jit\((\w+)\)", record.getMessage())) is not None:
+        if (
+            found := re.match(r"Finished XLA compilation of jit\((\w+)\)", record.getMessage())
+        ) is not None:
             self.names.append(found.group(1))
 
     def count(self, name: str) -> int:
@@ -73,7 +87,9 @@ def compilations() -> Iterator[_Compiled]:
     """Collect the programs compiled inside the block (JAX's own compile log, not the trainer's)."""
     handler, logger = _Compiled(), logging.getLogger("jax")
     logger.addHandler(handler)
-    jax.config.update("jax_log_compiles", True)  # for every thread (the context manager sets this one's)
+    jax.config.update(
+        "jax_log_compiles", True
+    )  # for every thread (the context manager sets this one's)
     try:
         yield handler
     finally:
@@ -111,7 +127,9 @@ def test_cholesky_matches_float64_reference_after_one_epoch(dataset, tmp_path):
 def test_every_solver_matches_reference(dataset, tmp_path, solver):
     data_dir, rows = dataset
     mesh = make_mesh()
-    _train_matches_reference(_config(data_dir, str(tmp_path / "m"), solver=solver, cg_iters=12, epochs=2), mesh, rows)
+    _train_matches_reference(
+        _config(data_dir, str(tmp_path / "m"), solver=solver, cg_iters=12, epochs=2), mesh, rows
+    )
 
 
 def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
@@ -132,8 +150,12 @@ def test_cg_approaches_exact_solution_as_iterations_grow(dataset, tmp_path):
 def test_gather_and_local_statistics_agree(dataset, tmp_path, cg_form):
     data_dir, _ = dataset
     mesh = make_mesh()
-    a = train(_config(data_dir, str(tmp_path / "g"), solver="cg", cg_iters=3, cg_form=cg_form), mesh=mesh)
-    b = train(_config(data_dir, str(tmp_path / "l"), solver="cg", cg_iters=3, stats="local"), mesh=mesh)
+    a = train(
+        _config(data_dir, str(tmp_path / "g"), solver="cg", cg_iters=3, cg_form=cg_form), mesh=mesh
+    )
+    b = train(
+        _config(data_dir, str(tmp_path / "l"), solver="cg", cg_iters=3, stats="local"), mesh=mesh
+    )
     assert _rel(a.row_table, b.row_table) < 1e-5
     assert _rel(a.col_table, b.col_table) < 1e-5
 
@@ -147,7 +169,14 @@ def test_layouts_match_sharded_gather(dataset, tmp_path, layout):
     b = train(_config(data_dir, str(tmp_path / "r"), layout=layout, **kw), mesh=mesh)
     assert _rel(a.row_table, b.row_table) < 1e-5
     assert _rel(a.col_table, b.col_table) < 1e-5
-    for key in ("loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "rows_solved", "cols_solved"):
+    for key in (
+        "loss_observed",
+        "loss_unobserved",
+        "loss_reg_row",
+        "loss_reg_col",
+        "rows_solved",
+        "cols_solved",
+    ):
         assert b.metrics[-1][key] == pytest.approx(a.metrics[-1][key], rel=1e-5), key
 
 
@@ -157,8 +186,12 @@ def test_one_device_and_eight_devices_give_the_same_tables(dataset, tmp_path, la
     kw = {"epochs": 2, "layout": layout}
     one = train(_config(data_dir, str(tmp_path / "one"), **kw), mesh=make_mesh(jax.devices()[:1]))
     eight = train(_config(data_dir, str(tmp_path / "eight"), **kw), mesh=make_mesh())
-    np.testing.assert_allclose(one.row_table, eight.row_table, rtol=0, atol=1e-5 * np.abs(one.row_table).max())
-    np.testing.assert_allclose(one.col_table, eight.col_table, rtol=0, atol=1e-5 * np.abs(one.col_table).max())
+    np.testing.assert_allclose(
+        one.row_table, eight.row_table, rtol=0, atol=1e-5 * np.abs(one.row_table).max()
+    )
+    np.testing.assert_allclose(
+        one.col_table, eight.col_table, rtol=0, atol=1e-5 * np.abs(one.col_table).max()
+    )
 
 
 def test_owner_devices_in_their_own_threads_match_sharded(dataset, tmp_path):
@@ -167,20 +200,42 @@ def test_owner_devices_in_their_own_threads_match_sharded(dataset, tmp_path):
     two = jax.devices()[:2]
     assert per_core.applies(two)
     # a spec of its own (alpha)
-    kw = {"solver": "cg", "cg_iters": 9, "cg_form": "matvec", "epochs": 2, "steps_per_call": 2, "alpha": 0.4567}
-    ref_model = train(_config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=make_mesh())
+    kw = {
+        "solver": "cg",
+        "cg_iters": 9,
+        "cg_form": "matvec",
+        "epochs": 2,
+        "steps_per_call": 2,
+        "alpha": 0.4567,
+    }
+    ref_model = train(
+        _config(data_dir, str(tmp_path / "s"), layout="sharded", **kw), mesh=make_mesh()
+    )
     with compilations() as compiled:
-        got = train(_config(data_dir, str(tmp_path / "o"), layout="owner", **kw), mesh=make_mesh(two))
+        got = train(
+            _config(data_dir, str(tmp_path / "o"), layout="owner", **kw), mesh=make_mesh(two)
+        )
     assert _rel(got.row_table, ref_model.row_table) < 1e-5
     assert _rel(got.col_table, ref_model.col_table) < 1e-5
-    for key in ("loss_observed", "loss_unobserved", "loss_reg_row", "loss_reg_col", "rows_solved", "cols_solved"):
+    for key in (
+        "loss_observed",
+        "loss_unobserved",
+        "loss_reg_row",
+        "loss_reg_col",
+        "rows_solved",
+        "cols_solved",
+    ):
         assert got.metrics[-1][key] == pytest.approx(ref_model.metrics[-1][key], rel=1e-5), key
-    assert compiled.count("_step") == 4  # one compilation per device and side (cg_iters 9: a spec of its own)
+    assert (
+        compiled.count("_step") == 4
+    )  # one compilation per device and side (cg_iters 9: a spec of its own)
 
 
 def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
     n = 40
-    rows = {r: c for r, c in ref.random_rows(3, n, n, max_len=9).items() if r % 7}  # rows 0, 7, .. absent
+    rows = {
+        r: c for r, c in ref.random_rows(3, n, n, max_len=9).items() if r % 7
+    }  # rows 0, 7, .. absent
     data_dir = ref.write_dataset(str(tmp_path / "sq"), rows, n, n)
     mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), tied=True, reg=0.05, reg_exponent=1.0, epochs=2)
@@ -195,12 +250,16 @@ def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
 def test_step_compiles_once_per_side(dataset, tmp_path):
     data_dir, _ = dataset
     mesh = make_mesh()
-    config = _config(data_dir, str(tmp_path / "m"), epochs=3, cg_iters=13)  # a spec no other test uses
+    config = _config(
+        data_dir, str(tmp_path / "m"), epochs=3, cg_iters=13
+    )  # a spec no other test uses
     with compilations() as compiled:
         first = train(config, mesh=mesh)
     assert compiled.count("_step") == 2  # the row side, the column side
     # other objective weights (alpha, lambda, nu) reuse the compiled steps, and do take effect
-    other = dataclasses.replace(config, model_dir=str(tmp_path / "m2"), alpha=0.4321, reg=0.7, reg_exponent=0.5)
+    other = dataclasses.replace(
+        config, model_dir=str(tmp_path / "m2"), alpha=0.4321, reg=0.7, reg_exponent=0.5
+    )
     with compilations() as compiled:
         second = train(other, mesh=mesh)
     assert _rel(second.row_table, first.row_table) > 1e-2
@@ -219,25 +278,39 @@ def test_fold_in_matches_reference(dataset, tmp_path):
     assert _rel(got, want) < 1e-4
     np.testing.assert_array_equal(got[3], 0)
     # the default CG solver from a zero start converges to the same solution with enough steps
-    cg = fold_in(model.col_table, new_rows, dataclasses.replace(model.config, solver="cg", cg_iters=20), mesh=mesh)
+    cg = fold_in(
+        model.col_table,
+        new_rows,
+        dataclasses.replace(model.config, solver="cg", cg_iters=20),
+        mesh=mesh,
+    )
     assert _rel(cg, want) < 1e-4
 
 
 def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
-    """`piece_len`/`batch_pieces` 0: per side, 8 ids per piece where 16 would pad by more than 20%."""
-    from alx_trainer.data import records
+    """`piece_len`/`batch_pieces` 0: per side, 8 ids per piece where 16 would pad by more than
+    20%."""
     from alx_trainer.data.dataset import open_dataset
     from alx_trainer.ops.side_runner import SideRunner
 
     data_dir, rows = dataset
     mesh = make_mesh()
     auto = {"piece_len": 0, "batch_pieces": 0, "batch_rows": 0}
-    config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=2, layout="owner", **auto)
+    config = _config(
+        data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=2, layout="owner", **auto
+    )
     files = open_dataset(data_dir).files["train"]
-    runner = SideRunner(config, mesh, step_spec(config, NUM_COLS),
-                        lambda: records.read_chunks(files, 64, NUM_ROWS, NUM_COLS), NUM_ROWS)
+    runner = SideRunner(
+        config,
+        mesh,
+        step_spec(config, NUM_COLS),
+        lambda: records.read_chunks(files, 64, NUM_ROWS, NUM_COLS),
+        NUM_ROWS,
+    )
     ids = sum(len(r) for r in rows.values())
-    assert sum(16 * -(-len(r) // 16) for r in rows.values()) > 1.2 * ids  # rows of at most 46 ids: 16 pads them more
+    assert (
+        sum(16 * -(-len(r) // 16) for r in rows.values()) > 1.2 * ids
+    )  # rows of at most 46 ids: 16 pads them more
     assert (runner.plan.piece_len, runner.plan.batch_pieces) == (8, 512)
     _train_matches_reference(config, mesh, rows)
 
@@ -245,8 +318,15 @@ def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
 def test_training_loss_only_in_the_epochs_asked_for(dataset, tmp_path):
     data_dir, rows = dataset
     mesh = make_mesh()
-    config = _config(data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=3, layout="owner",
-                     train_loss_every=2)
+    config = _config(
+        data_dir,
+        str(tmp_path / "m"),
+        solver="cg",
+        cg_iters=12,
+        epochs=3,
+        layout="owner",
+        train_loss_every=2,
+    )
     w0, h0 = _initial(config, mesh)
     model = train(config, mesh=mesh)
     assert ["loss_observed" in r for r in model.metrics] == [False, True, False]
@@ -257,8 +337,18 @@ def test_training_loss_only_in_the_epochs_asked_for(dataset, tmp_path):
     assert model.metrics[1]["loss_observed"] == pytest.approx(expected["observed"], rel=1e-4)
     w, h = ref.ials(rows, w, h, 1, ALPHA, REG)  # skipping the loss leaves the solves as they were
     assert _rel(model.row_table, w) < 1e-4 and _rel(model.col_table, h) < 1e-4
-    never = train(_config(data_dir, str(tmp_path / "n"), solver="cg", cg_iters=12, epochs=1, layout="owner",
-                          train_loss_every=0), mesh=mesh)
+    never = train(
+        _config(
+            data_dir,
+            str(tmp_path / "n"),
+            solver="cg",
+            cg_iters=12,
+            epochs=1,
+            layout="owner",
+            train_loss_every=0,
+        ),
+        mesh=mesh,
+    )
     assert "loss_observed" not in never.metrics[-1]
 
 
@@ -275,7 +365,7 @@ def test_in_memory_matrix_trains_as_the_reference(dataset, tmp_path):
     mesh = make_mesh()
     config = _config("csr", str(tmp_path / "m"), epochs=2, chunk_rows=7)  # data: only a name here
     w0, h0 = _initial(config, mesh)
-    held = records.in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
+    held = in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
     model = train(config, mesh=mesh, dataset=held)
     w, h = ref.ials(rows, w0, h0, config.epochs, ALPHA, REG)
     assert _rel(model.row_table, w) < 1e-4
@@ -284,19 +374,21 @@ def test_in_memory_matrix_trains_as_the_reference(dataset, tmp_path):
 
 def test_in_memory_host_shares_cover_every_row_once(dataset):
     _, rows = dataset
-    held = records.in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
+    held = in_memory("csr", *_csr(rows, NUM_ROWS), NUM_COLS)
     for split, n in (("train", NUM_ROWS), ("train_t", NUM_COLS)):
         seen: dict[int, list[int]] = {}
         for host in range(3):
-            for chunk in records.split_reader(held, split, 4, NUM_ROWS, NUM_COLS, host, 3)():
+            for chunk in split_reader(held, split, 4, NUM_ROWS, NUM_COLS, host, 3)():
                 for k, r in enumerate(chunk.row_ids.tolist()):
                     assert r not in seen
                     seen[r] = chunk.cols[chunk.indptr[k] : chunk.indptr[k + 1]].tolist()
         expected = rows if split == "train" else ref.transpose(rows)
-        assert {r: c for r, c in seen.items() if c} == {r: sorted(c) for r, c in expected.items() if c}
+        assert {r: c for r, c in seen.items() if c} == {
+            r: sorted(c) for r, c in expected.items() if c
+        }
         assert len(seen) == n
 
 
 def test_in_memory_rejects_a_bad_row_pointer():
     with pytest.raises(ValueError, match="csr: indptr"):
-        records.in_memory("csr", np.array([0, 3, 2]), np.arange(3), 5)
+        in_memory("csr", np.array([0, 3, 2]), np.arange(3), 5)

@@ -16,18 +16,37 @@ import reference_ials as ref
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_an_epoch_computes_two_gramians_and_the_loss_reads_the_final_tables(tmp_path, monkeypatch, tied):
+def test_an_epoch_computes_two_gramians_and_the_loss_reads_the_final_tables(
+    tmp_path, monkeypatch, tied
+):
     rows = ref.random_rows(4, 36, 36, max_len=9, long_rows=(5,))
     data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 36, 36)
-    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "m"), dim=8, epochs=3, piece_len=2, batch_pieces=4,
-                         steps_per_call=2, progress=False, eval_every=0, tied=tied, alpha=0.7)
+    config = TrainConfig(
+        data=data_dir,
+        model_dir=str(tmp_path / "m"),
+        dim=8,
+        epochs=3,
+        piece_len=2,
+        batch_pieces=4,
+        steps_per_call=2,
+        progress=False,
+        eval_every=0,
+        tied=tied,
+        alpha=0.7,
+    )
     computed = []
     original = SideRunner.gramian
-    monkeypatch.setattr(SideRunner, "gramian", lambda self, table: computed.append(1) or original(self, table))
+    monkeypatch.setattr(
+        SideRunner, "gramian", lambda self, table: computed.append(1) or original(self, table)
+    )
     after_epoch = []
-    model = training.train(config, callback=lambda epoch, m: after_epoch.append(len(computed)),
-                           mesh=make_mesh(jax.devices()[:2]))
-    # the first epoch also needs the initial fixed table's; then only the two solved tables' (four before)
+    model = training.train(
+        config,
+        callback=lambda epoch, m: after_epoch.append(len(computed)),
+        mesh=make_mesh(jax.devices()[:2]),
+    )
+    # the first epoch also needs the initial fixed table's; then only the two solved tables' (four
+    # before)
     assert after_epoch == [3, 5, 7]
     # the loss read the gramians of the final tables, not stale ones (float64 reference)
     w, h = model.row_table.astype(np.float64), model.col_table.astype(np.float64)
@@ -45,13 +64,22 @@ class _Poison(Callback):
         if (epoch, side) == (self.epoch, self.side):
             fixed = "col" if side == "row" else "row"
             table = run.tables[fixed]
-            run.tables[fixed] = jax.device_put(np.full(table.shape, self.value, table.dtype), table.sharding)
+            run.tables[fixed] = jax.device_put(
+                np.full(table.shape, self.value, table.dtype), table.sharding
+            )
 
 
 @pytest.mark.parametrize("epoch,side,value", [(1, "row", np.nan), (2, "col", np.inf)])
 def test_a_non_finite_table_stops_training_naming_epoch_and_side(tmp_path, epoch, side, value):
     rows = ref.random_rows(5, 20, 20, max_len=6)
     data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 20, 20)
-    config = TrainConfig(data=data_dir, model_dir=str(tmp_path / "m"), dim=4, epochs=3, progress=False, eval_every=0)
-    with pytest.raises(training.TrainingCollapse, match=f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf"):
-        training.train(config, mesh=make_mesh(jax.devices()[:2]), callbacks=[_Poison(epoch, side, value)])
+    config = TrainConfig(
+        data=data_dir, model_dir=str(tmp_path / "m"), dim=4, epochs=3, progress=False, eval_every=0
+    )
+    with pytest.raises(
+        training.TrainingCollapse,
+        match=f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf",
+    ):
+        training.train(
+            config, mesh=make_mesh(jax.devices()[:2]), callbacks=[_Poison(epoch, side, value)]
+        )

@@ -23,17 +23,25 @@ from webgraph_contract import dataset_reader, layout, stats_json
 # unnormalized forms.
 NODES = 40
 EDGES = "".join(
-    f"http://n{s}.example/p http://n{(s + step) % NODES}.example/p\n" for s in range(NODES) for step in (1, 2, 5, 11)
+    f"http://n{s}.example/p http://n{(s + step) % NODES}.example/p\n"
+    for s in range(NODES)
+    for step in (1, 2, 5, 11)
 )
 NOISE = ("I0000", "W0000", "E0000", "WARNING: All log", "WARNING:absl:")
 
 
 def alx(*args, env=None, check_rc=None):
-    """Run `python -m alx_trainer ARGS` as a user would (one CPU device per core); (rc, stdout, stderr lines)."""
+    """Run `python -m alx_trainer ARGS` as a user would (one CPU device per core); (rc, stdout,
+    stderr lines)."""
     run_env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     run_env.update(PYTHONPATH=os.getcwd(), TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    proc = subprocess.run([sys.executable, "-m", "alx_trainer", *map(str, args)], env=run_env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "alx_trainer", *map(str, args)],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     err = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith(NOISE)]
     if check_rc is not None:
         assert proc.returncode == check_rc, proc.stderr[-3000:]
@@ -57,15 +65,38 @@ def tree(path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
-    """Two datasets of the same graph split with different seeds, and a model trained on the first."""
+    """Two datasets of the same graph split with different seeds, and a model trained on the
+    first."""
     base = tmp_path_factory.mktemp("guards")
     edges = base / "edges.txt"
     edges.write_text(EDGES)
-    flags = ["--edge_format", "pairs", "--input", edges, "--min_links", "1", "--num_shards", "2", "--test_fraction", "0.3"]
+    flags = [
+        "--edge_format",
+        "pairs",
+        "--input",
+        edges,
+        "--min_links",
+        "1",
+        "--num_shards",
+        "2",
+        "--test_fraction",
+        "0.3",
+    ]
     make_dataset(base / "A", *flags)
     make_dataset(base / "B", *flags, "--seed", "7")
-    alx("train", "--data", base / "A", "--model_dir", base / "model", "--dim", "4", "--epochs", "1",
-        "--no-progress", check_rc=0)
+    alx(
+        "train",
+        "--data",
+        base / "A",
+        "--model_dir",
+        base / "model",
+        "--dim",
+        "4",
+        "--epochs",
+        "1",
+        "--no-progress",
+        check_rc=0,
+    )
     return base
 
 
@@ -79,11 +110,25 @@ def test_fingerprint_is_the_sha256_of_the_data_files(work, tmp_path):
         assert stats["file_sha256"][name] == digest
         lines += f"{name}\t{digest}\n"
     assert stats["dataset_fingerprint"] == hashlib.sha256(lines.encode()).hexdigest()
-    assert stats_json.read_stats(str(work / "B"))["dataset_fingerprint"] != stats["dataset_fingerprint"]
+    assert (
+        stats_json.read_stats(str(work / "B"))["dataset_fingerprint"]
+        != stats["dataset_fingerprint"]
+    )
     # the same job on the same input: the same identity
     edges = work / "edges.txt"
-    again = make_dataset(tmp_path / "again", "--edge_format", "pairs", "--input", edges, "--min_links", "1",
-                         "--num_shards", "2", "--test_fraction", "0.3")
+    again = make_dataset(
+        tmp_path / "again",
+        "--edge_format",
+        "pairs",
+        "--input",
+        edges,
+        "--min_links",
+        "1",
+        "--num_shards",
+        "2",
+        "--test_fraction",
+        "0.3",
+    )
     assert again["dataset_fingerprint"] == stats["dataset_fingerprint"]
 
 
@@ -91,14 +136,18 @@ def test_fingerprint_is_the_sha256_of_the_data_files(work, tmp_path):
 def test_tools_refuse_another_dataset(work, command):
     model, other = work / "model", work / "B"
     before = tree(model)
-    args = {"eval": ["eval", "--data", other, "--model_dir", model],
-            "predict": ["predict", "--data", other, "--model_dir", model, "http://n1.example/p"],
-            "export": ["export", "--data", other, "--model_dir", model, "--output", work / "export"]}[command]
+    args = {
+        "eval": ["eval", "--data", other, "--model_dir", model],
+        "predict": ["predict", "--data", other, "--model_dir", model, "http://n1.example/p"],
+        "export": ["export", "--data", other, "--model_dir", model, "--output", work / "export"],
+    }[command]
     rc, out, err = alx(*args)
     assert rc == 1 and out == ""
     fp_a = stats_json.read_stats(str(work / "A"))["dataset_fingerprint"][:12]
     fp_b = stats_json.read_stats(str(work / "B"))["dataset_fingerprint"][:12]
-    assert len(err) == 1 and err[0].startswith(f"alx_trainer {command}: error: --data {other} (dataset {fp_b})")
+    assert len(err) == 1 and err[0].startswith(
+        f"alx_trainer {command}: error: --data {other} (dataset {fp_b})"
+    )
     assert f"trained on ({work / 'A'}, dataset {fp_a})" in err[0] and str(model) in err[0]
     assert tree(model) == before and not (work / "export").exists()
 
@@ -107,7 +156,18 @@ def test_resume_on_another_dataset_is_refused_and_the_model_kept(work, tmp_path)
     model = tmp_path / "model"
     shutil.copytree(work / "model", model)
     before = tree(model)
-    rc, _, err = alx("train", "--data", work / "B", "--model_dir", model, "--dim", "4", "--epochs", "2", "--no-progress")
+    rc, _, err = alx(
+        "train",
+        "--data",
+        work / "B",
+        "--model_dir",
+        model,
+        "--dim",
+        "4",
+        "--epochs",
+        "2",
+        "--no-progress",
+    )
     assert rc == 1 and len(errors(err)) == 1 and "is not the dataset the model in" in errors(err)[0]
     assert tree(model) == before  # config.json, metrics and checkpoints untouched, no lock left
 
@@ -118,7 +178,9 @@ def test_dataset_without_fingerprint_warns_and_runs(work, tmp_path):
     stats = stats_json.read_stats(str(old))
     del stats["dataset_fingerprint"], stats["file_sha256"]
     stats_json.write_stats(str(old), stats)
-    rc, out, err = alx("eval", "--data", old, "--model_dir", work / "model", "--k", "5", "--ndcg_k", "0")
+    rc, out, err = alx(
+        "eval", "--data", old, "--model_dir", work / "model", "--k", "5", "--ndcg_k", "0"
+    )
     assert rc == 0 and "recall@5" in out
     assert [line for line in err if "WARNING" in line and "records no dataset fingerprint" in line]
 
@@ -127,9 +189,14 @@ def test_missing_shard_and_wrong_row_count_stop_before_epoch_1(work, tmp_path):
     gone = tmp_path / "gone"
     shutil.copytree(work / "A", gone)
     os.remove(gone / "train.transpose.tfr-00001-of-00002")
-    rc, _, err = alx("train", "--data", gone, "--model_dir", tmp_path / "m1", "--dim", "4", "--no-progress")
+    rc, _, err = alx(
+        "train", "--data", gone, "--model_dir", tmp_path / "m1", "--dim", "4", "--no-progress"
+    )
     assert rc == 1 and len(errors(err)) == 1
-    assert "incomplete: 'train_t' shard(s) train.transpose.tfr-00001-of-00002 missing (1 of 2 present)" in err[-1]
+    assert (
+        "incomplete: 'train_t' shard(s) train.transpose.tfr-00001-of-00002 missing (1 of 2 present)"
+        in err[-1]
+    )
     assert not (tmp_path / "m1" / "metrics.jsonl").exists()
 
     short = tmp_path / "short"
@@ -137,36 +204,86 @@ def test_missing_shard_and_wrong_row_count_stop_before_epoch_1(work, tmp_path):
     stats = stats_json.read_stats(str(short))
     kept = dataset_reader.read_records([str(short / "train.tfr-00000-of-00002")])
     open(short / "train.tfr-00001-of-00002", "wb").close()  # a valid, empty TFRecord file
-    rc, _, err = alx("train", "--data", short, "--model_dir", tmp_path / "m2", "--dim", "4", "--no-progress")
+    rc, _, err = alx(
+        "train", "--data", short, "--model_dir", tmp_path / "m2", "--dim", "4", "--no-progress"
+    )
     assert rc == 1 and len(errors(err)) == 1
-    assert f"the 'train' shards hold {len(kept)} rows" in err[-1] and f"stats.json says {stats['splits']['train']}" in err[-1]
+    assert (
+        f"the 'train' shards hold {len(kept)} rows" in err[-1]
+        and f"stats.json says {stats['splits']['train']}" in err[-1]
+    )
     assert not (tmp_path / "m2" / "metrics.jsonl").exists()
 
 
 def test_nothing_to_evaluate_or_train_stops_before_epoch_1(work, tmp_path):
     edges = work / "edges.txt"
     no_test = tmp_path / "no_test"
-    make_dataset(no_test, "--edge_format", "pairs", "--input", edges, "--min_links", "1", "--test_fraction", "0",
-                 "--allow_empty")
-    rc, _, err = alx("train", "--data", no_test, "--model_dir", tmp_path / "m", "--dim", "4", "--no-progress")
-    assert rc == 1 and "no test rows to evaluate (read before epoch 1); pass --eval_every 0" in err[-1]
+    make_dataset(
+        no_test,
+        "--edge_format",
+        "pairs",
+        "--input",
+        edges,
+        "--min_links",
+        "1",
+        "--test_fraction",
+        "0",
+        "--allow_empty",
+    )
+    rc, _, err = alx(
+        "train", "--data", no_test, "--model_dir", tmp_path / "m", "--dim", "4", "--no-progress"
+    )
+    assert (
+        rc == 1 and "no test rows to evaluate (read before epoch 1); pass --eval_every 0" in err[-1]
+    )
     assert not (tmp_path / "m" / "metrics.jsonl").exists()
     empty = tmp_path / "empty"
-    make_dataset(empty, "--edge_format", "pairs", "--input", edges, "--min_links", "1000", "--allow_empty")
-    rc, _, err = alx("train", "--data", empty, "--model_dir", tmp_path / "m0", "--eval_every", "0", "--no-progress")
+    make_dataset(
+        empty, "--edge_format", "pairs", "--input", edges, "--min_links", "1000", "--allow_empty"
+    )
+    rc, _, err = alx(
+        "train",
+        "--data",
+        empty,
+        "--model_dir",
+        tmp_path / "m0",
+        "--eval_every",
+        "0",
+        "--no-progress",
+    )
     assert rc == 1 and len(errors(err)) == 1 and "the dataset has no node (0 x 0 matrix" in err[-1]
 
 
 def test_second_training_stops_at_once_and_the_first_is_intact(work, tmp_path):
     model = tmp_path / "model"
     epochs = 60
-    argv = ["train", "--data", work / "A", "--model_dir", model, "--dim", "4", "--epochs", epochs, "--no-progress"]
+    argv = [
+        "train",
+        "--data",
+        work / "A",
+        "--model_dir",
+        model,
+        "--dim",
+        "4",
+        "--epochs",
+        epochs,
+        "--no-progress",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(PYTHONPATH=os.getcwd(), TF_CPP_MIN_LOG_LEVEL="3")
-    first = subprocess.Popen([sys.executable, "-m", "alx_trainer", *map(str, argv)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "alx_trainer", *map(str, argv)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 300
-    while not (model / "checkpoints" / "1").exists() and first.poll() is None and time.time() < deadline:
+    while (
+        not (model / "checkpoints" / "1").exists()
+        and first.poll() is None
+        and time.time() < deadline
+    ):
         time.sleep(0.1)
     lock = json.loads((model / "train.lock").read_text())
     assert lock["pid"] == first.pid and lock["host"] == socket.gethostname() and lock["started"]
@@ -193,29 +310,66 @@ def test_stale_lock_is_taken_over_with_a_warning(work, tmp_path):
     model.mkdir()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (model / "train.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "started": "x"}))
-    rc, out, err = alx("train", "--data", work / "A", "--model_dir", model, "--dim", "4", "--epochs", "1",
-                       "--no-progress", "--eval_every", "0")
+    (model / "train.lock").write_text(
+        json.dumps({"host": socket.gethostname(), "pid": dead.pid, "started": "x"})
+    )
+    rc, out, err = alx(
+        "train",
+        "--data",
+        work / "A",
+        "--model_dir",
+        model,
+        "--dim",
+        "4",
+        "--epochs",
+        "1",
+        "--no-progress",
+        "--eval_every",
+        "0",
+    )
     assert rc == 0 and "trained 1 epoch(s)" in out
-    assert [line for line in err if "WARNING" in line and f"took over a stale lock of pid {dead.pid}" in line]
+    assert [
+        line
+        for line in err
+        if "WARNING" in line and f"took over a stale lock of pid {dead.pid}" in line
+    ]
     assert not (model / "train.lock").exists()
 
 
 def test_predict_and_neighbours_normalize_urls_as_the_pipeline(work):
     model, data = work / "model", work / "A"
     asked = ["http://n3.example/p", "HTTP://N3.Example:80/p#top"]
-    _, plain, _ = alx("predict", "--data", data, "--model_dir", model, "--k", "3", asked[0], check_rc=0)
-    _, loose, _ = alx("predict", "--data", data, "--model_dir", model, "--k", "3", asked[1], check_rc=0)
+    _, plain, _ = alx(
+        "predict", "--data", data, "--model_dir", model, "--k", "3", asked[0], check_rc=0
+    )
+    _, loose, _ = alx(
+        "predict", "--data", data, "--model_dir", model, "--k", "3", asked[1], check_rc=0
+    )
     assert plain.split("\n", 1)[1] == loose.split("\n", 1)[1] and plain.count("example/p") >= 3
-    _, near, _ = alx("predict", "--data", data, "--model_dir", model, "--neighbors", "--k", "2", asked[1], check_rc=0)
+    _, near, _ = alx(
+        "predict",
+        "--data",
+        data,
+        "--model_dir",
+        model,
+        "--neighbors",
+        "--k",
+        "2",
+        asked[1],
+        check_rc=0,
+    )
     assert "nearest neighbours of" in near and near.count("example/p") >= 2
     rc, _, err = alx("predict", "--data", data, "--model_dir", model, "http://bad host/")
-    assert rc == 1 and len(err) == 1 and "is not a URL the dataset could hold (whitespace)" in err[0]
+    assert (
+        rc == 1 and len(err) == 1 and "is not a URL the dataset could hold (whitespace)" in err[0]
+    )
 
 
 def test_usage_errors_exit_2_and_debug_shows_the_traceback(work, tmp_path):
     rc, _, err = alx("train", "--data", work / "A", "--model_dir", tmp_path / "m", "--reg", "inf")
-    assert rc == 2 and err == ["alx_trainer train: error: reg: must be a finite number >= 0, got inf"]
+    assert rc == 2 and err == [
+        "alx_trainer train: error: reg: must be a finite number >= 0, got inf"
+    ]
     rc, _, err = alx("eval", "--data", work / "A", "--model_dir", tmp_path / "nowhere")
     assert rc == 1 and len(err) == 1 and "model directory not found" in err[0]
     rc, _, err = alx("eval", "--debug", "--data", work / "A", "--model_dir", tmp_path / "nowhere")
@@ -224,14 +378,31 @@ def test_usage_errors_exit_2_and_debug_shows_the_traceback(work, tmp_path):
 
 def test_url_list_naming_an_id_twice_counts_the_extra_line_once(tmp_path):
     (tmp_path / "e.txt").write_text("1 2\n2 3\n3 1\n1 3\n2 1\n3 2\n")
-    (tmp_path / "u.txt").write_text("1 http://a.example/\n2 http://b.example/\n3 http://c.example/\n"
-                                    "3 http://d.example/\n2 http://b.example/\n")
-    stats = make_dataset(tmp_path / "out", "--edge_format", "pairs", "--input", tmp_path / "e.txt",
-                         "--urls", tmp_path / "u.txt", "--min_links", "1", "--test_fraction", "0", "--allow_empty")
+    (tmp_path / "u.txt").write_text(
+        "1 http://a.example/\n2 http://b.example/\n3 http://c.example/\n"
+        "3 http://d.example/\n2 http://b.example/\n"
+    )
+    stats = make_dataset(
+        tmp_path / "out",
+        "--edge_format",
+        "pairs",
+        "--input",
+        tmp_path / "e.txt",
+        "--urls",
+        tmp_path / "u.txt",
+        "--min_links",
+        "1",
+        "--test_fraction",
+        "0",
+        "--allow_empty",
+    )
     # id 3 on two lines with two URLs, id 2 twice with the same one: two extra lines
     assert stats["counters"]["dropped_url_list.duplicate_id"] == 2
     names = sorted(dataset_reader.read_vocab(str(tmp_path / "out")).values())
-    assert names == ["http://a.example/", "http://b.example/", "http://d.example/"] and stats["edges"] == 6
+    assert (
+        names == ["http://a.example/", "http://b.example/", "http://d.example/"]
+        and stats["edges"] == 6
+    )
 
 
 def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
@@ -239,16 +410,22 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
 
     model = str(tmp_path / "m")
     me = run_lock.acquire(model)
-    with pytest.raises(run_lock.LockHeld, match=f"pid {os.getpid()} on host {socket.gethostname()}"):
+    with pytest.raises(
+        run_lock.LockHeld, match=f"pid {os.getpid()} on host {socket.gethostname()}"
+    ):
         run_lock.acquire(model)  # this very process holds it: alive
     lock = tmp_path / "m" / run_lock.LOCK_FILE
-    reused = dict(me, pid_start_ticks=me["pid_start_ticks"] + 1)  # our pid, another start: a reused pid
+    reused = dict(
+        me, pid_start_ticks=me["pid_start_ticks"] + 1
+    )  # our pid, another start: a reused pid
     lock.write_text(json.dumps(reused))
     assert run_lock.acquire(model)["pid_start_ticks"] == me["pid_start_ticks"]
     dead = subprocess.Popen(["true"])
     dead.wait()
     lock.write_text(json.dumps({"host": "elsewhere", "pid": dead.pid}))
-    with pytest.raises(run_lock.LockHeld, match="host elsewhere"):  # never guessed stale across hosts
+    with pytest.raises(
+        run_lock.LockHeld, match="host elsewhere"
+    ):  # never guessed stale across hosts
         run_lock.acquire(model)
     run_lock.release(model, me)
     assert lock.exists()  # not ours: left alone
@@ -256,7 +433,11 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
 
 def test_missing_shards_are_named():
     files = [f"/d/train.tfr-{i:05d}-of-00004" for i in (0, 2)]
-    assert layout.missing_shards(files) == (["train.tfr-00001-of-00004", "train.tfr-00003-of-00004"], None)
+    assert layout.missing_shards(files) == (
+        ["train.tfr-00001-of-00004", "train.tfr-00003-of-00004"],
+        None,
+    )
     assert layout.missing_shards(files + ["/d/train.tfr-00001-of-00003"])[1] == (
-        "shard names disagree on the shard count (3, 4)")
+        "shard names disagree on the shard count (3, 4)"
+    )
     assert layout.missing_shards([f"/d/train.tfr-{i:05d}-of-00002" for i in (0, 1)]) == ([], None)

@@ -1,5 +1,7 @@
-"""'owner' layout with `stream_batches`: dense batches built from the TFRecords each half-epoch give the
-in-memory path's tables (one device, and one thread per CPU device), with and without bfloat16 storage."""
+"""'owner' layout with `stream_batches`: dense batches built from the TFRecords each half-epoch give
+the
+in-memory path's tables (one device, and one thread per CPU device), with and without bfloat16
+storage."""
 
 from __future__ import annotations
 
@@ -23,16 +25,30 @@ from webgraph_contract import dataset_reader, synthetic_matrix
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
-    # power-law rows and columns: with 8 pieces of 4 ids per batch, the busiest rows take the long-row path
+    # power-law rows and columns: with 8 pieces of 4 ids per batch, the busiest rows take the
+    # long-row path
     out = str(tmp_path_factory.mktemp("synthetic") / "data")
     synthetic_matrix.write_matrix(out, 400, 150, 6000, seed=3, num_shards=3)
     return out
 
 
 def _train(data: str, model_dir: str, devices: int, **overrides) -> Model:
-    config = TrainConfig(data=data, model_dir=model_dir, dim=8, epochs=2, alpha=0.1, reg=1.0, layout="owner",
-                         piece_len=4, batch_pieces=8, steps_per_call=3, chunk_rows=64, eval_every=0,
-                         progress=False, **overrides)
+    config = TrainConfig(
+        data=data,
+        model_dir=model_dir,
+        dim=8,
+        epochs=2,
+        alpha=0.1,
+        reg=1.0,
+        layout="owner",
+        piece_len=4,
+        batch_pieces=8,
+        steps_per_call=3,
+        chunk_rows=64,
+        eval_every=0,
+        progress=False,
+        **overrides,
+    )
     return training.train(config, mesh=make_mesh(jax.devices()[:devices]))
 
 
@@ -50,14 +66,27 @@ def test_streamed_batches_give_the_in_memory_tables(matrix, tmp_path, devices):
 
 
 def test_streaming_runner_holds_only_the_long_rows(matrix):
-    config = TrainConfig(data=matrix, model_dir="unused", dim=8, layout="owner", piece_len=4, batch_pieces=8,
-                         stream_batches=True, progress=False)
+    config = TrainConfig(
+        data=matrix,
+        model_dir="unused",
+        dim=8,
+        layout="owner",
+        piece_len=4,
+        batch_pieces=8,
+        stream_batches=True,
+        progress=False,
+    )
     dataset = open_dataset(config.data)
     mesh = make_mesh(jax.devices()[:1])
-    reader = functools.partial(records.read_chunks, dataset.files["train"], config.chunk_rows, 400, 150)
+    reader = functools.partial(
+        records.read_chunks, dataset.files["train"], config.chunk_rows, 400, 150
+    )
     runner = SideRunner(config, mesh, step_spec(config, 150), reader, 400)
-    assert isinstance(runner.source, batch_sources.OwnerStream)  # normal batches are built as they run
-    # the long rows are kept from the planning pass: every id of every row with more than 8 x 4 ids, once
+    assert isinstance(
+        runner.source, batch_sources.OwnerStream
+    )  # normal batches are built as they run
+    # the long rows are kept from the planning pass: every id of every row with more than 8 x 4 ids,
+    # once
     rows = [(int(r), list(c)) for r, c, _ in dataset_reader.read_split(matrix, "train")]
     long = {r: c for r, c in rows if len(c) > 8 * 4}
     kept = list(runner.source.long_batches())
@@ -66,12 +95,16 @@ def test_streaming_runner_holds_only_the_long_rows(matrix):
     for batch in kept:
         for owner, ids in zip(batch.owner.tolist(), batch.ids.reshape(len(batch.owner), -1)):
             held.setdefault(owner, []).extend(int(i) for i in ids if i >= 0)
-    assert {r: sorted(c) for r, c in held.items()} == {r: sorted(int(x) for x in c) for r, c in long.items()}
+    assert {r: sorted(c) for r, c in held.items()} == {
+        r: sorted(int(x) for x in c) for r, c in long.items()
+    }
 
 
 def test_bfloat16_storage_streamed_stays_close_to_float32(matrix, tmp_path):
     full = _train(matrix, str(tmp_path / "f32"), 1, table_dtype="float32")
     bf16 = _train(matrix, str(tmp_path / "bf16"), 1, table_dtype="bfloat16", stream_batches=True)
     scale = np.abs(full.row_table).max()
-    assert np.abs(bf16.row_table - full.row_table).max() < 0.05 * scale  # bfloat16 keeps ~3 significant digits
+    assert (
+        np.abs(bf16.row_table - full.row_table).max() < 0.05 * scale
+    )  # bfloat16 keeps ~3 significant digits
     assert bf16.metrics[-1]["loss"] == pytest.approx(full.metrics[-1]["loss"], rel=0.02)

@@ -1,4 +1,5 @@
-"""`python -m tfds_builder build ...`: `tfds build`, same flags, with the libraries quiet and a short summary.
+"""`python -m tfds_builder build ...`: `tfds build`, same flags, with the libraries quiet and a
+short summary.
 
 `tfds build` loads TensorFlow and Beam before it loads the builder, so what they print on start-up
 (TensorFlow's C++ notices, Beam's `apitools not found`) comes before the builder can hold it back;
@@ -26,7 +27,9 @@ if __name__ == "__main__":
     verbose = VERBOSE_FLAG in sys.argv[1:] or debugging()
     quiet(verbose)
     if verbose:
-        os.environ[DEBUG_ENV] = "1"  # the builder's own quiet settings and one-line errors step aside
+        os.environ[DEBUG_ENV] = (
+            "1"  # the builder's own quiet settings and one-line errors step aside
+        )
     else:  # the `tfds` command sets its log level to INFO itself: progress notes stay back here
         import_beam_quietly()
         logging.disable(logging.INFO)

@@ -41,14 +41,18 @@ def one_line(error: BaseException) -> str:
 
 
 def did_you_mean(flag: str, known: Iterable[str]) -> str:
-    """` (did you mean --dim?)` for the known flag nearest `flag` (its name before any `=`), or ''."""
+    """` (did you mean --dim?)` for the known flag nearest `flag` (its name before any `=`), or
+    ''."""
     name = flag.split("=", 1)[0]
-    close = difflib.get_close_matches(name, sorted({k for k in known if k.startswith("--")}), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(
+        name, sorted({k for k in known if k.startswith("--")}), n=1, cutoff=0.6
+    )
     return f" (did you mean {close[0]}?)" if close else ""
 
 
 def unknown_flags_message(unknown: Sequence[str], known: Iterable[str]) -> str:
-    """`unknown flag --dimm (did you mean --dim?)` for the first unknown flag, or `unexpected argument
+    """`unknown flag --dimm (did you mean --dim?)` for the first unknown flag, or `unexpected
+    argument
     X` for a stray value (such as a file name of a glob the shell expanded)."""
     known = list(known)
     flags = [a for a in unknown if a.startswith("-")]
@@ -62,22 +66,29 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2) and a did-you-mean for unknown flags."""
 
     def __init__(self, *args, error_prog: str = "", **kwargs):
-        """`error_prog`: the name errors start with (default `prog`, which `--help`'s usage shows)."""
+        """`error_prog`: the name errors start with (default `prog`, which `--help`'s usage
+        shows)."""
         kwargs.setdefault("allow_abbrev", False)  # `--dim` must not quietly mean `--dim_x`
         super().__init__(*args, **kwargs)
         self.error_prog = error_prog or self.prog
         self.also_known: list[str] = []  # flags another parser of the same command line takes
 
     def known_flags(self) -> list[str]:
-        return [s for action in self._actions for s in action.option_strings] + self.also_known  # noqa: SLF001
+        # noqa: SLF001
+        return [s for action in self._actions for s in action.option_strings] + self.also_known
 
     def error(self, message: str) -> NoReturn:
         if message.startswith(UNRECOGNIZED):
-            message = unknown_flags_message(message[len(UNRECOGNIZED):].split(" "), self.known_flags())
+            message = unknown_flags_message(
+                message[len(UNRECOGNIZED) :].split(" "), self.known_flags()
+            )
         self.exit(2, f"{self.error_prog}: error: {message}\n")
 
 
 def missing_command(prog: str, commands: Iterable[str]) -> int:
     """The one-line error for a command line without its subcommand; exit status 2."""
-    print(f"{prog}: error: missing command; one of {', '.join(commands)} (--help for each)", file=sys.stderr)
+    print(
+        f"{prog}: error: missing command; one of {', '.join(commands)} (--help for each)",
+        file=sys.stderr,
+    )
     return 2

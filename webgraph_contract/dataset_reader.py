@@ -13,6 +13,7 @@ from webgraph_contract.layout import iter_split_files, vocab_glob
 
 DECODE_THREADS = 2  # threads that check and decode a file's blocks (`iter_file_rows`)
 
+
 def read_split(data_dir: str, split: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Every record of one split as `(row_tag, col_tag, gt_tag)` with int64 NumPy arrays."""
     return read_records(list(iter_split_files(data_dir, split)))
@@ -24,7 +25,10 @@ def iter_file_rows(path: str, threads: int = DECODE_THREADS) -> Iterable[record_
 
     This thread reads the blocks; `threads` more check and decode them (NumPy and the CRCs release
     the GIL for most of that work), at most `threads` + 1 blocks in memory at a time."""
-    with fileio.open_file(path, "rb") as f, concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+    with (
+        fileio.open_file(path, "rb") as f,
+        concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool,
+    ):
         pending: collections.deque = collections.deque()
         for block in tfrecord.read_blocks(f, path, checked=False):
             pending.append(pool.submit(_decode_block, path, block))
@@ -41,7 +45,9 @@ def _decode_block(path: str, block: tfrecord.Block) -> record_codec.Rows:
         return record_codec.decode_rows(block.data, block.starts, block.lengths)
     except record_codec.ExampleError as e:
         at = block.offset + int(block.starts[e.index]) - tfrecord.HEADER_BYTES
-        raise ValueError(f"{path}: the record at byte {at} is not a web_graph tf.train.Example ({e})") from None
+        raise ValueError(
+            f"{path}: the record at byte {at} is not a web_graph tf.train.Example ({e})"
+        ) from None
 
 
 def read_records(files: Sequence[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -72,4 +78,3 @@ def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
                     raise ValueError(f"{path}:{n}: id {key} is named twice")
                 vocab[int(key)] = name
     return vocab
-

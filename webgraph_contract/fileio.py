@@ -34,15 +34,21 @@ def absolute(path: str) -> str:
 
 
 def _filesystem(path: str) -> Any:
-    """The fsspec filesystem of `path`; an OSError naming the package a scheme needs when it is missing."""
+    """The fsspec filesystem of `path`; an OSError naming the package a scheme needs when it is
+    missing."""
     import fsspec
 
     protocol = path.split("://", 1)[0]
     try:
         return fsspec.filesystem(protocol)
     except (ImportError, ValueError) as e:
-        extra = {"gs": " (pip install 'webgraph-alx[gcs]')", "s3": " (pip install 'webgraph-alx[s3]')"}.get(protocol, "")
-        raise OSError(f"{path}: cannot open {protocol}:// paths: {str(e).splitlines()[0]}{extra}") from None
+        extra = {
+            "gs": " (pip install 'webgraph-alx[gcs]')",
+            "s3": " (pip install 'webgraph-alx[s3]')",
+        }.get(protocol, "")
+        raise OSError(
+            f"{path}: cannot open {protocol}:// paths: {str(e).splitlines()[0]}{extra}"
+        ) from None
 
 
 def _on(path: str, local: Callable[..., T], remote: str, *args) -> T:
@@ -139,7 +145,9 @@ def record_writer(path: str) -> Iterator[Callable[[Iterable[bytes]], None]]:
     """A function appending records to a TFRecord file (uncompressed), which appears at `path`
     complete, renamed from a temporary name, when the block ends without an error."""
     with _replacing(path, "wb") as f:
-        yield lambda records: f.write(b"".join(tfrecord.frames(records)))  # one write: faster than writelines
+        yield lambda records: f.write(
+            b"".join(tfrecord.frames(records))
+        )  # one write: faster than writelines
 
 
 def read_records(path: str) -> Iterator[bytes]:

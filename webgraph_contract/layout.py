@@ -8,14 +8,16 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from webgraph_contract import fileio
 
-# TFDS split name -> file prefix of its TFRecord shards: the splits every dataset has (`test` may be empty).
+# TFDS split name -> file prefix of its TFRecord shards: the splits every dataset has (`test` may be
+# empty).
 SPLIT_PREFIXES: Mapping[str, str] = {
     "train": "train",
     "train_t": "train.transpose",
     "test": "test",
 }
 
-# Optional, for tuning (`--validation_fraction`): the training data re-split the way `test` splits it.
+# Optional, for tuning (`--validation_fraction`): the training data re-split the way `test` splits
+# it.
 # `validation_train` (+ transpose) is what to train on, `validation` the rows to evaluate (`col_tag`
 # = the row's validation_train items, `gt_tag` = its held-out training items).
 VALIDATION_PREFIXES: Mapping[str, str] = {
@@ -35,6 +37,7 @@ COL_VOCAB_PREFIX = "vocab.cols.tsv"
 
 _SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
 
+
 def shard_name(prefix: str, index: int, num_shards: int, suffix: str = "") -> str:
     """`train.tfr-00003-of-00010`: the name of one shard, in the public web_graph layout."""
     return f"{prefix}{suffix}-{index:05d}-of-{num_shards:05d}"
@@ -48,12 +51,14 @@ def split_glob(data_dir: str, split: str) -> str:
 
 
 def vocab_glob(data_dir: str, columns: bool = False) -> str:
-    """The glob that matches every vocabulary shard (with `columns`: column-name shard) under `data_dir`."""
+    """The glob that matches every vocabulary shard (with `columns`: column-name shard) under
+    `data_dir`."""
     return os.path.join(data_dir, f"{COL_VOCAB_PREFIX if columns else VOCAB_PREFIX}-*-of-*")
 
 
 def data_files(data_dir: str) -> list[str]:
-    """Names of the files that hold a dataset's content: every split shard and vocabulary shard (sorted)."""
+    """Names of the files that hold a dataset's content: every split shard and vocabulary shard
+    (sorted)."""
     patterns = [split_glob(data_dir, split) for split in ALL_SPLIT_PREFIXES]
     patterns += [vocab_glob(data_dir), vocab_glob(data_dir, columns=True)]
     return sorted({os.path.basename(p) for pattern in patterns for p in fileio.glob(pattern)})
@@ -70,7 +75,9 @@ def missing_shards(files: Sequence[str]) -> tuple[list[str], Optional[str]]:
         return [], f"shard names disagree on the shard count ({', '.join(map(str, totals))})"
     present = {int(m["index"]) for m in parsed}
     prefix = parsed[0]["prefix"]
-    return [f"{prefix}-{i:05d}-of-{totals[0]:05d}" for i in range(totals[0]) if i not in present], None
+    return [
+        f"{prefix}-{i:05d}-of-{totals[0]:05d}" for i in range(totals[0]) if i not in present
+    ], None
 
 
 def iter_split_files(data_dir: str, split: str) -> Iterable[str]:
@@ -79,4 +86,3 @@ def iter_split_files(data_dir: str, split: str) -> Iterable[str]:
     if not files:
         raise FileNotFoundError(f"no {split!r} shards match {split_glob(data_dir, split)}")
     return files
-

@@ -40,13 +40,16 @@ _HANDLER_MARK = "webgraph_quiet"
 
 
 def quiet(verbose: bool = False) -> None:
-    """Set the libraries' logging before they are imported (see the module docstring); idempotent."""
+    """Set the libraries' logging before they are imported (see the module docstring);
+    idempotent."""
     if verbose:
         os.environ[TF_LOG_ENV] = "0"
     else:
         os.environ.setdefault(TF_LOG_ENV, "3")
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-        if "tensorflow" not in sys.modules and not any(isinstance(f, _QuietTensorFlowFinder) for f in sys.meta_path):
+        if "tensorflow" not in sys.modules and not any(
+            isinstance(f, _QuietTensorFlowFinder) for f in sys.meta_path
+        ):
             sys.meta_path.insert(0, _QuietTensorFlowFinder())
     root = logging.getLogger()
     if not any(getattr(h, _HANDLER_MARK, False) for h in root.handlers):
@@ -74,7 +77,8 @@ def _stderr_to_devnull() -> Iterator[None]:
 
 
 class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
-    """Loads the `tensorflow` package (once) with file descriptor 2 silenced; see the module docstring."""
+    """Loads the `tensorflow` package (once) with file descriptor 2 silenced; see the module
+    docstring."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "tensorflow":
@@ -96,16 +100,17 @@ class _QuietLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module) -> None:
-        module.__loader__ = module.__spec__.loader = self._loader  # the package keeps its own loader
+        module.__loader__ = module.__spec__.loader = (
+            self._loader
+        )  # the package keeps its own loader
         with _stderr_to_devnull():
             self._loader.exec_module(module)
 
 
-
 def verbose_in(argv: Sequence[str], flags: Sequence[str] = ("--verbose",)) -> bool:
-    """Whether a command line asks for the libraries' output: one of `flags`, or `--log_level debug`."""
+    """Whether a command line asks for the libraries' output: one of `flags`, or `--log_level
+    debug`."""
     args = list(argv)
     if any(a in flags for a in args) or "--log_level=debug" in args:
         return True
     return any(a == "--log_level" and b == "debug" for a, b in zip(args, args[1:]))
-

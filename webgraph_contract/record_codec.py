@@ -1,6 +1,7 @@
 """The contract's record codec: its `tf.train.Example` rows encoded and decoded without TensorFlow.
 
-Decoding (`decode_rows`) is the mirror of `encode_rows`: a block of serialized Examples (one byte string, record
+Decoding (`decode_rows`) is the mirror of `encode_rows`: a block of serialized Examples (one byte
+string, record
 offsets and lengths) becomes int64 arrays, `row_tag` per record and `col_tag`/`gt_tag` in CSR
 form, parsed as `tf.io.parse_example` does with `feature_spec()`: features in any
 order, a key given twice keeps its last value, other features are skipped, an absent
@@ -27,7 +28,8 @@ _PAD = 16  # zero bytes after the data, so fixed-width gathers never run off its
 
 
 class ExampleError(ValueError):
-    """A record is not a `tf.train.Example` with the contract's features; `index` is the record's."""
+    """A record is not a `tf.train.Example` with the contract's features; `index` is the
+    record's."""
 
     def __init__(self, index: int, message: str):
         super().__init__(message)
@@ -36,7 +38,8 @@ class ExampleError(ValueError):
 
 @dataclasses.dataclass
 class Rows:
-    """Decoded records: record k is (`row_tags[k]`, `cols[col_ptr[k]:col_ptr[k+1]]`, `gt[gt_ptr[k]:gt_ptr[k+1]]`)."""
+    """Decoded records: record k is (`row_tags[k]`, `cols[col_ptr[k]:col_ptr[k+1]]`,
+    `gt[gt_ptr[k]:gt_ptr[k+1]]`)."""
 
     row_tags: np.ndarray
     col_ptr: np.ndarray
@@ -48,13 +51,17 @@ class Rows:
         return len(self.row_tags)
 
     def tuples(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """Each record as `(row_tag, col_tag, gt_tag)`, the ids int64 arrays (views of `cols`/`gt`)."""
+        """Each record as `(row_tag, col_tag, gt_tag)`, the ids int64 arrays (views of
+        `cols`/`gt`)."""
         cols, gts = np.split(self.cols, self.col_ptr[1:-1]), np.split(self.gt, self.gt_ptr[1:-1])
         return zip(self.row_tags.tolist(), cols, gts)
 
 
-def _varints(buf: np.ndarray, pos: np.ndarray, owner: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The varint at each of `pos` (at most 10 bytes, none past `ends`): values (uint64) and the positions after."""
+def _varints(
+    buf: np.ndarray, pos: np.ndarray, owner: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The varint at each of `pos` (at most 10 bytes, none past `ends`): values (uint64) and the
+    positions after."""
     value = np.zeros(len(pos), np.uint64)
     after = pos.copy()
     live = np.arange(len(pos))
@@ -73,12 +80,16 @@ def _varints(buf: np.ndarray, pos: np.ndarray, owner: np.ndarray, ends: np.ndarr
     return value, after
 
 
-def _fields(buf: np.ndarray, owner: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
+def _fields(
+    buf: np.ndarray, owner: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> dict[str, np.ndarray]:
     """Every field of every message `buf[lo[i]:hi[i]]` (message i of record `owner[i]`), in order.
 
     Returns arrays over the fields: `msg` (which message), `number`, `wire`, `value` (varints),
     `start`/`end` (the payload of length-delimited ones)."""
-    out: dict[str, list[np.ndarray]] = {k: [] for k in ("msg", "number", "wire", "value", "start", "end", "step")}
+    out: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("msg", "number", "wire", "value", "start", "end", "step")
+    }
     idx = np.arange(len(lo))
     pos = lo.copy()
     step = 0
@@ -100,11 +111,22 @@ def _fields(buf: np.ndarray, owner: np.ndarray, lo: np.ndarray, hi: np.ndarray) 
             start[is_len], end[is_len] = q, q + n.astype(np.int64)
         end[wire == _I64] += 8
         end[wire == _I32] += 4
-        bad = ~(is_var | is_len | (wire == _I64) | (wire == _I32)) | (end > e) | (tag >> np.uint64(3) == 0)
+        bad = (
+            ~(is_var | is_len | (wire == _I64) | (wire == _I32))
+            | (end > e)
+            | (tag >> np.uint64(3) == 0)
+        )
         if bad.any():
             raise ExampleError(int(owner[i[np.argmax(bad)]]), "not a protobuf message (bad field)")
-        for key, arr in (("msg", i), ("number", (tag >> np.uint64(3)).astype(np.int64)), ("wire", wire),
-                         ("value", value), ("start", start), ("end", end), ("step", np.full(len(i), step))):
+        for key, arr in (
+            ("msg", i),
+            ("number", (tag >> np.uint64(3)).astype(np.int64)),
+            ("wire", wire),
+            ("value", value),
+            ("start", start),
+            ("end", end),
+            ("step", np.full(len(i), step)),
+        ):
             out[key].append(arr)
         pos[live] = end
         step += 1
@@ -113,13 +135,18 @@ def _fields(buf: np.ndarray, owner: np.ndarray, lo: np.ndarray, hi: np.ndarray) 
     return {k: v[order] for k, v in cat.items()}
 
 
-def _sub(buf: np.ndarray, owner: np.ndarray, lo: np.ndarray, hi: np.ndarray, number: int) -> tuple[np.ndarray, ...]:
-    """The length-delimited fields `number` of each message: (message index, start, end), in order."""
+def _sub(
+    buf: np.ndarray, owner: np.ndarray, lo: np.ndarray, hi: np.ndarray, number: int
+) -> tuple[np.ndarray, ...]:
+    """The length-delimited fields `number` of each message: (message index, start, end), in
+    order."""
     f = _fields(buf, owner, lo, hi)
     keep = f["number"] == number
     bad = keep & (f["wire"] != _LEN)
     if bad.any():
-        raise ExampleError(int(owner[f["msg"][np.argmax(bad)]]), f"field {number} is not length-delimited")
+        raise ExampleError(
+            int(owner[f["msg"][np.argmax(bad)]]), f"field {number} is not length-delimited"
+        )
     return f["msg"][keep], f["start"][keep], f["end"][keep]
 
 
@@ -137,12 +164,16 @@ def _key_ids(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _words(buf: np.ndarray) -> np.ndarray:
-    """The little-endian uint32 starting at every byte of `buf` (a strided view; `buf` ends in `_PAD` zeros)."""
+    """The little-endian uint32 starting at every byte of `buf` (a strided view; `buf` ends in
+    `_PAD` zeros)."""
     return np.ndarray((len(buf) - 3,), "<u4", buf, 0, (1,))
 
 
-def _packed(buf: np.ndarray, start: np.ndarray, end: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The varints packed in each `buf[start[j]:end[j]]` (disjoint, ascending): their values (int64, in
+def _packed(
+    buf: np.ndarray, start: np.ndarray, end: np.ndarray, owner: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The varints packed in each `buf[start[j]:end[j]]` (disjoint, ascending): their values (int64,
+    in
     order) and count per span."""
     full = end > start
     start, end = start[full], end[full]
@@ -150,8 +181,12 @@ def _packed(buf: np.ndarray, start: np.ndarray, end: np.ndarray, owner: np.ndarr
     if not len(start):
         return np.zeros(0, np.int64), counts
     if (buf[end - 1] >= 0x80).any():
-        raise ExampleError(int(owner[full][np.argmax(buf[end - 1] >= 0x80)]), "malformed packed int64 list")
-    runs = np.empty(2 * len(start) + 1, np.int64)  # alternating: bytes outside a span, inside one, ...
+        raise ExampleError(
+            int(owner[full][np.argmax(buf[end - 1] >= 0x80)]), "malformed packed int64 list"
+        )
+    runs = np.empty(
+        2 * len(start) + 1, np.int64
+    )  # alternating: bytes outside a span, inside one, ...
     runs[0], runs[-1] = start[0], len(buf) - end[-1]
     runs[1:-1:2] = end - start
     runs[2:-1:2] = start[1:] - end[:-1]
@@ -165,9 +200,16 @@ def _packed(buf: np.ndarray, start: np.ndarray, end: np.ndarray, owner: np.ndarr
     begins[first] = start
     word = _words(buf)[begins]
     stop = ~word & np.uint32(0x80808080)  # the terminator's high bit is the lowest set bit of each
-    if stop.all():  # every varint within its word (ids below 2^28): its bytes up to the terminator kept
+    if (
+        stop.all()
+    ):  # every varint within its word (ids below 2^28): its bytes up to the terminator kept
         word &= ((stop & (~stop + np.uint32(1))) << np.uint32(1)) - np.uint32(1)
-        value = (word & 0x7F) | ((word >> 1) & 0x3F80) | ((word >> 2) & 0x1FC000) | ((word >> 3) & 0xFE00000)
+        value = (
+            (word & 0x7F)
+            | ((word >> 1) & 0x3F80)
+            | ((word >> 2) & 0x1FC000)
+            | ((word >> 3) & 0xFE00000)
+        )
         return value.astype(np.int64), counts
     width = ends_at - begins + 1
     value = np.zeros(len(begins), np.uint64)
@@ -178,7 +220,8 @@ def _packed(buf: np.ndarray, start: np.ndarray, end: np.ndarray, owner: np.ndarr
 
 
 def _short_varint(words: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The varint at each of `pos` read from one word: (value, position after, ok: at most 4 bytes)."""
+    """The varint at each of `pos` read from one word: (value, position after, ok: at most 4
+    bytes)."""
     w = words[np.minimum(pos, len(words) - 1)]
     n = 1 + ((w >> 7) & 1)
     n += (n == 2) & ((w >> 15) & 1).astype(bool)
@@ -190,12 +233,16 @@ def _short_varint(words: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def _canonical(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows | None:
-    """The records decoded if every one has exactly the layout `record_codec.encode_rows` (and TensorFlow's
-    deterministic serialization) writes, `col_tag`, `gt_tag`, `row_tag`, each packed, sizes below 2^28;
+    """The records decoded if every one has exactly the layout `record_codec.encode_rows` (and
+    TensorFlow's
+    deterministic serialization) writes, `col_tag`, `gt_tag`, `row_tag`, each packed, sizes below
+    2^28;
     None otherwise (the general walk then decodes them)."""
     words = _words(buf)
 
-    def at(pos: np.ndarray) -> np.ndarray:  # bytes at positions that garbage may have sent past the end
+    def at(
+        pos: np.ndarray,
+    ) -> np.ndarray:  # bytes at positions that garbage may have sent past the end
         return buf[np.minimum(pos, len(buf) - 1)]
 
     ok = buf[starts] == 0x0A
@@ -274,7 +321,9 @@ def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows:
     for number, wire in ((1, _LEN), (2, _LEN)):
         sel = entry["number"] == number
         if (sel & (entry["wire"] != wire)).any():
-            raise ExampleError(int(e_owner[np.argmax(sel & (entry["wire"] != wire))]), "bad feature map entry")
+            raise ExampleError(
+                int(e_owner[np.argmax(sel & (entry["wire"] != wire))]), "bad feature map entry"
+            )
         msg, s, e = entry["msg"][sel], entry["start"][sel], entry["end"][sel]
         if number == 1:  # the last key given wins, as protobuf merges
             key_id[msg] = _key_ids(buf, s, e)
@@ -292,7 +341,9 @@ def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows:
     wrong = (feat["number"] == 1) | (feat["number"] == 2)
     if wrong.any():
         j = feat["msg"][np.argmax(wrong)]
-        raise ExampleError(int(owner[j]), f"feature {KEYS[key_id[j]].decode()} is not an int64 list")
+        raise ExampleError(
+            int(owner[j]), f"feature {KEYS[key_id[j]].decode()} is not an int64 list"
+        )
     sel = feat["number"] == 3
     f_msg, lo, hi = feat["msg"][sel], feat["start"][sel], feat["end"][sel]
     # Int64List.value (1): packed (length-delimited) or one varint per field
@@ -304,7 +355,9 @@ def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows:
     per_field = np.ones(len(v_feat), np.int64)
     per_field[packed] = counts
     if (~packed & (vals["wire"] != _VARINT)).any():
-        raise ExampleError(int(owner[v_feat[np.argmax(~packed & (vals['wire'] != _VARINT))]]), "bad int64 list")
+        raise ExampleError(
+            int(owner[v_feat[np.argmax(~packed & (vals["wire"] != _VARINT))]]), "bad int64 list"
+        )
     field_values = np.zeros(int(per_field.sum()), np.int64)
     at = np.repeat(packed, per_field)
     field_values[at] = values
@@ -325,7 +378,8 @@ def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows:
 
 
 def _varint(value: int) -> bytes:
-    """The protobuf varint of a non-negative int (an int64 below 0: its two's complement, 10 bytes)."""
+    """The protobuf varint of a non-negative int (an int64 below 0: its two's complement, 10
+    bytes)."""
     value &= (1 << 64) - 1
     out = bytearray()
     while value > 0x7F:
@@ -341,7 +395,8 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def encode_example(features: Mapping[str, np.ndarray | Sequence[bytes]]) -> bytes:
-    """A `tf.train.Example` of any features, byte for byte as TensorFlow's deterministic serialization
+    """A `tf.train.Example` of any features, byte for byte as TensorFlow's deterministic
+    serialization
     writes it (keys sorted): an integer array becomes an `int64_list`, a float array a `float_list`
     (float32), a sequence of bytes a `bytes_list`."""
     entries = []
@@ -358,7 +413,10 @@ def encode_example(features: Mapping[str, np.ndarray | Sequence[bytes]]) -> byte
                 packed = b"".join(map(_varint, value.tolist()))
                 feature = _field(3, _field(1, packed) if len(packed) else b"")
             else:
-                raise TypeError(f"feature {key!r}: expected integers, floats or a list of bytes, got {value.dtype}")
+                raise TypeError(
+                    f"feature {key!r}: expected integers, floats or a list of bytes, got "
+                    f"{value.dtype}"
+                )
         entries.append(_field(1, _field(1, key.encode("utf-8")) + _field(2, feature)))
     return _field(1, b"".join(entries))
 
@@ -366,7 +424,9 @@ def encode_example(features: Mapping[str, np.ndarray | Sequence[bytes]]) -> byte
 def encode_row(row_tag: int, col_tag: Sequence[int], gt_tag: Sequence[int] = ()) -> bytes:
     """One row of a split as a serialized `tf.train.Example` with the web_graph features."""
     col, gt = np.asarray(col_tag, np.int64).reshape(-1), np.asarray(gt_tag, np.int64).reshape(-1)
-    return encode_rows(np.array([row_tag], np.int64), np.array([0, len(col)]), col, np.array([0, len(gt)]), gt)[0]
+    return encode_rows(
+        np.array([row_tag], np.int64), np.array([0, len(col)]), col, np.array([0, len(gt)]), gt
+    )[0]
 
 
 def feature_spec() -> dict[str, Any]:
@@ -409,20 +469,28 @@ def _varint_stream(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """
     values = np.asarray(values, np.uint64)
     width = int(lengths.max()) if len(lengths) else 1
-    if width <= 4:  # ids below 2^28: one uint32 word each, continuation bits and byte mask looked up by length
+    if (
+        width <= 4
+    ):  # ids below 2^28: one uint32 word each, continuation bits and byte mask looked up by length
         v = values.astype(np.uint32)
         word = v & np.uint32(0x7F)
         for k in range(1, width):
             word |= (v << np.uint32(k)) & np.uint32(0x7F << (8 * k))
         word |= np.array([0, 0, 0x80, 0x8080, 0x808080], np.uint32)[lengths]
-        keep = np.array([0, 0x1, 0x101, 0x10101, 0x1010101], "<u4")[lengths].view(bool).reshape(len(values), 4)
+        keep = (
+            np.array([0, 0x1, 0x101, 0x10101, 0x1010101], "<u4")[lengths]
+            .view(bool)
+            .reshape(len(values), 4)
+        )
         return word.astype("<u4", copy=False).view(np.uint8).reshape(len(values), 4)[keep]
     word = values & np.uint64(0x7F)
     for k in range(1, min(width, 8)):
         word |= (values << np.uint64(k)) & np.uint64(0x7F << (8 * k))
         word |= (lengths > k).astype(np.uint64) << np.uint64(8 * k - 1)
     table = word.astype("<u8", copy=False).view(np.uint8).reshape(len(values), 8)
-    if width > 8:  # 9-byte varints (2^56 <= value < 2^63, the largest non-negative int64): the last byte apart
+    if (
+        width > 8
+    ):  # 9-byte varints (2^56 <= value < 2^63, the largest non-negative int64): the last byte apart
         table = np.concatenate([table, (values >> np.uint64(56)).astype(np.uint8)[:, None]], axis=1)
         table[:, 7] |= ((lengths > 8) << 7).astype(np.uint8)
     return table[np.arange(table.shape[1]) < lengths[:, None]]
@@ -459,7 +527,9 @@ class _Int64Feature:
         self.vlen = _varint_len(values)
         before = np.concatenate(([0], np.cumsum(self.vlen)))
         self.payload = before[ptr[1:]] - before[ptr[:-1]]  # packed varint bytes per row
-        self.ilist = np.where(self.payload > 0, 1 + _varint_len(self.payload) + self.payload, 0)  # Int64List
+        self.ilist = np.where(
+            self.payload > 0, 1 + _varint_len(self.payload) + self.payload, 0
+        )  # Int64List
         self.feat = 1 + _varint_len(self.ilist) + self.ilist  # Feature {int64_list}
         self.entry = 2 + len(key) + 1 + _varint_len(self.feat) + self.feat  # map entry {key, value}
         self.item = 1 + _varint_len(self.entry) + self.entry  # Features.feature[key]
@@ -476,16 +546,23 @@ class _Int64Feature:
         pos[has] = _put_bytes(buf, pos[has], b"\x0a")
         pos[has] = _put_varints(buf, pos[has], self.payload[has])
         # The values' varints, one stream, fill the bytes from pos[k] to pos[k] + payload[k]: stream
-        # byte i of row k goes to pos[k] + (i - the row's first stream byte); work in the payload only.
+        # byte i of row k goes to pos[k] + (i - the row's first stream byte); work in the payload
+        # only.
         lengths = self.payload[has]
         shift = pos[has] - (np.cumsum(lengths) - lengths)
-        buf[np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(shift, lengths)] = _varint_stream(
-            self.values, self.vlen)
+        buf[np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(shift, lengths)] = (
+            _varint_stream(self.values, self.vlen)
+        )
         return pos + self.payload
 
 
-def encode_rows(row_tags: np.ndarray, indptr: np.ndarray, cols: np.ndarray,
-                gt_ptr: np.ndarray | None = None, gt: np.ndarray | None = None) -> list[bytes]:
+def encode_rows(
+    row_tags: np.ndarray,
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    gt_ptr: np.ndarray | None = None,
+    gt: np.ndarray | None = None,
+) -> list[bytes]:
     """`encode_row(row_tags[k], cols[indptr[k]:indptr[k+1]], gt[gt_ptr[k]:gt_ptr[k+1]])` for every
     k (gt_tag empty when `gt` is None), vectorized.
 
@@ -519,4 +596,3 @@ def encode_rows(row_tags: np.ndarray, indptr: np.ndarray, cols: np.ndarray,
         raise AssertionError("encode_rows: computed lengths and written bytes disagree")
     data = buf.tobytes()
     return [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
-

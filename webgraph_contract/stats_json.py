@@ -20,11 +20,14 @@ FILE_DIGESTS_KEY = "file_sha256"
 
 _HASH_BLOCK = 1 << 22
 
+
 def read_stats(data_dir: str) -> dict[str, Any]:
     """`stats.json` of a dataset directory, with a clear error when it is missing or corrupt."""
     path = os.path.join(data_dir, STATS_FILE)
     if not fileio.exists(path):
-        raise FileNotFoundError(f"{path}: no {STATS_FILE}; is {data_dir} a WebGraph dataset directory?")
+        raise FileNotFoundError(
+            f"{path}: no {STATS_FILE}; is {data_dir} a WebGraph dataset directory?"
+        )
     with fileio.open_file(path, "r") as f:
         text = f.read()
     try:
@@ -37,7 +40,10 @@ def read_stats(data_dir: str) -> dict[str, Any]:
 
 
 def job_stats(
-    summary: Mapping[str, Any], config: Mapping[str, Any], input_files: Sequence[str], code_version: str,
+    summary: Mapping[str, Any],
+    config: Mapping[str, Any],
+    input_files: Sequence[str],
+    code_version: str,
     num_shards: Optional[int] = None,
 ) -> dict[str, Any]:
     """The stats.json of a built graph before the job's counters are known: the graph's summary
@@ -105,12 +111,14 @@ def fingerprint_dataset(data_dir: str, threads: int = 4) -> dict[str, Any]:
     if not names:  # files named otherwise (a TFDS build): no identity to give
         return {}
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
-        digests = dict(zip(names, pool.map(file_sha256, [os.path.join(data_dir, n) for n in names])))
+        digests = dict(
+            zip(names, pool.map(file_sha256, [os.path.join(data_dir, n) for n in names]))
+        )
     return {FILE_DIGESTS_KEY: digests, FINGERPRINT_KEY: combine_digests(digests)}
 
 
 def dataset_fingerprint(stats: Mapping[str, Any]) -> Optional[str]:
-    """The `dataset_fingerprint` stats.json records (None for datasets written before it existed)."""
+    """The `dataset_fingerprint` stats.json records (None for datasets written before it
+    existed)."""
     value = stats.get(FINGERPRINT_KEY)
     return str(value) if value else None
-

@@ -27,12 +27,15 @@ class RecordError(ValueError):
 
 
 def _crc32c() -> Callable[[bytes], int]:
-    """google-crc32c's CRC-32C (imported when first needed, so importing this module never fails)."""
+    """google-crc32c's CRC-32C (imported when first needed, so importing this module never
+    fails)."""
     try:
         from google_crc32c import value
     except ImportError:
-        raise ImportError("google-crc32c is not installed; TFRecord files need it for their checksums: "
-                          "pip install google-crc32c (a base requirement of webgraph-alx)") from None
+        raise ImportError(
+            "google-crc32c is not installed; TFRecord files need it for their checksums: "
+            "pip install google-crc32c (a base requirement of webgraph-alx)"
+        ) from None
     return value
 
 
@@ -44,8 +47,11 @@ def masked(crcs: np.ndarray) -> np.ndarray:
 
 def _length_crcs(distinct: list[int]) -> np.ndarray:
     """The masked CRC-32C of each record length's 8 bytes (little-endian uint32)."""
-    return masked(np.fromiter(map(_crc32c(), map(struct.Struct("<Q").pack, distinct)), np.uint64,
-                              count=len(distinct)))
+    return masked(
+        np.fromiter(
+            map(_crc32c(), map(struct.Struct("<Q").pack, distinct)), np.uint64, count=len(distinct)
+        )
+    )
 
 
 def _length_headers(lengths: Iterable[int]) -> dict[int, bytes]:
@@ -95,8 +101,11 @@ def _check(path: str, data: bytes, heads: np.ndarray, lengths: np.ndarray, offse
     bad = np.flatnonzero(_u32_at(data, heads + 8) != _length_crcs(distinct.tolist())[which])
     if len(bad):
         at = offset + int(heads[bad[0]])
-        raise RecordError(f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte {at} "
-                          "does not match")
+        raise RecordError(
+            f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte "
+            f"{at} "
+            "does not match"
+        )
     starts = heads + HEADER_BYTES
     ends = starts + lengths
     pieces = map(data.__getitem__, map(slice, starts.tolist(), ends.tolist()))
@@ -104,11 +113,14 @@ def _check(path: str, data: bytes, heads: np.ndarray, lengths: np.ndarray, offse
     bad = np.flatnonzero(_u32_at(data, ends) != masked(crcs))
     if len(bad):
         at = offset + int(heads[bad[0]])
-        raise RecordError(f"{path}: corrupt TFRecord: the data checksum of the record at byte {at} does not match")
+        raise RecordError(
+            f"{path}: corrupt TFRecord: the data checksum of the record at byte {at} does not match"
+        )
 
 
 def _walk(data: bytes) -> tuple[list[int], list[int], int]:
-    """Headers and lengths of the whole records at the start of `data`, and where the rest begins."""
+    """Headers and lengths of the whole records at the start of `data`, and where the rest
+    begins."""
     heads, lengths, pos, size = [], [], 0, len(data)
     unpack = struct.Struct("<Q").unpack_from
     while pos + HEADER_BYTES <= size:
@@ -123,11 +135,14 @@ def _walk(data: bytes) -> tuple[list[int], list[int], int]:
 
 
 def check(path: str, block: Block) -> None:
-    """Every checksum of a block's records (`read_blocks(..., checked=False)` leaves them to this)."""
+    """Every checksum of a block's records (`read_blocks(..., checked=False)` leaves them to
+    this)."""
     _check(path, block.data, block.starts - HEADER_BYTES, block.lengths, block.offset)
 
 
-def read_blocks(f: BinaryIO, path: str, block_bytes: int = BLOCK_BYTES, checked: bool = True) -> Iterator[Block]:
+def read_blocks(
+    f: BinaryIO, path: str, block_bytes: int = BLOCK_BYTES, checked: bool = True
+) -> Iterator[Block]:
     """The records of the TFRecord file `f` (named `path` in errors), a block of whole records at a
     time; with `checked`, their checksums too (else call `check` on each block, e.g. in threads)."""
     rest, offset = b"", 0
@@ -147,15 +162,19 @@ def read_blocks(f: BinaryIO, path: str, block_bytes: int = BLOCK_BYTES, checked:
         if not chunk:
             break
     if rest:
-        raise RecordError(f"{path}: truncated TFRecord: the file ends inside the record at byte {offset} "
-                          f"({len(rest)} of its bytes present)")
+        raise RecordError(
+            f"{path}: truncated TFRecord: the file ends inside the record at byte {offset} "
+            f"({len(rest)} of its bytes present)"
+        )
 
 
 def _check_length(path: str, data: bytes, offset: int) -> None:
     """The length CRC of the record at the start of `data`."""
     if data[8:12] != _length_crcs([struct.unpack_from("<Q", data)[0]]).tobytes():
-        raise RecordError(f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte "
-                          f"{offset} does not match")
+        raise RecordError(
+            f"{path}: not a TFRecord file, or corrupt: the length checksum of the record at byte "
+            f"{offset} does not match"
+        )
 
 
 def read_records(f: BinaryIO, path: str) -> Iterator[bytes]:

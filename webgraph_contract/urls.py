@@ -206,14 +206,14 @@ def _normalize_origin(scheme: str, authority: str) -> Result:
     """`scheme://host[:port]` normalized, from a lower-case scheme and a raw authority."""
     at = authority.rfind("@")
     if at >= 0:
-        authority = authority[at + 1:]
+        authority = authority[at + 1 :]
     if not authority:
         return None, "no_host"
     if authority.startswith("["):
         close = authority.find("]")
         if close < 0:
             return None, "bad_ipv6"
-        host, port_part = authority[: close + 1], authority[close + 1:]
+        host, port_part = authority[: close + 1], authority[close + 1 :]
         if port_part and not port_part.startswith(":"):
             return None, "bad_ipv6"
         port = port_part[1:]

@@ -8,7 +8,8 @@ PIPELINE_PACKAGES = ("apache_beam", "warcio", "orjson", "pandas", "pyarrow", "pu
 
 
 def main() -> int:
-    """The job's command line; one line naming the extra when the pipeline's packages are missing."""
+    """The job's command line; one line naming the extra when the pipeline's packages are
+    missing."""
     try:
         verbose = verbose_in(sys.argv[1:])
         quiet(verbose)  # before Beam and TensorFlow are imported
@@ -20,8 +21,12 @@ def main() -> int:
     except ModuleNotFoundError as e:
         if e.name not in PIPELINE_PACKAGES:
             raise
-        print(f"webgraph_pipeline: error: {e.name} is not installed; the pipeline needs the [pipeline] extra: "
-              "pip install 'webgraph-alx[pipeline]'", file=sys.stderr)
+        print(
+            f"webgraph_pipeline: error: {e.name} is not installed; the pipeline needs the "
+            "[pipeline] extra: "
+            "pip install 'webgraph-alx[pipeline]'",
+            file=sys.stderr,
+        )
         return 1
     return cli.main()
 

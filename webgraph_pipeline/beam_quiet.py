@@ -16,6 +16,7 @@ from typing import Sequence
 
 WORKER_LOG_FLAG = "--default_sdk_harness_log_level"
 
+
 def import_beam_quietly() -> None:
     """Import Beam's BigQuery client stubs with their import-time `apitools not found` warning held
     back (nothing here uses BigQuery); a no-op once imported, or without Beam."""
@@ -23,7 +24,9 @@ def import_beam_quietly() -> None:
         return
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
-    placeholder = logging.NullHandler()  # `logging.warning` on a root without handlers would add one
+    placeholder = (
+        logging.NullHandler()
+    )  # `logging.warning` on a root without handlers would add one
     logging.root.addHandler(placeholder)
     try:
         import apache_beam.io.gcp.internal.clients.bigquery  # noqa: F401
@@ -35,7 +38,8 @@ def import_beam_quietly() -> None:
 
 
 def beam_args(beam_argv: Sequence[str], verbose: bool = False) -> list[str]:
-    """Beam's options with its SDK workers' log level set to ERROR (DEBUG when verbose) unless given."""
+    """Beam's options with its SDK workers' log level set to ERROR (DEBUG when verbose) unless
+    given."""
     args = list(beam_argv)
     if not any(a.split("=", 1)[0] == WORKER_LOG_FLAG for a in args):
         args.append(f"{WORKER_LOG_FLAG}={'DEBUG' if verbose else 'ERROR'}")

@@ -23,12 +23,14 @@ from webgraph_pipeline.fingerprints import bucket_of
 Arrays = tuple[np.ndarray, ...]
 
 
-
 def concat(pieces: Iterable[Arrays], width: int, dtypes: Sequence = ()) -> Arrays:
-    """Concatenate a bucket's pieces column by column (`dtypes` for the empty case, uint64 by default)."""
+    """Concatenate a bucket's pieces column by column (`dtypes` for the empty case, uint64 by
+    default)."""
     pieces = list(pieces)
     if not pieces:
-        return tuple(np.zeros(0, dtype=dtypes[i] if i < len(dtypes) else np.uint64) for i in range(width))
+        return tuple(
+            np.zeros(0, dtype=dtypes[i] if i < len(dtypes) else np.uint64) for i in range(width)
+        )
     return tuple(np.concatenate([p[i] for p in pieces]) for i in range(width))
 
 
@@ -42,10 +44,12 @@ def group_positions(groups: np.ndarray, num_groups: int) -> Iterator[tuple[int, 
     sizes = np.bincount(groups, minlength=num_groups)
     ends = np.cumsum(sizes)
     for g in np.flatnonzero(sizes):
-        yield int(g), order[ends[g] - sizes[g]: ends[g]]
+        yield int(g), order[ends[g] - sizes[g] : ends[g]]
 
 
-def split_by_bucket(keys: np.ndarray, num_buckets: int, *arrays: np.ndarray) -> Iterator[tuple[int, Arrays]]:
+def split_by_bucket(
+    keys: np.ndarray, num_buckets: int, *arrays: np.ndarray
+) -> Iterator[tuple[int, Arrays]]:
     """(bucket, the arrays' entries whose key falls in it) for each non-empty bucket of `keys`."""
     for b, take in group_positions(bucket_of(keys, num_buckets), num_buckets):
         yield b, tuple(a[take] for a in arrays)
@@ -119,7 +123,9 @@ def count_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct values in the order they first occur, how often each occurs): pandas' hash table
     and a `bincount` (faster than a sort and the runs' lengths)."""
     codes, uniques = pd.factorize(values)
-    return np.asarray(uniques, values.dtype), np.bincount(codes, minlength=len(uniques)).astype(np.int64)
+    return np.asarray(uniques, values.dtype), np.bincount(codes, minlength=len(uniques)).astype(
+        np.int64
+    )
 
 
 def unique(values: np.ndarray) -> np.ndarray:
@@ -159,11 +165,14 @@ def is_member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 
 
 def lookup(values: np.ndarray, sorted_keys: np.ndarray, what: str) -> np.ndarray:
-    """Positions of `values` in the sorted `sorted_keys`; an error if one is missing (a lost node)."""
+    """Positions of `values` in the sorted `sorted_keys`; an error if one is missing (a lost
+    node)."""
     pos, found = _positions(values, sorted_keys)
     if not found.all():
         missing = int(values[~found][0])
-        raise RuntimeError(f"runner lost data: {what} {missing:#x} is in the edges but not in the node table")
+        raise RuntimeError(
+            f"runner lost data: {what} {missing:#x} is in the edges but not in the node table"
+        )
     return pos
 
 
@@ -195,7 +204,9 @@ def rank_nodes(id_buckets: np.ndarray, names: pa.Array, start: int) -> np.ndarra
     their code points, Python's order of str.
     """
     table = pa.table({"bucket": np.asarray(id_buckets, np.int64), "name": names})
-    order = pc.sort_indices(table, sort_keys=[("bucket", "ascending"), ("name", "ascending")]).to_numpy()
+    order = pc.sort_indices(
+        table, sort_keys=[("bucket", "ascending"), ("name", "ascending")]
+    ).to_numpy()
     if len(order) > 1:
         ranked = names.take(order)
         twice = pc.equal(ranked[1:], ranked[:-1]).to_numpy(zero_copy_only=False)
@@ -207,11 +218,17 @@ def rank_nodes(id_buckets: np.ndarray, names: pa.Array, start: int) -> np.ndarra
     return ids
 
 
-def group_rows(row_ids: np.ndarray, col_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def group_rows(
+    row_ids: np.ndarray, col_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct row ids, offsets, columns sorted within rows): row `r = rows[i]` has the columns
     `cols[offsets[i]:offsets[i + 1]]`. Ids in [0, 2^31) sort as one 64-bit key (row << 32 | col),
     whose sorted values give back rows and columns (no argsort and gathers)."""
-    if len(row_ids) and max(int(row_ids.max()), int(col_ids.max())) < 2**31 and min(row_ids.min(), col_ids.min()) >= 0:
+    if (
+        len(row_ids)
+        and max(int(row_ids.max()), int(col_ids.max())) < 2**31
+        and min(row_ids.min(), col_ids.min()) >= 0
+    ):
         keys = np.sort((row_ids.astype(np.int64) << 32) | col_ids.astype(np.int64))
         rows_sorted, cols = keys >> 32, keys & 0xFFFFFFFF
     else:
@@ -229,7 +246,8 @@ def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
 
 
 # A block of rows of a split: (row ids, col_tag offsets, col_tag ids, gt_tag offsets, gt_tag ids);
-# row i has the columns cols[col_ptr[i]:col_ptr[i + 1]] and held-out links gt[gt_ptr[i]:gt_ptr[i + 1]].
+# row i has the columns cols[col_ptr[i]:col_ptr[i + 1]] and held-out links gt[gt_ptr[i]:gt_ptr[i +
+# 1]].
 RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
@@ -240,12 +258,18 @@ def _fits_int32(ids: np.ndarray) -> bool:
 
 def narrow(*arrays: np.ndarray) -> Arrays:
     """The int64 id arrays as int32 when their values fit: what crosses a shuffle is copied several
-    times by the runner, per byte (the retired beam_floor.py, docs/benchmarks.md). Consumers widen as they compute."""
-    return tuple(a.astype(np.int32) if a.dtype == np.int64 and _fits_int32(a) else a for a in arrays)
+    times by the runner, per byte (the retired beam_floor.py, docs/benchmarks.md). Consumers widen
+    as they compute."""
+    return tuple(
+        a.astype(np.int32) if a.dtype == np.int64 and _fits_int32(a) else a for a in arrays
+    )
 
 
-def ragged_take(ptr: np.ndarray, values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, values) of the rows `at` of the ragged array (ptr, values), in the order of `at`."""
+def ragged_take(
+    ptr: np.ndarray, values: np.ndarray, at: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of the rows `at` of the ragged array (ptr, values), in the order of
+    `at`."""
     lengths = (ptr[1:] - ptr[:-1])[at]
     out_ptr = np.zeros(len(at) + 1, np.int64)
     np.cumsum(lengths, out=out_ptr[1:])
@@ -260,8 +284,13 @@ def drop_values(ptr: np.ndarray, values: np.ndarray, drop: int) -> tuple[np.ndar
     return kept_before[ptr].astype(np.int64), values[keep]
 
 
-def row_block(row_ids: np.ndarray, col_ptr: np.ndarray, cols: np.ndarray,
-              gt_ptr: Optional[np.ndarray] = None, gt: Optional[np.ndarray] = None) -> RowBlock:
+def row_block(
+    row_ids: np.ndarray,
+    col_ptr: np.ndarray,
+    cols: np.ndarray,
+    gt_ptr: Optional[np.ndarray] = None,
+    gt: Optional[np.ndarray] = None,
+) -> RowBlock:
     """A RowBlock (int64 arrays); no gt_tag when `gt` is None."""
     if gt is None:
         gt_ptr, gt = np.zeros(len(row_ids) + 1, np.int64), np.zeros(0, np.int64)
@@ -282,7 +311,9 @@ def concat_blocks(blocks: Iterable[RowBlock]) -> RowBlock:
     out = [np.concatenate([b[0] for b in blocks])]
     for p, v in ((1, 2), (3, 4)):
         ends = np.cumsum([b[p][-1] for b in blocks])
-        ptr = np.concatenate([[0]] + [b[p][1:] + (ends[i - 1] if i else 0) for i, b in enumerate(blocks)])
+        ptr = np.concatenate(
+            [[0]] + [b[p][1:] + (ends[i - 1] if i else 0) for i, b in enumerate(blocks)]
+        )
         out += [ptr.astype(np.int64), np.concatenate([b[v] for b in blocks])]
     return tuple(out)
 
@@ -292,4 +323,4 @@ def block_rows(block: RowBlock) -> Iterator[tuple[int, tuple[int, ...], tuple[in
     row_ids, col_ptr, cols, gt_ptr, gt = block
     cols, gt, col_ptr, gt_ptr = cols.tolist(), gt.tolist(), col_ptr.tolist(), gt_ptr.tolist()
     for i, r in enumerate(row_ids.tolist()):
-        yield r, tuple(cols[col_ptr[i]:col_ptr[i + 1]]), tuple(gt[gt_ptr[i]:gt_ptr[i + 1]])
+        yield r, tuple(cols[col_ptr[i] : col_ptr[i + 1]]), tuple(gt[gt_ptr[i] : gt_ptr[i + 1]])

@@ -66,7 +66,9 @@ def collect_string_set(pipeline_result: Any, name: str) -> list[str]:
     """The sorted strings of one `webgraph` string set of a finished pipeline."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    query = pipeline_result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))
+    query = pipeline_result.metrics().query(
+        MetricsFilter().with_namespace(NAMESPACE).with_name(name)
+    )
     names: set[str] = set()
     for string_set in query.get("string_sets", []):
         names.update(_value(string_set) or ())

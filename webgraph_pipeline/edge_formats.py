@@ -32,7 +32,10 @@ from typing import Optional
 import numpy as np
 
 FORMATS = ("pairs", "adjacency", "movielens", "csv", "given_split")
-BIPARTITE_FORMATS = ("movielens", "given_split")  # formats whose data is users x items by definition
+BIPARTITE_FORMATS = (
+    "movielens",
+    "given_split",
+)  # formats whose data is users x items by definition
 MAX_EXAMPLES = 5  # line numbers kept per drop reason
 BOM = "\ufeff"
 
@@ -40,7 +43,9 @@ BOM = "\ufeff"
 _WS = np.zeros(256, bool)
 _WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 _ASCII_WS_TO_SPACE = bytes.maketrans(bytes([9, 10, 11, 12, 13, 28, 29, 30, 31]), b" " * 9)
-_OTHER_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1b]")  # bytes <= 32 that str.split() does not split on
+_OTHER_CONTROL = re.compile(
+    rb"[\x00-\x08\x0e-\x1b]"
+)  # bytes <= 32 that str.split() does not split on
 _COMMENT = np.zeros(256, bool)
 _COMMENT[[ord("#"), ord("%")]] = True
 INT_TOKEN = re.compile(r"-?\d+\Z")  # an integer id (of a URL list)
@@ -48,7 +53,8 @@ INT_TOKEN = re.compile(r"-?\d+\Z")  # an integer id (of a URL list)
 
 @dataclasses.dataclass(frozen=True)
 class EdgeFormat:
-    """How to read one edge list. `min_rating` keeps rating lines with rating >= it (movielens, csv)."""
+    """How to read one edge list. `min_rating` keeps rating lines with rating >= it (movielens,
+    csv)."""
 
     name: str = "pairs"
     delimiter: str = ","
@@ -57,13 +63,23 @@ class EdgeFormat:
 
     def __post_init__(self) -> None:
         if self.name not in FORMATS:
-            raise ValueError(f"unknown edge format {self.name!r}; expected one of {', '.join(FORMATS)}")
-        if self.name == "csv" and (len(self.delimiter) != 1 or not self.delimiter.isascii()
-                                   or self.delimiter.isspace() or self.delimiter in "#%"):
-            raise ValueError(f"--delimiter must be one ASCII character other than whitespace, # and %, "
-                             f"got {self.delimiter!r} (use --edge_format pairs for whitespace)")
+            raise ValueError(
+                f"unknown edge format {self.name!r}; expected one of {', '.join(FORMATS)}"
+            )
+        if self.name == "csv" and (
+            len(self.delimiter) != 1
+            or not self.delimiter.isascii()
+            or self.delimiter.isspace()
+            or self.delimiter in "#%"
+        ):
+            raise ValueError(
+                f"--delimiter must be one ASCII character other than whitespace, # and %, "
+                f"got {self.delimiter!r} (use --edge_format pairs for whitespace)"
+            )
         if self.min_rating is not None and self.name not in ("movielens", "csv"):
-            raise ValueError(f"--min_rating applies to --edge_format movielens or csv, not {self.name}")
+            raise ValueError(
+                f"--min_rating applies to --edge_format movielens or csv, not {self.name}"
+            )
 
     @property
     def bipartite(self) -> bool:
@@ -81,7 +97,8 @@ class ParsedBlock:
     examples: dict[str, list[int]]  # reason -> first line numbers (1-based)
 
     def drop(self, reason: str, line_numbers: np.ndarray) -> None:
-        """Count lines under `reason` (`dropped_lines.x` or `skipped_lines.x`) and keep a few numbers."""
+        """Count lines under `reason` (`dropped_lines.x` or `skipped_lines.x`) and keep a few
+        numbers."""
         if len(line_numbers):
             self.counts[reason] += int(len(line_numbers))
             kept = self.examples.setdefault(reason, [])
@@ -106,7 +123,9 @@ def decode_block(data: bytes, first_line: int, block: ParsedBlock) -> tuple[str,
             text = None
         if text is None:
             bad.append(i)
-        out.append(" " if text is None else text)  # blank, but a line even when it is the block's only one
+        out.append(
+            " " if text is None else text
+        )  # blank, but a line even when it is the block's only one
     block.drop("dropped_lines.undecodable", np.array(bad) + first_line)
     return "\n".join(out), bad
 
@@ -132,7 +151,6 @@ def _tokenize(text: str) -> tuple[list[str], np.ndarray, np.ndarray, int]:
     line_of = np.cumsum(is_newline)[~is_newline]
     num_lines = int(is_newline.sum()) + 1 if len(arr) else 0
     return tokens, line_of, _COMMENT[arr[starts]], num_lines
-
 
 
 def parse_block(data: bytes, first_line: int, fmt: EdgeFormat) -> ParsedBlock:
@@ -180,8 +198,12 @@ def parse_block(data: bytes, first_line: int, fmt: EdgeFormat) -> ParsedBlock:
     short = ok & (n < 2)
     block.drop("dropped_lines.too_few_fields", line_no[short])
     ok &= ~short
-    if fmt.name in ("pairs", "csv") and fmt.min_rating is None and 2 * int(ok.sum()) == len(tokens) \
-            and (n[ok] == 2).all():  # the common case: every token is in a `src dst` line
+    if (
+        fmt.name in ("pairs", "csv")
+        and fmt.min_rating is None
+        and 2 * int(ok.sum()) == len(tokens)
+        and (n[ok] == 2).all()
+    ):  # the common case: every token is in a `src dst` line
         block.src, block.dst = tokens[0::2], tokens[1::2]
         return block
     tok = np.array(tokens, dtype=object)
@@ -214,7 +236,9 @@ def _per_line_count(text: str, char: str) -> np.ndarray:
     return np.bincount(line_of[raw == ord(char)], minlength=int(line_of[-1]) + 1 if len(raw) else 0)
 
 
-def _rating_filter(tok, first_tok, n, ok, line_no, fmt: EdgeFormat, block: ParsedBlock) -> np.ndarray:
+def _rating_filter(
+    tok, first_tok, n, ok, line_no, fmt: EdgeFormat, block: ParsedBlock
+) -> np.ndarray:
     """Drop lines whose third field is no number (`bad_rating`) or below `min_rating`."""
     has = ok & (n >= 3)
     if fmt.min_rating is not None:
@@ -254,7 +278,9 @@ def _fields(line: str, fmt: EdgeFormat) -> list[str]:
     return (line.replace("::", "\t") if fmt.name == "movielens" else line).split()
 
 
-def header_hint(data: bytes, fmt: EdgeFormat, url_ids: bool = False) -> Optional[tuple[int, str, str]]:
+def header_hint(
+    data: bytes, fmt: EdgeFormat, url_ids: bool = False
+) -> Optional[tuple[int, str, str]]:
     """(line number, line, why) when the first data line of a file (blank and comment lines skipped)
     looks like a header the reader was not told to skip; None otherwise.
 
@@ -266,7 +292,9 @@ def header_hint(data: bytes, fmt: EdgeFormat, url_ids: bool = False) -> Optional
     if fmt.header:
         return None
     lines = []
-    for number, raw in enumerate(data.split(b"\n", 4 * HINT_SAMPLE_LINES)[: 4 * HINT_SAMPLE_LINES], 1):
+    for number, raw in enumerate(
+        data.split(b"\n", 4 * HINT_SAMPLE_LINES)[: 4 * HINT_SAMPLE_LINES], 1
+    ):
         text = raw.decode("utf-8", "replace").lstrip(BOM).strip()
         if text and text[0] not in "#%":
             lines.append((number, text, _fields(text, fmt)))
@@ -278,8 +306,17 @@ def header_hint(data: bytes, fmt: EdgeFormat, url_ids: bool = False) -> Optional
     for col, token in enumerate(first):
         kinds = {token_kind(r[col]) for r in rest if len(r) > col}
         if token_kind(token) == "word" and kinds and kinds <= {"number", "url"}:
-            return number, text, f"the word {token!r} where the other lines have {' or '.join(sorted(kinds))}s"
-        if url_ids and col < 2 and not INT_TOKEN.match(token) and all(INT_TOKEN.match(r[col]) for r in rest if len(r) > col):
+            return (
+                number,
+                text,
+                f"the word {token!r} where the other lines have {' or '.join(sorted(kinds))}s",
+            )
+        if (
+            url_ids
+            and col < 2
+            and not INT_TOKEN.match(token)
+            and all(INT_TOKEN.match(r[col]) for r in rest if len(r) > col)
+        ):
             return number, text, f"{token!r} is no integer id that --urls could name"
     return None
 

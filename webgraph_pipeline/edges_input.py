@@ -34,13 +34,21 @@ from webgraph_pipeline.edge_formats import (
     parse_block,
     parse_url_line,  # noqa: F401 - also imported from here
 )
-from webgraph_pipeline.file_accounting import PARTLY_READ, READ, UNREADABLE, UnreadableFileError, account_file
+from webgraph_pipeline.file_accounting import (
+    PARTLY_READ,
+    READ,
+    UNREADABLE,
+    UnreadableFileError,
+    account_file,
+)
 
 BLOCK_BYTES = 1 << 20  # about 10^4-10^5 edges of a text edge list per block
 URL_BATCH = 50_000  # edges per batch after the URL-list join
 LINE_EXAMPLES = "line_examples"  # string set of `reason<TAB>path:line`
 EMPTY_FILES = "empty_files"  # string set of `path<TAB>commonest reason<TAB>lines`
-HEADER_HINTS = "header_hints"  # string set of `path:line<TAB>the line<TAB>why it looks like a header`
+HEADER_HINTS = (
+    "header_hints"  # string set of `path:line<TAB>the line<TAB>why it looks like a header`
+)
 
 PAIRS = EdgeFormat("pairs")
 EdgeBatch = tuple[list[str], list[str]]
@@ -67,7 +75,8 @@ def read_line_blocks(f: BinaryIO, size: int = BLOCK_BYTES) -> Iterator[tuple[int
 
 
 def normalize_token(token: str) -> tuple[Optional[str], Optional[str]]:
-    """A URL token normalized like WAT links ((url, None) or (None, reason)); other tokens as they are."""
+    """A URL token normalized like WAT links ((url, None) or (None, reason)); other tokens as they
+    are."""
     if "://" not in token:
         return token, None
     from webgraph_contract import urls
@@ -76,7 +85,8 @@ def normalize_token(token: str) -> tuple[Optional[str], Optional[str]]:
 
 
 def normalize_batch(src: list[str], dst: list[str], inc) -> EdgeBatch:
-    """Normalize the URL tokens of a batch; an edge with an invalid endpoint is dropped and counted."""
+    """Normalize the URL tokens of a batch; an edge with an invalid endpoint is dropped and
+    counted."""
     cache: dict[str, tuple[Optional[str], Optional[str]]] = {}
     out_src, out_dst = [], []
     for s, d in zip(src, dst):
@@ -98,7 +108,9 @@ def normalize_batch(src: list[str], dst: list[str], inc) -> EdgeBatch:
 
 def file_summary(counts: collections.Counter) -> str:
     """The commonest reason a file's lines were dropped or skipped, with its count."""
-    reasons = {k: v for k, v in counts.items() if k.split(".")[0] in ("dropped_lines", "skipped_lines")}
+    reasons = {
+        k: v for k, v in counts.items() if k.split(".")[0] in ("dropped_lines", "skipped_lines")
+    }
     if not reasons:
         return "no line\t0"
     reason = max(sorted(reasons), key=reasons.get)
@@ -114,7 +126,9 @@ def read_error_reason(error: Exception) -> str:
 class _ReadEdgeFileFn(beam.DoFn):
     """A file path -> its edge batches, one per block; then the file is accounted for."""
 
-    def __init__(self, fmt: EdgeFormat, block_bytes: int, fail_on_unreadable: bool, url_ids: bool = False):
+    def __init__(
+        self, fmt: EdgeFormat, block_bytes: int, fail_on_unreadable: bool, url_ids: bool = False
+    ):
         self._fmt, self._block_bytes, self._fail = fmt, block_bytes, fail_on_unreadable
         self._url_ids = url_ids  # ids are named by a --urls list (integers)
 
@@ -145,7 +159,11 @@ class _ReadEdgeFileFn(beam.DoFn):
                             edges += len(src)
                             yield src, dst
                         blocks, next_line = blocks + 1, first_line + data.count(b"\n")
-            except (OSError, zlib.error, EOFError) as e:  # damaged compressed data, a failing disk or bucket
+            except (
+                OSError,
+                zlib.error,
+                EOFError,
+            ) as e:  # damaged compressed data, a failing disk or bucket
                 status, reason = (PARTLY_READ if blocks else UNREADABLE), read_error_reason(e)
                 where = f"line {next_line}" if blocks else f"{type(e).__name__}: {e}"
         try:
@@ -156,7 +174,9 @@ class _ReadEdgeFileFn(beam.DoFn):
             flush_to_beam(counts)
 
     @staticmethod
-    def _report_lines(path: str, edges: int, counts: LocalCounts, examples: dict[str, list[int]]) -> None:
+    def _report_lines(
+        path: str, edges: int, counts: LocalCounts, examples: dict[str, list[int]]
+    ) -> None:
         counts.inc("edges.parsed", edges)
         line_examples = Metrics.string_set(NAMESPACE, LINE_EXAMPLES)
         for reason, numbers in examples.items():
@@ -210,14 +230,19 @@ class _ReadUrlListFn(beam.DoFn):
                         counts.inc(f"dropped_url_list.{reason}")
                         continue
                     node_id, raw_url = entry
-                    url, reason = normalize_token(raw_url) if "://" in raw_url else (None, "not_a_url")
+                    url, reason = (
+                        normalize_token(raw_url) if "://" in raw_url else (None, "not_a_url")
+                    )
                     if reason:
                         counts.inc(f"dropped_urls.{reason}")
                     yield node_id, url
         except (OSError, zlib.error, EOFError) as e:  # the one URL list must be read whole
             raise UnreadableFileError(
-                f"--urls {path}: cannot be read after line {n} ({read_error_reason(e)}: {e})") from None
-        report_header_hint(f"--urls {path}", header_hint(b"".join(head), EdgeFormat("pairs", header=self._header)))
+                f"--urls {path}: cannot be read after line {n} ({read_error_reason(e)}: {e})"
+            ) from None
+        report_header_hint(
+            f"--urls {path}", header_hint(b"".join(head), EdgeFormat("pairs", header=self._header))
+        )
         flush_to_beam(counts)
 
 
@@ -284,8 +309,12 @@ class ReadEdgeList(beam.PTransform):
     """
 
     def __init__(
-        self, files: Sequence[str], fmt: EdgeFormat = PAIRS, urls_file: Optional[str] = None,
-        block_bytes: int = BLOCK_BYTES, fail_on_unreadable: bool = False,
+        self,
+        files: Sequence[str],
+        fmt: EdgeFormat = PAIRS,
+        urls_file: Optional[str] = None,
+        block_bytes: int = BLOCK_BYTES,
+        fail_on_unreadable: bool = False,
     ):
         super().__init__()
         self._files, self._fmt, self._urls_file = list(files), fmt, urls_file
@@ -296,8 +325,12 @@ class ReadEdgeList(beam.PTransform):
             pbegin
             | "EdgeFiles" >> beam.Create(self._files)
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ParseBlocks" >> beam.ParDo(_ReadEdgeFileFn(self._fmt, self._block_bytes, self._fail,
-                                                         url_ids=bool(self._urls_file)))
+            | "ParseBlocks"
+            >> beam.ParDo(
+                _ReadEdgeFileFn(
+                    self._fmt, self._block_bytes, self._fail, url_ids=bool(self._urls_file)
+                )
+            )
         )
         if not self._urls_file:
             return batches
@@ -326,5 +359,6 @@ class ReadEdgeList(beam.PTransform):
 
 
 def _canonical_id(token: str) -> str:
-    """`007` -> `7`, so ids match the URL list's; a non-integer stays as it is (and finds no URL)."""
+    """`007` -> `7`, so ids match the URL list's; a non-integer stays as it is (and finds no
+    URL)."""
     return str(int(token)) if INT_TOKEN.match(token) else token

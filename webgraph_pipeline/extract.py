@@ -9,7 +9,8 @@ Public API:
   edges repeated across records (a page seen in several records keeps the union of its links) are
   deduplicated, and counted, by the graph stage (graph.py). `file_patterns` is a path, glob or
   list of them that Beam's FileSystems can open (local, gs://, s3://). Files are streamed record
-  by record; gzip (whole-file or one member per record) is detected from the bytes, not the name. Counters: namespace `webgraph`
+  by record; gzip (whole-file or one member per record) is detected from the bytes, not the name.
+  Counters: namespace `webgraph`
   (see counters.py). Every file ends read, partly read or unreadable (`file_accounting.py`): a
   pattern matching nothing, a file that cannot be opened, is empty, is no gzip, no WARC or a
   WARC without WAT records is unreadable; damage inside a WAT file (a corrupt region, a truncated
@@ -104,7 +105,9 @@ class ReadWatEdgesFn(beam.DoFn):
                 return
             report = WatFileReport()
             with stream:
-                yield from edge_batches(wat_edges(stream, counts.inc, self._link_types, self._reader, report))
+                yield from edge_batches(
+                    wat_edges(stream, counts.inc, self._link_types, self._reader, report)
+                )
             account_file(path, *report.verdict(), self._fail, counts)
         finally:
             flush_to_beam(counts)
@@ -139,5 +142,6 @@ class ExtractEdges(beam.PTransform):
             | "ListPatterns" >> beam.Create(self._patterns)
             | "MatchFiles" >> beam.ParDo(MatchFilesFn(self._fail))
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadWatEdges" >> beam.ParDo(ReadWatEdgesFn(self._link_types, self._fail, self._reader))
+            | "ReadWatEdges"
+            >> beam.ParDo(ReadWatEdgesFn(self._link_types, self._fail, self._reader))
         )

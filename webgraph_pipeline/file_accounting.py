@@ -1,4 +1,5 @@
-"""Every input file accounted for: read whole, partly read (where the damage starts) or unreadable (why).
+"""Every input file accounted for: read whole, partly read (where the damage starts) or unreadable
+(why).
 
 Each reader (WAT, edge list) ends every file with `account_file`, which counts it
 (`files.read`, `files.partly_read`, `files.unreadable` plus `unreadable_files.<reason>`), logs one
@@ -31,14 +32,18 @@ class UnreadableFileError(IOError):
 
 
 def problem_line(problem: dict[str, str]) -> str:
-    """`unreadable input file PATH: not_warc (no WARC record ...)` or `partly read input file PATH: ... at ...`."""
+    """`unreadable input file PATH: not_warc (no WARC record ...)` or `partly read input file PATH:
+    ... at ...`."""
     if problem["status"] == UNREADABLE:
         return f"unreadable input file {problem['file']}: {problem['reason']} ({problem['detail']})"
     return f"partly read input file {problem['file']}: {problem['reason']} at {problem['detail']}"
 
 
-def account_file(path: str, status: str, reason: str, detail: str, fail: bool, counts: LocalCounts) -> None:
-    """Count, log and remember how one input file ended; raise under `fail` unless it was read whole.
+def account_file(
+    path: str, status: str, reason: str, detail: str, fail: bool, counts: LocalCounts
+) -> None:
+    """Count, log and remember how one input file ended; raise under `fail` unless it was read
+    whole.
 
     For an unreadable file the counts its reader made so far are replaced by its one reason.
     """
@@ -54,7 +59,9 @@ def account_file(path: str, status: str, reason: str, detail: str, fail: bool, c
         counts.inc(f"unreadable_files.{reason}")
     counts.inc(f"files.{status}")
     logging.warning(line)
-    from apache_beam.metrics import Metrics  # as in counters.py: the record logic runs without Beam too
+    from apache_beam.metrics import (
+        Metrics,
+    )  # as in counters.py: the record logic runs without Beam too
 
     Metrics.string_set(NAMESPACE, FILE_PROBLEMS).add("\t".join((status, path, reason, detail)))
 

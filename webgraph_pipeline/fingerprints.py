@@ -1,4 +1,5 @@
-"""64-bit node fingerprints: the graph stage moves these integers, and each name travels once, to the
+"""64-bit node fingerprints: the graph stage moves these integers, and each name travels once, to
+the
 vocabulary.
 
 The hash is pandas' `hash_array` (SipHash-1-3 with a fixed key, vectorized in C over an object array
@@ -21,7 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 FINGERPRINT_BITS = 64
-_HASH_KEY = "webgraph-fp-0001"  # 16 bytes: SipHash's key; changing it renumbers nothing (ids use names)
+_HASH_KEY = (
+    "webgraph-fp-0001"  # 16 bytes: SipHash's key; changing it renumbers nothing (ids use names)
+)
 
 
 class FingerprintCollision(ValueError):
@@ -29,7 +32,8 @@ class FingerprintCollision(ValueError):
 
 
 def fingerprint(names: Sequence[str], bits: int = FINGERPRINT_BITS) -> np.ndarray:
-    """The uint64 fingerprints of `names` (the low `bits` bits of SipHash-1-3 of the UTF-8 bytes)."""
+    """The uint64 fingerprints of `names` (the low `bits` bits of SipHash-1-3 of the UTF-8
+    bytes)."""
     from pandas.util import hash_array
 
     if not 1 <= bits <= 64:
@@ -58,7 +62,8 @@ def pack_names(names: Sequence[str]) -> bytes:
 
 
 def unpack_names(packed: bytes) -> np.ndarray:
-    """The object array of names of a `pack_names` buffer (names are never empty, so b"" is none)."""
+    """The object array of names of a `pack_names` buffer (names are never empty, so b"" is
+    none)."""
     return np.array(packed.decode("utf-8").split("\n") if packed else [], dtype=object)
 
 
@@ -81,7 +86,9 @@ def names_array(packed: bytes) -> Names:
     offsets[0], offsets[-1] = 0, len(buf) - len(newlines)
     offsets[1:-1] = newlines - np.arange(len(newlines))
     data = np.delete(buf, newlines)
-    return pa.Array.from_buffers(pa.large_string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pa.Array.from_buffers(
+        pa.large_string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 def joined_names(pieces: Iterable[tuple], at: int) -> Names:
@@ -94,11 +101,13 @@ def pack_array(names: Names) -> bytes:
     if not len(names):
         return b""
     _, offsets_buf, data_buf = names.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int64)[names.offset: names.offset + len(names) + 1]
-    data = np.frombuffer(data_buf, np.uint8)[offsets[0]: offsets[-1]]
+    offsets = np.frombuffer(offsets_buf, np.int64)[names.offset : names.offset + len(names) + 1]
+    data = np.frombuffer(data_buf, np.uint8)[offsets[0] : offsets[-1]]
     packed = np.insert(data, offsets[1:-1] - offsets[0], 10).tobytes()
     if packed.count(b"\n") != len(names) - 1:
-        raise ValueError("a node name holds a newline: " + next(repr(n) for n in names.to_pylist() if "\n" in n))
+        raise ValueError(
+            "a node name holds a newline: " + next(repr(n) for n in names.to_pylist() if "\n" in n)
+        )
     if (np.diff(offsets) == 0).any():
         raise ValueError("an empty node name")
     return packed
@@ -116,7 +125,9 @@ def _repeats(fps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     table, no sort. Both collision checks below compare names at these pairs only."""
     codes, uniques = pd.factorize(fps)
     first = np.empty(len(uniques), np.int64)
-    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the last write of each code wins: its first entry
+    first[codes[::-1]] = np.arange(
+        len(codes) - 1, -1, -1
+    )  # the last write of each code wins: its first entry
     repeats = np.flatnonzero(first[codes] != np.arange(len(codes)))
     return np.asarray(uniques, fps.dtype), first, repeats, first[codes[repeats]]
 
@@ -134,13 +145,17 @@ def distinct_entries(fps: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np
 
 def _raise_collision(a: str, b: str, shared_fps: np.ndarray) -> None:
     raise FingerprintCollision(
-        f"fingerprint collision: {str(a)!r} and {str(b)!r} share fingerprint {int(shared_fps[0]):#x} "
-        f"({len(np.unique(shared_fps))} shared fingerprint(s) in this bucket); the graph stage cannot tell "
+        f"fingerprint collision: {str(a)!r} and {str(b)!r} share fingerprint "
+        f"{int(shared_fps[0]):#x} "
+        f"({len(np.unique(shared_fps))} shared fingerprint(s) in this bucket); the graph stage "
+        "cannot tell "
         "these nodes apart"
     )
 
 
-def merge_vocabulary(fps: np.ndarray, names: Union[Sequence[str], Names]) -> tuple[np.ndarray, Names]:
+def merge_vocabulary(
+    fps: np.ndarray, names: Union[Sequence[str], Names]
+) -> tuple[np.ndarray, Names]:
     """(distinct fingerprints in the order they first occur, their names as an Arrow array) of
     (fingerprint, name) pairs with repeats.
 
@@ -151,8 +166,12 @@ def merge_vocabulary(fps: np.ndarray, names: Union[Sequence[str], Names]) -> tup
     names = names if isinstance(names, pa.Array) else pa.array(list(names), pa.large_string())
     uniq, first, repeats, earlier = _repeats(fps)
     if len(repeats):
-        differ = pc.not_equal(names.take(repeats), names.take(earlier)).to_numpy(zero_copy_only=False)
+        differ = pc.not_equal(names.take(repeats), names.take(earlier)).to_numpy(
+            zero_copy_only=False
+        )
         if differ.any():
             i = int(np.flatnonzero(differ)[0])
-            _raise_collision(names[int(earlier[i])].as_py(), names[int(repeats[i])].as_py(), fps[repeats[differ]])
+            _raise_collision(
+                names[int(earlier[i])].as_py(), names[int(repeats[i])].as_py(), fps[repeats[differ]]
+            )
     return uniq, names.take(first)

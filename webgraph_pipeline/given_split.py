@@ -57,20 +57,33 @@ def carve_validation(
         return (row_id, items, ()), None
     candidates = sorted(candidates)
     # every row with two or more links is a "test" row at fraction 1: only the held-out rule applies
-    _, mask = split_block(np.array([f"validation\x1f{name}"], object), np.array([0, len(candidates)]),
-                          np.array(candidates, np.int64), seed, 1.0, fraction)
+    _, mask = split_block(
+        np.array([f"validation\x1f{name}"], object),
+        np.array([0, len(candidates)]),
+        np.array(candidates, np.int64),
+        seed,
+        1.0,
+        fraction,
+    )
     held = tuple(c for c, h in zip(candidates, mask.tolist()) if h)
     kept = tuple(c for c in items if c not in set(held))
     return (row_id, kept, ()), (row_id, kept, held)
 
 
-def _validation_blocks(names, train_ids, train_ptr, train_cols, test_ids, test_ptr, test_cols, seed, fraction):
+def _validation_blocks(
+    names, train_ids, train_ptr, train_cols, test_ids, test_ptr, test_cols, seed, fraction
+):
     """(validation_train block, validation block): `carve_validation` for every training user."""
     fit_rows, val_rows = [], []
-    test_of = {int(u): tuple(test_cols[test_ptr[i]:test_ptr[i + 1]].tolist()) for i, u in enumerate(test_ids)}
+    test_of = {
+        int(u): tuple(test_cols[test_ptr[i] : test_ptr[i + 1]].tolist())
+        for i, u in enumerate(test_ids)
+    }
     for i, u in enumerate(train_ids.tolist()):
-        items = tuple(train_cols[train_ptr[i]:train_ptr[i + 1]].tolist())
-        fit, val = carve_validation(str(names[i]), (u, items, ()), test_of.get(u, ()), seed, fraction)
+        items = tuple(train_cols[train_ptr[i] : train_ptr[i + 1]].tolist())
+        fit, val = carve_validation(
+            str(names[i]), (u, items, ()), test_of.get(u, ()), seed, fraction
+        )
         fit_rows.append(fit)
         if val:
             val_rows.append(val)
@@ -79,7 +92,9 @@ def _validation_blocks(names, train_ids, train_ptr, train_cols, test_ids, test_p
         ptr = np.cumsum([0] + [len(r[1]) for r in rows])
         gt_ptr = np.cumsum([0] + [len(r[2]) for r in rows])
         flat = lambda k: np.array([c for r in rows for c in r[k]], np.int64)  # noqa: E731
-        return col.row_block(np.array([r[0] for r in rows], np.int64), ptr, flat(1), gt_ptr, flat(2))
+        return col.row_block(
+            np.array([r[0] for r in rows], np.int64), ptr, flat(1), gt_ptr, flat(2)
+        )
 
     return block(fit_rows), block(val_rows)
 
@@ -99,7 +114,10 @@ class _UserRowsFn(beam.DoFn):
         for part in PARTS:
             users, items = col.concat(grouped[part], 2, (np.uint64, np.int64))
             parts[part] = col.group_rows(ids[col.lookup(users, fps, "user")], items)
-        (train_ids, train_ptr, train_cols), (test_ids, test_ptr, test_cols) = parts["train"], parts["test"]
+        (train_ids, train_ptr, train_cols), (test_ids, test_ptr, test_cols) = (
+            parts["train"],
+            parts["test"],
+        )
         counts = LocalCounts()
         lengths = np.diff(train_ptr)
         summary = col.histogram_part("out_degree", lengths)
@@ -107,7 +125,9 @@ class _UserRowsFn(beam.DoFn):
         if len(train_ids):
             yield beam.pvalue.TaggedOutput("train", col.row_block(train_ids, train_ptr, train_cols))
             user_of = np.repeat(train_ids, lengths)
-            for b, piece in col.split_by_bucket(train_cols.astype(np.uint64), self._b, train_cols, user_of):
+            for b, piece in col.split_by_bucket(
+                train_cols.astype(np.uint64), self._b, train_cols, user_of
+            ):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
         if len(test_ids):
             # col_tag: the user's training items (none for a user without a training row)
@@ -115,11 +135,18 @@ class _UserRowsFn(beam.DoFn):
             counts.inc("given_split.test_users_without_train_items", int((~has_train).sum()))
             at = np.searchsorted(train_ids, test_ids)
             ptr = np.concatenate((train_ptr, [train_ptr[-1]]))  # a last, empty row for the others
-            kept_ptr, kept = col.ragged_take(ptr, train_cols, np.where(has_train, at, len(train_ids)))
-            yield beam.pvalue.TaggedOutput("test", col.row_block(test_ids, kept_ptr, kept, test_ptr, test_cols))
+            kept_ptr, kept = col.ragged_take(
+                ptr, train_cols, np.where(has_train, at, len(train_ids))
+            )
+            yield beam.pvalue.TaggedOutput(
+                "test", col.row_block(test_ids, kept_ptr, kept, test_ptr, test_cols)
+            )
             width = max(int(train_cols.max(initial=0)), int(test_cols.max(initial=0))) + 1
-            both = np.intersect1d(np.repeat(train_ids, lengths) * width + train_cols,
-                                  np.repeat(test_ids, np.diff(test_ptr)) * width + test_cols, assume_unique=True)
+            both = np.intersect1d(
+                np.repeat(train_ids, lengths) * width + train_cols,
+                np.repeat(test_ids, np.diff(test_ptr)) * width + test_cols,
+                assume_unique=True,
+            )
             counts.inc("given_split.test_items_also_in_train", len(both))
             summary[("test.col_tag", None)] += len(kept)
             summary[("test.gt_tag", None)] += len(test_cols)
@@ -128,12 +155,23 @@ class _UserRowsFn(beam.DoFn):
         if self._validation_fraction and len(train_ids):
             by_id = np.argsort(ids)
             user_names = names[by_id][np.searchsorted(ids[by_id], train_ids)]
-            fit, val = _validation_blocks(user_names, train_ids, train_ptr, train_cols, test_ids, test_ptr, test_cols,
-                                          self._seed, self._validation_fraction)
+            fit, val = _validation_blocks(
+                user_names,
+                train_ids,
+                train_ptr,
+                train_cols,
+                test_ids,
+                test_ptr,
+                test_cols,
+                self._seed,
+                self._validation_fraction,
+            )
             yield beam.pvalue.TaggedOutput("validation_train", fit)
             yield beam.pvalue.TaggedOutput("validation", val)
             fit_user = np.repeat(fit[0], np.diff(fit[1]))
-            for b, piece in col.split_by_bucket(fit[2].astype(np.uint64), self._b, fit[2], fit_user):
+            for b, piece in col.split_by_bucket(
+                fit[2].astype(np.uint64), self._b, fit[2], fit_user
+            ):
                 yield beam.pvalue.TaggedOutput("validation_transpose", (b, piece))
             summary[("split.validation_train", None)] += len(fit[0])
             summary[("split.validation", None)] += len(val[0])
@@ -142,7 +180,8 @@ class _UserRowsFn(beam.DoFn):
 
 
 class BuildGivenSplit(beam.PTransform):
-    """{'train': edge batches, 'test': edge batches} of (user, item) names -> the dict of PCollections
+    """{'train': edge batches, 'test': edge batches} of (user, item) names -> the dict of
+    PCollections
     `BuildWebGraph` returns (`train`, `train_t`, `test`, `vocab`, `col_vocab`, `summary`).
 
     The graph stage's own steps do the work: `DistinctEdges` per file (duplicates counted),
@@ -150,8 +189,14 @@ class BuildGivenSplit(beam.PTransform):
     per file, then the rows per user bucket.
     """
 
-    def __init__(self, id_buckets: int, num_buckets: int = DEFAULT_GRAPH_BUCKETS,
-                 fingerprint_bits: int = FINGERPRINT_BITS, seed: int = 0, validation_fraction: float = 0.0):
+    def __init__(
+        self,
+        id_buckets: int,
+        num_buckets: int = DEFAULT_GRAPH_BUCKETS,
+        fingerprint_bits: int = FINGERPRINT_BITS,
+        seed: int = 0,
+        validation_fraction: float = 0.0,
+    ):
         super().__init__()
         self._id_buckets, self._b, self._bits = id_buckets, num_buckets, fingerprint_bits
         self._seed, self._validation_fraction = seed, validation_fraction
@@ -159,7 +204,8 @@ class BuildGivenSplit(beam.PTransform):
     def expand(self, batches):
         nb = self._b
         distinct = {
-            part: batches[part] | f"DistinctEdges_{part}" >> DistinctEdges(frozenset(), True, nb, self._bits)
+            part: batches[part]
+            | f"DistinctEdges_{part}" >> DistinctEdges(frozenset(), True, nb, self._bits)
             for part in PARTS
         }
         both = {
@@ -168,22 +214,41 @@ class BuildGivenSplit(beam.PTransform):
         }
         tables = both | "NodeTables" >> NodeTables(True, self._id_buckets, nb)
         joined = {
-            part: {"edges": distinct[part]["edges"], "table": tables[COLS]} | f"JoinItemIds_{part}" >> JoinTargetIds(nb)
+            part: {"edges": distinct[part]["edges"], "table": tables[COLS]}
+            | f"JoinItemIds_{part}" >> JoinTargetIds(nb)
             for part in PARTS
         }
         rows = (
-            {"train": joined["train"]["edges"], "test": joined["test"]["edges"], "table": tables[ROWS]}
+            {
+                "train": joined["train"]["edges"],
+                "test": joined["test"]["edges"],
+                "table": tables[ROWS],
+            }
             | "GroupUsers" >> beam.CoGroupByKey()
-            | "UserRows" >> beam.ParDo(_UserRowsFn(nb, self._seed, self._validation_fraction)).with_outputs(
-                "train", "test", "transpose", "parts", "validation_train", "validation", "validation_transpose")
+            | "UserRows"
+            >> beam.ParDo(_UserRowsFn(nb, self._seed, self._validation_fraction)).with_outputs(
+                "train",
+                "test",
+                "transpose",
+                "parts",
+                "validation_train",
+                "validation",
+                "validation_transpose",
+            )
         )
         transposed = rows.transpose | "Transpose" >> Transpose()
         out = {"train": rows.train, "train_t": transposed["rows"], "test": rows.test}
-        if self._validation_fraction:  # the transpose's own parts count train_t: not summed for this one
+        if (
+            self._validation_fraction
+        ):  # the transpose's own parts count train_t: not summed for this one
             out["validation_train"], out["validation"] = rows.validation_train, rows.validation
-            out["validation_train_t"] = (rows.validation_transpose | "ValidationTranspose" >> Transpose())["rows"]
+            out["validation_train_t"] = (
+                rows.validation_transpose | "ValidationTranspose" >> Transpose()
+            )["rows"]
         out["vocab"] = tables[ROWS] | "Vocabulary" >> beam.Map(vocab_entries)
         out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(vocab_entries)
         parts = [joined["train"]["parts"], rows.parts, transposed["parts"], *node_counts(tables)]
-        out["summary"] = parts | "AllParts" >> beam.Flatten() | "Summarize" >> Summarize(bipartite=True)
+        out["summary"] = (
+            parts | "AllParts" >> beam.Flatten() | "Summarize" >> Summarize(bipartite=True)
+        )
         return out

@@ -61,10 +61,18 @@ def summarize(parts: collections.Counter, bipartite: bool) -> dict[str, Any]:
         "nodes": int(rows + cols) if bipartite else int(rows),
         "edges": int(get("edges")),
         "splits": {name: int(get("split." + name)) for name in ("train", "train_t", "test")}
-        | {name[6:]: int(n) for (name, _), n in parts.items() if name.startswith("split.validation")},
+        | {
+            name[6:]: int(n)
+            for (name, _), n in parts.items()
+            if name.startswith("split.validation")
+        },
         "test_links": {"col_tag": int(get("test.col_tag")), "gt_tag": int(get("test.gt_tag"))},
-        "out_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "out_degree"}),
-        "in_degree_histogram": histogram({k: n for (name, k), n in parts.items() if name == "in_degree"}),
+        "out_degree_histogram": histogram(
+            {k: n for (name, k), n in parts.items() if name == "out_degree"}
+        ),
+        "in_degree_histogram": histogram(
+            {k: n for (name, k), n in parts.items() if name == "in_degree"}
+        ),
     }
     if bipartite:
         out["num_rows"], out["num_cols"] = int(rows), int(cols)
@@ -98,7 +106,8 @@ def _part(name: str, n: int) -> collections.Counter:
 class _FingerprintFn(beam.DoFn):
     """An edge batch (names) -> edge pieces keyed by target bucket, and the batch's names by bucket.
 
-    Main output: (target bucket, (src fps, dst fps, both-in-TLDs mask or None)); tagged `rows`/`cols`:
+    Main output: (target bucket, (src fps, dst fps, both-in-TLDs mask or None)); tagged
+    `rows`/`cols`:
     (bucket, (fps, packed names)) of the batch's names (one vocabulary unless bipartite), repeats
     included: `_MergeNames`, lifted before the shuffle, drops them in a hash table, which costs less
     than sorting them out here (only the TLD filter needs each distinct name, and takes them).
@@ -115,11 +124,17 @@ class _FingerprintFn(beam.DoFn):
         names = np.array(list(src_names) + list(dst_names), dtype=object)
         fps = fingerprint(names, self._bits)
         src, dst = fps[:n], fps[n:]
-        named = {ROWS: (src, names[:n]), COLS: (dst, names[n:])} if self._bipartite else {ROWS: (fps, names)}
+        named = (
+            {ROWS: (src, names[:n]), COLS: (dst, names[n:])}
+            if self._bipartite
+            else {ROWS: (fps, names)}
+        )
         in_tlds = None
         if self._tlds:
             uniq, at = distinct_entries(fps, names)
-            ok = np.fromiter((tld_of(name) in self._tlds for name in names[at]), dtype=bool, count=len(at))
+            ok = np.fromiter(
+                (tld_of(name) in self._tlds for name in names[at]), dtype=bool, count=len(at)
+            )
             in_tlds = ok[col.lookup(src, uniq, "source")] & ok[col.lookup(dst, uniq, "target")]
             if not self._bipartite:
                 named[ROWS] = (uniq, names[at])
@@ -128,11 +143,14 @@ class _FingerprintFn(beam.DoFn):
             yield bucket, piece
         for kind, (kind_fps, kind_names) in named.items():
             for bucket, take in col.group_positions(col.bucket_of(kind_fps, self._b), self._b):
-                yield beam.pvalue.TaggedOutput(kind, (bucket, (kind_fps[take], pack_names(kind_names[take]))))
+                yield beam.pvalue.TaggedOutput(
+                    kind, (bucket, (kind_fps[take], pack_names(kind_names[take])))
+                )
 
 
 class _MergeNames(beam.CombineFn):
-    """Name pieces (fps, packed names) of one bucket -> one (sorted distinct fps, packed names) piece,
+    """Name pieces (fps, packed names) of one bucket -> one (sorted distinct fps, packed names)
+    piece,
     collisions checked; lifted before the shuffle, so a name crosses it about once per bundle, not
     once per batch. Accumulators hold packed pieces too (Beam encodes them between the phases)."""
 
@@ -161,11 +179,17 @@ def in_degrees(bucket: int, dst: np.ndarray) -> beam.pvalue.TaggedOutput:
 
 
 class _DedupFn(beam.DoFn):
-    """(target bucket, pieces) -> distinct edges as pieces (source bucket, (src, dst)), drops counted;
+    """(target bucket, pieces) -> distinct edges as pieces (source bucket, (src, dst)), drops
+    counted;
     tagged `in` (with `count_in`): the in-degrees of the bucket's targets."""
 
     def __init__(self, drop_self_loops: bool, with_tlds: bool, count_in: bool, num_buckets: int):
-        self._drop_self_loops, self._with_tlds, self._count_in, self._b = drop_self_loops, with_tlds, count_in, num_buckets
+        self._drop_self_loops, self._with_tlds, self._count_in, self._b = (
+            drop_self_loops,
+            with_tlds,
+            count_in,
+            num_buckets,
+        )
 
     def process(self, kv) -> Iterator[Any]:
         bucket, pieces = kv
@@ -185,15 +209,24 @@ class _KeepNodesFn(beam.DoFn):
     """(bucket, {'edges', 'in'}) -> the bucket's edges whose source is kept, keyed by target bucket;
     tagged `kept`: (bucket, kept target fingerprints)."""
 
-    def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int):
-        self._k, self._bipartite, self._names, self._b = min_links, bipartite, counter_names, num_buckets
+    def __init__(
+        self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int
+    ):
+        self._k, self._bipartite, self._names, self._b = (
+            min_links,
+            bipartite,
+            counter_names,
+            num_buckets,
+        )
 
     def process(self, kv) -> Iterator[Any]:
         bucket, grouped = kv
         counts = LocalCounts()
         src, dst = col.concat(grouped["edges"], 2)
         in_fps, in_counts = col.sum_counts(*col.concat(grouped["in"], 2, (np.uint64, np.int64)))
-        kept_src, kept_dst, dropped = col.degree_verdict(src, in_fps, in_counts, self._k, self._bipartite)
+        kept_src, kept_dst, dropped = col.degree_verdict(
+            src, in_fps, in_counts, self._k, self._bipartite
+        )
         for name in self._names:
             counts.inc(name, dropped)
         keep = col.is_member(src, kept_src)
@@ -232,8 +265,14 @@ class _DegreePass(beam.PTransform):
     pieces, at most one per (source, target) bucket pair: every consumer re-keys them in its own
     shuffle, so grouping them here would be a third."""
 
-    def __init__(self, min_links: int, bipartite: bool, counter_names: tuple[str, ...], num_buckets: int,
-                 count_in: bool):
+    def __init__(
+        self,
+        min_links: int,
+        bipartite: bool,
+        counter_names: tuple[str, ...],
+        num_buckets: int,
+        count_in: bool,
+    ):
         super().__init__()
         self._args = (min_links, bipartite, counter_names, num_buckets)
         self._b, self._count_in = num_buckets, count_in
@@ -242,12 +281,14 @@ class _DegreePass(beam.PTransform):
         verdict = (
             inputs
             | "GroupBySourceBucket" >> beam.CoGroupByKey()
-            | "KeepNodes" >> beam.ParDo(_KeepNodesFn(*self._args)).with_outputs("kept", main="edges")
+            | "KeepNodes"
+            >> beam.ParDo(_KeepNodesFn(*self._args)).with_outputs("kept", main="edges")
         )
         kept = (
             {"edges": verdict.edges, "kept": verdict.kept}
             | "GroupByTargetBucket" >> beam.CoGroupByKey()
-            | "KeepTargets" >> beam.ParDo(_KeepTargetsFn(self._b, self._count_in)).with_outputs("in", main="edges")
+            | "KeepTargets"
+            >> beam.ParDo(_KeepTargetsFn(self._b, self._count_in)).with_outputs("in", main="edges")
         )
         return {"edges": kept.edges, "in": kept["in"]}
 
@@ -305,7 +346,8 @@ class _AssignIds(beam.PTransform):
     """Kept (fps, packed names) per bucket -> node-table pieces (bucket, (fps, ids, packed names)),
     ids dense 0..N-1.
 
-    A node's id is its rank in the order (blake2b id bucket of its name, name), as before: ids groups
+    A node's id is its rank in the order (blake2b id bucket of its name, name), as before: ids
+    groups
     are contiguous ranges of id buckets, numbered from the prefix sum of the nodes per group.
     """
 
@@ -315,17 +357,20 @@ class _AssignIds(beam.PTransform):
 
     def expand(self, tables):
         groups = min(self._id_buckets, self._b)
-        grouped = tables | "IdGroups" >> beam.ParDo(_GroupNodesFn(self._id_buckets, groups)).with_outputs(
-            "counts", main="pieces")
+        grouped = tables | "IdGroups" >> beam.ParDo(
+            _GroupNodesFn(self._id_buckets, groups)
+        ).with_outputs("counts", main="pieces")
         offsets = (
             grouped.counts
-            | "NodesPerGroup" >> beam.CombineGlobally(lambda cs, n=groups: sum(cs, np.zeros(n, np.int64)))
+            | "NodesPerGroup"
+            >> beam.CombineGlobally(lambda cs, n=groups: sum(cs, np.zeros(n, np.int64)))
             | "PrefixSum" >> beam.Map(lambda c: bucket_offsets(enumerate(c.tolist())))
         )
         return (
             grouped.pieces
             | "GroupIdGroups" >> beam.GroupByKey()
-            | "NumberGroup" >> beam.FlatMap(_number_group, beam.pvalue.AsSingleton(offsets), self._b)
+            | "NumberGroup"
+            >> beam.FlatMap(_number_group, beam.pvalue.AsSingleton(offsets), self._b)
         )
 
 
@@ -379,14 +424,18 @@ class _BuildRowsFn(beam.DoFn):
                 flush_to_beam(counts)
             row_ids, ptr, col_ids = block[:3]
             row_of = np.repeat(row_ids, np.diff(ptr))
-            for b, piece in col.split_by_bucket(col_ids.astype(np.uint64), self._b, *col.narrow(col_ids, row_of)):
+            for b, piece in col.split_by_bucket(
+                col_ids.astype(np.uint64), self._b, *col.narrow(col_ids, row_of)
+            ):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
         if len(test):
             kept_ptr, kept = col.ragged_take(offsets, np.where(held, -1, cols), test)
             held_ptr, gt = col.ragged_take(offsets, np.where(held, cols, -1), test)
             kept_ptr, kept = col.drop_values(kept_ptr, kept, -1)
             held_ptr, gt = col.drop_values(held_ptr, gt, -1)
-            yield beam.pvalue.TaggedOutput("test", col.row_block(ids[rows][test], kept_ptr, kept, held_ptr, gt))
+            yield beam.pvalue.TaggedOutput(
+                "test", col.row_block(ids[rows][test], kept_ptr, kept, held_ptr, gt)
+            )
             parts[("test.col_tag", None)] += len(kept)
             parts[("test.gt_tag", None)] += len(gt)
         parts[("split.train", None)] += len(train)
@@ -395,7 +444,8 @@ class _BuildRowsFn(beam.DoFn):
 
 
 def _transposed_rows(kv) -> Iterator[Any]:
-    """(bucket, pieces of (col ids, row ids)) -> a RowBlock of train_t rows (col, sorted rows); tagged `parts`."""
+    """(bucket, pieces of (col ids, row ids)) -> a RowBlock of train_t rows (col, sorted rows);
+    tagged `parts`."""
     _, pieces = kv
     col_ids, row_ids = col.concat(pieces, 2, (np.int64, np.int64))
     cols, offsets, rows = col.group_rows(col_ids, row_ids)
@@ -414,7 +464,8 @@ def _node_count(kind: str):
 
 
 class DistinctEdges(beam.PTransform):
-    """Edge batches of names -> {'edges': distinct edges as pieces (source bucket, (src fps, dst fps)),
+    """Edge batches of names -> {'edges': distinct edges as pieces (source bucket, (src fps, dst
+    fps)),
     'in' (with `count_in`): the in-degrees (bucket, (target fps, counts)) of each bucket's targets,
     and 'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, packed names)) for the
     vocabulary}.
@@ -423,29 +474,46 @@ class DistinctEdges(beam.PTransform):
     edges are grouped by their target's bucket, where each target's in-links are all at hand.
     """
 
-    def __init__(self, tlds: frozenset[str], bipartite: bool, num_buckets: int, fingerprint_bits: int,
-                 count_in: bool = False):
+    def __init__(
+        self,
+        tlds: frozenset[str],
+        bipartite: bool,
+        num_buckets: int,
+        fingerprint_bits: int,
+        count_in: bool = False,
+    ):
         super().__init__()
-        self._tlds, self._bipartite, self._b, self._bits = tlds, bipartite, num_buckets, fingerprint_bits
+        self._tlds, self._bipartite, self._b, self._bits = (
+            tlds,
+            bipartite,
+            num_buckets,
+            fingerprint_bits,
+        )
         self._count_in = count_in
 
     def expand(self, batches):
         kinds = (ROWS, COLS) if self._bipartite else (ROWS,)
         fp = batches | "Fingerprint" >> beam.ParDo(
-            _FingerprintFn(self._tlds, self._bits, self._b, self._bipartite)).with_outputs(*kinds, main="edges")
+            _FingerprintFn(self._tlds, self._bits, self._b, self._bipartite)
+        ).with_outputs(*kinds, main="edges")
         dedup = _DedupFn(not self._bipartite, bool(self._tlds), self._count_in, self._b)
         edges = (
             fp.edges
             | "GroupEdgesByTarget" >> beam.GroupByKey()
             | "DedupEdges" >> beam.ParDo(dedup).with_outputs("in", main="edges")
         )
-        names = {kind: fp[kind] | f"MergeNames_{kind}" >> beam.CombinePerKey(_MergeNames()) for kind in kinds}
+        names = {
+            kind: fp[kind] | f"MergeNames_{kind}" >> beam.CombinePerKey(_MergeNames())
+            for kind in kinds
+        }
         return {"edges": edges.edges, "in": edges["in"], **names}
 
 
 class NodeTables(beam.PTransform):
-    """{'edges': edges keyed by source bucket, 'rows' (and 'cols'): name pieces} -> {kind: node-table
-    pieces (bucket, (fps, ids, packed names))}: the edges' endpoints, named (collision check), numbered."""
+    """{'edges': edges keyed by source bucket, 'rows' (and 'cols'): name pieces} -> {kind:
+    node-table
+    pieces (bucket, (fps, ids, packed names))}: the edges' endpoints, named (collision check),
+    numbered."""
 
     def __init__(self, bipartite: bool, id_buckets: int, num_buckets: int):
         super().__init__()
@@ -453,8 +521,9 @@ class NodeTables(beam.PTransform):
 
     def expand(self, inputs):
         kinds = (ROWS, COLS) if self._bipartite else (ROWS,)
-        ends = inputs["edges"] | "Endpoints" >> beam.FlatMap(_endpoints, self._b, self._bipartite).with_outputs(
-            COLS, main=ROWS)
+        ends = inputs["edges"] | "Endpoints" >> beam.FlatMap(
+            _endpoints, self._b, self._bipartite
+        ).with_outputs(COLS, main=ROWS)
         return {
             kind: {"names": inputs[kind], "nodes": ends[kind]}
             | f"GroupNames_{kind}" >> beam.CoGroupByKey()
@@ -474,9 +543,13 @@ class JoinTargetIds(beam.PTransform):
 
     def expand(self, inputs):
         by_target = inputs["edges"] | "KeyByTarget" >> beam.FlatMap(
-            lambda kv, b=self._b: col.split_by_bucket(kv[1][1], b, *kv[1]))
+            lambda kv, b=self._b: col.split_by_bucket(kv[1][1], b, *kv[1])
+        )
         joined = (
-            {"edges": by_target, "table": inputs["table"] | "FpsAndIds" >> beam.MapTuple(lambda b, t: (b, t[:2]))}
+            {
+                "edges": by_target,
+                "table": inputs["table"] | "FpsAndIds" >> beam.MapTuple(lambda b, t: (b, t[:2])),
+            }
             | "GroupTargets" >> beam.CoGroupByKey()
             | "Join" >> beam.FlatMap(_join_target_ids, self._b).with_outputs("parts", main="edges")
         )
@@ -496,7 +569,8 @@ class Transpose(beam.PTransform):
 
 
 class Summarize(beam.PTransform):
-    """The flattened summary parts ({(name, key): n} Counters) of every step -> the one summary dict."""
+    """The flattened summary parts ({(name, key): n} Counters) of every step -> the one summary
+    dict."""
 
     def __init__(self, bipartite: bool):
         super().__init__()
@@ -512,23 +586,32 @@ class Summarize(beam.PTransform):
 
 def node_counts(tables: dict) -> list:
     """The `nodes.<kind>` summary parts of the node tables {kind: pieces}."""
-    return [pieces | f"NodeCount_{kind}" >> beam.Map(_node_count(kind)) for kind, pieces in tables.items()]
+    return [
+        pieces | f"NodeCount_{kind}" >> beam.Map(_node_count(kind))
+        for kind, pieces in tables.items()
+    ]
 
 
 class BuildWebGraph(beam.PTransform):
-    """Edge batches -> dict of PCollections whose elements are arrays (one per bucket: rows travel in
+    """Edge batches -> dict of PCollections whose elements are arrays (one per bucket: rows travel
+    in
     blocks too; `beam.FlatMap(columnar.block_rows)` gives single rows).
 
     `train`, `train_t`, `test`: `columnar.RowBlock`s (row ids, col_tag and gt_tag as ragged arrays);
-    `vocab`: (ids, packed names) (`fingerprints.pack_names`); `col_vocab`: the same for the columns (bipartite only; otherwise
+    `vocab`: (ids, packed names) (`fingerprints.pack_names`); `col_vocab`: the same for the columns
+    (bipartite only; otherwise
     `vocab` covers both);
     `summary`: one dict with nodes, edges, rows per split and degree histograms.
     num_buckets: hash buckets of the per-bucket steps (work items; more for bigger graphs).
     fingerprint_bits: narrower than 64 only to force collisions in tests.
     """
 
-    def __init__(self, config: GraphConfig, num_buckets: int = DEFAULT_GRAPH_BUCKETS,
-                 fingerprint_bits: int = FINGERPRINT_BITS):
+    def __init__(
+        self,
+        config: GraphConfig,
+        num_buckets: int = DEFAULT_GRAPH_BUCKETS,
+        fingerprint_bits: int = FINGERPRINT_BITS,
+    ):
         super().__init__()
         if num_buckets < 1:
             raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
@@ -538,22 +621,30 @@ class BuildWebGraph(beam.PTransform):
         cfg, nb = self._config, self._b
         tlds = frozenset(t.lower() for t in cfg.tlds)
         passes = cfg.degree_passes if cfg.min_links > 0 else 0
-        distinct = batches | "DistinctEdges" >> DistinctEdges(tlds, cfg.bipartite, nb, self._bits, passes > 0)
+        distinct = batches | "DistinctEdges" >> DistinctEdges(
+            tlds, cfg.bipartite, nb, self._bits, passes > 0
+        )
         filtered = {"edges": distinct["edges"], "in": distinct["in"]}
         for i in range(1, passes + 1):
             names = ("dropped_nodes.degree_filter",)
             if cfg.degree_passes > 1:
                 names += (f"dropped_nodes.degree_filter_pass{i}",)
-            filtered = filtered | f"DegreePass{i}" >> _DegreePass(cfg.min_links, cfg.bipartite, names, nb, i < passes)
+            filtered = filtered | f"DegreePass{i}" >> _DegreePass(
+                cfg.min_links, cfg.bipartite, names, nb, i < passes
+            )
         edges = filtered["edges"]
-        tables = {**distinct, "edges": edges} | "NodeTables" >> NodeTables(cfg.bipartite, cfg.id_buckets, nb)
+        tables = {**distinct, "edges": edges} | "NodeTables" >> NodeTables(
+            cfg.bipartite, cfg.id_buckets, nb
+        )
         col_table = tables[COLS if cfg.bipartite else ROWS]
         joined = {"edges": edges, "table": col_table} | "JoinTargetIds" >> JoinTargetIds(nb)
         built = (
             {"edges": joined["edges"], "table": tables[ROWS]}
             | "GroupSources" >> beam.CoGroupByKey()
-            | "BuildRows" >> beam.ParDo(_BuildRowsFn(cfg.seed, cfg.test_fraction, cfg.holdout_fraction, nb))
-            .with_outputs("train", "test", "transpose", "parts")
+            | "BuildRows"
+            >> beam.ParDo(
+                _BuildRowsFn(cfg.seed, cfg.test_fraction, cfg.holdout_fraction, nb)
+            ).with_outputs("train", "test", "transpose", "parts")
         )
         transposed = built.transpose | "Transpose" >> Transpose()
         out = {"train": built.train, "train_t": transposed["rows"], "test": built.test}
@@ -561,5 +652,7 @@ class BuildWebGraph(beam.PTransform):
         if cfg.bipartite:
             out["col_vocab"] = tables[COLS] | "ColVocabulary" >> beam.Map(vocab_entries)
         parts = [joined["parts"], built.parts, transposed["parts"], *node_counts(tables)]
-        out["summary"] = parts | "AllParts" >> beam.Flatten() | "Summarize" >> Summarize(cfg.bipartite)
+        out["summary"] = (
+            parts | "AllParts" >> beam.Flatten() | "Summarize" >> Summarize(cfg.bipartite)
+        )
         return out

@@ -48,17 +48,24 @@ class GraphConfig:
         if self.degree_passes < 1:
             raise ValueError(f"degree_passes must be >= 1, got {self.degree_passes}")
         if not 0.0 <= self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in [0, 1) (1 leaves no training row), got {self.test_fraction}")
+            raise ValueError(
+                "test_fraction must be in [0, 1) (1 leaves no training row), got "
+                f"{self.test_fraction}"
+            )
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must be in (0, 1), got {self.holdout_fraction}")
         if not 0.0 <= self.validation_fraction < 1.0:
-            raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+            raise ValueError(
+                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+            )
         if self.id_buckets < 1:
             raise ValueError(f"id_buckets must be >= 1, got {self.id_buckets}")
         for tld in self.tlds:
             check_tld(tld)
         if self.bipartite and self.tlds:
-            raise ValueError("a TLD filter needs URLs on both ends; it cannot apply to bipartite data")
+            raise ValueError(
+                "a TLD filter needs URLs on both ends; it cannot apply to bipartite data"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain JSON-able values (for stats.json)."""
@@ -86,4 +93,6 @@ def get_variant(name: str) -> GraphConfig:
     try:
         return VARIANTS[name]
     except KeyError:
-        raise ValueError(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}") from None
+        raise ValueError(
+            f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}"
+        ) from None

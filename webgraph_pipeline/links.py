@@ -34,8 +34,16 @@ DEFAULT_LINK_TYPES = ("A@/href", "AREA@/href")
 
 # WARC record types a WAT envelope may describe; anything else is counted as `records.other`.
 _WARC_TYPES = frozenset(
-    ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion",
-     "continuation")
+    (
+        "warcinfo",
+        "response",
+        "resource",
+        "request",
+        "metadata",
+        "revisit",
+        "conversion",
+        "continuation",
+    )
 )
 
 

@@ -13,7 +13,8 @@ With the limit at 0 the streams buffer by size only, flushed by the thread that 
 batch job the time flush buys nothing). Other runners (Dataflow) do not read this setting.
 
 `runner_for` gives `--direct_running_mode multi_processing` the runner the DirectRunner picks for a
-batch job (FnApiRunner), with its worker processes started quietly (`webgraph_pipeline.beam_worker`).
+batch job (FnApiRunner), with its worker processes started quietly
+(`webgraph_pipeline.beam_worker`).
 """
 
 from __future__ import annotations
@@ -27,28 +28,34 @@ DIRECT_RUNNERS = ("direct", "directrunner", "switchingdirectrunner")
 
 
 def disable_time_based_flush() -> None:
-    """Make the FnApiRunner started after this call in this process buffer its data plane by size only."""
+    """Make the FnApiRunner started after this call in this process buffer its data plane by size
+    only."""
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
     worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = 0
 
 
 def runner_for(options: Any) -> Optional[Any]:
-    """The runner for Beam `options` (PipelineOptions) that ask the DirectRunner for worker processes
-    (`--direct_running_mode multi_processing`): Beam's FnApiRunner, as the DirectRunner would pick for
-    a batch job, but starting each worker through `webgraph_pipeline.beam_worker` (quiet at import, see
+    """The runner for Beam `options` (PipelineOptions) that ask the DirectRunner for worker
+    processes
+    (`--direct_running_mode multi_processing`): Beam's FnApiRunner, as the DirectRunner would pick
+    for
+    a batch job, but starting each worker through `webgraph_pipeline.beam_worker` (quiet at import,
+    see
     there). None for any other runner or mode: Beam picks as usual."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
     runner = options.view_as(StandardOptions).runner
     if options.view_as(DirectOptions).direct_running_mode != "multi_processing" or not (
-            runner is None or (isinstance(runner, str) and runner.lower() in DIRECT_RUNNERS)):
+        runner is None or (isinstance(runner, str) and runner.lower() in DIRECT_RUNNERS)
+    ):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
-    # the workers read their options (their log level among them) from the provision info, as under the DirectRunner
+    # the workers read their options (their log level among them) from the provision info, as under
+    # the DirectRunner
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     info = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
     return _quiet_worker_runner_class()(provision_info=info)

@@ -1,7 +1,9 @@
-"""The job's output directory: checked before any input is read, written only through a staging copy.
+"""The job's output directory: checked before any input is read, written only through a staging
+copy.
 
 A run writes its whole dataset into a staging directory beside `--output` (same parent, so the same
-filesystem or bucket) and swaps it in only once the job and stats.json have succeeded. Until then the
+filesystem or bucket) and swaps it in only once the job and stats.json have succeeded. Until then
+the
 previous dataset in `--output` is untouched, whatever happens to the run (a bad input found late,
 kill -9, a full disk). On a local filesystem the swap is two directory renames; on an object store
 (gs://, s3://), where directories do not exist, the staged files are moved in one by one with
@@ -35,7 +37,12 @@ _STAGING_ID = r"(old-)?[0-9a-f]{12}"
 # The names this job writes into its output directory; anything else there is not ours.
 DATASET_PATTERNS = tuple(
     [f"{prefix}{layout.TFRECORD_SUFFIX}-*-of-*" for prefix in layout.ALL_SPLIT_PREFIXES.values()]
-    + [f"{layout.VOCAB_PREFIX}-*-of-*", f"{layout.COL_VOCAB_PREFIX}-*-of-*", stats_json.STATS_FILE, DEGREE_PLOT]
+    + [
+        f"{layout.VOCAB_PREFIX}-*-of-*",
+        f"{layout.COL_VOCAB_PREFIX}-*-of-*",
+        stats_json.STATS_FILE,
+        DEGREE_PLOT,
+    ]
 )
 
 
@@ -48,11 +55,14 @@ def _is_local(path: str) -> bool:
 
 
 def _join(directory: str, name: str) -> str:
-    return os.path.join(directory, name) if _is_local(directory) else posixpath.join(directory, name)
+    return (
+        os.path.join(directory, name) if _is_local(directory) else posixpath.join(directory, name)
+    )
 
 
 def is_dataset_file(name: str) -> bool:
-    """Whether a file name is one this job writes (a split shard, vocabulary shard, stats.json, plot)."""
+    """Whether a file name is one this job writes (a split shard, vocabulary shard, stats.json,
+    plot)."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in DATASET_PATTERNS)
 
 
@@ -61,12 +71,14 @@ def _entries(directory: str) -> list[str]:
 
 
 def foreign_entries(output_dir: str) -> list[str]:
-    """What `output_dir` holds besides this job's dataset files (empty for a new or a dataset directory)."""
+    """What `output_dir` holds besides this job's dataset files (empty for a new or a dataset
+    directory)."""
     return [e for e in _entries(output_dir) if not is_dataset_file(e)]
 
 
 def check_output(output_dir: str, overwrite: bool) -> None:
-    """Refuse an --output that is a file, holds something other than our dataset (unless `overwrite`),
+    """Refuse an --output that is a file, holds something other than our dataset (unless
+    `overwrite`),
     or cannot be written: all before any input is read. Creates the directory's parent if needed."""
     target = output_dir.rstrip("/")
     if not target:
@@ -75,12 +87,18 @@ def check_output(output_dir: str, overwrite: bool) -> None:
         raise OutputError(f"--output {output_dir!r} is a file, not a directory")
     foreign = foreign_entries(target)
     if foreign and not overwrite:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
         raise OutputError(
             f"--output {output_dir!r} holds files that are not a WebGraph dataset ({shown}); "
             "choose an empty or new directory, or pass --overwrite to write the dataset beside them"
         )
-    parent = posixpath.dirname(target) if not _is_local(target) else os.path.dirname(os.path.abspath(target))
+    parent = (
+        posixpath.dirname(target)
+        if not _is_local(target)
+        else os.path.dirname(os.path.abspath(target))
+    )
     probe = _join(parent, f".{os.path.basename(target)}.write-check-{uuid.uuid4().hex}")
     try:
         fileio.makedirs(parent)
@@ -88,7 +106,9 @@ def check_output(output_dir: str, overwrite: bool) -> None:
             f.write("ok")
         fileio.remove(probe)
     except OSError as e:
-        raise OutputError(f"--output {output_dir!r}: cannot write beside it in {parent!r} ({type(e).__name__})") from None
+        raise OutputError(
+            f"--output {output_dir!r}: cannot write beside it in {parent!r} ({type(e).__name__})"
+        ) from None
 
 
 def _process_start(pid: int) -> Optional[str]:
@@ -121,7 +141,11 @@ def _is_alive(owner: dict) -> bool:
 def _staging_dirs(output_dir: str) -> list[str]:
     """The staging directories this job's naming rule gives for `output_dir` that exist now."""
     target = output_dir.rstrip("/")
-    parent = posixpath.dirname(target) if not _is_local(target) else os.path.dirname(os.path.abspath(target))
+    parent = (
+        posixpath.dirname(target)
+        if not _is_local(target)
+        else os.path.dirname(os.path.abspath(target))
+    )
     base = os.path.basename(target)
     name_rule = re.compile(re.escape(base + STAGING_TAG) + _STAGING_ID + r"\Z")
     return [_join(parent, e) for e in _entries(parent) if name_rule.match(e)]
@@ -151,7 +175,9 @@ def clean_stale_staging(output_dir: str) -> list[str]:
         if f"{STAGING_TAG}old-" in staging:
             if _is_local(target) and not fileio.exists(target):
                 os.rename(staging, target)
-                logging.warning("put back the previous dataset %s, parked there by an interrupted run", staging)
+                logging.warning(
+                    "put back the previous dataset %s, parked there by an interrupted run", staging
+                )
             else:
                 discard(staging)
                 removed.append(staging)
@@ -159,7 +185,12 @@ def clean_stale_staging(output_dir: str) -> list[str]:
         owner = _read_owner(staging)
         if owner is None or owner["host"] != here:
             who = f"host {owner['host']}" if owner else "no owner marker"
-            logging.warning("left %s in place (%s): remove it by hand once no run writes %s", staging, who, target)
+            logging.warning(
+                "left %s in place (%s): remove it by hand once no run writes %s",
+                staging,
+                who,
+                target,
+            )
         elif _is_alive(owner):
             raise OutputError(
                 f"--output {output_dir!r} is being written by process {owner['pid']} ({staging}); "
@@ -168,12 +199,15 @@ def clean_stale_staging(output_dir: str) -> list[str]:
         else:
             discard(staging)
             removed.append(staging)
-            logging.warning("removed %s, left by process %s that no longer runs", staging, owner["pid"])
+            logging.warning(
+                "removed %s, left by process %s that no longer runs", staging, owner["pid"]
+            )
     return removed
 
 
 def staging_dir(output_dir: str) -> str:
-    """A new, unique staging directory beside `output_dir` (created, with this process's owner marker)."""
+    """A new, unique staging directory beside `output_dir` (created, with this process's owner
+    marker)."""
     path = f"{output_dir.rstrip('/')}{STAGING_TAG}{uuid.uuid4().hex[:12]}"
     fileio.makedirs(path)
     with fileio.open_file(_join(path, OWNER_FILE), "w") as f:
@@ -182,7 +216,8 @@ def staging_dir(output_dir: str) -> str:
 
 
 def discard(staging: str) -> None:
-    """Remove a staging directory (best effort: a failed run must not fail again while cleaning up)."""
+    """Remove a staging directory (best effort: a failed run must not fail again while cleaning
+    up)."""
     try:
         fileio.rmtree(staging)
     except OSError:

@@ -53,7 +53,9 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:
-            raise ValueError(f"unknown input format {self.input_format!r}; expected one of {INPUT_FORMATS}")
+            raise ValueError(
+                f"unknown input format {self.input_format!r}; expected one of {INPUT_FORMATS}"
+            )
         if self.num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {self.num_shards}")
         if self.input_format == "wat" and (self.urls_file or self.config.bipartite):
@@ -61,11 +63,20 @@ class JobSpec:
         if not self.input_patterns and not self.input_listing:
             raise ValueError("give --input GLOB or --input_listing FILE")
         if self.edge_format.bipartite and not self.config.bipartite:
-            raise ValueError(f"--edge_format {self.edge_format.name} is users x items: the config must be bipartite")
+            raise ValueError(
+                f"--edge_format {self.edge_format.name} is users x items: the config must be "
+                "bipartite"
+            )
         if (self.protocol == "given_split") != bool(self.test_patterns):
-            raise ValueError("--edge_format given_split needs --test_input, and --test_input needs given_split")
-        if self.protocol == "given_split" and (self.urls_file or self.config.min_links or self.config.tlds):
-            raise ValueError("a given split is used as given: no --urls, --min_links, --tlds or --variant")
+            raise ValueError(
+                "--edge_format given_split needs --test_input, and --test_input needs given_split"
+            )
+        if self.protocol == "given_split" and (
+            self.urls_file or self.config.min_links or self.config.tlds
+        ):
+            raise ValueError(
+                "a given split is used as given: no --urls, --min_links, --tlds or --variant"
+            )
         if self.config.validation_fraction and self.protocol != "given_split":
             raise ValueError("--validation_fraction: only with --edge_format given_split so far")
 
@@ -79,8 +90,11 @@ class JobSpec:
         out = self.config.to_dict()
         out.update(input_format=self.input_format, urls_file=self.urls_file, protocol=self.protocol)
         if self.input_format == "edges":
-            out.update(edge_format=self.edge_format.name, header=self.edge_format.header,
-                       min_rating=self.edge_format.min_rating)
+            out.update(
+                edge_format=self.edge_format.name,
+                header=self.edge_format.header,
+                min_rating=self.edge_format.min_rating,
+            )
             if self.edge_format.name == "csv":
                 out["delimiter"] = self.edge_format.delimiter
         if self.link_types is not None:
@@ -89,7 +103,8 @@ class JobSpec:
 
 
 def match_inputs(patterns: Sequence[str]) -> list[str]:
-    """Every file the globs match (local, gs://, s3://), sorted; an error naming a glob that matches none."""
+    """Every file the globs match (local, gs://, s3://), sorted; an error naming a glob that matches
+    none."""
     files: set[str] = set()
     for pattern in patterns:
         try:
@@ -112,7 +127,9 @@ def input_files_of(spec: JobSpec) -> list[str]:
         try:
             listed = expand_listing(spec.input_listing, spec.listing_prefix)
         except Exception as e:  # a missing or unreadable listing: one line naming it
-            raise FileNotFoundError(f"--input_listing {spec.input_listing!r}: cannot read it ({e})") from None
+            raise FileNotFoundError(
+                f"--input_listing {spec.input_listing!r}: cannot read it ({e})"
+            ) from None
         if not listed:
             raise FileNotFoundError(f"--input_listing {spec.input_listing!r}: lists no file")
         files += listed
@@ -122,21 +139,31 @@ def input_files_of(spec: JobSpec) -> list[str]:
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """The labelled reading step of either input format -> edge batches `(sources, targets)`."""
     if spec.input_format == "edges":
-        return p | "ReadEdgeList" >> ReadEdgeList(input_files, spec.edge_format, urls_file=spec.urls_file,
-                                                  fail_on_unreadable=spec.fail_on_unreadable)
+        return p | "ReadEdgeList" >> ReadEdgeList(
+            input_files,
+            spec.edge_format,
+            urls_file=spec.urls_file,
+            fail_on_unreadable=spec.fail_on_unreadable,
+        )
     from webgraph_pipeline.extract import ExtractEdges
 
-    kwargs: dict[str, Any] = {"fail_on_unreadable": spec.fail_on_unreadable, "wat_reader": spec.wat_reader}
+    kwargs: dict[str, Any] = {
+        "fail_on_unreadable": spec.fail_on_unreadable,
+        "wat_reader": spec.wat_reader,
+    }
     if spec.link_types is not None:
         kwargs["link_types"] = spec.link_types
     return p | "ExtractEdges" >> ExtractEdges(list(input_files), **kwargs)
 
 
 def read_given_split(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]) -> dict[str, Any]:
-    """The train and test files of a given split -> {'train', 'test'} edge batches of (user, item) names."""
+    """The train and test files of a given split -> {'train', 'test'} edge batches of (user, item)
+    names."""
     parts = {"train": input_files, "test": match_inputs(spec.test_patterns)}
     return {
-        name: p | f"ReadEdgeList_{name}" >> ReadEdgeList(files, spec.edge_format, fail_on_unreadable=spec.fail_on_unreadable)
+        name: p
+        | f"ReadEdgeList_{name}"
+        >> ReadEdgeList(files, spec.edge_format, fail_on_unreadable=spec.fail_on_unreadable)
         for name, files in parts.items()
     }
 
@@ -146,11 +173,17 @@ def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     returns the written paths."""
     if spec.protocol == "given_split":
         graph = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(
-            spec.config.id_buckets, seed=spec.config.seed, validation_fraction=spec.config.validation_fraction)
+            spec.config.id_buckets,
+            seed=spec.config.seed,
+            validation_fraction=spec.config.validation_fraction,
+        )
     else:
         graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
     return graph | "WriteTfRecords" >> WriteTfRecords(
-        spec.output_dir, spec.stats_config(), input_files, spec.num_shards,
+        spec.output_dir,
+        spec.stats_config(),
+        input_files,
+        spec.num_shards,
         plot_title=("users x items" if spec.config.bipartite else f"WebGraph {spec.config.name}")
         + ": degree distribution",
     )
@@ -163,7 +196,8 @@ def is_loss(counter: str) -> bool:
 
 
 def line_examples(entries: Sequence[str]) -> dict[str, list[str]]:
-    """`reason<TAB>path:line` strings -> {reason: the first few `path:line`, in file and line order}."""
+    """`reason<TAB>path:line` strings -> {reason: the first few `path:line`, in file and line
+    order}."""
     out: dict[str, list[tuple[str, int]]] = {}
     for entry in entries:
         reason, where = entry.split("\t", 1)
@@ -177,12 +211,18 @@ def empty_input_error(entries: Sequence[str]) -> EmptyInputError:
     path, reason, lines = entries[0].split("\t")
     more = f" (and {len(entries) - 1} more file(s))" if len(entries) > 1 else ""
     hint = "; is the --edge_format right?" if reason != "no line" else ""
-    return EmptyInputError(f"{path}: no edge read; commonest reason {reason} ({lines} lines){hint}{more}")
+    return EmptyInputError(
+        f"{path}: no edge read; commonest reason {reason} ({lines} lines){hint}{more}"
+    )
 
 
 def finish_stats(
-    output_dir: str, counters: dict[str, int], file_problems: list[dict[str, str]],
-    examples: Sequence[str] = (), protocol: str = PROTOCOLS[0], hints: Sequence[str] = (),
+    output_dir: str,
+    counters: dict[str, int],
+    file_problems: list[dict[str, str]],
+    examples: Sequence[str] = (),
+    protocol: str = PROTOCOLS[0],
+    hints: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Add the counters and the input files not read whole to the stats.json the job wrote;
     returns the final stats."""
@@ -193,10 +233,14 @@ def finish_stats(
     stats["partly_read_files"] = [p["file"] for p in file_problems if p["status"] == PARTLY_READ]
     stats["file_problems"] = file_problems
     stats["line_examples"] = line_examples(examples)
-    stats["header_hints"] = [dict(zip(("where", "line", "why"), h.split("\t", 2))) for h in sorted(hints)]
+    stats["header_hints"] = [
+        dict(zip(("where", "line", "why"), h.split("\t", 2))) for h in sorted(hints)
+    ]
     stats["protocol"] = protocol
     stats["bipartite"] = bool(stats["config"].get("bipartite"))
-    stats.update(stats_json.fingerprint_dataset(output_dir))  # the files are final: the dataset's identity
+    stats.update(
+        stats_json.fingerprint_dataset(output_dir)
+    )  # the files are final: the dataset's identity
     stats_json.write_stats(output_dir, stats)
     return stats
 
@@ -215,14 +259,18 @@ def nothing_readable(stats: dict[str, Any]) -> Optional[EmptyInputError]:
     bad = {p["file"]: p["reason"] for p in stats["file_problems"] if p["status"] == UNREADABLE}
     if not bad or not set(stats["input_files"]) <= set(bad):
         return None
-    shown = ", ".join(f"{f} ({r})" for f, r in list(bad.items())[:3]) + (" ..." if len(bad) > 3 else "")
+    shown = ", ".join(f"{f} ({r})" for f, r in list(bad.items())[:3]) + (
+        " ..." if len(bad) > 3 else ""
+    )
     return EmptyInputError(f"no input file could be read: {shown}")
 
 
 def emptiness(stats: dict[str, Any], config: GraphConfig) -> Optional[str]:
-    """Why a finished dataset is empty (no nodes, no edges, no training rows, or no test rows although
+    """Why a finished dataset is empty (no nodes, no edges, no training rows, or no test rows
+    although
     some were asked for), by the step that emptied it; None when it is not. Only a dataset that has
-    a graph but no test row (a small input) may be wanted as it is: only then is --allow_empty the hint."""
+    a graph but no test row (a small input) may be wanted as it is: only then is --allow_empty the
+    hint."""
     splits = stats.get("splits", {})
     if not stats.get("nodes"):
         what = "no node"
@@ -231,8 +279,10 @@ def emptiness(stats: dict[str, Any], config: GraphConfig) -> Optional[str]:
     elif not splits.get("train"):
         what = "no training row"
     elif config.test_fraction > 0 and not splits.get("test"):
-        return (f"the dataset has no test row: none of its {stats['nodes']:,} nodes was drawn for test "
-                f"(--test_fraction {config.test_fraction:g}). Pass --allow_empty to keep it as it is")
+        return (
+            f"the dataset has no test row: none of its {stats['nodes']:,} nodes was drawn for test "
+            f"(--test_fraction {config.test_fraction:g}). Pass --allow_empty to keep it as it is"
+        )
     else:
         return None
     return f"the dataset has {what}: {empty_because(stats, config)}"
@@ -247,12 +297,22 @@ def empty_because(stats: dict[str, Any], config: GraphConfig) -> str:
     after_tlds = degree_dropped + stats.get("edges", 0)  # distinct edges the TLD filter kept
     if config.tlds and tld_dropped and not after_tlds:
         tlds = ", ".join("." + t for t in config.tlds)
-        return (f"no link joins two pages under {tlds}: the TLD filter dropped all {tld_dropped:,} distinct links "
-                "(are the inputs from those TLDs?)")
+        return (
+            f"no link joins two pages under {tlds}: the TLD filter dropped all {tld_dropped:,} "
+            "distinct links "
+            "(are the inputs from those TLDs?)"
+        )
     if config.min_links and degree_dropped:
-        kept = f" among the {after_tlds:,} links the TLD filter kept" if config.tlds else f" among {after_tlds:,} distinct links"
-        return (f"no node has >= {config.min_links} in- and out-links{kept}: the degree filter dropped them all "
-                f"(lower --min_links, or give more input)")
+        kept = (
+            f" among the {after_tlds:,} links the TLD filter kept"
+            if config.tlds
+            else f" among {after_tlds:,} distinct links"
+        )
+        return (
+            f"no node has >= {config.min_links} in- and out-links{kept}: the degree filter dropped "
+            "them all "
+            f"(lower --min_links, or give more input)"
+        )
     dropped = stats.get("dropped", {})
     reason = max(dropped, key=dropped.get) if dropped else None
     if reason:
@@ -283,10 +343,16 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
         if empty:
             raise empty_input_error(empty)
         stats = finish_stats(
-            staging, collect_counters(result), collect_file_problems(result),
-            collect_string_set(result, LINE_EXAMPLES), spec.protocol, collect_string_set(result, HEADER_HINTS),
+            staging,
+            collect_counters(result),
+            collect_file_problems(result),
+            collect_string_set(result, LINE_EXAMPLES),
+            spec.protocol,
+            collect_string_set(result, HEADER_HINTS),
         )
-        stats["wall_seconds"] = round(time.time() - start, 1)  # reported, not stored: it would break byte-identity
+        stats["wall_seconds"] = round(
+            time.time() - start, 1
+        )  # reported, not stored: it would break byte-identity
         unreadable = nothing_readable(stats)
         if unreadable:
             raise unreadable
@@ -298,4 +364,3 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
         raise
     output_dir.swap_in(staging, spec.output_dir)
     return stats
-

@@ -29,10 +29,17 @@ def unit_hashes(seed: int, tag: str, names: Sequence[str], cols: Sequence[int] =
     return np.frombuffer(digests, ">u8").astype(np.float64) / 2.0**64
 
 
-def split_block(names: np.ndarray, ptr: np.ndarray, cols: np.ndarray, seed: int, test_fraction: float,
-                holdout_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+def split_block(
+    names: np.ndarray,
+    ptr: np.ndarray,
+    cols: np.ndarray,
+    seed: int,
+    test_fraction: float,
+    holdout_fraction: float,
+) -> tuple[np.ndarray, np.ndarray]:
     """The rules of `assign_row` for many rows at once: rows `names` with the sorted columns
-    cols[ptr[i]:ptr[i + 1]] -> (test-row mask, held-out mask over `cols`, False outside test rows)."""
+    cols[ptr[i]:ptr[i + 1]] -> (test-row mask, held-out mask over `cols`, False outside test
+    rows)."""
     lengths = np.diff(ptr)
     is_test = np.zeros(len(names), bool)
     held = np.zeros(len(cols), bool)
@@ -45,9 +52,13 @@ def split_block(names: np.ndarray, ptr: np.ndarray, cols: np.ndarray, seed: int,
         return is_test, held
     n = lengths[rows]
     u = unit_hashes(seed, "round", names[rows].tolist())
-    h = np.minimum(np.maximum(np.floor(holdout_fraction * n.astype(np.float64) + u), 1), n - 1).astype(np.int64)
+    h = np.minimum(
+        np.maximum(np.floor(holdout_fraction * n.astype(np.float64) + u), 1), n - 1
+    ).astype(np.int64)
     owner = np.repeat(np.arange(len(rows)), n)
-    at = np.arange(len(owner)) - np.repeat(np.cumsum(n) - n, n) + np.repeat(ptr[rows], n)  # positions in cols
+    at = (
+        np.arange(len(owner)) - np.repeat(np.cumsum(n) - n, n) + np.repeat(ptr[rows], n)
+    )  # positions in cols
     link = unit_hashes(seed, "link", np.repeat(names[rows], n).tolist(), cols[at].tolist())
     order = np.lexsort((cols[at], link, owner))  # per row: by (link hash, column id)
     rank = np.empty(len(order), np.int64)

@@ -32,11 +32,14 @@ def normalize_tld(text: str) -> str:
 
 
 def check_tld(tld: str, given: str = "") -> None:
-    """Raise ValueError unless `tld` is a normalized, known top-level domain (`given`: what the user wrote)."""
+    """Raise ValueError unless `tld` is a normalized, known top-level domain (`given`: what the user
+    wrote)."""
     shown = repr(given) if given and given != tld else ""
     label = f"{shown} ({tld!r})" if shown else repr(tld)
     if not tld or "." in tld or tld != tld.lower() or not tld.isascii():
-        raise ValueError(f"bad top-level domain {label}: expected one label such as 'de' or 'xn--p1ai'")
+        raise ValueError(
+            f"bad top-level domain {label}: expected one label such as 'de' or 'xn--p1ai'"
+        )
     if not _suffix_list().is_public(tld):
         raise ValueError(f"unknown top-level domain {label}: not a TLD of the Public Suffix List")
 
@@ -52,7 +55,9 @@ def parse_tlds(value: Any, where: str = "--tlds") -> tuple[str, ...]:
     elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         items = list(value)
     else:
-        raise ValueError(f"{where}: expected a comma-separated string or a list of strings, got {value!r}")
+        raise ValueError(
+            f"{where}: expected a comma-separated string or a list of strings, got {value!r}"
+        )
     out = set()
     for item in items:
         if not item.strip():

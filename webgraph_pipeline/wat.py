@@ -5,7 +5,8 @@ Public API:
 - `WAT_READERS = ("warcio", "fastwarc")`: warcio is the default; FastWARC (optional extra `fast`)
   is offered because it is measured faster (`python -m benchmarks.pipeline_scale --wat_records N`;
   figures in docs/figures.md) and passes the same damaged-input tests; it needs a
-  seekable stream (all Beam filesystems give one), so on a non-seekable stream warcio is used instead.
+  seekable stream (all Beam filesystems give one), so on a non-seekable stream warcio is used
+  instead.
 - `check_reader(name)`: raise a clear error for an unknown or uninstalled reader.
 - `iter_wat_payloads(fileobj, inc, reader="warcio") -> Iterator[(target_uri, payload_bytes)]`:
   every WARC `metadata` record of a WAT stream (plain, gzip, or one gzip member per record),
@@ -66,7 +67,9 @@ def _warcio_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
     records = ArchiveIterator(fileobj)
     try:
         for record in records:
-            if record.format != "warc":  # warcio reads any text line as an ARC header: a WAT is WARC
+            if (
+                record.format != "warc"
+            ):  # warcio reads any text line as an ARC header: a WAT is WARC
                 raise ValueError(f"not a WARC record (first line parsed as {record.format})")
             is_metadata = record.rec_type == "metadata"
             yield (
@@ -138,7 +141,7 @@ def _next_sync_point(fileobj: IO[bytes], position: int, marker: bytes) -> Option
         if found >= 0:
             start = chunk_start - len(carry) + found
             return start + 1 if marker == _WARC_LINE else start
-        carry = window[-(len(marker) - 1):]
+        carry = window[-(len(marker) - 1) :]
         chunk_start += len(chunk)
 
 
@@ -148,7 +151,8 @@ class WatFileReport:
 
     records: WARC records parsed, by WARC-Type. wat_records: metadata records whose payload is
     JSON (pages or requests: what makes a WARC file a WAT file). damage: the first damage seen,
-    (reason, `byte N` or `after byte N`, record number counted from 1). decompressed: offsets count bytes of the
+    (reason, `byte N` or `after byte N`, record number counted from 1). decompressed: offsets count
+    bytes of the
     decompressed stream (a whole-file gzip). empty / bad_gzip: what the first bytes showed.
     """
 
@@ -173,7 +177,11 @@ class WatFileReport:
             return UNREADABLE, "not_warc", "no WARC record: not a WAT file"
         if not self.wat_records:
             types = ", ".join(f"{t or '?'} {n}" for t, n in sorted(self.records.items()))
-            return UNREADABLE, "not_wat", f"WARC records ({types}) but no WAT metadata record with a JSON payload"
+            return (
+                UNREADABLE,
+                "not_wat",
+                f"WARC records ({types}) but no WAT metadata record with a JSON payload",
+            )
         if self.damage is not None:
             reason, at, record = self.damage
             stream = " of the decompressed stream" if self.decompressed else ""
@@ -241,7 +249,7 @@ class _Gunzip(io.RawIOBase):
     def readinto(self, buffer) -> int:
         self._fill()
         n = min(len(buffer), len(self._buffer) - self._pos)
-        buffer[:n] = self._buffer[self._pos: self._pos + n]
+        buffer[:n] = self._buffer[self._pos : self._pos + n]
         self._pos += n
         return n
 
@@ -302,8 +310,11 @@ def _resilient_payloads(
                 if isinstance(error, _DamagedAt):
                     report.damaged("corrupt_region", f"byte {error.offset}", seen + 1)
                 else:  # the reader does not say where the failing record starts
-                    report.damaged("corrupt_region", f"after byte {start if last_offset is None else last_offset}",
-                                   seen + 1)
+                    report.damaged(
+                        "corrupt_region",
+                        f"after byte {start if last_offset is None else last_offset}",
+                        seen + 1,
+                    )
                 logging.debug("damaged WAT data after offset %d: %.200r", start, str(error))
             if not seekable:
                 return

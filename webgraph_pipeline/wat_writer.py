@@ -50,7 +50,9 @@ def page_base(page_url: str) -> Optional[str]:
     if _hash01("base|" + page_url) >= 0.125:
         return None
     parts = urlsplit(page_url)
-    return f"{parts.scheme}://{parts.netloc}{posixpath.dirname(parts.path) or '/'}".rstrip("/") + "/"
+    return (
+        f"{parts.scheme}://{parts.netloc}{posixpath.dirname(parts.path) or '/'}".rstrip("/") + "/"
+    )
 
 
 def relative_link(base_url: str, target: str) -> str:
@@ -93,7 +95,9 @@ def response_payload(page_url: str, targets: Sequence[str], filename: str, offse
     base, links = page_links(page_url, targets)
     head: dict = {
         "Title": f"Page {posixpath.basename(urlsplit(page_url).path) or 'index'}",
-        "Link": [{"path": "LINK@/href", "rel": "stylesheet", "type": "text/css", "url": "/css/site.css"}],
+        "Link": [
+            {"path": "LINK@/href", "rel": "stylesheet", "type": "text/css", "url": "/css/site.css"}
+        ],
         "Metas": [{"name": "viewport", "content": "width=device-width"}],
     }
     if base:
@@ -141,7 +145,11 @@ def request_payload(page_url: str, filename: str, offset: int) -> dict:
             },
             "Payload-Metadata": {
                 "HTTP-Request-Metadata": {
-                    "Request-Message": {"Method": "GET", "Version": "HTTP/1.1", "Path": urlsplit(page_url).path},
+                    "Request-Message": {
+                        "Method": "GET",
+                        "Version": "HTTP/1.1",
+                        "Path": urlsplit(page_url).path,
+                    },
                     "Headers": {"Host": urlsplit(page_url).netloc, "Accept": "text/html"},
                 }
             },
@@ -150,16 +158,24 @@ def request_payload(page_url: str, filename: str, offset: int) -> dict:
     }
 
 
-GZIP_LEVEL = 1  # per-record gzip members as in real WATs; level 1: much faster than warcio's 9, a little larger
+# per-record gzip members as in real WATs; level 1: much faster than warcio's 9, a little larger
+GZIP_LEVEL = 1
 
 
-def warc_record(warc_type: str, headers: Sequence[tuple[str, str]], content_type: str, payload: bytes) -> bytes:
+def warc_record(
+    warc_type: str, headers: Sequence[tuple[str, str]], content_type: str, payload: bytes
+) -> bytes:
     """One WARC/1.0 record (headers, block, the two CRLFs), gzipped as its own member."""
     head = [f"WARC/1.0\r\nWARC-Type: {warc_type}\r\n"]
     head += [f"{name}: {value}\r\n" for name, value in headers]
     head.append(f"Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n")
     gz = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return gz.compress("".join(head).encode("utf-8")) + gz.compress(payload) + gz.compress(b"\r\n\r\n") + gz.flush()
+    return (
+        gz.compress("".join(head).encode("utf-8"))
+        + gz.compress(payload)
+        + gz.compress(b"\r\n\r\n")
+        + gz.flush()
+    )
 
 
 def _metadata_record(page_url: str, payload: dict, kind: str) -> bytes:
@@ -174,13 +190,19 @@ def _metadata_record(page_url: str, payload: dict, kind: str) -> bytes:
 
 def _warcinfo_record(filename: str) -> bytes:
     fields = b"software: webgraph_pipeline.wat_writer\r\nformat: WARC File Format 1.0\r\n"
-    headers = (("WARC-Record-ID", _record_id("warcinfo", filename)), ("WARC-Date", WARC_DATE),
-               ("WARC-Filename", filename))
+    headers = (
+        ("WARC-Record-ID", _record_id("warcinfo", filename)),
+        ("WARC-Date", WARC_DATE),
+        ("WARC-Filename", filename),
+    )
     return warc_record("warcinfo", headers, "application/warc-fields", fields)
 
 
 def write_wat_files(
-    pages: Iterable[Page], output_dir: str, records_per_file: int = 10_000, prefix: str = FILENAME_PREFIX,
+    pages: Iterable[Page],
+    output_dir: str,
+    records_per_file: int = 10_000,
+    prefix: str = FILENAME_PREFIX,
     with_requests: bool = True,
 ) -> list[str]:
     """Write pages into `{prefix}-NNNNN.warc.wat.gz` files of `records_per_file` pages each."""
@@ -199,19 +221,28 @@ def write_wat_files(
             out.write(_warcinfo_record(name))
         offset = out.tell()
         if with_requests:
-            out.write(_metadata_record(page_url, request_payload(page_url, name, offset), "request"))
-        out.write(_metadata_record(page_url, response_payload(page_url, targets, name, offset), "response"))
+            out.write(
+                _metadata_record(page_url, request_payload(page_url, name, offset), "request")
+            )
+        out.write(
+            _metadata_record(
+                page_url, response_payload(page_url, targets, name, offset), "response"
+            )
+        )
     if out:
         out.close()
     return paths
 
 
-def read_edge_list(edges_path: str, urls_path: Optional[str] = None, header: bool = False) -> list[Page]:
+def read_edge_list(
+    edges_path: str, urls_path: Optional[str] = None, header: bool = False
+) -> list[Page]:
     """A `src dst` edge-list file (and optional `id url` list) -> pages in first-seen order with
     their outlinks; `header`: the first line of each file is a header.
 
     Every page of the URL list is a page even without outlinks (a crawled page with no links).
-    Lines that are not edges (comments, bad lines) are skipped, as the pipeline's `pairs` format does.
+    Lines that are not edges (comments, bad lines) are skipped, as the pipeline's `pairs` format
+    does.
     """
     names: dict[str, str] = {}
     if urls_path:
@@ -225,8 +256,10 @@ def read_edge_list(edges_path: str, urls_path: Optional[str] = None, header: boo
         block = parse_block(f.read(), 1, EdgeFormat("pairs", header=header))
     for src, dst in zip(block.src, block.dst):
         if urls_path:
-            src, dst = names.get(str(int(src)) if src.isdigit() else src), names.get(
-                str(int(dst)) if dst.isdigit() else dst)
+            src, dst = (
+                names.get(str(int(src)) if src.isdigit() else src),
+                names.get(str(int(dst)) if dst.isdigit() else dst),
+            )
             if src is None or dst is None:
                 continue
         links = adjacency.setdefault(src, [])
@@ -236,7 +269,10 @@ def read_edge_list(edges_path: str, urls_path: Optional[str] = None, header: boo
 
 
 def synthetic_pages(
-    num_pages: int, mean_out: float = 10.0, seed: int = 0, tlds: Sequence[str] = ("com", "de", "in", "org", "net"),
+    num_pages: int,
+    mean_out: float = 10.0,
+    seed: int = 0,
+    tlds: Sequence[str] = ("com", "de", "in", "org", "net"),
     tld_weights: Sequence[float] = (0.45, 0.25, 0.1, 0.1, 0.1),
 ) -> Iterator[Page]:
     """A web-like graph: power-law out-degrees (Pareto tail, mean ~`mean_out`), power-law
@@ -252,11 +288,15 @@ def synthetic_pages(
     site_of.sort()
     site_start = np.searchsorted(site_of, np.arange(num_sites))
     site_count = np.bincount(site_of, minlength=num_sites)
-    site_tld = rng.choice(len(tlds), size=num_sites, p=np.asarray(tld_weights) / np.sum(tld_weights))
+    site_tld = rng.choice(
+        len(tlds), size=num_sites, p=np.asarray(tld_weights) / np.sum(tld_weights)
+    )
 
     alpha = 2.5  # Pareto tail exponent of the out-degree; mean = x_min * (alpha - 1) / (alpha - 2)
     x_min = mean_out * (alpha - 2) / (alpha - 1)
-    out_deg = np.minimum(np.floor(x_min * (1 - rng.random(num_pages)) ** (-1 / (alpha - 1))), 2000).astype(np.int64)
+    out_deg = np.minimum(
+        np.floor(x_min * (1 - rng.random(num_pages)) ** (-1 / (alpha - 1))), 2000
+    ).astype(np.int64)
     out_deg = np.maximum(out_deg, 1)
     popularity = 1.0 / np.arange(1, num_pages + 1) ** 0.9
     popularity = popularity[rng.permutation(num_pages)]
@@ -271,23 +311,33 @@ def synthetic_pages(
     local = rng.random(total) < 0.5
     targets = rng.choice(num_pages, size=total, p=popularity)
     site = site_of[sources[local]]
-    targets[local] = site_start[site] + (rng.random(local.sum()) * site_count[site]).astype(np.int64)
+    targets[local] = site_start[site] + (rng.random(local.sum()) * site_count[site]).astype(
+        np.int64
+    )
     bounds = np.concatenate([[0], np.cumsum(out_deg)])
     for p in range(num_pages):
-        links = dict.fromkeys(int(t) for t in targets[bounds[p]:bounds[p + 1]] if t != p)
+        links = dict.fromkeys(int(t) for t in targets[bounds[p] : bounds[p + 1]] if t != p)
         yield url(p), [url(t) for t in links]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = OneLineParser(
         prog=PROG,
-        description="Pack an edge list, or a generated web-like graph, into Common Crawl style WAT files.",
+        description=(
+            "Pack an edge list, or a generated web-like graph, into Common Crawl style WAT files."
+        ),
     )
     src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--edges", help="edge-list file: `src dst` per line (URLs, or ids with --urls)")
-    src.add_argument("--synthetic_pages", type=int, help="generate a power-law graph of this many pages")
+    src.add_argument(
+        "--edges", help="edge-list file: `src dst` per line (URLs, or ids with --urls)"
+    )
+    src.add_argument(
+        "--synthetic_pages", type=int, help="generate a power-law graph of this many pages"
+    )
     parser.add_argument("--urls", help="`id url` list that names the ids of --edges")
-    parser.add_argument("--header", action="store_true", help="the first line of --edges and --urls is a header")
+    parser.add_argument(
+        "--header", action="store_true", help="the first line of --edges and --urls is a header"
+    )
     parser.add_argument("--output", required=True, help="output directory")
     parser.add_argument("--records_per_file", type=int, default=10_000, help="pages per WAT file")
     parser.add_argument("--mean_out", type=float, default=10.0, help="synthetic: mean out-degree")
@@ -301,7 +351,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if args.synthetic_pages < 2:
                 raise ValueError(f"--synthetic_pages must be >= 2, got {args.synthetic_pages}")
             pages = synthetic_pages(args.synthetic_pages, args.mean_out, args.seed)
-        paths = write_wat_files(pages, args.output, args.records_per_file, with_requests=not args.no_requests)
+        paths = write_wat_files(
+            pages, args.output, args.records_per_file, with_requests=not args.no_requests
+        )
     except (OSError, ValueError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -25,7 +25,9 @@ from webgraph_pipeline import columnar as col
 from webgraph_pipeline.fingerprints import Names, joined_names, names_array, pack_array
 
 # The files of one kind: (split or vocabulary name, file prefix, suffix).
-_SPLIT_FILES = tuple((split, prefix, layout.TFRECORD_SUFFIX) for split, prefix in layout.ALL_SPLIT_PREFIXES.items())
+_SPLIT_FILES = tuple(
+    (split, prefix, layout.TFRECORD_SUFFIX) for split, prefix in layout.ALL_SPLIT_PREFIXES.items()
+)
 DEGREE_PLOT = "degree_distribution.png"
 
 
@@ -36,18 +38,26 @@ def shard_of(row_id, num_ids: int, num_shards: int):
 
 
 def vocab_lines(ids: np.ndarray, names: Names) -> bytes:
-    """`id<TAB>name` lines (UTF-8), sorted by id; made by Arrow, without a Python object per line."""
+    """`id<TAB>name` lines (UTF-8), sorted by id; made by Arrow, without a Python object per
+    line."""
     if not len(ids):
         return b""
     order = np.argsort(ids, kind="stable")
     text = pa.large_string()
-    lines = pc.binary_join_element_wise(pa.array(ids[order]).cast(text), names.take(order), pa.scalar("\t", text))
+    lines = pc.binary_join_element_wise(
+        pa.array(ids[order]).cast(text), names.take(order), pa.scalar("\t", text)
+    )
     return pack_array(lines) + b"\n"
 
 
-def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequence[int]], title: str,
-                    bipartite: bool = False) -> bytes:
-    """A log-log PNG of the in- and out-degree distributions (number of nodes per degree); for users x
+def degree_plot_png(
+    out_hist: Sequence[Sequence[int]],
+    in_hist: Sequence[Sequence[int]],
+    title: str,
+    bipartite: bool = False,
+) -> bytes:
+    """A log-log PNG of the in- and out-degree distributions (number of nodes per degree); for users
+    x
     items data, of the items per user and the users per item."""
     import matplotlib
 
@@ -56,7 +66,11 @@ def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequenc
 
     fig = Figure(figsize=(6, 4.5), dpi=100)
     ax = fig.subplots()
-    labels = ("users: items per user", "items: users per item") if bipartite else ("out-degree", "in-degree")
+    labels = (
+        ("users: items per user", "items: users per item")
+        if bipartite
+        else ("out-degree", "in-degree")
+    )
     for hist, label, marker in ((out_hist, labels[0], "o"), (in_hist, labels[1], "x")):
         points = [(d, n) for d, n in hist if d > 0 and n > 0]
         if points:
@@ -71,11 +85,12 @@ def degree_plot_png(out_hist: Sequence[Sequence[int]], in_hist: Sequence[Sequenc
     return buf.getvalue()
 
 
-
 class _WriteShardFn(beam.DoFn):
-    """(shard, {'rows': [pieces], 'shard': [...]}) -> writes one shard file sorted by id, yields its path.
+    """(shard, {'rows': [pieces], 'shard': [...]}) -> writes one shard file sorted by id, yields its
+    path.
 
-    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `record_codec.encode_rows`) or (ids array,
+    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `record_codec.encode_rows`) or (ids
+    array,
     packed names) (kind `vocab`).
     """
 
@@ -106,20 +121,32 @@ def shard_pieces(piece: tuple, num_ids: int, num_shards: int) -> Iterator[tuple[
     shards = shard_of(ids, num_ids, num_shards)
     names = names_array(piece[1]) if len(piece) == 2 else None
     for shard, at in col.group_positions(shards, num_shards):
-        yield shard, (col.narrow(*col.take_rows(piece, at)) if names is None else (ids[at], pack_array(names.take(at))))
+        yield (
+            shard,
+            (
+                col.narrow(*col.take_rows(piece, at))
+                if names is None
+                else (ids[at], pack_array(names.take(at)))
+            ),
+        )
 
 
-def _write_sharded(pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
+def _write_sharded(
+    pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str
+):
     """Write pieces (RowBlocks or vocabulary arrays) into `num_shards` files by contiguous id range;
     every shard exists."""
     keyed = pcoll | f"{label}ShardKey" >> beam.FlatMap(
         lambda piece, n, s=num_shards: shard_pieces(piece, n, s), beam.pvalue.AsSingleton(size)
     )
-    all_shards = pcoll.pipeline | f"{label}Shards" >> beam.Create([(i, None) for i in range(num_shards)])
+    all_shards = pcoll.pipeline | f"{label}Shards" >> beam.Create(
+        [(i, None) for i in range(num_shards)]
+    )
     return (
         {"rows": keyed, "shard": all_shards}
         | f"{label}GroupShards" >> beam.CoGroupByKey()
-        | f"{label}WriteShard" >> beam.ParDo(_WriteShardFn(output_dir, prefix, suffix, num_shards, kind))
+        | f"{label}WriteShard"
+        >> beam.ParDo(_WriteShardFn(output_dir, prefix, suffix, num_shards, kind))
     )
 
 
@@ -162,22 +189,53 @@ class WriteTfRecords(beam.PTransform):
                 continue
             size = sizes["cols" if split.endswith("train_t") else "rows"]
             written.append(
-                _write_sharded(graph[split], size, split, self._output_dir, prefix, suffix, self._num_shards, "rows")
+                _write_sharded(
+                    graph[split],
+                    size,
+                    split,
+                    self._output_dir,
+                    prefix,
+                    suffix,
+                    self._num_shards,
+                    "rows",
+                )
             )
         written.append(
-            _write_sharded(graph["vocab"], sizes["rows"], "vocab", self._output_dir, layout.VOCAB_PREFIX, "",
-                           self._num_shards, "vocab")
+            _write_sharded(
+                graph["vocab"],
+                sizes["rows"],
+                "vocab",
+                self._output_dir,
+                layout.VOCAB_PREFIX,
+                "",
+                self._num_shards,
+                "vocab",
+            )
         )
         if bipartite:
             written.append(
-                _write_sharded(graph["col_vocab"], sizes["cols"], "col_vocab", self._output_dir,
-                               layout.COL_VOCAB_PREFIX, "", self._num_shards, "vocab")
+                _write_sharded(
+                    graph["col_vocab"],
+                    sizes["cols"],
+                    "col_vocab",
+                    self._output_dir,
+                    layout.COL_VOCAB_PREFIX,
+                    "",
+                    self._num_shards,
+                    "vocab",
+                )
             )
         written.append(
             summary
             | "WriteStatsAndPlot"
             >> beam.ParDo(
-                _WriteStatsFn(self._output_dir, self._config, self._input_files, self._num_shards, self._plot_title)
+                _WriteStatsFn(
+                    self._output_dir,
+                    self._config,
+                    self._input_files,
+                    self._num_shards,
+                    self._plot_title,
+                )
             )
         )
         return written | "AllWritten" >> beam.Flatten()
@@ -186,16 +244,24 @@ class WriteTfRecords(beam.PTransform):
 class _WriteStatsFn(beam.DoFn):
     """The summary dict -> stats.json (without counters) and the degree plot; yields their paths."""
 
-    def __init__(self, output_dir: str, config: dict, input_files: list, num_shards: int, title: str):
+    def __init__(
+        self, output_dir: str, config: dict, input_files: list, num_shards: int, title: str
+    ):
         self._output_dir, self._config, self._input_files = output_dir, config, input_files
         self._num_shards, self._title = num_shards, title
 
     def process(self, summary: Mapping[str, Any]) -> Iterator[str]:
-        stats = stats_json.job_stats(summary, self._config, self._input_files, __version__, self._num_shards)
+        stats = stats_json.job_stats(
+            summary, self._config, self._input_files, __version__, self._num_shards
+        )
         stats_json.write_stats(self._output_dir, stats)
         yield os.path.join(self._output_dir, stats_json.STATS_FILE)
         plot = os.path.join(self._output_dir, DEGREE_PLOT)
-        png = degree_plot_png(stats["out_degree_histogram"], stats["in_degree_histogram"], self._title,
-                              bool(self._config.get("bipartite")))
+        png = degree_plot_png(
+            stats["out_degree_histogram"],
+            stats["in_degree_histogram"],
+            self._title,
+            bool(self._config.get("bipartite")),
+        )
         fileio.write_atomic(plot, png)
         yield plot

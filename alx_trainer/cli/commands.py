@@ -29,8 +29,7 @@ from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
-from alx_trainer.data.dataset import open_dataset
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset, open_dataset
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
 from alx_trainer.model import Model, load_model
 from alx_trainer.ops import per_core
@@ -71,47 +70,94 @@ log = logging.getLogger("alx_trainer.predict")
 
 
 def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model, Dataset | None]:
-    """The model of `model_dir` and the opened `data` (if given), refused unless the model was trained
+    """The model of `model_dir` and the opened `data` (if given), refused unless the model was
+    trained
     on it (same `dataset_fingerprint`; a warning when either side predates fingerprints)."""
     if not fileio.isdir(model_dir):
-        raise FileNotFoundError(f"{model_dir}: model directory not found; give the --model_dir of a `train` run")
+        raise FileNotFoundError(
+            f"{model_dir}: model directory not found; give the --model_dir of a `train` run"
+        )
     model = load_model(model_dir)
     if not data:
         return model, None
     dataset = open_dataset(data, tfds_data_dir)
-    integrity.check_same_data(model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint)
+    integrity.check_same_data(
+        model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
+    )
     return model, dataset
 
 
 def per_core_cpu() -> None:
-    """One JAX CPU device per core for scoring (before JAX starts): its programs have no collective, so
+    """One JAX CPU device per core for scoring (before JAX starts): its programs have no collective,
+    so
     the per-core devices that `split_cpu` keeps from other runs are safe here."""
-    if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "") and not per_core.accelerator_plugins():
+    if (
+        "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
+        and not per_core.accelerator_plugins()
+    ):
         per_core.use_cpu_devices(len(per_core.cores()))
 
 
 def main_eval(argv: Sequence[str]) -> int:
     """Recall@K / NDCG of a trained model and of the popularity baseline on a test split."""
     p = OneLineParser(prog="alx_trainer eval", description=main_eval.__doc__)
-    p.add_argument("--data", required=True, help="Dataset directory in the WebGraph contract, or a TFDS name.")
+    p.add_argument(
+        "--data", required=True, help="Dataset directory in the WebGraph contract, or a TFDS name."
+    )
     p.add_argument("--tfds_data_dir", default="", help="TFDS data_dir when --data is a TFDS name.")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
-    p.add_argument("--k", type=ks, default=[20, 50], help="Cut-offs K of Recall@K, comma-separated.")
+    p.add_argument(
+        "--k", type=ks, default=[20, 50], help="Cut-offs K of Recall@K, comma-separated."
+    )
     p.add_argument("--ndcg_k", type=at_least(0), default=100, help="Cut-off of NDCG (0: none).")
-    p.add_argument("--approx", action="store_true",
-                   help="Approximate top-k (lax.approx_max_k) per column block; its recall against exact is reported.")
-    p.add_argument("--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k.")
-    p.add_argument("--batch_size", type=at_least(0), default=0, help="Test rows per scoring batch (0: by backend).")
-    p.add_argument("--cols_per_block", type=at_least(0), default=0,
-                   help="Columns scored per block (0: by backend); a device's score buffer is batch_size x cols_per_block.")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="A progress bar with rows per second on stderr (default: when stderr is a terminal).")
-    p.add_argument("--max_rows", type=at_least(0), default=0, help="Evaluate only the first N test rows (0: all).")
-    p.add_argument("--split", choices=("test", "validation"), default="test",
-                   help="Rows to evaluate: test, or validation (a dataset directory made with --validation_fraction).")
-    p.add_argument("--fold_in", action="store_true",
-                   help="Fold every row in from its fold-in items, also on a given split (whose users are scored from "
-                        "their trained rows by default).")
+    p.add_argument(
+        "--approx",
+        action="store_true",
+        help="Approximate top-k (lax.approx_max_k) per column block; its recall against exact is "
+        "reported.",
+    )
+    p.add_argument(
+        "--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k."
+    )
+    p.add_argument(
+        "--batch_size",
+        type=at_least(0),
+        default=0,
+        help="Test rows per scoring batch (0: by backend).",
+    )
+    p.add_argument(
+        "--cols_per_block",
+        type=at_least(0),
+        default=0,
+        help="Columns scored per block (0: by backend); a device's score buffer is batch_size x "
+        "cols_per_block.",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="A progress bar with rows per second on stderr (default: when stderr is a terminal).",
+    )
+    p.add_argument(
+        "--max_rows",
+        type=at_least(0),
+        default=0,
+        help="Evaluate only the first N test rows (0: all).",
+    )
+    p.add_argument(
+        "--split",
+        choices=("test", "validation"),
+        default="test",
+        help="Rows to evaluate: test, or validation (a dataset directory made with "
+        "--validation_fraction).",
+    )
+    p.add_argument(
+        "--fold_in",
+        action="store_true",
+        help="Fold every row in from its fold-in items, also on a given split (whose users are "
+        "scored from "
+        "their trained rows by default).",
+    )
     p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
     add_compile_cache(p)
     add_log_level(p)
@@ -121,11 +167,24 @@ def main_eval(argv: Sequence[str]) -> int:
     def body() -> int:
         per_core_cpu()
         use_compile_cache(args.compile_cache)
-        ranking = Ranking(ks=args.k, ndcg_k=args.ndcg_k or None, approx=args.approx, recall_target=args.recall_target,
-                          rows_per_batch=args.batch_size or None, cols_per_block=args.cols_per_block or None,
-                          progress=args.progress)
-        result = evaluate_model_dir(args.model_dir, args.data, ranking, tfds_data_dir=args.tfds_data_dir,
-                                    split=args.split, fold_in=args.fold_in, max_rows=args.max_rows or None)
+        ranking = Ranking(
+            ks=args.k,
+            ndcg_k=args.ndcg_k or None,
+            approx=args.approx,
+            recall_target=args.recall_target,
+            rows_per_batch=args.batch_size or None,
+            cols_per_block=args.cols_per_block or None,
+            progress=args.progress,
+        )
+        result = evaluate_model_dir(
+            args.model_dir,
+            args.data,
+            ranking,
+            tfds_data_dir=args.tfds_data_dir,
+            split=args.split,
+            fold_in=args.fold_in,
+            max_rows=args.max_rows or None,
+        )
         print(format_metrics(result))
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
@@ -136,38 +195,70 @@ def main_eval(argv: Sequence[str]) -> int:
 
 
 def main_sweep(argv: Sequence[str]) -> int:
-    """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on the full
+    """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on the
+    full
     training data and report test; every other flag is `train`'s."""
     p = OneLineParser(
-        prog="alx_trainer sweep", description=main_sweep.__doc__,
-        epilog="Remaining flags (--data, --epochs, --solver, ...) configure each training run; see `train --help`. "
-               "--data must hold the validation splits (the pipeline's --validation_fraction).",
+        prog="alx_trainer sweep",
+        description=main_sweep.__doc__,
+        epilog="Remaining flags (--data, --epochs, --solver, ...) configure each training run; see "
+        "`train --help`. "
+        "--data must hold the validation splits (the pipeline's --validation_fraction).",
     )
-    p.add_argument("--out_dir", required=True, help="Where sweep.csv/.json, the heatmap, best_config.json and final/ go.")
+    p.add_argument(
+        "--out_dir",
+        required=True,
+        help="Where sweep.csv/.json, the heatmap, best_config.json and final/ go.",
+    )
     p.add_argument("--dims", default="", help="Embedding dimensions d (default: --dim).")
-    p.add_argument("--lambdas", default=",".join(f"{v:g}" for v in PAPER_LAMBDAS), help="L2 regularization values.")
-    p.add_argument("--alphas", default=",".join(f"{v:g}" for v in PAPER_ALPHAS), help="Unobserved weights.")
-    p.add_argument("--nus", default="", help="Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).")
-    p.add_argument("--metric", default=DEFAULT_METRIC, help="Validation metric that picks the best point.")
+    p.add_argument(
+        "--lambdas",
+        default=",".join(f"{v:g}" for v in PAPER_LAMBDAS),
+        help="L2 regularization values.",
+    )
+    p.add_argument(
+        "--alphas", default=",".join(f"{v:g}" for v in PAPER_ALPHAS), help="Unobserved weights."
+    )
+    p.add_argument(
+        "--nus",
+        default="",
+        help="Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).",
+    )
+    p.add_argument(
+        "--metric", default=DEFAULT_METRIC, help="Validation metric that picks the best point."
+    )
     p.add_argument("--keep_models", action="store_true", help="Keep every point's model directory.")
-    p.add_argument("--no_final", action="store_true", help="Stop after the sweep (no training on the full data).")
+    p.add_argument(
+        "--no_final",
+        action="store_true",
+        help="Stop after the sweep (no training on the full data).",
+    )
     args, rest = p.parse_known_args(list(argv))
 
     def body() -> int:
         lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
-        config = parse_dataclass_args(TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags())
+        config = parse_dataclass_args(
+            TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags()
+        )
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
         dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
         nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)
         setup_logging(config.log_level)
         use_compile_cache(config.compile_cache)
-        split_cpu(config)  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
+        split_cpu(
+            config
+        )  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
         rows = run_sweep(config, args.out_dir, dims, alphas, lambdas, nus)
         print(format_table(rows, args.metric))
         final = None
         if not args.no_final:
-            final = final_run(config, best_row(rows, args.metric), args.out_dir, ks=config.recall_ks(),
-                              ndcg_k=config.ndcg_k or 20)
+            final = final_run(
+                config,
+                best_row(rows, args.metric),
+                args.out_dir,
+                ks=config.recall_ks(),
+                ndcg_k=config.ndcg_k or 20,
+            )
             print(format_final(final))
         paths = write_outputs(rows, args.out_dir, config, args.metric, final)
         print("wrote " + " ".join(paths.values()))
@@ -183,21 +274,39 @@ def main_predict(argv: Sequence[str]) -> int:
     p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("node", nargs="*", help="URL(s) from the vocabulary, or node ids.")
-    p.add_argument("--links", nargs="+", metavar="URL", default=[],
-                   help="A new page's known outlinks (URLs, or column ids): its predicted "
-                        "outlinks, folded in as `eval` folds in a test row.")
-    p.add_argument("--name", default="",
-                   help="With --links: the page's name (its URL, left out of the predictions "
-                        "when the vocabulary holds it).")
-    p.add_argument("--rows", metavar="FILE", default="",
-                   help="New pages, one per line `NAME<TAB>URL URL ...` ('-': stdin), "
-                        "answered as JSON lines.")
-    p.add_argument("--json", action="store_true",
-                   help="With --links: one JSON line, as --rows answers.")
+    p.add_argument(
+        "--links",
+        nargs="+",
+        metavar="URL",
+        default=[],
+        help="A new page's known outlinks (URLs, or column ids): its predicted "
+        "outlinks, folded in as `eval` folds in a test row.",
+    )
+    p.add_argument(
+        "--name",
+        default="",
+        help="With --links: the page's name (its URL, left out of the predictions "
+        "when the vocabulary holds it).",
+    )
+    p.add_argument(
+        "--rows",
+        metavar="FILE",
+        default="",
+        help="New pages, one per line `NAME<TAB>URL URL ...` ('-': stdin), answered as JSON lines.",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="With --links: one JSON line, as --rows answers."
+    )
     p.add_argument("--k", type=at_least(1), default=10, help="How many predictions per node.")
-    p.add_argument("--batch_size", type=at_least(0), default=0,
-                   help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`).")
-    p.add_argument("--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks.")
+    p.add_argument(
+        "--batch_size",
+        type=at_least(0),
+        default=0,
+        help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`).",
+    )
+    p.add_argument(
+        "--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks."
+    )
     p.add_argument("--table", choices=("row", "col"), default="col", help="Table of --neighbors.")
     add_compile_cache(p)
     add_log_level(p)
@@ -219,7 +328,9 @@ def main_predict(argv: Sequence[str]) -> int:
         for node in args.node:
             if args.neighbors:
                 preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
-                print(format_predictions(f"nearest neighbours of {node} ({args.table} table):", preds))
+                print(
+                    format_predictions(f"nearest neighbours of {node} ({args.table} table):", preds)
+                )
             else:
                 preds = predict_outlinks(model, args.data, node, args.k)
                 print(format_predictions(f"predicted outlinks of {node}:", preds))
@@ -240,24 +351,34 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
         if missing:
             shown = ", ".join(f"{url} ({reason})" for url, reason in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            log.warning("%d of %d links not found, left out: %s%s",
-                        len(missing), len(args.links), shown, more)
+            log.warning(
+                "%d of %d links not found, left out: %s%s",
+                len(missing),
+                len(args.links),
+                shown,
+                more,
+            )
         _, scores, ids = next(predict_pages(ranker, [page], args.k, report))
         result = answer(page, scores, ids, names)
         if args.json:
             print(json_line(result))
         else:
-            preds = [Prediction(p["id"], p["url"] or str(p["id"]), p["score"])
-                     for p in result["predictions"]]
-            title = (f"predicted outlinks of {args.name or 'the page'} "
-                     f"(from {len(page.known)} known links):")
+            preds = [
+                Prediction(p["id"], p["url"] or str(p["id"]), p["score"])
+                for p in result["predictions"]
+            ]
+            title = (
+                f"predicted outlinks of {args.name or 'the page'} "
+                f"(from {len(page.known)} known links):"
+            )
             print(format_predictions(title, preds))
             if "reason" in result:
                 print(f"no predictions: {result['reason']}")
         return 0
     if args.rows != "-" and not os.path.isfile(args.rows):
         raise FileNotFoundError(
-            f"--rows {args.rows}: no such file; give a file of `NAME<TAB>URL URL ...` lines")
+            f"--rows {args.rows}: no such file; give a file of `NAME<TAB>URL URL ...` lines"
+        )
     with contextlib.ExitStack() as stack:
         lines = sys.stdin.buffer if args.rows == "-" else stack.enter_context(open(args.rows, "rb"))
         pages = parse_rows(lines, lookup, report, shared)
@@ -277,16 +398,32 @@ def main_export(argv: Sequence[str]) -> int:
     p = OneLineParser(prog="alx_trainer export", description=main_export.__doc__)
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
     p.add_argument("--output", required=True, help="Output directory.")
-    p.add_argument("--data", default="",
-                   help="Dataset directory whose vocabulary names the ids (optional; --topk "
-                        "needs it: it holds the rows and their known links).")
-    p.add_argument("--topk", type=at_least(0), default=0, metavar="K",
-                   help="Write the top K columns of every row with known links (topk.tfr-*, "
-                        "topk.json) instead of the tables.")
-    p.add_argument("--num_shards", type=at_least(0), default=0,
-                   help="TFRecord shards per table (0: 1), or of --topk (0: one per 2^20 rows).")
-    p.add_argument("--batch_size", type=at_least(0), default=0,
-                   help="Rows per scoring batch of --topk (0: by backend, as `eval`).")
+    p.add_argument(
+        "--data",
+        default="",
+        help="Dataset directory whose vocabulary names the ids (optional; --topk "
+        "needs it: it holds the rows and their known links).",
+    )
+    p.add_argument(
+        "--topk",
+        type=at_least(0),
+        default=0,
+        metavar="K",
+        help="Write the top K columns of every row with known links (topk.tfr-*, "
+        "topk.json) instead of the tables.",
+    )
+    p.add_argument(
+        "--num_shards",
+        type=at_least(0),
+        default=0,
+        help="TFRecord shards per table (0: 1), or of --topk (0: one per 2^20 rows).",
+    )
+    p.add_argument(
+        "--batch_size",
+        type=at_least(0),
+        default=0,
+        help="Rows per scoring batch of --topk (0: by backend, as `eval`).",
+    )
     add_compile_cache(p)
     add_log_level(p)
     args = p.parse_args(list(argv))
@@ -297,14 +434,24 @@ def main_export(argv: Sequence[str]) -> int:
     def body() -> int:
         use_compile_cache(args.compile_cache)
         if fileio.exists(args.output) and not fileio.isdir(args.output):
-            raise FileExistsError(f"--output {args.output} is a file, not a directory; give a directory to export into")
+            raise FileExistsError(
+                f"--output {args.output} is a file, not a directory; give a directory to export "
+                "into"
+            )
         model, dataset = _model(args.model_dir, args.data)
         if args.topk:
-            paths = export_topk(model, dataset, args.output, args.topk, num_shards=args.num_shards,
-                                batch_size=args.batch_size or None)
+            paths = export_topk(
+                model,
+                dataset,
+                args.output,
+                args.topk,
+                num_shards=args.num_shards,
+                batch_size=args.batch_size or None,
+            )
         else:
-            paths = export_tables(model, args.output, data_dir=args.data or None,
-                                  num_shards=args.num_shards or 1)
+            paths = export_tables(
+                model, args.output, data_dir=args.data or None, num_shards=args.num_shards or 1
+            )
         for path in paths:
             print(path)
         return 0

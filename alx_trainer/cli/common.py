@@ -17,7 +17,8 @@ EXPECTED_ERRORS = (ValueError, OSError, KeyError, ArithmeticError)
 
 
 def setup_logging(level: str) -> None:
-    """Send the `alx_trainer` loggers' records at `level` and above to stderr (replacing an earlier setup)."""
+    """Send the `alx_trainer` loggers' records at `level` and above to stderr (replacing an earlier
+    setup)."""
     logger = logging.getLogger("alx_trainer")
     for handler in [h for h in logger.handlers if getattr(h, "alx_cli", False)]:
         logger.removeHandler(handler)
@@ -27,13 +28,15 @@ def setup_logging(level: str) -> None:
     logger.addHandler(handler)
     logger.setLevel(level.upper())
     logger.propagate = False
-    # orbax logs routine notices through absl as warnings (a read-only checkpoint manager's settings):
+    # orbax logs routine notices through absl as warnings (a read-only checkpoint manager's
+    # settings):
     # kept for --log_level debug, so an error stays one line otherwise
     logging.getLogger("absl").setLevel(logging.DEBUG if level == "debug" else logging.ERROR)
 
 
 class _Formatter(logging.Formatter):
-    """Progress (INFO) as the message alone; warnings, errors and debug records with their level and logger."""
+    """Progress (INFO) as the message alone; warnings, errors and debug records with their level and
+    logger."""
 
     def __init__(self):
         super().__init__("%(levelname)s %(name)s: %(message)s")
@@ -43,18 +46,27 @@ class _Formatter(logging.Formatter):
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log_level", choices=LOG_LEVELS, default="info", help="Diagnostics on stderr from this level.")
+    parser.add_argument(
+        "--log_level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="Diagnostics on stderr from this level.",
+    )
 
 
 def add_compile_cache(parser: argparse.ArgumentParser) -> None:
     """`--compile_cache DIR|auto|off` (as `train`'s flag of the same name)."""
-    parser.add_argument("--compile_cache", default="auto",
-                        help="JAX's persistent compilation cache: 'auto' (this user's ~/.cache/alx/jax or "
-                             "$XDG_CACHE_HOME/alx/jax), a directory only this user can write, or 'off'.")
+    parser.add_argument(
+        "--compile_cache",
+        default="auto",
+        help="JAX's persistent compilation cache: 'auto' (this user's ~/.cache/alx/jax or "
+        "$XDG_CACHE_HOME/alx/jax), a directory only this user can write, or 'off'.",
+    )
 
 
 def use_compile_cache(setting: str) -> None:
-    """Turn JAX's persistent compilation cache on (`compile_cache.enable`) before anything compiles."""
+    """Turn JAX's persistent compilation cache on (`compile_cache.enable`) before anything
+    compiles."""
     from alx_trainer import compile_cache  # imports JAX: not for --help
 
     path = compile_cache.enable(setting)
@@ -62,14 +74,18 @@ def use_compile_cache(setting: str) -> None:
 
 
 def run(prog: str, body: Callable[[], int]) -> int:
-    """`body()`, or one line `alx_trainer PROG: error: ...` on stderr and its exit status: 2 for a bad
-    flag or config value (`ConfigError`), 1 for bad data or a failure (the previous results stay)."""
+    """`body()`, or one line `alx_trainer PROG: error: ...` on stderr and its exit status: 2 for a
+    bad
+    flag or config value (`ConfigError`), 1 for bad data or a failure (the previous results
+    stay)."""
     try:
         return body()
     except KeyboardInterrupt:
         print(f"alx_trainer {prog}: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # every error becomes one line; --debug / WEBGRAPH_DEBUG=1 adds the traceback
+    except (
+        Exception
+    ) as e:  # every error becomes one line; --debug / WEBGRAPH_DEBUG=1 adds the traceback
         if debugging():
             traceback.print_exc()
         if isinstance(e, ConfigError):
@@ -79,7 +95,10 @@ def run(prog: str, body: Callable[[], int]) -> int:
             print(f"alx_trainer {prog}: error: {one_line(e)}", file=sys.stderr)
         else:
             hint = "" if debugging() else f" (--debug or {DEBUG_ENV}=1 shows the traceback)"
-            print(f"alx_trainer {prog}: error: {type(e).__name__}: {one_line(e)}{hint}", file=sys.stderr)
+            print(
+                f"alx_trainer {prog}: error: {type(e).__name__}: {one_line(e)}{hint}",
+                file=sys.stderr,
+            )
         return 1
 
 
@@ -88,7 +107,9 @@ def ks(text: str) -> list[int]:
     try:
         values = [int(k) for k in text.split(",") if k.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values

@@ -30,7 +30,9 @@ def load_config_file(path: str) -> dict[str, Any]:
         else:
             values = json.loads(text)
     except Exception as e:  # JSON and YAML raise different types; both mean a malformed file
-        raise ConfigError(f"{path}: cannot parse config file ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+        raise ConfigError(
+            f"{path}: cannot parse config file ({type(e).__name__}: {str(e).splitlines()[0]})"
+        ) from e
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: config file must hold a mapping of field names to values")
     return values
@@ -62,7 +64,9 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
     return converted
 
 
-def build_parser(cls: type, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    cls: type, prog: str | None = None, description: str | None = None
+) -> argparse.ArgumentParser:
     """An argparse parser with one flag per dataclass field (defaults shown in --help)."""
     parser = OneLineParser(
         prog=prog,
@@ -70,7 +74,9 @@ def build_parser(cls: type, prog: str | None = None, description: str | None = N
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--config", default=None, help="JSON or YAML file of field values (flat, or nested by section); flags override it."
+        "--config",
+        default=None,
+        help="JSON or YAML file of field values (flat, or nested by section); flags override it.",
     )
     sections = getattr(cls, "sections", None) or {"": cls}
     for title, section in sections.items():
@@ -80,14 +86,20 @@ def build_parser(cls: type, prog: str | None = None, description: str | None = N
             help_text = field.metadata.get("help", "")
             default = field.default if field.default is not dataclasses.MISSING else None
             if kind is bool:
-                group.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
+                group.add_argument(
+                    f"--{field.name}",
+                    action=argparse.BooleanOptionalAction,
+                    default=default,
+                    help=help_text,
+                )
             else:
                 group.add_argument(f"--{field.name}", type=kind, default=default, help=help_text)
     return parser
 
 
 def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    """Config-file values by field name: a section name mapping to a mapping (`solver: {cg_iters: 3}`)
+    """Config-file values by field name: a section name mapping to a mapping (`solver: {cg_iters:
+    3}`)
     contributes its fields (field values are never mappings, so a section named like a field is told
     apart by its value)."""
     sections = getattr(cls, "sections", None) or {}
@@ -104,8 +116,12 @@ def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]
     return out
 
 
-def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | None = None,
-                         also_known: Sequence[str] = ()) -> T:
+def parse_dataclass_args(
+    cls: type[T],
+    argv: Sequence[str] | None,
+    prog: str | None = None,
+    also_known: Sequence[str] = (),
+) -> T:
     """Build `cls` from defaults, then `--config FILE`, then explicit flags (which win).
 
     Raises ValueError / FileNotFoundError with one-line messages for unknown keys or bad values;
@@ -121,7 +137,9 @@ def parse_dataclass_args(cls: type[T], argv: Sequence[str] | None, prog: str | N
             continue
         kwargs: dict[str, Any] = {"dest": action.dest, "default": argparse.SUPPRESS}
         if isinstance(action, argparse.BooleanOptionalAction):
-            given.add_argument(*action.option_strings, action=argparse.BooleanOptionalAction, **kwargs)
+            given.add_argument(
+                *action.option_strings, action=argparse.BooleanOptionalAction, **kwargs
+            )
         else:
             given.add_argument(*action.option_strings, type=action.type, **kwargs)
     explicit = vars(given.parse_known_args(list(argv) if argv is not None else None)[0])

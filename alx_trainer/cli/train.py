@@ -34,7 +34,8 @@ from alx_trainer.ops import per_core
 
 
 def _init_distributed(config: TrainConfig) -> None:
-    """`jax.distributed.initialize` (explicit coordinator for CPU/GPU clusters, auto on a TPU slice)."""
+    """`jax.distributed.initialize` (explicit coordinator for CPU/GPU clusters, auto on a TPU
+    slice)."""
     # CPU devices of several processes need gloo for cross-process collectives; TPU/GPU ignore it.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
@@ -58,7 +59,10 @@ def split_cpu(config: TrainConfig) -> int:
     (seen with batched Cholesky and with in-process all-gathers on this 2-core machine), so other
     runs keep one CPU device. See `per_core` for how the devices are run.
     """
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "") or per_core.accelerator_plugins():
+    if (
+        "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+        or per_core.accelerator_plugins()
+    ):
         return 0
     safe = (
         config.solver == "cg"
@@ -74,7 +78,8 @@ def split_cpu(config: TrainConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, train, print a one-line summary; 0 on success, 2 for a bad flag or value, 1 for
-    bad data or a failed run (one line on stderr; `--debug` or WEBGRAPH_DEBUG=1 adds the traceback)."""
+    bad data or a failed run (one line on stderr; `--debug` or WEBGRAPH_DEBUG=1 adds the
+    traceback)."""
     return run("train", lambda: _main(argv))
 
 
@@ -82,7 +87,8 @@ def _main(argv: list[str] | None) -> int:
     config = parse_dataclass_args(TrainConfig, argv, prog="alx_trainer train").validate()
     setup_logging(config.log_level)
     use_compile_cache(config.compile_cache)
-    # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad flag
+    # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad
+    # flag
     from alx_trainer.train import train
 
     if config.distributed:
@@ -92,13 +98,16 @@ def _main(argv: list[str] | None) -> int:
     model = train(config, tables=False)  # the summary needs the metrics only
     last = model.metrics[-1] if model.metrics else {}
     shown = [k for k in last if k == "loss" or (k.startswith("recall@") and "/" not in k)]
-    summary = ", ".join(f"{k} {last[k]:.6g}" if k == "loss" else f"{k} {last[k]:.4f}" for k in shown)
+    summary = ", ".join(
+        f"{k} {last[k]:.6g}" if k == "loss" else f"{k} {last[k]:.4f}" for k in shown
+    )
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
     compiles = sum(r.get("compiles", 0) for r in model.metrics)
-    compiling = sum(r.get("compile_seconds", 0.0) for r in model.metrics)
-    spent = f", {compiles} program(s) compiled in {compiling:.1f} s" if compiles else ", nothing compiled"
-    print(f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}{spent}"
-          + (f": {summary}" if summary else ""))
+    spent = f", {compiles} program(s) compiled" if compiles else ", nothing compiled"
+    print(
+        f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}{spent}"
+        + (f": {summary}" if summary else "")
+    )
     return 0
 
 

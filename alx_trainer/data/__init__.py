@@ -1,1 +1,2 @@
-"""Input: records -> row chunks (`records`), TFDS datasets (`tfds_input`), row chunks -> dense batches (`batching`)."""
+"""Input: records -> row chunks (`records`), TFDS datasets (`tfds_input`), row chunks -> dense
+batches (`batching`)."""

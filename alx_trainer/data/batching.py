@@ -17,7 +17,8 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from alx_trainer.config import BATCH_IDS, PIECE_LENS
-from alx_trainer.data.records import RowChunk
+from alx_trainer.data import host_cores
+from alx_trainer.data.row_chunk import RowChunk
 
 PAD_ID = -1
 
@@ -63,7 +64,8 @@ def batch_shape(piece_len: int, batch_pieces: int, batch_ids: int = BATCH_IDS) -
 
 
 def padded_slots(lengths: np.ndarray, piece_len: int, batch_pieces: int) -> tuple[int, int]:
-    """(id slots, ids) of the rows of `lengths` that fit one batch of `batch_pieces` pieces of `piece_len`."""
+    """(id slots, ids) of the rows of `lengths` that fit one batch of `batch_pieces` pieces of
+    `piece_len`."""
     pieces = num_pieces(lengths, piece_len)
     fits = pieces <= batch_pieces
     return int(pieces[fits].sum()) * piece_len, int(lengths[fits].sum())
@@ -84,7 +86,9 @@ def choose_piece_len(counts: dict[int, tuple[int, int]]) -> int:
         slots, ids = counts[piece_len]
         if slots <= MAX_PADDING * max(ids, 1):
             return piece_len
-    return min(PIECE_LENS, key=lambda piece_len: counts[piece_len][0] / max(counts[piece_len][1], 1))
+    return min(
+        PIECE_LENS, key=lambda piece_len: counts[piece_len][0] / max(counts[piece_len][1], 1)
+    )
 
 
 def empty_batch(k: int, piece_len: int, batch_pieces: int, batch_rows: int) -> DeviceBatch:
@@ -96,7 +100,9 @@ def empty_batch(k: int, piece_len: int, batch_pieces: int, batch_rows: int) -> D
     )
 
 
-def batch_starts(pieces: np.ndarray, batch_pieces: int, batch_rows: int, final: bool) -> tuple[list[int], int]:
+def batch_starts(
+    pieces: np.ndarray, batch_pieces: int, batch_rows: int, final: bool
+) -> tuple[list[int], int]:
     """Next-fit boundaries: start row of each full batch, and the first row left over."""
     cum = np.concatenate([[0], np.cumsum(pieces)])
     n = len(pieces)
@@ -105,14 +111,26 @@ def batch_starts(pieces: np.ndarray, batch_pieces: int, batch_rows: int, final: 
     while start < n:
         end = int(np.searchsorted(cum, cum[start] + batch_pieces, side="right")) - 1
         end = min(end, start + batch_rows, n)
-        if end == n and not final and end - start < batch_rows and cum[n] - cum[start] < batch_pieces:
+        if (
+            end == n
+            and not final
+            and end - start < batch_rows
+            and cum[n] - cum[start] < batch_pieces
+        ):
             break  # not full yet: wait for more rows
         starts.append(start)
         start = end
     return starts, start
 
 
-def _fill(chunk: RowChunk, starts: list[int], stop: int, piece_len: int, batch_pieces: int, batch_rows: int) -> DeviceBatch:
+def _fill(
+    chunk: RowChunk,
+    starts: list[int],
+    stop: int,
+    piece_len: int,
+    batch_pieces: int,
+    batch_rows: int,
+) -> DeviceBatch:
     """Scatter rows [starts[0], stop) of `chunk` into len(starts) device batches."""
     k = len(starts)
     out = empty_batch(k, piece_len, batch_pieces, batch_rows)
@@ -137,43 +155,52 @@ def _fill(chunk: RowChunk, starts: list[int], stop: int, piece_len: int, batch_p
     lo, hi = chunk.indptr[first], chunk.indptr[stop]
     entry_row = np.repeat(np.arange(len(lengths)), lengths)
     q = np.arange(hi - lo) - (chunk.indptr[first:stop] - lo)[entry_row]
-    out.ids[batch_of_row[entry_row], piece_off[entry_row] + q // piece_len, q % piece_len] = chunk.cols[lo:hi]
+    out.ids[batch_of_row[entry_row], piece_off[entry_row] + q // piece_len, q % piece_len] = (
+        chunk.cols[lo:hi]
+    )
     return out
 
 
-def _concat(a: RowChunk | None, b: RowChunk) -> RowChunk:
-    if a is None or len(a) == 0:
-        return b
-    return RowChunk(
-        np.concatenate([a.row_ids, b.row_ids]),
-        np.concatenate([a.indptr[:-1] - a.indptr[0], b.indptr - b.indptr[0] + (a.indptr[-1] - a.indptr[0])]),
-        np.concatenate([a.cols[a.indptr[0] : a.indptr[-1]], b.cols[b.indptr[0] : b.indptr[-1]]]),
+def pack_normal(
+    chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int, threads: int = 1
+) -> Iterator[DeviceBatch]:
+    """Pack every row that fits one device batch; rows longer than that are skipped here.
+
+    The batches of successive chunks are filled in `threads` threads (0: one per host core), in
+    order.
+    """
+
+    def fill(job: tuple[RowChunk, list[int], int]) -> DeviceBatch:
+        return _fill(*job, piece_len, batch_pieces, batch_rows)
+
+    return host_cores.ordered(
+        fill,
+        _fill_jobs(chunks, piece_len, batch_pieces, batch_rows),
+        threads or host_cores.host_threads(),
     )
 
 
-def select_rows(chunk: RowChunk, keep: np.ndarray) -> RowChunk:
-    """The rows of `chunk` where `keep` is true."""
-    lengths = chunk.lengths[keep]
-    starts = chunk.indptr[:-1][keep]
-    entry_row = np.repeat(np.arange(len(lengths)), lengths)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    cols = chunk.cols[starts[entry_row] + np.arange(offsets[-1]) - offsets[:-1][entry_row]]
-    return RowChunk(chunk.row_ids[keep], offsets.astype(np.int64), cols)
-
-
-def pack_normal(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int) -> Iterator[DeviceBatch]:
-    """Pack every row that fits one device batch; rows longer than that are skipped here."""
-    pending: RowChunk | None = None
+def _fill_jobs(
+    chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int
+) -> Iterator[tuple[RowChunk, list[int], int]]:
+    """(rows, batch starts, stop) of each `_fill` of `pack_normal`, in order."""
+    pending = RowChunk.empty()
     for chunk in chunks:
         fits = num_pieces(chunk.lengths, piece_len) <= batch_pieces
-        pending = _concat(pending, chunk if fits.all() else select_rows(chunk, fits))
-        starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False)
+        pending = RowChunk.concat([pending, chunk if fits.all() else chunk.select(fits)])
+        starts, stop = batch_starts(
+            num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False
+        )
         if starts:
-            yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
-            pending = select_rows(pending, np.arange(len(pending)) >= stop)
-    if pending is not None and len(pending):
-        starts, stop = batch_starts(num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True)
-        yield _fill(pending, starts, stop, piece_len, batch_pieces, batch_rows)
+            yield pending, starts, stop
+            pending = pending.take(stop, len(pending))
+    if len(pending):
+        yield (
+            pending,
+            *batch_starts(
+                num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True
+            ),
+        )
 
 
 def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> Iterator[LongBatch]:
@@ -183,7 +210,7 @@ def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> 
         long = num_pieces(chunk.lengths, piece_len) > batch_pieces
         if not long.any():
             continue
-        sub = select_rows(chunk, long)
+        sub = chunk.select(long)
         lengths = sub.lengths
         nb = -(-lengths // per_batch)
         batch_row = np.repeat(np.arange(len(sub)), nb)
@@ -192,11 +219,14 @@ def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> 
         q = np.arange(len(sub.cols)) - sub.indptr[:-1][entry_row]
         first_batch = np.concatenate([[0], np.cumsum(nb)])[:-1]
         ids[first_batch[entry_row] + q // per_batch, q % per_batch] = sub.cols
-        yield LongBatch(ids.reshape(-1, batch_pieces, piece_len), sub.row_ids[batch_row], lengths[batch_row])
+        yield LongBatch(
+            ids.reshape(-1, batch_pieces, piece_len), sub.row_ids[batch_row], lengths[batch_row]
+        )
 
 
 def group_steps(batches: Iterable, per_step: int, num_steps: int, make_empty) -> Iterator:
-    """Regroup a stream of k-batches into exactly `num_steps` groups of `per_step` (padding the end).
+    """Regroup a stream of k-batches into exactly `num_steps` groups of `per_step` (padding the
+    end).
 
     `make_empty(k)` builds k padding batches. Every host must run the same number of steps,
     so hosts with less data pad with empty steps.
@@ -218,27 +248,38 @@ def group_steps(batches: Iterable, per_step: int, num_steps: int, make_empty) ->
         yield merged
         emitted += 1
     if emitted > num_steps:
-        raise RuntimeError(f"data produced {emitted} steps but the plan allows {num_steps}; did the files change?")
+        raise RuntimeError(
+            f"data produced {emitted} steps but the plan allows {num_steps}; did the files change?"
+        )
     for _ in range(num_steps - emitted):
         yield make_empty(per_step)
 
 
 def owner_steps(per_device: Sequence[DeviceBatch], empty: DeviceBatch) -> Iterator[DeviceBatch]:
-    """Steps whose slot j holds device j's next batch (`per_device[j]`, k_j batches), or `empty` once it has none."""
+    """Steps whose slot j holds device j's next batch (`per_device[j]`, k_j batches), or `empty`
+    once it has none."""
     for s in range(max((len(b) for b in per_device), default=0)):
         yield merge([_slice(b, s, s + 1) if s < len(b) else empty for b in per_device])
 
 
 def stack_calls(steps: Iterable[DeviceBatch], per_call: int) -> Iterator[DeviceBatch]:
-    """Every `per_call` consecutive steps ([k, ...] arrays) as one call ([k, per_call, ...] arrays)."""
+    """Every `per_call` consecutive steps ([k, ...] arrays) as one call ([k, per_call, ...]
+    arrays)."""
     group: list[DeviceBatch] = []
     for step in steps:
         group.append(step)
         if len(group) == per_call:
-            yield DeviceBatch(*(np.stack([getattr(g, f.name) for g in group], axis=1) for f in dataclasses.fields(DeviceBatch)))
+            yield DeviceBatch(
+                *(
+                    np.stack([getattr(g, f.name) for g in group], axis=1)
+                    for f in dataclasses.fields(DeviceBatch)
+                )
+            )
             group = []
     if group:
-        raise ValueError(f"{len(group)} steps left over: the step count must be a multiple of {per_call}")
+        raise ValueError(
+            f"{len(group)} steps left over: the step count must be a multiple of {per_call}"
+        )
 
 
 def merge(items: list):
@@ -246,7 +287,12 @@ def merge(items: list):
     if len(items) == 1:
         return items[0]
     cls = type(items[0])
-    return cls(**{f.name: np.concatenate([getattr(x, f.name) for x in items]) for f in dataclasses.fields(cls)})
+    return cls(
+        **{
+            f.name: np.concatenate([getattr(x, f.name) for x in items])
+            for f in dataclasses.fields(cls)
+        }
+    )
 
 
 def _slice(item, lo: int, hi: int):
@@ -256,5 +302,7 @@ def _slice(item, lo: int, hi: int):
 
 def empty_long(k: int, piece_len: int, batch_pieces: int) -> LongBatch:
     return LongBatch(
-        np.full((k, batch_pieces, piece_len), PAD_ID, np.int32), np.full(k, PAD_ID, np.int64), np.zeros(k, np.int64)
+        np.full((k, batch_pieces, piece_len), PAD_ID, np.int32),
+        np.full(k, PAD_ID, np.int64),
+        np.zeros(k, np.int64),
     )

@@ -9,44 +9,57 @@ directory (or `info.metadata["stats"]`), else from the largest id in the files.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from alx_trainer.data import integrity, records
-from alx_trainer.data.records import Dataset
 from webgraph_contract import layout, stats_json
 
 DEFAULT_VERSION = "1.0.0"
 
 
-def open_tfds(name: str, data_dir: str | None) -> Dataset:
-    """A `Dataset` for a prepared TFDS dataset such as `web_graph/de-dense` (version 1.0.0 by default)."""
+def locate(
+    name: str, data_dir: str | None
+) -> tuple[str, str, dict[str, list[str]], dict[str, Any]]:
+    """(full name, data directory, split -> shard files, stats) of a prepared TFDS dataset such as
+    `web_graph/de-dense` (version 1.0.0 by default)."""
     try:
         import tensorflow_datasets as tfds  # seconds to import; only TFDS names need it
     except ImportError:
-        raise ImportError(f"--data {name} is a TFDS name, which needs TensorFlow Datasets: "
-                          "pip install 'webgraph-alx[tfds]' (or give a dataset directory)") from None
+        raise ImportError(
+            f"--data {name} is a TFDS name, which needs TensorFlow Datasets: "
+            "pip install 'webgraph-alx[tfds]' (or give a dataset directory)"
+        ) from None
 
     full = name if ":" in name else f"{name}:{DEFAULT_VERSION}"
     try:
         builder = tfds.builder(full, data_dir=data_dir)
     except Exception as e:  # TFDS raises several types for an unknown or unprepared dataset
         where = data_dir or "the default data_dir"
-        raise FileNotFoundError(f"{full}: not a prepared TFDS dataset in {where} ({e})".splitlines()[0]) from None
+        raise FileNotFoundError(
+            f"{full}: not a prepared TFDS dataset in {where} ({e})".splitlines()[0]
+        ) from None
     root = os.fspath(builder.data_dir)
     if not os.path.isdir(root):
-        raise FileNotFoundError(f"{full}: not prepared under {root}; run `tfds build tfds_builder/web_graph ...` first")
+        raise FileNotFoundError(
+            f"{full}: not prepared under {root}; run `tfds build tfds_builder/web_graph ...` first"
+        )
     files: dict[str, list[str]] = {}
     for split, info in builder.info.splits.items():
         if split in layout.SPLIT_PREFIXES:
             files[split] = sorted(os.path.join(root, f) for f in info.filenames)
     absent = [f for split_files in files.values() for f in split_files if not os.path.exists(f)]
     if absent:
-        raise integrity.DataError(f"{full}: {len(absent)} shard file(s) of the prepared dataset are missing "
-                                  f"({absent[0]}, ...); run `tfds build` again")
+        raise integrity.DataError(
+            f"{full}: {len(absent)} shard file(s) of the prepared dataset are missing "
+            f"({absent[0]}, ...); run `tfds build` again"
+        )
     for split in ("train", "train_t"):
         if not files.get(split):
-            raise ValueError(f"{full}: has no {split!r} split; dataset does not match the WebGraph contract")
+            raise ValueError(
+                f"{full}: has no {split!r} split; dataset does not match the WebGraph contract"
+            )
     stats_path = os.path.join(root, stats_json.STATS_FILE)
     if os.path.exists(stats_path):
         stats = stats_json.read_stats(root)
@@ -54,11 +67,7 @@ def open_tfds(name: str, data_dir: str | None) -> Dataset:
         stats = dict(builder.info.metadata["stats"])
     else:
         stats = {"nodes": _max_id(files) + 1}
-    num_rows, num_cols = stats_json.matrix_shape(stats)
-    splits = {k: int(v) for k, v in stats.get("splits", {}).items() if k in layout.SPLIT_PREFIXES}
-    return Dataset(full, num_rows, num_cols, files, root, tfds=True, bipartite=stats_json.is_bipartite(stats),
-                   splits=splits, fingerprint=stats_json.dataset_fingerprint(stats),
-                   protocol=str(stats.get("protocol", "")))
+    return full, root, files, stats
 
 
 def _max_id(files: dict[str, list[str]]) -> int:

@@ -27,8 +27,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from alx_trainer.data import integrity, records
-from alx_trainer.data.dataset import open_dataset, open_directory, validation_view
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset, open_dataset, open_directory, validation_view
 from alx_trainer.evaluation import metrics, topk
 from alx_trainer.model import Model, load_model
 from webgraph_contract import dataset_reader, fileio, stats_json
@@ -176,9 +175,7 @@ def evaluate_rows(
     row_table, col_table, model_config = _tables(model_or_tables)
     config = config if config is not None else model_config
     if trained_rows and row_table is None:
-        raise ValueError(
-            "trained_rows: the model has no row table (pass a Model or both tables)"
-        )
+        raise ValueError("trained_rows: the model has no row table (pass a Model or both tables)")
     if not rows:
         raise ValueError("no test rows to evaluate (the dataset was built without a test split?)")
     known = [np.asarray(c, np.int64) for _, c, _ in rows]

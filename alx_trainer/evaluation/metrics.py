@@ -16,21 +16,32 @@ def _hits(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
     """Boolean `[n, k]`: whether the i-th prediction of a row is in that row's ground truth."""
     topk = np.asarray(topk)
     if topk.ndim != 2 or len(topk) != len(gt):
-        raise ValueError(f"topk must be [n, K] with n = len(gt) = {len(gt)}, got shape {topk.shape}")
+        raise ValueError(
+            f"topk must be [n, K] with n = len(gt) = {len(gt)}, got shape {topk.shape}"
+        )
     if k > topk.shape[1]:
         raise ValueError(f"asked for metrics at {k} but only {topk.shape[1]} predictions per row")
     # one membership test over all rows: (row, column) pairs as single int64 keys
     pred = topk[:, :k].astype(np.int64)
-    width = int(max(pred.max(initial=0), max((int(np.max(g)) for g in gt if len(g)), default=0))) + 2
+    width = (
+        int(max(pred.max(initial=0), max((int(np.max(g)) for g in gt if len(g)), default=0))) + 2
+    )
     rows = np.repeat(np.arange(len(gt), dtype=np.int64), [len(g) for g in gt])
-    gt_keys = rows * width + (np.concatenate([np.asarray(g, np.int64) for g in gt]) if len(rows) else rows) + 1
+    gt_keys = (
+        rows * width
+        + (np.concatenate([np.asarray(g, np.int64) for g in gt]) if len(rows) else rows)
+        + 1
+    )
     keys = np.arange(len(gt), dtype=np.int64)[:, None] * width + pred + 1
     return np.isin(keys, gt_keys) & (pred >= 0)
 
 
-def recall_at_k(topk: np.ndarray, gt: Sequence[np.ndarray], k: int, of_all_gt: bool = False) -> np.ndarray:
+def recall_at_k(
+    topk: np.ndarray, gt: Sequence[np.ndarray], k: int, of_all_gt: bool = False
+) -> np.ndarray:
     """Per-row Recall@k = |top-k ∩ gt| / min(k, |gt|) (the ALX paper's), or with `of_all_gt`
-    |top-k ∩ gt| / |gt| (LightGCN's and its successors'); NaN for rows with an empty ground truth."""
+    |top-k ∩ gt| / |gt| (LightGCN's and its successors'); NaN for rows with an empty ground
+    truth."""
     hits = _hits(topk, gt, k).sum(axis=1).astype(np.float64)
     sizes = np.array([len(np.unique(np.asarray(g))) for g in gt], dtype=np.float64)
     denom = sizes if of_all_gt else np.minimum(float(k), sizes)
@@ -57,9 +68,13 @@ def mean_metric(values: np.ndarray) -> float:
 
 
 def ranking_metrics(
-    topk: np.ndarray, gt: Sequence[np.ndarray], ks: Sequence[int] = (20, 50), ndcg_k: int | None = 100
+    topk: np.ndarray,
+    gt: Sequence[np.ndarray],
+    ks: Sequence[int] = (20, 50),
+    ndcg_k: int | None = 100,
 ) -> dict[str, float]:
-    """`{"recall@20": ..., "recall_gt@20": ..., "ndcg@100": ...}` averaged over rows with ground truth:
+    """`{"recall@20": ..., "recall_gt@20": ..., "ndcg@100": ...}` averaged over rows with ground
+    truth:
     `recall@K` = hits / min(K, |gt|) (ALX paper), `recall_gt@K` = hits / |gt| (LightGCN)."""
     out = {}
     for k in ks:
@@ -77,7 +92,9 @@ ACTIVITY_CUTS: tuple[int, int] = (16, 64)
 ACTIVITY_BUCKETS: tuple[str, str, str] = ("cold", "medium", "heavy")
 
 
-def activity_bucket(num_items: Sequence[int] | np.ndarray, cuts: Sequence[int] = ACTIVITY_CUTS) -> np.ndarray:
+def activity_bucket(
+    num_items: Sequence[int] | np.ndarray, cuts: Sequence[int] = ACTIVITY_CUTS
+) -> np.ndarray:
     """Index into `ACTIVITY_BUCKETS` of each row: 0 below cuts[0], 1 below cuts[1], else 2."""
     return np.searchsorted(np.asarray(cuts), np.asarray(num_items), side="right")
 
@@ -90,7 +107,8 @@ def bucket_metrics(
     ndcg_k: int | None = 20,
     cuts: Sequence[int] = ACTIVITY_CUTS,
 ) -> dict[str, float]:
-    """`ranking_metrics` per activity bucket, keyed `cold/recall@20`, ..., plus `cold/rows` (rows with gt);
+    """`ranking_metrics` per activity bucket, keyed `cold/recall@20`, ..., plus `cold/rows` (rows
+    with gt);
     a bucket without a row with gt is left out (its metrics are undefined, not NaN)."""
     bucket = activity_bucket(num_items, cuts)
     has_gt = np.array([len(g) > 0 for g in gt], bool)

@@ -541,9 +541,8 @@ def top_k_rows(
     ids = np.full((n, k), -1, np.int64)
     scores = np.full((n, k), -np.inf, np.float32)
     if fold_in_fn is None and row_table is None:
-        from alx_trainer.model import (
-            fold_in as fold_in_fn,
-        )  # the trainer's solve: imported when used
+        # the trainer's solve, imported only where rows are folded in (it brings the runners)
+        from alx_trainer.model import fold_in as fold_in_fn
     began = time.perf_counter()
     with _progress_bar(n, progress, "top-k") as bar:
         for start in range(0, n, FOLD_IN_CHUNK):

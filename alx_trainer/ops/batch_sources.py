@@ -24,13 +24,15 @@ import jax
 import numpy as np
 
 from alx_trainer.data import batching, records
+from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import owner_file_stream
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
 
-# A compiled call's batch arrays (ids, seg, row_ids, row_len) on the devices, and the rows it solves.
+# A compiled call's batch arrays (ids, seg, row_ids, row_len) on the devices, and the rows it
+# solves.
 Call = tuple[list[jax.Array], int]
-MakeChunks = Callable[[], Iterator[records.RowChunk]]
+MakeChunks = Callable[[], Iterator[RowChunk]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +41,11 @@ class Scan:
 
     lengths: np.ndarray
     row_ids: np.ndarray
-    chunks: list[records.RowChunk] | None  # every chunk (sources that pack from memory)
-    long_rows: list[records.RowChunk]  # rows longer than the smallest candidate batch (`OwnerStream`)
+    chunks: list[RowChunk] | None  # every chunk (sources that pack from memory)
+    long_rows: list[RowChunk]  # rows longer than the smallest candidate batch (`OwnerStream`)
 
 
-def scan(chunks: Iterable[records.RowChunk], keep_chunks: bool, long_above: int | None) -> Scan:
+def scan(chunks: Iterable[RowChunk], keep_chunks: bool, long_above: int | None) -> Scan:
     """One pass over a side's rows; keeps the chunks, or the rows longer than `long_above` ids."""
     seen, kept, long_rows = [], [], []
     for c in chunks:
@@ -51,7 +53,7 @@ def scan(chunks: Iterable[records.RowChunk], keep_chunks: bool, long_above: int 
         if keep_chunks:
             kept.append(c)
         if long_above is not None and (long := c.lengths > long_above).any():
-            long_rows.append(batching.select_rows(c, long))
+            long_rows.append(c.select(long))
     lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
     row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
     return Scan(lengths, row_ids, kept if keep_chunks else None, long_rows)
@@ -61,9 +63,12 @@ def _empty(plan: SidePlan, k: int) -> batching.DeviceBatch:
     return batching.empty_batch(k, *plan.shape)
 
 
-def host_calls(chunks: Iterable[records.RowChunk], plan: SidePlan, per_step: int) -> Iterator[batching.DeviceBatch]:
-    """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them."""
-    steps = batching.pack_normal(chunks, *plan.shape)
+def host_calls(
+    chunks: Iterable[RowChunk], plan: SidePlan, per_step: int, threads: int = 1
+) -> Iterator[batching.DeviceBatch]:
+    """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them,
+    packed in `threads` threads (0: one per host core)."""
+    steps = batching.pack_normal(chunks, *plan.shape, threads)
     steps = batching.group_steps(steps, per_step, plan.steps, functools.partial(_empty, plan))
     return batching.stack_calls(steps, plan.per_call)
 
@@ -82,23 +87,30 @@ def device_call(device, call: batching.DeviceBatch) -> Call:
 
 def part(call: batching.DeviceBatch, j: int) -> batching.DeviceBatch:
     """Device j's part of a call ([1, per_call, ...] arrays)."""
-    return batching.DeviceBatch(*(getattr(call, f.name)[j : j + 1] for f in dataclasses.fields(batching.DeviceBatch)))
+    return batching.DeviceBatch(
+        *(getattr(call, f.name)[j : j + 1] for f in dataclasses.fields(batching.DeviceBatch))
+    )
 
 
 class FileStream:
     """Packed from the files every half-epoch; packing and copies run in a prefetch thread."""
 
     per_device = False
+    pack_threads = 1  # packing shares the host with the CPU devices' steps
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
         self.mesh, self.plan, self.make_chunks = mesh, plan, make_chunks
         self.per_step = len(mesh.local_devices)
 
     def host_calls(self) -> Iterator[batching.DeviceBatch]:
-        return host_calls(self.make_chunks(), self.plan, self.per_step)
+        return host_calls(self.make_chunks(), self.plan, self.per_step, self.pack_threads)
 
     def streams(self) -> list[Iterator[Call]]:
-        return [records.prefetch(lambda: map(functools.partial(global_call, self.mesh), self.host_calls()))]
+        return [
+            records.prefetch(
+                lambda: map(functools.partial(global_call, self.mesh), self.host_calls())
+            )
+        ]
 
     def long_batches(self) -> Iterable[batching.LongBatch]:
         return batching.pack_long(self.make_chunks(), self.plan.piece_len, self.plan.batch_pieces)
@@ -110,6 +122,8 @@ class FileStream:
 
 class HostCache(FileStream):
     """Packed once (the first half-epoch's calls), kept in host memory, copied every half-epoch."""
+
+    pack_threads = 0  # once, before the steps: every host core
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
         super().__init__(mesh, plan, make_chunks)
@@ -123,11 +137,14 @@ class HostCache(FileStream):
         return self.long
 
 
-def pack_by_owner(chunks: Sequence[records.RowChunk], plan: SidePlan, shard: int, devices: int) -> list[batching.DeviceBatch]:
-    """Device j's rows (those of its table shard, ids counted from the shard's start) in its own batches."""
+def pack_by_owner(
+    chunks: Sequence[RowChunk], plan: SidePlan, shard: int, devices: int
+) -> list[batching.DeviceBatch]:
+    """Device j's rows (those of its table shard, ids counted from the shard's start) in its own
+    batches."""
     packed = []
     for j in range(devices):
-        mine = [batching.select_rows(c, c.row_ids // shard == j) for c in chunks]
+        mine = [c.select(c.row_ids // shard == j) for c in chunks]
         mine = [dataclasses.replace(c, row_ids=c.row_ids - j * shard) for c in mine]
         batches = list(batching.pack_normal(mine, *plan.shape))
         packed.append(batching.merge(batches) if batches else _empty(plan, 0))
@@ -141,15 +158,17 @@ class OwnerResident:
     calls left out); else global calls whose slot j holds device j's batches.
     """
 
-    def __init__(self, mesh, plan: SidePlan, chunks: list[records.RowChunk], shard: int, per_device: bool):
+    def __init__(self, mesh, plan: SidePlan, chunks: list[RowChunk], shard: int, per_device: bool):
         self.plan, self.per_device = plan, per_device
         k = len(mesh.local_devices)
         steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
         grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
         calls = list(batching.stack_calls(grouped, plan.per_call))
         if per_device:
-            self.calls = [[device_call(d, part(c, j)) for c in calls if (c.row_ids[j] >= 0).any()]
-                          for j, d in enumerate(mesh.local_devices)]
+            self.calls = [
+                [device_call(d, part(c, j)) for c in calls if (c.row_ids[j] >= 0).any()]
+                for j, d in enumerate(mesh.local_devices)
+            ]
         else:
             self.calls = [[global_call(mesh, c) for c in calls]]
         self.long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
@@ -163,19 +182,41 @@ class OwnerResident:
     @property
     def total_steps(self) -> int:
         """Steps a half-epoch reports (device j's own calls only with `per_device`)."""
-        return self.plan.per_call * sum(len(c) for c in self.calls) if self.per_device else self.plan.steps
+        return (
+            self.plan.per_call * sum(len(c) for c in self.calls)
+            if self.per_device
+            else self.plan.steps
+        )
 
 
 class OwnerStream:
     """'owner' with `stream_batches`: each device's calls built from the files as they are consumed
     (`owner_file_stream`); only the long rows, kept from the planning pass, stay in memory."""
 
-    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: list[records.RowChunk],
-                 shard: int, per_device: bool):
-        self.mesh, self.plan, self.make_chunks, self.shard, self.per_device = mesh, plan, make_chunks, shard, per_device
+    def __init__(
+        self,
+        mesh,
+        plan: SidePlan,
+        make_chunks: MakeChunks,
+        long_rows: list[RowChunk],
+        shard: int,
+        per_device: bool,
+    ):
+        self.mesh, self.plan, self.make_chunks, self.shard, self.per_device = (
+            mesh,
+            plan,
+            make_chunks,
+            shard,
+            per_device,
+        )
         per_batch = plan.piece_len * plan.batch_pieces
-        self.long = list(batching.pack_long([batching.select_rows(c, c.lengths > per_batch) for c in long_rows],
-                                            plan.piece_len, plan.batch_pieces))
+        self.long = list(
+            batching.pack_long(
+                [c.select(c.lengths > per_batch) for c in long_rows],
+                plan.piece_len,
+                plan.batch_pieces,
+            )
+        )
 
     def streams(self) -> list[Iterator[Call]]:
         devices = self.mesh.local_devices
@@ -184,7 +225,10 @@ class OwnerStream:
             put = [functools.partial(device_call, d) for d in devices]
         else:
             put = [functools.partial(global_call, self.mesh)]
-        return [owner_file_stream.device_calls(p, *self.plan.shape, self.plan.per_call, f) for p, f in zip(parts, put)]
+        return [
+            owner_file_stream.device_calls(p, *self.plan.shape, self.plan.per_call, f)
+            for p, f in zip(parts, put)
+        ]
 
     def long_batches(self) -> Iterable[batching.LongBatch]:
         return self.long
@@ -192,13 +236,16 @@ class OwnerStream:
     @property
     def total_steps(self) -> int:
         if self.per_device:
-            return self.plan.per_call * sum(-(-n // self.plan.per_call) for n in self.plan.device_steps)
+            return self.plan.per_call * sum(
+                -(-n // self.plan.per_call) for n in self.plan.device_steps
+            )
         return self.plan.steps
 
 
 @dataclasses.dataclass
 class LongCall:
-    """One device call of long rows (host arrays): device j's K batches and the R rows they sum into."""
+    """One device call of long rows (host arrays): device j's K batches and the R rows they sum
+    into."""
 
     ids: np.ndarray  # int32 [k, K, B, L]
     slot: np.ndarray  # int32 [k, K]: the row slot of each batch (R: padding)
@@ -206,9 +253,11 @@ class LongCall:
     row_len: np.ndarray  # int32 [k, R]
 
 
-def long_calls(batches: Iterable[batching.LongBatch], plan: SidePlan, devices: int, rows: int, combine: Combine
-               ) -> list[LongCall]:
-    """The long rows as device calls: rows dealt to the devices in turn, `rows` rows per device per call.
+def long_calls(
+    batches: Iterable[batching.LongBatch], plan: SidePlan, devices: int, rows: int, combine: Combine
+) -> list[LongCall]:
+    """The long rows as device calls: rows dealt to the devices in turn, `rows` rows per device per
+    call.
 
     Calls and their batch counts are the max over hosts (the same programs everywhere).
     """
@@ -218,9 +267,13 @@ def long_calls(batches: Iterable[batching.LongBatch], plan: SidePlan, devices: i
     owners = np.unique(merged.owner)
     queues = [owners[j::devices] for j in range(devices)]
     n_calls = int(combine(np.array([-(-max(len(q) for q in queues) // rows)]), "max")[0])
-    picks = [[np.flatnonzero(np.isin(merged.owner, q[s * rows : (s + 1) * rows])) for q in queues]
-             for s in range(n_calls)]  # [call][device]: the batches of its rows
-    sizes = combine(np.array([max(1, max(len(p) for p in call)) for call in picks], np.int64), "max")
+    picks = [
+        [np.flatnonzero(np.isin(merged.owner, q[s * rows : (s + 1) * rows])) for q in queues]
+        for s in range(n_calls)
+    ]  # [call][device]: the batches of its rows
+    sizes = combine(
+        np.array([max(1, max(len(p) for p in call)) for call in picks], np.int64), "max"
+    )
     out = []
     for call, size in zip(picks, sizes.tolist()):
         ids = np.full((devices, size, B, L), batching.PAD_ID, np.int32)
@@ -246,18 +299,22 @@ class DeviceResident:
 
     per_device = False
 
-    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine):
+    def __init__(
+        self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine
+    ):
         self.plan = plan
         per_step = len(mesh.local_devices)
         batches: list[batching.LongBatch] = []
 
-        def chunks() -> Iterator[records.RowChunk]:  # one pass for both kinds of rows
+        def chunks() -> Iterator[RowChunk]:  # one pass for both kinds of rows
             for chunk in make_chunks():
                 batches.extend(batching.pack_long([chunk], plan.piece_len, plan.batch_pieces))
                 yield chunk
 
-        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step)]
-        self.long = [put_long(mesh, c) for c in long_calls(batches, plan, per_step, long_rows, combine)]
+        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step, threads=0)]
+        self.long = [
+            put_long(mesh, c) for c in long_calls(batches, plan, per_step, long_rows, combine)
+        ]
 
     def streams(self) -> list[Iterable[Call]]:
         return [self.calls]
@@ -274,12 +331,18 @@ class DeviceStream(FileStream):
     """Accelerator path when the batches do not fit: packed from the files every half-epoch and
     copied double-buffered (the prefetch thread keeps two calls ahead of the steps)."""
 
-    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine):
+    pack_threads = 0  # the host's cores are free while the accelerators run the steps
+
+    def __init__(
+        self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine
+    ):
         super().__init__(mesh, plan, make_chunks)
         self.long_rows, self.combine = long_rows, combine
 
     def device_long_calls(self) -> Iterable[list[jax.Array]]:
-        calls = long_calls(self.long_batches(), self.plan, self.per_step, self.long_rows, self.combine)
+        calls = long_calls(
+            self.long_batches(), self.plan, self.per_step, self.long_rows, self.combine
+        )
         return (put_long(self.mesh, c) for c in calls)
 
 

@@ -6,7 +6,8 @@ f(x) = 1/2 x^T A x - b^T x with A = sum_i h_i h_i^T + alpha G + lambda_r I and b
 sweep visits the coordinates in blocks pi of `block_size` and minimizes f over x[pi] exactly, the
 rest of x fixed:
 
-    x[pi] -= A[pi, pi]^-1 (A x - b)[pi],   (A x - b)[pi] = sum_i e_i h_i[pi] + alpha G[pi, :] x + lambda_r x[pi]
+    x[pi] -= A[pi, pi]^-1 (A x - b)[pi],   (A x - b)[pi] = sum_i e_i h_i[pi] + alpha G[pi, :] x +
+    lambda_r x[pi]
 
 with e_i = h_i . x - 1 the prediction error on observed column i. `sweep` never builds the d x d
 matrices: it keeps e per observed entry and updates it after each block (e_i += h_i[pi] . delta),
@@ -33,7 +34,8 @@ def _blocks(d: int, block_size: int) -> tuple[int, int, int]:
 
 
 def _for_blocks(d: int, block_size: int, update, state):
-    """`state = update(start, size, state)` for every block, in coordinate order (sizes are static)."""
+    """`state = update(start, size, state)` for every block, in coordinate order (sizes are
+    static)."""
     size, full, rest = _blocks(d, block_size)
     if full == 1:
         state = update(0, size, state)
@@ -49,7 +51,8 @@ def _cols(a: jax.Array, start, size: int, axis: int) -> jax.Array:
 
 
 def _solve_block(a: jax.Array, grad: jax.Array, valid: jax.Array) -> jax.Array:
-    """-a^-1 grad per row ([R, k, k], [R, k]); zero for invalid rows (solved as identity systems)."""
+    """-a^-1 grad per row ([R, k, k], [R, k]); zero for invalid rows (solved as identity
+    systems)."""
     eye = jnp.eye(a.shape[-1], dtype=a.dtype)
     a = jnp.where(valid[:, None, None], a, eye)
     chol = jnp.linalg.cholesky(a)
@@ -84,11 +87,17 @@ def sweep(
         xb = _cols(x, start, size, 1)  # [R, k]
         a_obs = jax.ops.segment_sum(jnp.einsum("bli,blj->bij", hb, hb), seg, num_segments=rows)
         g_obs = jax.ops.segment_sum(jnp.einsum("bl,bli->bi", e, hb), seg, num_segments=rows)
-        a = a_obs + alpha * _cols(gram_cols, start, size, 0) + lam[:, None, None] * jnp.eye(size, dtype=x.dtype)
+        a = (
+            a_obs
+            + alpha * _cols(gram_cols, start, size, 0)
+            + lam[:, None, None] * jnp.eye(size, dtype=x.dtype)
+        )
         grad = g_obs + alpha * (x @ gram_cols) + lam[:, None] * xb
         delta = _solve_block(a, grad, valid)
         x = jax.lax.dynamic_update_slice_in_dim(x, xb + delta, start, axis=1)
-        e = e + jnp.einsum("bli,bi->bl", hb, jnp.take(delta, seg, axis=0, mode="fill", fill_value=0))
+        e = e + jnp.einsum(
+            "bli,bi->bl", hb, jnp.take(delta, seg, axis=0, mode="fill", fill_value=0)
+        )
         return x, e
 
     e0 = jnp.einsum("bld,bd->bl", h, jnp.take(x0, seg, axis=0, mode="fill", fill_value=0)) - 1
@@ -104,6 +113,8 @@ def sweep_explicit(a: jax.Array, b: jax.Array, x0: jax.Array, block_size: int) -
         a_rows = _cols(a, start, size, 1)  # [R, k, d]
         grad = jnp.einsum("rkd,rd->rk", a_rows, x) - _cols(b, start, size, 1)
         delta = _solve_block(_cols(a_rows, start, size, 2), grad, valid)
-        return jax.lax.dynamic_update_slice_in_dim(x, _cols(x, start, size, 1) + delta, start, axis=1)
+        return jax.lax.dynamic_update_slice_in_dim(
+            x, _cols(x, start, size, 1) + delta, start, axis=1
+        )
 
     return _for_blocks(d, block_size, update, x0)

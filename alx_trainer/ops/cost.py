@@ -5,7 +5,7 @@ so each program is analysed as compiled with its loops unrolled (`StepSpec.unrol
 batch (times the batches a half-epoch runs), each long-row call, the gramian and the replica.
 Shapes come from the runner's plan and batch source; nothing runs. `epoch_cost` sums both sides
 (the training loop logs it at debug level; `alx_trainer.train.epoch_cost(config, dataset)` is the
-benchmarks' entry).
+entry of `python -m benchmarks.gpu_vs_implicit` and `python -m benchmarks.device_proxies`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from alx_trainer.ops.mesh import AXIS, replicated
 
 @dataclasses.dataclass(frozen=True)
 class ProgramCost:
-    """One program of a half-epoch: its cost per launch (loops unrolled) and launches per half-epoch."""
+    """One program of a half-epoch: its cost per launch (loops unrolled) and launches per
+    half-epoch."""
 
     side: str
     name: str
@@ -37,7 +38,8 @@ class ProgramCost:
 
 
 def compiled_cost(fn, *args) -> tuple[float, float]:
-    """(FLOPs, bytes accessed) of `fn` (a jitted function) compiled for `args` (arrays or shape structs)."""
+    """(FLOPs, bytes accessed) of `fn` (a jitted function) compiled for `args` (arrays or shape
+    structs)."""
     analysis = fn.lower(*args).compile().cost_analysis()
     if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
         analysis = analysis[0] if analysis else {}
@@ -54,9 +56,13 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
     mesh, plan = runner.mesh, runner.plan
     spec = dataclasses.replace(runner.spec, unroll=True)
     d = dst.shape[1]
-    fixed = (_like(jax.ShapeDtypeStruct((d, d), jnp.float32), sharding=replicated(mesh)),
-             _like(jax.ShapeDtypeStruct((3,), jnp.float32), sharding=replicated(mesh)))
-    src_s = _like(src, table_storage.bits_dtype(src), replicated(mesh) if spec.replicated_src else None)
+    fixed = (
+        _like(jax.ShapeDtypeStruct((d, d), jnp.float32), sharding=replicated(mesh)),
+        _like(jax.ShapeDtypeStruct((3,), jnp.float32), sharding=replicated(mesh)),
+    )
+    src_s = _like(
+        src, table_storage.bits_dtype(src), replicated(mesh) if spec.replicated_src else None
+    )
     dst_s = _like(dst, table_storage.bits_dtype(dst))
     L, B, R = plan.shape
     costs = []
@@ -80,12 +86,16 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
     if runner.accelerator:
         for i, call in enumerate(runner.source.device_long_calls()):
             args = [_like(a) for a in call]
-            flops, moved = compiled_cost(kernels.make_long_solve(mesh, spec), src_s, dst_s, fixed, *args)
+            flops, moved = compiled_cost(
+                kernels.make_long_solve(mesh, spec), src_s, dst_s, fixed, *args
+            )
             costs.append(ProgramCost(side, f"long rows {i}", flops, moved, 1))
     elif plan.long_steps:
         costs.append(ProgramCost(side, "long rows (host-driven, not analysed)", 0.0, 0.0, 0))
     if not spec.owner:  # the 'owner' gramian and replica go through the host
-        flops, moved = compiled_cost(kernels.make_gramian(mesh), _like(src, table_storage.bits_dtype(src)))
+        flops, moved = compiled_cost(
+            kernels.make_gramian(mesh), _like(src, table_storage.bits_dtype(src))
+        )
         costs.append(ProgramCost(side, "gramian", flops, moved, 1))
         if spec.layout == "replicated" and not runner.one_call:  # the one call gathers it inside
             flops, moved = compiled_cost(kernels.make_replicate(mesh), _like(src))
@@ -93,11 +103,20 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
     return costs
 
 
-def epoch_cost(runners: Mapping[str, Any], sides, tables: Mapping[str, jax.Array]) -> dict[str, Any]:
-    """Both half-epochs' programs (`sides`: the training loop's `train.sides`) and the epoch's totals
+def epoch_cost(
+    runners: Mapping[str, Any], sides, tables: Mapping[str, jax.Array]
+) -> dict[str, Any]:
+    """Both half-epochs' programs (`sides`: the training loop's `train.sides`) and the epoch's
+    totals
     per device: `flops_per_epoch`, `bytes_per_epoch`, `launches_per_epoch`, `programs`."""
-    programs = [c for s in sides for c in side_costs(runners[s.name], tables[s.other], tables[s.table], s.name)]
-    launches = sum(_launches(runners[s.name], [c for c in programs if c.side == s.name]) for s in sides)
+    programs = [
+        c
+        for s in sides
+        for c in side_costs(runners[s.name], tables[s.other], tables[s.table], s.name)
+    ]
+    launches = sum(
+        _launches(runners[s.name], [c for c in programs if c.side == s.name]) for s in sides
+    )
     return {
         "flops_per_epoch": sum(c.flops * c.times for c in programs),
         "bytes_per_epoch": sum(c.bytes_accessed * c.times for c in programs),

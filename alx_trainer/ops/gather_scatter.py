@@ -1,4 +1,5 @@
-"""Row lookups and updates inside `shard_map` (paper 4.2): a device's shard, and the sharded gather/scatter.
+"""Row lookups and updates inside `shard_map` (paper 4.2): a device's shard, and the sharded
+gather/scatter.
 
 - sharded gather: `all_gather` the batch ids, masked lookup in the local shard, `psum_scatter`
   (the reduce half of the paper's all-reduce: each device keeps only its own batch).
@@ -37,11 +38,14 @@ def sharded_gather(table_l: jax.Array, ids: jax.Array) -> jax.Array:
 
 
 def local_update(table_l: jax.Array, ids: jax.Array, values: jax.Array, start) -> jax.Array:
-    """Write the rows of `values` [n, d] whose `ids` [n] (counted from `start`) live in this shard."""
+    """Write the rows of `values` [n, d] whose `ids` [n] (counted from `start`) live in this
+    shard."""
     shard = table_l.shape[0]
     local = ids - start
     mine = (local >= 0) & (local < shard)
-    return table_l.at[jnp.where(mine, local, shard)].set(as_stored(values, table_l.dtype), mode="drop")
+    return table_l.at[jnp.where(mine, local, shard)].set(
+        as_stored(values, table_l.dtype), mode="drop"
+    )
 
 
 def sharded_scatter(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
@@ -52,12 +56,17 @@ def sharded_scatter(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> ja
 
 
 def rows_in(spec: StepSpec, table_l: jax.Array, ids: jax.Array) -> jax.Array:
-    """float32 rows `ids` of the table being solved ('owner': ids are rows of this device's shard)."""
+    """float32 rows `ids` of the table being solved ('owner': ids are rows of this device's
+    shard)."""
     return local_lookup(table_l, ids, 0) if spec.owner else sharded_gather(table_l, ids)
 
 
 def rows_out(spec: StepSpec, table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
-    return local_update(table_l, ids, values, 0) if spec.owner else sharded_scatter(table_l, ids, values)
+    return (
+        local_update(table_l, ids, values, 0)
+        if spec.owner
+        else sharded_scatter(table_l, ids, values)
+    )
 
 
 def fixed_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
@@ -73,7 +82,9 @@ def stored_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
     'owner') or zeros ('sharded'): callers mask by `ids >= 0`."""
     if spec.replicated_src:
         return _unmasked_gather(src_l, ids)
-    all_ids = jax.lax.all_gather(ids, AXIS)  # as `sharded_gather`, one device holds each row: a sum of
+    all_ids = jax.lax.all_gather(
+        ids, AXIS
+    )  # as `sharded_gather`, one device holds each row: a sum of
     local = all_ids - shard_start(src_l)  # one value and zeros (+0.0, bits 0) is exact in any dtype
     mine = (local >= 0) & (local < src_l.shape[0])
     found = jnp.where(mine[..., None], jnp.take(src_l, jnp.where(mine, local, 0), axis=0), 0)
@@ -82,9 +93,16 @@ def stored_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
 
 def _unmasked_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
     """Whole rows `ids` of `table` promised in bounds (a padding id reads row 0)."""
-    dims = jax.lax.GatherDimensionNumbers(offset_dims=(ids.ndim,), collapsed_slice_dims=(0,), start_index_map=(0,))
-    return jax.lax.gather(table, jnp.maximum(ids, 0)[..., None], dims, (1, table.shape[1]),
-                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+    dims = jax.lax.GatherDimensionNumbers(
+        offset_dims=(ids.ndim,), collapsed_slice_dims=(0,), start_index_map=(0,)
+    )
+    return jax.lax.gather(
+        table,
+        jnp.maximum(ids, 0)[..., None],
+        dims,
+        (1, table.shape[1]),
+        mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+    )
 
 
 def row_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
@@ -93,6 +111,6 @@ def row_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
     A gather of whole rows promised in bounds (padding reads row 0), then a multiply by the
     mask. XLA:CPU compiled the bounds-checked form (`take(mode="fill")` or a `where` after it)
     into one per-element loop that re-derived every element's index: 3x slower at d=64 (see
-    `benchmarks/trainer_profile.py --trace`, where this gather was most of an epoch).
+    `python -m benchmarks.trainer_profile --trace`, where this gather was most of an epoch).
     """
     return as_float32(_unmasked_gather(table, ids)) * (ids >= 0)[..., None].astype(jnp.float32)

@@ -16,12 +16,15 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from threadpoolctl import ThreadpoolController
 
-from alx_trainer.ops.mesh import host_threads
+from alx_trainer.data.host_cores import host_threads
 from alx_trainer.ops.table_storage import BF16_BITS, bits_dtype, gather_form
 
 
-def replicate_via_host(mesh: Mesh, table: jax.Array, buffer: ReplicaBuffer | None = None) -> jax.Array:
-    """The whole table on every device through host memory (no collective; one process), in `gather_form`.
+def replicate_via_host(
+    mesh: Mesh, table: jax.Array, buffer: ReplicaBuffer | None = None
+) -> jax.Array:
+    """The whole table on every device through host memory (no collective; one process), in
+    `gather_form`.
 
     One host copy: CPU devices alias it (`may_alias`, 64-byte aligned), so per-core devices share
     one fixed table instead of holding one each; one device just keeps the table it has. With
@@ -32,7 +35,9 @@ def replicate_via_host(mesh: Mesh, table: jax.Array, buffer: ReplicaBuffer | Non
     bits = bits_dtype(table)
     host = aligned_empty(table.shape, bits) if buffer is None else buffer.view(table.shape, bits)
 
-    def copy(shard) -> None:  # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
+    def copy(
+        shard,
+    ) -> None:  # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
         host[shard.index] = np.asarray(shard.data).view(host.dtype)
 
     with ThreadPoolExecutor(host_threads(), thread_name_prefix="alx-replica") as pool:
@@ -62,7 +67,8 @@ class ReplicaBuffer:
 
 
 def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
-    """An uninitialized host array starting on an `align`-byte boundary (XLA:CPU aliases only such buffers)."""
+    """An uninitialized host array starting on an `align`-byte boundary (XLA:CPU aliases only such
+    buffers)."""
     dtype = np.dtype(dtype)
     size = int(np.prod(shape)) * dtype.itemsize
     raw = np.empty(size + align, np.uint8)
@@ -88,8 +94,11 @@ def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
     The chunks are shared among a thread per core, each with its own sum and scratch.
     """
     d = table.shape[1]
-    chunks = [(rows, lo) for rows in (np.asarray(s.data) for s in table.addressable_shards)
-              for lo in range(0, len(rows), GRAM_CHUNK)]
+    chunks = [
+        (rows, lo)
+        for rows in (np.asarray(s.data) for s in table.addressable_shards)
+        for lo in range(0, len(rows), GRAM_CHUNK)
+    ]
     workers = max(1, min(host_threads(), len(chunks)))
 
     def part(w: int) -> np.ndarray:
@@ -100,7 +109,8 @@ def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
             total += t.T @ t
         return total
 
-    # BLAS at one thread per caller: its spinning pool threads ran this 6x slower on the busy per-core host
+    # BLAS at one thread per caller: its spinning pool threads ran this 6x slower on the busy
+    # per-core host
     with _blas().limit(limits=1, user_api="blas"):
         if workers == 1:
             total = part(0)

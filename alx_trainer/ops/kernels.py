@@ -1,7 +1,8 @@
 """The compiled `shard_map` kernels of one half-epoch (paper 4.2, Algorithm 2).
 
 - `make_gramian`: local `T_mu^T T_mu`, then `psum`.
-- a step (`make_step`): gather the fixed rows of K stacked dense batches (`gather_scatter`), solve each
+- a step (`make_step`): gather the fixed rows of K stacked dense batches (`gather_scatter`), solve
+each
   row's normal equations (paper Eq. 4) with the configured solver in float32 ('block': the
   iALS++ sweep of `block_solver`; CG 'matvec': without building d x d matrices), write the rows
   back; a `lax.scan` over the K batches, so fewer dispatches per half-epoch. On a CPU host split
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alx_trainer.ops import block_solver, solvers
+from alx_trainer.ops import block_solver, pallas_cg, solvers
 from alx_trainer.ops.gather_scatter import (
     fixed_rows,
     local_lookup,
@@ -49,7 +50,9 @@ def _gramian_local(table_l: jax.Array) -> jax.Array:
 @functools.lru_cache(maxsize=None)
 def make_gramian(mesh: Mesh):
     """`gramian(table) -> [d, d]` float32, replicated."""
-    return jax.jit(jax.shard_map(_gramian_local, mesh=mesh, in_specs=P(AXIS), out_specs=P(), check_vma=False))
+    return jax.jit(
+        jax.shard_map(_gramian_local, mesh=mesh, in_specs=P(AXIS), out_specs=P(), check_vma=False)
+    )
 
 
 def row_reg(num_other: int, hyper, row_len, xp=jnp):
@@ -73,7 +76,9 @@ def outer_sums(h: jax.Array, precision: str) -> jax.Array:
     return jnp.einsum("...ld,...le->...de", h, h, precision=exact)
 
 
-def _explicit_stats(h: jax.Array, seg: jax.Array, rows: int, precision: str) -> tuple[jax.Array, jax.Array]:
+def _explicit_stats(
+    h: jax.Array, seg: jax.Array, rows: int, precision: str
+) -> tuple[jax.Array, jax.Array]:
     """Per-row sum_i h_i h_i^T [R, d, d] and sum_i h_i [R, d] from pieces h [B, L, d]."""
     outer = outer_sums(h, precision)
     a = jax.ops.segment_sum(outer, seg, num_segments=rows)
@@ -90,7 +95,9 @@ def _solve_explicit(spec: StepSpec, fixed: Fixed, a_obs, b, x0, row_ids, row_len
     eye = jnp.eye(d, dtype=jnp.float32)
     a = a_obs + hyper[0] * gram + lam[:, None, None] * eye
     a = jnp.where(valid[:, None, None], a, eye)  # padding slots: a harmless identity system
-    x = solvers.solve_explicit(spec.solver, a, jnp.where(valid[:, None], b, 0), x0, spec.cg_iters, spec.block_size)
+    x = solvers.solve_explicit(
+        spec.solver, a, jnp.where(valid[:, None], b, 0), x0, spec.cg_iters, spec.block_size
+    )
     x = jnp.where(valid[:, None], x, 0)
     # sum_i (1 - h_i.x)^2 = n - 2 x.b + x^T A_obs x
     observed = row_len - 2 * jnp.sum(x * b, -1) + jnp.einsum("rd,rde,re->r", x, a_obs, x)
@@ -120,7 +127,9 @@ def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
     mask = (ids >= 0).astype(jnp.float32)
     wide = as_float32(h)  # converted inside each consuming fusion (XLA duplicates the convert)
 
-    def per_piece(v):  # [R, ...] -> [B, ...]: the value of each piece's row (zero for padding pieces)
+    def per_piece(
+        v,
+    ):  # [R, ...] -> [B, ...]: the value of each piece's row (zero for padding pieces)
         return jnp.take(v, seg, axis=0, mode="fill", fill_value=0)
 
     def dots(v):  # [R, d] -> [B, L]
@@ -150,20 +159,48 @@ def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
     return x, _loss_terms(valid, observed, lam, x)
 
 
+def _pallas_cg(spec: StepSpec, fixed: Fixed, source, ids, seg, x0, row_ids, row_len):
+    """`_matvec_cg` by the Pallas kernel (`pallas_cg`): `source` is the whole fixed table
+    (`replicated_src`) or the batch's gathered rows [B, L, d]."""
+    gram, hyper = fixed
+    valid = row_ids >= 0
+    lam = row_reg(spec.num_other, hyper, row_len)
+    x, observed = pallas_cg.batch_cg(
+        source,
+        ids,
+        seg,
+        x0,
+        hyper[0] * gram,
+        lam,
+        spec.cg_iters,
+        not spec.replicated_src,
+        spec.observed_loss,
+    )
+    x = jnp.where(valid[:, None], x, 0)
+    return x, _loss_terms(valid, observed, lam, x)
+
+
 def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
     """Solve one dense batch (ids [B, L], seg [B], row_ids/row_len [R]); returns (dst_l, terms)."""
     gram, hyper = fixed
     alpha = hyper[0]
     rows = row_ids.shape[0]
     matvec = spec.matvec and spec.solver == "cg"
-    # [B, L, d]: in the table's dtype, unmasked, for the matrix-free CG; else float32, zeros at padding
-    h = stored_rows(spec, src_l, ids) if matvec else fixed_rows(spec, src_l, ids)
     x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
+    if matvec and spec.cg_kernel == "pallas":  # the kernel gathers from a whole table itself
+        source = src_l if spec.replicated_src else stored_rows(spec, src_l, ids)
+        x, terms = _pallas_cg(spec, fixed, source, ids, seg, x0, row_ids, row_len)
+        return rows_out(spec, dst_l, row_ids, x), terms
+    # [B, L, d]: in the table's dtype, unmasked, for the matrix-free CG; else float32, zeros at
+    # padding
+    h = stored_rows(spec, src_l, ids) if matvec else fixed_rows(spec, src_l, ids)
     if spec.solver == "block":  # iALS++: never builds the d x d matrices
         valid = row_ids >= 0
         lam = row_reg(spec.num_other, hyper, row_len)
         x, err = block_solver.sweep(h, seg, x0, gram, lam, alpha, valid, spec.block_size)
-        per_entry = jnp.where(ids >= 0, err**2, 0).sum(axis=1)  # errors of the final x: the observed loss
+        per_entry = jnp.where(ids >= 0, err**2, 0).sum(
+            axis=1
+        )  # errors of the final x: the observed loss
         terms = _loss_terms(valid, jax.ops.segment_sum(per_entry, seg, num_segments=rows), lam, x)
     elif matvec:
         x, terms = _matvec_cg(spec, fixed, h, ids, seg, x0, row_ids, row_len)
@@ -179,7 +216,9 @@ def _batch_local(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, 
     all_ids = jax.lax.all_gather(ids, AXIS)  # [D, B, L]
     all_seg = jax.lax.all_gather(seg, AXIS)  # [D, B]
     h = local_lookup(src_l, all_ids, shard_start(src_l))  # only this shard's rows, zeros elsewhere
-    a_part, b_part = jax.vmap(lambda hh, ss: _explicit_stats(hh, ss, rows, spec.precision))(h, all_seg)
+    a_part, b_part = jax.vmap(lambda hh, ss: _explicit_stats(hh, ss, rows, spec.precision))(
+        h, all_seg
+    )
     a_obs = jax.lax.psum_scatter(a_part, AXIS, scatter_dimension=0, tiled=True)[0]
     b = jax.lax.psum_scatter(b_part, AXIS, scatter_dimension=0, tiled=True)[0]
     x0 = sharded_gather(dst_l, row_ids)
@@ -195,16 +234,37 @@ def _step(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len
         if not spec.owner:  # collectives inside: every device runs every batch
             return body(dst_l, fixed, *batch)
         # No collective: a device skips its padding batches (row slots all empty).
-        return jax.lax.cond(jnp.any(batch[2] >= 0), lambda t: body(t, fixed, *batch), lambda t: (t, jnp.zeros(3)), dst_l)
+        return jax.lax.cond(
+            jnp.any(batch[2] >= 0),
+            lambda t: body(t, fixed, *batch),
+            lambda t: (t, jnp.zeros(3)),
+            dst_l,
+        )
 
-    dst_l, terms = jax.lax.scan(one, dst_l, (ids[0], seg[0], row_ids[0], row_len[0]), unroll=spec.unroll)
+    dst_l, terms = jax.lax.scan(
+        one, dst_l, (ids[0], seg[0], row_ids[0], row_len[0]), unroll=spec.unroll
+    )
     terms = terms.sum(axis=0)
     return dst_l, (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
 
 
 def _terms_spec(spec: StepSpec):
-    """Loss terms come back summed over devices ([3], replicated) or per device ([D, 3]) for 'owner'."""
+    """Loss terms come back summed over devices ([3], replicated) or per device ([D, 3]) for
+    'owner'."""
     return P(AXIS) if spec.owner else P()
+
+
+def _solve_program(mesh: Mesh, spec: StepSpec, body, terms_spec: P):
+    """`body(spec, src, dst, fixed, 4 batch arrays) -> (dst, terms)` compiled over the mesh: `src`
+    replicated or sharded by the layout, `dst` sharded and donated, the batch arrays sharded."""
+    fn = jax.shard_map(
+        functools.partial(body, spec),
+        mesh=mesh,
+        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), *(P(AXIS),) * 4),
+        out_specs=(P(AXIS), terms_spec),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(1,))
 
 
 @functools.lru_cache(maxsize=None)
@@ -214,19 +274,13 @@ def make_step(mesh: Mesh, spec: StepSpec):
     `src` is the fixed table (replicated unless the layout is 'sharded'), `dst` the table being
     solved (donated, updated in place); the batch arrays are [D, K, ...] (K batches per device).
     """
-    fn = jax.shard_map(
-        functools.partial(_step, spec),
-        mesh=mesh,
-        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
-        out_specs=(P(AXIS), _terms_spec(spec)),
-        check_vma=False,
-    )
-    return jax.jit(fn, donate_argnums=(1,))
+    return _solve_program(mesh, spec, _step, _terms_spec(spec))
 
 
 @functools.lru_cache(maxsize=None)
 def make_device_step(spec: StepSpec):
-    """The 'owner' step of one device on single-device arrays (no mesh: run per device, see `per_core`).
+    """The 'owner' step of one device on single-device arrays (no mesh: run per device, see
+    `per_core`).
 
     Same arguments as `make_step` with a leading device axis of 1; one compilation per device.
     """
@@ -249,7 +303,8 @@ def _long_stats(spec: StepSpec, src_l, ids):
 
 @functools.lru_cache(maxsize=None)
 def make_long_stats(mesh: Mesh, spec: StepSpec):
-    """`long_stats(src, ids [D, B, L]) -> (A_obs [D, d, d], b [D, d])`: one long-row part per device."""
+    """`long_stats(src, ids [D, B, L]) -> (A_obs [D, d, d], b [D, d])`: one long-row part per
+    device."""
     fn = jax.shard_map(
         functools.partial(_long_stats, spec),
         mesh=mesh,
@@ -263,12 +318,15 @@ def make_long_stats(mesh: Mesh, spec: StepSpec):
 def _solve_scatter(spec: StepSpec, dst_l, fixed: Fixed, a_obs, b, row_ids, row_len):
     x0 = rows_in(spec, dst_l, row_ids[0])
     x, terms = _solve_explicit(spec, fixed, a_obs[0], b[0], x0, row_ids[0], row_len[0])
-    return rows_out(spec, dst_l, row_ids[0], x), (terms[None] if spec.owner else jax.lax.psum(terms, AXIS))
+    return rows_out(spec, dst_l, row_ids[0], x), (
+        terms[None] if spec.owner else jax.lax.psum(terms, AXIS)
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def make_solve_scatter(mesh: Mesh, spec: StepSpec):
-    """`solve_scatter(dst, (gram, hyper), A_obs [D,R,d,d], b [D,R,d], row_ids, row_len) -> (dst, terms)` for long rows."""
+    """`solve_scatter(dst, (gram, hyper), A_obs [D,R,d,d], b [D,R,d], row_ids, row_len) -> (dst,
+    terms)` for long rows."""
     fn = jax.shard_map(
         functools.partial(_solve_scatter, spec),
         mesh=mesh,
@@ -288,7 +346,10 @@ def _long_solve(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, slot, row_ids, 
         a, b = acc
         ids_k, slot_k = batch
         h = fixed_rows(spec, src_l, ids_k).reshape(1, -1, d)  # [1, B*L, d]
-        return (a.at[slot_k].add(outer_sums(h, spec.precision)[0]), b.at[slot_k].add(h[0].sum(axis=0))), None
+        return (
+            a.at[slot_k].add(outer_sums(h, spec.precision)[0]),
+            b.at[slot_k].add(h[0].sum(axis=0)),
+        ), None
 
     init = (jnp.zeros((rows + 1, d, d), jnp.float32), jnp.zeros((rows + 1, d), jnp.float32))
     (a, b), _ = jax.lax.scan(one, init, (ids[0], slot[0]), unroll=spec.unroll)
@@ -297,18 +358,12 @@ def _long_solve(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, slot, row_ids, 
 
 @functools.lru_cache(maxsize=None)
 def make_long_solve(mesh: Mesh, spec: StepSpec):
-    """`long_solve(src, dst, (gram, hyper), ids [D,K,B,L], slot [D,K], row_ids [D,R], row_len [D,R]) -> (dst, terms)`:
+    """`long_solve(src, dst, (gram, hyper), ids [D,K,B,L], slot [D,K], row_ids [D,R], row_len [D,R])
+    -> (dst, terms)`:
     long rows wholly on the devices (the accelerator path; 'sharded' or 'replicated' layout)."""
     if spec.owner:
         raise ValueError("the device long-row solve takes the 'sharded' or 'replicated' layout")
-    fn = jax.shard_map(
-        functools.partial(_long_solve, spec),
-        mesh=mesh,
-        in_specs=(P() if spec.replicated_src else P(AXIS), P(AXIS), P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
-        out_specs=(P(AXIS), P()),
-        check_vma=False,
-    )
-    return jax.jit(fn, donate_argnums=(1,))
+    return _solve_program(mesh, spec, _long_solve, P())
 
 
 def _half_epoch(spec: StepSpec, src_l, dst_l, fixed: Fixed, normal, longs):

@@ -46,16 +46,17 @@ from alx_trainer.ops.spec import StepSpec
 # A chunk's float32 block fits LONG_CACHE_BYTES (a core's share of the 32 MiB L3, beside the
 # other core's chunk); a device holds no group block above LONG_BLOCK_BYTES.
 # The retired `benchmarks/long_rows.py` (docs/benchmarks.md; two pinned devices, 1.5M x 128 table,
-# d=128; ns per entry, whole solve): a one-chunk group 157-178, blocks of 8/32 batches 279-296/301-338,
+# d=128; ns per entry, whole solve): a one-chunk group 157-178, blocks of 8/32 batches
+# 279-296/301-338,
 # streamed 335-458.
 LONG_CACHE_BYTES = 8 << 20
 LONG_BLOCK_BYTES = 64 << 20
 
 
-
 @dataclasses.dataclass
 class Group:
-    """Rows (indices into the long rows) solved in one call, in `size` batches (padding at the end)."""
+    """Rows (indices into the long rows) solved in one call, in `size` batches (padding at the
+    end)."""
 
     rows: list[int]
     size: int
@@ -70,7 +71,9 @@ def pow2_at_most(n: int) -> int:
     return 1 << (max(int(n), 1).bit_length() - 1)
 
 
-def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: int) -> tuple[int, list[list[Group]]]:
+def plan_groups(
+    batches_per_row: np.ndarray, cache: int, budget: int, workers: int
+) -> tuple[int, list[list[Group]]]:
     """The chunk and each of `workers` devices' groups for long rows of `batches_per_row` batches.
 
     `cache`, `budget`: the batches whose float32 block fits a core's cache share and the bound
@@ -79,10 +82,14 @@ def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: i
     chunk; the groups then go to the least loaded device, largest first.
     """
     budget = pow2_at_most(budget)
-    chunk = min(pow2_at_most(cache), budget, pow2_at_least(int(np.sum(batches_per_row))))  # tiny inputs: a tiny chunk
+    chunk = min(
+        pow2_at_most(cache), budget, pow2_at_least(int(np.sum(batches_per_row)))
+    )  # tiny inputs: a tiny chunk
     groups: list[Group] = []
     room: list[int] = []  # free batches per group
-    open_with: list[list[int]] = [[] for _ in range(budget + 1)]  # free batches -> resident groups with that room
+    open_with: list[list[int]] = [
+        [] for _ in range(budget + 1)
+    ]  # free batches -> resident groups with that room
     for r in np.argsort(-batches_per_row, kind="stable").tolist():
         n = int(batches_per_row[r])
         if n > budget:
@@ -105,9 +112,13 @@ def plan_groups(batches_per_row: np.ndarray, cache: int, budget: int, workers: i
         heapq.heappush(load, (total + g.size, w))
     return chunk, per_worker
 
+
 @functools.partial(jax.jit, static_argnames=("iters", "chunk", "resident", "loss"))
-def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, resident: bool, loss: bool):
-    """Matrix-free CG for a group of long rows on one device (the fixed table `src` whole there), float32.
+def long_cg(
+    src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, resident: bool, loss: bool
+):
+    """Matrix-free CG for a group of long rows on one device (the fixed table `src` whole there),
+    float32.
 
     ids [K, B, L]: K batches, each holding entries of one row, the rows' batches first (then
     padding batches: PAD_ID only); slot [K]: that row's index in x0 [R, d] and lam [R] (its
@@ -127,7 +138,9 @@ def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, reside
     flat = ids.reshape(k, -1)  # [K, B*L]
     block = row_gather(src, flat) if resident else None  # [K, B*L, d]
 
-    def batch_pass(h, ids_b, p_b, target):  # batches [..., B*L]: sum_i h_i e_i [..., d], sum_i e_i^2 [...]
+    def batch_pass(
+        h, ids_b, p_b, target
+    ):  # batches [..., B*L]: sum_i h_i e_i [..., d], sum_i e_i^2 [...]
         e = jnp.where(ids_b >= 0, target - jnp.einsum("...nd,...d->...n", h, p_b), 0)
         return jnp.einsum("...n,...nd->...d", e, h), jnp.sum(e * e, axis=-1)
 
@@ -139,7 +152,9 @@ def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, reside
             ids_b, p_b = xs[:2]
             return jax.lax.cond(
                 ids_b[0] >= 0,
-                lambda: batch_pass(xs[2] if resident else row_gather(src, ids_b), ids_b, p_b, target),
+                lambda: batch_pass(
+                    xs[2] if resident else row_gather(src, ids_b), ids_b, p_b, target
+                ),
                 lambda: (jnp.zeros_like(p_b), jnp.zeros(())),
             )
 
@@ -159,11 +174,14 @@ def long_cg(src, ids, slot, x0, lam, gram, alpha, iters: int, chunk: int, reside
 
 @functools.partial(jax.jit, donate_argnums=(0,))
 def write_rows(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Array:
-    """`table_l` (one device's shard) with rows `ids` (shard-local, PAD_ID ignored) set to `values`."""
+    """`table_l` (one device's shard) with rows `ids` (shard-local, PAD_ID ignored) set to
+    `values`."""
     return local_update(table_l, ids, values, 0)
 
 
-def solve_explicit(mesh, spec: StepSpec, plan: SidePlan, shard: int, batches, src, dst, gram) -> tuple[jax.Array, list]:
+def solve_explicit(
+    mesh, spec: StepSpec, plan: SidePlan, shard: int, batches, src, dst, gram
+) -> tuple[jax.Array, list]:
     """Rows longer than one device batch: sum their statistics over parts, then solve."""
     L, B, R = plan.shape
     per_step = len(mesh.local_devices)
@@ -200,8 +218,9 @@ def solve_explicit(mesh, spec: StepSpec, plan: SidePlan, shard: int, batches, sr
     return dst, terms
 
 
-def solve_cg(mesh, spec: StepSpec, shard: int, per_device: bool, hyper: np.ndarray, batches, src, dst, gram
-             ) -> tuple[jax.Array, list]:
+def solve_cg(
+    mesh, spec: StepSpec, shard: int, per_device: bool, hyper: np.ndarray, batches, src, dst, gram
+) -> tuple[jax.Array, list]:
     """Rows longer than one device batch by matrix-free CG ('owner' layout, one process; see above).
 
     The new rows go back to their owners' shards (`write_rows`).
@@ -245,8 +264,19 @@ def solve_cg(mesh, spec: StepSpec, shard: int, per_device: bool, hyper: np.ndarr
             start, reg = np.zeros((group.size, d), np.float32), np.zeros(group.size, np.float32)
             start[: len(rows)], reg[: len(rows)] = x0[rows], lam[rows]
             ids, at, start, reg = (jax.device_put(a, device) for a in (ids, at, start, reg))
-            got, loss = long_cg(srcs[device], ids, at, start, reg, grams[device], alpha,
-                                spec.cg_iters, chunk, group.resident, spec.observed_loss)
+            got, loss = long_cg(
+                srcs[device],
+                ids,
+                at,
+                start,
+                reg,
+                grams[device],
+                alpha,
+                spec.cg_iters,
+                chunk,
+                group.resident,
+                spec.observed_loss,
+            )
             x[rows], sq[rows] = np.asarray(got)[: len(rows)], np.asarray(loss)[: len(rows)]
 
     tasks = [functools.partial(task, w) for w in range(len(devices))]
@@ -258,6 +288,8 @@ def solve_cg(mesh, spec: StepSpec, shard: int, per_device: bool, hyper: np.ndarr
         here = owner_device == j
         if here.any():
             parts[device] = write_rows(parts[device], local_ids[here], x[here])
-    dst = jax.make_array_from_single_device_arrays(dst.shape, dst.sharding, [parts[dv] for dv in local])
+    dst = jax.make_array_from_single_device_arrays(
+        dst.shape, dst.sharding, [parts[dv] for dv in local]
+    )
     x64 = x.astype(np.float64)
     return dst, [np.array([sq.sum(), np.sum(lam * np.sum(x64 * x64, axis=1)), len(owners)])]

@@ -5,8 +5,6 @@ Both tables are `[rows_padded, d]` arrays sharded by rows over the mesh axis `AX
 
 from __future__ import annotations
 
-import os
-
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -30,18 +28,14 @@ def row_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(AXIS))
 
 
-def host_threads() -> int:
-    """The cores this process may run on (threads for host-side work)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def device_parts(array: jax.Array) -> dict:
     """This process's shards of `array` by device (single-device arrays sharing its buffers)."""
     return {s.device: s.data for s in array.addressable_shards}
 
 
 def host_batch(mesh: Mesh, local: np.ndarray) -> jax.Array:
-    """A global [devices, ...] array sharded by its first axis from this process's [local devices, ...] part."""
+    """A global [devices, ...] array sharded by its first axis from this process's [local devices,
+    ...] part."""
     sharding = row_sharding(mesh)
     global_shape = (mesh.size,) + local.shape[1:]
     return jax.make_array_from_process_local_data(sharding, local, global_shape)

@@ -1,4 +1,5 @@
-"""'owner' layout without holding the packed batches: each half-epoch streams them from the TFRecords.
+"""'owner' layout without holding the packed batches: each half-epoch streams them from the
+TFRecords.
 
 One reader thread turns the row chunks into each device's rows (those of its table shard, ids
 counted from the shard's start) and hands them to that device through a bounded queue; the
@@ -18,22 +19,38 @@ from typing import Callable, Iterator
 import numpy as np
 
 from alx_trainer.data import batching
-from alx_trainer.data.records import RowChunk
+from alx_trainer.data.records import put_unless_stopped
+from alx_trainer.data.row_chunk import RowChunk
 
 _DONE = object()
 
 
-def owner_counts(lengths: np.ndarray, row_ids: np.ndarray, shard: int, devices: int, piece_len: int,
-                 batch_pieces: int, batch_rows: int) -> list[int]:
+def owner_counts(
+    lengths: np.ndarray,
+    row_ids: np.ndarray,
+    shard: int,
+    devices: int,
+    piece_len: int,
+    batch_pieces: int,
+    batch_rows: int,
+) -> list[int]:
     """Dense batches of normal rows each device gets (next-fit depends on the row lengths only)."""
     pieces = batching.num_pieces(lengths, piece_len)
     normal = pieces <= batch_pieces
     owner = row_ids // shard
-    return [len(batching.batch_starts(pieces[normal & (owner == j)], batch_pieces, batch_rows, final=True)[0])
-            for j in range(devices)]
+    return [
+        len(
+            batching.batch_starts(
+                pieces[normal & (owner == j)], batch_pieces, batch_rows, final=True
+            )[0]
+        )
+        for j in range(devices)
+    ]
 
 
-def split_by_owner(chunks: Iterator[RowChunk], shard: int, devices: int, depth: int = 4) -> list[Iterator[RowChunk]]:
+def split_by_owner(
+    chunks: Iterator[RowChunk], shard: int, devices: int, depth: int = 4
+) -> list[Iterator[RowChunk]]:
     """Per-device iterators of shard-local rows, fed by one reader thread through bounded queues.
 
     Each iterator must be consumed by its own thread; an error in the reader re-raises in every one.
@@ -42,21 +59,17 @@ def split_by_owner(chunks: Iterator[RowChunk], shard: int, devices: int, depth: 
     stop = threading.Event()
 
     def put(q: queue.Queue, item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless_stopped(q, item, stop)
 
     def reader() -> None:
         try:
             for chunk in chunks:
                 owner = chunk.row_ids // shard
                 for j, q in enumerate(queues):
-                    mine = batching.select_rows(chunk, owner == j)
-                    if len(mine) and not put(q, dataclasses.replace(mine, row_ids=mine.row_ids - j * shard)):
+                    mine = chunk.select(owner == j)
+                    if len(mine) and not put(
+                        q, dataclasses.replace(mine, row_ids=mine.row_ids - j * shard)
+                    ):
                         return
             for q in queues:
                 put(q, _DONE)
@@ -79,9 +92,16 @@ def split_by_owner(chunks: Iterator[RowChunk], shard: int, devices: int, depth: 
     return [consume(q) for q in queues]
 
 
-def device_calls(chunks: Iterator[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int, per_call: int,
-                 put: Callable[[batching.DeviceBatch], object]) -> Iterator[object]:
-    """One device's calls ([1, per_call, ...] arrays, the last padded) from its rows, each placed by `put`."""
+def device_calls(
+    chunks: Iterator[RowChunk],
+    piece_len: int,
+    batch_pieces: int,
+    batch_rows: int,
+    per_call: int,
+    put: Callable[[batching.DeviceBatch], object],
+) -> Iterator[object]:
+    """One device's calls ([1, per_call, ...] arrays, the last padded) from its rows, each placed by
+    `put`."""
     empty = batching.empty_batch(1, piece_len, batch_pieces, batch_rows)
     group: list[batching.DeviceBatch] = []
     for packed in batching.pack_normal(chunks, piece_len, batch_pieces, batch_rows):

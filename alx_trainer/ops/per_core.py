@@ -75,7 +75,10 @@ def threads() -> set[int]:
 
 def accelerator_plugins() -> bool:
     """Whether a GPU or TPU backend may be installed (then the CPU is not split)."""
-    return bool(metadata.entry_points(group="jax_plugins")) or importlib.util.find_spec("libtpu") is not None
+    return (
+        bool(metadata.entry_points(group="jax_plugins"))
+        or importlib.util.find_spec("libtpu") is not None
+    )
 
 
 def cores() -> list[int]:
@@ -86,7 +89,8 @@ def cores() -> list[int]:
 
 
 def applies(devices: Sequence) -> bool:
-    """Whether `devices` get a thread each: several CPU devices of this process, at most one per core."""
+    """Whether `devices` get a thread each: several CPU devices of this process, at most one per
+    core."""
     local = all(d.process_index == jax.process_index() for d in devices)
     return local and all(d.platform == "cpu" for d in devices) and 1 < len(devices) <= len(cores())
 

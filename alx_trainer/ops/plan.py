@@ -67,7 +67,8 @@ def make_plan(
     batch_ids: int = batching.BATCH_IDS,
     max_calls: int = 0,
 ) -> SidePlan:
-    """Plan one side from this host's rows (`lengths`, `row_ids` in file order) on `devices` local devices.
+    """Plan one side from this host's rows (`lengths`, `row_ids` in file order) on `devices` local
+    devices.
 
     `batch_ids`: ids per batch when `batch_pieces` is automatic; `max_calls` (0: `steps_per_call`
     batches per call instead) bounds the compiled calls.
@@ -97,14 +98,18 @@ def make_plan(
     else:
         steps = -(-len(batching.batch_starts(normal, B, R, final=True)[0]) // k)
         long_solves = -(-int(np.sum(pieces > B)) // (k * R))
-    steps, long_steps, long_solves = (int(c) for c in combine(np.array([steps, -(-n_long // k), long_solves]), "max"))
+    steps, long_steps, long_solves = (
+        int(c) for c in combine(np.array([steps, -(-n_long // k), long_solves]), "max")
+    )
     if max_calls:  # the accelerator path: at most `max_calls` calls, as long as they must be
         per_call = max(1, -(-steps // max_calls))
         calls = -(-steps // per_call)
     else:
         calls = -(-steps // config.steps_per_call)
         per_call = max(1, -(-steps // max(calls, 1)))  # as few padding steps as `calls` calls allow
-    return SidePlan(L, B, R, calls * per_call, per_call, long_steps, long_solves, int(totals[2]), device_steps)
+    return SidePlan(
+        L, B, R, calls * per_call, per_call, long_steps, long_solves, int(totals[2]), device_steps
+    )
 
 
 def one_host(values: np.ndarray, how: str) -> np.ndarray:
@@ -113,6 +118,10 @@ def one_host(values: np.ndarray, how: str) -> np.ndarray:
 
 
 def over_hosts(values: np.ndarray, how: str) -> np.ndarray:
-    """`Combine` over every process (a collective: all processes call it)."""
-    every = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64))).reshape(-1, len(values))
+    """`Combine` over every process (a collective: all processes call it, with as many values)."""
+    if len(values) == 0:  # every process has none (the count is agreed): nothing to gather
+        return np.zeros(0, np.int64)
+    every = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64))).reshape(
+        -1, len(values)
+    )
     return every.sum(axis=0) if how == "sum" else every.max(axis=0)

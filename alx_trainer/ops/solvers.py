@@ -18,7 +18,8 @@ Matvec = Callable[[jax.Array], jax.Array]
 
 
 class CGState(NamedTuple):
-    """The conjugate-gradient recurrence's state per row: x, residual r, direction p, rs = |r|^2 [R, 1]."""
+    """The conjugate-gradient recurrence's state per row: x, residual r, direction p, rs = |r|^2 [R,
+    1]."""
 
     x: jax.Array
     r: jax.Array
@@ -31,7 +32,8 @@ def _dot(u, v):
 
 
 def cg_start(x0, r0) -> CGState:
-    """The state before the first step, from the warm start `x0` and its residual `r0` = b - A x0."""
+    """The state before the first step, from the warm start `x0` and its residual `r0` = b - A
+    x0."""
     return CGState(x0, r0, r0, _dot(r0, r0))
 
 
@@ -53,8 +55,11 @@ def cg_step(matvec: Matvec, state: CGState) -> CGState:
     return cg_update(state, matvec(state.p))[0]
 
 
-def cg(matvec: Matvec, b: jax.Array | None, x0: jax.Array, iters: int, r0: jax.Array | None = None) -> jax.Array:
-    """`iters` conjugate-gradient steps per row from the warm start `x0` (rows independent), compiled.
+def cg(
+    matvec: Matvec, b: jax.Array | None, x0: jax.Array, iters: int, r0: jax.Array | None = None
+) -> jax.Array:
+    """`iters` conjugate-gradient steps per row from the warm start `x0` (rows independent),
+    compiled.
 
     `r0` = b - A x0 may be given instead of `b` when the caller computes it more cheaply.
     """

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from alx_trainer.config import TrainConfig
+from alx_trainer.ops import pallas_cg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,10 @@ class StepSpec:
     layout: str = "sharded"  # 'sharded', 'replicated' or 'owner' (see above)
     block_size: int = 0  # coordinates per block of the 'block' solver (iALS++)
     precision: str = "float32"  # of the explicit h h^T products: 'float32', 'tf32' or 'bfloat16'
-    unroll: bool = False  # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
+    cg_kernel: str = "xla"  # the matrix-free CG by XLA's fusions or the Pallas kernel (`pallas_cg`)
+    unroll: bool = (
+        False  # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
+    )
 
     @property
     def replicated_src(self) -> bool:
@@ -47,7 +51,8 @@ class StepSpec:
         return self.layout == "owner"
 
 
-# What a step sees of the fixed side besides its rows: (gramian [d, d], hyper [3] = alpha, lambda, nu).
+# What a step sees of the fixed side besides its rows: (gramian [d, d], hyper [3] = alpha, lambda,
+# nu).
 Fixed = tuple[jax.Array, jax.Array]
 
 
@@ -57,13 +62,15 @@ def hyper_params(alpha: float, reg: float, reg_exponent: float) -> np.ndarray:
 
 
 # `cg_form` 'auto': the form measured fastest per backend (DESIGN.md's trainer section has the
-# table): matrix-free CG on CPU and, from one H100's figures, on GPU at every measured d (64-1024);
-# no TPU figures, so TPU follows the GPU. A backend or d that ever measures otherwise gets a row here.
+# table, `python -m benchmarks.gpu_vs_implicit` measures it): matrix-free CG on CPU and, from one
+# H100's figures, on GPU at every measured d (64-1024); no TPU figures, so TPU follows the GPU.
+# A backend or d that ever measures otherwise gets a row here.
 AUTO_CG_FORM: dict[str, str] = {"cpu": "matvec", "gpu": "matvec", "tpu": "matvec"}
 
 
 def auto_cg_form(platform: str, dim: int) -> str:
-    """The CG form 'auto' picks on `platform` ('cpu', 'gpu', 'tpu', ...) at embedding dimension `dim`."""
+    """The CG form 'auto' picks on `platform` ('cpu', 'gpu', 'tpu', ...) at embedding dimension
+    `dim`."""
     del dim  # matvec won at every measured d on every measured backend
     return AUTO_CG_FORM.get(platform, "matvec")
 
@@ -84,16 +91,31 @@ def resolve_layout(config: TrainConfig) -> str:
         per_core = on_cpu() and not accelerator(config) and jax.process_count() == 1
         layout = "owner" if per_core and config.stats == "gather" else "sharded"
     if layout == "owner" and accelerator(config):
-        raise ValueError("layout: 'owner' is the per-core CPU layout; the accelerator path takes 'sharded' or 'replicated'")
+        raise ValueError(
+            "layout: 'owner' is the per-core CPU layout; the accelerator path takes 'sharded' or "
+            "'replicated'"
+        )
     if layout == "owner" and jax.process_count() > 1:
-        raise ValueError(f"layout: 'owner' runs in one process, this run has {jax.process_count()}; use 'replicated'")
+        raise ValueError(
+            f"layout: 'owner' runs in one process, this run has {jax.process_count()}; use "
+            "'replicated'"
+        )
     return layout
 
 
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> StepSpec:
     """The kernels' `StepSpec` of a side whose fixed table has `num_other` real rows."""
-    form = auto_cg_form(jax.default_backend(), config.dim) if config.cg_form == "auto" else config.cg_form
+    form = (
+        auto_cg_form(jax.default_backend(), config.dim)
+        if config.cg_form == "auto"
+        else config.cg_form
+    )
     matvec = form == "matvec"
+    kernel = (
+        config.cg_kernel if matvec and config.solver == "cg" and config.stats == "gather" else "xla"
+    )
+    if kernel == "pallas":
+        pallas_cg.check_backend(config.dim, config.piece_len)
     precision = config.matmul_precision
     if precision == "auto":
         precision = "float32" if on_cpu() else "tf32"
@@ -102,6 +124,7 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         solver=config.solver,
         cg_iters=config.cg_iters,
         matvec=matvec and config.stats == "gather",
+        cg_kernel=kernel,
         local_stats=config.stats == "local",
         observed_loss=observed_loss,
         layout=resolve_layout(config),

@@ -1,4 +1,5 @@
-"""Initial tables: N(0, stddev) rows independent of the mesh, generated on the host by a thread per core."""
+"""Initial tables: N(0, stddev) rows independent of the mesh, generated on the host by a thread per
+core."""
 
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from alx_trainer.ops.mesh import host_threads, padded_rows, row_sharding
+from alx_trainer.data.host_cores import host_threads
+from alx_trainer.ops.mesh import padded_rows, row_sharding
 from alx_trainer.ops.table_storage import BF16_BITS, bitcast
 
-INIT_CHUNK = 16384  # rows per generator stream and per block: initialization holds a shard and a few blocks
+INIT_CHUNK = (
+    16384  # rows per generator stream and per block: initialization holds a shard and a few blocks
+)
 
 
-_SCRATCH = threading.local()  # each init thread's float32 chunk, reused (freed blocks stayed in glibc's thread arenas)
+_SCRATCH = (
+    threading.local()
+)  # each init thread's float32 chunk, reused (freed blocks stayed in glibc's thread arenas)
 
 
 def init_rows(seed: int, lo: int, n: int, stddev: float, out: np.ndarray) -> None:
-    """Fill `out` ([rows, d], any float dtype) with rows lo.. of the initial table: N(0, stddev), zero from row n.
+    """Fill `out` ([rows, d], any float dtype) with rows lo.. of the initial table: N(0, stddev),
+    zero from row n.
 
     Rows are generated in global chunks of `INIT_CHUNK`: chunk c is NumPy's PCG64 stream seeded by
     (seed, c), so row r depends on the seed and r only (not on the mesh, the shards or the threads).
@@ -80,7 +87,8 @@ def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) ->
     with ThreadPoolExecutor(workers, thread_name_prefix="alx-init") as pool:
         for device, index in sharding.addressable_devices_indices_map((n_pad, dim)).items():
             start = index[0].start or 0
-            # blocks on global chunk boundaries (one stream each); the first and last clamped into the shard
+            # blocks on global chunk boundaries (one stream each); the first and last clamped into
+            # the shard
             chunks = range(start // INIT_CHUNK, -(-(start + shard) // INIT_CHUNK))
             offsets = sorted({min(max(c * INIT_CHUNK - start, 0), shard - block) for c in chunks})
             with jax.default_device(device):
@@ -91,7 +99,11 @@ def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) ->
                 while len(pending) > workers or (pending and k == len(offsets) - 1):
                     done_at, future = pending.popleft()
                     buf = future.result()
-                    out = _write_block(out, jax.device_put(buf.view(bits), device, may_alias=False), np.int32(done_at))
+                    out = _write_block(
+                        out,
+                        jax.device_put(buf.view(bits), device, may_alias=False),
+                        np.int32(done_at),
+                    )
                     free.put(buf)
             parts.append(out if bits == dtype else bitcast(dtype)(out))
     return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
@@ -103,4 +115,6 @@ def table_from_numpy(mesh: Mesh, values: np.ndarray, dtype) -> jax.Array:
     padded = np.zeros((n_pad, values.shape[1]), np.float32)
     padded[: values.shape[0]] = values
     sharding = row_sharding(mesh)
-    return jax.make_array_from_callback(padded.shape, sharding, lambda idx: padded[idx].astype(dtype))
+    return jax.make_array_from_callback(
+        padded.shape, sharding, lambda idx: padded[idx].astype(dtype)
+    )

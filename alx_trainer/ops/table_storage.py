@@ -66,7 +66,10 @@ def gather_form(table: jax.Array) -> jax.Array:
     bits = bits_dtype(table)
     if bits == table.dtype:
         return table
-    parts = [jax.device_put(np.asarray(s.data).view(bits), s.device, may_alias=True) for s in table.addressable_shards]
+    parts = [
+        jax.device_put(np.asarray(s.data).view(bits), s.device, may_alias=True)
+        for s in table.addressable_shards
+    ]
     return jax.make_array_from_single_device_arrays(table.shape, table.sharding, parts)
 
 

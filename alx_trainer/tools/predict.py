@@ -43,7 +43,8 @@ def load_vocab(data_dir: str, columns: bool = True) -> tuple[dict[int, str], dic
 def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) -> int:
     """An id from an int, a numeric string, or a name looked up in the vocabulary (the column
     names, or with `columns=False` the row names). A URL is normalized first with the pipeline's
-    own `normalize_url`, as the dataset's names were, so `HTTP://Example.com` finds `http://example.com/`."""
+    own `normalize_url`, as the dataset's names were, so `HTTP://Example.com` finds
+    `http://example.com/`."""
     if isinstance(node, (int, np.integer)):
         return int(node)
     if node.isdigit():
@@ -54,7 +55,9 @@ def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) ->
     if "://" in node:
         name, reason = urls.normalize_url(node)
         if name is None:
-            raise ValueError(f"{node!r} is not a URL the dataset could hold ({reason}); give a node's URL or id")
+            raise ValueError(
+                f"{node!r} is not a URL the dataset could hold ({reason}); give a node's URL or id"
+            )
     _, ids = load_vocab(fileio.absolute(data_dir), columns)
     if name not in ids:
         shown = repr(node) if name == node else f"{node!r} (normalized: {name!r})"
@@ -71,7 +74,11 @@ def known_rows(data_dir: str) -> tuple[dict[int, np.ndarray], dict[int, np.ndarr
 
 
 def _named(ids: np.ndarray, scores: np.ndarray, names: Mapping[int, str]) -> list[Prediction]:
-    return [Prediction(int(i), names.get(int(i), str(int(i))), float(s)) for i, s in zip(ids, scores) if i >= 0]
+    return [
+        Prediction(int(i), names.get(int(i), str(int(i))), float(s))
+        for i, s in zip(ids, scores)
+        if i >= 0
+    ]
 
 
 def predict_outlinks(
@@ -88,7 +95,9 @@ def predict_outlinks(
         known = test[row]
         query = np.asarray(fold_in(col_table, [known], config or model_config), np.float32)
     else:
-        raise ValueError(f"node {node!r} (id {row}) has no outlinks in {data_dir}: nothing to predict from")
+        raise ValueError(
+            f"node {node!r} (id {row}) has no outlinks in {data_dir}: nothing to predict from"
+        )
     names = vocabulary_names(data_dir)
     exclude = np.concatenate([known, [row]]) if _shared_ids(data_dir) else known
     scores, ids = Ranker(col_table, None, mesh=mesh).top_k(query, [exclude], k)
@@ -96,7 +105,13 @@ def predict_outlinks(
 
 
 def nearest_neighbors(
-    model: Any, node: str | int, k: int = 10, *, data_dir: str | None = None, table: str = "col", mesh: Any = None
+    model: Any,
+    node: str | int,
+    k: int = 10,
+    *,
+    data_dir: str | None = None,
+    table: str = "col",
+    mesh: Any = None,
 ) -> list[Prediction]:
     """The `k` nodes with the highest cosine similarity to `node` in the `col` (or `row`) table."""
     row_table, col_table, _ = model_tables(model)
@@ -108,7 +123,9 @@ def nearest_neighbors(
         raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     scores, ids = Ranker(unit, None, mesh=mesh).top_k(unit[node_id][None], [np.array([node_id])], k)
-    return _named(ids[0], scores[0], vocabulary_names(data_dir, columns=table == "col") if data_dir else {})
+    return _named(
+        ids[0], scores[0], vocabulary_names(data_dir, columns=table == "col") if data_dir else {}
+    )
 
 
 def vocabulary_names(data_dir: str, columns: bool = True) -> dict[int, str]:
@@ -124,14 +141,20 @@ def _shared_ids(data_dir: str) -> bool:
 
 
 def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
-    feature: dict[str, Any] = {"id": np.array([node_id], np.int64), "embedding": np.asarray(vector, np.float32)}
+    feature: dict[str, Any] = {
+        "id": np.array([node_id], np.int64),
+        "embedding": np.asarray(vector, np.float32),
+    }
     if name is not None:
         feature["name"] = [name.encode("utf-8")]
     return encode_example(feature)
 
 
-def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_shards: int = 1) -> list[str]:
-    """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]), `row_table.npy`,
+def export_tables(
+    model: Any, out_dir: str, *, data_dir: str | None = None, num_shards: int = 1
+) -> list[str]:
+    """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]),
+    `row_table.npy`,
     `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`, `embedding`, and `name`
     when a vocabulary exists). Returns the written paths."""
     row_table, col_table, _ = model_tables(model)
@@ -158,7 +181,9 @@ def export_tables(model: Any, out_dir: str, *, data_dir: str | None = None, num_
         for s in range(num_shards):
             path = os.path.join(out_dir, layout.shard_name(f"{side}_embeddings.tfr", s, num_shards))
             rows = range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards)
-            fileio.write_records(path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows])
+            fileio.write_records(
+                path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows]
+            )
             paths.append(path)
     return paths
 

@@ -2,7 +2,8 @@
 
 `run_sweep` trains every point of a grid over (d, alpha, lambda, nu) on `validation_train` and
 evaluates it on `validation` every `--eval_every` epochs, so those epoch counts up to `--epochs` are
-points of the table too (one row per point and evaluated epoch). The test split is never read while tuning. Rows go
+points of the table too (one row per point and evaluated epoch). The test split is never read while
+tuning. Rows go
 to `sweep.csv` as soon as a point finishes, so an interrupted sweep resumes where it stopped.
 The points run in one process: the step kernels take alpha, lambda and nu as arguments, so points
 of the same d reuse the compiled programs (the `compiles` column counts XLA compilations per
@@ -87,7 +88,9 @@ def read_results(path: str) -> list[dict[str, float]]:
         rows = []
         for n, row in enumerate(csv.DictReader(f), 2):
             try:
-                rows.append({k: float(v) if v not in ("", None) else float("nan") for k, v in row.items()})
+                rows.append(
+                    {k: float(v) if v not in ("", None) else float("nan") for k, v in row.items()}
+                )
             except ValueError:
                 raise ValueError(f"{path}:{n}: not a number in {row}") from None
         return rows
@@ -97,7 +100,10 @@ def _append(path: str, rows: Sequence[Mapping[str, float]]) -> None:
     existing = read_results(path)
     fields = list(rows[0])
     if existing and list(existing[0]) != fields:
-        raise ValueError(f"{path}: columns {list(existing[0])} differ from this sweep's {fields}; use a new out_dir")
+        raise ValueError(
+            f"{path}: columns {list(existing[0])} differ from this sweep's {fields}; use a new "
+            "out_dir"
+        )
     new = not os.path.exists(path)
     with open(path, "a", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -109,12 +115,18 @@ def _append(path: str, rows: Sequence[Mapping[str, float]]) -> None:
 def point_config(base: Any, row: Mapping[str, float], **changes: Any) -> Any:
     """`base` with a point's dim, alpha, lambda (reg), nu (reg_exponent) and any `changes`."""
     return dataclasses.replace(
-        base, dim=int(row["dim"]), alpha=float(row["alpha"]), reg=float(row["lambda"]),
-        reg_exponent=float(row["nu"]), **changes,
+        base,
+        dim=int(row["dim"]),
+        alpha=float(row["alpha"]),
+        reg=float(row["lambda"]),
+        reg_exponent=float(row["nu"]),
+        **changes,
     )
 
 
-def epoch_rows(point: Mapping[str, float], history: Sequence[Mapping[str, Any]], compiles: int) -> list[dict]:
+def epoch_rows(
+    point: Mapping[str, float], history: Sequence[Mapping[str, Any]], compiles: int
+) -> list[dict]:
     """One table row per epoch of a run: the point, `epochs`, its validation metrics (overall and
     per activity bucket), cumulative training seconds and the run's compilations."""
     rows, seconds = [], 0.0
@@ -124,7 +136,9 @@ def epoch_rows(point: Mapping[str, float], history: Sequence[Mapping[str, Any]],
             continue
         row = dict(point)
         row["epochs"] = float(record["epoch"])
-        row.update({k: float(v) for k, v in record.items() if "@" in k and not k.startswith("popularity/")})
+        row.update(
+            {k: float(v) for k, v in record.items() if "@" in k and not k.startswith("popularity/")}
+        )
         row.update(train_seconds=round(seconds, 3), compiles=float(compiles))
         rows.append(row)
     return rows
@@ -143,14 +157,20 @@ def run_sweep(
     log: Callable[[str], None] = logger.info,
 ) -> list[dict[str, float]]:
     """Train every (dim, alpha, lambda, nu) not yet in `out_dir/sweep.csv` on the validation split,
-    evaluating every `eval_every` epochs and after the last; return all rows. `train_fn(config) -> Model` defaults to `train`."""
+    evaluating every `eval_every` epochs and after the last; return all rows. `train_fn(config) ->
+    Model` defaults to `train`."""
     train_fn = train_fn or train
     _count_compiles()
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, RESULTS_CSV)
     done = {point_key(r) for r in read_results(path)}
-    points = [{"dim": float(d), "alpha": float(a), "lambda": float(lam), "nu": float(nu)}
-              for d in dims for nu in nus for lam in lambdas for a in alphas]
+    points = [
+        {"dim": float(d), "alpha": float(a), "lambda": float(lam), "nu": float(nu)}
+        for d in dims
+        for nu in nus
+        for lam in lambdas
+        for a in alphas
+    ]
     metric = f"recall_gt@{base_config.recall_ks()[0]}"
     for i, point in enumerate(points, 1):
         name = " ".join(f"{k}={point[k]:g}" for k in POINT)
@@ -158,8 +178,14 @@ def run_sweep(
             log(f"[{i}/{len(points)}] {name}: done before, skipped")
             continue
         model_dir = os.path.join(out_dir, "models", point_key(point).replace("|", "_"))
-        config = point_config(base_config, point, validation=True, model_dir=model_dir,
-                              eval_every=base_config.eval_every or 1, checkpoint_every=0)
+        config = point_config(
+            base_config,
+            point,
+            validation=True,
+            model_dir=model_dir,
+            eval_every=base_config.eval_every or 1,
+            checkpoint_every=0,
+        )
         before, t0 = compilations(), time.perf_counter()
         model = train_fn(config)
         rows = epoch_rows(point, model.metrics, compilations() - before)
@@ -168,27 +194,47 @@ def run_sweep(
         if not keep_models:
             shutil.rmtree(model_dir, ignore_errors=True)
         best = max(rows, key=lambda r: np.nan_to_num(r.get(metric, np.nan), nan=-1.0))
-        log(f"[{i}/{len(points)}] {name}: {time.perf_counter() - t0:.1f} s, {rows[0]['compiles']:g} compilations; "
-            f"validation {metric} by epoch " + " ".join(f"{r.get(metric, np.nan):.4f}" for r in rows)
-            + f" (best {best.get(metric, np.nan):.4f} at epoch {best['epochs']:g})")
+        log(
+            f"[{i}/{len(points)}] {name}: {time.perf_counter() - t0:.1f} s, "
+            f"{rows[0]['compiles']:g} compilations; "
+            f"validation {metric} by epoch "
+            + " ".join(f"{r.get(metric, np.nan):.4f}" for r in rows)
+            + f" (best {best.get(metric, np.nan):.4f} at epoch {best['epochs']:g})"
+        )
     return read_results(path)
 
 
-def best_row(rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METRIC) -> Mapping[str, float]:
+def best_row(
+    rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METRIC
+) -> Mapping[str, float]:
     """The row with the highest `metric` (the first one on ties)."""
     if not rows:
         raise ValueError("no sweep results")
     if metric not in rows[0]:
-        raise ValueError(f"metric {metric!r} is not a column of the sweep table ({', '.join(rows[0])})")
+        raise ValueError(
+            f"metric {metric!r} is not a column of the sweep table ({', '.join(rows[0])})"
+        )
     return max(rows, key=lambda r: np.nan_to_num(r.get(metric, float("nan")), nan=-1.0))
 
 
-def final_run(base_config: Any, best: Mapping[str, float], out_dir: str, ks: Sequence[int] = (20,),
-              ndcg_k: int = 20, train_fn: TrainFn | None = None) -> dict[str, Any]:
+def final_run(
+    base_config: Any,
+    best: Mapping[str, float],
+    out_dir: str,
+    ks: Sequence[int] = (20,),
+    ndcg_k: int = 20,
+    train_fn: TrainFn | None = None,
+) -> dict[str, Any]:
     """Train the best point on the full training data (`out_dir/final`) and evaluate it on test."""
     train_fn = train_fn or train
-    config = point_config(base_config, best, epochs=int(best["epochs"]), validation=False,
-                          model_dir=os.path.join(out_dir, "final"), eval_every=0)
+    config = point_config(
+        base_config,
+        best,
+        epochs=int(best["epochs"]),
+        validation=False,
+        model_dir=os.path.join(out_dir, "final"),
+        eval_every=0,
+    )
     model = train_fn(config)
     result = evaluate_dataset(model, config.data, config, Ranking(ks=ks, ndcg_k=ndcg_k))
     seconds = [r["seconds"] for r in model.metrics if "seconds" in r]
@@ -200,19 +246,52 @@ def final_run(base_config: Any, best: Mapping[str, float], out_dir: str, ks: Seq
     }
 
 
-def write_outputs(rows: Sequence[Mapping[str, float]], out_dir: str, base_config: Any, metric: str,
-                  final: Mapping[str, Any] | None = None) -> dict[str, str]:
+def write_outputs(
+    rows: Sequence[Mapping[str, float]],
+    out_dir: str,
+    base_config: Any,
+    metric: str,
+    final: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """`sweep.json` (rows, best, final), `best_config.json` and the heatmap; their paths."""
     best = best_row(rows, metric)
-    paths = {"json": os.path.join(out_dir, RESULTS_JSON), "config": os.path.join(out_dir, BEST_CONFIG)}
+    paths = {
+        "json": os.path.join(out_dir, RESULTS_JSON),
+        "config": os.path.join(out_dir, BEST_CONFIG),
+    }
     with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump({"metric": metric, "split": "validation", "best": dict(best), "rows": list(rows),
-                   "final": dict(final) if final else None}, f, indent=2)
-    tuned = point_config(base_config, best, epochs=int(best["epochs"]), validation=False, model_dir="", data="")
-    keep = ("dim", "alpha", "reg", "reg_exponent", "epochs", "solver", "cg_iters", "block_size", "init_stddev",
-            "seed", "eval_k", "ndcg_k")
+        json.dump(
+            {
+                "metric": metric,
+                "split": "validation",
+                "best": dict(best),
+                "rows": list(rows),
+                "final": dict(final) if final else None,
+            },
+            f,
+            indent=2,
+        )
+    tuned = point_config(
+        base_config, best, epochs=int(best["epochs"]), validation=False, model_dir="", data=""
+    )
+    keep = (
+        "dim",
+        "alpha",
+        "reg",
+        "reg_exponent",
+        "epochs",
+        "solver",
+        "cg_iters",
+        "block_size",
+        "init_stddev",
+        "seed",
+        "eval_k",
+        "ndcg_k",
+    )
     values = {k: getattr(tuned, k) for k in keep}
-    values["eval_every"] = values["epochs"]  # `train --config` evaluates on test once, after the last epoch
+    values["eval_every"] = values[
+        "epochs"
+    ]  # `train --config` evaluates on test once, after the last epoch
     with open(paths["config"], "w", encoding="utf-8") as f:
         json.dump(values, f, indent=2)
         f.write("\n")
@@ -221,13 +300,16 @@ def write_outputs(rows: Sequence[Mapping[str, float]], out_dir: str, base_config
 
 
 def _slice(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[Mapping[str, float], list]:
-    """The best row and the rows sharing its dim, nu and epochs (the lambda x alpha plane through it)."""
+    """The best row and the rows sharing its dim, nu and epochs (the lambda x alpha plane through
+    it)."""
     best = best_row(rows, metric)
     same = [r for r in rows if all(r[k] == best[k] for k in ("dim", "nu", "epochs"))]
     return best, same
 
 
-def _grid(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[list[float], list[float], np.ndarray]:
+def _grid(
+    rows: Sequence[Mapping[str, float]], metric: str
+) -> tuple[list[float], list[float], np.ndarray]:
     """Lambdas and alphas, ascending, and the metric at each (lambda, alpha)."""
     lambdas = sorted({r["lambda"] for r in rows})
     alphas = sorted({r["alpha"] for r in rows})
@@ -238,7 +320,8 @@ def _grid(rows: Sequence[Mapping[str, float]], metric: str) -> tuple[list[float]
 
 
 def cell_digits(values: np.ndarray, least: int = 3, most: int = 6) -> int:
-    """The fewest decimals (from `least` up to `most`) that print the distinct finite `values` distinctly."""
+    """The fewest decimals (from `least` up to `most`) that print the distinct finite `values`
+    distinctly."""
     finite = np.unique(values[np.isfinite(values)])
     for digits in range(least, most):
         if len({f"{v:.{digits}f}" for v in finite}) == len(finite):
@@ -246,31 +329,48 @@ def cell_digits(values: np.ndarray, least: int = 3, most: int = 6) -> int:
     return most
 
 
-def format_table(rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METRIC, top: int = 10) -> str:
-    """The `top` points by `metric`, then the lambda x alpha grid at the best d, nu and epochs (best marked `*`)."""
+def format_table(
+    rows: Sequence[Mapping[str, float]], metric: str = DEFAULT_METRIC, top: int = 10
+) -> str:
+    """The `top` points by `metric`, then the lambda x alpha grid at the best d, nu and epochs (best
+    marked `*`)."""
     best, same = _slice(rows, metric)
     ranked = sorted(rows, key=lambda r: -np.nan_to_num(r.get(metric, np.nan), nan=-1.0))[:top]
     cols = [c for c in ("recall@20", "recall_gt@20", "ndcg@20") if c in rows[0]] or [metric]
     points = len({point_key(r) for r in rows})
     epochs = len({r["epochs"] for r in rows})
-    lines = [f"validation, top {len(ranked)} of {len(rows)} rows ({points} grid points x {epochs} evaluated "
-             f"epoch counts) by {metric}:",
-             f"{'dim':>6} {'alpha':>9} {'lambda':>9} {'nu':>5} {'epochs':>6} " + " ".join(f"{c:>12}" for c in cols)]
+    lines = [
+        f"validation, top {len(ranked)} of {len(rows)} rows ({points} grid points x {epochs} "
+        "evaluated "
+        f"epoch counts) by {metric}:",
+        f"{'dim':>6} {'alpha':>9} {'lambda':>9} {'nu':>5} {'epochs':>6} "
+        + " ".join(f"{c:>12}" for c in cols),
+    ]
     for r in ranked:
-        lines.append(f"{r['dim']:>6g} {r['alpha']:>9.3g} {r['lambda']:>9.3g} {r['nu']:>5g} {r['epochs']:>6g} "
-                     + " ".join(f"{r.get(c, np.nan):>12.4f}" for c in cols))
+        lines.append(
+            f"{r['dim']:>6g} {r['alpha']:>9.3g} {r['lambda']:>9.3g} {r['nu']:>5g} "
+            f"{r['epochs']:>6g} " + " ".join(f"{r.get(c, np.nan):>12.4f}" for c in cols)
+        )
     lambdas, alphas, grid = _grid(same, metric)
     digits = cell_digits(grid, least=4)
-    lines.append(f"{metric} at dim={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}, lambda (rows) x alpha:")
+    lines.append(
+        f"{metric} at dim={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}, lambda "
+        "(rows) x alpha:"
+    )
     lines.append(f"{'':>10}" + "".join(f"{a:>10.3g}" for a in alphas))
     for i, lam in enumerate(lambdas):
         cells = []
         for j, a in enumerate(alphas):
             mark = "*" if (lam, a) == (best["lambda"], best["alpha"]) else " "
-            cells.append("       -  " if np.isnan(grid[i, j]) else f"{grid[i, j]:>9.{digits}f}{mark}")
+            cells.append(
+                "       -  " if np.isnan(grid[i, j]) else f"{grid[i, j]:>9.{digits}f}{mark}"
+            )
         lines.append(f"{lam:>10.3g}" + "".join(cells))
-    lines.append("best (*): " + " ".join(f"{k}={best[k]:g}" for k in POINT + ("epochs",))
-                 + f" {metric}={best[metric]:.4f}")
+    lines.append(
+        "best (*): "
+        + " ".join(f"{k}={best[k]:g}" for k in POINT + ("epochs",))
+        + f" {metric}={best[metric]:.4f}"
+    )
     return "\n".join(lines)
 
 
@@ -282,26 +382,42 @@ def format_final(final: Mapping[str, Any], metric: str = DEFAULT_METRIC) -> str:
     return f"test (full training data, {point}, {final['seconds_per_epoch']:.2f} s/epoch): {shown}"
 
 
-def plot_heatmap(rows: Sequence[Mapping[str, float]], path: str, metric: str = DEFAULT_METRIC) -> str:
-    """A lambda x alpha heatmap of `metric` at the best d, nu and epochs, values written in, best boxed."""
+def plot_heatmap(
+    rows: Sequence[Mapping[str, float]], path: str, metric: str = DEFAULT_METRIC
+) -> str:
+    """A lambda x alpha heatmap of `metric` at the best d, nu and epochs, values written in, best
+    boxed."""
     best, same = _slice(rows, metric)
     lambdas, alphas, grid = _grid(same, metric)
-    fig = Figure(figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8))  # no pyplot: no GUI backend
+    fig = Figure(
+        figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8)
+    )  # no pyplot: no GUI backend
     ax = fig.subplots()
-    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower")  # lambda grows upwards
+    im = ax.imshow(
+        np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower"
+    )  # lambda grows upwards
     ax.set_xticks(range(len(alphas)), [f"{a:.2g}" for a in alphas])
     ax.set_yticks(range(len(lambdas)), [f"{lam:.2g}" for lam in lambdas])
     ax.set_xlabel("alpha (unobserved weight)")
     ax.set_ylabel("lambda (L2 regularization)")
-    ax.set_title(f"validation {metric}, d={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}")
+    ax.set_title(
+        f"validation {metric}, d={best['dim']:g} nu={best['nu']:g} epochs={best['epochs']:g}"
+    )
     finite = grid[np.isfinite(grid)]
     mid = float(finite.mean()) if finite.size else 0.0
     digits = cell_digits(grid)
     for i in range(len(lambdas)):
         for j in range(len(alphas)):
             if np.isfinite(grid[i, j]):
-                ax.text(j, i, f"{grid[i, j]:.{digits}f}", ha="center", va="center",
-                        color="black" if grid[i, j] > mid else "white", fontsize=8)
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:.{digits}f}",
+                    ha="center",
+                    va="center",
+                    color="black" if grid[i, j] > mid else "white",
+                    fontsize=8,
+                )
     bi, bj = lambdas.index(best["lambda"]), alphas.index(best["alpha"])
     ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
     fig.colorbar(im, ax=ax)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from alx_trainer.data import records
-from alx_trainer.data.records import Dataset
+from alx_trainer.data.dataset import Dataset
 from alx_trainer.tools import topk_records
 from alx_trainer.tools.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout
@@ -40,7 +40,9 @@ def _vocabulary(dataset: Dataset) -> tuple[topk_records.Ragged | None, topk_reco
     try:
         cols = dataset_reader.read_vocab(dataset.data_dir, columns=True)
         rows = (
-            cols if not dataset.bipartite else dataset_reader.read_vocab(dataset.data_dir, columns=False)
+            cols
+            if not dataset.bipartite
+            else dataset_reader.read_vocab(dataset.data_dir, columns=False)
         )
     except FileNotFoundError:
         return None, None
@@ -151,7 +153,13 @@ def export_topk(
     ranker = Ranker(model.col_table, model.config, mesh=mesh, batch_size=batch_size)
     log.info(
         "export: top %d of %d rows (%d trained, %d folded in) into %d shards of %s; %s",
-        k, total, counts["train"], counts["test"], num_shards, out_dir, ranker.describe(k),
+        k,
+        total,
+        counts["train"],
+        counts["test"],
+        num_shards,
+        out_dir,
+        ranker.describe(k),
     )
     fileio.makedirs(out_dir)
     start = last = time.perf_counter()

@@ -7,6 +7,7 @@ time budget, each writing JSON lines that survive its failure, out-of-memory kil
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import glob
 import json
@@ -17,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
+from benchmarks.core import paths
 from benchmarks.core.paths import REPO
 from webgraph_contract.command_line import one_line as _last_line_of
 
@@ -46,8 +48,15 @@ class Child:
     peak_gib: float
 
 
-def run_child(cmd: Sequence[str], *, env: dict | None = None, log: str | os.PathLike | None = None,
-              tree: bool = False, timeout: float | None = None, check: bool = True) -> Child:
+def run_child(
+    cmd: Sequence[str],
+    *,
+    env: dict | None = None,
+    log: str | os.PathLike | None = None,
+    tree: bool = False,
+    timeout: float | None = None,
+    check: bool = True,
+) -> Child:
     """Run `cmd` from the repository root; stdout captured, stderr into `log` (or kept for errors).
 
     The peak memory is the child's own peak RSS (wait4), or with `tree` the highest sum over the
@@ -59,8 +68,14 @@ def run_child(cmd: Sequence[str], *, env: dict | None = None, log: str | os.Path
         err_path = pathlib.Path(log or pathlib.Path(tmp) / "stderr")
         with open(pathlib.Path(tmp) / "stdout", "w+") as out, open(err_path, "w") as err:
             start = time.monotonic()
-            proc = subprocess.Popen(list(map(str, cmd)), stdout=out, stderr=err, cwd=REPO, env=env,
-                                    start_new_session=True)  # a group: a timeout kills it all
+            proc = subprocess.Popen(
+                list(map(str, cmd)),
+                stdout=out,
+                stderr=err,
+                cwd=REPO,
+                env=env,
+                start_new_session=True,
+            )  # a group: a timeout kills it all
             try:
                 status, usage, peak = _wait(proc, start, timeout, tree)
             except BaseException:
@@ -117,7 +132,7 @@ def tree_rss_bytes(root_pid: int) -> int:
         try:
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             pid, ppid, pages = int(entry), int(fields[1]), int(fields[21])
         except (OSError, ValueError, IndexError):
             continue
@@ -155,17 +170,21 @@ class Runner:
     deadline: float  # time.monotonic() after which no child starts
     section_timeout: float
 
-    def __call__(self, kind: str, name: str, spec: dict,
-                 env: dict[str, str] | None = None) -> tuple[list[dict], str | None, float]:
+    def __call__(
+        self, kind: str, name: str, spec: dict, env: dict[str, str] | None = None
+    ) -> tuple[list[dict], str | None, float]:
         left = min(self.section_timeout, self.deadline - time.monotonic())
         if left < 5:
             return [], "skipped: the run's --budget_s is spent", 0.0
         logs = self.work / "logs"
-        out, log, spec_path = (logs / f"{name}{suffix}" for suffix in (".jsonl", ".log",
-                                                                       ".spec.json"))
+        out, log, spec_path = (
+            logs / f"{name}{suffix}" for suffix in (".jsonl", ".log", ".spec.json")
+        )
         logs.mkdir(parents=True, exist_ok=True)
         out.unlink(missing_ok=True)
-        spec_path.write_text(json.dumps(dict(spec, out=str(out), work=str(self.work))))
+        spec_path.write_text(
+            json.dumps(dict(spec, out=str(out), work=str(self.work), timeout_s=left))
+        )
         cmd = [sys.executable, "-m", self.module, "--_child", kind, str(spec_path)]
         error, t = None, time.monotonic()
         try:
@@ -199,14 +218,69 @@ def wheel_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
     if not found:
         return env
     if not (site / "implicit").is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                        "--no-compile",
-                        "--no-cache-dir", "--target", str(site), *found], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                "--no-cache-dir",
+                "--target",
+                str(site),
+                *found,
+            ],
+            check=True,
+        )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
     roots = [str(site), *[p for p in sys.path if p and os.path.isdir(p)]]
-    libs = sorted({os.path.dirname(p) for root in roots
-                   for p in glob.glob(os.path.join(root, "nvidia", "**", "lib*.so*"),
-                                      recursive=True)})
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None,
-                                                    [*libs, os.environ.get("LD_LIBRARY_PATH", "")]))
+    libs = sorted(
+        {
+            os.path.dirname(p)
+            for root in roots
+            for p in glob.glob(os.path.join(root, "nvidia", "**", "lib*.so*"), recursive=True)
+        }
+    )
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        filter(None, [*libs, os.environ.get("LD_LIBRARY_PATH", "")])
+    )
     return env
+
+
+def add_wheel_args(p: argparse.ArgumentParser) -> None:
+    """`--wheels` and `--site`: the wheels installed apart for the children (`wheel_env`)."""
+    p.add_argument(
+        "--wheels", default=str(paths.WHEELS), help="wheel files installed for the children"
+    )
+    p.add_argument(
+        "--site", default=os.path.join(tempfile.gettempdir(), "site"), help="where they go"
+    )
+
+
+def children_env(args: argparse.Namespace) -> dict[str, str]:
+    """`wheel_env` of `args.wheels` and `args.site`; where installing fails, says so and gives
+    this process's environment as it is."""
+    try:
+        return wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
+    except subprocess.CalledProcessError as e:
+        print(
+            f"wheels: install into {args.site} failed ({e}); children run with the environment "
+            "as it is"
+        )
+        return dict(os.environ)
+
+
+ChildFn = Callable[[dict, str], None]
+
+
+def main_or_child(main: Callable[[], int], children: Mapping[str, ChildFn]) -> None:
+    """A benchmark's `__main__`: `--_child KIND SPEC` (a `Runner` child) runs `children[KIND]` on
+    the spec at SPEC (its start time added); otherwise exits with `main()`'s status."""
+    if len(sys.argv) == 4 and sys.argv[1] == "--_child":
+        spec = dict(json.loads(pathlib.Path(sys.argv[3]).read_text()), started=time.monotonic())
+        children[sys.argv[2]](spec, spec["out"])
+    else:
+        sys.exit(main())

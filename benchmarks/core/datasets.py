@@ -63,20 +63,44 @@ def ml1m_split(data_dir: str, seed: int = 0, test_fraction: float = 0.1, shards:
     """MovieLens-1M's strong-generalization split made by the pipeline: `test_fraction` of the users
     held out by a seeded hash, 80% of each one's items fold it in, 20% are the ground truth."""
     ml1m = paths.ML1M_DIR
-    return make_split(data_dir, "--edge_format", "adjacency", "--bipartite", "--input",
-                      ml1m / "train.txt",
-                      "--input", ml1m / "test.txt", "--test_fraction", test_fraction,
-                      "--holdout_fraction", "0.2", "--seed", seed, "--num_shards", shards)
+    return make_split(
+        data_dir,
+        "--edge_format",
+        "adjacency",
+        "--bipartite",
+        "--input",
+        ml1m / "train.txt",
+        "--input",
+        ml1m / "test.txt",
+        "--test_fraction",
+        test_fraction,
+        "--holdout_fraction",
+        "0.2",
+        "--seed",
+        seed,
+        "--num_shards",
+        shards,
+    )
 
 
-def gowalla_split(data_dir: str, source: str | os.PathLike = paths.GOWALLA_DIR,
-                  validation_fraction: float = 0.0) -> Split:
+def gowalla_split(
+    data_dir: str, source: str | os.PathLike = paths.GOWALLA_DIR, validation_fraction: float = 0.0
+) -> Split:
     """LightGCN's Gowalla split (`train.txt`, `test.txt` in `source`) made by the pipeline as a
     given split, with validation splits carved from train when `validation_fraction` > 0."""
     flags = ["--validation_fraction", validation_fraction] if validation_fraction else []
-    return make_split(data_dir, "--edge_format", "given_split", "--input",
-                      os.path.join(source, "train.txt"),
-                      "--test_input", os.path.join(source, "test.txt"), *flags, "--num_shards", "4")
+    return make_split(
+        data_dir,
+        "--edge_format",
+        "given_split",
+        "--input",
+        os.path.join(source, "train.txt"),
+        "--test_input",
+        os.path.join(source, "test.txt"),
+        *flags,
+        "--num_shards",
+        "4",
+    )
 
 
 def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
@@ -88,12 +112,31 @@ def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
     if os.path.exists(stats_path):
         with open(stats_path) as f:
             stats = json.load(f)
-        got = (stats.get("num_rows"), stats.get("num_cols"), stats.get("edges"),
-               stats.get("config", {}).get("seed"))
+        got = (
+            stats.get("num_rows"),
+            stats.get("num_cols"),
+            stats.get("edges"),
+            stats.get("config", {}).get("seed"),
+        )
         if got == (rows, cols, nnz, seed):
             return out
-    child = run_child([sys.executable, "-m", "webgraph_contract.synthetic_matrix", "--out", out,
-                       "--rows", rows, "--cols", cols, "--nnz", nnz, "--seed", seed])
+    child = run_child(
+        [
+            sys.executable,
+            "-m",
+            "webgraph_contract.synthetic_matrix",
+            "--out",
+            out,
+            "--rows",
+            rows,
+            "--cols",
+            cols,
+            "--nnz",
+            nnz,
+            "--seed",
+            seed,
+        ]
+    )
     print(child.stdout.strip(), flush=True)
     return out
 
@@ -115,5 +158,9 @@ def read_csr(data_dir: str, split: str = "train") -> tuple[int, int, np.ndarray,
     row_ids = np.concatenate(rows)
     order = np.argsort(row_ids, kind="stable")  # shards need not hold ascending rows
     lengths = np.bincount(row_ids, minlength=num_rows)
-    return num_rows, num_cols, np.concatenate([[0],
-                                               np.cumsum(lengths)]), np.concatenate(cols)[order]
+    return (
+        num_rows,
+        num_cols,
+        np.concatenate([[0], np.cumsum(lengths)]),
+        np.concatenate(cols)[order],
+    )

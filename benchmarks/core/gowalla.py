@@ -45,8 +45,9 @@ def read_gowalla(folder: str, users: int = 0) -> dict[str, np.ndarray | int]:
         for r, c in rows.items():
             lengths[r] = len(c)
         out[f"{name}_indptr"] = np.concatenate([[0], np.cumsum(lengths)])
-        out[f"{name}_cols"] = np.concatenate([rows[r] for r in sorted(rows)] or [np.zeros(0,
-                                                                                          np.int64)])
+        out[f"{name}_cols"] = np.concatenate(
+            [rows[r] for r in sorted(rows)] or [np.zeros(0, np.int64)]
+        )
     return out
 
 
@@ -55,14 +56,15 @@ def test_rows(m: dict) -> list[Row]:
     arrays: the rows Recall@20 ranks."""
     rows = []
     for u in range(len(m["test_indptr"]) - 1):
-        gt = m["test_cols"][m["test_indptr"][u]: m["test_indptr"][u + 1]]
+        gt = m["test_cols"][m["test_indptr"][u] : m["test_indptr"][u + 1]]
         if len(gt):
-            rows.append((u, m["train_cols"][m["train_indptr"][u]: m["train_indptr"][u + 1]], gt))
+            rows.append((u, m["train_cols"][m["train_indptr"][u] : m["train_indptr"][u + 1]], gt))
     return rows
 
 
-def score_trained_rows(row_table: np.ndarray, col_table: np.ndarray, rows: Sequence[Row],
-                       k: int = 20) -> dict:
+def score_trained_rows(
+    row_table: np.ndarray, col_table: np.ndarray, rows: Sequence[Row], k: int = 20
+) -> dict:
     """Recall@k (hits/|test|: `recall_gt@k`, LightGCN's; hits/min(k, |test|): `recall@k`) and NDCG@k
     of the users' trained rows, all items ranked but the excluded ones (our evaluator, for any
     model), and the seconds it took (`eval_s`)."""

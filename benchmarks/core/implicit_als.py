@@ -35,15 +35,22 @@ import numpy as np
 GIB = 2.0**30
 
 
-def implicit_params(alpha: float, lam: float, nu: float, mean_row: float,
-                    n_cols: int) -> tuple[float, float]:
+def implicit_params(
+    alpha: float, lam: float, nu: float, mean_row: float, n_cols: int
+) -> tuple[float, float]:
     """implicit's (confidence, regularization) for our (alpha, lambda, nu): exact at nu = 0; for
     nu > 0, one constant L2 weight (the user side's lambda_r at the mean row length)."""
     return 1 + 1 / alpha, lam * (1 + alpha) / alpha * (mean_row + alpha * n_cols) ** nu
 
 
-def implicit_problem(indptr: np.ndarray, cols: np.ndarray, num_cols: int, alpha: float, reg: float,
-                     reg_exponent: float):
+def implicit_problem(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    num_cols: int,
+    alpha: float,
+    reg: float,
+    reg_exponent: float,
+):
     """implicit's input for our objective: (CSR matrix whose values are the confidences,
     regularization); fit it with implicit's alpha = 1 (`implicit_model`)."""
     import scipy.sparse as sp
@@ -52,8 +59,10 @@ def implicit_problem(indptr: np.ndarray, cols: np.ndarray, num_cols: int, alpha:
     mean_row = float(lengths.sum() / max(1, np.count_nonzero(lengths)))
     confidence, regularization = implicit_params(alpha, reg, reg_exponent, mean_row, num_cols)
     data = np.full(len(cols), confidence, np.float32)
-    matrix = sp.csr_matrix((data, np.asarray(cols, np.int32), np.asarray(indptr, np.int64)),
-                           shape=(len(indptr) - 1, num_cols))
+    matrix = sp.csr_matrix(
+        (data, np.asarray(cols, np.int32), np.asarray(indptr, np.int64)),
+        shape=(len(indptr) - 1, num_cols),
+    )
     return matrix, regularization
 
 
@@ -67,13 +76,27 @@ def confidence_rows(rows: list[np.ndarray], num_cols: int, confidence: float):
     return sp.csr_matrix((data, indices, indptr), shape=(len(rows), num_cols))
 
 
-def implicit_model(dim: int, regularization: float, epochs: int, cg_iters: int, *,
-                   gpu: bool = False,
-                   threads: int = 0, training_loss: bool = False, seed: int = 0):
+def implicit_model(
+    dim: int,
+    regularization: float,
+    epochs: int,
+    cg_iters: int,
+    *,
+    gpu: bool = False,
+    threads: int = 0,
+    training_loss: bool = False,
+    seed: int = 0,
+):
     """implicit's ALS with CG (`cg_iters` steps per solve), alpha = 1 (the confidences are in the
     matrix): its CUDA model with `gpu`, else its CPU model on `threads` threads (0: all)."""
-    kwargs = {"factors": dim, "regularization": regularization, "alpha": 1.0, "iterations": epochs,
-              "calculate_training_loss": training_loss, "random_state": seed}
+    kwargs = {
+        "factors": dim,
+        "regularization": regularization,
+        "alpha": 1.0,
+        "iterations": epochs,
+        "calculate_training_loss": training_loss,
+        "random_state": seed,
+    }
     if gpu:
         from implicit.gpu.als import AlternatingLeastSquares
 
@@ -113,8 +136,10 @@ def implicit_memory(stats, matrix, dim: int) -> dict:
     managed = 2 * (4 * (users + items + 2) + 8 * matrix.nnz)  # Cui and Ciu: indptr, indices, data
     counted = 4 * dim * (users + items + 2 * dim)  # two tables, two d x d gramians (float32)
     measured = stats is not None and stats.peak_bytes >= 4 * dim * (users + items)
-    return {"peak_device_gib": ((stats.peak_bytes if measured else counted) + managed) / GIB,
-            "peak_device_source": "RMM statistics + managed CSR" if measured else "counted"}
+    return {
+        "peak_device_gib": ((stats.peak_bytes if measured else counted) + managed) / GIB,
+        "peak_device_source": "RMM statistics + managed CSR" if measured else "counted",
+    }
 
 
 def timed_fit(model, matrix, on_epoch=None) -> tuple[list[float], float]:

@@ -24,8 +24,9 @@ def timed_calls(fn, args: tuple, calls: int = 10) -> float:
     return (time.perf_counter() - t) / calls
 
 
-def matmul_rate(n: int, dtype: str = "float32", precision: str = "HIGHEST",
-                calls: int = 10) -> float:
+def matmul_rate(
+    n: int, dtype: str = "float32", precision: str = "HIGHEST", calls: int = 10
+) -> float:
     """FLOP/s of an n^3 matmul on the default device at a precision: float32 HIGHEST is true
     float32; DEFAULT lets XLA use TF32 (NVIDIA) or bfloat16 passes (TPU) for float32 inputs."""
     import jax
@@ -34,8 +35,9 @@ def matmul_rate(n: int, dtype: str = "float32", precision: str = "HIGHEST",
     a = jax.random.normal(jax.random.key(0), (n, n), dtype)
     b = jax.random.normal(jax.random.key(1), (n, n), dtype)
     level = getattr(jax.lax.Precision, precision)
-    return 2 * n**3 / timed_calls(jax.jit(lambda a, b: jnp.dot(a, b, precision=level)), (a, b),
-                                  calls)
+    return (
+        2 * n**3 / timed_calls(jax.jit(lambda a, b: jnp.dot(a, b, precision=level)), (a, b), calls)
+    )
 
 
 def copy_rate(mib: int) -> float:
@@ -51,8 +53,9 @@ def copy_rate(mib: int) -> float:
 def cpu_matmul_peak(n: int = 4096, calls: int = 3) -> float:
     """float32 FLOP/s of a large matmul with JAX as it starts by default (one device, every core),
     measured in a fresh process: a trainer's process splits the CPU into one device per core."""
-    code = ("from benchmarks.core.machine import matmul_rate; "
-            f"print(matmul_rate({n}, calls={calls}))")
+    code = (
+        f"from benchmarks.core.machine import matmul_rate; print(matmul_rate({n}, calls={calls}))"
+    )
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     return float(run_child([sys.executable, "-c", code], env=env).stdout.split()[-1])
@@ -76,9 +79,11 @@ def device_memory() -> dict:
 
     stats = jax.local_devices()[0].memory_stats() or {}
     peak, limit = stats.get("peak_bytes_in_use"), stats.get("bytes_limit")
-    return {"peak_device_gib": peak / GIB if peak is not None else None,
-            "peak_device_source": "JAX peak_bytes_in_use" if peak is not None else None,
-            "device_limit_gib": limit / GIB if limit is not None else None}
+    return {
+        "peak_device_gib": peak / GIB if peak is not None else None,
+        "peak_device_source": "JAX peak_bytes_in_use" if peak is not None else None,
+        "device_limit_gib": limit / GIB if limit is not None else None,
+    }
 
 
 def load_line() -> str:

@@ -19,13 +19,20 @@ from webgraph_contract import synthetic_matrix as law
 
 ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7  # synthetic_matrix's defaults
 BUCKETS = 1 << 20  # equal-probability rank buckets of the device generator
+CHUNK = 1 << 26  # pairs drawn at a time by the device generator (bounds its random bits' memory)
 EDGE_EXPONENT = 2 / 3  # edge_batch: node ranks floor(n u^3), degrees of exponent 2.5
 SCRAMBLE = 2654435761  # edge_batch: a multiplicative hash spreading popular ids over the range
 
 
-def power_law_csr(seed: int, num_rows: int, num_cols: int, nnz: int, on: str = "host",
-                  row_exponent: float = ROW_EXPONENT,
-                  col_exponent: float = COL_EXPONENT) -> tuple[np.ndarray, np.ndarray, dict]:
+def power_law_csr(
+    seed: int,
+    num_rows: int,
+    num_cols: int,
+    nnz: int,
+    on: str = "host",
+    row_exponent: float = ROW_EXPONENT,
+    col_exponent: float = COL_EXPONENT,
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """A power-law matrix as host CSR (indptr int64, cols), made on the host or the default JAX
     device (`on`); `facts`: seconds spent, and on the device the draws made."""
     if on == "device":
@@ -44,20 +51,42 @@ def rank_buckets(n: int, exponent: float, buckets: int = BUCKETS) -> np.ndarray:
     """Rank boundaries B (int64, B[0] = 0, B[-1] = n): bucket b, ranks [B[b], B[b+1]), has
     probability 1/buckets under the law's CDF (a bucket narrower than a rank puts it on B[b])."""
     law.rank_probabilities(1, exponent)  # checks the exponent
-    return np.floor(law.rank_quantile(np.arange(buckets + 1) / buckets, n,
-                                      exponent)).astype(np.int64)
+    return np.floor(law.rank_quantile(np.arange(buckets + 1) / buckets, n, exponent)).astype(
+        np.int64
+    )
 
 
-def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
-               row_exponent: float = ROW_EXPONENT,
-               col_exponent: float = COL_EXPONENT) -> tuple[np.ndarray, np.ndarray, dict]:
-    """A power-law matrix generated on the default JAX device: (indptr int64, cols int32, facts).
+def device_csr(
+    seed: int,
+    num_rows: int,
+    num_cols: int,
+    nnz: int,
+    row_exponent: float = ROW_EXPONENT,
+    col_exponent: float = COL_EXPONENT,
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """`device_matrix` brought to the host: (indptr int64, cols int32, facts); `facts` adds the
+    seconds to the host."""
+    indptr, cols, facts = device_matrix(seed, num_rows, num_cols, nnz, row_exponent, col_exponent)
+    t = time.perf_counter()
+    host_indptr, host_cols = np.asarray(indptr).astype(np.int64), np.asarray(cols)
+    return host_indptr, host_cols, dict(facts, to_host_s=time.perf_counter() - t)
+
+
+def device_matrix(
+    seed: int,
+    num_rows: int,
+    num_cols: int,
+    nnz: int,
+    row_exponent: float = ROW_EXPONENT,
+    col_exponent: float = COL_EXPONENT,
+):
+    """A power-law matrix generated on the default JAX device, left there: (indptr int32 [rows + 1],
+    cols int32 [nnz], facts).
 
     Pairs are drawn with the law's row and column ranks (a bucket, then a uniform rank in it),
     sorted on the device, deduplicated, and exactly `nnz` distinct pairs kept at random (lowest
     random priorities, ties broken by position). Too few distinct pairs: the draw is repeated with
-    more pairs. Only the CSR arrays come to the host. `facts`: seconds on the device, seconds to
-    the host, draws made.
+    more pairs. `facts`: seconds on the device, draws made.
     """
     import jax
     import jax.numpy as jnp
@@ -66,8 +95,9 @@ def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
         half = num_rows * num_cols // 2
         raise ValueError(f"nnz: must be in (0, rows x cols / 2 = {half}], got {nnz}")
     if nnz >= 2**31 - 1 or max(num_rows, num_cols) >= 2**31 - 1:
-        raise ValueError("sizes: int32 ids and positions on the device, so rows, cols and nnz "
-                         "must be < 2^31")
+        raise ValueError(
+            "sizes: int32 ids and positions on the device, so rows, cols and nnz must be < 2^31"
+        )
     t0 = time.perf_counter()
     key_r, key_c, key_draw = jax.random.split(jax.random.key(seed), 3)
     perm_r = jax.random.permutation(key_r, num_rows).astype(jnp.int32)
@@ -80,21 +110,20 @@ def device_csr(seed: int, num_rows: int, num_cols: int, nnz: int,
         draws = min(math.ceil(nnz * factor), 2**31 - 2)
         rows, cols, first = _draw_pairs(key, b_r, b_c, perm_r, perm_c, draws)
         distinct = int(first.sum())
-        tries.append(draws)
+        tries.append(len(first))
         if distinct >= nnz:
             break
         if len(tries) == 6 or draws == 2**31 - 2:
-            raise ValueError(f"{nnz} distinct pairs not reached in {len(tries)} draws "
-                             f"(last {draws} gave {distinct})")
+            raise ValueError(
+                f"{nnz} distinct pairs not reached in {len(tries)} draws "
+                f"(last {draws} gave {distinct})"
+            )
+        del rows, cols, first  # the device's memory for the next, larger draw
         factor *= 1.1 * nnz / distinct
     key_draw, key = jax.random.split(key_draw)
     indptr, kept_cols = _keep_pairs(key, rows, cols, first, nnz, num_rows)
     indptr.block_until_ready()
-    t1 = time.perf_counter()
-    del rows, cols, first
-    host_indptr, host_cols = np.asarray(indptr).astype(np.int64), np.asarray(kept_cols)
-    facts = {"device_s": t1 - t0, "to_host_s": time.perf_counter() - t1, "draws": tries}
-    return host_indptr, host_cols, facts
+    return indptr, kept_cols, {"device_s": time.perf_counter() - t0, "draws": tries}
 
 
 def _ranks(key, buckets, size: int):
@@ -109,15 +138,31 @@ def _ranks(key, buckets, size: int):
 
 
 def _draw_pairs(key, b_r, b_c, perm_r, perm_c, draws: int):
-    """`draws` (row, col) pairs sorted by row then column, and a mask of each distinct pair's
-    first copy."""
+    """`draws` (row, col) pairs (above `CHUNK`, rounded up to whole chunks) sorted by row then
+    column, and a mask of each distinct pair's first copy."""
     import jax
     import jax.numpy as jnp
 
     @jax.jit
     def run(key, b_r, b_c, perm_r, perm_c):
-        k_r, k_c = jax.random.split(key)
-        rows, cols = perm_r[_ranks(k_r, b_r, draws)], perm_c[_ranks(k_c, b_c, draws)]
+        def draw(key, size: int):
+            k_r, k_c = jax.random.split(key)
+            return perm_r[_ranks(k_r, b_r, size)], perm_c[_ranks(k_c, b_c, size)]
+
+        if draws <= CHUNK:
+            rows, cols = draw(key, draws)
+        else:  # in chunks: the random bits of one chunk at a time
+
+            def step(i, pairs):
+                at = (i * CHUNK,)
+                r, c = draw(jax.random.fold_in(key, i), CHUNK)
+                return (
+                    jax.lax.dynamic_update_slice(pairs[0], r, at),
+                    jax.lax.dynamic_update_slice(pairs[1], c, at),
+                )
+
+            empty = jnp.zeros(-(-draws // CHUNK) * CHUNK, jnp.int32)
+            rows, cols = jax.lax.fori_loop(0, len(empty) // CHUNK, step, (empty, empty))
         rows, cols = jax.lax.sort((rows, cols), num_keys=2)
         new = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
         return rows, cols, jnp.concatenate([jnp.ones(1, bool), new])

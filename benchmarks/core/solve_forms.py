@@ -12,28 +12,33 @@ RECALL_TOLERANCE = 0.002  # a form whose Gowalla Recall@20 is lower than the bes
 
 
 def form_overrides(form: str) -> list[str]:
-    """The `--ours` overrides of one solve form: 'matvec' (matrix-free CG) or 'explicit:PRECISION'
-    (d x d normal matrices whose h h^T products run at PRECISION)."""
+    """The `--ours` overrides of one solve form: 'matvec' (matrix-free CG by XLA's fusions),
+    'matvec:pallas' (the same as one Pallas kernel, `cg_kernel`) or 'explicit:PRECISION' (d x d
+    normal matrices whose h h^T products run at PRECISION)."""
     kind, _, precision = form.partition(":")
-    if kind == "matvec" and not precision:
-        return ["cg_form=matvec"]
+    if kind == "matvec" and precision in ("", "pallas"):
+        return ["cg_form=matvec"] + (["cg_kernel=pallas"] if precision else [])
     if kind == "explicit" and precision in EXPLICIT_PRECISIONS:
         return ["cg_form=explicit", f"matmul_precision={precision}"]
-    raise ValueError(f"--forms: expected 'matvec' or 'explicit:' with one of "
-                     f"{EXPLICIT_PRECISIONS}, got {form!r}")
+    raise ValueError(
+        f"--forms: expected 'matvec', 'matvec:pallas' or 'explicit:' with one of "
+        f"{EXPLICIT_PRECISIONS}, got {form!r}"
+    )
 
 
 def forms_point(item: str, sizes: Sequence[str]) -> tuple[str, int | None]:
     """One `--forms_at` entry: 'SIZE:D' as (size, d), 'SIZE' as (size, None) (its every d)."""
     size, sep, dim = item.partition(":")
     if size not in sizes or sep and not dim.isdigit():
-        raise ValueError(f"--forms_at: expected SIZE or SIZE:D with SIZE of {list(sizes)}, "
-                         f"got {item!r}")
+        raise ValueError(
+            f"--forms_at: expected SIZE or SIZE:D with SIZE of {list(sizes)}, got {item!r}"
+        )
     return size, int(dim) if sep else None
 
 
-def choose_form(rows: Sequence[dict], tolerance: float = RECALL_TOLERANCE,
-                excluded: Sequence[str] = ()) -> dict:
+def choose_form(
+    rows: Sequence[dict], tolerance: float = RECALL_TOLERANCE, excluded: Sequence[str] = ()
+) -> dict:
     """The fastest solve form among `rows` (ours at one size and d, one row per form).
 
     A form is a candidate when it was timed, is not in `excluded` (forms that lost recall elsewhere
@@ -58,19 +63,29 @@ def choose_form(rows: Sequence[dict], tolerance: float = RECALL_TOLERANCE,
     for r in candidates:
         if r is not fastest:
             why_not[r["form"]] = f"slower: {r['s_per_epoch'] / fastest['s_per_epoch']:.2f}x"
-    return {"fastest": fastest and fastest["form"],
-            "s_per_epoch": fastest and fastest["s_per_epoch"],
-            "recall_gt@20": fastest and fastest.get("recall_gt@20"), "why_not": why_not}
+    return {
+        "fastest": fastest and fastest["form"],
+        "s_per_epoch": fastest and fastest["s_per_epoch"],
+        "recall_gt@20": fastest and fastest.get("recall_gt@20"),
+        "why_not": why_not,
+    }
 
 
 def print_forms(choices: list[dict]) -> None:
     """Per compared (size, d): the fastest candidate form, what 'auto' ran, why each other lost."""
     if choices:
-        print(f"\nsolve forms (fastest of those within {RECALL_TOLERANCE} of the best Gowalla "
-              "Recall@20):")
+        print(
+            f"\nsolve forms (fastest of those within {RECALL_TOLERANCE} of the best Gowalla "
+            "Recall@20):"
+        )
     for c in choices:
-        verdict = {True: "auto ran it", False: f"auto ran {c['auto']}",
-                   None: f"auto ran {c['auto'] or '?'}, not compared"}[c["auto_is_fastest"]]
+        verdict = {
+            True: "auto ran it",
+            False: f"auto ran {c['auto']}",
+            None: f"auto ran {c['auto'] or '?'}, not compared",
+        }[c["auto_is_fastest"]]
         fastest = f"{c['fastest']} {c['s_per_epoch']:.4f} s/epoch" if c["fastest"] else "none"
-        print(f"  {c['size']} d={c['dim']}: {fastest} ({verdict}); "
-              + "; ".join(f"{form}: {why}" for form, why in c["why_not"].items()))
+        print(
+            f"  {c['size']} d={c['dim']}: {fastest} ({verdict}); "
+            + "; ".join(f"{form}: {why}" for form, why in c["why_not"].items())
+        )

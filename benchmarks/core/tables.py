@@ -13,6 +13,7 @@ def fmt(value: Any, spec: str = "") -> str:
 def print_table(columns: Sequence[tuple[str, str, str, int]], rows: Sequence[dict]) -> None:
     """Rows as a table under a header line: `columns` are (header, key, format spec, width); a
     negative width left-aligns."""
+
     def cell(text: str, width: int) -> str:
         return f"{text:<{-width}}" if width < 0 else f"{text:>{width}}"
 

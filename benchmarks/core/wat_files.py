@@ -22,8 +22,10 @@ def sample_records() -> list[tuple[str, str, bytes]]:
     from warcio.archiveiterator import ArchiveIterator
 
     with open(SAMPLE, "rb") as f:
-        return [(r.rec_type, r.rec_headers.get_header("WARC-Target-URI") or "", r.raw_stream.read())
-                for r in ArchiveIterator(f)]
+        return [
+            (r.rec_type, r.rec_headers.get_header("WARC-Target-URI") or "", r.raw_stream.read())
+            for r in ArchiveIterator(f)
+        ]
 
 
 def _member(warc_type: str, uri: str, payload: bytes, serial: int) -> bytes:
@@ -52,13 +54,17 @@ def replicate_sample(path: pathlib.Path, min_records: int) -> int:
             written += 1
         copy = 0
         while written < min_records:
-            swaps = ((b"0pointer.de", f"h{copy % 5000}.0pointer.de".encode()),
-                     (b"photo=496", b"photo=%d" % copy),
-                     (b"0.r.msn.com", b"m%d.r.msn.com" % (copy % 7000)))
+            swaps = (
+                (b"0pointer.de", f"h{copy % 5000}.0pointer.de".encode()),
+                (b"photo=496", b"photo=%d" % copy),
+                (b"0.r.msn.com", b"m%d.r.msn.com" % (copy % 7000)),
+            )
             for _, uri, payload in meta:
                 for old, new in swaps:
-                    payload, uri = payload.replace(old, new), uri.replace(old.decode(),
-                                                                          new.decode())
+                    payload, uri = (
+                        payload.replace(old, new),
+                        uri.replace(old.decode(), new.decode()),
+                    )
                 out.write(_member("metadata", uri, payload, written))
                 written += 1
             copy += 1
@@ -88,7 +94,7 @@ def gzip_members(data: bytes) -> Iterator[bytes]:
     while pos < size:
         decompressor, parts = zlib.decompressobj(31), []
         while not decompressor.eof and pos < size:
-            chunk = view[pos: pos + 16384]
+            chunk = view[pos : pos + 16384]
             pos += len(chunk)
             parts.append(decompressor.decompress(chunk))
         pos -= len(decompressor.unused_data)
@@ -100,7 +106,7 @@ def json_payloads(path: str) -> Iterator[bytes]:
     with open(path, "rb") as f:
         data = f.read()
     for member in gzip_members(data):
-        body = member[member.index(b"\r\n\r\n") + 4:]
+        body = member[member.index(b"\r\n\r\n") + 4 :]
         if body.startswith(b"{"):
             yield body
 
@@ -137,8 +143,13 @@ def cc_pyspark_loop(path: str) -> int:
             base = url
             if "Head" in html_meta and "Base" in html_meta["Head"]:
                 base = urljoin(url, html_meta["Head"]["Base"])
-            edges += len({urljoin(base, link["url"]) for link in links
-                          if link.get("path") in link_types and "url" in link})
+            edges += len(
+                {
+                    urljoin(base, link["url"])
+                    for link in links
+                    if link.get("path") in link_types and "url" in link
+                }
+            )
     return edges
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def epoch_work(num_rows: int, num_cols: int, nnz: int, dim: int, cg_iters: int,
-               table_bytes: int = 4) -> tuple[float, float]:
+def epoch_work(
+    num_rows: int, num_cols: int, nnz: int, dim: int, cg_iters: int, table_bytes: int = 4
+) -> tuple[float, float]:
     """(FLOPs, bytes) of one epoch of matrix-free CG, both sides, tables of `table_bytes` per value.
 
     FLOPs per side b and r0 (3 |S| d), cg_iters matvecs (4 |S| d + 2 R d^2 each), the observed

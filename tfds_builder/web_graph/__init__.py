@@ -1,4 +1,5 @@
-"""TFDS dataset `web_graph`: `WebGraph` (the builder) and `WebGraphConfig` (named and custom variants)."""
+"""TFDS dataset `web_graph`: `WebGraph` (the builder) and `WebGraphConfig` (named and custom
+variants)."""
 
 from .web_graph_dataset_builder import Builder, WebGraph, WebGraphConfig
 

@@ -40,7 +40,8 @@ def node_url(node: int, tld: str) -> str:
 
 
 def run_pipeline(out: pathlib.Path, variant: str, tld: str, num_shards: int) -> None:
-    """`python -m webgraph_pipeline --edge_format pairs --variant VARIANT` on the graph's URL edge list.
+    """`python -m webgraph_pipeline --edge_format pairs --variant VARIANT` on the graph's URL edge
+    list.
 
     The job runs in a temporary directory on a relative file name, so stats.json names the input
     the same way on every machine.
@@ -51,11 +52,27 @@ def run_pipeline(out: pathlib.Path, variant: str, tld: str, num_shards: int) -> 
     with tempfile.TemporaryDirectory() as tmp:
         name = f"dense_graph_{tld}.txt"
         with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
-            f.writelines(f"{node_url(s, tld)} {node_url(d, tld)}\n" for s, ds in DENSE_GRAPH.items() for d in ds)
+            f.writelines(
+                f"{node_url(s, tld)} {node_url(d, tld)}\n"
+                for s, ds in DENSE_GRAPH.items()
+                for d in ds
+            )
         os.chdir(tmp)
         try:
-            code = main(["--edge_format", "pairs", "--input", name, "--output", str(out), "--variant", variant,
-                         "--num_shards", str(num_shards)])
+            code = main(
+                [
+                    "--edge_format",
+                    "pairs",
+                    "--input",
+                    name,
+                    "--output",
+                    str(out),
+                    "--variant",
+                    variant,
+                    "--num_shards",
+                    str(num_shards),
+                ]
+            )
         finally:
             os.chdir(cwd)
     if code != 0:
@@ -76,7 +93,10 @@ def write_dummy_data(out: pathlib.Path = DUMMY_DIR) -> None:
 
 def main() -> None:
     write_dummy_data(DUMMY_DIR)
-    print(f"wrote {sum(1 for p in DUMMY_DIR.rglob('*') if p.is_file())} files under {os.fspath(DUMMY_DIR)}")
+    print(
+        f"wrote {sum(1 for p in DUMMY_DIR.rglob('*') if p.is_file())} files under "
+        f"{os.fspath(DUMMY_DIR)}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Where a `web_graph` build reads from, and the plain functions its Beam steps run (no TFDS).
 
-A source is a directory (local, gs://, s3://: anything `webgraph_contract.fileio` opens). Its kind is decided
+A source is a directory (local, gs://, s3://: anything `webgraph_contract.fileio` opens). Its kind
+is decided
 by what the directory holds, checked in this order, first for `<dir>/<official subfolder>` (for
 the six named configs, e.g. `web_graph_tld_de_min_50`) and then for `<dir>` itself:
 
@@ -86,7 +87,9 @@ def check_complete_shards(files: Sequence[str], split: str) -> None:
         indices.add(int(match.group(1)))
         totals.add(int(match.group(2)))
     if len(totals) != 1:
-        raise BadSourceError(f"split {split!r} mixes shard counts {sorted(totals)} in {os.path.dirname(files[0])}")
+        raise BadSourceError(
+            f"split {split!r} mixes shard counts {sorted(totals)} in {os.path.dirname(files[0])}"
+        )
     (total,) = totals
     missing = sorted(set(range(total)) - indices)
     if missing:
@@ -99,7 +102,10 @@ def check_complete_shards(files: Sequence[str], split: str) -> None:
 def _split_files(directory: str) -> dict[str, list[str]] | None:
     """Every split's shards in `directory`; None when it holds no shard of any split."""
     gfile = _gfile()
-    found = {split: sorted(gfile.glob(layout.split_glob(directory, split))) for split in layout.SPLIT_PREFIXES}
+    found = {
+        split: sorted(gfile.glob(layout.split_glob(directory, split)))
+        for split in layout.SPLIT_PREFIXES
+    }
     if not any(found.values()):
         return None
     missing = [split for split, files in found.items() if not files]
@@ -123,13 +129,16 @@ def find_wat_files(directory: str) -> list[str]:
 
 
 def resolve(root: str, subfolder: str = "") -> Source:
-    """Decide what `root` holds (see the module docstring); a clear error when it is nothing usable."""
+    """Decide what `root` holds (see the module docstring); a clear error when it is nothing
+    usable."""
     gfile = _gfile()
     root = os.fspath(root)
     if not gfile.isdir(root):
         raise SourceNotFoundError(
-            f"web_graph source {root} is not a directory: give --manual_dir=DIR holding a pipeline output, "
-            "official shards or WAT files")
+            f"web_graph source {root} is not a directory: give --manual_dir=DIR holding a pipeline "
+            "output, "
+            "official shards or WAT files"
+        )
     candidates = ([os.path.join(root, subfolder)] if subfolder else []) + [root]
     for directory in candidates:
         if not gfile.isdir(directory):
@@ -137,7 +146,9 @@ def resolve(root: str, subfolder: str = "") -> Source:
         split_files = _split_files(directory)
         if split_files is None:
             continue
-        kind = PIPELINE if gfile.exists(os.path.join(directory, stats_json.STATS_FILE)) else OFFICIAL
+        kind = (
+            PIPELINE if gfile.exists(os.path.join(directory, stats_json.STATS_FILE)) else OFFICIAL
+        )
         return Source(kind=kind, path=directory, split_files=split_files)
     wat_files = find_wat_files(root)
     if wat_files:
@@ -145,12 +156,14 @@ def resolve(root: str, subfolder: str = "") -> Source:
     looked = " or ".join(candidates)
     raise SourceNotFoundError(
         f"web_graph source {looked}: found neither TFRecord shards "
-        f"({os.path.basename(layout.split_glob(root, 'train'))}, ...) nor WAT files ({', '.join(WAT_PATTERNS)})"
+        f"({os.path.basename(layout.split_glob(root, 'train'))}, ...) nor WAT files "
+        f"({', '.join(WAT_PATTERNS)})"
     )
 
 
 def config_mismatches(stats: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
-    """`key: dataset has X, config wants Y` for every graph setting in `stats['config']` that differs.
+    """`key: dataset has X, config wants Y` for every graph setting in `stats['config']` that
+    differs.
 
     Settings the stats do not record are not compared. TLD lists compare as sets.
     """
@@ -172,7 +185,8 @@ def config_mismatches(stats: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
 
 
 def check_splits_not_empty(splits: Mapping[str, int], where: str, advice: str) -> None:
-    """TFDS cannot hold an empty split: raise, saying which split, where and `advice`, if any is empty."""
+    """TFDS cannot hold an empty split: raise, saying which split, where and `advice`, if any is
+    empty."""
     empty = [split for split in layout.SPLIT_PREFIXES if not splits.get(split)]
     if empty:
         raise BadSourceError(f"{where}: split(s) {empty} are empty ({dict(splits)}); {advice}")
@@ -182,13 +196,22 @@ def wat_advice(links_read: int, num_files: int, tlds: Sequence[str], min_links: 
     """What to do about an empty split of a WAT build, from what was read: lowering min_links is
     advised only when links were read and the degree filter is on."""
     if not links_read:
-        return (f"no link was read from the {num_files} WAT file(s): they are damaged or not WAT files "
-                "(the warnings above name each one)")
-    filters = ([f"tlds={list(tlds)}"] if tlds else []) + ([f"min_links={min_links}"] if min_links else [])
+        return (
+            f"no link was read from the {num_files} WAT file(s): they are damaged or not WAT files "
+            "(the warnings above name each one)"
+        )
+    filters = ([f"tlds={list(tlds)}"] if tlds else []) + (
+        [f"min_links={min_links}"] if min_links else []
+    )
     if not filters:
         return f"{links_read:,} links were read: too few pages for the splits; give more input"
-    todo = " or ".join((["other tlds"] if tlds else []) + (["a lower min_links"] if min_links else []))
-    return f"{links_read:,} links were read, too few kept by {', '.join(filters)}: give more input, or {todo}"
+    todo = " or ".join(
+        (["other tlds"] if tlds else []) + (["a lower min_links"] if min_links else [])
+    )
+    return (
+        f"{links_read:,} links were read, too few kept by {', '.join(filters)}: give more input, "
+        f"or {todo}"
+    )
 
 
 def stats_advice(stats: Mapping[str, Any]) -> str:
@@ -197,7 +220,11 @@ def stats_advice(stats: Mapping[str, Any]) -> str:
     if not dropped:
         return "its input held too little; give more input"
     reason = max(dropped, key=dropped.get)
-    todo = "build it again with a lower min_links" if "degree_filter" in reason else "build it again from other input"
+    todo = (
+        "build it again with a lower min_links"
+        if "degree_filter" in reason
+        else "build it again from other input"
+    )
     return f"commonest drop {reason} ({dropped[reason]:,}): {todo}"
 
 
@@ -223,7 +250,11 @@ def read_shard(filename: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def write_job_stats(
-    summary: dict[str, Any], data_dir: str, config: dict[str, Any], input_files: list[str], links_read: int
+    summary: dict[str, Any],
+    data_dir: str,
+    config: dict[str, Any],
+    input_files: list[str],
+    links_read: int,
 ) -> str:
     """stats.json of a WAT build before the counters are known (TFDS shards the files itself).
 
@@ -232,7 +263,10 @@ def write_job_stats(
     """
     from webgraph_pipeline import __version__
 
-    where = f"graph of {len(input_files)} WAT file(s) with tlds={config['tlds']}, min_links={config['min_links']}"
+    where = (
+        f"graph of {len(input_files)} WAT file(s) with tlds={config['tlds']}, "
+        f"min_links={config['min_links']}"
+    )
     advice = wat_advice(links_read, len(input_files), config["tlds"], config["min_links"])
     check_splits_not_empty(summary["splits"], where, advice)
     stats = stats_json.job_stats(summary, config, input_files, __version__)
@@ -240,6 +274,8 @@ def write_job_stats(
     return os.path.join(data_dir, stats_json.STATS_FILE)
 
 
-def example_after(row: tuple[int, Sequence[int], Sequence[int]], _stats_path: str) -> tuple[int, dict[str, Any]]:
+def example_after(
+    row: tuple[int, Sequence[int], Sequence[int]], _stats_path: str
+) -> tuple[int, dict[str, Any]]:
     """`row_to_example`, as a step that runs only once stats.json is written (see the builder)."""
     return row_to_example(row)

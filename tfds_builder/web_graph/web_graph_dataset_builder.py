@@ -1,4 +1,5 @@
-"""The `web_graph` TFDS dataset: Common Crawl link graphs for link prediction (ALX paper, section 5).
+"""The `web_graph` TFDS dataset: Common Crawl link graphs for link prediction (ALX paper, section
+5).
 
 The public surface is that of TFDS's own `web_graph` 1.0.0: configs `sparse` (default), `dense`,
 `de-sparse`, `de-dense`, `in-sparse`, `in-dense`; features `row_tag` (int64), `col_tag` and
@@ -37,7 +38,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 # Absolute, not relative: Beam pickles the step functions by module name, and Dataflow workers
-# import `tfds_builder` (installed with setup.py), whatever name `tfds build` loaded this file under.
+# import `tfds_builder` (installed with setup.py), whatever name `tfds build` loaded this file
+# under.
 from tfds_builder.web_graph import sources
 from webgraph_contract import layout, stats_json
 from webgraph_contract.command_line import DEBUG_ENV, debugging
@@ -86,7 +88,8 @@ class WebGraphConfig(tfds.core.BuilderConfig):
     subfolder: str = ""
 
     def __post_init__(self) -> None:
-        """Type-check the values (a JSON `--config` gives any JSON type), normalize the TLDs (a comma
+        """Type-check the values (a JSON `--config` gives any JSON type), normalize the TLDs (a
+        comma
         string or a list) and validate every setting with the pipeline's own checks."""
         where = f"web_graph config {self.name!r}"
         for name in _INTEGER_FIELDS:
@@ -95,7 +98,9 @@ class WebGraphConfig(tfds.core.BuilderConfig):
                 raise sources.ConfigError(f"{where}: {name} must be an integer, got {value!r}")
         for name in _FRACTION_FIELDS:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            if isinstance(value, bool) or not isinstance(
+                value, (int, float, np.integer, np.floating)
+            ):
                 raise sources.ConfigError(f"{where}: {name} must be a number, got {value!r}")
         try:
             self.tlds = parse_tlds(self.tlds, where="tlds")
@@ -152,7 +157,9 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {
-        "1.0.0": "Same configs, features and splits as TFDS's web_graph 1.0.0; built from our pipeline.",
+        "1.0.0": (
+            "Same configs, features and splits as TFDS's web_graph 1.0.0; built from our pipeline."
+        ),
     }
     BUILDER_CONFIGS = [_named_config(name) for name in _NAMED]
     DEFAULT_CONFIG_NAME = "sparse"
@@ -181,7 +188,8 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         metadata = self.get_metadata()
         return tfds.core.DatasetInfo(
             builder=self,
-            description=metadata.description.strip().split("\n\n")[0] + "\n(More: tfds_builder/web_graph/README.md.)",
+            description=metadata.description.strip().split("\n\n")[0]
+            + "\n(More: tfds_builder/web_graph/README.md.)",
             citation=metadata.citation,
             features=tfds.features.FeaturesDict(
                 {
@@ -196,7 +204,8 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         )
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager, pipeline):
-        disable_time_based_flush()  # before `tfds build` runs the pipeline: see webgraph_pipeline/local_runner.py
+        # before `tfds build` runs the pipeline: see webgraph_pipeline/local_runner.py
+        disable_time_based_flush()
         root = self._source_dir or self._manual_dir(dl_manager)
         config: WebGraphConfig = self.builder_config
         source = sources.resolve(root, config.subfolder)
@@ -206,15 +215,22 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         if source.kind == sources.PIPELINE:
             self._stats = stats_json.read_stats(source.path)
             if "splits" in self._stats:
-                sources.check_splits_not_empty(self._stats["splits"], os.path.join(source.path, stats_json.STATS_FILE),
-                                               sources.stats_advice(self._stats))
+                sources.check_splits_not_empty(
+                    self._stats["splits"],
+                    os.path.join(source.path, stats_json.STATS_FILE),
+                    sources.stats_advice(self._stats),
+                )
             mismatches = sources.config_mismatches(self._stats, config.graph_settings())
             if mismatches:
                 raise sources.BadSourceError(
-                    f"{os.path.join(source.path, stats_json.STATS_FILE)}: built with other settings "
+                    f"{os.path.join(source.path, stats_json.STATS_FILE)}: built with other "
+                    "settings "
                     f"than config {config.name!r}: {'; '.join(mismatches)}"
                 )
-        return {split: self._generate_examples(pipeline, split, files) for split, files in source.split_files.items()}
+        return {
+            split: self._generate_examples(pipeline, split, files)
+            for split, files in source.split_files.items()
+        }
 
     @staticmethod
     def _manual_dir(dl_manager: tfds.download.DownloadManager) -> str:
@@ -225,11 +241,13 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         except AssertionError as e:
             what = str(e).splitlines()[0].split(" Create it")[0].rstrip(".")
             raise sources.SourceNotFoundError(
-                f"{what}: give --manual_dir=DIR holding a webgraph_pipeline output, official shards or WAT files"
+                f"{what}: give --manual_dir=DIR holding a webgraph_pipeline output, official "
+                "shards or WAT files"
             ) from None
 
     def _generate_examples(self, pipeline, split: str, files: Sequence[str]):
-        """The examples of one split, read from its TFRecord shards (pipeline or official source)."""
+        """The examples of one split, read from its TFRecord shards (pipeline or official
+        source)."""
         beam = tfds.core.lazy_imports.apache_beam
         return (
             pipeline
@@ -239,9 +257,11 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         )
 
     def _graph_from_wat(self, pipeline, wat_files: Sequence[str]):
-        """The WebGraph job's reading and graph steps on the WAT files; its splits become the examples.
+        """The WebGraph job's reading and graph steps on the WAT files; its splits become the
+        examples.
 
-        The steps and the stats are those of `python -m webgraph_pipeline` (`webgraph_pipeline.pipeline`):
+        The steps and the stats are those of `python -m webgraph_pipeline`
+        (`webgraph_pipeline.pipeline`):
         the job's summary becomes stats.json in the dataset directory, and
         `_process_pipeline_result` adds the Beam counters once the job has run.
         """
@@ -251,7 +271,11 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         from webgraph_pipeline.pipeline import JobSpec, read_edges
 
         data_dir = os.fspath(self.data_dir)
-        spec = JobSpec(input_patterns=tuple(wat_files), output_dir=data_dir, config=self.builder_config.graph_config())
+        spec = JobSpec(
+            input_patterns=tuple(wat_files),
+            output_dir=data_dir,
+            config=self.builder_config.graph_config(),
+        )
         batches = read_edges(pipeline, spec, wat_files)
         graph = batches | "BuildWebGraph" >> BuildWebGraph(spec.config)
         links_read = (
@@ -262,7 +286,10 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         # The examples wait for stats.json, whose writing checks that no split is empty: so an
         # empty split fails with that reason, before TFDS's writer can fail on it.
         stats_written = graph["summary"] | "WriteStats" >> beam.Map(
-            sources.write_job_stats, data_dir, spec.stats_config(), list(wat_files),
+            sources.write_job_stats,
+            data_dir,
+            spec.stats_config(),
+            list(wat_files),
             links_read=beam.pvalue.AsSingleton(links_read),
         )
         after_stats = beam.pvalue.AsSingleton(stats_written)
@@ -310,7 +337,9 @@ def build_error(error: BaseException) -> Optional[tuple[str, int]]:
             return line, 2 if isinstance(error, sources.ConfigError) else 1
         if isinstance(error, TypeError) and "WebGraphConfig.__init__()" in str(error):
             # An unknown key in a JSON --config: TFDS passes the keys to the dataclass as they are.
-            ours = [f.name for f in dataclasses.fields(WebGraphConfig) if f.name not in _BASE_FIELDS]
+            ours = [
+                f.name for f in dataclasses.fields(WebGraphConfig) if f.name not in _BASE_FIELDS
+            ]
             known = ", ".join(["name", "description"] + [n for n in ours if n != "subfolder"])
             wrong = str(error).split("__init__() ", 1)[1]
             return f"web_graph config: {wrong}; the keys are {known}", 2
@@ -319,13 +348,15 @@ def build_error(error: BaseException) -> Optional[tuple[str, int]]:
 
 
 def one_line_errors() -> None:
-    """Under the `tfds` command line, print a build's user errors as one line (see the module doc)."""
+    """Under the `tfds` command line, print a build's user errors as one line (see the module
+    doc)."""
     if not _under_tfds_cli() or getattr(sys.excepthook, "web_graph", False) or debugging():
         return
     previous = sys.excepthook
     # Beam logs a failing step's exception, traceback and all, before re-raising it: not for ours.
     logging.getLogger("apache_beam.runners.common").addFilter(
-        lambda record: not (record.exc_info and build_error(record.exc_info[1])))
+        lambda record: not (record.exc_info and build_error(record.exc_info[1]))
+    )
 
     def hook(kind, error, tb):
         found = build_error(error)
@@ -333,7 +364,10 @@ def one_line_errors() -> None:
             previous(kind, error, tb)
             return
         line, status = found
-        print(f"tfds build web_graph: error: {line} ({DEBUG_ENV}=1 shows the traceback)", file=sys.stderr)
+        print(
+            f"tfds build web_graph: error: {line} ({DEBUG_ENV}=1 shows the traceback)",
+            file=sys.stderr,
+        )
         if status != 1:  # an excepthook cannot choose the status: the interpreter exits 1 after it
             sys.stderr.flush()
             sys.stdout.flush()
@@ -344,8 +378,10 @@ def one_line_errors() -> None:
 
 
 def quiet_cli() -> None:
-    """Under the `tfds` command line, what TFDS, absl and Beam log at INFO and WARNING (Beam's type-hint
-    notices, TFDS's custom-config and missing-dataset_info notices) is held back, and the progress bar
+    """Under the `tfds` command line, what TFDS, absl and Beam log at INFO and WARNING (Beam's
+    type-hint
+    notices, TFDS's custom-config and missing-dataset_info notices) is held back, and the progress
+    bar
     shows only on a terminal; `WEBGRAPH_DEBUG=1` keeps them all. (The `tfds` command sets its own
     logging up before it loads this module, so this is the first point the builder can act.)"""
     if not _under_tfds_cli() or debugging():
@@ -354,7 +390,9 @@ def quiet_cli() -> None:
 
     from webgraph_contract.quiet_logs import LIBRARY_LOGGERS
 
-    absl_logging.set_verbosity(absl_logging.WARNING)  # the job's own warnings (an unreadable input file) stay
+    absl_logging.set_verbosity(
+        absl_logging.WARNING
+    )  # the job's own warnings (an unreadable input file) stay
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     if not sys.stderr.isatty():
@@ -363,7 +401,10 @@ def quiet_cli() -> None:
 
 def _under_tfds_cli() -> bool:
     main = sys.modules.get("__main__")
-    return _TFDS_CLI in sys.modules or getattr(getattr(main, "__spec__", None), "name", "") == _TFDS_CLI
+    return (
+        _TFDS_CLI in sys.modules
+        or getattr(getattr(main, "__spec__", None), "name", "") == _TFDS_CLI
+    )
 
 
 one_line_errors()

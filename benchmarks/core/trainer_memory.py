@@ -1,7 +1,7 @@
 """Where the trainer's host memory goes: resident memory by training phase, beside JAX's buffers.
 
-    python -m benchmarks.trainer_memory --data DIR [--dim 128] [--epochs 1] [--table_dtype bfloat16]
-                                        [--limit_gib 21] [-- more alx_trainer train flags]
+    python -m benchmarks.trainer_profile memory --data DIR [--dim 128] [--epochs 1]
+        [--table_dtype bfloat16] [--limit_gib 21] [-- more alx_trainer train flags]
 
 Runs `alx_trainer.train.train` in this process as `python -m alx_trainer train` would (the same CPU
 split), with a sampler thread reading VmRSS from /proc/self/status every 20 ms. tracemalloc cannot
@@ -50,9 +50,17 @@ class Sampler:
             rss = status_kib("VmRSS")
             self.peak = max(self.peak, rss)
             if rss > self.limit_kib or available_kib() < 2**20:
-                print(json.dumps({"stopped": "memory guard", "phase": "/".join(self.stack),
-                                  "rss_gib": rss / 2**20,
-                                  "available_gib": available_kib() / 2**20}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "stopped": "memory guard",
+                            "phase": "/".join(self.stack),
+                            "rss_gib": rss / 2**20,
+                            "available_gib": available_kib() / 2**20,
+                        }
+                    ),
+                    flush=True,
+                )
                 os._exit(3)
             time.sleep(self.period)
 
@@ -70,15 +78,26 @@ class Sampler:
             seconds = time.perf_counter() - t
             after = status_kib("VmRSS")
             peak = max(self.peak, after)
-            live = {a.unsafe_buffer_pointer(): a.nbytes for x in jax.live_arrays()
-                    for a in (s.data for s in x.addressable_shards)
-                    if not a.is_deleted()}  # donated: still listed
-            print(json.dumps({
-                "phase": "/".join(self.stack), "s": round(seconds, 2),
-                "rss_in_gib": round(before / 2**20, 2),
-                "peak_gib": round(peak / 2**20, 2), "rss_out_gib": round(after / 2**20, 2),
-                "live_arrays_gib": round(sum(live.values()) / GIB, 2), "live_buffers": len(live),
-            }), flush=True)
+            live = {
+                a.unsafe_buffer_pointer(): a.nbytes
+                for x in jax.live_arrays()
+                for a in (s.data for s in x.addressable_shards)
+                if not a.is_deleted()
+            }  # donated: still listed
+            print(
+                json.dumps(
+                    {
+                        "phase": "/".join(self.stack),
+                        "s": round(seconds, 2),
+                        "rss_in_gib": round(before / 2**20, 2),
+                        "peak_gib": round(peak / 2**20, 2),
+                        "rss_out_gib": round(after / 2**20, 2),
+                        "live_arrays_gib": round(sum(live.values()) / GIB, 2),
+                        "live_buffers": len(live),
+                    }
+                ),
+                flush=True,
+            )
             self.stack.pop()
             self.peak = max(outer_peak, peak)
 
@@ -98,7 +117,7 @@ def wrap(sampler: Sampler, owner, attr: str, name: str) -> None:
     setattr(owner, attr, wrapped)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--dim", type=int, default=128)
@@ -107,18 +126,31 @@ def main() -> None:
     parser.add_argument("--limit_gib", type=float, default=21.0)
     parser.add_argument("--model_dir", default="/tmp/trainer_memory_model")
     parser.add_argument("flags", nargs="*", help="more `alx_trainer train` flags (after --)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sampler = Sampler(args.limit_gib)
 
     from alx_trainer.cli import train as cli_train
     from alx_trainer.cli.dataclass_flags import parse_dataclass_args
     from alx_trainer.config import TrainConfig
 
-    argv = ["--data", args.data, "--model_dir", args.model_dir, "--dim", str(args.dim), "--epochs",
-            str(args.epochs),
-            "--table_dtype", args.table_dtype, "--eval_every", "0", "--checkpoint_every", "0",
-            "--no-progress",
-            *args.flags]
+    argv = [
+        "--data",
+        args.data,
+        "--model_dir",
+        args.model_dir,
+        "--dim",
+        str(args.dim),
+        "--epochs",
+        str(args.epochs),
+        "--table_dtype",
+        args.table_dtype,
+        "--eval_every",
+        "0",
+        "--checkpoint_every",
+        "0",
+        "--no-progress",
+        *args.flags,
+    ]
     config = parse_dataclass_args(TrainConfig, argv, prog="trainer_memory").validate()
     cli_train.split_cpu(config)
     import shutil
@@ -138,9 +170,7 @@ def main() -> None:
     del model
     with sampler.phase("train"):
         train.train(config, tables=False)  # as the command line runs it
-    print(json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}),
-          flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    print(
+        json.dumps({"vm_hwm_gib": round(status_kib("VmHWM") / 2**20, 2), "config": argv}),
+        flush=True,
+    )

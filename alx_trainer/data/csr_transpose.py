@@ -1,0 +1,70 @@
+"""The transpose of a CSR matrix (the column half-epoch's rows), in threads.
+
+The entries are cut into parts of whole rows, one per thread. Each part counts its columns; the
+counts give every (part, column) its place in the transpose; then each part sorts its own entries
+by column (stable, so rows stay in order within a column) and writes their row ids to their
+places. The result equals a stable argsort of all the columns at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from alx_trainer.data import host_cores
+
+MIN_PART = 1 << 20  # entries per part at least (below that a thread costs more than it saves)
+
+
+def transpose(
+    indptr: np.ndarray, cols: np.ndarray, num_cols: int, threads: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, row ids) of the transpose: column c holds rows `rows[t_indptr[c]:t_indptr[c+1]]`,
+    in increasing order. `threads` None: one per core this process may use."""
+    nnz, num_rows = len(cols), len(indptr) - 1
+    parts = max(1, min(threads or host_cores.host_threads(), nnz // MIN_PART))
+    cuts = np.searchsorted(indptr, np.linspace(0, nnz, parts + 1)[1:-1])
+    row_bounds = np.concatenate([[0], cuts, [num_rows]]).astype(np.int64)
+    pieces = list(zip(row_bounds[:-1], row_bounds[1:]))
+
+    def count(piece: tuple[int, int]) -> np.ndarray:
+        return np.bincount(cols[indptr[piece[0]] : indptr[piece[1]]], minlength=num_cols)
+
+    counts = host_cores.thread_map(count, pieces, threads)
+    t_indptr = np.zeros(num_cols + 1, np.int64)
+    np.cumsum(np.sum(counts, axis=0), out=t_indptr[1:])
+    # where part p's first entry of each column goes, less where it is in p's sorted entries
+    shifts = []
+    base = t_indptr[:-1].copy()
+    for c in counts:
+        first = np.cumsum(c) - c
+        shifts.append(base - first)
+        base += c
+    del counts
+    rows_of = np.empty(nnz, np.int64)
+
+    def place(p: int) -> None:
+        lo_row, hi_row = pieces[p]
+        lo, hi = indptr[lo_row], indptr[hi_row]
+        part = cols[lo:hi]
+        order = _stable_order(part, num_cols)
+        rows = np.repeat(
+            np.arange(lo_row, hi_row, dtype=np.int64), np.diff(indptr[lo_row : hi_row + 1])
+        )
+        at = shifts[p][part[order]]
+        at += np.arange(hi - lo)
+        rows_of[at] = rows[order]
+
+    host_cores.thread_map(place, range(len(pieces)), threads)
+    return t_indptr, rows_of
+
+
+def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """A stable argsort of non-negative `keys` below `bound`: radix passes of 16 bits where the keys
+    fit 32 bits (linear time), else NumPy's stable sort."""
+    if bound > 1 << 16 and bound <= 1 << 32:
+        order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+        high = (keys >> 16).astype(np.uint16)[order]
+        return order[np.argsort(high, kind="stable")]
+    if bound <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")

@@ -1,0 +1,289 @@
+"""The children of `benchmarks.de_sparse`, each its own process (`children.Runner`): the matrix and
+its strong-generalization test split made on the device and saved; ours trained on it and its test
+rows evaluated; implicit (`sections.implicit_child`) on the same training matrix.
+
+A child appends JSON lines to its spec's `out` as it goes: `{"phase": NAME, "seconds": S, ...}`
+per phase with the peak device memory (JAX's `peak_bytes_in_use`, where the backend keeps it) and
+the peak host RSS so far, then `{"result": ...}`, so that a failure or a timeout keeps what came
+before.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import resource
+import shutil
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from benchmarks.core import machine, sections
+from benchmarks.core.children import write_line
+
+Phase = Callable[..., None]
+EXCLUDE_FLOOR = 64  # rows with at most this many links are ranked together
+EVAL_CHUNK = 1 << 18  # test rows ranked between two looks at the clock
+EVAL_RESERVE = 0.15  # share of a child's time kept for the metrics and the sample after ranking
+
+
+def phase_writer(out: str) -> Phase:
+    """`phase(name, seconds, **figures)`: one phase's line, with the peak memories so far."""
+
+    def phase(name: str, seconds: float, **figures: Any) -> None:
+        host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        device = machine.device_memory()["peak_device_gib"]
+        write_line(
+            out,
+            {
+                "phase": name,
+                "seconds": seconds,
+                "peak_device_gib": device,
+                "peak_host_gib": host,
+                **figures,
+            },
+        )
+
+    return phase
+
+
+def data_child(spec: dict, out: str) -> None:
+    """The power-law matrix (`power_law.device_matrix`) and its split (`strong_split`) made on the
+    device, brought to the host and saved as .npy arrays beside a meta.json."""
+    import jax
+
+    from benchmarks.core import power_law, strong_split
+
+    phase = phase_writer(out)
+    rows, cols, nnz = spec["rows"], spec["cols"], spec["nnz"]
+    device = jax.devices()[0]
+    write_line(
+        out,
+        {
+            "device": {
+                "platform": device.platform,
+                "device_kind": device.device_kind,
+                "jax": jax.__version__,
+            }
+        },
+    )
+    t = time.perf_counter()
+    indptr, col_ids, facts = power_law.device_matrix(spec["seed"], rows, cols, nnz)
+    phase("generate", time.perf_counter() - t, draws=facts["draws"])
+    t = time.perf_counter()
+    parts = strong_split.device_split(
+        indptr,
+        col_ids,
+        jax.random.key(spec["seed"] + 1),
+        spec["test_fraction"],
+        spec["holdout_fraction"],
+    )
+    jax.block_until_ready(parts)
+    phase("split", time.perf_counter() - t)
+    del indptr, col_ids
+    t = time.perf_counter()
+    host = {name: np.asarray(value) for name, value in parts.items()}
+    del parts
+    phase("to host", time.perf_counter() - t)
+    t = time.perf_counter()
+    folder = pathlib.Path(spec["data"])
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in host.items():
+        np.save(folder / f"{name}.npy", value)
+    meta = {
+        "rows": rows,
+        "cols": cols,
+        "nnz": nnz,
+        "train_nnz": len(host["train_cols"]),
+        "test_rows": len(host["test_rows"]),
+        "fold_in_links": len(host["fold_cols"]),
+        "held_links": len(host["gt_cols"]),
+    }
+    (folder / "meta.json").write_text(json.dumps(meta))
+    phase("save", time.perf_counter() - t)
+    write_line(out, {"result": meta})
+
+
+def ours_child(spec: dict, out: str) -> None:
+    """Ours on the saved training matrix (`dataset.in_memory`, `train`), every phase timed apart,
+    then its test rows evaluated (`evaluate_test`)."""
+    from alx_trainer.callbacks import Callback
+    from alx_trainer.config import TrainConfig
+    from alx_trainer.data.dataset import in_memory
+    from alx_trainer.evaluation.topk import Csr
+    from alx_trainer.train import train
+
+    phase = phase_writer(out)
+    folder = pathlib.Path(spec["data"])
+    t = time.perf_counter()
+    meta = json.loads((folder / "meta.json").read_text())
+    m = {
+        name: np.load(folder / f"{name}.npy")
+        for name in (
+            "train_indptr",
+            "train_cols",
+            "fold_indptr",
+            "fold_cols",
+            "gt_indptr",
+            "gt_cols",
+        )
+    }
+    phase("load", time.perf_counter() - t)
+    t = time.perf_counter()
+    dataset = in_memory("de-sparse", m.pop("train_indptr"), m.pop("train_cols"), meta["cols"])
+    phase("transpose (in_memory)", time.perf_counter() - t)
+    config = TrainConfig(**spec["config"])
+    shutil.rmtree(config.model_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    marks = {"start": time.perf_counter()}
+
+    class Phases(Callback):
+        def on_train_begin(self, run) -> None:
+            phase("tables and plan", time.perf_counter() - marks["start"])
+
+        def on_epoch_end(self, run, epoch: int, record: dict) -> None:
+            marks["end"] = time.perf_counter()
+            phase(f"epoch {epoch}", record["seconds"], compile_s=record.get("compile_seconds"))
+
+    model = train(config, dataset=dataset, callbacks=[Phases()])
+    phase("checkpoint and tables to host", time.perf_counter() - marks["end"])
+    del dataset
+    model.row_table = None  # the test rows are folded in: only the column table is needed
+    epochs = [r["seconds"] for r in model.metrics]
+    write_line(
+        out,
+        {
+            "result": dict(
+                sections.solve_form(config),
+                epochs_s=epochs,
+                compile_s=[r.get("compile_seconds") for r in model.metrics],
+                table_dtype=config.table_dtype,
+            )
+        },
+    )
+    n = min(spec["eval_rows"] or meta["test_rows"], meta["test_rows"])
+    fold, gt = (
+        Csr(m[f"{name}_indptr"].astype(np.int64), m[f"{name}_cols"].astype(np.int64)).rows(0, n)
+        for name in ("fold", "gt")
+    )
+    left = spec["timeout_s"] - (time.monotonic() - spec["started"])
+    deadline = time.monotonic() + left - EVAL_RESERVE * spec["timeout_s"]
+    write_line(
+        out, {"result": evaluate_test(model, fold, gt.lists(), spec["ranking"], phase, deadline)}
+    )
+
+
+def evaluate_test(
+    model, fold, gts: list[np.ndarray], ranking: dict, phase: Phase, deadline: float = float("inf")
+) -> dict:
+    """Recall@K and NDCG of test rows (`fold`: a `topk.Csr` of their kept links, `gts` their held
+    links) through the trainer's evaluation: each row folded in from its kept links
+    (`model.fold_in`, all rows in one call), its top K among all columns with those links excluded
+    (`topk.BlockedScorer`, exact or approximate, the column table put on the device once; see
+    `top_k`), the metrics against its held links (`evaluation.metrics`, through `ranking_metrics`
+    below); then the other top K (approximate or exact) on `sample_rows` evenly spaced rows, and the
+    approximate top K's recall against the exact one there (`topk.approx_recall`). Rows are ranked
+    in chunks of `EVAL_CHUNK`, in order, while another chunk would end before `deadline`
+    (`time.monotonic()`): the figures are then of the first `rows` of `test_rows`."""
+    from alx_trainer.evaluation import topk
+    from alx_trainer.model import fold_in
+
+    ks, ndcg_k, approx = ranking["ks"], ranking["ndcg_k"] or None, ranking["approx"]
+    k = max(list(ks) + ([ndcg_k] if ndcg_k else []))
+    n = len(fold)
+    t = time.perf_counter()
+    queries = fold_in(model.col_table, fold.lists(), model.config)
+    phase("fold-in", time.perf_counter() - t, rows=n)
+    t = time.perf_counter()
+    scorer = topk.BlockedScorer(model.col_table)
+    phase("column table to the device", time.perf_counter() - t)
+    kind, other = ("approximate", "exact") if approx else ("exact", "approximate")
+    t = time.perf_counter()
+    ids, done = np.full((n, k), -1, np.int64), 0
+    while done < n:  # in chunks of rows, while another chunk would end before the deadline
+        rows = np.arange(done, min(n, done + EVAL_CHUNK))
+        began = time.monotonic()
+        ids[rows] = top_k(scorer, queries, fold, rows, k, approx, ranking["recall_target"])
+        done = int(rows[-1]) + 1
+        if time.monotonic() + (time.monotonic() - began) > deadline:
+            break
+    ids, gts, n = ids[:done], gts[:done], done
+    phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n)
+    t = time.perf_counter()
+    scores = ranking_metrics(ids, gts, ks, ndcg_k)
+    phase("metrics", time.perf_counter() - t, rows=n)
+    sample = np.unique(np.linspace(0, n - 1, min(n, ranking["sample_rows"])).astype(np.int64))
+    t = time.perf_counter()
+    ids_other = top_k(scorer, queries, fold, sample, k, not approx, ranking["recall_target"])
+    phase(f"top {k} ({other}, sample)", time.perf_counter() - t, rows=len(sample))
+    approx_ids, exact_ids = (ids[sample], ids_other) if approx else (ids_other, ids[sample])
+    return dict(
+        scores,
+        rows=n,
+        test_rows=len(fold),
+        k=k,
+        topk=kind,
+        sample_rows=len(sample),
+        approx_recall=topk.approx_recall(approx_ids, exact_ids),
+        recall_target=ranking["recall_target"],
+    )
+
+
+def top_k(
+    scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int, approx: bool, recall_target: float
+) -> np.ndarray:
+    """The top-`k` ids [len(rows), k] of the rows `rows` of `queries`, their links in `fold`
+    excluded, asked of `scorer` in groups of rows of like link counts (powers of two): a batch's
+    exclusion lists are as wide as its longest row's, and at the de-sparse size one width for all
+    rows over 64 links would be 65,536 for about 250k rows."""
+    lengths = fold.lengths()[rows]
+    width = np.left_shift(1, np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64))
+    ids = np.full((len(rows), k), -1, np.int64)
+    for w in np.unique(np.maximum(width, EXCLUDE_FLOOR)):
+        at = np.flatnonzero(np.maximum(width, EXCLUDE_FLOOR) == w)
+        found = scorer.top_k(
+            queries[rows[at]],
+            take_rows(fold, rows[at]),
+            k,
+            approx=approx,
+            recall_target=recall_target,
+        )
+        ids[at] = found.ids
+    return ids
+
+
+def take_rows(csr, rows: np.ndarray):
+    """The rows `rows` of a `topk.Csr`, in that order, as a Csr of their own."""
+    starts, lengths = csr.indptr[rows], csr.indptr[rows + 1] - csr.indptr[rows]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets = np.arange(indptr[-1]) - np.repeat(indptr[:-1], lengths)
+    return type(csr)(indptr, csr.indices[np.repeat(starts, lengths) + offsets])
+
+
+def ranking_metrics(
+    ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | None, chunk: int = 1 << 16
+) -> dict[str, float]:
+    """`evaluation.metrics.ranking_metrics`, its per-row values computed in chunks of rows over
+    the host's cores (one pass over 1.9M rows on one core takes minutes), then averaged alike."""
+    from alx_trainer.evaluation import metrics
+
+    def per_row(start: int) -> dict[str, np.ndarray]:
+        part, gt = ids[start : start + chunk], gts[start : start + chunk]
+        values = {}
+        for k in ks:
+            values[f"recall@{k}"] = metrics.recall_at_k(part, gt, k)
+            values[f"recall_gt@{k}"] = metrics.recall_at_k(part, gt, k, of_all_gt=True)
+        if ndcg_k:
+            values[f"ndcg@{ndcg_k}"] = metrics.ndcg_at_k(part, gt, ndcg_k)
+        return values
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        parts = list(pool.map(per_row, range(0, len(ids), chunk)))
+    return {
+        name: metrics.mean_metric(np.concatenate([p[name] for p in parts])) for name in parts[0]
+    }
+
+
+CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}

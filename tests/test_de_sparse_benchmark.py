@@ -1,0 +1,240 @@
+"""`benchmarks.de_sparse` and its parts: the device split against a plain NumPy reading of the
+pipeline's rule, the evaluation glue against a brute-force ranking, a toy run end to end.
+
+(a) `strong_split.device_split` equals a per-row NumPy application of the rule to the same random
+draws, and its parts partition the matrix. (b) `evaluate_test` (fold-in, top K, metrics in chunks
+over threads, the approximate top K's recall on a sample) equals a NumPy ranking of the same
+folded-in rows. (c) The whole run at a tiny `--scale` on CPU writes every phase and figure.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+from benchmark_run import toy_run
+
+from alx_trainer.config import TrainConfig
+from alx_trainer.evaluation.topk import Csr
+from alx_trainer.model import Model, fold_in
+from benchmarks import de_sparse
+from benchmarks.core import de_sparse_children, power_law, strong_split
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _reference_split(
+    indptr: np.ndarray, cols: np.ndarray, key, test_fraction: float, holdout_fraction: float
+) -> dict[str, np.ndarray]:
+    """The rule row by row: test rows by their uniform, h = clamp(floor(f n + u), 1, n - 1) held
+    links, the first h of the row's links ordered by (random bits, position)."""
+    lengths = np.diff(indptr)
+    choice, rounding, _ = (np.asarray(x) for x in strong_split.draws(key, len(lengths), 0))
+    test = [
+        r for r in range(len(lengths)) if lengths[r] >= 2 and choice[r] < np.float32(test_fraction)
+    ]
+    is_test = set(test)
+    links = int(sum(lengths[r] for r in test))
+    bits = np.asarray(strong_split.draws(key, len(lengths), links)[2])
+    train, fold, gt, at = [], [], [], 0
+    for r in range(len(lengths)):
+        row = cols[indptr[r] : indptr[r + 1]]
+        if r not in is_test:
+            train.append(row)
+            continue
+        train.append(row[:0])
+        n = len(row)
+        h = int(
+            min(max(np.floor(np.float32(holdout_fraction) * np.float32(n) + rounding[r]), 1), n - 1)
+        )
+        order = sorted(range(n), key=lambda i: (bits[at + i], i))
+        held = set(order[:h])
+        fold.append(np.array([row[i] for i in range(n) if i not in held], np.int32))
+        gt.append(np.array([row[i] for i in range(n) if i in held], np.int32))
+        at += n
+    out = {"test_rows": np.array(test, np.int32)}
+    for name, parts in (("train", train), ("fold", fold), ("gt", gt)):
+        out[f"{name}_indptr"] = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(
+            np.int32
+        )
+        out[f"{name}_cols"] = np.concatenate(parts).astype(np.int32)
+    return out
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return power_law.device_matrix(4, 600, 300, 9_000)[:2]
+
+
+@pytest.mark.parametrize("test_fraction,holdout_fraction", [(0.1, 0.25), (0.5, 0.6)])
+def test_device_split_is_the_pipelines_rule_on_its_draws(matrix, test_fraction, holdout_fraction):
+    indptr, cols = matrix
+    key = jax.random.key(11)
+    got = {
+        k: np.asarray(v)
+        for k, v in strong_split.device_split(
+            indptr, cols, key, test_fraction, holdout_fraction
+        ).items()
+    }
+    indptr, cols = np.asarray(indptr), np.asarray(cols)
+    want = _reference_split(indptr, cols, key, test_fraction, holdout_fraction)
+    assert set(got) == set(want) == set(strong_split.SPLIT_ARRAYS)
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    # the parts partition the matrix: every pair once, test rows empty in training
+    lengths = np.diff(indptr)
+    assert len(got["test_rows"]) > 10 and (lengths[got["test_rows"]] >= 2).all()
+    assert (np.diff(got["train_indptr"])[got["test_rows"]] == 0).all()
+    kept, held = (np.split(got[f"{p}_cols"], got[f"{p}_indptr"][1:-1]) for p in ("fold", "gt"))
+    for i, r in enumerate(got["test_rows"]):
+        assert len(kept[i]) >= 1 and len(held[i]) >= 1
+        assert sorted(np.concatenate([kept[i], held[i]])) == sorted(cols[indptr[r] : indptr[r + 1]])
+    assert len(got["train_cols"]) + len(got["fold_cols"]) + len(got["gt_cols"]) == len(cols)
+
+
+def _brute_force_ids(queries: np.ndarray, col_table: np.ndarray, known: list[np.ndarray], k: int):
+    scores = queries.astype(np.float64) @ col_table.astype(np.float64).T
+    for i, row in enumerate(known):
+        scores[i, row] = -np.inf
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatch):
+    rng = np.random.default_rng(3)
+    num_cols, dim, n = 300, 6, 70
+    col_table = rng.normal(0, 0.5, (num_cols, dim)).astype(np.float32)
+    config = TrainConfig(data="x", model_dir="unused", dim=dim, table_dtype="float32")
+    model = Model(None, col_table, config, 1)
+    sizes = np.where(np.arange(n) % 7 == 0, rng.integers(65, 200, n), rng.integers(1, 12, n))
+    known = [rng.choice(num_cols, size, replace=False) for size in sizes]  # widths 64, 128, 256
+    gts = [
+        rng.choice(np.setdiff1d(np.arange(num_cols), row), rng.integers(1, 9), replace=False)
+        for row in known
+    ]
+    phases = []
+    ranking = {
+        "ks": [5, 20],
+        "ndcg_k": 30,
+        "approx": False,
+        "recall_target": 0.95,
+        "sample_rows": 16,
+    }
+    got = de_sparse_children.evaluate_test(
+        model, Csr.from_lists(known), gts, ranking, lambda name, seconds, **kw: phases.append(name)
+    )
+    ids = _brute_force_ids(fold_in(col_table, known, config), col_table, known, 30)
+    for k in (5, 20):
+        hits = [len(set(ids[i, :k]) & set(gts[i])) for i in range(n)]
+        assert got[f"recall@{k}"] == pytest.approx(
+            np.mean([h / min(k, len(g)) for h, g in zip(hits, gts)])
+        )
+        assert got[f"recall_gt@{k}"] == pytest.approx(
+            np.mean([h / len(g) for h, g in zip(hits, gts)])
+        )
+    dcg = [sum(1 / np.log2(j + 2) for j in range(30) if ids[i, j] in set(gts[i])) for i in range(n)]
+    ideal = [sum(1 / np.log2(j + 2) for j in range(min(30, len(g)))) for g in gts]
+    assert got["ndcg@30"] == pytest.approx(np.mean(np.divide(dcg, ideal)))
+    assert (got["rows"], got["k"], got["topk"], got["sample_rows"]) == (n, 30, "exact", 16)
+    assert 0.9 <= got["approx_recall"] <= 1.0  # approx_max_k on CPU: exact or nearly
+    assert phases == [
+        "fold-in",
+        "column table to the device",
+        "top 30 (exact)",
+        "metrics",
+        "top 30 (approximate, sample)",
+    ]
+    # past its deadline it stops after a chunk of rows, and its figures are those rows'
+    monkeypatch.setattr(de_sparse_children, "EVAL_CHUNK", 16)
+    cut = de_sparse_children.evaluate_test(
+        model, Csr.from_lists(known), gts, ranking, lambda *a, **kw: None, deadline=0.0
+    )
+    hits = [len(set(ids[i, :5]) & set(gts[i])) for i in range(16)]
+    assert (cut["rows"], cut["test_rows"]) == (16, n)
+    assert cut["recall@5"] == pytest.approx(
+        np.mean([h / min(5, len(g)) for h, g in zip(hits, gts)])
+    )
+
+
+def test_take_rows_is_the_rows_in_the_order_asked():
+    csr = Csr.from_lists(
+        [np.array([3, 1]), np.array([], np.int64), np.array([7]), np.array([0, 2, 5])]
+    )
+    rows = np.array([3, 0, 1, 3])
+    got = de_sparse_children.take_rows(csr, rows)
+    assert [list(r) for r in got.lists()] == [[0, 2, 5], [3, 1], [], [0, 2, 5]]
+
+
+def test_metrics_in_chunks_equal_the_evaluation_module():
+    from alx_trainer.evaluation import metrics
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 400, (1000, 30))
+    ids[7, 10:] = -1
+    gts = [rng.integers(0, 400, rng.integers(0, 15)) for _ in range(1000)]  # some empty
+    want = metrics.ranking_metrics(ids, gts, (10, 20), 30)
+    assert de_sparse_children.ranking_metrics(ids, gts, (10, 20), 30, chunk=97) == pytest.approx(
+        want
+    )
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [("--scale", "0"), ("--scale", "2"), ("--ks", "20,x"), ("--holdout_fraction", "1")],
+)
+def test_a_bad_flag_is_one_line(capsys, flag, value):
+    with pytest.raises(SystemExit):
+        de_sparse.parse_args([flag, value])
+    assert f"error: {flag}" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
+    report, stdout = toy_run(
+        de_sparse.MODULE,
+        tmp_path,
+        "--scale",
+        "0.0001",
+        "--dim",
+        "8",
+        "--epochs",
+        "2",
+        "--implicit",
+        "cpu",
+        "--sample_rows",
+        "64",
+    )
+    data, ours, implicit = report["data"], report["ours"], report["implicit"]
+    assert (data["rows"], data["cols"], data["nnz"]) == (1970, 1970, 119_000)
+    assert data["train_nnz"] + data["fold_in_links"] + data["held_links"] == 119_000
+    assert 0.05 < data["test_rows"] / 1970 < 0.15  # about 10% of the rows
+    assert 0.2 < data["held_links"] / (data["fold_in_links"] + data["held_links"]) < 0.3
+    names = [(p["step"], p["phase"]) for p in report["phases"]]
+    assert names == [("data", n) for n in ("generate", "split", "to host", "save")] + [
+        ("ours", n)
+        for n in (
+            "load",
+            "transpose (in_memory)",
+            "tables and plan",
+            "epoch 1",
+            "epoch 2",
+            "checkpoint and tables to host",
+            "fold-in",
+            "column table to the device",
+            "top 100 (exact)",
+            "metrics",
+            "top 100 (approximate, sample)",
+        )
+    ]
+    assert all(p["seconds"] >= 0 and p["peak_host_gib"] > 0 for p in report["phases"])
+    assert ours["error"] is None and len(ours["epochs_s"]) == 2
+    assert ours["rows"] == ours["test_rows"] == data["test_rows"] and ours["topk"] == "exact"
+    for name in ("recall@20", "recall@50", "recall_gt@20", "recall_gt@50", "ndcg@100"):
+        assert 0 < ours[name] <= 1, name
+    assert ours["recall@50"] >= ours["recall_gt@20"] and 0.9 <= ours["approx_recall"] <= 1
+    assert (
+        implicit["who"] == "implicit-cpu"
+        and implicit["error"] is None
+        and len(implicit["epochs_s"]) == 2
+    )
+    assert "recall@50" in stdout and "implicit-cpu: 2 epoch(s)" in stdout

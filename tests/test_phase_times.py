@@ -1,0 +1,77 @@
+"""The run's phases in the log: each side's read, plan and pack as they end, then one line of
+all."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from alx_trainer import phase_times
+from alx_trainer.config import TrainConfig
+from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.train import train
+
+import reference_ials as ref
+
+
+def test_phases_add_up_in_order():
+    phase_times.reset()
+    phase_times.add("eval", 2.0, 1.0)
+    phase_times.add("read", 1.0, 3.0)
+    with phase_times.timed("read"):
+        pass
+    totals = phase_times.totals()
+    assert list(totals) == ["read", "eval"] and totals["eval"] == (2.0, 1.0)
+    assert 1.0 <= totals["read"][0] < 1.5 and totals["read"][1] >= 3.0
+    assert phase_times.summary().startswith("phases: read 1.")
+    phase_times.reset()
+    assert phase_times.summary() == "phases: none timed"
+
+
+def test_training_logs_every_phase(tmp_path, caplog):
+    rows = ref.random_rows(3, 30, 40, max_len=8)
+    test = {
+        r: (c[: len(c) // 2], c[len(c) // 2 :]) for r, c in list(rows.items())[:6] if len(c) > 1
+    }
+    data = ref.write_dataset(str(tmp_path / "data"), rows, 30, 40, test=test)
+    config = TrainConfig(
+        data=data,
+        model_dir=str(tmp_path / "m"),
+        dim=4,
+        epochs=2,
+        progress=False,
+        eval_every=1,
+        piece_len=4,
+        batch_pieces=4,
+    )
+    with caplog.at_level(logging.DEBUG, logger="alx_trainer"):  # each phase's own line: debug
+        train(config, mesh=make_mesh())
+    lines = [
+        r.getMessage()
+        for r in {id(r): r for r in caplog.records}.values()
+        if r.name == "alx_trainer.phase_times"
+    ]
+    for side in ("row", "col"):
+        for phase in ("read", "plan", "pack"):
+            assert any(
+                re.fullmatch(rf"{side} side {phase}: [\d.]+ s \([\d.]+ CPU s\)", line)
+                for line in lines
+            ), lines
+    assert sum(line.startswith("epoch ") and " eval: " in line for line in lines) == 2
+    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]
+    assert re.fullmatch(
+        r"phases: read [\d.]+ s \([\d.]+ CPU s\), plan .*, pack .*, compile .*, epochs .*, eval .*",
+        summary,
+    )
+
+
+def test_a_phase_that_fails_is_not_counted(caplog):
+    phase_times.reset()
+    try:
+        with phase_times.timed("read"):
+            raise ValueError("corrupt")
+    except ValueError:
+        pass
+    assert phase_times.totals() == {} and not [
+        r for r in caplog.records if r.name == "alx_trainer.phase_times"
+    ]
