@@ -177,7 +177,7 @@ def _train(
         for hook in hooks:
             hook.on_train_end(run)
         mgr.close()
-        log.info("%s", phase_times.summary())
+    log.info("%s", phase_times.summary())  # a failed run's error stays its only line
     epoch = max(start, config.epochs)
     return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
 
