@@ -38,12 +38,10 @@ published column), `recall@20` = hits / min(20, |test items|), NDCG@20; training
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 import tempfile
-import time
 from typing import Sequence
 
 import numpy as np
@@ -51,6 +49,8 @@ import numpy as np
 from benchmarks.core import datasets, implicit_als, paths
 from benchmarks.core.children import run_child
 from benchmarks.core.gowalla import score_trained_rows
+from benchmarks.core.ml1m_accuracy import ml1m
+from benchmarks.core.trainer_cli import ours_sweep, run_ours
 
 MODULE = "benchmarks.recall_vs_implicit"
 PUBLISHED = (("LightGCN (published)", 0.1830, 0.1554), ("UltraGCN (published)", 0.1862, 0.1580))
@@ -58,176 +58,6 @@ PUBLISHED = (("LightGCN (published)", 0.1830, 0.1554), ("UltraGCN (published)", 
 
 def floats(text: str) -> list[float]:
     return [float(v) for v in text.split(",") if v.strip()]
-
-
-# ---------------------------------------------------------------- MovieLens-1M
-
-
-def fit_ours(
-    data_dir: str, model_dir: str, dim: int, epochs: int, reg: float, alpha: float
-) -> dict:
-    from alx_trainer.config import TrainConfig
-    from alx_trainer.evaluation.evaluate import evaluate_dataset
-    from alx_trainer.train import train
-
-    config = TrainConfig(
-        data=data_dir,
-        model_dir=model_dir,
-        dim=dim,
-        epochs=epochs,
-        alpha=alpha,
-        reg=reg,
-        eval_every=0,
-        checkpoint_every=0,
-        progress=False,
-    )
-    t = time.perf_counter()
-    model = train(config)
-    seconds = time.perf_counter() - t
-    result = evaluate_dataset(model, data_dir, dataclasses.replace(config, solver="cholesky"))
-    return {**result, "train_seconds": seconds}
-
-
-def fit_implicit(
-    split: datasets.Split, data_dir: str, dim: int, epochs: int, reg: float, alpha: float
-) -> dict:
-    from alx_trainer.evaluation.evaluate import evaluate_dataset
-
-    indptr, cols = split.train_csr()
-    matrix, regularization = implicit_als.implicit_problem(
-        indptr, cols, split.num_cols, alpha, reg, 0.0
-    )
-    model = implicit_als.implicit_model(dim, regularization, epochs, cg_iters=3)
-    t = time.perf_counter()
-    implicit_als.fit(model, matrix)
-    seconds = time.perf_counter() - t
-    confidence = float(matrix.data[0])
-
-    def fold_in(_col_table, fold_rows, _config):
-        new = implicit_als.confidence_rows(list(fold_rows), split.num_cols, confidence)
-        return model.recalculate_user(np.arange(len(fold_rows)), new)
-
-    result = evaluate_dataset(
-        (None, np.asarray(model.item_factors, np.float32)), data_dir, fold_in_fn=fold_in
-    )
-    return {
-        **result,
-        "train_seconds": seconds,
-        "confidence": confidence,
-        "regularization": regularization,
-    }
-
-
-def ml1m(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        data_dir = os.path.join(tmp, "ml1m")
-        split = datasets.ml1m_split(data_dir, args.seed, args.test_fraction, shards=2)
-        print(
-            f"ML-1M: {split.num_rows} users x {split.num_cols} movies, {split.nnz} training "
-            f"pairs; {len(split.test)} held-out users (80% fold-in / 20% ground truth), seed "
-            f"{args.seed}; d={args.dim}, {args.epochs} epochs, grid "
-            f"{len(args.lambdas)}x{len(args.alphas)}",
-            flush=True,
-        )
-        print(
-            f"{'library':<9} {'lambda':>7} {'alpha':>7} {'R@20':>7} {'R@50':>7} {'NDCG@100':>9} "
-            f"{'train s':>8}"
-        )
-        best: dict[str, dict] = {}
-        for lam in args.lambdas:
-            for alpha in args.alphas:
-                cells = [
-                    (
-                        "ours",
-                        fit_ours(
-                            data_dir,
-                            os.path.join(tmp, f"m{lam}_{alpha}"),
-                            args.dim,
-                            args.epochs,
-                            lam,
-                            alpha,
-                        ),
-                    ),
-                    ("implicit", fit_implicit(split, data_dir, args.dim, args.epochs, lam, alpha)),
-                ]
-                for name, r in cells:
-                    r.update({"lambda": lam, "alpha": alpha})
-                    print(
-                        f"{name:<9} {lam:>7g} {alpha:>7g} {r['recall@20']:>7.4f} "
-                        f"{r['recall@50']:>7.4f} {r['ndcg@100']:>9.4f} "
-                        f"{r['train_seconds']:>8.1f}",
-                        flush=True,
-                    )
-                    if name not in best or r["recall@20"] > best[name]["recall@20"]:
-                        best[name] = r
-        pop = best["ours"]
-        print("\nbest cell of each (by Recall@20):")
-        print(f"{'':<52} {'Recall@20':>9} {'Recall@50':>9} {'NDCG@100':>9}")
-        for name, r in best.items():
-            label = f"{name} (lambda={r['lambda']:g}, alpha={r['alpha']:g})"
-            if name == "implicit":
-                label += f" = (reg {r['regularization']:.3g}, C {r['confidence']:.3g})"
-            print(
-                f"{label:<52} {r['recall@20']:>9.4f} {r['recall@50']:>9.4f} {r['ndcg@100']:>9.4f}"
-            )
-        print(
-            f"{'popularity':<52} {pop['popularity/recall@20']:>9.4f} "
-            f"{pop['popularity/recall@50']:>9.4f} {pop['popularity/ndcg@100']:>9.4f}"
-        )
-        ratio = best["ours"]["recall@20"] / best["implicit"]["recall@20"]
-        print(f"ours / implicit Recall@20: {ratio:.3f}")
-    return 0
-
-
-# ---------------------------------------------------------------- Gowalla
-
-
-def run_ours(config: str, data: str, model_dir: str) -> dict:
-    """Train with the config file, evaluate on test; metrics, s/epoch and the training's peak."""
-    child = run_child(
-        [
-            sys.executable,
-            "-m",
-            "alx_trainer",
-            "train",
-            "--config",
-            config,
-            "--data",
-            data,
-            "--model_dir",
-            model_dir,
-            "--eval_every",
-            "0",
-            "--checkpoint_every",
-            "0",
-            "--no-progress",
-        ]
-    )
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    result_path = os.path.join(model_dir, "eval.json")
-    run_child(
-        [
-            sys.executable,
-            "-m",
-            "alx_trainer",
-            "eval",
-            "--data",
-            data,
-            "--model_dir",
-            model_dir,
-            "--k",
-            "20",
-            "--ndcg_k",
-            "20",
-            "--output",
-            result_path,
-        ]
-    )
-    with open(result_path) as f:
-        result = json.load(f)
-    seconds = [r["seconds"] for r in records[1:]] or [records[0]["seconds"]]
-    return dict(result, seconds_per_epoch=float(np.mean(seconds)), rss_mib=child.peak_gib * 1024)
 
 
 def implicit_child(args: argparse.Namespace) -> int:
@@ -368,52 +198,6 @@ def implicit_sweep(args: argparse.Namespace, data: str, d: int) -> tuple[tuple, 
     return best, best_score
 
 
-def ours_sweep(args: argparse.Namespace, data: str, d: int) -> dict:
-    """`alx_trainer sweep` over the grid at d (one call per nu; resumes WORK/sweep_dD), then its
-    final run of the best point on train, evaluated on test: sweep.json's best and final."""
-    out = os.path.join(args.work_dir, f"sweep_d{d}")
-    groups = list(lambda_grid(args.grid_lambdas).items())
-    for i, (nu, lams) in enumerate(groups):
-        last = i == len(groups) - 1
-        child = run_child(
-            [
-                sys.executable,
-                "-m",
-                "alx_trainer",
-                "sweep",
-                "--data",
-                data,
-                "--out_dir",
-                out,
-                "--dims",
-                d,
-                "--alphas",
-                args.grid_alphas,
-                "--nus",
-                f"{nu:g}",
-                "--lambdas",
-                ",".join(f"{v:g}" for v in lams),
-                "--epochs",
-                args.grid_epochs,
-                "--eval_every",
-                args.grid_eval_every,
-                "--eval_rows",
-                args.eval_rows,
-                "--eval_k",
-                "20",
-                "--ndcg_k",
-                "20",
-                "--cg_iters",
-                args.cg_iters,
-                "--no-progress",
-                *args.ours_flags.split(),
-                *([] if last else ["--no_final"]),
-            ]
-        )
-    with open(os.path.join(out, "sweep.json")) as f:
-        return dict(json.load(f), rss_mib=child.peak_gib * 1024)
-
-
 def gowalla(args: argparse.Namespace) -> int:
     if args._implicit_child:
         return implicit_child(args)
@@ -448,7 +232,7 @@ def gowalla(args: argparse.Namespace) -> int:
         )
         print(head)
         for d in (int(v) for v in floats(args.per_d)):
-            ours = ours_sweep(args, data, d)
+            ours = ours_sweep(args, data, d, lambda_grid(args.grid_lambdas))
             b, final = ours["best"], ours["final"]
             line(
                 f"ours, val {b['recall_gt@20']:.4f}: "
