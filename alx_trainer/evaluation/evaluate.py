@@ -85,7 +85,7 @@ def one_device_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()[:1]), ("cols",))
 
 
-def _tables(
+def model_tables(
     model_or_tables: Tables | str | os.PathLike,
 ) -> tuple[np.ndarray | None, np.ndarray, Any]:
     """(row_table, col_table, config) from a Model, a model directory or a (row, col) pair."""
@@ -172,7 +172,7 @@ def evaluate_rows(
     up to `APPROX_SAMPLE` rows.
     """
     ranking = ranking or Ranking()
-    row_table, col_table, model_config = _tables(model_or_tables)
+    row_table, col_table, model_config = model_tables(model_or_tables)
     config = config if config is not None else model_config
     if trained_rows and row_table is None:
         raise ValueError("trained_rows: the model has no row table (pass a Model or both tables)")
@@ -288,7 +288,7 @@ def evaluate_dataset(
     dataset = data if isinstance(data, Dataset) else _directory(os.fspath(data), split)
     rows, popularity, shared = load_eval_data(dataset)
     log.info("%s: %d %s rows to evaluate", dataset.name, len(rows), dataset.eval_split)
-    row_table, _, _ = _tables(model_or_tables)
+    row_table, _, _ = model_tables(model_or_tables)
     if trained_rows is None:
         trained_rows = dataset.protocol == "given_split" and row_table is not None
     rows = rows[:max_rows] if max_rows else rows

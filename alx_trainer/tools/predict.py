@@ -17,8 +17,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from alx_trainer.evaluation.evaluate import model_tables
 from alx_trainer.model import fold_in
-from alx_trainer.tools.ranking import Ranker, model_tables
+from alx_trainer.tools.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
 from webgraph_contract.record_codec import encode_example
 

@@ -14,15 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from alx_trainer.evaluation.evaluate import _tables
 from alx_trainer.evaluation.topk import FOLD_IN_CHUNK, BlockedScorer
 from alx_trainer.model import fold_in
-
-
-def model_tables(model: Any) -> tuple[np.ndarray | None, np.ndarray, Any]:
-    """(row table or None, column table, config or None) of a `Model`, a model directory or a
-    `(row_table, col_table)` pair, as evaluation reads them."""
-    return _tables(model)
 
 
 class Ranker:
