@@ -113,7 +113,8 @@ def _loss_terms(valid, observed, lam, x):
 
 
 def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
-    """Matrix-free CG on one batch: h [B, L, d] (the table's dtype, padding unmasked), x0 [R, d].
+    """Matrix-free CG on one batch: h [B, L, d] (the table's dtype; padding masked by `dots`, so
+    its rows there may be anything finite), x0 [R, d].
 
     Every pass over h is a product that widens h to float32 inside it (never a float32 copy of
     h): `dots` (h_l . v of each entry's row) and `sums` (sum over a row's entries of w_l h_l).
@@ -193,8 +194,7 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids,
         source = src_l if spec.replicated_src else stored_rows(spec, src_l, ids)
         x, terms = _pallas_cg(spec, fixed, source, ids, seg, x0, row_ids, row_len)
         return rows_out(spec, dst_l, row_ids, x), terms
-    # [B, L, d]: in the table's dtype, unmasked, for the matrix-free CG; else float32, zeros at
-    # padding
+    # [B, L, d], zeros at padding: in the table's dtype for the matrix-free CG, else float32
     h = stored_rows(spec, src_l, ids) if matvec else fixed_rows(spec, src_l, ids)
     if spec.solver == "block":  # iALS++: never builds the d x d matrices
         valid = row_ids >= 0
