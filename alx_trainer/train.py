@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alx_trainer import checkpoint, compile_cache, phase_times, run_lock
-from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
+from alx_trainer.callbacks import Callback, CostReport, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset, open_dataset, split_reader, validation_view
@@ -129,25 +129,6 @@ def _train(
     if jax.process_index() == 0:
         with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
-    if log.isEnabledFor(logging.DEBUG):
-        costs = cost.epoch_cost(runners, sides(config.tied), tables)
-        for c in costs["programs"]:
-            log.debug(
-                "%s side, %s: %.4g GFLOP, %.4g GB accessed per launch (XLA cost analysis, loops "
-                "unrolled), "
-                "%d per half-epoch",
-                c["side"],
-                c["name"],
-                c["flops"] / 1e9,
-                c["bytes_accessed"] / 1e9,
-                c["times"],
-            )
-        log.debug(
-            "per epoch and device: %.4g GFLOP, %.4g GB accessed, %d compiled calls",
-            costs["flops_per_epoch"] / 1e9,
-            costs["bytes_per_epoch"] / 1e9,
-            costs["launches_per_epoch"],
-        )
     history = [
         r
         for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE))
@@ -155,6 +136,8 @@ def _train(
     ]
     run = Run(config, dataset, mesh, tables, start, history)
     hooks = default_callbacks(config, mgr) + extra
+    if log.isEnabledFor(logging.DEBUG):
+        hooks.insert(0, CostReport(runners, sides(config.tied)))
     grams: dict[str, tuple[jax.Array, jax.Array]] = {}  # see `_gramian`
     try:
         for hook in hooks:
