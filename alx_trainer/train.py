@@ -113,7 +113,7 @@ def _train(
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
-        start = _resume(mgr, config, dataset, tables)
+        start = checkpoint.resume(mgr, tables, config.model_dir, config.data, dataset.fingerprint)
         runners = _runners(config, dataset, mesh)
         for side in sides(config.tied):  # the planning pass read every row once: count them
             integrity.check_rows(
@@ -163,35 +163,6 @@ def _train(
     log.info("%s", phase_times.summary())  # a failed run's error stays its only line
     epoch = max(start, config.epochs)
     return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
-
-
-def _resume(mgr, config: TrainConfig, dataset: Dataset, tables: dict[str, jax.Array]) -> int:
-    """Restore the latest checkpoint into `tables` (in place); the epoch it holds (0: none).
-
-    A checkpoint of another dataset (its recorded fingerprint differs from `dataset`'s) is refused.
-    """
-    start = checkpoint.latest_epoch(mgr) or 0
-    if start:
-        saved = mgr.restore(
-            start, args=checkpoint.ocp.args.Composite(meta=checkpoint.ocp.args.JsonRestore())
-        )["meta"]
-        integrity.check_same_data(
-            config.model_dir,
-            saved.get("dataset_fingerprint"),
-            saved.get("config", {}).get("data", "?"),
-            config.data,
-            dataset.fingerprint,
-        )
-        if saved["table_shapes"] != {k: list(v.shape) for k, v in tables.items()}:
-            raise ValueError(
-                f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this "
-                "run "
-                f"({ {k: list(v.shape) for k, v in tables.items()} }); "
-                "same dataset, dim, tied and device count needed to resume"
-            )
-        restored, _ = checkpoint.restore(mgr, start, tables)
-        tables.update(restored)
-    return start
 
 
 def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:
