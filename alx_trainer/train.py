@@ -115,25 +115,17 @@ def _train(
     try:
         start = checkpoint.resume(mgr, tables, config.model_dir, config.data, dataset.fingerprint)
         runners = _runners(config, dataset, mesh)
-        for side in sides(config.tied):  # the planning pass read every row once: count them
-            integrity.check_rows(
-                config.data,
-                side.split,
-                runners[side.name].plan.rows,
-                dataset.splits,
-                "counted by the pass that plans the batches",
-            )
     except BaseException:
         mgr.close()
         raise
-    if jax.process_index() == 0:
-        with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
-            f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
-    history = [
+    history = [  # the restored epochs' records
         r
         for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE))
         if r.get("epoch", 0) <= start
     ]
+    if jax.process_index() == 0:
+        with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
+            f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
     run = Run(config, dataset, mesh, tables, start, history)
     hooks = default_callbacks(config, mgr) + extra
     if log.isEnabledFor(logging.DEBUG):
@@ -166,6 +158,8 @@ def _train(
 
 
 def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:
+    """Both sides' runners (`sides`), each side's rows, as its planning pass counted them, checked
+    against stats.json."""
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
     replica = (
@@ -186,7 +180,10 @@ def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunne
         )
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
-        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this, replica, side.name)
+        runner = SideRunner(config, mesh, spec, reader, n_this, replica, side.name)
+        how = "counted by the pass that plans the batches"  # it read every row once
+        integrity.check_rows(config.data, side.split, runner.plan.rows, dataset.splits, how)
+        runners[side.name] = runner
     return runners
 
 
@@ -207,11 +204,11 @@ def _epoch(
         runner = runners[side.name]
         for hook in hooks:
             hook.on_half_epoch_begin(run, epoch, side.name, runner.total_steps)
+        src_gram = _gramian(grams, runner, side.other, tables[side.other])
+        src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         if side.name == "col":  # the observed loss comes from the last half-epoch
             every = config.train_loss_every
             runner.observe_loss(every > 0 and epoch % every == 0)
-        src_gram = _gramian(grams, runner, side.other, tables[side.other])
-        src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         tables[side.table], terms = runner.run(src, tables[side.table], progress, src_gram)
         if runner.solved_gramian is not None:  # the one-call half-epoch computed it
             grams[side.table] = (tables[side.table], runner.solved_gramian)
