@@ -58,9 +58,9 @@ def open_directory(data_dir: str) -> Dataset:
     }
     files = {}
     for split in layout.ALL_SPLIT_PREFIXES:
-        try:
-            files[split] = list(layout.iter_split_files(data_dir, split))
-        except FileNotFoundError:
+        pattern = layout.split_glob(data_dir, split)
+        found = sorted(fileio.glob(pattern))
+        if not found:
             optional = split == "test" or split in layout.VALIDATION_PREFIXES
             if not optional or splits.get(split, 0) > 0:
                 counted = (
@@ -69,12 +69,12 @@ def open_directory(data_dir: str) -> Dataset:
                     else ""
                 )
                 raise integrity.DataError(
-                    f"{data_dir}: no {split!r} shard ({layout.split_glob(data_dir, split)} matches "
-                    f"nothing{counted}); "
+                    f"{data_dir}: no {split!r} shard ({pattern} matches nothing{counted}); "
                     f"restore them or {integrity.REBUILD}"
-                ) from None
+                )
             continue
-        integrity.check_shards(data_dir, split, files[split])
+        integrity.check_shards(data_dir, split, found)
+        files[split] = found
     return _described(data_dir, data_dir, files, stats, layout.ALL_SPLIT_PREFIXES)
 
 
