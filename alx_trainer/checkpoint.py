@@ -28,8 +28,8 @@ def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.Check
         read_only=read_only,
         enable_async_checkpointing=False,
     )
-    # Uncompressed tables: zstd gains little on float tables and its encoded copy doubled the peak
-    # memory of a save (measured: 0.95 GiB table, 1.22 -> 2.11 GiB compressed, 1.24 GiB without).
+    # Uncompressed tables: zstd gains little on float tables and its encoded copy nearly doubles
+    # the peak memory of a save (docs/benchmarks.md, "Figures behind code choices").
     handlers = {
         "tables": ocp.PyTreeCheckpointHandler(use_compression=False),
         "meta": ocp.JsonCheckpointHandler(),
