@@ -16,7 +16,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
-BLOCK_BYTES = 1 << 24  # bytes read per block (a record longer than this is read whole)
+BLOCK_BYTES = 1 << 20  # bytes read per block (a record longer than this is read whole); see
+# `dataset_reader.iter_file_rows` for why not more
 HEADER_BYTES = 12  # length and its masked CRC
 FOOTER_BYTES = 4  # masked CRC of the data
 _MASK_DELTA = 0xA282EAD8
