@@ -137,38 +137,21 @@ def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, int]:
     """Headers and lengths (int64) of the whole records at the start of `data`, and where the rest
     begins.
 
-    The record at `pos` (its header inside `data`, length n) is whole when it ends by the end of
-    `data`, at pos + 16 + n, where the next one begins. That chain is followed without a Python
-    step per record (the GIL held for a few NumPy calls a block, not for its records): every offset
-    whose length could end inside `data` is a candidate (the upper half of its 8 bytes at most
-    `len(data) >> 32`), each candidate's successor is found by one search, and the chain from
-    offset 0 is doubled out (after k rounds it holds its first 2^k records)."""
-    size = len(data)
-    count = size - HEADER_BYTES + 1  # offsets where a header fits
-    if count <= 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
-    words = np.ndarray((size - 3,), "<u4", data, 0, (1,))  # the uint32 at every offset
-    if size >> 32:
-        cand = np.flatnonzero(words[4 : 4 + count] <= (size >> 32))
-    else:  # the upper 4 bytes zero (a pass over bytes, faster than one over unaligned words)
-        zero = np.frombuffer(data, np.uint8) == 0
-        pairs = zero[:-1] & zero[1:]
-        cand = np.flatnonzero(pairs[4 : 4 + count] & pairs[6 : 6 + count])
-    if not len(cand) or cand[0] != 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
-    lengths = words[cand].astype(np.int64) | (words[cand + 4].astype(np.int64) << 32)
-    ends = cand + (HEADER_BYTES + FOOTER_BYTES) + lengths
-    whole = ends <= size
-    nxt = np.minimum(np.searchsorted(cand, ends), len(cand) - 1)
-    sink = len(cand)  # no next record: the chain stays here
-    jump = np.append(np.where(whole & (cand[nxt] == ends) & whole[nxt], nxt, sink), sink)
-    path = np.zeros(1, np.int64) if whole[0] else np.full(1, sink)
-    while path[-1] != sink:
-        path = np.concatenate([path, jump[path]])
-        jump = jump[jump]
-    path = path[: np.searchsorted(path, sink)]  # the chain's offsets ascend, then only the sink
-    used = int(ends[path[-1]]) if len(path) else 0
-    return cand[path], lengths[path], used
+    A Python step per record (about 0.3 us, under the GIL, on the reading thread). A NumPy walk
+    (every offset whose upper length bytes are zero a candidate, successors by one search, the
+    chain from offset 0 doubled out) held the GIL less but took about 2.5x the CPU seconds at 1 MiB
+    blocks of about 2,800 records, so the loop stays."""
+    heads, lengths, pos, size = [], [], 0, len(data)
+    unpack = struct.Struct("<Q").unpack_from
+    while pos + HEADER_BYTES <= size:
+        (n,) = unpack(data, pos)
+        end = pos + HEADER_BYTES + n + FOOTER_BYTES
+        if end > size:
+            break
+        heads.append(pos)
+        lengths.append(n)
+        pos = end
+    return np.array(heads, np.int64), np.array(lengths, np.int64), pos
 
 
 def check(path: str, block: Block) -> None:
