@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 from tensorboardX import SummaryWriter
@@ -29,6 +29,7 @@ from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation import evaluate
 from alx_trainer.model import METRICS_FILE, Model, trim
+from alx_trainer.ops import cost
 from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,33 @@ class ProgressBar(Callback):
 
     def on_half_epoch_end(self, run: Run, epoch: int, side: str) -> None:
         self.bar.close()
+
+
+class CostReport(Callback):
+    """XLA's cost analysis of an epoch's programs (`ops.cost.epoch_cost`) in the debug log before
+    epoch 1: per launch and per epoch and device. `train` adds it when its log is at debug level."""
+
+    def __init__(self, runners: Mapping[str, Any], sides: Sequence):
+        self.runners, self.sides = runners, sides
+
+    def on_train_begin(self, run: Run) -> None:
+        costs = cost.epoch_cost(self.runners, self.sides, run.tables)
+        for c in costs["programs"]:
+            log.debug(
+                "%s side, %s: %.4g GFLOP, %.4g GB accessed per launch (XLA cost analysis, loops "
+                "unrolled), %d per half-epoch",
+                c["side"],
+                c["name"],
+                c["flops"] / 1e9,
+                c["bytes_accessed"] / 1e9,
+                c["times"],
+            )
+        log.debug(
+            "per epoch and device: %.4g GFLOP, %.4g GB accessed, %d compiled calls",
+            costs["flops_per_epoch"] / 1e9,
+            costs["bytes_per_epoch"] / 1e9,
+            costs["launches_per_epoch"],
+        )
 
 
 class LambdaCallback(Callback):

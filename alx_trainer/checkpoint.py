@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from alx_trainer.data import integrity
 from webgraph_contract import fileio
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -27,8 +28,8 @@ def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.Check
         read_only=read_only,
         enable_async_checkpointing=False,
     )
-    # Uncompressed tables: zstd gains little on float tables and its encoded copy doubled the peak
-    # memory of a save (measured: 0.95 GiB table, 1.22 -> 2.11 GiB compressed, 1.24 GiB without).
+    # Uncompressed tables: zstd gains little on float tables and its encoded copy nearly doubles
+    # the peak memory of a save (docs/benchmarks.md, "Figures behind code choices").
     handlers = {
         "tables": ocp.PyTreeCheckpointHandler(use_compression=False),
         "meta": ocp.JsonCheckpointHandler(),
@@ -56,21 +57,42 @@ def _restore_args(abstract: dict[str, jax.ShapeDtypeStruct]) -> ocp.args.PyTreeR
     )
 
 
-def latest_epoch(mgr: ocp.CheckpointManager) -> int | None:
-    return mgr.latest_step()
+def resume(
+    mgr: ocp.CheckpointManager,
+    tables: dict[str, jax.Array],
+    model_dir: str,
+    data: str,
+    fingerprint: str | None,
+) -> int:
+    """Restore the latest checkpoint into `tables` (in place, with their shapes, dtypes and
+    shardings); the epoch it holds (0: none).
 
-
-def restore(
-    mgr: ocp.CheckpointManager, epoch: int, like: dict[str, jax.Array]
-) -> tuple[dict[str, jax.Array], dict]:
-    """Restore into arrays with the shapes, dtypes and shardings of `like`."""
-    abstract = {
-        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in like.items()
-    }
-    out = mgr.restore(
-        epoch, args=ocp.args.Composite(tables=_restore_args(abstract), meta=ocp.args.JsonRestore())
+    A checkpoint of another dataset (its recorded fingerprint differs from `fingerprint`, that of
+    `--data data`) or of other table shapes is refused before its tables are read.
+    """
+    epoch = mgr.latest_step() or 0
+    if not epoch:
+        return 0
+    meta = mgr.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    integrity.check_same_data(
+        model_dir,
+        meta.get("dataset_fingerprint"),
+        meta.get("config", {}).get("data", "?"),
+        data,
+        fingerprint,
     )
-    return dict(out["tables"]), dict(out["meta"])
+    shapes = {k: list(v.shape) for k, v in tables.items()}
+    if meta["table_shapes"] != shapes:
+        raise ValueError(
+            f"{model_dir}: checkpoint tables {meta['table_shapes']} do not match this run "
+            f"({shapes}); same dataset, dim, tied and device count needed to resume"
+        )
+    abstract = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in tables.items()
+    }
+    out = mgr.restore(epoch, args=ocp.args.Composite(tables=_restore_args(abstract)))
+    tables.update(out["tables"])
+    return epoch
 
 
 def restore_numpy(

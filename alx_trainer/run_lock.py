@@ -108,9 +108,8 @@ def _create(path: str, owner: dict) -> bool:
 
 
 def acquire(model_dir: str) -> dict:
-    """Take the lock of `model_dir` (created if needed); LockHeld naming the holder if it is
+    """Take the lock of `model_dir` (an existing directory); LockHeld naming the holder if it is
     taken."""
-    fileio.makedirs(model_dir)
     path = os.path.join(model_dir, LOCK_FILE)
     owner = owner_record()
     for _ in range(3):  # a stale lock removed by another process meanwhile: try again

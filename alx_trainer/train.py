@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alx_trainer import checkpoint, compile_cache, phase_times, run_lock
-from alx_trainer.callbacks import Callback, LambdaCallback, Run, default_callbacks
+from alx_trainer.callbacks import Callback, CostReport, LambdaCallback, Run, default_callbacks
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset, open_dataset, split_reader, validation_view
@@ -113,48 +113,23 @@ def _train(
     tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
-        start = _resume(mgr, config, dataset, tables)
+        start = checkpoint.resume(mgr, tables, config.model_dir, config.data, dataset.fingerprint)
         runners = _runners(config, dataset, mesh)
-        for side in sides(config.tied):  # the planning pass read every row once: count them
-            integrity.check_rows(
-                config.data,
-                side.split,
-                runners[side.name].plan.rows,
-                dataset.splits,
-                "counted by the pass that plans the batches",
-            )
     except BaseException:
         mgr.close()
         raise
-    if jax.process_index() == 0:
-        with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
-            f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
-    if log.isEnabledFor(logging.DEBUG):
-        costs = cost.epoch_cost(runners, sides(config.tied), tables)
-        for c in costs["programs"]:
-            log.debug(
-                "%s side, %s: %.4g GFLOP, %.4g GB accessed per launch (XLA cost analysis, loops "
-                "unrolled), "
-                "%d per half-epoch",
-                c["side"],
-                c["name"],
-                c["flops"] / 1e9,
-                c["bytes_accessed"] / 1e9,
-                c["times"],
-            )
-        log.debug(
-            "per epoch and device: %.4g GFLOP, %.4g GB accessed, %d compiled calls",
-            costs["flops_per_epoch"] / 1e9,
-            costs["bytes_per_epoch"] / 1e9,
-            costs["launches_per_epoch"],
-        )
-    history = [
+    history = [  # the restored epochs' records
         r
         for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE))
         if r.get("epoch", 0) <= start
     ]
+    if jax.process_index() == 0:
+        with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
+            f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
     run = Run(config, dataset, mesh, tables, start, history)
     hooks = default_callbacks(config, mgr) + extra
+    if log.isEnabledFor(logging.DEBUG):
+        hooks.insert(0, CostReport(runners, sides(config.tied)))
     grams: dict[str, tuple[jax.Array, jax.Array]] = {}  # see `_gramian`
     try:
         for hook in hooks:
@@ -182,36 +157,9 @@ def _train(
     return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
 
 
-def _resume(mgr, config: TrainConfig, dataset: Dataset, tables: dict[str, jax.Array]) -> int:
-    """Restore the latest checkpoint into `tables` (in place); the epoch it holds (0: none).
-
-    A checkpoint of another dataset (its recorded fingerprint differs from `dataset`'s) is refused.
-    """
-    start = checkpoint.latest_epoch(mgr) or 0
-    if start:
-        saved = mgr.restore(
-            start, args=checkpoint.ocp.args.Composite(meta=checkpoint.ocp.args.JsonRestore())
-        )["meta"]
-        integrity.check_same_data(
-            config.model_dir,
-            saved.get("dataset_fingerprint"),
-            saved.get("config", {}).get("data", "?"),
-            config.data,
-            dataset.fingerprint,
-        )
-        if saved["table_shapes"] != {k: list(v.shape) for k, v in tables.items()}:
-            raise ValueError(
-                f"{config.model_dir}: checkpoint tables {saved['table_shapes']} do not match this "
-                "run "
-                f"({ {k: list(v.shape) for k, v in tables.items()} }); "
-                "same dataset, dim, tied and device count needed to resume"
-            )
-        restored, _ = checkpoint.restore(mgr, start, tables)
-        tables.update(restored)
-    return start
-
-
 def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:
+    """Both sides' runners (`sides`), each side's rows, as its planning pass counted them, checked
+    against stats.json."""
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
     replica = (
@@ -232,7 +180,10 @@ def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunne
         )
         # The observed loss is reported from the last half-epoch (the column side) only.
         spec = step_spec(config, n_other, observed_loss=side.name == "col")
-        runners[side.name] = SideRunner(config, mesh, spec, reader, n_this, replica, side.name)
+        runner = SideRunner(config, mesh, spec, reader, n_this, replica, side.name)
+        how = "counted by the pass that plans the batches"  # it read every row once
+        integrity.check_rows(config.data, side.split, runner.plan.rows, dataset.splits, how)
+        runners[side.name] = runner
     return runners
 
 
@@ -253,11 +204,11 @@ def _epoch(
         runner = runners[side.name]
         for hook in hooks:
             hook.on_half_epoch_begin(run, epoch, side.name, runner.total_steps)
+        src_gram = _gramian(grams, runner, side.other, tables[side.other])
+        src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         if side.name == "col":  # the observed loss comes from the last half-epoch
             every = config.train_loss_every
             runner.observe_loss(every > 0 and epoch % every == 0)
-        src_gram = _gramian(grams, runner, side.other, tables[side.other])
-        src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         tables[side.table], terms = runner.run(src, tables[side.table], progress, src_gram)
         if runner.solved_gramian is not None:  # the one-call half-epoch computed it
             grams[side.table] = (tables[side.table], runner.solved_gramian)

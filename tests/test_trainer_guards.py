@@ -409,6 +409,7 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
     from alx_trainer import run_lock
 
     model = str(tmp_path / "m")
+    os.makedirs(model)
     me = run_lock.acquire(model)
     with pytest.raises(
         run_lock.LockHeld, match=f"pid {os.getpid()} on host {socket.gethostname()}"

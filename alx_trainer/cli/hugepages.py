@@ -1,10 +1,9 @@
 """Transparent huge pages for the trainer's large buffers (glibc's `malloc.hugetlb` tunable).
 
 Embedding lookups read rows of a table at random. With 4 KiB pages a table of hundreds of MB
-spans far more pages than the TLB holds, so nearly every row read also walks the page tables;
-on this 2-core host the gather of 4096 random rows from a 1M x 64 float32 table took 2.7 ms
-with huge pages and 7.6 ms without, and a 25M-nonzero epoch went from 146 s to 87 s (see
-README, "Scale"). Hosts whose THP mode is `madvise` only give huge pages to memory that asks
+spans far more pages than the TLB holds, so nearly every row read also walks the page tables
+(measured in docs/benchmarks.md, "Figures behind code choices"). Hosts whose THP mode is
+`madvise` only give huge pages to memory that asks
 for them: NumPy asks, XLA's allocator does not, but glibc does for every large allocation
 when started with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`. Tunables are read when a process
 starts, so the command line restarts itself once with it set.

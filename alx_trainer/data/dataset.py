@@ -50,17 +50,17 @@ def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
 
 def open_directory(data_dir: str) -> Dataset:
     """The shard files and matrix shape of a directory written in the dataset contract; a
-    `DataError`
-    when a split lacks shards or has none although stats.json counts rows in it."""
+    `DataError` when a split lacks some of its `-of-N` shards, or has none although it is required
+    or stats.json counts rows in it."""
     stats = stats_json.read_stats(data_dir)
     splits = {
         k: int(v) for k, v in stats.get("splits", {}).items() if k in layout.ALL_SPLIT_PREFIXES
     }
     files = {}
     for split in layout.ALL_SPLIT_PREFIXES:
-        try:
-            files[split] = list(layout.iter_split_files(data_dir, split))
-        except FileNotFoundError:
+        pattern = layout.split_glob(data_dir, split)
+        found = sorted(fileio.glob(pattern))
+        if not found:
             optional = split == "test" or split in layout.VALIDATION_PREFIXES
             if not optional or splits.get(split, 0) > 0:
                 counted = (
@@ -69,13 +69,31 @@ def open_directory(data_dir: str) -> Dataset:
                     else ""
                 )
                 raise integrity.DataError(
-                    f"{data_dir}: no {split!r} shard ({layout.split_glob(data_dir, split)} matches "
-                    f"nothing{counted}); "
+                    f"{data_dir}: no {split!r} shard ({pattern} matches nothing{counted}); "
                     f"restore them or {integrity.REBUILD}"
-                ) from None
+                )
             continue
-        integrity.check_shards(data_dir, split, files[split])
+        _check_shards(data_dir, split, found)
+        files[split] = found
     return _described(data_dir, data_dir, files, stats, layout.ALL_SPLIT_PREFIXES)
+
+
+def _check_shards(where: str, split: str, files: list[str]) -> None:
+    """Every shard `-of-N` of one split is in `files`; DataError naming the first missing ones."""
+    missing, clash = layout.missing_shards(files)
+    if clash:
+        raise integrity.DataError(
+            f"{where}: the {split!r} split is inconsistent: {clash}; {integrity.REBUILD}"
+        )
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        raise integrity.DataError(
+            f"{where}: the dataset is incomplete: {split!r} shard(s) {shown} missing "
+            f"({len(files)} of {len(files) + len(missing)} present); "
+            f"restore them or {integrity.REBUILD}"
+        )
 
 
 def open_tfds(name: str, data_dir: str | None) -> Dataset:

@@ -3,7 +3,7 @@
 Every check runs before epoch 1 (or before `eval`/`predict`/`export` do any work) and fails with
 a one-line `DataError` that names the directory, what is wrong, and what to do:
 
-- `check_shards`: every shard of `-of-N` of each split is present (`layout.missing_shards`).
+- every shard of `-of-N` of each split is present (`dataset.open_directory` checks it).
 - `check_trainable`: the matrix has rows and columns and stats.json promises training rows.
 - `check_rows`: the rows the trainer counted while reading a split equal stats.json `splits`.
 - `check_same_data`: the model's recorded `dataset_fingerprint` equals the data's; a model or a
@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 from typing import Mapping, Optional
 
-from webgraph_contract import layout
-
 log = logging.getLogger(__name__)
 
 REBUILD = "rebuild it with `python -m webgraph_pipeline`"
@@ -24,21 +22,6 @@ REBUILD = "rebuild it with `python -m webgraph_pipeline`"
 
 class DataError(ValueError):
     """The data cannot be used as given (incomplete, empty, or not the model's)."""
-
-
-def check_shards(where: str, split: str, files: list[str]) -> None:
-    """Every shard `-of-N` of one split is in `files`; DataError naming the first missing ones."""
-    missing, clash = layout.missing_shards(files)
-    if clash:
-        raise DataError(f"{where}: the {split!r} split is inconsistent: {clash}; {REBUILD}")
-    if missing:
-        shown = ", ".join(missing[:3]) + (
-            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        )
-        raise DataError(
-            f"{where}: the dataset is incomplete: {split!r} shard(s) {shown} missing "
-            f"({len(files)} of {len(files) + len(missing)} present); restore them or {REBUILD}"
-        )
 
 
 def check_trainable(where: str, num_rows: int, num_cols: int, splits: Mapping[str, int]) -> None:

@@ -4,8 +4,9 @@
 so each program is analysed as compiled with its loops unrolled (`StepSpec.unroll`): one normal
 batch (times the batches a half-epoch runs), each long-row call, the gramian and the replica.
 Shapes come from the runner's plan and batch source; nothing runs. `epoch_cost` sums both sides
-(the training loop logs it at debug level; `alx_trainer.train.epoch_cost(config, dataset)` is the
-entry of `python -m benchmarks.gpu_vs_implicit` and `python -m benchmarks.device_proxies`).
+(`alx_trainer.callbacks.CostReport` logs it at debug level; `alx_trainer.train.epoch_cost(config,
+dataset)` is the entry of `python -m benchmarks.gpu_vs_implicit` and
+`python -m benchmarks.device_proxies`).
 """
 
 from __future__ import annotations

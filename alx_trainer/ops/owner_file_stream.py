@@ -16,36 +16,11 @@ import queue
 import threading
 from typing import Callable, Iterator
 
-import numpy as np
-
 from alx_trainer.data import batching
 from alx_trainer.data.records import put_unless_stopped
 from alx_trainer.data.row_chunk import RowChunk
 
 _DONE = object()
-
-
-def owner_counts(
-    lengths: np.ndarray,
-    row_ids: np.ndarray,
-    shard: int,
-    devices: int,
-    piece_len: int,
-    batch_pieces: int,
-    batch_rows: int,
-) -> list[int]:
-    """Dense batches of normal rows each device gets (next-fit depends on the row lengths only)."""
-    pieces = batching.num_pieces(lengths, piece_len)
-    normal = pieces <= batch_pieces
-    owner = row_ids // shard
-    return [
-        len(
-            batching.batch_starts(
-                pieces[normal & (owner == j)], batch_pieces, batch_rows, final=True
-            )[0]
-        )
-        for j in range(devices)
-    ]
 
 
 def split_by_owner(

@@ -15,7 +15,6 @@ from jax.experimental import multihost_utils
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching
-from alx_trainer.ops import owner_file_stream
 
 # combine(values, how): `values` (int64 [n]) of every host reduced by `how` ('sum' or 'max').
 Combine = Callable[[np.ndarray, str], np.ndarray]
@@ -91,7 +90,7 @@ def make_plan(
     n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))
     device_steps: tuple[int, ...] = ()
     if owner:
-        device_steps = tuple(owner_file_stream.owner_counts(lengths, row_ids, shard, k, L, B, R))
+        device_steps = _device_steps(pieces, row_ids // shard, k, B, R)
         steps = max(device_steps, default=0)
         per_device = np.bincount((row_ids[pieces > B] // shard).astype(np.int64), minlength=k)
         long_solves = int(-(-per_device.max(initial=0) // R))
@@ -110,6 +109,19 @@ def make_plan(
     return SidePlan(
         L, B, R, calls * per_call, per_call, long_steps, long_solves, int(totals[2]), device_steps
     )
+
+
+def _device_steps(
+    pieces: np.ndarray, owners: np.ndarray, devices: int, batch_pieces: int, batch_rows: int
+) -> tuple[int, ...]:
+    """Dense batches of normal rows each device packs ('owner' layout: the rows of its shard);
+    next-fit depends on the row lengths only."""
+    normal = pieces <= batch_pieces
+    starts = [
+        batching.batch_starts(pieces[normal & (owners == j)], batch_pieces, batch_rows, final=True)
+        for j in range(devices)
+    ]
+    return tuple(len(full) for full, _ in starts)
 
 
 def one_host(values: np.ndarray, how: str) -> np.ndarray:

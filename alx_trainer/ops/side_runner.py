@@ -88,7 +88,6 @@ class SideRunner:
         self.accelerator = accelerator(config)
         # 'owner' on per-core CPU devices: a program and a pinned thread per device (per_core)
         self.per_device = spec.owner and per_core.applies(local)
-        self.step = self._compiled(spec)
         streamed = spec.owner and config.stream_batches and (self.per_device or len(local) == 1)
         batch_ids = ACCELERATOR_BATCH_IDS if self.accelerator else batching.BATCH_IDS
         # (streamed) rows long at some candidate shape are kept; those of the chosen one are packed
@@ -127,6 +126,7 @@ class SideRunner:
             self.plan = make_plan(config.calls_per_half_epoch)
         with timed("pack"):
             self.source = self._source(make_chunks, read, combine, streamed)
+        self.step = self._compiled(spec)
         self.solved_gramian: jax.Array | None = (
             None  # the one-call half-epoch's gramian of its result
         )

@@ -105,6 +105,7 @@ def resolve_layout(config: TrainConfig) -> str:
 
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> StepSpec:
     """The kernels' `StepSpec` of a side whose fixed table has `num_other` real rows."""
+    layout = resolve_layout(config)
     form = (
         auto_cg_form(jax.default_backend(), config.dim)
         if config.cg_form == "auto"
@@ -127,7 +128,7 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         cg_kernel=kernel,
         local_stats=config.stats == "local",
         observed_loss=observed_loss,
-        layout=resolve_layout(config),
+        layout=layout,
         block_size=config.block_size if config.solver == "block" else 0,
         precision=precision,
     )

@@ -62,8 +62,8 @@ def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) ->
     Blocks of `INIT_CHUNK` rows are generated on the host by a thread per core (`init_rows`;
     NumPy's generators release the GIL) into a few reused buffers, copied to the device and
     written into its shard in place: time in proportion to the bytes, memory a shard plus a
-    block per thread (a per-row `jax.random` key, one device after the other, took 587 s for two
-    19.7M x 128 tables).
+    block per thread (not a `jax.random` key per row, one device after the other: see
+    docs/benchmarks.md, "Figures behind code choices").
     """
     n_pad = padded_rows(n, mesh)
     shard = n_pad // mesh.size
