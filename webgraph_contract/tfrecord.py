@@ -11,12 +11,14 @@ record. No file is opened here: `fileio` (local and remote paths) does that.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
-BLOCK_BYTES = 1 << 24  # bytes read per block (a record longer than this is read whole)
+BLOCK_BYTES = 1 << 20  # bytes read per block (a record longer than this is read whole); see
+# `dataset_reader.iter_file_rows` for why not more
 HEADER_BYTES = 12  # length and its masked CRC
 FOOTER_BYTES = 4  # masked CRC of the data
 _MASK_DELTA = 0xA282EAD8
@@ -45,13 +47,27 @@ def masked(crcs: np.ndarray) -> np.ndarray:
     return ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
 
 
-def _length_crcs(distinct: list[int]) -> np.ndarray:
-    """The masked CRC-32C of each record length's 8 bytes (little-endian uint32)."""
-    return masked(
-        np.fromiter(
-            map(_crc32c(), map(struct.Struct("<Q").pack, distinct)), np.uint64, count=len(distinct)
-        )
-    )
+@functools.lru_cache(maxsize=None)
+def _length_table() -> tuple[np.ndarray, int]:
+    """(T, c): the CRC-32C of any 8 bytes b is c ^ T[0, b[0]] ^ ... ^ T[7, b[7]] (a CRC of a fixed
+    length is affine in its bits: c is the CRC of 8 zero bytes, T[j, v] what byte j = v adds)."""
+    crc32c = _crc32c()
+    zero = crc32c(bytes(8))
+    table = np.zeros((8, 256), np.uint32)
+    for j in range(8):
+        for v in range(256):
+            table[j, v] = crc32c(bytes(j) + bytes([v]) + bytes(7 - j)) ^ zero
+    table.flags.writeable = False
+    return table, zero
+
+
+def _length_crcs(lengths) -> np.ndarray:
+    """The masked CRC-32C of each record length's 8 bytes (little-endian uint32), computed in
+    NumPy (no call per record)."""
+    table, zero = _length_table()
+    octets = np.asarray(lengths, "<u8").reshape(-1, 1).view(np.uint8)
+    crcs = np.bitwise_xor.reduce(table[np.arange(8), octets], axis=1) ^ np.uint32(zero)
+    return masked(crcs)
 
 
 def _length_headers(lengths: Iterable[int]) -> dict[int, bytes]:
@@ -97,8 +113,7 @@ def _u32_at(data: bytes, offsets: np.ndarray) -> np.ndarray:
 def _check(path: str, data: bytes, heads: np.ndarray, lengths: np.ndarray, offset: int) -> None:
     """Every length CRC and data CRC of the records whose headers start at `heads`."""
     crc32c = _crc32c()
-    distinct, which = np.unique(lengths, return_inverse=True)
-    bad = np.flatnonzero(_u32_at(data, heads + 8) != _length_crcs(distinct.tolist())[which])
+    bad = np.flatnonzero(_u32_at(data, heads + 8) != _length_crcs(lengths))
     if len(bad):
         at = offset + int(heads[bad[0]])
         raise RecordError(
@@ -118,9 +133,14 @@ def _check(path: str, data: bytes, heads: np.ndarray, lengths: np.ndarray, offse
         )
 
 
-def _walk(data: bytes) -> tuple[list[int], list[int], int]:
-    """Headers and lengths of the whole records at the start of `data`, and where the rest
-    begins."""
+def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, int]:
+    """Headers and lengths (int64) of the whole records at the start of `data`, and where the rest
+    begins.
+
+    A Python step per record (about 0.3 us, under the GIL, on the reading thread). A NumPy walk
+    (every offset whose upper length bytes are zero a candidate, successors by one search, the
+    chain from offset 0 doubled out) held the GIL less but took about 2.5x the CPU seconds at 1 MiB
+    blocks of about 2,800 records, so the loop stays."""
     heads, lengths, pos, size = [], [], 0, len(data)
     unpack = struct.Struct("<Q").unpack_from
     while pos + HEADER_BYTES <= size:
@@ -131,7 +151,7 @@ def _walk(data: bytes) -> tuple[list[int], list[int], int]:
         heads.append(pos)
         lengths.append(n)
         pos = end
-    return heads, lengths, pos
+    return np.array(heads, np.int64), np.array(lengths, np.int64), pos
 
 
 def check(path: str, block: Block) -> None:
@@ -149,12 +169,11 @@ def read_blocks(
     while True:
         chunk = f.read(block_bytes)
         data = rest + chunk if rest else chunk
-        heads, lengths, used = _walk(data)
-        if not heads and len(data) >= HEADER_BYTES:
+        h, n, used = _walk(data)
+        if not len(h) and len(data) >= HEADER_BYTES:
             # The next record is longer than the block: check its length before reading it whole.
             _check_length(path, data, offset)
-        if heads:
-            h, n = np.array(heads, np.int64), np.array(lengths, np.int64)
+        if len(h):
             if checked:
                 _check(path, data, h, n, offset)
             yield Block(data, h + HEADER_BYTES, n, offset)

@@ -76,11 +76,8 @@ def choose_piece_len(counts: dict[int, tuple[int, int]]) -> int:
 
     A row of n ids takes ceil(n / L) pieces: short rows waste most of a long piece, while each
     piece costs the kernels a row vector gathered and a segment summed per CG pass, so shorter
-    pieces only pay where padding is large. Measured at 25M d=128 (ns of one core per id slot):
-    L=8 cost 4% more per slot than L=16, and the row side (mean 25 ids per row) padded 1.29x at
-    16 against 1.15x at 8; the column side (mean 100) 1.14x at 16 ran faster at 16. (Before
-    `per_core` pinned XLA's threads one per core; since, the 25M row side's half-epoch takes
-    3.36-3.44 s at 8 against 3.46 s at 16: the choice matters little there.)
+    pieces only pay where padding is large (the measurements: docs/benchmarks.md, "Figures
+    behind code choices").
     """
     for piece_len in PIECE_LENS:
         slots, ids = counts[piece_len]

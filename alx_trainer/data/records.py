@@ -9,6 +9,7 @@ ahead of the solves.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -16,6 +17,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 from alx_trainer.data import host_cores
 from alx_trainer.data.row_chunk import RowChunk
 from webgraph_contract import dataset_reader
+from webgraph_contract.record_codec import Rows
 
 T = TypeVar("T")
 
@@ -30,28 +32,37 @@ def read_chunks(
 ) -> Iterator[RowChunk]:
     """Stream `files` (in order) as CSR chunks of `chunk_rows` rows (fewer at the end of a file).
 
-    Blocks are checked and decoded in `threads` threads (None: one per core this process may
-    use). Raises ValueError naming the file when a record is corrupt or an id lies outside the
-    matrix shape from stats.json (the dataset does not match the contract).
+    Blocks are checked, decoded and their ids checked in `threads` threads (None: one per core
+    this process may use); this thread reads the files and cuts the decoded blocks into chunks,
+    views of a block's arrays except the chunk that spans two blocks. Raises ValueError naming the
+    file when a record is corrupt or an id lies outside the matrix shape from stats.json (the
+    dataset does not match the contract).
     """
     threads = threads or host_cores.host_threads()
     for path in files:
-        held: list[RowChunk] = []
-        held_rows = 0
-        for rows in dataset_reader.iter_file_rows(path, threads):
-            chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
-            _check_ids(path, chunk, num_rows, num_cols)
-            held.append(chunk)
-            held_rows += len(chunk)
-            if held_rows >= chunk_rows:
-                whole = RowChunk.concat(held)
-                held_rows %= chunk_rows
-                stop = len(whole) - held_rows
-                for lo in range(0, stop, chunk_rows):
-                    yield whole.take(lo, lo + chunk_rows)
-                held = [whole.take(stop, len(whole))] if held_rows else []
-        if held:
-            yield RowChunk.concat(held)
+        checked = functools.partial(_checked_chunk, path, num_rows, num_cols)
+        held = RowChunk.empty()  # the rows of a chunk begun in an earlier block
+        for block in dataset_reader.iter_file_rows(path, threads, checked):
+            lo = 0
+            if len(held):
+                lo = min(chunk_rows - len(held), len(block))
+                held = RowChunk.concat([held, block.take(0, lo)])
+                if len(held) < chunk_rows:
+                    continue
+                yield held
+            stop = lo + (len(block) - lo) // chunk_rows * chunk_rows
+            for start in range(lo, stop, chunk_rows):
+                yield block.take(start, start + chunk_rows)
+            held = block.take(stop, len(block))
+        if len(held):
+            yield held
+
+
+def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: Rows) -> RowChunk:
+    """A decoded block's rows as a chunk, its ids checked (in a decoding thread)."""
+    chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
+    _check_ids(path, chunk, num_rows, num_cols)
+    return chunk
 
 
 _MISMATCH = "dataset does not match the contract"

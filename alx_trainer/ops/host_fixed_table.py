@@ -49,9 +49,8 @@ class ReplicaBuffer:
     """Host memory for the fixed-table replica, kept from one half-epoch to the next.
 
     A fresh allocation per half-epoch is touched for the first time by the copy: a page fault per
-    page (4 KiB pages: 0.5 s for the 512 MB replica of a 1M x 128 float32 table, against 0.04 s
-    for the copy alone into memory already mapped; 0.1 s on huge pages). Grown to the largest
-    table it has held. A replica made in it is valid until the next one is: hold one at a time.
+    page, which costs many times the copy itself. Grown to the largest table it has held. A
+    replica made in it is valid until the next one is: hold one at a time.
     """
 
     def __init__(self) -> None:
@@ -82,7 +81,7 @@ GRAM_CHUNK = 65536  # rows cast to float32 at a time by `gramian_via_host`
 @functools.cache
 def _blas() -> ThreadpoolController:
     """threadpoolctl's handle on the loaded BLAS libraries, found once: `threadpool_limits` scans
-    every loaded library at each call (py-spy: about 48 ms an epoch at ML-1M's shape, load 3-4)."""
+    every loaded library at each call, tens of milliseconds an epoch at ML-1M's shape."""
     return ThreadpoolController()
 
 
@@ -109,8 +108,8 @@ def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
             total += t.T @ t
         return total
 
-    # BLAS at one thread per caller: its spinning pool threads ran this 6x slower on the busy
-    # per-core host
+    # BLAS at one thread per caller: its spinning pool threads slow this down severely on a
+    # per-core host whose cores are all busy
     with _blas().limit(limits=1, user_api="blas"):
         if workers == 1:
             total = part(0)
@@ -122,7 +121,7 @@ def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
 
 def host_float32(rows: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
     """float32 `rows` of a table on the host; bfloat16 (or its `BF16_BITS` solving form) by shifting
-    its bits, into `scratch` when given (5x faster than ml_dtypes' cast)."""
+    its bits, into `scratch` when given (faster than ml_dtypes' cast)."""
     if rows.dtype not in (jnp.bfloat16, BF16_BITS):
         return np.asarray(rows, np.float32)  # float32 rows as they are (no copy)
     out = np.empty(rows.shape, np.uint32) if scratch is None else scratch[: len(rows)]
