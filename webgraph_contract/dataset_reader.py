@@ -61,6 +61,26 @@ def _decode_block(path: str, block: tfrecord.Block, then: Callable | None = None
     return rows if then is None else then(rows)
 
 
+_MISMATCH = "dataset does not match the contract"
+
+
+def check_ids(
+    path: str, row_ids: np.ndarray, cols: np.ndarray, num_rows: int, num_cols: int
+) -> None:
+    """A one-line ValueError naming `path` if a row id lies outside `[0, num_rows)` or a column
+    id outside `[0, num_cols)` (the matrix shape from stats.json)."""
+    if len(row_ids) and (row_ids.min() < 0 or row_ids.max() >= num_rows):
+        bad = row_ids[(row_ids < 0) | (row_ids >= num_rows)][0]
+        raise ValueError(
+            f"{path}: row_tag {bad} outside [0, {num_rows}) from stats.json; {_MISMATCH}"
+        )
+    if len(cols) and (cols.min() < 0 or cols.max() >= num_cols):
+        bad = cols[(cols < 0) | (cols >= num_cols)][0]
+        raise ValueError(
+            f"{path}: col_tag {bad} outside [0, {num_cols}) from stats.json; {_MISMATCH}"
+        )
+
+
 def read_records(files: Sequence[str]) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Every record of some TFRecord files in the contract's feature layout, in file order."""
     out: list[tuple[int, np.ndarray, np.ndarray]] = []

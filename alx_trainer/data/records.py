@@ -2,7 +2,8 @@
 
 Each host reads only its own share of the shard files (`files[process_index::process_count]`);
 each file is read in blocks of whole records (`webgraph_contract.tfrecord`, CRC-32C checked) and
-each block decoded at once (`webgraph_contract.record_codec`) in threads over the host's cores,
+each block decoded at once (`webgraph_contract.record_codec`) over the host's cores (in worker
+processes when the read is large, `decode_mode`, else in threads),
 so no host ever holds the dataset as Python objects, and `prefetch` runs the reading in a thread
 ahead of the solves.
 """
@@ -10,13 +11,15 @@ ahead of the solves.
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import queue
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from alx_trainer.data import host_cores
 from alx_trainer.data.row_chunk import RowChunk
-from webgraph_contract import dataset_reader
+from webgraph_contract import dataset_reader, file_workers, fileio
 from webgraph_contract.record_codec import Rows
 
 T = TypeVar("T")
@@ -27,22 +30,52 @@ def host_files(files: Sequence[str], process_index: int, process_count: int) -> 
     return list(files)[process_index::process_count]
 
 
+PROCESS_MIN_BYTES = 64 << 20  # a read of fewer bytes decodes in threads (no process starts)
+
+
+def decode_mode(files: Sequence[str], threads: int | None = None) -> tuple[str, int]:
+    """How `read_chunks` decodes `files`: ("processes", N) (N worker processes, a file each at a
+    time) when there are 2 or more local files, more than one core to use and at least
+    `PROCESS_MIN_BYTES` in all (and room for their arrays in `/dev/shm`); else ("threads", N)."""
+    threads = threads or host_cores.host_threads()
+    workers = min(threads, len(files))
+    if workers >= 2 and all(fileio.is_local(f) for f in files):
+        sizes = sorted((os.path.getsize(f) for f in files), reverse=True)
+        room = 4 * sum(sizes[: workers + 1])  # decoded arrays: about 2.5x the encoded bytes
+        if sum(sizes) >= PROCESS_MIN_BYTES and file_workers.shm_free_bytes() >= room:
+            return "processes", workers
+    return "threads", threads
+
+
 def read_chunks(
     files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int, threads: int | None = None
 ) -> Iterator[RowChunk]:
     """Stream `files` (in order) as CSR chunks of `chunk_rows` rows (fewer at the end of a file).
 
-    Blocks are checked, decoded and their ids checked in `threads` threads (None: one per core
-    this process may use); this thread reads the files and cuts the decoded blocks into chunks,
-    views of a block's arrays except the chunk that spans two blocks. Raises ValueError naming the
-    file when a record is corrupt or an id lies outside the matrix shape from stats.json (the
-    dataset does not match the contract).
+    Decoding runs as `decode_mode` says. In processes (`webgraph_contract.file_workers`), one
+    worker per core (`threads`; None: one per core this process may use) checks and decodes a
+    whole file at a time, at most one file in flight per worker beyond the one being cut here, so
+    memory holds the decoded arrays of that many files (about 2.5x their encoded bytes each); the
+    chunks are views of a file's arrays. In threads, blocks are checked, decoded and their ids
+    checked in `threads` threads, this thread reading the files; chunks are views of a block's
+    arrays except the chunk that spans two blocks. Either way the chunks are the same, cut here,
+    and this may run in any thread (e.g. `prefetch`'s). Raises ValueError naming the file when a
+    record is corrupt or an id lies outside the matrix shape from stats.json (the dataset does not
+    match the contract).
     """
-    threads = threads or host_cores.host_threads()
+    mode, n = decode_mode(files, threads)
+    _log_mode(mode, n)
+    if mode == "processes":
+        each = (threads or host_cores.host_threads()) // n  # threads per worker: spare cores
+        for arrays in file_workers.decode_files(files, num_rows, num_cols, n, each):
+            whole = RowChunk(*arrays)
+            for start in range(0, len(whole), chunk_rows):
+                yield whole.take(start, min(start + chunk_rows, len(whole)))
+        return
     for path in files:
         checked = functools.partial(_checked_chunk, path, num_rows, num_cols)
         held = RowChunk.empty()  # the rows of a chunk begun in an earlier block
-        for block in dataset_reader.iter_file_rows(path, threads, checked):
+        for block in dataset_reader.iter_file_rows(path, n, checked):
             lo = 0
             if len(held):
                 lo = min(chunk_rows - len(held), len(block))
@@ -58,27 +91,17 @@ def read_chunks(
             yield held
 
 
+@functools.lru_cache(maxsize=None)
+def _log_mode(mode: str, n: int) -> None:
+    """Say (once per process and mode) how the shard files are decoded."""
+    logging.getLogger(__name__).info("reading shard files: decoding in %s %d", mode, n)
+
+
 def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: Rows) -> RowChunk:
     """A decoded block's rows as a chunk, its ids checked (in a decoding thread)."""
     chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
-    _check_ids(path, chunk, num_rows, num_cols)
+    dataset_reader.check_ids(path, chunk.row_ids, chunk.cols, num_rows, num_cols)
     return chunk
-
-
-_MISMATCH = "dataset does not match the contract"
-
-
-def _check_ids(path: str, chunk: RowChunk, num_rows: int, num_cols: int) -> None:
-    if len(chunk.row_ids) and (chunk.row_ids.min() < 0 or chunk.row_ids.max() >= num_rows):
-        bad = chunk.row_ids[(chunk.row_ids < 0) | (chunk.row_ids >= num_rows)][0]
-        raise ValueError(
-            f"{path}: row_tag {bad} outside [0, {num_rows}) from stats.json; {_MISMATCH}"
-        )
-    if len(chunk.cols) and (chunk.cols.min() < 0 or chunk.cols.max() >= num_cols):
-        bad = chunk.cols[(chunk.cols < 0) | (chunk.cols >= num_cols)][0]
-        raise ValueError(
-            f"{path}: col_tag {bad} outside [0, {num_cols}) from stats.json; {_MISMATCH}"
-        )
 
 
 def put_unless_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:

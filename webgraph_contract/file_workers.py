@@ -1,0 +1,192 @@
+"""Decoding whole TFRecord files in worker processes: the host's cores without the GIL.
+
+`decode_files` runs `workers` fresh interpreters (`python -c`, started by `subprocess`: a spawn
+that never forks the parent, which may run JAX's threads, and that imports nothing of the
+parent's `__main__`, as multiprocessing's spawn and forkserver would: a worker imports only
+NumPy and this package). Each worker takes one file at a time over a pipe, checks and decodes
+it a block at a time as `dataset_reader.iter_file_rows` does (and checks its ids), and appends
+each block's arrays to three files in `/dev/shm` (memory); the parent maps them copy-on-write and
+unlinks them, so a file's arrays cross from the worker at the cost of one copy there and none
+here. Errors (a corrupt record, an id outside the matrix) come back as the worker raised them:
+the same one-line ValueError naming the file and byte offset as the threads give.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import subprocess
+import sys
+import uuid
+from typing import BinaryIO, Iterator, Sequence
+
+import numpy as np
+
+SHM_DIR = "/dev/shm"
+_PARTS = ("rows", "ptr", "cols")  # row tags [n], column pointer [n + 1], columns [nnz]
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shm_free_bytes() -> int:
+    """Bytes free in `SHM_DIR` (0 when there is none to write)."""
+    try:
+        if not os.access(SHM_DIR, os.W_OK):
+            return 0
+        s = os.statvfs(SHM_DIR)
+        return s.f_bavail * s.f_frsize
+    except OSError:
+        return 0
+
+
+def decode_files(
+    files: Sequence[str], num_rows: int, num_cols: int, workers: int, threads: int = 1
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each of `files` (local paths), in order, as its (row tags, column pointer from 0, columns),
+    int64 arrays (writable, copy-on-write maps of the worker's output), the ids checked against
+    `[0, num_rows)` and `[0, num_cols)`.
+
+    `workers` processes (started here, ended when the iterator ends, is closed or raises) decode
+    one file each at a time, `threads` threads each (`dataset_reader.iter_file_rows`; 1: in the
+    worker's own thread). At most `workers` files are in flight beyond the one the caller holds,
+    so memory holds at most `workers` + 1 files' decoded arrays (about 2.5 times the files'
+    bytes) in `SHM_DIR` and here, plus a block's decoding in each worker.
+    """
+    workers = max(1, min(workers, len(files)))
+    tag = f"alx-decode-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    procs: list[subprocess.Popen] = []
+    sent = 0
+    finished = False
+
+    def submit() -> None:
+        nonlocal sent
+        p = procs[sent % workers]
+        job = (files[sent], num_rows, num_cols, os.path.join(SHM_DIR, f"{tag}-{sent}"), threads)
+        pickle.dump(job, p.stdin, pickle.HIGHEST_PROTOCOL)
+        p.stdin.flush()
+        sent += 1
+
+    try:
+        for _ in range(workers):
+            procs.append(_start())
+        while sent < min(workers, len(files)):
+            submit()
+        for i in range(len(files)):
+            p = procs[i % workers]
+            try:
+                status, value = pickle.load(p.stdout)
+            except EOFError:
+                raise RuntimeError(
+                    f"{files[i]}: the decoding worker ended (exit code {p.wait()})"
+                ) from None
+            if status != "ok":
+                raise value
+            if sent < len(files):
+                submit()
+            yield _take(os.path.join(SHM_DIR, f"{tag}-{i}"), *value)
+        finished = True
+    finally:
+        for p in procs:
+            if not finished:  # closed early or failed: the files in flight are not wanted
+                p.kill()
+            if p.stdin:
+                try:
+                    p.stdin.close()  # the worker ends at the end of its input
+                except OSError:
+                    pass
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # still decoding a file no one wants
+                p.kill()
+                p.wait()
+            if p.stdout:
+                p.stdout.close()
+        for i in range(sent):
+            for part in _PARTS:
+                try:
+                    os.unlink(os.path.join(SHM_DIR, f"{tag}-{i}.{part}"))
+                except FileNotFoundError:
+                    pass
+
+
+def _start() -> subprocess.Popen:
+    code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {__name__} import serve; serve()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+    )
+
+
+def _take(prefix: str, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arrays a worker wrote at `prefix`, mapped copy-on-write; the files unlinked."""
+    out = []
+    for part, n in zip(_PARTS, (n_rows, n_rows + 1, n_cols)):
+        path = f"{prefix}.{part}"
+        with open(path, "rb") as f:
+            os.unlink(path)
+            if n == 0:
+                out.append(np.zeros(0, np.int64))
+                continue
+            m = mmap.mmap(f.fileno(), 8 * n, access=mmap.ACCESS_COPY)
+        out.append(np.frombuffer(m, np.int64, n))
+    return out[0], out[1], out[2]
+
+
+def serve() -> None:
+    """A worker's loop: a job from stdin, its outcome to stdout, until stdin ends."""
+    stdin, out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints go to stderr, not into the replies
+    while True:
+        try:
+            job = pickle.load(stdin)
+        except EOFError:
+            return
+        try:
+            reply: tuple = ("ok", decode_file(*job))
+        except Exception as e:  # handed to the parent, which raises it
+            reply = ("error", _portable(e))
+        pickle.dump(reply, out, pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+
+def _portable(e: Exception) -> Exception:
+    """`e` if it pickles back as itself, else a RuntimeError with its message."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def decode_file(
+    path: str, num_rows: int, num_cols: int, prefix: str, threads: int = 1
+) -> tuple[int, int]:
+    """Decode `path` (its checksums and ids checked) into `prefix`.rows/.ptr/.cols, raw int64
+    arrays; (rows, columns) written."""
+    from webgraph_contract import dataset_reader, fileio, tfrecord
+
+    if threads > 1:
+        blocks = dataset_reader.iter_file_rows(path, threads)
+    else:
+
+        def serial():
+            with fileio.open_file(path, "rb") as f:
+                for block in tfrecord.read_blocks(f, path, checked=False):
+                    yield dataset_reader._decode_block(path, block)
+
+        blocks = serial()
+    n_rows = n_cols = 0
+    files: list[BinaryIO] = [open(f"{prefix}.{part}", "wb") for part in _PARTS]
+    try:
+        rows_f, ptr_f, cols_f = files
+        ptr_f.write(np.zeros(1, np.int64).tobytes())
+        for rows in blocks:
+            dataset_reader.check_ids(path, rows.row_tags, rows.cols, num_rows, num_cols)
+            rows_f.write(np.ascontiguousarray(rows.row_tags, np.int64).data)
+            ptr_f.write(np.ascontiguousarray(rows.col_ptr[1:] + n_cols, np.int64).data)
+            cols_f.write(np.ascontiguousarray(rows.cols, np.int64).data)
+            n_rows, n_cols = n_rows + len(rows.row_tags), n_cols + len(rows.cols)
+    finally:
+        for f in files:
+            f.close()
+    return n_rows, n_cols
