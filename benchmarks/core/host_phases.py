@@ -9,8 +9,10 @@ Per side (`train`, then `train_t`): `read` is the planning pass over the side's 
 it read (the batch shape of `--path`: the accelerator path's 65,536-id batches, or the per-core
 CPU path's), `pack` packs every call from the chunks held in memory (`batch_sources.host_calls`,
 one device). Then `transpose` makes the `train` matrix's transpose as `dataset.in_memory` does.
-Each phase prints its wall seconds (best of `--repeats`), CPU seconds of that pass, and CPU
-microseconds per row or per pair; the last line is one JSON object of all of them.
+Each side first says how the reader decodes its files (`records.decode_mode`: "processes N" or
+"threads N"). Each phase prints its wall seconds (best of `--repeats`), CPU seconds of that pass
+(the reader's worker processes included), and CPU microseconds per row or per pair; the last
+line is one JSON object of all of them.
 """
 
 from __future__ import annotations
@@ -24,13 +26,20 @@ import time
 from typing import Callable
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process's threads and of its ended child processes (the reader's
+    decoding workers, which end with each read)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, object]:
-    """(best wall seconds, CPU seconds of that pass, its result)."""
+    """(best wall seconds, CPU seconds of that pass (child processes' included), its result)."""
     best = (float("inf"), 0.0, None)
     for _ in range(repeats):
-        cpu, t = time.process_time(), time.perf_counter()
+        cpu, t = cpu_seconds(), time.perf_counter()
         out = fn()
-        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+        wall, cpu = time.perf_counter() - t, cpu_seconds() - cpu
         if wall < best[0]:
             best = (wall, cpu, out)
     return best
@@ -84,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
         read = functools.partial(
             records.read_chunks, data.files[split], config.chunk_rows, n_this, n_other
         )
+        mode = " ".join(map(str, records.decode_mode(data.files[split])))
+        report[f"{split}.decoding"] = mode
+        print(f"{split:8} decoding in {mode}", flush=True)
         wall, cpu, chunks = timed(lambda read=read: list(read()), args.repeats)
         held[split] = chunks
         scan = batch_sources.scan(iter(chunks), keep_chunks=False, long_above=None)
