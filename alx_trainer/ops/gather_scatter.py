@@ -109,11 +109,8 @@ def masked_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
     times the mask in the table's dtype (exact: 0 or 1; for `BF16_BITS` an integer product, and
     bits 0 are +0.0). No more bytes than the bare gather: the mask comes from the ids it reads.
 
-    The product is also what keeps XLA:CPU fast: a fusion whose root is the bare gather is a slow
-    copy. Gathering 256 x 16 rows of d=64 and reading them in four batched products took 1.7x as
-    long with the bare gather of float32 rows (1.3x bfloat16; alike for `BF16_BITS`) as with the
-    mask's product as the fusion's root (one core), and the bare gather in `stored_rows` (issue
-    32) made the per-core path's steps 1.3-1.4x as long (ML-1M d=64).
+    The product is also what keeps XLA:CPU fast: it runs a fusion whose root is the bare gather
+    as a slow copy (measured in docs/benchmarks.md, "Figures behind code choices").
     """
     return _unmasked_gather(table, ids) * (ids >= 0)[..., None].astype(table.dtype)
 
@@ -122,8 +119,7 @@ def row_gather(table: jax.Array, ids: jax.Array) -> jax.Array:
     """float32 rows `ids` ([...], PAD_ID -1 allowed) of `table`, zeros at padding: [..., d].
 
     A gather of whole rows promised in bounds (padding reads row 0), then a multiply by the
-    mask. XLA:CPU compiled the bounds-checked form (`take(mode="fill")` or a `where` after it)
-    into one per-element loop that re-derived every element's index: 3x slower at d=64 (see
-    `python -m benchmarks.trainer_profile --trace`, where this gather was most of an epoch).
+    mask. XLA:CPU compiles the bounds-checked form (`take(mode="fill")` or a `where` after it)
+    into one per-element loop that re-derives every element's index, several times slower.
     """
     return as_float32(_unmasked_gather(table, ids)) * (ids >= 0)[..., None].astype(jnp.float32)

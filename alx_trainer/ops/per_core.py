@@ -8,10 +8,9 @@ program starts in the thread that calls it, and `run` gives each device a thread
 own core; (2) creates the CPU client while the process may use one core only, so that XLA's
 threads do not float, and then pins the threads the client made one per core: a thread keeps
 the cores it was created with, and XLA runs the thunks of a large program (a scan over many
-batches) on its intra-op pool, not in the calling thread. Left on the first core, that pool ran
-both devices' work on one core: 12.0 s per epoch on the 1M x 250k, 25M-entry matrix at d=128
-(2 cores) against 6.4 s with one pool thread per core; ML-1M (small programs that run in the
-calling threads) 0.114 s per epoch either way, 0.138 s with every thread left free to move.
+batches) on its intra-op pool, not in the calling thread. Left on the first core, that pool
+runs every device's work on one core (the figures: docs/benchmarks.md, "Figures behind code
+choices").
 """
 
 from __future__ import annotations
