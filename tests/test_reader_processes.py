@@ -63,6 +63,14 @@ def test_small_reads_stay_in_threads(shards):
     assert records.decode_mode(shards, 1) == ("threads", 1)
 
 
+def test_reads_that_would_crowd_memory_stay_in_threads(shards, monkeypatch):
+    monkeypatch.setattr(records, "PROCESS_MIN_BYTES", 0)
+    assert records.decode_mode(shards, 2) == ("processes", 2)
+    in_flight = 4 * sum(sorted((os.path.getsize(f) for f in shards), reverse=True)[:3])
+    monkeypatch.setattr(file_workers, "available_memory", lambda: 4 * in_flight - 1)
+    assert records.decode_mode(shards, 2) == ("threads", 2)
+
+
 def _damaged(shards, tmp_path) -> list[str]:
     bad = str(tmp_path / os.path.basename(shards[1]))
     data = bytearray(open(shards[1], "rb").read())

@@ -28,6 +28,18 @@ _PARTS = ("rows", "ptr", "cols")  # row tags [n], column pointer [n + 1], column
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def available_memory() -> int:
+    """Bytes of memory the host could still give (Linux's MemAvailable; else free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def shm_free_bytes() -> int:
     """Bytes free in `SHM_DIR` (0 when there is none to write)."""
     try:

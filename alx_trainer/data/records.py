@@ -36,13 +36,16 @@ PROCESS_MIN_BYTES = 64 << 20  # a read of fewer bytes decodes in threads (no pro
 def decode_mode(files: Sequence[str], threads: int | None = None) -> tuple[str, int]:
     """How `read_chunks` decodes `files`: ("processes", N) (N worker processes, a file each at a
     time) when there are 2 or more local files, more than one core to use and at least
-    `PROCESS_MIN_BYTES` in all (and room for their arrays in `/dev/shm`); else ("threads", N)."""
+    `PROCESS_MIN_BYTES` in all, room for the arrays in flight in `/dev/shm` and at most a quarter
+    of the host's available memory taken by them (a streamed run keeps its memory bound); else
+    ("threads", N)."""
     threads = threads or host_cores.host_threads()
     workers = min(threads, len(files))
     if workers >= 2 and all(fileio.is_local(f) for f in files):
         sizes = sorted((os.path.getsize(f) for f in files), reverse=True)
         room = 4 * sum(sizes[: workers + 1])  # decoded arrays: about 2.5x the encoded bytes
-        if sum(sizes) >= PROCESS_MIN_BYTES and file_workers.shm_free_bytes() >= room:
+        fits = room <= min(file_workers.shm_free_bytes(), file_workers.available_memory() // 4)
+        if sum(sizes) >= PROCESS_MIN_BYTES and fits:
             return "processes", workers
     return "threads", threads
 
