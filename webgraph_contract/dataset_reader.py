@@ -31,9 +31,8 @@ def iter_file_rows(
     check and decode them, and apply `then` to each block's rows (so the caller's own per-block
     work runs in those threads too), at most `threads` + 1 blocks in memory at a time. Blocks are
     `tfrecord.BLOCK_BYTES`: small enough that a block's decoding temporaries stay in the cores'
-    caches and in the allocator's heap (16 MiB blocks took about 1.5x the CPU seconds per row,
-    half again more with two threads: page faults and cache misses of their 128 MiB
-    temporaries)."""
+    caches and in the allocator's heap (larger blocks cost page faults and cache misses: see
+    docs/benchmarks.md, "Figures behind code choices")."""
     work = functools.partial(_decode_block, path, then=then)
     with (
         fileio.open_file(path, "rb") as f,

@@ -137,10 +137,11 @@ def _walk(data: bytes) -> tuple[np.ndarray, np.ndarray, int]:
     """Headers and lengths (int64) of the whole records at the start of `data`, and where the rest
     begins.
 
-    A Python step per record (about 0.3 us, under the GIL, on the reading thread). A NumPy walk
-    (every offset whose upper length bytes are zero a candidate, successors by one search, the
-    chain from offset 0 doubled out) held the GIL less but took about 2.5x the CPU seconds at 1 MiB
-    blocks of about 2,800 records, so the loop stays."""
+    A Python step per record, under the GIL, on the reading thread: a NumPy walk (every offset
+    whose upper length bytes are zero a candidate, successors by one search, the chain from
+    offset 0 doubled out) held the GIL less but cost more CPU seconds at `BLOCK_BYTES` (figures in
+    docs/benchmarks.md); many cores are used by decoding files in processes instead
+    (`file_workers`)."""
     heads, lengths, pos, size = [], [], 0, len(data)
     unpack = struct.Struct("<Q").unpack_from
     while pos + HEADER_BYTES <= size:
