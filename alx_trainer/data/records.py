@@ -97,7 +97,7 @@ def read_chunks(
 @functools.lru_cache(maxsize=None)
 def _log_mode(mode: str, n: int) -> None:
     """Say (once per process and mode) how the shard files are decoded."""
-    logging.getLogger(__name__).info("reading shard files: decoding in %s %d", mode, n)
+    logging.getLogger(__name__).debug("reading shard files: decoding in %s %d", mode, n)
 
 
 def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: Rows) -> RowChunk:
