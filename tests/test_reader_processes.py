@@ -4,6 +4,7 @@ on a small multi-file dataset: the same chunks and the same one-line errors as t
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import subprocess
 import sys
@@ -118,3 +119,17 @@ def test_a_worker_imports_numpy_and_the_contract_only(shards, tmp_path):
     n_rows, modules = out.stdout.splitlines()
     assert eval(n_rows)[0] > 0
     assert not {"jax", "alx_trainer", "tensorflow"} & set(eval(modules))
+
+
+def test_processes_that_cannot_write_hand_over_to_threads(shards, monkeypatch, tmp_path, caplog):
+    whole = read(shards, 777, False, monkeypatch)
+    monkeypatch.setattr(records, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(file_workers, "shm_free_bytes", lambda: 1 << 62)
+    monkeypatch.setattr(file_workers, "SHM_DIR", str(tmp_path / "missing"))  # workers fail
+    with caplog.at_level(logging.WARNING, logger=records.__name__):
+        got = [
+            (c.row_ids.tobytes(), c.indptr.tobytes(), c.cols.tobytes())
+            for c in records.read_chunks(shards, 777, ROWS, COLS, threads=2)
+        ]
+    assert got == whole
+    assert any("the rest in threads" in r.getMessage() for r in caplog.records)

@@ -62,20 +62,29 @@ def read_chunks(
     chunks are views of a file's arrays. In threads, blocks are checked, decoded and their ids
     checked in `threads` threads, this thread reading the files; chunks are views of a block's
     arrays except the chunk that spans two blocks. Either way the chunks are the same, cut here,
-    and this may run in any thread (e.g. `prefetch`'s). Raises ValueError naming the file when a
+    and this may run in any thread (e.g. `prefetch`'s). Should the processes fail on an OSError
+    (their output in /dev/shm), the remaining files are read in threads. Raises ValueError naming
+    the file when a
     record is corrupt or an id lies outside the matrix shape from stats.json (the dataset does not
     match the contract).
     """
     mode, n = decode_mode(files, threads)
     _log_mode(mode, n)
+    done = 0  # files whose chunks were all yielded
     if mode == "processes":
         each = (threads or host_cores.host_threads()) // n  # threads per worker: spare cores
-        for arrays in file_workers.decode_files(files, num_rows, num_cols, n, each):
-            whole = RowChunk(*arrays)
-            for start in range(0, len(whole), chunk_rows):
-                yield whole.take(start, min(start + chunk_rows, len(whole)))
-        return
-    for path in files:
+        try:
+            for arrays in file_workers.decode_files(files, num_rows, num_cols, n, each):
+                whole = RowChunk(*arrays)
+                for start in range(0, len(whole), chunk_rows):
+                    yield whole.take(start, min(start + chunk_rows, len(whole)))
+                done += 1
+            return
+        except OSError as e:  # e.g. /dev/shm filled meanwhile; a bad input fails again below
+            logging.getLogger(__name__).warning(
+                "%s: decoding in processes failed (%s); the rest in threads", files[done], e
+            )
+    for path in files[done:]:
         checked = functools.partial(_checked_chunk, path, num_rows, num_cols)
         held = RowChunk.empty()  # the rows of a chunk begun in an earlier block
         for block in dataset_reader.iter_file_rows(path, n, checked):
