@@ -7,13 +7,15 @@ with its own pass over the files), `compile` (wall seconds only: `train` takes t
 `compile_seconds` out of `epochs`), `epochs` (the half-epochs' work), `eval`. Wrap a phase in
 `timed(name)` (its line logged at debug level), or
 report seconds measured elsewhere with `add`; `train` starts each run with `reset` and logs
-`summary` at its end. CPU seconds are the whole process's.
+`summary` at its end. CPU seconds are the whole process's and its ended children's (the reader's
+decoding workers, which end with each read).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import resource
 import threading
 import time
 from typing import Iterator
@@ -25,13 +27,19 @@ _lock = threading.Lock()
 _totals: dict[str, tuple[float, float | None]] = {}
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process's threads and of its ended child processes."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 @contextlib.contextmanager
 def timed(name: str, what: str = "") -> Iterator[None]:
     """Time the block as phase `name` (`what` says of what in its log line); a block that raises
     is neither logged nor counted."""
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     yield
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     add(name, wall, cpu)
     log.debug("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
 

@@ -64,7 +64,7 @@ def consume(
 ) -> tuple[float, float, tuple[int, int, int]]:
     """Wall and CPU seconds (all threads, and the reader's worker processes) to drain `chunks`, and
     (rows, nnz, a checksum of the ids and lengths)."""
-    from benchmarks.core.host_phases import cpu_seconds
+    from alx_trainer.phase_times import cpu_seconds
 
     start, cpu = time.perf_counter(), cpu_seconds()
     rows = nnz = check = 0

@@ -25,12 +25,7 @@ import resource
 import time
 from typing import Callable
 
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process's threads and of its ended child processes (the reader's
-    decoding workers, which end with each read)."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+from alx_trainer.phase_times import cpu_seconds
 
 
 def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, object]:
