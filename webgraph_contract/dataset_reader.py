@@ -29,11 +29,16 @@ def iter_file_rows(
 
     This thread reads the blocks and finds their records (`tfrecord.read_blocks`); `threads` more
     check and decode them, and apply `then` to each block's rows (so the caller's own per-block
-    work runs in those threads too), at most `threads` + 1 blocks in memory at a time. Blocks are
+    work runs in those threads too), at most `threads` + 1 blocks in memory at a time; with
+    `threads` 0, this thread does it all, a block at a time. Blocks are
     `tfrecord.BLOCK_BYTES`: small enough that a block's decoding temporaries stay in the cores'
     caches and in the allocator's heap (larger blocks cost page faults and cache misses: see
     docs/benchmarks.md, "Figures behind code choices")."""
     work = functools.partial(_decode_block, path, then=then)
+    if threads < 1:
+        with fileio.open_file(path, "rb") as f:
+            yield from map(work, tfrecord.read_blocks(f, path, checked=False))
+        return
     with (
         fileio.open_file(path, "rb") as f,
         concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool,

@@ -175,18 +175,9 @@ def decode_file(
 ) -> tuple[int, int]:
     """Decode `path` (its checksums and ids checked) into `prefix`.rows/.ptr/.cols, raw int64
     arrays; (rows, columns) written."""
-    from webgraph_contract import dataset_reader, fileio, tfrecord
+    from webgraph_contract import dataset_reader
 
-    if threads > 1:
-        blocks = dataset_reader.iter_file_rows(path, threads)
-    else:
-
-        def serial():
-            with fileio.open_file(path, "rb") as f:
-                for block in tfrecord.read_blocks(f, path, checked=False):
-                    yield dataset_reader._decode_block(path, block)
-
-        blocks = serial()
+    blocks = dataset_reader.iter_file_rows(path, threads if threads > 1 else 0)  # 0: this thread
     n_rows = n_cols = 0
     files: list[BinaryIO] = [open(f"{prefix}.{part}", "wb") for part in _PARTS]
     try:
