@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,63 @@ def test_automatic_batch_keeps_4096_ids_and_leaves_out_longer_rows():
     assert batching.batch_shape(8, 100) == (8, 100)
     # a row of 4097 ids fits no 4096-id batch: it is a long row, left out of the slot counts
     assert batching.padded_slots(np.array([4097, 3]), 8, 512) == (8, 3)
+
+
+def _slot_j_calls(chunks, side_plan, shard: int, devices: int) -> list[list[batching.DeviceBatch]]:
+    """Device j's calls as the global construction makes them: slot j of each call of the steps
+    whose slot j holds device j's batches, less its padding-only calls (a reference apart from
+    `batch_sources.owner_device_calls`)."""
+    shape, packed = side_plan.shape, []
+    for j in range(devices):
+        mine = [c.select(c.row_ids // shard == j) for c in chunks]
+        mine = [dataclasses.replace(c, row_ids=c.row_ids - j * shard) for c in mine]
+        packed.append(batching.merge(list(batching.pack_normal(mine, *shape))))
+    steps = batching.owner_steps(packed, batching.empty_batch(1, *shape))
+    steps = batching.group_steps(
+        steps, devices, side_plan.steps, lambda n: batching.empty_batch(n, *shape)
+    )
+    calls = list(batching.stack_calls(steps, side_plan.per_call))
+    return [
+        [
+            batching.DeviceBatch(
+                c.ids[j : j + 1], c.seg[j : j + 1], c.row_ids[j : j + 1], c.row_len[j : j + 1]
+            )
+            for c in calls
+            if (c.row_ids[j] >= 0).any()
+        ]
+        for j in range(devices)
+    ]
+
+
+def test_per_device_owner_calls_hold_the_global_calls_slots():
+    """'owner' with `per_device`: each device's calls, packed in place and put at once, hold
+    exactly what slot j of the global calls holds (ids, segments, row ids, lengths, rows)."""
+    import jax
+
+    from alx_trainer.config import TrainConfig
+    from alx_trainer.ops import batch_sources, plan
+    from alx_trainer.ops.mesh import make_mesh
+
+    n, devices = 300, 3
+    rows = _rows(7, n, 40)  # rows over 32 ids are long: left to `pack_long`
+    order = np.random.default_rng(8).permutation(n)
+    # shuffled ids (chunks mixing every shard), then chunks wholly of the first shard
+    chunks = list(_split(rows[:200], order[:200], 5)) + list(
+        _split(rows[200:], np.sort(order[200:]), 2)
+    )
+    shard = -(-n // devices)
+    row_ids = np.concatenate([c.row_ids for c in chunks])
+    lengths = np.concatenate([c.lengths for c in chunks])
+    config = TrainConfig(data="unused", piece_len=4, batch_pieces=8, steps_per_call=3)
+    side_plan = plan.make_plan(config, True, lengths, row_ids, devices, shard, plan.one_host)
+    mesh = make_mesh(jax.devices()[:devices])
+    got = batch_sources.OwnerResident(mesh, side_plan, chunks, shard, per_device=True).calls
+    want = _slot_j_calls(chunks, side_plan, shard, devices)
+    assert len({len(w) for w in want}) > 1  # the devices run different numbers of calls
+    for j, device in enumerate(mesh.local_devices):
+        assert len(got[j]) == len(want[j])
+        for (arrays, solved), call in zip(got[j], want[j]):
+            assert all(a.devices() == {device} for a in arrays)
+            for a, b in zip(arrays, (call.ids, call.seg, call.row_ids, call.row_len)):
+                assert a.dtype == b.dtype and np.array_equal(np.asarray(a), b)
+            assert solved == int((call.row_ids >= 0).sum())

@@ -129,10 +129,18 @@ def _fill(
     batch_rows: int,
 ) -> DeviceBatch:
     """Scatter rows [starts[0], stop) of `chunk` into len(starts) device batches."""
+    out = empty_batch(len(starts), piece_len, batch_pieces, batch_rows)
+    if starts:
+        _fill_into(out, chunk, starts, stop, piece_len)
+    return out
+
+
+def _fill_into(
+    out: DeviceBatch, chunk: RowChunk, starts: list[int], stop: int, piece_len: int
+) -> None:
+    """Scatter rows [starts[0], stop) of `chunk` into the first len(starts) batches of `out`, which
+    hold padding only (a view of larger arrays fills them in place)."""
     k = len(starts)
-    out = empty_batch(k, piece_len, batch_pieces, batch_rows)
-    if k == 0:
-        return out
     first = starts[0]
     lengths = chunk.lengths[first:stop]
     pieces = num_pieces(lengths, piece_len)
@@ -155,7 +163,6 @@ def _fill(
     out.ids[batch_of_row[entry_row], piece_off[entry_row] + q // piece_len, q % piece_len] = (
         chunk.cols[lo:hi]
     )
-    return out
 
 
 def pack_normal(
@@ -175,6 +182,21 @@ def pack_normal(
         _fill_jobs(chunks, piece_len, batch_pieces, batch_rows),
         threads or host_cores.host_threads(),
     )
+
+
+def pack_normal_into(chunks: Iterable[RowChunk], out: DeviceBatch, piece_len: int) -> int:
+    """Pack like `pack_normal` (one thread) into the batches of `out` (padding only), from the
+    first on, without a copy per batch; returns how many it filled, or raises if they do not fit."""
+    batch_pieces, batch_rows = out.seg.shape[1], out.row_ids.shape[1]
+    filled = 0
+    for chunk, starts, stop in _fill_jobs(chunks, piece_len, batch_pieces, batch_rows):
+        if filled + len(starts) > len(out):
+            raise RuntimeError(
+                f"the rows packed more than the {len(out)} batches planned; did the files change?"
+            )
+        _fill_into(_slice(out, filled, filled + len(starts)), chunk, starts, stop, piece_len)
+        filled += len(starts)
+    return filled
 
 
 def _fill_jobs(

@@ -25,7 +25,7 @@ import numpy as np
 
 from alx_trainer.data import batching, records
 from alx_trainer.data.row_chunk import RowChunk
-from alx_trainer.ops import owner_file_stream
+from alx_trainer.ops import owner_file_stream, per_core
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
 
@@ -85,13 +85,6 @@ def device_call(device, call: batching.DeviceBatch) -> Call:
     return [jax.device_put(a, device) for a in arrays], int((call.row_ids >= 0).sum())
 
 
-def part(call: batching.DeviceBatch, j: int) -> batching.DeviceBatch:
-    """Device j's part of a call ([1, per_call, ...] arrays)."""
-    return batching.DeviceBatch(
-        *(getattr(call, f.name)[j : j + 1] for f in dataclasses.fields(batching.DeviceBatch))
-    )
-
-
 class FileStream:
     """Packed from the files every half-epoch; packing and copies run in a prefetch thread."""
 
@@ -137,40 +130,82 @@ class HostCache(FileStream):
         return self.long
 
 
+def owner_rows(chunks: Sequence[RowChunk], shard: int, j: int) -> list[RowChunk]:
+    """Device j's rows (those of its table shard, ids counted from the shard's start); a chunk
+    wholly of its shard is taken as it is (files written in row order hold few mixed chunks)."""
+    mine = []
+    for c in chunks:
+        keep = c.row_ids // shard == j
+        part = c if keep.all() else c.select(keep)
+        if len(part):
+            mine.append(dataclasses.replace(part, row_ids=part.row_ids - j * shard))
+    return mine
+
+
 def pack_by_owner(
     chunks: Sequence[RowChunk], plan: SidePlan, shard: int, devices: int
 ) -> list[batching.DeviceBatch]:
-    """Device j's rows (those of its table shard, ids counted from the shard's start) in its own
-    batches."""
+    """Device j's rows (`owner_rows`) in its own batches."""
     packed = []
     for j in range(devices):
-        mine = [c.select(c.row_ids // shard == j) for c in chunks]
-        mine = [dataclasses.replace(c, row_ids=c.row_ids - j * shard) for c in mine]
-        batches = list(batching.pack_normal(mine, *plan.shape))
+        batches = list(batching.pack_normal(owner_rows(chunks, shard, j), *plan.shape))
         packed.append(batching.merge(batches) if batches else _empty(plan, 0))
     return packed
+
+
+def owner_device_calls(
+    chunks: Sequence[RowChunk], plan: SidePlan, shard: int, j: int, device
+) -> list[Call]:
+    """Device j's own calls ('owner' layout, `per_device`) on `device`: its batches packed in place
+    into [calls, 1, per_call, ...] arrays (the last call padded), then every call put in one
+    `device_put`, so neither a copy nor a transfer per batch or call.
+
+    The same calls as slot j of the global calls (`owner_steps`, `group_steps`, `stack_calls`)
+    less those that are padding only.
+    """
+    per_call = plan.per_call
+    calls = -(-plan.device_steps[j] // per_call)
+    packed = _empty(plan, calls * per_call)
+    filled = batching.pack_normal_into(owner_rows(chunks, shard, j), packed, plan.piece_len)
+    if filled > plan.steps:
+        raise RuntimeError(
+            f"data produced {filled} steps but the plan allows {plan.steps}; did the files change?"
+        )
+    calls = -(-filled // per_call)
+    arrays = [
+        a[: calls * per_call].reshape(calls, 1, per_call, *a.shape[1:])
+        for a in (packed.ids, packed.seg, packed.row_ids, packed.row_len)
+    ]
+    put = jax.device_put([a[c] for c in range(calls) for a in arrays], device)
+    rows = (arrays[2] >= 0).sum(axis=(1, 2, 3)).tolist()
+    return [(put[4 * c : 4 * c + 4], rows[c]) for c in range(calls)]
 
 
 class OwnerResident:
     """'owner' layout: each device's rows packed apart once and kept on the devices.
 
     With `per_device`, device j's calls are single-device arrays of its own (its all-padding
-    calls left out); else global calls whose slot j holds device j's batches.
+    calls left out), built in its own thread (`per_core.run`); else global calls whose slot j
+    holds device j's batches.
     """
 
     def __init__(self, mesh, plan: SidePlan, chunks: list[RowChunk], shard: int, per_device: bool):
         self.plan, self.per_device = plan, per_device
-        k = len(mesh.local_devices)
-        steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
-        grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
-        calls = list(batching.stack_calls(grouped, plan.per_call))
+        devices = mesh.local_devices
         if per_device:
-            self.calls = [
-                [device_call(d, part(c, j)) for c in calls if (c.row_ids[j] >= 0).any()]
-                for j, d in enumerate(mesh.local_devices)
-            ]
+            self.calls = per_core.run(
+                [
+                    functools.partial(owner_device_calls, chunks, plan, shard, j, d)
+                    for j, d in enumerate(devices)
+                ]
+            )
         else:
-            self.calls = [[global_call(mesh, c) for c in calls]]
+            k = len(devices)
+            steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
+            grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
+            self.calls = [
+                [global_call(mesh, c) for c in batching.stack_calls(grouped, plan.per_call)]
+            ]
         self.long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
 
     def streams(self) -> list[Iterable[Call]]:
