@@ -2,13 +2,17 @@
 
     python -m benchmarks.reader_speed phases --data DIR [--repeats 2] [--path accelerator|cpu]
                                               [--phases read,plan,pack,transpose]
+                                              [--layout sharded|owner]
     taskset -c 0 python -m benchmarks.reader_speed phases --data DIR      # the same on one core
 
 Per side (`train`, then `train_t`): `read` is the planning pass over the side's shard files
 (`records.read_chunks`, as `batch_sources.scan` consumes it), `plan` is `plan.make_plan` on what
 it read (the batch shape of `--path`: the accelerator path's 65,536-id batches, or the per-core
 CPU path's), `pack` packs every call from the chunks held in memory (`batch_sources.host_calls`,
-one device). Then `transpose` makes the `train` matrix's transpose as `dataset.in_memory` does.
+one device). With `--layout owner` (the CPU path's default layout) the host is split into one
+JAX device per core as the trainer splits it, and `plan` and `pack` are the 'owner' layout's:
+`pack` builds `batch_sources.OwnerResident`, each device's calls packed and put on it. Then
+`transpose` makes the `train` matrix's transpose as `dataset.in_memory` does.
 Each side first says how the reader decodes its files (`records.decode_mode`: "processes N" or
 "threads N"). Each phase prints its wall seconds (best of `--repeats`), CPU seconds of that pass
 (the reader's worker processes included), and CPU microseconds per row or per pair; the last
@@ -23,7 +27,7 @@ import json
 import os
 import resource
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from alx_trainer.phase_times import cpu_seconds
 
@@ -55,8 +59,20 @@ def main(argv: list[str] | None = None) -> None:
         default="read,plan,pack,transpose",
         help="Which phases to run (read always runs).",
     )
+    p.add_argument(
+        "--layout",
+        choices=("sharded", "owner"),
+        default="sharded",
+        help="'owner': per-core devices, and the 'owner' layout's plan and resident calls.",
+    )
     args = p.parse_args(argv)
+    if args.layout == "owner" and args.path != "cpu":
+        p.error("--layout owner takes --path cpu (the accelerator path has no 'owner' layout)")
     wanted = set(args.phases.split(","))
+    from alx_trainer.ops import per_core
+
+    if args.layout == "owner":  # before JAX starts, as the trainer's `split_cpu`
+        per_core.use_cpu_devices(len(per_core.cores()))
 
     from alx_trainer.config import TrainConfig
     from alx_trainer.data import dataset as datasets
@@ -64,19 +80,24 @@ def main(argv: list[str] | None = None) -> None:
     from alx_trainer.data.host_cores import host_threads
     from alx_trainer.data.row_chunk import RowChunk
     from alx_trainer.ops import batch_sources, plan
+    from alx_trainer.ops.mesh import make_mesh, padded_rows
 
     config = TrainConfig(
         data=args.data,
         model_dir="/tmp/unused",
         accelerator="on" if args.path == "accelerator" else "off",
-        layout="sharded",
+        layout=args.layout,
     )
     batch_ids = plan.batching.BATCH_IDS if args.path == "cpu" else 1 << 16
     max_calls = config.calls_per_half_epoch if args.path == "accelerator" else 0
     data = datasets.open_dataset(args.data)
+    mesh = make_mesh() if args.layout == "owner" else None
+    devices = mesh.size if mesh is not None else 1
     report: dict = {
         "cores": host_threads(),
         "path": args.path,
+        "layout": args.layout,
+        "devices": devices,
         "rows": data.num_rows,
         "cols": data.num_cols,
     }
@@ -96,14 +117,15 @@ def main(argv: list[str] | None = None) -> None:
         scan = batch_sources.scan(iter(chunks), keep_chunks=False, long_above=None)
         rows, pairs = len(scan.lengths), int(scan.lengths.sum())
         phases = {"read": (wall, cpu)}
+        shard = padded_rows(n_this, mesh) // devices if mesh is not None else n_this
         make = functools.partial(
             plan.make_plan,
             config,
-            False,
+            mesh is not None,
             scan.lengths,
             scan.row_ids,
-            1,
-            n_this,
+            devices,
+            shard,
             plan.one_host,
             batch_ids,
             max_calls,
@@ -111,7 +133,17 @@ def main(argv: list[str] | None = None) -> None:
         wall, cpu, side_plan = timed(make, args.repeats)
         phases["plan"] = (wall, cpu)
         if "pack" in wanted:
-            pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1, 0)
+            if mesh is None:
+                pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1, 0)
+            else:  # each device's calls its own where `per_core` applies, as in the trainer
+                pack = functools.partial(
+                    owner_calls,
+                    mesh,
+                    side_plan,
+                    chunks,
+                    shard,
+                    per_core.applies(mesh.local_devices),
+                )
             phases["pack"] = timed(lambda pack=pack: sum(1 for _ in pack()), args.repeats)[:2]
         for phase, (wall, cpu) in phases.items():
             report[f"{split}.{phase}"] = {
@@ -143,3 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     report["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))
+
+
+def owner_calls(mesh, side_plan, chunks: list, shard: int, per_device: bool) -> Iterator:
+    """Every call of the 'owner' layout's resident batch source (built on the devices)."""
+    from alx_trainer.ops import batch_sources  # the trainer's modules load once the flags are read
+
+    source = batch_sources.OwnerResident(mesh, side_plan, chunks, shard, per_device)
+    return (call for calls in source.streams() for call in calls)
