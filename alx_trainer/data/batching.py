@@ -156,13 +156,12 @@ def _fill_into(
     piece_row = np.repeat(np.arange(len(lengths)), pieces)
     piece_idx = np.arange(len(piece_row)) - piece_start[piece_row] + piece_off[piece_row]
     out.seg[batch_of_row[piece_row], piece_idx] = slot[piece_row]
-    # Every column id to (batch, piece, lane).
+    # Every column id: a row's ids fill the lanes of its pieces in order, so they lie one after
+    # another in the flattened batches, from its first piece's first lane (one index per id).
     lo, hi = chunk.indptr[first], chunk.indptr[stop]
-    entry_row = np.repeat(np.arange(len(lengths)), lengths)
-    q = np.arange(hi - lo) - (chunk.indptr[first:stop] - lo)[entry_row]
-    out.ids[batch_of_row[entry_row], piece_off[entry_row] + q // piece_len, q % piece_len] = (
-        chunk.cols[lo:hi]
-    )
+    first_lane = (batch_of_row * out.ids.shape[1] + piece_off) * piece_len
+    flat = np.repeat(first_lane - (chunk.indptr[first:stop] - lo), lengths) + np.arange(hi - lo)
+    np.put(out.ids, flat, chunk.cols[lo:hi])
 
 
 def pack_normal(
