@@ -25,7 +25,7 @@ import numpy as np
 
 from alx_trainer.data import batching, records
 from alx_trainer.data.row_chunk import RowChunk
-from alx_trainer.ops import owner_file_stream, per_core
+from alx_trainer.ops import owner_file_stream
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
 
@@ -157,8 +157,9 @@ def owner_device_calls(
     chunks: Sequence[RowChunk], plan: SidePlan, shard: int, j: int, device
 ) -> list[Call]:
     """Device j's own calls ('owner' layout, `per_device`) on `device`: its batches packed in place
-    into [calls, 1, per_call, ...] arrays (the last call padded), then every call put in one
-    `device_put`, so neither a copy nor a transfer per batch or call.
+    into [calls, 1, per_call, ...] arrays (the last call padded), every call then put in one
+    `device_put`: no copy of the batches on the host between packing and putting, and no Python
+    call into JAX per array.
 
     The same calls as slot j of the global calls (`owner_steps`, `group_steps`, `stack_calls`)
     less those that are padding only.
@@ -185,27 +186,24 @@ class OwnerResident:
     """'owner' layout: each device's rows packed apart once and kept on the devices.
 
     With `per_device`, device j's calls are single-device arrays of its own (its all-padding
-    calls left out), built in its own thread (`per_core.run`); else global calls whose slot j
-    holds device j's batches.
+    calls left out; `owner_device_calls`), one device after the other: a thread per device ran no
+    faster, its packing and puts held by the GIL. Else global calls whose slot j holds device j's
+    batches.
     """
 
     def __init__(self, mesh, plan: SidePlan, chunks: list[RowChunk], shard: int, per_device: bool):
         self.plan, self.per_device = plan, per_device
         devices = mesh.local_devices
         if per_device:
-            self.calls = per_core.run(
-                [
-                    functools.partial(owner_device_calls, chunks, plan, shard, j, d)
-                    for j, d in enumerate(devices)
-                ]
-            )
+            self.calls = [
+                owner_device_calls(chunks, plan, shard, j, d) for j, d in enumerate(devices)
+            ]
         else:
             k = len(devices)
             steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
             grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
-            self.calls = [
-                [global_call(mesh, c) for c in batching.stack_calls(grouped, plan.per_call)]
-            ]
+            calls = batching.stack_calls(grouped, plan.per_call)
+            self.calls = [[global_call(mesh, c) for c in calls]]
         self.long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
 
     def streams(self) -> list[Iterable[Call]]:
