@@ -153,6 +153,7 @@ def test_a_failing_child_is_one_line_and_the_run_goes_on(tmp_path):
     )
     lines, error, _ = runner("no_such_kind", "broken", {})
     assert lines == [] and error.startswith("exit 1: KeyError")
+    assert "Traceback" in runner.failures["broken"]  # the traceback's end, kept for the report
 
 
 def test_a_childs_failure_line_is_its_exception_not_jaxs_closing_note(tmp_path):

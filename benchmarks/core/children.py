@@ -115,6 +115,12 @@ def name_of(cmd: Sequence[str]) -> str:
     return " ".join(words[:3] if len(words) > 2 and words[1] == "-m" else words[:2])
 
 
+def tail(path: str | os.PathLike, lines: int = 40) -> str:
+    """The last `lines` lines of a child's output (a failure's traceback, kept in the report)."""
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:|$)")
 
 
@@ -175,6 +181,7 @@ class Runner:
     env: dict[str, str]
     deadline: float  # time.monotonic() after which no child starts
     section_timeout: float
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # name: its output's end
 
     def __call__(
         self, kind: str, name: str, spec: dict, env: dict[str, str] | None = None
@@ -199,6 +206,8 @@ class Runner:
                 error = f"exit {child.returncode}: {last_line(log)}"
         except ChildError:
             error = f"timed out after {left:.0f} s"
+        if error:
+            self.failures[name] = tail(log)
         lines = json_lines(out.read_text()) if out.exists() else []
         return lines, error, time.monotonic() - t
 
