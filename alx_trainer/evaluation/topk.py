@@ -16,12 +16,12 @@ exclusion list).
 Exact selection in a block: columns form groups of `GROUP`; a group can hold an entry of the
 final top K only if its best score beats the running K-th best (strictly: a later column loses a
 tie). When no group of any row of the batch does so, nothing is merged; when at most M do (M from
-`TIERS`), the M best groups are gathered and merged; otherwise the K best groups are (a row's K best
-entries lie in its K best groups: each group ranked above an entry's own holds a better entry), so
-no block is ever ranked whole unless it has at most K groups. All are exact; the first ones are
-cheap once the running top K has filled, which is most blocks. Ties are broken by the lower column id, as in
-a stable sort of the scores (the brute-force ranking). The approximate option selects per block
-with `lax.approx_max_k`; `approx_recall` measures it against the exact top K.
+`TIERS`), the M best groups are gathered and merged; otherwise the K best groups are (a row's K
+best entries lie in its K best groups: each group ranked above an entry's own holds a better
+entry), so no block is ranked whole unless it has at most K groups. All are exact; the first ones
+are cheap once the running top K has filled, which is most blocks. Ties are broken by the lower
+column id, as in a stable sort of the scores (the brute-force ranking). The approximate option
+selects per block with `lax.approx_max_k`; `approx_recall` measures it against the exact top K.
 """
 
 from __future__ import annotations
