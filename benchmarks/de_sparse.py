@@ -224,6 +224,7 @@ def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
     ours_env = dict(env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
     deadline = start + args.budget_s
     runner = Runner(MODULE, work, ours_env, deadline, args.budget_s)
+    report["failures"] = runner.failures  # each failed child's last lines of output, as they come
     rows, cols, nnz = args.size
     data_dir = str(work / "data")
     lines, error, child_s = runner(

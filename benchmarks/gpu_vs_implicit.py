@@ -336,6 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             add_row(report, r, base)
     report["forms"] = compare_forms(runner, args, report, plan, implicit_s)
     report["run"]["seconds"] = time.monotonic() - start
+    report["failures"] = runner.failures  # each failed child's last lines of output
     print_sections(report["sections"])
     solve_forms.print_forms(report["forms"])
     path = pathlib.Path(args.json or work / "gpu_vs_implicit.json")

@@ -78,3 +78,34 @@ def test_activity_buckets_by_hand():
     # heavy: 10 at rank 2 of gt {10, 12}: recall 1/2, NDCG (1/log2 3) / (1 + 1/log2 3)
     assert got["heavy/recall@2"] == pytest.approx(0.5)
     assert got["heavy/ndcg@2"] == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))
+
+
+def _by_sets(topk, gt, k, ndcg_k):
+    """Recall@k, recall_gt@k and NDCG@ndcg_k of each row with Python sets: the definitions."""
+    out = []
+    for pred, truth in zip(topk.tolist(), gt):
+        truth = set(np.asarray(truth).tolist())
+        if not truth:
+            out.append((math.nan, math.nan, math.nan))
+            continue
+        hits = [p >= 0 and p in truth for p in pred]
+        found = sum(hits[:k])
+        dcg = sum(1 / math.log2(i + 2) for i, h in enumerate(hits[:ndcg_k]) if h)
+        ideal = sum(1 / math.log2(i + 2) for i in range(min(ndcg_k, len(truth))))
+        out.append((found / min(k, len(truth)), found / len(truth), dcg / ideal))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 16])
+def test_per_row_metrics_equal_the_definitions_across_chunks(monkeypatch, chunk):
+    """Random rows (duplicate and -1 ids in the ground truth, -1 padding in the predictions, empty
+    rows) against set arithmetic, with the hits found in chunks of rows of every size."""
+    monkeypatch.setattr(metrics, "CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(chunk)
+    topk = rng.integers(-1, 60, (50, 12))
+    gt = [rng.integers(-1, 60, int(rng.integers(0, 9))) for _ in range(50)]
+    gt[3] = np.array([], np.int64)
+    got = metrics.per_row_metrics(topk, gt, (5,), 12)
+    want = _by_sets(topk, gt, 5, 12)
+    for name, column in (("recall@5", 0), ("recall_gt@5", 1), ("ndcg@12", 2)):
+        np.testing.assert_allclose(got[name], want[:, column], rtol=1e-12, equal_nan=True)

@@ -153,6 +153,23 @@ def test_a_failing_child_is_one_line_and_the_run_goes_on(tmp_path):
     )
     lines, error, _ = runner("no_such_kind", "broken", {})
     assert lines == [] and error.startswith("exit 1: KeyError")
+    assert "Traceback" in runner.failures["broken"]  # the traceback's end, kept for the report
+
+
+def test_a_childs_failure_line_is_its_exception_not_jaxs_closing_note(tmp_path):
+    log = tmp_path / "child.log"
+    log.write_text(
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "jax.errors.JaxRuntimeError: INTERNAL: Triton compilation failed\n"
+        "--------------------\n"
+        "For simplicity, JAX has removed its internal frames from the traceback of the "
+        "following exception. Set JAX_TRACEBACK_FILTERING=off to include these.\n"
+    )
+    assert children.last_line(log) == (
+        "jax.errors.JaxRuntimeError: INTERNAL: Triton compilation failed"
+    )
+    log.write_text("some output\nkilled by a signal\n")
+    assert children.last_line(log) == "killed by a signal"
 
 
 def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_saw_nothing():

@@ -221,3 +221,26 @@ def test_csr_helpers():
     assert [list(r) for r in csr.with_ids(np.array([7, 8, 9])).lists()] == [[3, 1, 7], [8], [2, 9]]
     assert [list(r) for r in csr.rows(1, 3).lists()] == [[], [2]]
     np.testing.assert_array_equal(csr.padded(np.array([2, 0]), 3, 2), [[2, -1], [3, 1], [-1, -1]])
+
+
+@pytest.mark.parametrize("integer", [False, True], ids=["random", "ties"])
+def test_wide_blocks_take_the_k_best_groups_and_stay_exact(integer):
+    """Blocks of many groups (k below their count): where more than the cheap tiers' groups can
+    enter, a block's best K groups are merged; random scores and integer ones (ties everywhere)."""
+    rng = np.random.default_rng(int(integer))
+    shape = (9000, 4)
+    table = (rng.integers(-3, 4, size=shape) if integer else rng.normal(size=shape)).astype(
+        np.float32
+    )
+    queries = (rng.integers(-3, 4, size=(20, 4)) if integer else rng.normal(size=(20, 4))).astype(
+        np.float32
+    )
+    queries[0] = 0  # a zero query: every score ties
+    exclude = random_exclusions(rng, len(queries), len(table), 30)
+    want_ids, want_scores = brute(queries, table, exclude, 40)
+    for devices, cols in ((1, 4096), (2, 2048)):  # 128 and 64 groups of 32 a block
+        got = BlockedScorer(
+            table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols, scan=False
+        ).top_k(queries, exclude, 40)
+        np.testing.assert_array_equal(got.ids, want_ids, err_msg=f"{devices} x {cols}")
+        np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)

@@ -13,6 +13,7 @@ import numpy as np
 from alx_trainer.data import host_cores
 
 MIN_PART = 1 << 20  # entries per part at least (below that a thread costs more than it saves)
+PLACE_SLICE = 1 << 20  # sorted entries placed at a time (bounds each thread's temporaries)
 
 
 def transpose(
@@ -47,24 +48,28 @@ def transpose(
         lo, hi = indptr[lo_row], indptr[hi_row]
         part = cols[lo:hi]
         order = _stable_order(part, num_cols)
+        row_type = np.int32 if num_rows < 2**31 else np.int64
         rows = np.repeat(
-            np.arange(lo_row, hi_row, dtype=np.int64), np.diff(indptr[lo_row : hi_row + 1])
+            np.arange(lo_row, hi_row, dtype=row_type), np.diff(indptr[lo_row : hi_row + 1])
         )
-        at = shifts[p][part[order]]
-        at += np.arange(hi - lo)
-        rows_of[at] = rows[order]
+        for first in range(0, hi - lo, PLACE_SLICE):  # bounded temporaries per slice
+            step = order[first : first + PLACE_SLICE]
+            at = shifts[p][part[step]]
+            at += np.arange(first, first + len(step))
+            rows_of[at] = rows[step]
 
     host_cores.thread_map(place, range(len(pieces)), threads)
     return t_indptr, rows_of
 
 
 def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
-    """A stable argsort of non-negative `keys` below `bound`: radix passes of 16 bits where the keys
-    fit 32 bits (linear time), else NumPy's stable sort."""
-    if bound > 1 << 16 and bound <= 1 << 32:
-        order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
-        high = (keys >> 16).astype(np.uint16)[order]
-        return order[np.argsort(high, kind="stable")]
+    """A stable argsort of non-negative `keys` below `bound` (int32 positions where they fit):
+    radix passes of 16 bits where the keys fit 32 bits (linear time), else NumPy's stable sort."""
+    small = np.int32 if len(keys) < 2**31 else np.int64
     if bound <= 1 << 16:
-        return np.argsort(keys.astype(np.uint16), kind="stable")
+        return np.argsort(keys.astype(np.uint16), kind="stable").astype(small)
+    if bound <= 1 << 32:
+        order = np.argsort(keys.astype(np.uint16), kind="stable").astype(small)  # the low 16 bits
+        high = (keys >> 16).astype(np.uint16)
+        return order[np.argsort(high[order], kind="stable")]
     return np.argsort(keys, kind="stable")

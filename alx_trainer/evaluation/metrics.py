@@ -7,13 +7,50 @@ ground truth is empty have no defined metric and are left out of the means (see 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
+CHUNK_ROWS = 1 << 16  # rows whose hits are found at once: bounds the [rows, K] key arrays
 
-def _hits(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
+
+class _Truth(NamedTuple):
+    """Every row's distinct ground-truth ids as sorted keys `row * width + id + 1` (ids >= -1),
+    and each row's count of distinct ids."""
+
+    keys: np.ndarray  # int64, sorted, unique
+    sizes: np.ndarray  # int64 [n]
+    width: int
+
+
+def _truth(gt: Sequence[np.ndarray], top: int) -> _Truth:
+    """The ground truth as one sorted key array (no per-row NumPy call: millions of rows)."""
+    n = len(gt)
+    lengths = np.fromiter(map(len, gt), np.int64, n)
+    ids = np.concatenate([np.zeros(0, np.int64), *gt]).astype(np.int64, copy=False)
+    width = int(max(top, ids.max(initial=0))) + 2
+    keys = np.sort(np.repeat(np.arange(n, dtype=np.int64), lengths) * width + ids + 1)
+    keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+    return _Truth(keys, np.bincount(keys // width, minlength=n), width)
+
+
+def _hits(topk: np.ndarray, truth: _Truth, k: int) -> np.ndarray:
     """Boolean `[n, k]`: whether the i-th prediction of a row is in that row's ground truth."""
+    hits = np.zeros((len(topk), k), bool)
+    for start in range(0, len(topk), CHUNK_ROWS):
+        pred = topk[start : start + CHUNK_ROWS, :k]
+        lo, hi = np.searchsorted(truth.keys, np.array([start, start + len(pred)]) * truth.width)
+        mine = truth.keys[lo:hi]  # the chunk's rows' keys: a smaller array to search
+        if not len(mine):
+            continue
+        rows = np.arange(start, start + len(pred), dtype=np.int64)[:, None]
+        keys = pred.astype(np.int64) + (rows * truth.width + 1)
+        at = np.minimum(np.searchsorted(mine, keys), len(mine) - 1)
+        hits[start : start + len(pred)] = (mine[at] == keys) & (pred >= 0)
+    return hits
+
+
+def _checked(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
     topk = np.asarray(topk)
     if topk.ndim != 2 or len(topk) != len(gt):
         raise ValueError(
@@ -21,19 +58,34 @@ def _hits(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
         )
     if k > topk.shape[1]:
         raise ValueError(f"asked for metrics at {k} but only {topk.shape[1]} predictions per row")
-    # one membership test over all rows: (row, column) pairs as single int64 keys
-    pred = topk[:, :k].astype(np.int64)
-    width = (
-        int(max(pred.max(initial=0), max((int(np.max(g)) for g in gt if len(g)), default=0))) + 2
-    )
-    rows = np.repeat(np.arange(len(gt), dtype=np.int64), [len(g) for g in gt])
-    gt_keys = (
-        rows * width
-        + (np.concatenate([np.asarray(g, np.int64) for g in gt]) if len(rows) else rows)
-        + 1
-    )
-    keys = np.arange(len(gt), dtype=np.int64)[:, None] * width + pred + 1
-    return np.isin(keys, gt_keys) & (pred >= 0)
+    return topk
+
+
+def per_row_metrics(
+    topk: np.ndarray,
+    gt: Sequence[np.ndarray],
+    ks: Sequence[int] = (20, 50),
+    ndcg_k: int | None = 100,
+) -> dict[str, np.ndarray]:
+    """Per-row `recall@K`, `recall_gt@K` for each K in `ks` and `ndcg@ndcg_k` (NaN for rows with an
+    empty ground truth), from one membership test at the largest cut-off."""
+    top = max(list(ks) + ([ndcg_k] if ndcg_k else []), default=0)
+    topk = _checked(topk, gt, top)
+    truth = _truth(gt, int(topk[:, :top].max(initial=0)))
+    hits = _hits(topk, truth, top)
+    sizes = truth.sizes.astype(np.float64)
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for k in ks:
+            found = hits[:, :k].sum(axis=1, dtype=np.float64)
+            out[f"recall@{k}"] = np.where(sizes > 0, found / np.minimum(float(k), sizes), np.nan)
+            out[f"recall_gt@{k}"] = np.where(sizes > 0, found / sizes, np.nan)
+        if ndcg_k:
+            discounts = 1.0 / np.log2(np.arange(2, ndcg_k + 2, dtype=np.float64))
+            ideal = np.concatenate([[0.0], np.cumsum(discounts)])[np.minimum(truth.sizes, ndcg_k)]
+            dcg = hits[:, :ndcg_k] @ discounts
+            out[f"ndcg@{ndcg_k}"] = np.where(sizes > 0, dcg / ideal, np.nan)
+    return out
 
 
 def recall_at_k(
@@ -42,22 +94,12 @@ def recall_at_k(
     """Per-row Recall@k = |top-k ∩ gt| / min(k, |gt|) (the ALX paper's), or with `of_all_gt`
     |top-k ∩ gt| / |gt| (LightGCN's and its successors'); NaN for rows with an empty ground
     truth."""
-    hits = _hits(topk, gt, k).sum(axis=1).astype(np.float64)
-    sizes = np.array([len(np.unique(np.asarray(g))) for g in gt], dtype=np.float64)
-    denom = sizes if of_all_gt else np.minimum(float(k), sizes)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(sizes > 0, hits / denom, np.nan)
+    return per_row_metrics(topk, gt, (k,), None)[f"recall_gt@{k}" if of_all_gt else f"recall@{k}"]
 
 
 def ndcg_at_k(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
     """Per-row NDCG@k with binary relevance: DCG / ideal DCG (min(k, |gt|) hits at the top)."""
-    hits = _hits(topk, gt, k).astype(np.float64)
-    discounts = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
-    dcg = hits @ discounts
-    sizes = np.array([len(np.unique(np.asarray(g))) for g in gt])
-    ideal = np.concatenate([[0.0], np.cumsum(discounts)])[np.minimum(sizes, k)]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(sizes > 0, dcg / ideal, np.nan)
+    return per_row_metrics(topk, gt, (), k)[f"ndcg@{k}"]
 
 
 def mean_metric(values: np.ndarray) -> float:
@@ -76,13 +118,7 @@ def ranking_metrics(
     """`{"recall@20": ..., "recall_gt@20": ..., "ndcg@100": ...}` averaged over rows with ground
     truth:
     `recall@K` = hits / min(K, |gt|) (ALX paper), `recall_gt@K` = hits / |gt| (LightGCN)."""
-    out = {}
-    for k in ks:
-        out[f"recall@{k}"] = mean_metric(recall_at_k(topk, gt, k))
-        out[f"recall_gt@{k}"] = mean_metric(recall_at_k(topk, gt, k, of_all_gt=True))
-    if ndcg_k:
-        out[f"ndcg@{ndcg_k}"] = mean_metric(ndcg_at_k(topk, gt, ndcg_k))
-    return out
+    return {name: mean_metric(v) for name, v in per_row_metrics(topk, gt, ks, ndcg_k).items()}
 
 
 # Activity buckets by a row's number of training (fold-in) items: cold < 16 <= medium < 64 <= heavy.
@@ -112,12 +148,7 @@ def bucket_metrics(
     a bucket without a row with gt is left out (its metrics are undefined, not NaN)."""
     bucket = activity_bucket(num_items, cuts)
     has_gt = np.array([len(g) > 0 for g in gt], bool)
-    per_row = {}
-    for k in ks:
-        per_row[f"recall@{k}"] = recall_at_k(topk, gt, k)
-        per_row[f"recall_gt@{k}"] = recall_at_k(topk, gt, k, of_all_gt=True)
-    if ndcg_k:
-        per_row[f"ndcg@{ndcg_k}"] = ndcg_at_k(topk, gt, ndcg_k)
+    per_row = per_row_metrics(topk, gt, ks, ndcg_k)
     out: dict[str, float] = {}
     for b, name in enumerate(ACTIVITY_BUCKETS):
         mask = bucket == b

@@ -15,11 +15,13 @@ exclusion list).
 
 Exact selection in a block: columns form groups of `GROUP`; a group can hold an entry of the
 final top K only if its best score beats the running K-th best (strictly: a later column loses a
-tie). When at most M groups of every row of the batch do so (M from `TIERS`), the M best groups are
-gathered and merged; otherwise the block's own top K is. Both are exact; the first is cheap once
-the running top K has filled, which is most blocks. Ties are broken by the lower column id, as in
-a stable sort of the scores (the brute-force ranking). The approximate option selects per block
-with `lax.approx_max_k`; `approx_recall` measures it against the exact top K.
+tie). When no group of any row of the batch does so, nothing is merged; when at most M do (M from
+`TIERS`), the M best groups are gathered and merged; otherwise the K best groups are (a row's K
+best entries lie in its K best groups: each group ranked above an entry's own holds a better
+entry), so no block is ranked whole unless it has at most K groups. All are exact; the first ones
+are cheap once the running top K has filled, which is most blocks. Ties are broken by the lower
+column id, as in a stable sort of the scores (the brute-force ranking). The approximate option
+selects per block with `lax.approx_max_k`; `approx_recall` measures it against the exact top K.
 """
 
 from __future__ import annotations
@@ -148,25 +150,29 @@ def _devices(mesh: Mesh | Sequence[Any] | None) -> list:
     return list(mesh)
 
 
-def _block_candidates(scores, threshold, floor, k: int, approx: bool, recall_target: float):
-    """(values, positions) of the entries of a `[B, C]` block that may enter a running top K whose
-    K-th best is `threshold` [B] and whose final K-th best is at least `floor` [B] (see the module
-    docstring); padding: -inf and -1."""
+def _merge(run_vals, run_ids, vals, ids, k: int):
+    """The running top K with a block's candidates (ids in increasing order, after the running
+    ones': a stable top K keeps the lower id on ties)."""
+    best, at = jax.lax.top_k(jnp.concatenate([run_vals, vals], axis=1), k)
+    return best, jnp.take_along_axis(jnp.concatenate([run_ids, ids], axis=1), at, axis=1)
+
+
+def _merge_block(
+    run_vals, run_ids, scores, start, floor, k: int, approx: bool, recall_target: float
+):
+    """The running top K (values, global ids) [B, k] merged with a `[B, C]` block of scores whose
+    first column is `start`, given each row's final K-th best is at least `floor` [B] (see the
+    module docstring). Only the candidates a branch selects are merged: none when no group of any
+    row can enter, the best M groups of each row when every row has at most M that can (`TIERS`),
+    else the best K groups (a row's K best entries lie in its K best groups, whatever the ties),
+    or the whole block where it has no more than K groups."""
     b, c = scores.shape
     if approx:
-        return jax.lax.approx_max_k(scores, min(k, c), recall_target=recall_target)
+        vals, pos = jax.lax.approx_max_k(scores, min(k, c), recall_target=recall_target)
+        return _merge(run_vals, run_ids, vals, start + pos, k)
     g = GROUP if c % GROUP == 0 else c
     groups = scores.reshape(b, c // g, g)
     best = groups.max(axis=2)
-    tiers = tuple(m for m in TIERS if m < c // g)
-    width = max([min(k, c)] + [m * g for m in tiers])
-
-    def pad(vals, pos):
-        fill = width - vals.shape[1]
-        return (
-            jnp.pad(vals, ((0, 0), (0, fill)), constant_values=-jnp.inf),
-            jnp.pad(pos, ((0, 0), (0, fill)), constant_values=-1),
-        )
 
     def gathered(m: int):
         def select():
@@ -174,22 +180,25 @@ def _block_candidates(scores, threshold, floor, k: int, approx: bool, recall_tar
             picked = jnp.sort(picked, axis=1)  # in id order, so that ties keep the lower id
             vals = jnp.take_along_axis(groups, picked[:, :, None], axis=1).reshape(b, m * g)
             pos = (picked[:, :, None] * g + jnp.arange(g, dtype=picked.dtype)).reshape(b, m * g)
-            return pad(vals, pos)
+            return _merge(run_vals, run_ids, vals, start + pos, k)
 
         return select
 
-    empty = (jnp.full((b, 0), -jnp.inf, scores.dtype), jnp.full((b, 0), -1, jnp.int32))
-
     def whole():
-        return pad(*jax.lax.top_k(scores, min(k, c)))
+        vals, pos = jax.lax.top_k(scores, min(k, c))
+        return _merge(run_vals, run_ids, vals, start + pos, k)
 
+    last = gathered(k) if k < c // g else whole
+    tiers = tuple(m for m in TIERS if m < min(k, c // g))
     if not tiers:
-        return whole()
+        return last()
+    threshold = run_vals[:, -1]
     need = jnp.max(jnp.sum((best > threshold[:, None]) & (best >= floor[:, None]), axis=1))
     index = jnp.searchsorted(
         jnp.asarray((0,) + tiers), need
     )  # the first tier that holds every row's groups
-    return jax.lax.switch(index, [lambda: pad(*empty)] + [gathered(m) for m in tiers] + [whole])
+    unchanged = lambda: (run_vals, run_ids)
+    return jax.lax.switch(index, [unchanged] + [gathered(m) for m in tiers] + [last])
 
 
 def _seed_threshold(queries, seed_table, seed_ids, exclude, k: int):
@@ -233,13 +242,7 @@ def _kernel(k: int, cols: int, approx: bool, recall_target: float):
             local = exclude - start
             local = jnp.where((exclude >= 0) & (local >= 0) & (local < cols), local, cols)
             scores = scores.at[rows, local].set(-jnp.inf, mode="drop")
-            vals, pos = _block_candidates(scores, run_vals[:, -1], floor, k, approx, recall_target)
-            all_vals = jnp.concatenate(
-                [run_vals, vals], axis=1
-            )  # running first: it holds the lower ids
-            all_ids = jnp.concatenate([run_ids, start + pos], axis=1)
-            best, at = jax.lax.top_k(all_vals, k)
-            return best, jnp.take_along_axis(all_ids, at, axis=1)
+            return _merge_block(run_vals, run_ids, scores, start, floor, k, approx, recall_target)
 
         init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32))
         return jax.lax.fori_loop(0, table.shape[0] // cols, block, init)

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -114,11 +115,22 @@ def name_of(cmd: Sequence[str]) -> str:
     return " ".join(words[:3] if len(words) > 2 and words[1] == "-m" else words[:2])
 
 
+def tail(path: str | os.PathLike, lines: int = 40) -> str:
+    """The last `lines` lines of a child's output (a failure's traceback, kept in the report)."""
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(:|$)")
+
+
 def last_line(path: str | os.PathLike) -> str:
-    """The last non-empty line of a child's output (a traceback's exception line)."""
+    """A child's failure in one line: the last exception line of its output (JAX prints a note
+    after the exception of a filtered traceback), else its last non-empty line."""
     with open(path, errors="replace") as f:
         lines = [line.strip() for line in f if line.strip()]
-    return lines[-1][:300] if lines else "no output"
+    raised = [line for line in lines if EXCEPTION_LINE.match(line)]
+    return (raised or lines or ["no output"])[-1][:300]
 
 
 def tree_rss_bytes(root_pid: int) -> int:
@@ -169,6 +181,7 @@ class Runner:
     env: dict[str, str]
     deadline: float  # time.monotonic() after which no child starts
     section_timeout: float
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # name: its output's end
 
     def __call__(
         self, kind: str, name: str, spec: dict, env: dict[str, str] | None = None
@@ -193,6 +206,8 @@ class Runner:
                 error = f"exit {child.returncode}: {last_line(log)}"
         except ChildError:
             error = f"timed out after {left:.0f} s"
+        if error:
+            self.failures[name] = tail(log)
         lines = json_lines(out.read_text()) if out.exists() else []
         return lines, error, time.monotonic() - t
 

@@ -266,18 +266,13 @@ def ranking_metrics(
     ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | None, chunk: int = 1 << 16
 ) -> dict[str, float]:
     """`evaluation.metrics.ranking_metrics`, its per-row values computed in chunks of rows over
-    the host's cores (one pass over 1.9M rows on one core takes minutes), then averaged alike."""
+    the host's cores, then averaged alike."""
     from alx_trainer.evaluation import metrics
 
     def per_row(start: int) -> dict[str, np.ndarray]:
-        part, gt = ids[start : start + chunk], gts[start : start + chunk]
-        values = {}
-        for k in ks:
-            values[f"recall@{k}"] = metrics.recall_at_k(part, gt, k)
-            values[f"recall_gt@{k}"] = metrics.recall_at_k(part, gt, k, of_all_gt=True)
-        if ndcg_k:
-            values[f"ndcg@{ndcg_k}"] = metrics.ndcg_at_k(part, gt, ndcg_k)
-        return values
+        return metrics.per_row_metrics(
+            ids[start : start + chunk], gts[start : start + chunk], ks, ndcg_k
+        )
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         parts = list(pool.map(per_row, range(0, len(ids), chunk)))

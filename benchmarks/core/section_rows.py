@@ -183,5 +183,7 @@ def print_sections(rows: list[dict]) -> None:
     print(
         "GFLOP/s, %f32, %bf16, GB/s, %copy: the counted minimum work per epoch against the "
         "measured peaks; XLA GB: bytes accessed per epoch by XLA's cost analysis, xmin its ratio "
-        "to the minimum, %copyX its share of the copy bandwidth"
+        "to the minimum, %copyX its share of the copy bandwidth (over 100: more than the chip "
+        "can move in that time, so XLA's model, which charges whole tables to each gather and "
+        "in-place scatter, not traffic)"
     )
