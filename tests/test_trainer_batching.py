@@ -106,6 +106,18 @@ def test_group_steps_pads_to_the_planned_count():
         list(batching.group_steps(iter(batches), 4, 1, lambda k: batching.empty_batch(k, 4, 4, 4)))
 
 
+def test_pack_normal_into_fills_in_place_like_pack_normal():
+    rows, row_ids = _rows(5, 60, 20), np.arange(60)
+    want = batching.merge(list(batching.pack_normal(_split(rows, row_ids, 3), 4, 4, 3)))
+    out = batching.empty_batch(len(want) + 2, 4, 4, 3)
+    assert batching.pack_normal_into(_split(rows, row_ids, 3), out, 4) == len(want)
+    for f in ("ids", "seg", "row_ids", "row_len"):
+        assert np.array_equal(getattr(out, f)[: len(want)], getattr(want, f))
+    assert (out.row_ids[len(want) :] == batching.PAD_ID).all()
+    with pytest.raises(RuntimeError, match="batches planned"):
+        batching.pack_normal_into(_split(rows, row_ids, 3), batching.empty_batch(2, 4, 4, 3), 4)
+
+
 def test_empty_row_gets_a_slot():
     chunk = RowChunk(np.array([5, 6]), np.array([0, 0, 2]), np.array([1, 2]))
     (b,) = batching.pack_normal([chunk], 4, 4, 4)
