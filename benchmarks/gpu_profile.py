@@ -16,7 +16,12 @@ what came before it (the Pallas section runs last):
 2. topk: a random `--topk_cols` x `--topk_dim` column table with log-normal row norms, exact top
    `--k` of `--topk_rows` rows through `evaluation.topk.BlockedScorer` at its default block shape:
    one batch to compile, the next traced (DIR/topk); seconds per column block and by kernel.
-3. pallas: `ops.pallas_cg.batch_cg` at the shapes of its Triton export test (4,096 pieces of 16,
+3. cache: `python -m alx_trainer train --config configs/gowalla.json` run twice on one dataset
+   directory (`--cache_data`, else a Gowalla-shaped power-law matrix written by
+   `webgraph_contract.synthetic_matrix`, which has no test split: evaluation off) with one fresh
+   `--compile_cache`: each run's wall seconds, epochs and compile seconds (`metrics.jsonl`), so
+   the second run's first epoch against its later ones and against the first run's.
+4. pallas: `ops.pallas_cg.batch_cg` at the shapes of its Triton export test (4,096 pieces of 16,
    5,120 row slots; d=64 float32 and d=128 bfloat16), compiled and run twice: seconds, or the
    error with the end of its traceback.
 """
@@ -26,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shlex
 import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -34,13 +41,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from benchmarks.core import power_law, sections
+from benchmarks.core import paths, power_law, sections
 from benchmarks.core.tables import print_table
 from benchmarks.core.trace import device_kernels
 from benchmarks.core.work import epoch_work
 
 MODULE = "benchmarks.gpu_profile"
 PALLAS_SHAPES = ((64, "float32"), (128, "bfloat16"))  # (d, table dtype) of the Pallas section
+GOWALLA_SHAPE = (
+    29_858,
+    40_981,
+    810_128,
+)  # rows, columns, pairs of LightGCN's Gowalla training split
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -56,15 +68,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--topk_dim", type=int, default=128)
     p.add_argument("--topk_rows", type=int, default=1024, help="rows per traced batch")
     p.add_argument("--k", type=int, default=100)
-    p.add_argument("--sections", default="train,topk,pallas", help="comma-separated")
+    p.add_argument("--cache_data", default="", help="dataset directory of the cache section")
+    p.add_argument(
+        "--cache_flags", default="", help="more flags of the cache section's `train` runs"
+    )
+    p.add_argument("--sections", default="train,topk,cache,pallas", help="comma-separated")
     p.add_argument("--top", type=int, default=15, help="kernels listed per section")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="traces and profile.json go here")
     args = p.parse_args(argv)
     args.section_list = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = sorted(set(args.section_list) - {"train", "topk", "pallas"})
+    unknown = sorted(set(args.section_list) - set(SECTIONS))
     if unknown:
-        p.error(f"--sections: unknown {unknown[0]!r} (train, topk, pallas)")
+        p.error(f"--sections: unknown {unknown[0]!r} ({', '.join(SECTIONS)})")
     for flag in ("dim", "topk_cols", "topk_dim", "topk_rows", "k", "top"):
         if getattr(args, flag) <= 0:
             p.error(f"--{flag}: must be positive, got {getattr(args, flag)}")
@@ -166,6 +182,47 @@ def topk_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     )
 
 
+def cache_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
+    """Two identical `train` commands with one fresh compile cache: what the second one saves."""
+    data, synthetic = args.cache_data, not args.cache_data
+    if synthetic:
+        data = str(out / "cache_data")
+        rows, cols, nnz = GOWALLA_SHAPE
+        command = ["--out", data, "--rows", rows, "--cols", cols, "--nnz", nnz, "--shards", 1]
+        _run([sys.executable, "-m", "webgraph_contract.synthetic_matrix", *map(str, command)])
+    cache = out / "compile_cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    runs = []
+    for run in (1, 2):
+        model = out / f"cache_model_{run}"
+        shutil.rmtree(model, ignore_errors=True)
+        flags = ["--data", data, "--model_dir", str(model), "--config", str(paths.GOWALLA_CONFIG)]
+        flags += ["--compile_cache", str(cache), "--no-progress"]
+        flags += ["--eval_every", "0"] if synthetic else []
+        t = time.perf_counter()
+        _run([sys.executable, "-m", "alx_trainer", "train", *flags, *shlex.split(args.cache_flags)])
+        wall = time.perf_counter() - t
+        records = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
+        epochs = [r["seconds"] for r in records if "seconds" in r]
+        compiles = [r.get("compile_seconds") for r in records if "seconds" in r]
+        runs.append({"wall_s": wall, "epochs_s": epochs, "compile_s": compiles})
+    later = [float(np.median(r["epochs_s"][1:])) if len(r["epochs_s"]) > 1 else None for r in runs]
+    return {
+        "data": "synthetic Gowalla shape (no evaluation)" if synthetic else data,
+        "runs": runs,
+        "second_first_epoch_over_later": runs[1]["epochs_s"][0] / later[1] if later[1] else None,
+        "second_over_first_first_epoch": runs[1]["epochs_s"][0] / runs[0]["epochs_s"][0],
+    }
+
+
+def _run(command: list[str]) -> None:
+    """A command of the cache section; its failure is its output's last lines."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise RuntimeError(f"{' '.join(command[:4])}...: exit {done.returncode}: {tail}")
+
+
 def pallas_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     """The Pallas CG kernel compiled and run at its export test's shapes: seconds or the error."""
     import jax
@@ -210,6 +267,7 @@ def pallas_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
 SECTIONS: dict[str, Callable[[argparse.Namespace, pathlib.Path], dict]] = {
     "train": train_section,
     "topk": topk_section,
+    "cache": cache_section,
     "pallas": pallas_section,
 }
 
@@ -244,6 +302,20 @@ def print_report(report: dict) -> None:
                 ],
                 kernel_rows(report[name]),
             )
+    cache = report.get("cache", {})
+    for i, run in enumerate(cache.get("runs", []), 1):
+        epochs = ", ".join(f"{e:.3f}" for e in run["epochs_s"])
+        compiles = ", ".join(f"{c or 0:.2f}" for c in run["compile_s"])
+        print(
+            f"cache: train run {i} ({cache['data']}): {run['wall_s']:.1f} s wall, epochs "
+            f"{epochs} s, compiling {compiles} s"
+        )
+    if cache.get("runs"):
+        ratio = cache["second_first_epoch_over_later"]
+        print(
+            f"cache: the second run's first epoch is {cache['second_over_first_first_epoch']:.2f}x"
+            f" the first run's, {ratio if ratio is None else f'{ratio:.2f}x'} its later epochs"
+        )
     for shape, r in pallas.items():
         outcome = (
             f"error: {r['error'][:300]}"

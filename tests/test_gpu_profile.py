@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -15,7 +17,7 @@ from benchmarks.core.trace import device_kernels
 def test_toy_run_profiles_every_section(tmp_path, capsys):
     code = gpu_profile.main(
         ["--size", "toy", "--topk_cols", "5000", "--topk_dim", "8", "--topk_rows", "32"]
-        + ["--k", "20", "--out", str(tmp_path)]
+        + ["--k", "20", "--sections", "train,topk,pallas", "--out", str(tmp_path)]
     )
     report = json.loads((tmp_path / "profile.json").read_text())
     assert code == 0 and report["errors"] == {}
@@ -27,6 +29,28 @@ def test_toy_run_profiles_every_section(tmp_path, capsys):
     assert all(r["finite"] for r in pallas.values())
     out = capsys.readouterr().out
     assert "train: device time by kernel" in out and "pallas d64_float32: first call" in out
+
+
+def test_cache_section_runs_train_twice_on_one_compile_cache(tmp_path, capsys):
+    data = tmp_path / "data"
+    made = subprocess.run(
+        [sys.executable, "-m", "webgraph_contract.synthetic_matrix", "--out", str(data)]
+        + ["--rows", "600", "--cols", "400", "--nnz", "5000", "--shards", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    flags = "--dim 8 --epochs 2 --eval_every 0"
+    code = gpu_profile.main(
+        ["--sections", "cache", "--cache_data", str(data), "--cache_flags", flags]
+        + ["--out", str(tmp_path / "out")]
+    )
+    cache = json.loads((tmp_path / "out" / "profile.json").read_text())["cache"]
+    assert code == 0 and len(cache["runs"]) == 2
+    assert all(len(run["epochs_s"]) == 2 for run in cache["runs"])
+    # the second process finds every program in the cache: its first epoch compiles nothing new
+    assert cache["second_over_first_first_epoch"] < 1
+    assert "cache: the second run's first epoch is" in capsys.readouterr().out
 
 
 def test_a_bad_section_is_one_line(capsys):
