@@ -54,3 +54,39 @@ def test_bfloat16_table_is_the_float32_one_rounded(small_chunks):
     f32 = _table(2, n)
     bf16 = _table(2, n, dtype=jnp.bfloat16)
     np.testing.assert_array_equal(bf16, f32.astype(jnp.bfloat16).astype(np.float32))
+
+
+def test_a_block_is_copied_before_its_buffer_is_refilled(small_chunks, monkeypatch):
+    """`device_put` may return before the copy has read the host buffer (the CPU client copies
+    asynchronously): a block's buffer must not go back to the generator threads until then. Here
+    every copy is deferred to the moment the caller waits for it, or else to the very end."""
+    real_put = jax.device_put
+
+    class Deferred:
+        def __init__(self, host, device):
+            self.host, self.device, self.array = host, device, None
+
+        def block_until_ready(self):
+            return self.copied()
+
+        def copied(self):
+            if self.array is None:
+                self.array = real_put(np.array(self.host), self.device)
+            return self.array
+
+    def put(x, device=None, **kw):
+        return Deferred(x, device) if isinstance(x, np.ndarray) else real_put(x, device, **kw)
+
+    writes = []
+    monkeypatch.setattr(jax, "device_put", put)
+    monkeypatch.setattr(
+        table_init, "_write_block", lambda out, b, at: writes.append((b, at)) or out
+    )
+    n = 12_000  # one device: 12 blocks of 1,000 rows through 3 buffers
+    table_init.init_table(make_mesh(jax.devices()[:1]), 3, n, 8, 0.1, jnp.float32)
+    got = np.zeros((n, 8), np.float32)
+    for block, at in writes:  # the copies not waited for happen now, as a late transfer would
+        got[int(at) : int(at) + 1000] = np.asarray(block.copied())
+    want = np.empty((n, 8), np.float32)
+    table_init.init_rows(3, 0, n, 0.1, want)
+    np.testing.assert_array_equal(got, want)

@@ -99,11 +99,9 @@ def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) ->
                 while len(pending) > workers or (pending and k == len(offsets) - 1):
                     done_at, future = pending.popleft()
                     buf = future.result()
-                    out = _write_block(
-                        out,
-                        jax.device_put(buf.view(bits), device, may_alias=False),
-                        np.int32(done_at),
-                    )
+                    placed = jax.device_put(buf.view(bits), device, may_alias=False)
+                    placed.block_until_ready()  # the copy has read `buf`: only now refilled
+                    out = _write_block(out, placed, np.int32(done_at))
                     free.put(buf)
             parts.append(out if bits == dtype else bitcast(dtype)(out))
     return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
