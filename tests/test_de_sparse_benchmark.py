@@ -166,19 +166,6 @@ def test_take_rows_is_the_rows_in_the_order_asked():
     assert [list(r) for r in got.lists()] == [[0, 2, 5], [3, 1], [], [0, 2, 5]]
 
 
-def test_metrics_in_chunks_equal_the_evaluation_module():
-    from alx_trainer.evaluation import metrics
-
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, 400, (1000, 30))
-    ids[7, 10:] = -1
-    gts = [rng.integers(0, 400, rng.integers(0, 15)) for _ in range(1000)]  # some empty
-    want = metrics.ranking_metrics(ids, gts, (10, 20), 30)
-    assert de_sparse_children.ranking_metrics(ids, gts, (10, 20), 30, chunk=97) == pytest.approx(
-        want
-    )
-
-
 @pytest.mark.parametrize(
     "flag,value",
     [("--scale", "0"), ("--scale", "2"), ("--ks", "20,x"), ("--holdout_fraction", "1")],

@@ -41,7 +41,7 @@ def iter_file_rows(
         return
     with (
         fileio.open_file(path, "rb") as f,
-        concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool,
+        concurrent.futures.ThreadPoolExecutor(threads) as pool,
     ):
         pending: collections.deque = collections.deque()
         for block in tfrecord.read_blocks(f, path, checked=False):

@@ -42,13 +42,13 @@ def transpose(
         base += c
     del counts
     rows_of = np.empty(nnz, np.int64)
+    row_type = np.int32 if num_rows < 2**31 else np.int64  # a part's row ids, sorted
 
     def place(p: int) -> None:
         lo_row, hi_row = pieces[p]
         lo, hi = indptr[lo_row], indptr[hi_row]
         part = cols[lo:hi]
         order = _stable_order(part, num_cols)
-        row_type = np.int32 if num_rows < 2**31 else np.int64
         rows = np.repeat(
             np.arange(lo_row, hi_row, dtype=row_type), np.diff(indptr[lo_row : hi_row + 1])
         )

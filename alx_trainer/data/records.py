@@ -64,9 +64,8 @@ def read_chunks(
     arrays except the chunk that spans two blocks. Either way the chunks are the same, cut here,
     and this may run in any thread (e.g. `prefetch`'s). Should the processes fail on an OSError
     (their output in /dev/shm), the remaining files are read in threads. Raises ValueError naming
-    the file when a
-    record is corrupt or an id lies outside the matrix shape from stats.json (the dataset does not
-    match the contract).
+    the file when a record is corrupt or an id lies outside the matrix shape from stats.json (the
+    dataset does not match the contract).
     """
     mode, n = decode_mode(files, threads)
     _log_mode(mode, n)

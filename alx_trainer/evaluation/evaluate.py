@@ -189,8 +189,9 @@ def evaluate_rows(
         queries.update(config=config, fold_in_fn=fold_in_fn)
     ks, ndcg_k = ranking.ks, ranking.ndcg_k
     ids = ranking.top_k(col_table, known, **queries).ids
-    out = metrics.ranking_metrics(ids, gts, ks, ndcg_k)
-    out.update(metrics.bucket_metrics(ids, gts, [len(c) for c in known], ks, ndcg_k))
+    per_row = metrics.per_row_metrics(ids, gts, ks, ndcg_k)  # once for both summaries
+    out = {name: metrics.mean_metric(v) for name, v in per_row.items()}
+    out.update(metrics.bucket_means(per_row, gts, [len(c) for c in known]))
     if ranking.approx:
         out[f"approx_recall@{ranking.depth()}"] = _approx_recall(
             ranking, col_table, known, ids, queries

@@ -11,6 +11,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from alx_trainer.data import host_cores
+
 CHUNK_ROWS = 1 << 16  # rows whose hits are found at once: bounds the [rows, K] key arrays
 
 
@@ -23,30 +25,35 @@ class _Truth(NamedTuple):
     width: int
 
 
-def _truth(gt: Sequence[np.ndarray], top: int) -> _Truth:
-    """The ground truth as one sorted key array (no per-row NumPy call: millions of rows)."""
+def _truth(gt: Sequence[np.ndarray], largest_id: int) -> _Truth:
+    """The ground truth as one sorted key array (no per-row NumPy call: millions of rows); keys
+    leave room for ids up to `largest_id` (the predictions')."""
     n = len(gt)
     lengths = np.fromiter(map(len, gt), np.int64, n)
     ids = np.concatenate([np.zeros(0, np.int64), *gt]).astype(np.int64, copy=False)
-    width = int(max(top, ids.max(initial=0))) + 2
+    width = int(max(largest_id, ids.max(initial=0))) + 2
     keys = np.sort(np.repeat(np.arange(n, dtype=np.int64), lengths) * width + ids + 1)
     keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
     return _Truth(keys, np.bincount(keys // width, minlength=n), width)
 
 
 def _hits(topk: np.ndarray, truth: _Truth, k: int) -> np.ndarray:
-    """Boolean `[n, k]`: whether the i-th prediction of a row is in that row's ground truth."""
+    """Boolean `[n, k]`: whether the i-th prediction of a row is in that row's ground truth, found
+    in chunks of `CHUNK_ROWS` rows over the host's cores (NumPy's searches release the GIL)."""
     hits = np.zeros((len(topk), k), bool)
-    for start in range(0, len(topk), CHUNK_ROWS):
+
+    def chunk(start: int) -> None:
         pred = topk[start : start + CHUNK_ROWS, :k]
         lo, hi = np.searchsorted(truth.keys, np.array([start, start + len(pred)]) * truth.width)
         mine = truth.keys[lo:hi]  # the chunk's rows' keys: a smaller array to search
         if not len(mine):
-            continue
+            return
         rows = np.arange(start, start + len(pred), dtype=np.int64)[:, None]
         keys = pred.astype(np.int64) + (rows * truth.width + 1)
         at = np.minimum(np.searchsorted(mine, keys), len(mine) - 1)
         hits[start : start + len(pred)] = (mine[at] == keys) & (pred >= 0)
+
+    host_cores.thread_map(chunk, range(0, len(topk), CHUNK_ROWS))
     return hits
 
 
@@ -144,11 +151,19 @@ def bucket_metrics(
     cuts: Sequence[int] = ACTIVITY_CUTS,
 ) -> dict[str, float]:
     """`ranking_metrics` per activity bucket, keyed `cold/recall@20`, ..., plus `cold/rows` (rows
-    with gt);
-    a bucket without a row with gt is left out (its metrics are undefined, not NaN)."""
+    with gt); a bucket without a row with gt is left out (its metrics are undefined, not NaN)."""
+    return bucket_means(per_row_metrics(topk, gt, ks, ndcg_k), gt, num_items, cuts)
+
+
+def bucket_means(
+    per_row: dict[str, np.ndarray],
+    gt: Sequence[np.ndarray],
+    num_items: Sequence[int] | np.ndarray,
+    cuts: Sequence[int] = ACTIVITY_CUTS,
+) -> dict[str, float]:
+    """`bucket_metrics` from per-row values already computed (`per_row_metrics`)."""
     bucket = activity_bucket(num_items, cuts)
-    has_gt = np.array([len(g) > 0 for g in gt], bool)
-    per_row = per_row_metrics(topk, gt, ks, ndcg_k)
+    has_gt = np.fromiter(map(len, gt), np.int64, len(gt)) > 0
     out: dict[str, float] = {}
     for b, name in enumerate(ACTIVITY_BUCKETS):
         mask = bucket == b

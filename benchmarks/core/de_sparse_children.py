@@ -10,9 +10,7 @@ before.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import os
 import pathlib
 import resource
 import shutil
@@ -182,12 +180,12 @@ def evaluate_test(
     links) through the trainer's evaluation: each row folded in from its kept links
     (`model.fold_in`, all rows in one call), its top K among all columns with those links excluded
     (`topk.BlockedScorer`, exact or approximate, the column table put on the device once; see
-    `top_k`), the metrics against its held links (`evaluation.metrics`, through `ranking_metrics`
-    below); then the other top K (approximate or exact) on `sample_rows` evenly spaced rows, and the
-    approximate top K's recall against the exact one there (`topk.approx_recall`). Rows are ranked
-    in chunks of `EVAL_CHUNK`, in order, while another chunk would end before `deadline`
+    `top_k`), the metrics against its held links (`evaluation.metrics.ranking_metrics`); then the
+    other top K (approximate or exact) on `sample_rows` evenly spaced rows, and the approximate
+    top K's recall against the exact one there (`topk.approx_recall`). Rows are ranked in chunks
+    of `EVAL_CHUNK`, in order, while another chunk would end before `deadline`
     (`time.monotonic()`): the figures are then of the first `rows` of `test_rows`."""
-    from alx_trainer.evaluation import topk
+    from alx_trainer.evaluation import metrics, topk
     from alx_trainer.model import fold_in
 
     ks, ndcg_k, approx = ranking["ks"], ranking["ndcg_k"] or None, ranking["approx"]
@@ -212,7 +210,7 @@ def evaluate_test(
     ids, gts, n = ids[:done], gts[:done], done
     phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n)
     t = time.perf_counter()
-    scores = ranking_metrics(ids, gts, ks, ndcg_k)
+    scores = metrics.ranking_metrics(ids, gts, ks, ndcg_k)
     phase("metrics", time.perf_counter() - t, rows=n)
     sample = np.unique(np.linspace(0, n - 1, min(n, ranking["sample_rows"])).astype(np.int64))
     t = time.perf_counter()
@@ -260,25 +258,6 @@ def take_rows(csr, rows: np.ndarray):
     indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     offsets = np.arange(indptr[-1]) - np.repeat(indptr[:-1], lengths)
     return type(csr)(indptr, csr.indices[np.repeat(starts, lengths) + offsets])
-
-
-def ranking_metrics(
-    ids: np.ndarray, gts: list[np.ndarray], ks, ndcg_k: int | None, chunk: int = 1 << 16
-) -> dict[str, float]:
-    """`evaluation.metrics.ranking_metrics`, its per-row values computed in chunks of rows over
-    the host's cores, then averaged alike."""
-    from alx_trainer.evaluation import metrics
-
-    def per_row(start: int) -> dict[str, np.ndarray]:
-        return metrics.per_row_metrics(
-            ids[start : start + chunk], gts[start : start + chunk], ks, ndcg_k
-        )
-
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        parts = list(pool.map(per_row, range(0, len(ids), chunk)))
-    return {
-        name: metrics.mean_metric(np.concatenate([p[name] for p in parts])) for name in parts[0]
-    }
 
 
 CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}

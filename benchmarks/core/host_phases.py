@@ -27,7 +27,7 @@ import json
 import os
 import resource
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 from alx_trainer.phase_times import cpu_seconds
 
@@ -136,14 +136,15 @@ def main(argv: list[str] | None = None) -> None:
             if mesh is None:
                 pack = functools.partial(batch_sources.host_calls, chunks, side_plan, 1, 0)
             else:  # each device's calls its own where `per_core` applies, as in the trainer
-                pack = functools.partial(
-                    owner_calls,
+                source = functools.partial(
+                    batch_sources.OwnerResident,
                     mesh,
                     side_plan,
                     chunks,
                     shard,
                     per_core.applies(mesh.local_devices),
                 )
+                pack = lambda source=source: (c for calls in source().streams() for c in calls)
             phases["pack"] = timed(lambda pack=pack: sum(1 for _ in pack()), args.repeats)[:2]
         for phase, (wall, cpu) in phases.items():
             report[f"{split}.{phase}"] = {
@@ -175,11 +176,3 @@ def main(argv: list[str] | None = None) -> None:
     report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     report["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))
-
-
-def owner_calls(mesh, side_plan, chunks: list, shard: int, per_device: bool) -> Iterator:
-    """Every call of the 'owner' layout's resident batch source (built on the devices)."""
-    from alx_trainer.ops import batch_sources  # the trainer's modules load once the flags are read
-
-    source = batch_sources.OwnerResident(mesh, side_plan, chunks, shard, per_device)
-    return (call for calls in source.streams() for call in calls)

@@ -35,18 +35,10 @@ def launches(trace_dir: str) -> collections.Counter:
 
 
 def op_seconds(trace_dir: str, top: int = 12) -> dict:
-    """Seconds of XLA's own operations (thunks: fusions, dots, scatters) in a profiler trace.
-
-    Summed over the device threads, by thunk name, the `top` largest; loops ('while', 'cond')
-    contain other thunks and are left out. Thunk names are those of the optimized HLO (see
-    XLA_FLAGS=--xla_dump_to to read what a fusion holds).
-    """
-    total: collections.Counter = collections.Counter()
-    for e in trace_events(trace_dir):
-        name = e.get("name", "")
-        if THUNK.fullmatch(name) and not name.startswith(("while", "cond")):
-            total[name] += e["dur"] / 1e6
-    return {k: round(v, 3) for k, v in total.most_common(top)}
+    """Seconds of XLA's own operations in a profiler trace, the `top` largest by name
+    (`device_kernels`' table as a mapping: on CPU, XLA's thunks; names are those of the optimized
+    HLO, see XLA_FLAGS=--xla_dump_to to read what a fusion holds)."""
+    return {r["name"]: round(r["seconds"], 3) for r in device_kernels(trace_dir, top)["top"]}
 
 
 def device_kernels(trace_dir: str, top: int = 15) -> dict:
@@ -55,7 +47,8 @@ def device_kernels(trace_dir: str, top: int = 15) -> dict:
 
     On an accelerator, the events of the trace's '/device:...' processes on their stream threads
     (kernels and copies as they ran; the other device threads repeat them per XLA op and module);
-    on CPU, which has no device process, XLA's thunks on the host threads (see `op_seconds`).
+    on CPU, which has no device process, XLA's thunks on the host threads (fusions, dots,
+    scatters; loops, 'while' and 'cond', contain other thunks and are left out).
     """
     events = _newest(trace_dir)
     meta = [e for e in events if e.get("ph") == "M"]
