@@ -4,8 +4,8 @@
 - `init_tables(config, num_rows, num_cols, mesh)`: the initial sharded tables.
 - `load_model(model_dir) -> Model`: the latest checkpoint of a model directory.
 - `fold_in(col_table, rows, config, mesh=None) -> np.ndarray [n, d] float32`: solves Eq. 4 for new
-  rows (lists of column ids) against a fixed column table with the configured solver, through the
-  same dense batching and step kernels as training.
+  rows (lists of column ids, or CSR arrays) against a fixed column table with the configured
+  solver, through the same dense batching and step kernels as training.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -92,10 +92,30 @@ def load_model(model_dir: str) -> Model:
     return Model(row, col, config, epoch, history, meta.get("dataset_fingerprint"))
 
 
+class CsrRows(Protocol):
+    """Rows as CSR arrays: row i holds `indices[indptr[i]:indptr[i + 1]]`."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+
+def _row_chunk(rows: Sequence[np.ndarray] | CsrRows) -> RowChunk:
+    """Rows given as id arrays, or as CSR arrays (`indptr`, `indices`: no array per row), as one
+    chunk of row ids 0..n-1."""
+    if hasattr(rows, "indptr") and hasattr(rows, "indices"):
+        indptr = np.asarray(rows.indptr, np.int64)
+        cols = np.asarray(rows.indices, np.int64)[indptr[0] : indptr[-1]]
+        return RowChunk(np.arange(len(indptr) - 1, dtype=np.int64), indptr - indptr[0], cols)
+    return RowChunk.from_rows(np.arange(len(rows)), rows)
+
+
 def fold_in(
-    col_table: np.ndarray, rows: Sequence[np.ndarray], config: TrainConfig, mesh=None
+    col_table: np.ndarray, rows: Sequence[np.ndarray] | CsrRows, config: TrainConfig, mesh=None
 ) -> np.ndarray:
     """Embeddings [len(rows), d] float32 solving Eq. 4 for each row against the fixed `col_table`.
+
+    `rows`: each row's column ids, a sequence of arrays or one CSR (an object with `indptr` and
+    `indices`, such as `evaluation.topk.Csr`: the fast form for millions of rows).
 
     Uses the configured solver (CG and the block sweep start from zero: one block sweep is only an
     approximation for b < d) and the training step kernels; single process.
@@ -105,12 +125,12 @@ def fold_in(
     if mesh is None:
         cpu = jax.default_backend() == "cpu"
         mesh = make_mesh(jax.local_devices()[:1] if cpu else jax.local_devices())
-    n = len(rows)
-    num_cols = col_table.shape[0]
-    for i, r in enumerate(rows):
-        r = np.asarray(r)
-        if len(r) and (r.min() < 0 or r.max() >= num_cols):
-            raise ValueError(f"fold_in: row {i} has a column id outside [0, {num_cols})")
+    chunk = _row_chunk(rows)
+    n, num_cols = len(chunk), col_table.shape[0]
+    outside = np.flatnonzero((chunk.cols < 0) | (chunk.cols >= num_cols))
+    if len(outside):
+        row = int(np.searchsorted(chunk.indptr, outside[0], side="right")) - 1
+        raise ValueError(f"fold_in: row {row} has a column id outside [0, {num_cols})")
     if n == 0:
         return np.zeros((0, col_table.shape[1]), np.float32)
     dtype = table_dtype(config)
@@ -118,8 +138,6 @@ def fold_in(
     dst = table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
     runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
     spec = step_spec(config, num_cols, observed_loss=False)
-    runner = SideRunner(
-        runner_config, mesh, spec, lambda: iter([RowChunk.from_rows(np.arange(n), rows)]), n
-    )
+    runner = SideRunner(runner_config, mesh, spec, lambda: iter([chunk]), n)
     dst, _ = runner.run(src, dst)
     return np.asarray(jnp.asarray(dst, jnp.float32))[:n]

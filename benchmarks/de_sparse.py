@@ -192,6 +192,13 @@ def summary_lines(report: dict) -> list[str]:
             f"exact {ours['approx_recall']:.4f} on {ours['sample_rows']:,} rows "
             f"(target {ours['recall_target']})"
         )
+    for p in report.get("phases", []):
+        if p.get("blocks"):
+            out.append(
+                f"{p['phase']}: the device scored {p['blocks_scored']:,} of {p['blocks']:,} "
+                f"column blocks ({100 * p['blocks_scored'] / p['blocks']:.1f}%; the norm bound "
+                f"ruled out the rest)"
+            )
     for who, r in (("ours", ours), ("data", data)):
         if r.get("error"):
             out.append(f"{who}: {r['error']}")

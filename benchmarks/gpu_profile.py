@@ -161,22 +161,24 @@ def topk_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     scorer.top_k(queries[: args.topk_rows], none, args.k)  # the table to the device, the compile
     first_s = time.perf_counter() - t
     trace_dir = out / "topk"
+    before = list(scorer.blocks)
     with jax.profiler.trace(str(trace_dir)):
         t = time.perf_counter()
         scorer.top_k(queries[args.topk_rows :], none, args.k)
         seconds = time.perf_counter() - t
-    blocks = scorer.span // scorer.shape.cols
+    scored, blocks = (after - first for after, first in zip(scorer.blocks, before))
     return dict(
         columns=args.topk_cols,
         dim=args.topk_dim,
         rows=args.topk_rows,
         k=args.k,
         block=list(scorer.shape),
-        blocks_per_device=blocks,
+        blocks=blocks,
+        blocks_scored=scored,
         path="threshold scan" if scorer.scan else "blocked kernel",
         first_batch_s=first_s,
         batch_s=seconds,
-        ms_per_block=1e3 * seconds / blocks,
+        ms_per_block=1e3 * seconds / max(scored, 1),
         score_gb_per_block=scorer.shape.score_bytes() / 1e9,
         **device_kernels(str(trace_dir), args.top),
     )

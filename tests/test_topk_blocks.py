@@ -77,11 +77,13 @@ def test_cheap_tiers_are_taken_and_stay_exact(scan):
     np.testing.assert_array_equal(got.ids, want_ids)
 
 
+@pytest.mark.parametrize("scan", [True, False])
 @pytest.mark.parametrize("devices", [1, 3])
-def test_scan_stops_at_the_norm_bound_and_stays_exact(devices):
+def test_scan_stops_at_the_norm_bound_and_stays_exact(devices, scan):
     # a few long columns among many short ones (the norm bound ends the scan early), columns of
     # norm zero, signed one-dimensional columns whose scores equal the bound (ties with it), and
-    # a query that every column scores below zero
+    # a query that every column scores below zero; both searches (the host's threshold scan and
+    # the device's block loop) stop at the bound
     rng = np.random.default_rng(7)
     table = rng.normal(size=(6000, 4)).astype(np.float32) * 1e-3
     table[rng.choice(6000, 300, replace=False)] *= 1e3
@@ -90,17 +92,39 @@ def test_scan_stops_at_the_norm_bound_and_stays_exact(devices):
     queries[0] = -np.abs(queries[0])
     table[:, :] = np.where(queries[0] < 0, np.abs(table), table)  # row 0: every score <= 0
     exclude = random_exclusions(rng, len(queries), len(table), 30)
-    scorer = BlockedScorer(table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=64)
-    assert scorer.scan
+    scorer = BlockedScorer(
+        table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=64, scan=scan
+    )
     want_ids, want_scores = brute(queries, table, exclude, 40)
     got = scorer.top_k(queries, exclude, 40)
     np.testing.assert_array_equal(got.ids, want_ids)
-    np.testing.assert_allclose(got.scores, want_scores, rtol=1e-6, atol=1e-12)
+    # the scan re-scores in float64; the block loop's scores are the device's float32 products
+    tolerance = {"rtol": 1e-6, "atol": 1e-12} if scan else {"rtol": 1e-5, "atol": 1e-6}
+    np.testing.assert_allclose(got.scores, want_scores, **tolerance)
     signed = np.round(rng.normal(size=(3000, 1)) * 4).astype(np.float32)
     ones = np.array([[1.0], [-1.0], [2.0]], np.float32)
-    got = BlockedScorer(signed, jax.devices()[:devices], rows_per_batch=4, cols_per_block=128)
+    got = BlockedScorer(
+        signed, jax.devices()[:devices], rows_per_batch=4, cols_per_block=128, scan=scan
+    )
     want_ids, _ = brute(ones, signed, [[], [5], [7, 8]], 70)
     np.testing.assert_array_equal(got.top_k(ones, [[], [5], [7, 8]], 70).ids, want_ids)
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_block_loop_scores_only_blocks_that_can_reach_the_kth_best(devices):
+    # 300 long columns among 6,000 short ones: they fill the first 5 of 94 blocks (3 of 47 on
+    # each of 2 devices); every row's 40th best is a long column's, far above any short one's
+    rng = np.random.default_rng(8)
+    table = rng.normal(size=(6000, 4)).astype(np.float32) * 1e-3
+    table[rng.choice(6000, 300, replace=False)] *= 1e3
+    queries = rng.normal(size=(16, 4)).astype(np.float32)
+    exclude = random_exclusions(rng, len(queries), len(table), 10)
+    scorer = BlockedScorer(
+        table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=64, scan=False
+    )
+    got = scorer.top_k(queries, exclude, 40)
+    np.testing.assert_array_equal(got.ids, brute(queries, table, exclude, 40)[0])
+    assert scorer.blocks == [2 * 5 if devices == 1 else 2 * 2 * 3, 2 * 94]
 
 
 def test_running_topk_merges_candidates_best_first_ties_by_lower_id():

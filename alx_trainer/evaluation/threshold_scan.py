@@ -1,10 +1,10 @@
 """Exact top K on CPU devices by a threshold scan: the device flags, the host ranks.
 
-Each device holds its share of the columns in descending norm order (columns dealt round-robin
-from one global norm order). A batch of rows is scanned block by block in one compiled loop that
-only scores a block and compares the maximum of each group of `GROUP` columns with the row's
-threshold: the answer is one bit per group, packed, `[rows, blocks, words]`; no top K is taken on
-the device. The host re-scores the flagged groups in float64, keeps those at or above the running
+Each device holds its share of the columns in blocks of descending norm (`norm_order`: dealt
+round-robin from one global norm order). A batch of rows is scanned block by block in one compiled
+loop that only scores a block and compares the maximum of each group of `GROUP` columns with the
+row's threshold: the answer is one bit per group, packed, `[rows, blocks, words]`; no top K is taken
+on the device. The host re-scores the flagged groups in float64, keeps those at or above the running
 K-th best and merges them into a running top K (ties: the lower column id first), which raises the
 threshold of the next call. Calls cover 1, 2, 4, ... up to `CHUNK_BLOCKS` blocks, after the
 `SEED_COLUMNS` columns of largest norm are ranked densely on the host, so the threshold is good
@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer.evaluation import norm_order
+
 GROUP = 8  # columns per flag bit
 CHUNK_BLOCKS = 64  # most blocks one device call scans before the host merges
 RESCORE_GROUPS = 1 << 14  # flagged groups re-scored on the host at a time
@@ -34,7 +36,8 @@ EPS32 = float(np.finfo(np.float32).eps)
 
 
 class SortedColumns(NamedTuple):
-    """One device's columns in descending norm order, zero padded to whole blocks."""
+    """One device's columns in blocks of descending norm (`norm_order.Share`), zero padded to
+    whole blocks."""
 
     table: Any  # jax array [span, d] on the device
     host: np.ndarray  # float32 [span, d], the same in host memory (re-scoring)
@@ -51,50 +54,28 @@ def block_width(cols: int) -> int:
 
 
 def sorted_columns(table: np.ndarray, devices: list, cols: int) -> list[SortedColumns]:
-    """Columns by descending norm (ties: lower id first), dealt round-robin over `devices`, each
-    share padded to a whole number of `cols`-wide blocks (`block_width`)."""
+    """Columns by descending norm dealt over `devices` (`norm_order.deal`), each share padded to
+    a whole number of `cols`-wide blocks (`block_width`)."""
     num_cols = len(table)
-    norms = np.sqrt(np.einsum("ij,ij->i", table, table, dtype=np.float64))
-    order = np.lexsort((np.arange(num_cols), -norms))
     out = []
-    for i, device in enumerate(devices):
-        mine = order[i :: len(devices)]
-        span = max(1, -(-len(mine) // cols)) * cols
-        ids = np.full(span, -1, np.int64)
-        ids[: len(mine)] = mine
-        host = np.zeros((span, table.shape[1]), np.float32)
-        host[: len(mine)] = table[mine]
+    for share, device in zip(norm_order.deal(norm_order.norms(table), len(devices), cols), devices):
+        real = np.flatnonzero(share.ids >= 0)
+        host = np.zeros((len(share.ids), table.shape[1]), np.float32)
+        host[real] = table[share.ids[real]]
         position = np.full(num_cols, -1, np.int64)
-        position[mine] = np.arange(len(mine))
-        padded_norms = np.zeros(span, np.float64)
-        padded_norms[: len(mine)] = norms[mine]
-        block_norms = _round_up(padded_norms[::cols])
+        position[share.ids[real]] = real
         out.append(
             SortedColumns(
                 jax.device_put(host, device),
                 host,
-                ids,
+                share.ids,
                 position,
-                np.sort(mine),
-                jax.device_put(block_norms, device),
-                float(padded_norms.max(initial=0.0)),
+                np.sort(share.ids[real]),
+                jax.device_put(share.block_norms, device),
+                float(share.block_norms.max(initial=0.0)),
             )
         )
     return out
-
-
-def _round_up(x: np.ndarray) -> np.ndarray:
-    """float32 values no smaller than the float64 `x`."""
-    x = np.asarray(x, np.float64)
-    y = x.astype(np.float32)
-    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y).astype(np.float32)
-
-
-def _round_down(x: np.ndarray) -> np.ndarray:
-    """float32 values no larger than the float64 `x`."""
-    x = np.asarray(x, np.float64)
-    y = x.astype(np.float32)
-    return np.where(y > x, np.nextafter(y, np.float32(-np.inf)), y).astype(np.float32)
 
 
 @functools.lru_cache(maxsize=16)
@@ -200,7 +181,7 @@ def scan(
         return top.vals, top.ids
     _dense_block(top, q64, live, cols, ex_rows, ex_pos)
     margin = 4 * d * EPS32 * qnorm * cols.max_norm
-    reach = np.where(live, _round_up(qnorm * (1 + 8 * d * EPS32)), 0.0).astype(np.float32)
+    reach = np.where(live, norm_order.round_up(qnorm * (1 + 8 * d * EPS32)), 0.0).astype(np.float32)
     reach = jax.device_put(reach, device)
     kernel = _scan_kernel(block)
     q_dev = jax.device_put(queries, device)
@@ -209,7 +190,7 @@ def scan(
     while first < blocks:
         count = min(count, blocks - first, CHUNK_BLOCKS)
         kth = top.kth()
-        threshold = np.where(live, _round_down(kth - margin), np.inf).astype(np.float32)
+        threshold = np.where(live, norm_order.round_down(kth - margin), np.inf).astype(np.float32)
         flags, done = kernel(
             q_dev,
             cols.table,
@@ -250,8 +231,8 @@ def _contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 def _dense_block(top, q64, live, cols: SortedColumns, ex_rows, ex_pos) -> None:
-    """Rank the first `SEED_COLUMNS` columns (the largest norms) of the `live` rows on the host,
-    in float64: the first threshold."""
+    """Rank the first `SEED_COLUMNS` positions (the first blocks: the largest norms) of the `live`
+    rows on the host, in float64: the first threshold."""
     seed = min(SEED_COLUMNS, len(cols.ids))
     scores = q64 @ cols.host[:seed].astype(np.float64).T
     first = ex_pos < seed

@@ -5,23 +5,29 @@ blocks.
 rows given by their known column ids (CSR), folded in (paper Eq. 4) or taken from the trained row
 table, ranked against all columns with their known columns excluded.
 
-How (`BlockedScorer`): the column table is split into contiguous id ranges, one per device. For
-each batch of rows every device runs one compiled program, a loop over its column blocks: a block's
-scores `[rows per batch, columns per block]` are computed into the same buffer each time and
-merged into a running top K, so memory is bounded by the block shape whatever the column count.
-The devices' top K are merged on the host. Shapes are fixed (the last batch is padded), so a call
-compiles once (twice when some rows have many known columns: those are batched apart with a wider
-exclusion list).
+How (`BlockedScorer`): the columns are dealt over the devices in blocks of descending norm
+(`norm_order`). For each batch of rows every device runs one compiled program, a loop over its
+column blocks: a block's scores `[rows per batch, columns per block]` are computed into the same
+buffer each time and merged into a running top K, so memory is bounded by the block shape whatever
+the column count. The loop ends at the first block that no live row can take anything from: a
+score is at most |q| times the block's largest norm (with a rounding margin, `REACH_MARGIN`), and
+once that is below every row's running K-th best, so is every later block. On power-law data most
+blocks are never scored (the log and `BlockedScorer.blocks` say how many were). A zero query
+scores 0 everywhere: its top K, the lowest admissible ids, is answered on the host. The devices'
+top K are merged on the host. Shapes are fixed (the last batch is padded), so a call compiles once
+(twice when some rows have many known columns: those are batched apart with a wider exclusion
+list). CPU devices take the threshold scan instead (`threshold_scan`) unless `scan=False`.
 
-Exact selection in a block: columns form groups of `GROUP`; a group can hold an entry of the
-final top K only if its best score beats the running K-th best (strictly: a later column loses a
-tie). When no group of any row of the batch does so, nothing is merged; when at most M do (M from
-`TIERS`), the M best groups are gathered and merged; otherwise the K best groups are (a row's K
-best entries lie in its K best groups: each group ranked above an entry's own holds a better
-entry), so no block is ranked whole unless it has at most K groups. All are exact; the first ones
-are cheap once the running top K has filled, which is most blocks. Ties are broken by the lower
-column id, as in a stable sort of the scores (the brute-force ranking). The approximate option
-selects per block with `lax.approx_max_k`; `approx_recall` measures it against the exact top K.
+Exact selection in a block: columns form groups of `GROUP` (in ascending id order inside a
+block); a group can hold an entry of the final top K only if its best score reaches the running
+K-th best (equal scores: the lower id wins, which may be the new one). When no group of any row of
+the batch does so, nothing is merged; when at most M do (M from `TIERS`), the M best groups are
+gathered and merged; otherwise the K best groups are (a row's K best entries lie in its K best
+groups: each group ranked above an entry's own holds a better entry), so no block is ranked whole
+unless it has at most K groups. All are exact; the first ones are cheap once the running top K has
+filled, which is most blocks. Merges sort by score, then id, as a stable sort of the scores (the
+brute-force ranking) does. The approximate option selects per block with `lax.approx_max_k`;
+`approx_recall` measures it against the exact top K.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm import tqdm
 
-from alx_trainer.evaluation import threshold_scan
+from alx_trainer.evaluation import norm_order, threshold_scan
 from alx_trainer.ops import per_core
 
 log = logging.getLogger(__name__)
@@ -49,7 +55,8 @@ TIERS = (
     4,
     16,
 )  # groups gathered per row when every row of a batch has at most this many candidates
-NO_SEED = np.iinfo(np.int32).max  # the id of an empty seed slot (after every real id)
+REACH_MARGIN = 2.0**-6  # a score computed from inputs rounded to bfloat16 or TF32 exceeds
+# |q| |h| by less than this share
 SHORT_EXCLUDE = (
     64  # rows with more known columns than this are batched apart (a wider exclusion list)
 )
@@ -151,49 +158,52 @@ def _devices(mesh: Mesh | Sequence[Any] | None) -> list:
 
 
 def _merge(run_vals, run_ids, vals, ids, k: int):
-    """The running top K with a block's candidates (ids in increasing order, after the running
-    ones': a stable top K keeps the lower id on ties)."""
-    best, at = jax.lax.top_k(jnp.concatenate([run_vals, vals], axis=1), k)
-    return best, jnp.take_along_axis(jnp.concatenate([run_ids, ids], axis=1), at, axis=1)
+    """The running top K with a block's candidates: best first, equal scores by the lower id."""
+    neg, ids = jax.lax.sort(
+        (-jnp.concatenate([run_vals, vals], axis=1), jnp.concatenate([run_ids, ids], axis=1)),
+        dimension=1,
+        num_keys=2,
+    )
+    return -neg[:, :k], ids[:, :k]
 
 
-def _merge_block(
-    run_vals, run_ids, scores, start, floor, k: int, approx: bool, recall_target: float
-):
-    """The running top K (values, global ids) [B, k] merged with a `[B, C]` block of scores whose
-    first column is `start`, given each row's final K-th best is at least `floor` [B] (see the
-    module docstring). Only the candidates a branch selects are merged: none when no group of any
-    row can enter, the best M groups of each row when every row has at most M that can (`TIERS`),
-    else the best K groups (a row's K best entries lie in its K best groups, whatever the ties),
-    or the whole block where it has no more than K groups."""
+def _merge_block(run_vals, run_ids, scores, ids, k: int, approx: bool, recall_target: float):
+    """The running top K (values, column ids) [B, k] merged with a `[B, C]` block of scores of the
+    columns `ids` [C] (ascending, -1 for padding, whose scores do not count); see the module
+    docstring. Only the candidates a branch selects are merged: none when no group of any row can
+    enter, the best M groups of each row when every row has at most M that can (`TIERS`), else
+    the best K groups (a row's K best entries lie in its K best groups, whatever the ties), or
+    the whole block where it has no more than K groups. Padding is masked where scores are read
+    (the group maxima, the gathered candidates), so the block is written once and read once."""
     b, c = scores.shape
+    bias = jnp.where(ids >= 0, 0.0, -jnp.inf)
     if approx:
-        vals, pos = jax.lax.approx_max_k(scores, min(k, c), recall_target=recall_target)
-        return _merge(run_vals, run_ids, vals, start + pos, k)
+        vals, pos = jax.lax.approx_max_k(scores + bias, min(k, c), recall_target=recall_target)
+        return _merge(run_vals, run_ids, vals, ids[pos], k)
     g = GROUP if c % GROUP == 0 else c
     groups = scores.reshape(b, c // g, g)
-    best = groups.max(axis=2)
+    group_bias = bias.reshape(c // g, g)
+    best = (groups + group_bias).max(axis=2)
 
     def gathered(m: int):
         def select():
-            _, picked = jax.lax.top_k(best, m)
-            picked = jnp.sort(picked, axis=1)  # in id order, so that ties keep the lower id
-            vals = jnp.take_along_axis(groups, picked[:, :, None], axis=1).reshape(b, m * g)
+            _, picked = jax.lax.top_k(best, m)  # ties: the lower group, so the lower ids
+            vals = jnp.take_along_axis(groups, picked[:, :, None], axis=1) + group_bias[picked]
             pos = (picked[:, :, None] * g + jnp.arange(g, dtype=picked.dtype)).reshape(b, m * g)
-            return _merge(run_vals, run_ids, vals, start + pos, k)
+            return _merge(run_vals, run_ids, vals.reshape(b, m * g), ids[pos], k)
 
         return select
 
     def whole():
-        vals, pos = jax.lax.top_k(scores, min(k, c))
-        return _merge(run_vals, run_ids, vals, start + pos, k)
+        vals, pos = jax.lax.top_k(scores + bias, min(k, c))
+        return _merge(run_vals, run_ids, vals, ids[pos], k)
 
     last = gathered(k) if k < c // g else whole
     tiers = tuple(m for m in TIERS if m < min(k, c // g))
     if not tiers:
         return last()
-    threshold = run_vals[:, -1]
-    need = jnp.max(jnp.sum((best > threshold[:, None]) & (best >= floor[:, None]), axis=1))
+    # a group that ties the running K-th best may hold a lower id than it: it can enter
+    need = jnp.max(jnp.sum(best >= run_vals[:, -1:], axis=1))
     index = jnp.searchsorted(
         jnp.asarray((0,) + tiers), need
     )  # the first tier that holds every row's groups
@@ -201,51 +211,37 @@ def _merge_block(
     return jax.lax.switch(index, [unchanged] + [gathered(m) for m in tiers] + [last])
 
 
-def _seed_threshold(queries, seed_table, seed_ids, exclude, k: int):
-    """A lower bound [B] of each row's K-th best admissible score: the K-th best over a device's
-    columns of largest norm (`seed_ids`, ascending; -1: none), lowered by a rounding margin; -inf
-    when fewer than K of them are admissible."""
-    b, s = queries.shape[0], seed_ids.shape[0]
-    if s < k:
-        return jnp.full((b,), -jnp.inf, jnp.float32)
-    scores = jnp.dot(queries, seed_table.T, preferred_element_type=jnp.float32)
-    scores = jnp.where(seed_ids[None, :] != NO_SEED, scores, -jnp.inf)
-    at = jnp.clip(jnp.searchsorted(seed_ids, exclude), 0, s - 1)
-    hit = (exclude >= 0) & (seed_ids[at] == exclude)
-    scores = scores.at[jnp.arange(b)[:, None], jnp.where(hit, at, s)].set(-jnp.inf, mode="drop")
-    kth = jax.lax.top_k(scores, k)[0][:, -1]
-    # the same product in another program may round differently: |error| <= d eps |q| |h|
-    norms = jnp.sqrt(jnp.sum(seed_table * seed_table, axis=1)).max()
-    margin = (
-        4 * queries.shape[1] * jnp.finfo(jnp.float32).eps * jnp.linalg.norm(queries, axis=1) * norms
-    )
-    return kth - margin
-
-
 @functools.lru_cache(maxsize=32)
 def _kernel(k: int, cols: int, approx: bool, recall_target: float):
-    """One device's program: (queries [B, d], table [blocks * cols, d], exclude [B, E] local ids,
-    valid: its real column count) -> running top K (values [B, k], local ids [B, k])."""
+    """One device's program: (queries [B, d], table [blocks * cols, d] and its column ids
+    (`norm_order.Share`), block norms [blocks], exclude [B, E] positions in the table (-1: none),
+    reach [B] (|q| with a rounding margin), live [B]) -> (running top K values [B, k], column ids
+    [B, k], blocks scored). Blocks are scored in order until none can hold a score that reaches a
+    live row's K-th best: a score is at most reach * the block's norm."""
 
-    def run(queries, table, exclude, valid, seed_table, seed_ids):
-        b = queries.shape[0]
+    def run(queries, table, col_ids, block_norms, exclude, reach, live):
+        b, blocks = queries.shape[0], block_norms.shape[0]
         rows = jnp.arange(b)[:, None]
-        floor = _seed_threshold(queries, seed_table, seed_ids, exclude, k)
 
-        def block(j, carry):
-            run_vals, run_ids = carry
+        def more(state):
+            j, (run_vals, _) = state
+            bound = reach * block_norms[jnp.minimum(j, blocks - 1)]
+            return (j < blocks) & jnp.any(live & (bound >= run_vals[:, -1]))
+
+        def block(state):
+            j, (run_vals, run_ids) = state
             start = j * cols
             part = jax.lax.dynamic_slice_in_dim(table, start, cols)
             scores = jnp.dot(queries, part.T, preferred_element_type=jnp.float32)
-            ids = start + jnp.arange(cols)
-            scores = jnp.where(ids[None, :] < valid, scores, -jnp.inf)
             local = exclude - start
             local = jnp.where((exclude >= 0) & (local >= 0) & (local < cols), local, cols)
-            scores = scores.at[rows, local].set(-jnp.inf, mode="drop")
-            return _merge_block(run_vals, run_ids, scores, start, floor, k, approx, recall_target)
+            scores = scores.at[rows, local].set(-jnp.inf, mode="drop")  # in place on the product
+            ids = jax.lax.dynamic_slice_in_dim(col_ids, start, cols)
+            return j + 1, _merge_block(run_vals, run_ids, scores, ids, k, approx, recall_target)
 
         init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32))
-        return jax.lax.fori_loop(0, table.shape[0] // cols, block, init)
+        j, (vals, ids) = jax.lax.while_loop(more, block, (jnp.int32(0), init))
+        return vals, ids, j
 
     return jax.jit(run)
 
@@ -277,27 +273,24 @@ class BlockedScorer:
                 f"block shape must be positive: {rows_per_batch} rows x {cols_per_block} columns"
             )
         self.shape = BlockShape(rows_per_batch or default.rows, cols)
-        blocks = -(-per_device // cols)
-        self.span = blocks * cols  # column ids per device
-        self.valid = [
-            int(np.clip(self.num_cols - i * self.span, 0, self.span))
-            for i in range(len(self.devices))
-        ]
         self.scan = self.devices[0].platform == "cpu" if scan is None else scan
         self._table = table
         self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+        self.blocks = [0, 0]  # column blocks scored, and in the shares, over the batches so far
 
     @functools.cached_property
-    def _ranges(self) -> tuple[list, list]:
-        """(tables, seeds) of the block kernel: each device's contiguous id range, on it."""
-        padded = np.zeros((self.span * len(self.devices), self.dim), np.float32)
-        padded[: self.num_cols] = self._table
-        tables, seeds = [], []
-        for i, device in enumerate(self.devices):
-            part = padded[i * self.span : (i + 1) * self.span]
-            tables.append(jax.device_put(part, device))
-            seeds.append(jax.device_put(self._seed(part[: self.valid[i]]), device))
-        return tables, seeds
+    def _shares(self) -> tuple[list, np.ndarray, np.ndarray]:
+        """The block kernel's columns (`norm_order.deal`): (table, column ids, block norms) on each
+        device, and each column's device and position there."""
+        shares = norm_order.deal(norm_order.norms(self._table), len(self.devices), self.shape.cols)
+        on_devices = []
+        for share, device in zip(shares, self.devices):
+            real = share.ids >= 0
+            part = np.zeros((len(share.ids), self.dim), np.float32)
+            part[real] = self._table[share.ids[real]]
+            arrays = (part, share.ids.astype(np.int32), share.block_norms)
+            on_devices.append(tuple(jax.device_put(a, device) for a in arrays))
+        return on_devices, *norm_order.positions(shares, self.num_cols)
 
     @functools.cached_property
     def _sorted(self) -> list[threshold_scan.SortedColumns]:
@@ -307,20 +300,6 @@ class BlockedScorer:
     @property
     def _scan_block(self) -> int:
         return threshold_scan.block_width(self.shape.cols)
-
-    def _seed(self, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(table, ids) of a block of a device's columns of largest norm, ids ascending (padding
-        `NO_SEED`, zero rows): their K-th best score bounds a row's final K-th best from below."""
-        ids = np.full(self.shape.cols, NO_SEED, np.int32)
-        take = min(len(part), self.shape.cols)
-        norms = np.einsum("ij,ij->i", part, part)
-        chosen = (
-            np.sort(np.argpartition(-norms, take - 1)[:take]) if take else np.zeros(0, np.int64)
-        )
-        ids[:take] = chosen
-        table = np.zeros((self.shape.cols, self.dim), np.float32)
-        table[:take] = part[chosen]
-        return table, ids
 
     def describe(self, k: int) -> str:
         """The memory bound of a query, for the log."""
@@ -398,6 +377,10 @@ class BlockedScorer:
                 index, results = pending
                 vals, found = self._merge(results, k)
                 ids[index], scores[index] = found[: len(index)], vals[: len(index)]
+                for row in index[~queries[index].any(axis=1)]:
+                    lowest = _lowest_admissible(exclude.row(row), k, self.num_cols)
+                    ids[row], scores[row] = -1, -np.inf
+                    ids[row, : len(lowest)], scores[row, : len(lowest)] = lowest, 0.0
                 if progress is not None:
                     progress(len(index))
             pending = launched
@@ -419,29 +402,30 @@ class BlockedScorer:
             found = per_core.run(tasks) if self.per_core else [task() for task in tasks]
             vals = np.concatenate([v for v, _ in found], axis=1)
             found = np.concatenate([i for _, i in found], axis=1)
-            order = np.lexsort((np.where(found < 0, np.iinfo(np.int64).max, found), -vals))
-            order = order[:, :k]
+            vals, found = _best_of(vals, found, k)
             stop = start + len(part)
-            scores[start:stop] = np.take_along_axis(vals, order, axis=1)[: len(part)]
-            ids[start:stop] = np.take_along_axis(found, order, axis=1)[: len(part)]
+            scores[start:stop], ids[start:stop] = vals[: len(part)], found[: len(part)]
             if progress is not None:
                 progress(len(part))
 
     def _launch(self, kernel, q: np.ndarray, ex: np.ndarray) -> list:
         """Every device's program on one batch: dispatched (accelerators), or run in one pinned
-        thread per device (per-core CPU devices, `per_core`)."""
+        thread per device (per-core CPU devices, `per_core`). Rows of a zero query (padding
+        included) do not hold the scan: `_score` answers them."""
+        tables, part, where = self._shares
+        qnorm = np.linalg.norm(q.astype(np.float64), axis=1)
+        reach = norm_order.round_up(qnorm * (1 + REACH_MARGIN))
+        known = np.maximum(ex, 0)
+        on, at = np.where(ex >= 0, part[known], -1), where[known]
 
         def task(i: int):
             device = self.devices[i]
-            local = np.where(ex >= 0, ex - i * self.span, -1).astype(np.int32)
-            local[(local < 0) | (local >= self.span)] = -1
-            tables, seeds = self._ranges
+            local = np.where(on == i, at, -1).astype(np.int32)
+            host = (q, local, reach, qnorm > 0)
             return kernel(
                 jax.device_put(q, device),
-                tables[i],
-                jax.device_put(local, device),
-                jax.device_put(np.int32(self.valid[i]), device),
-                *seeds[i],
+                *tables[i],
+                *(jax.device_put(a, device) for a in host[1:]),
             )
 
         if self.per_core:
@@ -449,14 +433,26 @@ class BlockedScorer:
         return [task(i) for i in range(len(self.devices))]
 
     def _merge(self, results: list, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The devices' top K merged: a stable sort by score of their concatenation in id order."""
-        vals = [np.asarray(v) for v, _ in results]
-        found = [np.asarray(j).astype(np.int64) + i * self.span for i, (_, j) in enumerate(results)]
-        if len(results) == 1:
-            return vals[0], found[0]
-        vals, found = np.concatenate(vals, axis=1), np.concatenate(found, axis=1)
-        order = np.argsort(-vals, axis=1, kind="stable")[:, :k]
-        return np.take_along_axis(vals, order, axis=1), np.take_along_axis(found, order, axis=1)
+        """The devices' top K merged (`_best_of`); counts the blocks they scored."""
+        vals = np.concatenate([np.asarray(v) for v, _, _ in results], axis=1)
+        found = np.concatenate([np.asarray(j).astype(np.int64) for _, j, _ in results], axis=1)
+        self.blocks[0] += sum(int(n) for _, _, n in results)
+        self.blocks[1] += sum(len(norms) for _, _, norms in self._shares[0])
+        return _best_of(vals, found, k) if len(results) > 1 else (vals, found)
+
+
+def _best_of(vals: np.ndarray, found: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `k` best (score, id) of each row of candidates from several devices: best first,
+    equal scores by the lower id, padding (id -1) last."""
+    order = np.lexsort((np.where(found < 0, np.iinfo(np.int64).max, found), -vals))[:, :k]
+    return np.take_along_axis(vals, order, axis=1), np.take_along_axis(found, order, axis=1)
+
+
+def _lowest_admissible(excluded: np.ndarray, k: int, num_cols: int) -> np.ndarray:
+    """The `k` lowest column ids not in `excluded` (fewer when fewer are admissible): a zero
+    query's top K, every score being 0."""
+    first = np.arange(min(num_cols, k + len(excluded)))
+    return first[~np.isin(first, excluded)][:k]
 
 
 def _progress_bar(total: int, enabled: bool | None, desc: str) -> tqdm:
@@ -545,7 +541,11 @@ def top_k_rows(
     scores = np.full((n, k), -np.inf, np.float32)
     if fold_in_fn is None and row_table is None:
         # the trainer's solve, imported only where rows are folded in (it brings the runners)
-        from alx_trainer.model import fold_in as fold_in_fn
+        from alx_trainer.model import fold_in
+
+        fold = lambda part: fold_in(col_table, part, config)  # the CSR as it is
+    else:
+        fold = lambda part: fold_in_fn(col_table, part.lists(), config)
     began = time.perf_counter()
     with _progress_bar(n, progress, "top-k") as bar:
         for start in range(0, n, FOLD_IN_CHUNK):
@@ -557,7 +557,7 @@ def top_k_rows(
                     has[:, None], np.asarray(row_table[row_ids[start:stop]], np.float32), 0.0
                 )
             else:
-                queries = np.asarray(fold_in_fn(col_table, part.lists(), config), np.float32)
+                queries = np.asarray(fold(part), np.float32)
             found = scorer.top_k(
                 queries,
                 exclude.rows(start, stop),
@@ -569,6 +569,14 @@ def top_k_rows(
             ids[start:stop], scores[start:stop] = found
     seconds = time.perf_counter() - began
     log.info("top-k of %d rows in %.1f s (%.0f rows/s)", n, seconds, n / max(seconds, 1e-9))
+    scored, blocks = scorer.blocks
+    if blocks:
+        log.info(
+            "scored %d of %d column blocks (%.1f%%): the norm bound ruled out the rest",
+            scored,
+            blocks,
+            100 * scored / blocks,
+        )
     return TopK(ids, scores)
 
 

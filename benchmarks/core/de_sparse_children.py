@@ -192,7 +192,7 @@ def evaluate_test(
     k = max(list(ks) + ([ndcg_k] if ndcg_k else []))
     n = len(fold)
     t = time.perf_counter()
-    queries = fold_in(model.col_table, fold.lists(), model.config)
+    queries = fold_in(model.col_table, fold, model.config)
     phase("fold-in", time.perf_counter() - t, rows=n)
     t = time.perf_counter()
     scorer = topk.BlockedScorer(model.col_table)
@@ -208,7 +208,8 @@ def evaluate_test(
         if time.monotonic() + (time.monotonic() - began) > deadline:
             break
     ids, gts, n = ids[:done], gts[:done], done
-    phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n)
+    scored, blocks = scorer.blocks
+    phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n, blocks_scored=scored, blocks=blocks)
     t = time.perf_counter()
     scores = metrics.ranking_metrics(ids, gts, ks, ndcg_k)
     phase("metrics", time.perf_counter() - t, rows=n)
