@@ -75,6 +75,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "approx_max_k is approximate on TPU only, elsewhere XLA sorts each block)",
     )
     p.add_argument("--recall_target", type=float, default=0.95, help="of the approximate top K")
+    p.add_argument(
+        "--blocks",
+        action="store_true",
+        help="on CPU too, the accelerators' block loop (default there: the threshold scan)",
+    )
     p.add_argument("--ks", default="20,50", help="Recall@K cut-offs")
     p.add_argument("--ndcg_k", type=int, default=100, help="NDCG cut-off (0: none)")
     p.add_argument(
@@ -261,6 +266,7 @@ def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
         "approx": args.topk == "approx",
         "recall_target": args.recall_target,
         "sample_rows": args.sample_rows,
+        "scan": False if args.blocks else None,
     }
     lines, error, child_s = runner(
         "ours",

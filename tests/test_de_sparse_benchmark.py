@@ -145,6 +145,19 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatc
         "metrics",
         "top 30 (approximate, sample)",
     ]
+    # the accelerators' block loop (on CPU with scan=False): the same figures, its blocks counted
+    counted = {}
+    blocks = de_sparse_children.evaluate_test(
+        model,
+        Csr.from_lists(known),
+        gts,
+        dict(ranking, scan=False),
+        lambda name, seconds, **kw: counted.update({name: kw}),
+    )
+    for name in ("recall@5", "recall@20", "recall_gt@20", "ndcg@30"):
+        assert blocks[name] == pytest.approx(got[name], abs=1e-12), name
+    top = counted["top 30 (exact)"]
+    assert 0 < top["blocks_scored"] <= top["blocks"]
     # past its deadline it stops after a chunk of rows, and its figures are those rows'
     monkeypatch.setattr(de_sparse_children, "EVAL_CHUNK", 16)
     cut = de_sparse_children.evaluate_test(

@@ -174,3 +174,41 @@ def test_automatic_residency_follows_the_free_memory(dataset, tmp_path, monkeypa
         jax.profiler.stop_trace()
     else:
         train(config, mesh=make_mesh(), callbacks=[guarded])
+
+
+def test_matrix_free_forms_take_batches_as_large_as_a_device_needs(tmp_path, monkeypatch):
+    """150k ids on one device: the matrix-free CG packs them into one batch of 262,144 ids (a
+    power of two no larger than needed) where the d x d forms keep 65,536; the solves do not
+    depend on the batching, so the tables equal those of 65,536-id batches."""
+    from alx_trainer.ops import plan
+
+    assert plan.accelerator_batch_ids(128, False, 25e6) == 1 << 20  # 512 MiB of float32 rows
+    assert plan.accelerator_batch_ids(1024, False, 25e6) == 1 << 17
+    assert plan.accelerator_batch_ids(128, True, 25e6) == 1 << 16  # d x d statistics per row
+    assert plan.accelerator_batch_ids(64, False, 2000) == 1 << 16  # never below 65,536
+    rng = np.random.default_rng(2)
+    rows = {r: sorted(rng.choice(2000, 50, replace=False).tolist()) for r in range(3000)}
+    data_dir = str(tmp_path / "data")
+    ref.write_dataset(data_dir, rows, 3000, 2000, shards=2)
+    shapes = []
+    make_plan = plan.make_plan
+    monkeypatch.setattr(
+        plan, "make_plan", lambda *a, **kw: shapes.append(make_plan(*a, **kw)) or shapes[-1]
+    )
+    tables = {}
+    for name, kw in (("auto", {}), ("65536", {"piece_len": 16, "batch_pieces": 4096})):
+        shapes.clear()
+        base = {
+            "solver": "cg",
+            "cg_form": "matvec",
+            "batch_rows": 0,
+            "batch_pieces": 0,
+            "epochs": 1,
+        }
+        config = _config(data_dir, str(tmp_path / name), **{**base, "piece_len": 0, **kw})
+        model = train(config, mesh=make_mesh(jax.devices()[:1]))
+        tables[name] = (model.row_table, model.col_table)
+        ids = {p.piece_len * p.batch_pieces for p in shapes}
+        assert ids == ({1 << 18} if name == "auto" else {1 << 16}), name
+    for auto, fixed in zip(tables["auto"], tables["65536"]):
+        np.testing.assert_allclose(auto, fixed, rtol=1e-5, atol=1e-6)

@@ -423,11 +423,10 @@ class BlockedScorer:
         def task(i: int):
             device = self.devices[i]
             local = np.where(on == i, at, -1).astype(np.int32)
-            host = (q, local, reach, qnorm > 0)
             return kernel(
                 jax.device_put(q, device),
                 *tables[i],
-                *(jax.device_put(a, device) for a in host[1:]),
+                *(jax.device_put(a, device) for a in (local, reach, qnorm > 0)),
             )
 
         if self.per_core:

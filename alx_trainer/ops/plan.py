@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 from jax.experimental import multihost_utils
 
-from alx_trainer.config import TrainConfig
+from alx_trainer.config import ACCELERATOR_BATCH_BYTES, ACCELERATOR_BATCH_IDS, TrainConfig
 from alx_trainer.data import batching
 
 # combine(values, how): `values` (int64 [n]) of every host reduced by `how` ('sum' or 'max').
@@ -47,6 +47,18 @@ class SidePlan:
     def calls(self) -> int:
         """Compiled calls of normal rows per device per half-epoch."""
         return self.steps // self.per_call
+
+
+def accelerator_batch_ids(dim: int, per_row_stats: bool, ids_per_device: float) -> int:
+    """Ids per batch on the accelerator path: a batch's fixed cost (its kernels' launches) is
+    about the same whatever its size, so the forms without d x d statistics per row slot take
+    batches of up to `ACCELERATOR_BATCH_BYTES` of gathered float32 rows, a power of two no larger
+    than a device's ids need; never fewer than `ACCELERATOR_BATCH_IDS`."""
+    if per_row_stats:
+        return ACCELERATOR_BATCH_IDS
+    most = 1 << max(0, (ACCELERATOR_BATCH_BYTES // (4 * dim)).bit_length() - 1)
+    needed = 1 << max(0, int(np.ceil(ids_per_device)) - 1).bit_length()
+    return max(ACCELERATOR_BATCH_IDS, min(most, needed))
 
 
 def candidate_shapes(config: TrainConfig, batch_ids: int) -> list[tuple[int, int]]:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alx_trainer import phase_times
-from alx_trainer.config import ACCELERATOR_BATCH_IDS, TrainConfig
+from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching
 from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import (
@@ -89,9 +89,9 @@ class SideRunner:
         # 'owner' on per-core CPU devices: a program and a pinned thread per device (per_core)
         self.per_device = spec.owner and per_core.applies(local)
         streamed = spec.owner and config.stream_batches and (self.per_device or len(local) == 1)
-        batch_ids = ACCELERATOR_BATCH_IDS if self.accelerator else batching.BATCH_IDS
-        # (streamed) rows long at some candidate shape are kept; those of the chosen one are packed
-        smallest = min(L * B for L, B in plan.candidate_shapes(config, batch_ids))
+        # (streamed: the per-core path only) rows long at some candidate shape are kept; those of
+        # the chosen one are packed
+        smallest = min(L * B for L, B in plan.candidate_shapes(config, batching.BATCH_IDS))
         keep = spec.owner and not streamed  # 'owner' packs from the chunks of this pass
         # the training runners' phases (a fold-in's count as the evaluation's)
         timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
@@ -102,6 +102,11 @@ class SideRunner:
         combine = (
             plan.over_hosts if len(local) < mesh.size else plan.one_host
         )  # the mesh spans processes
+        batch_ids = batching.BATCH_IDS
+        if self.accelerator:  # every process agrees on the ids a device holds
+            ids = combine(np.array([read.lengths.sum()], np.int64), "sum")[0] / mesh.size
+            free = (spec.matvec and spec.solver == "cg") or spec.solver == "block"
+            batch_ids = plan.accelerator_batch_ids(config.dim, spec.local_stats or not free, ids)
 
         def make_plan(max_calls: int) -> plan.SidePlan:
             with timed("plan"):

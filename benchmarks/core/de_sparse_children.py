@@ -195,7 +195,7 @@ def evaluate_test(
     queries = fold_in(model.col_table, fold, model.config)
     phase("fold-in", time.perf_counter() - t, rows=n)
     t = time.perf_counter()
-    scorer = topk.BlockedScorer(model.col_table)
+    scorer = topk.BlockedScorer(model.col_table, scan=ranking.get("scan"))
     phase("column table to the device", time.perf_counter() - t)
     kind, other = ("approximate", "exact") if approx else ("exact", "approximate")
     t = time.perf_counter()
