@@ -28,9 +28,9 @@ PIECE_LENS = (
     8,
 )  # `piece_len` 0: the candidates, in order (see `data.batching.choose_piece_len`)
 BATCH_IDS = 4096  # `batch_pieces` 0: ids per device batch (the per-core CPU path)
-# `batch_pieces` 0 on the accelerator path: at least this many ids a batch, and for the forms
-# without d x d statistics per row ('matvec' CG, 'block') up to ACCELERATOR_BATCH_BYTES of
-# gathered float32 rows (never more ids than a device holds, rounded up to a power of two)
+# `batch_pieces` 0 on the accelerator path: this many ids a batch, and off CPU for the forms
+# without d x d statistics per row ('matvec' CG, 'block') ACCELERATOR_BATCH_BYTES of gathered
+# float32 rows; either cut to even batches of the data (`ops.plan.make_plan`)
 ACCELERATOR_BATCH_IDS = 1 << 16
 ACCELERATOR_BATCH_BYTES = 1 << 29
 SWITCHES = ("auto", "on", "off")
@@ -153,8 +153,9 @@ class SolverConfig:
     )
     accelerator: str = _field(
         "auto",
-        "The accelerator path: batches of 65536 ids or more (up to 512 MiB of gathered float32 "
-        "rows for the matrix-free forms; unless --batch_pieces), the packed batches of "
+        "The accelerator path: batches of 65536 ids (on a GPU or TPU up to 512 MiB of gathered "
+        "float32 rows for the matrix-free forms; cut to the data; unless --batch_pieces), the "
+        "packed batches of "
         "both sides "
         "kept on the devices when they fit (--resident_batches), a half-epoch's normal rows in at "
         "most "

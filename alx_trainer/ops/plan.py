@@ -49,16 +49,21 @@ class SidePlan:
         return self.steps // self.per_call
 
 
-def accelerator_batch_ids(dim: int, per_row_stats: bool, ids_per_device: float) -> int:
-    """Ids per batch on the accelerator path: a batch's fixed cost (its kernels' launches) is
-    about the same whatever its size, so the forms without d x d statistics per row slot take
-    batches of up to `ACCELERATOR_BATCH_BYTES` of gathered float32 rows, a power of two no larger
-    than a device's ids need; never fewer than `ACCELERATOR_BATCH_IDS`."""
-    if per_row_stats:
+BALANCE_SLACK = 1.02  # room over an even share of pieces, for rows that next-fit cannot split
+BALANCE_PIECES = 64  # a balanced batch's pieces are a multiple of this
+
+
+def accelerator_batch_ids(dim: int, per_row_stats: bool, platform: str) -> int:
+    """Ids per batch on the accelerator path (before `make_plan` balances them): on a GPU a
+    batch's fixed cost (its kernels' launches) is about the same whatever its size, so the forms
+    without d x d statistics per row slot take batches of `ACCELERATOR_BATCH_BYTES` of gathered
+    float32 rows (a power of two of ids, never fewer than `ACCELERATOR_BATCH_IDS`); the others,
+    and CPU devices (where a batch that stays in cache is worth more: 0.80 s an epoch against 1.50
+    on `benchmarks.device_proxies`), `ACCELERATOR_BATCH_IDS`."""
+    if per_row_stats or platform == "cpu":
         return ACCELERATOR_BATCH_IDS
     most = 1 << max(0, (ACCELERATOR_BATCH_BYTES // (4 * dim)).bit_length() - 1)
-    needed = 1 << max(0, int(np.ceil(ids_per_device)) - 1).bit_length()
-    return max(ACCELERATOR_BATCH_IDS, min(most, needed))
+    return max(ACCELERATOR_BATCH_IDS, most)
 
 
 def candidate_shapes(config: TrainConfig, batch_ids: int) -> list[tuple[int, int]]:
@@ -77,12 +82,16 @@ def make_plan(
     combine: Combine,
     batch_ids: int = batching.BATCH_IDS,
     max_calls: int = 0,
+    balance_over: int = 0,
 ) -> SidePlan:
     """Plan one side from this host's rows (`lengths`, `row_ids` in file order) on `devices` local
     devices.
 
     `batch_ids`: ids per batch when `batch_pieces` is automatic; `max_calls` (0: `steps_per_call`
-    batches per call instead) bounds the compiled calls.
+    batches per call instead) bounds the compiled calls. `balance_over` (the mesh's device count;
+    0: off): an automatic batch is cut to about a device's normal pieces over the fewest batches of
+    `batch_ids` ids, so a batch as large as the data needs is not mostly padding (`BALANCE_SLACK`
+    and a multiple of `BALANCE_PIECES` for next-fit).
     Next-fit packing depends on the row lengths only. Row slots per batch (`batch_rows` 0) are set
     from the mean pieces per row over all hosts, so slots are rarely the binding limit. With
     `owner`, each device packs the rows of its own table shard (`shard` rows) apart.
@@ -97,6 +106,12 @@ def make_plan(
     pieces = batching.num_pieces(lengths, L)
     normal = pieces[pieces <= B]
     totals = combine(np.array([normal.sum(), len(normal), len(row_ids)], np.int64), "sum")
+    if balance_over and not config.batch_pieces:
+        per_device = totals[0] / balance_over
+        even = per_device / max(1, np.ceil(per_device / B)) * BALANCE_SLACK
+        B = int(min(B, BALANCE_PIECES * np.ceil(even / BALANCE_PIECES)))
+        normal = pieces[pieces <= B]
+        totals = combine(np.array([normal.sum(), len(normal), len(row_ids)], np.int64), "sum")
     mean_pieces = totals[0] / max(totals[1], 1)
     R = config.batch_rows or int(min(B, max(1, np.ceil(1.25 * B / max(mean_pieces, 1)))))
     n_long = int(np.sum(-(-lengths[pieces > B] // (B * L))))

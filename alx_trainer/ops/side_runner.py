@@ -103,10 +103,12 @@ class SideRunner:
             plan.over_hosts if len(local) < mesh.size else plan.one_host
         )  # the mesh spans processes
         batch_ids = batching.BATCH_IDS
-        if self.accelerator:  # every process agrees on the ids a device holds
-            ids = combine(np.array([read.lengths.sum()], np.int64), "sum")[0] / mesh.size
+        if self.accelerator:
             free = (spec.matvec and spec.solver == "cg") or spec.solver == "block"
-            batch_ids = plan.accelerator_batch_ids(config.dim, spec.local_stats or not free, ids)
+            platform = local[0].platform
+            batch_ids = plan.accelerator_batch_ids(
+                config.dim, spec.local_stats or not free, platform
+            )
 
         def make_plan(max_calls: int) -> plan.SidePlan:
             with timed("plan"):
@@ -120,6 +122,7 @@ class SideRunner:
                     combine,
                     batch_ids,
                     max_calls,
+                    mesh.size if self.accelerator else 0,
                 )
 
         # the accelerator path: resident batches run a half-epoch in one call
