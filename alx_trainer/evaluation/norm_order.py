@@ -1,12 +1,12 @@
 """Columns dealt over devices in descending norm order, in blocks: the layout of both exact top-K
 searches (`topk`, `threshold_scan`), which stop once no row can reach its K-th best score any more
-(a score is at most |q| |h|, and block norms only fall along a device's share).
+(a score is at most |q| |h|, and the blocks' bounds never rise along a device's share).
 
-One global order by descending norm (ties: lower id first) is dealt round-robin, so every device
-gets the same mix of long and short columns. A device's share is cut into blocks of `cols`
-positions; inside a block the columns are in ascending id order, so the groups of a block rank
-ties as a stable sort by id would. A block's bound is the largest norm in it, rounded up to
-float32.
+One global order by descending norm (`descending`: quantized, so ties and near-ties by lower id) is
+dealt round-robin, so every device gets the same mix of long and short columns. A device's share is
+cut into blocks of `cols` positions; inside a block the columns are in ascending id order, so the
+groups of a block rank ties as a stable sort by id would. A block's bound is the largest norm in it
+and in every later block (so bounds never rise along a share), rounded up to float32.
 """
 
 from __future__ import annotations
@@ -15,36 +15,79 @@ from typing import NamedTuple
 
 import numpy as np
 
+from alx_trainer.data.host_cores import thread_map
+
 
 class Share(NamedTuple):
     """One device's columns: `ids[p]` is the column id at position p (-1: padding to whole
-    blocks); `block_norms[j]` bounds the norms of block j from above."""
+    blocks); `block_norms[j]` bounds the norms of blocks j, j + 1, ... from above."""
 
     ids: np.ndarray  # int64 [blocks * cols]
     block_norms: np.ndarray  # float32 [blocks]
 
 
+ROWS_PER_TASK = 1 << 18  # rows a host thread takes at a time (norms, gathers)
+KEY_LEVELS = 65535  # norms are ordered by their logarithm quantized to this many levels
+
+
 def norms(table: np.ndarray) -> np.ndarray:
-    """Each row's Euclidean norm, float64."""
-    return np.sqrt(np.einsum("ij,ij->i", table, table, dtype=np.float64))
+    """Each row's Euclidean norm, float64, in host threads."""
+    out = np.empty(len(table), np.float64)
+
+    def part(lo: int) -> None:
+        rows = table[lo : lo + ROWS_PER_TASK]
+        out[lo : lo + len(rows)] = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+
+    thread_map(part, range(0, len(table), ROWS_PER_TASK))
+    return out
+
+
+def descending(table_norms: np.ndarray) -> np.ndarray:
+    """Column ids by descending norm, as a radix sort of the norms' logarithms quantized to
+    `KEY_LEVELS` levels (ties, and norms within a level's width, by lower id; zero norms last):
+    the order only decides how soon a search can stop, each block's bound is its own maximum."""
+    key = np.full(len(table_norms), KEY_LEVELS, np.uint16)
+    positive = table_norms > 0
+    if positive.any():
+        logs = np.log(table_norms[positive])
+        top, span = logs.max(), max(float(logs.max() - logs.min()), 1e-30)
+        key[positive] = np.minimum((top - logs) * ((KEY_LEVELS - 1) / span), KEY_LEVELS - 1)
+    return np.argsort(key, kind="stable")
 
 
 def deal(table_norms: np.ndarray, parts: int, cols: int) -> list[Share]:
     """`parts` shares of the columns whose norms are `table_norms`, in blocks of `cols`."""
-    order = np.argsort(-table_norms, kind="stable")
+    order = descending(table_norms)
+    small = len(table_norms) < np.iinfo(np.int32).max  # int32 ids sort faster
     out = []
     for i in range(parts):
         mine = order[i::parts]
         blocks = max(1, -(-len(mine) // cols))
-        ids = np.full(blocks * cols, -1, np.int64)
+        last = np.iinfo(np.int32 if small else np.int64).max  # padding sorts after every id
+        ids = np.full(blocks * cols, last, np.int32 if small else np.int64)
         ids[: len(mine)] = mine
-        last = np.iinfo(np.int64).max  # padding sorts after every id, then is -1 again
-        ids = np.sort(np.where(ids < 0, last, ids).reshape(blocks, cols), axis=1)
+        ids = np.sort(ids.reshape(blocks, cols), axis=1).ravel().astype(np.int64)
         ids[ids == last] = -1
         block_max = np.zeros(blocks, np.float64)
-        firsts = mine[::cols]  # each block's largest norm comes first in the norm order
-        block_max[: len(firsts)] = table_norms[firsts]
-        out.append(Share(ids.ravel(), round_up(block_max)))
+        if len(mine):
+            starts = np.arange(0, len(mine), cols)
+            block_max[: len(starts)] = np.maximum.reduceat(table_norms[mine], starts)
+        # every later block's norms too: a search may stop at the first bound it cannot reach
+        out.append(Share(ids, round_up(np.maximum.accumulate(block_max[::-1])[::-1])))
+    return out
+
+
+def gather_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """float32 `table[ids]`, zero rows where an id is -1, gathered in host threads."""
+    out = np.empty((len(ids), table.shape[1]), np.float32)
+
+    def part(lo: int) -> None:
+        chunk = ids[lo : lo + ROWS_PER_TASK]
+        rows = out[lo : lo + len(chunk)]
+        np.take(table, np.maximum(chunk, 0), axis=0, out=rows)
+        rows[chunk < 0] = 0
+
+    thread_map(part, range(0, len(ids), ROWS_PER_TASK))
     return out
 
 

@@ -60,8 +60,7 @@ def sorted_columns(table: np.ndarray, devices: list, cols: int) -> list[SortedCo
     out = []
     for share, device in zip(norm_order.deal(norm_order.norms(table), len(devices), cols), devices):
         real = np.flatnonzero(share.ids >= 0)
-        host = np.zeros((len(share.ids), table.shape[1]), np.float32)
-        host[real] = table[share.ids[real]]
+        host = norm_order.gather_rows(table, share.ids)
         position = np.full(num_cols, -1, np.int64)
         position[share.ids[real]] = real
         out.append(

@@ -287,9 +287,7 @@ class BlockedScorer:
         shares = norm_order.deal(norm_order.norms(self._table), len(self.devices), self.shape.cols)
         on_devices = []
         for share, device in zip(shares, self.devices):
-            real = share.ids >= 0
-            part = np.zeros((len(share.ids), self.dim), np.float32)
-            part[real] = self._table[share.ids[real]]
+            part = norm_order.gather_rows(self._table, share.ids)
             arrays = (part, share.ids.astype(np.int32), share.block_norms)
             on_devices.append(tuple(jax.device_put(a, device) for a in arrays))
         return on_devices, *norm_order.positions(shares, self.num_cols)
