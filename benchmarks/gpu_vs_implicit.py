@@ -10,7 +10,7 @@ then on the GPU machine, from the project root:
 
     python3 -m benchmarks.gpu_vs_implicit [--sizes gowalla,10m,25m,149m] [--dims 64,1024]
         [--gowalla data/gowalla] [--epochs N] [--ours KEY=VALUE ...] [--json FILE]
-        [--forms explicit:float32,explicit:tf32,explicit:bfloat16,matvec,matvec:pallas]
+        [--forms matvec,matvec:65536,matvec:pallas,explicit:tf32,explicit:bfloat16,explicit:float32]
         [--forms_at gowalla:64,gowalla:1024,25m:128] [--cost on|off]
 
 (The WebGraph de-sparse size, with its test split and evaluation, is `benchmarks.de_sparse`.)
@@ -96,7 +96,7 @@ SIZES = {
     "149m": Size(1_500_000, 1_500_000, 149_000_000, 2),  # WebGraph in-sparse
 }
 GOWALLA_DIMS = (64, 1024)
-FORMS = "explicit:float32,explicit:tf32,explicit:bfloat16,matvec,matvec:pallas"
+FORMS = "matvec,matvec:65536,matvec:pallas,explicit:tf32,explicit:bfloat16,explicit:float32"
 FORMS_AT = "gowalla:64,gowalla:1024,25m:128"  # 10M and 149M nnz: ours at 'auto' only
 MODULE = "benchmarks.gpu_vs_implicit"
 
@@ -148,8 +148,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--forms",
         default=FORMS,
-        help="solve forms compared for ours at --forms_at ('matvec', 'matvec:pallas', "
-        "'explicit:float32|tf32|bfloat16'; '' none)",
+        help="solve forms compared for ours at --forms_at ('matvec', 'matvec:65536', "
+        "'matvec:pallas', 'explicit:float32|tf32|bfloat16'; '' none)",
     )
     p.add_argument(
         "--forms_at",

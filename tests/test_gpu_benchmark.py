@@ -198,6 +198,7 @@ def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_
         for form, solve in (
             ("matvec", {"cg_form": "matvec"}),
             ("matvec:pallas", {"cg_form": "matvec", "cg_kernel": "pallas"}),
+            ("matvec:65536", {"cg_form": "matvec", "piece_len": 16, "batch_pieces": 4096}),
             ("explicit:bfloat16", {"cg_form": "explicit", "matmul_precision": "bfloat16"}),
         ):
             got = bench.ours_config(size, 64, None, str(tmp_path), solve_forms.form_overrides(form))

@@ -11,17 +11,23 @@ EXPLICIT_PRECISIONS = ("float32", "tf32", "bfloat16")  # TrainConfig.matmul_prec
 RECALL_TOLERANCE = 0.002  # a form whose Gowalla Recall@20 is lower than the best's by more is out
 
 
+SMALL_BATCHES = ["piece_len=16", "batch_pieces=4096"]  # 65,536 ids a batch: the earlier size
+
+
 def form_overrides(form: str) -> list[str]:
     """The `--ours` overrides of one solve form: 'matvec' (matrix-free CG by XLA's fusions),
-    'matvec:pallas' (the same as one Pallas kernel, `cg_kernel`) or 'explicit:PRECISION' (d x d
-    normal matrices whose h h^T products run at PRECISION)."""
-    kind, _, precision = form.partition(":")
-    if kind == "matvec" and precision in ("", "pallas"):
-        return ["cg_form=matvec"] + (["cg_kernel=pallas"] if precision else [])
-    if kind == "explicit" and precision in EXPLICIT_PRECISIONS:
-        return ["cg_form=explicit", f"matmul_precision={precision}"]
+    'matvec:65536' (the same in batches of 65,536 ids, the accelerator path's size before it took
+    batches as large as the data needs, up to `ACCELERATOR_BATCH_BYTES`), 'matvec:pallas' (the
+    same as one Pallas kernel, `cg_kernel`) or 'explicit:PRECISION' (d x d normal matrices whose
+    h h^T products run at PRECISION)."""
+    kind, _, variant = form.partition(":")
+    if kind == "matvec" and variant in ("", "pallas", "65536"):
+        extra = {"": [], "pallas": ["cg_kernel=pallas"], "65536": SMALL_BATCHES}[variant]
+        return ["cg_form=matvec", *extra]
+    if kind == "explicit" and variant in EXPLICIT_PRECISIONS:
+        return ["cg_form=explicit", f"matmul_precision={variant}"]
     raise ValueError(
-        f"--forms: expected 'matvec', 'matvec:pallas' or 'explicit:' with one of "
+        f"--forms: expected 'matvec', 'matvec:65536', 'matvec:pallas' or 'explicit:' with one of "
         f"{EXPLICIT_PRECISIONS}, got {form!r}"
     )
 
