@@ -27,6 +27,7 @@ def test_shares_hold_every_column_once_under_bounds_that_never_rise(parts, cols)
     part, where = norm_order.positions(shares, 5000)
     for i in rng.choice(5000, 50):
         assert shares[part[i]].ids[where[i]] == i
+    assert part[-1] == -1  # where a padding id (-1) looks
     # the first block of one share holds the largest norms (the quantized order is close)
     first = norm_order.deal(table_norms, 1, 500)[0].ids[:500]
     assert np.sort(table_norms[first]).min() >= np.sort(table_norms)[-500] * (1 - 1e-3)

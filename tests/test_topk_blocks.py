@@ -268,3 +268,17 @@ def test_wide_blocks_take_the_k_best_groups_and_stay_exact(integer):
         ).top_k(queries, exclude, 40)
         np.testing.assert_array_equal(got.ids, want_ids, err_msg=f"{devices} x {cols}")
         np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_tables_of_no_one_or_only_zero_columns(scan):
+    ones = np.ones((2, 3), np.float32)
+    for num_cols, exclude in ((0, [[], []]), (1, [[], [0]]), (5, [[], [0]])):
+        table = np.ones((num_cols, 3), np.float32)
+        got = BlockedScorer(table, jax.devices()[:3], scan=scan).top_k(ones, exclude, 4)
+        np.testing.assert_array_equal(got.ids, brute(ones, table, exclude, 4)[0], str(num_cols))
+    zeros = np.zeros((50, 3), np.float32)  # every score 0, every bound 0: the lowest ids
+    scorer = BlockedScorer(zeros, jax.devices()[:2], cols_per_block=32, scan=scan)
+    got = scorer.top_k(ones, [[1], [0]], 4)
+    np.testing.assert_array_equal(got.ids, [[0, 2, 3, 4], [1, 2, 3, 4]])
+    np.testing.assert_array_equal(got.scores, np.zeros((2, 4)))

@@ -80,6 +80,9 @@ def deal(table_norms: np.ndarray, parts: int, cols: int) -> list[Share]:
 def gather_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """float32 `table[ids]`, zero rows where an id is -1, gathered in host threads."""
     out = np.empty((len(ids), table.shape[1]), np.float32)
+    if len(table) == 0:  # every id is padding
+        out[:] = 0
+        return out
 
     def part(lo: int) -> None:
         chunk = ids[lo : lo + ROWS_PER_TASK]
@@ -92,9 +95,10 @@ def gather_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def positions(shares: list[Share], num_cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """(share index int32 [num_cols], position in it int64 [num_cols]) of every column."""
-    part = np.zeros(num_cols, np.int32)
-    where = np.zeros(num_cols, np.int64)
+    """(share index int32, position in it int64) of every column, [num_cols + 1]: the last entry,
+    share -1, is where the padding id -1 indexes."""
+    part = np.full(num_cols + 1, -1, np.int32)
+    where = np.full(num_cols + 1, -1, np.int64)
     for i, share in enumerate(shares):
         real = np.flatnonzero(share.ids >= 0)
         part[share.ids[real]] = i

@@ -415,8 +415,7 @@ class BlockedScorer:
         tables, part, where = self._shares
         qnorm = np.linalg.norm(q.astype(np.float64), axis=1)
         reach = norm_order.round_up(qnorm * (1 + REACH_MARGIN))
-        known = np.maximum(ex, 0)
-        on, at = np.where(ex >= 0, part[known], -1), where[known]
+        on, at = part[ex], where[ex]  # padding (-1): share -1
 
         def task(i: int):
             device = self.devices[i]
