@@ -56,37 +56,33 @@ def test_bfloat16_table_is_the_float32_one_rounded(small_chunks):
     np.testing.assert_array_equal(bf16, f32.astype(jnp.bfloat16).astype(np.float32))
 
 
-def test_a_block_is_copied_before_its_buffer_is_refilled(small_chunks, monkeypatch):
-    """`device_put` may return before the copy has read the host buffer (the CPU client copies
-    asynchronously): a block's buffer must not go back to the generator threads until then. Here
-    every copy is deferred to the moment the caller waits for it, or else to the very end."""
-    real_put = jax.device_put
+def test_a_block_is_written_before_its_buffer_is_refilled(small_chunks, monkeypatch):
+    """A CPU `device_put` of an aligned host buffer may alias it (JAX 0.10 did, `may_alias=False`
+    notwithstanding, for 21 of 61 blocks of a 985,000-row table: whole chunks of the column table
+    came out wrong now and then) and the write into the shard runs asynchronously: a block's buffer
+    must not go back to the generator threads before its write has read it. Here every put
+    aliases its buffer and every write is deferred to the moment the caller waits for it, or else
+    to the very end."""
 
-    class Deferred:
-        def __init__(self, host, device):
-            self.host, self.device, self.array = host, device, None
+    class Lazy:
+        def __init__(self, out, block, at):
+            self.out, self.block, self.at, self.done = out, block, int(at), None
 
         def block_until_ready(self):
-            return self.copied()
+            if self.done is None:
+                base = self.out.block_until_ready() if isinstance(self.out, Lazy) else self.out
+                self.done = np.array(base)
+                self.done[self.at : self.at + len(self.block)] = self.block  # read only now
+            return self.done
 
-        def copied(self):
-            if self.array is None:
-                self.array = real_put(np.array(self.host), self.device)
-            return self.array
-
-    def put(x, device=None, **kw):
-        return Deferred(x, device) if isinstance(x, np.ndarray) else real_put(x, device, **kw)
-
-    writes = []
-    monkeypatch.setattr(jax, "device_put", put)
+    monkeypatch.setattr(jax, "device_put", lambda x, device=None, **kw: x)  # aliases the buffer
+    monkeypatch.setattr(table_init, "_write_block", Lazy)
     monkeypatch.setattr(
-        table_init, "_write_block", lambda out, b, at: writes.append((b, at)) or out
+        jax, "make_array_from_single_device_arrays", lambda shape, sharding, parts: parts[0]
     )
     n = 12_000  # one device: 12 blocks of 1,000 rows through 3 buffers
-    table_init.init_table(make_mesh(jax.devices()[:1]), 3, n, 8, 0.1, jnp.float32)
-    got = np.zeros((n, 8), np.float32)
-    for block, at in writes:  # the copies not waited for happen now, as a late transfer would
-        got[int(at) : int(at) + 1000] = np.asarray(block.copied())
+    got = table_init.init_table(make_mesh(jax.devices()[:1]), 3, n, 8, 0.1, jnp.float32)
+    got = got.block_until_ready() if isinstance(got, Lazy) else got
     want = np.empty((n, 8), np.float32)
     table_init.init_rows(3, 0, n, 0.1, want)
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.asarray(got)[:n], want)

@@ -100,8 +100,10 @@ def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) ->
                     done_at, future = pending.popleft()
                     buf = future.result()
                     placed = jax.device_put(buf.view(bits), device, may_alias=False)
-                    placed.block_until_ready()  # the copy has read `buf`: only now refilled
                     out = _write_block(out, placed, np.int32(done_at))
+                    # `buf` goes back to the generator threads once the write has read it: a CPU
+                    # device_put of an aligned buffer may alias it, whatever `may_alias` says
+                    out.block_until_ready()
                     free.put(buf)
             parts.append(out if bits == dtype else bitcast(dtype)(out))
     return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
