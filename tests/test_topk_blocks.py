@@ -122,6 +122,8 @@ def test_block_loop_scores_only_blocks_that_can_reach_the_kth_best(devices):
     scorer = BlockedScorer(
         table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=64, scan=False
     )
+    scorer.place()  # the layout now, not at the first query
+    assert "_shares" in vars(scorer) and "_sorted" not in vars(scorer)
     got = scorer.top_k(queries, exclude, 40)
     np.testing.assert_array_equal(got.ids, brute(queries, table, exclude, 40)[0])
     assert scorer.blocks == [2 * 5 if devices == 1 else 2 * 2 * 3, 2 * 94]

@@ -301,6 +301,11 @@ class BlockedScorer:
     def _scan_block(self) -> int:
         return threshold_scan.block_width(self.shape.cols)
 
+    def place(self) -> None:
+        """Lay the columns out on the devices now (else the first query does): the layout of the
+        exact search this scorer runs, the threshold scan's or the block loop's."""
+        _ = self._sorted if self.scan else self._shares
+
     def describe(self, k: int) -> str:
         """The memory bound of a query, for the log."""
         return (

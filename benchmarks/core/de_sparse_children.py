@@ -196,6 +196,7 @@ def evaluate_test(
     phase("fold-in", time.perf_counter() - t, rows=n)
     t = time.perf_counter()
     scorer = topk.BlockedScorer(model.col_table, scan=ranking.get("scan"))
+    scorer.place()
     phase("column table to the device", time.perf_counter() - t)
     kind, other = ("approximate", "exact") if approx else ("exact", "approximate")
     t = time.perf_counter()
