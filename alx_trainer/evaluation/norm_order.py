@@ -45,7 +45,7 @@ def norms(table: np.ndarray) -> np.ndarray:
 def descending(table_norms: np.ndarray) -> np.ndarray:
     """Column ids by descending norm, as a radix sort of the norms' logarithms quantized to
     `KEY_LEVELS` levels (ties, and norms within a level's width, by lower id; zero norms last):
-    the order only decides how soon a search can stop, each block's bound is its own maximum."""
+    the order only decides how soon a search can stop; the bounds come from the norms (`deal`)."""
     key = np.full(len(table_norms), KEY_LEVELS, np.uint16)
     positive = table_norms > 0
     if positive.any():

@@ -12,9 +12,9 @@ before the long calls.
 
 Exactness: a group is flagged when its float32 maximum reaches the float64 K-th best lowered by a
 rounding margin (4 d eps |q| max |h|), so every column that can enter the top K is re-scored. The
-loop stops once no row can reach its threshold any more: a score is at most |q| |h|, and norms
-only fall along a device's columns. Rows whose query is zero score 0 everywhere: their top K is
-the lowest admissible ids, answered without a scan.
+loop stops once no row can reach its threshold any more: a score is at most |q| |h|, and block
+bounds never rise along a device's columns. Rows whose query is zero are left empty: every score
+is 0, so their top K is the lowest admissible ids, which the caller (`topk`) gives them.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class SortedColumns(NamedTuple):
     host: np.ndarray  # float32 [span, d], the same in host memory (re-scoring)
     ids: np.ndarray  # int64 [span]: the column id at each position (-1: padding)
     position: np.ndarray  # int64 [num_cols]: each column's position here (-1: another device)
-    ascending: np.ndarray  # int64: this device's column ids, ascending (zero queries)
+    real: int  # this device's columns (the rest of `ids` is padding)
     block_norms: Any  # jax array float32 [blocks]: the largest norm of each block
     max_norm: float
 
@@ -57,19 +57,18 @@ def sorted_columns(table: np.ndarray, devices: list, cols: int) -> list[SortedCo
     """Columns by descending norm dealt over `devices` (`norm_order.deal`), each share padded to
     a whole number of `cols`-wide blocks (`block_width`)."""
     num_cols = len(table)
+    shares = norm_order.deal(norm_order.norms(table), len(devices), cols)
+    part, where = norm_order.positions(shares, num_cols)
     out = []
-    for share, device in zip(norm_order.deal(norm_order.norms(table), len(devices), cols), devices):
-        real = np.flatnonzero(share.ids >= 0)
+    for i, (share, device) in enumerate(zip(shares, devices)):
         host = norm_order.gather_rows(table, share.ids)
-        position = np.full(num_cols, -1, np.int64)
-        position[share.ids[real]] = real
         out.append(
             SortedColumns(
                 jax.device_put(host, device),
                 host,
                 share.ids,
-                position,
-                np.sort(share.ids[real]),
+                np.where(part[:num_cols] == i, where[:num_cols], -1),
+                int(np.count_nonzero(share.ids >= 0)),
                 jax.device_put(share.block_norms, device),
                 float(share.block_norms.max(initial=0.0)),
             )
@@ -161,21 +160,17 @@ def scan(
     device: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The exact top `k` (float64 scores, ids; -inf / -1 padding) of the first `real` rows of
-    `queries` [B, d] (the rest: padding, left empty) over one device's columns, excluding the
-    (row, column id) pairs `excluded`."""
+    `queries` [B, d] (the rest: padding, left empty, as are rows whose query is zero: the caller
+    answers them) over one device's columns, excluding the (row, column id) pairs `excluded`."""
     b, d = queries.shape
     top = RunningTopK(b, k)
     q64 = queries.astype(np.float64)
     qnorm = np.linalg.norm(q64, axis=1)
-    zero = qnorm == 0
-    live = ~zero & (np.arange(b) < real)
-    zero &= np.arange(b) < real
+    live = (qnorm > 0) & (np.arange(b) < real)
     at = cols.position[excluded[1]]
     mine = at >= 0
     ex_rows, ex_pos = excluded[0][mine], at[mine]
     ex_keys = np.sort(ex_rows * len(cols.ids) + ex_pos)
-    if zero.any():
-        _zero_rows(top, np.flatnonzero(zero), cols, ex_keys)
     if not live.any():
         return top.vals, top.ids
     _dense_block(top, q64, live, cols, ex_rows, ex_pos)
@@ -184,7 +179,7 @@ def scan(
     reach = jax.device_put(reach, device)
     kernel = _scan_kernel(block)
     q_dev = jax.device_put(queries, device)
-    blocks = len(cols.ids) // block if len(cols.ascending) > SEED_COLUMNS else 0
+    blocks = len(cols.ids) // block if cols.real > SEED_COLUMNS else 0
     first, count = 0, 1
     while first < blocks:
         count = min(count, blocks - first, CHUNK_BLOCKS)
@@ -206,19 +201,6 @@ def scan(
         first += count
         count *= 2
     return top.vals, top.ids
-
-
-def _zero_rows(top: RunningTopK, rows: np.ndarray, cols: SortedColumns, ex_keys) -> None:
-    """Rows whose query is zero: every column scores 0, so the lowest admissible ids win."""
-    span = len(cols.ids)
-    for r in rows:
-        for start in range(0, len(cols.ascending), 4 * top.k):
-            ids = cols.ascending[start : start + 4 * top.k]
-            keys = r * span + cols.position[ids]
-            ids = ids[~_contains(ex_keys, keys)]
-            top.merge(np.full(len(ids), r), np.zeros(len(ids)), ids)
-            if np.isfinite(top.vals[r, -1]):
-                break
 
 
 def _contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:

@@ -13,7 +13,8 @@ the column count. The loop ends at the first block that no live row can take any
 score is at most |q| times the block's largest norm (with a rounding margin, `REACH_MARGIN`), and
 once that is below every row's running K-th best, so is every later block. On power-law data most
 blocks are never scored (the log and `BlockedScorer.blocks` say how many were). A zero query
-scores 0 everywhere: its top K, the lowest admissible ids, is answered on the host. The devices'
+scores 0 everywhere: its top K, the lowest admissible ids, is answered on the host, for both
+searches. The devices'
 top K are merged on the host. Shapes are fixed (the last batch is padded), so a call compiles once
 (twice when some rows have many known columns: those are batched apart with a wider exclusion
 list). CPU devices take the threshold scan instead (`threshold_scan`) unless `scan=False`.
@@ -249,8 +250,9 @@ def _kernel(k: int, cols: int, approx: bool, recall_target: float):
 
 
 class BlockedScorer:
-    """A column table split by id ranges over devices, answering exact (or approximate) top-K
-    queries in batches of `shape.rows` rows and blocks of `shape.cols` columns."""
+    """A column table dealt over devices in blocks of descending norm, answering exact (or
+    approximate) top-K queries in batches of `shape.rows` rows and blocks of `shape.cols`
+    columns."""
 
     def __init__(
         self,
@@ -339,17 +341,28 @@ class BlockedScorer:
         scores = np.full((n, k), -np.inf, np.float32)
         if self.scan and not approx:
             self._scan(queries, exclude, k, ids, scores, progress)
-            ids[~np.isfinite(scores)] = -1
-            return TopK(ids, scores)
-        lengths = exclude.lengths()
-        short = lengths <= SHORT_EXCLUDE
-        for group in (np.flatnonzero(short), np.flatnonzero(~short)):
-            if len(group):
-                width = 1 << max(0, int(lengths[group].max()) - 1).bit_length()
-                self._score(
-                    queries, exclude, group, width, k, approx, recall_target, ids, scores, progress
-                )
+        else:
+            lengths = exclude.lengths()
+            short = lengths <= SHORT_EXCLUDE
+            for group in (np.flatnonzero(short), np.flatnonzero(~short)):
+                if len(group):
+                    width = 1 << max(0, int(lengths[group].max()) - 1).bit_length()
+                    self._score(
+                        queries,
+                        exclude,
+                        group,
+                        width,
+                        k,
+                        approx,
+                        recall_target,
+                        ids,
+                        scores,
+                        progress,
+                    )
         ids[~np.isfinite(scores)] = -1
+        for row in np.flatnonzero(~queries.any(axis=1)):  # neither search takes zero queries
+            lowest = _lowest_admissible(exclude.row(row), k, self.num_cols)
+            ids[row, : len(lowest)], scores[row, : len(lowest)] = lowest, 0.0
         return TopK(ids, scores)
 
     def _score(
@@ -382,10 +395,6 @@ class BlockedScorer:
                 index, results = pending
                 vals, found = self._merge(results, k)
                 ids[index], scores[index] = found[: len(index)], vals[: len(index)]
-                for row in index[~queries[index].any(axis=1)]:
-                    lowest = _lowest_admissible(exclude.row(row), k, self.num_cols)
-                    ids[row], scores[row] = -1, -np.inf
-                    ids[row, : len(lowest)], scores[row, : len(lowest)] = lowest, 0.0
                 if progress is not None:
                     progress(len(index))
             pending = launched

@@ -188,7 +188,7 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids,
     gram, hyper = fixed
     alpha = hyper[0]
     rows = row_ids.shape[0]
-    matvec = spec.matvec and spec.solver == "cg"
+    matvec = spec.cg_matvec
     x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
     if matvec and spec.cg_kernel == "pallas":  # the kernel gathers from a whole table itself
         source = src_l if spec.replicated_src else stored_rows(spec, src_l, ids)

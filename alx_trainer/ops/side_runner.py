@@ -104,11 +104,7 @@ class SideRunner:
         )  # the mesh spans processes
         batch_ids = batching.BATCH_IDS
         if self.accelerator:
-            free = (spec.matvec and spec.solver == "cg") or spec.solver == "block"
-            platform = local[0].platform
-            batch_ids = plan.accelerator_batch_ids(
-                config.dim, spec.local_stats or not free, platform
-            )
+            batch_ids = plan.accelerator_batch_ids(config.dim, spec.row_stats, local[0].platform)
 
         def make_plan(max_calls: int) -> plan.SidePlan:
             with timed("plan"):
@@ -336,7 +332,7 @@ class SideRunner:
                 terms.append(t)
             return dst, terms
         batches = self.source.long_batches()
-        if self.spec.owner and self.spec.matvec and self.spec.solver == "cg":
+        if self.spec.owner and self.spec.cg_matvec:
             return long_rows.solve_cg(
                 self.mesh,
                 self.spec,

@@ -50,6 +50,16 @@ class StepSpec:
     def owner(self) -> bool:
         return self.layout == "owner"
 
+    @property
+    def cg_matvec(self) -> bool:
+        """The matrix-free CG runs (no d x d matrix built per row)."""
+        return self.matvec and self.solver == "cg"
+
+    @property
+    def row_stats(self) -> bool:
+        """Each row slot of a batch holds d x d statistics (the explicit forms, local stats)."""
+        return self.local_stats or not (self.cg_matvec or self.solver == "block")
+
 
 # What a step sees of the fixed side besides its rows: (gramian [d, d], hyper [3] = alpha, lambda,
 # nu).
