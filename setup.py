@@ -73,6 +73,7 @@ setup(
             "dill>=0.3.6,<1",
             "fastwarc>=2.0,<3",
             "ruff>=0.6,<1",
+            "triton>=3.4,<4",  # compiles the Pallas kernel for sm_90 on a host without a GPU
         ],
         "gcs": ["gcsfs>=2023.1"],  # gs:// paths (fsspec's Google Cloud Storage filesystem)
         "s3": ["s3fs>=2023.1"],  # s3:// paths

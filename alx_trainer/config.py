@@ -127,7 +127,7 @@ class SolverConfig:
         "'xla' (XLA's fusions; each CG step reads the gathered rows twice) or 'pallas' (one "
         "Pallas kernel over tiles of 4-16 rows that gathers each tile's rows and, when they fit "
         "on chip, reads them once for r0, every step and the loss). 'pallas' is Triton on GPU "
-        "(dim a power of two in [16, 256]), interpret mode on CPU (slow: for tests), not TPU; "
+        "(dim a power of two in [16, 128]), interpret mode on CPU (slow: for tests), not TPU; "
         "opt-in until a GPU benchmark has timed it against 'xla'.",
     )
     stats: str = _field(

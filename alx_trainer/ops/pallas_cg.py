@@ -30,17 +30,23 @@ from alx_trainer.ops.table_storage import as_float32
 
 MAX_TILE_ROWS = 16  # row slots per program at most
 MIN_TILE_ROWS = 4  # and at least: every program reads alpha G [d, d] (through the cache)
-TILE_BYTES = 128 * 1024  # a window of fixed rows (stored dtype) takes at most this on chip
-MIN_CHUNK = 16  # pieces per window at least
-NUM_WARPS = 8  # Triton warps per program (untuned: no GPU has run this kernel)
+# A window of fixed rows (stored dtype) takes at most this. A program keeps its first window in
+# registers from r0 to the loss: at 128 KiB (sm_90, d=128, bfloat16) it needed 255 registers a
+# thread and spilled 6.7 KB; at 32 KiB it takes 240 and spills nothing
+# (`python -m benchmarks.pallas_sm90`).
+TILE_BYTES = 32 * 1024
+NUM_WARPS = 8  # Triton warps per program (4 spilled at 32 KiB windows)
+# No software pipelining: it double-buffers each streamed window in shared memory (at 128 KiB
+# windows 2 x 128 KiB, 352 KiB in all against sm_90's 227 KiB a block).
+NUM_STAGES = 1
+MAX_GPU_DIM = 128  # alpha G [d, d] float32 goes through shared memory: 64 KiB at 128, 256 at 256
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def chunk_pieces(piece_len: int, dim: int, itemsize: int) -> int:
-    """Pieces per window: the largest power of two whose rows fit `TILE_BYTES` (at least
-    `MIN_CHUNK`)."""
+    """Pieces per window: the largest power of two whose rows fit `TILE_BYTES` (at least one)."""
     per_piece = piece_len * dim * itemsize
-    chunk = MIN_CHUNK
+    chunk = 1
     while 2 * chunk * per_piece <= TILE_BYTES:
         chunk *= 2
     return chunk
@@ -57,17 +63,26 @@ def tile_shape(pieces: int, slots: int, piece_len: int, dim: int, itemsize: int)
     return rows, chunk
 
 
-def gpu_support(dim: int, piece_len: int) -> str:
+def gpu_support(dim: int, piece_len: int, table_rows: int = 0) -> str:
     """Why the Triton lowering cannot take this shape ('' when it can): Triton's tensors have
-    power-of-two sizes, and a program holds alpha G [d, d] and its tile's rows on chip."""
-    if dim & (dim - 1) or not 16 <= dim <= 256:
-        return f"dim must be a power of two in [16, 256] (alpha G [d, d] on chip), got {dim}"
+    power-of-two sizes, a program holds alpha G [d, d] in shared memory, and the in-kernel gather
+    addresses the fixed table (`table_rows` x `dim` values) with 32-bit offsets."""
+    if dim & (dim - 1) or not 16 <= dim <= MAX_GPU_DIM:
+        return (
+            f"dim must be a power of two in [16, {MAX_GPU_DIM}] (alpha G [d, d] in shared "
+            f"memory), got {dim}"
+        )
     if piece_len & (piece_len - 1):
         return f"piece_len must be a power of two (Triton tensor sizes), got {piece_len}"
+    if table_rows * dim >= 2**31:
+        return (
+            f"the fixed table has {table_rows:,} x {dim} values, over the 2^31 a 32-bit offset "
+            "reaches"
+        )
     return ""
 
 
-def check_backend(dim: int, piece_len: int) -> None:
+def check_backend(dim: int, piece_len: int, table_rows: int = 0) -> None:
     """Raise ValueError (one line) when this backend cannot run the kernel at these shapes."""
     backend = jax.default_backend()
     if backend == "cpu":
@@ -77,7 +92,8 @@ def check_backend(dim: int, piece_len: int) -> None:
             f"cg_kernel: 'pallas' runs on GPU (Triton) or CPU (interpret mode), "
             f"not {backend}; use 'xla'"
         )
-    reason = gpu_support(dim, piece_len or 16)  # automatic piece lengths (16, 8) are powers of two
+    # automatic piece lengths (16, 8) are powers of two
+    reason = gpu_support(dim, piece_len or 16, table_rows)
     if reason:
         raise ValueError(f"cg_kernel: 'pallas' on GPU: {reason}; use 'xla'")
 
@@ -186,6 +202,7 @@ def batch_cg(
     gathered: bool,
     observed_loss: bool,
     shape: tuple[int, int] | None = None,
+    gpu: bool | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """`iters` CG steps from x0 [R, d] on (alpha G + lam I + sum_i h_i h_i^T) x = sum_i h_i for
     every row slot of one dense batch (ids [B, L], seg [B]); (x [R, d], observed loss [R]),
@@ -194,7 +211,8 @@ def batch_cg(
     `rows` is the fixed table whole (its rows gathered by id inside the kernel) or, `gathered`,
     the batch's rows already gathered [B, L, d] (the 'sharded' layout's gather). Padding slots
     come back as CG from x0 on alpha G + lam I; the caller masks them. `shape`: (row slots per
-    tile, pieces per window), by default `tile_shape`.
+    tile, pieces per window), by default `tile_shape`. `gpu`: lowered for Triton (True) or
+    interpreted (False) whatever the backend; None: by the backend.
     """
     from jax.experimental import pallas as pl  # not imported by the default ('xla') path
 
@@ -212,7 +230,7 @@ def batch_cg(
     lam = jnp.pad(lam.astype(jnp.float32), (0, padded - num_slots))
     whole = lambda a: pl.BlockSpec(a.shape, lambda t: (0,) * a.ndim)
     tiled = lambda *dims: pl.BlockSpec((per_tile, *dims), lambda t: (t, *(0,) * len(dims)))
-    interpret = _mode()
+    interpret = _mode() if gpu is None else not gpu
     params = {} if interpret else {"compiler_params": _triton_params()}
     kernel = functools.partial(
         _kernel, chunk=chunk, iters=iters, gathered=gathered, observed_loss=observed_loss
@@ -274,4 +292,4 @@ def kernel_bytes(
 def _triton_params():
     from jax.experimental.pallas import triton as pl_triton  # the GPU backend, imported only for it
 
-    return pl_triton.CompilerParams(num_warps=NUM_WARPS)
+    return pl_triton.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES)

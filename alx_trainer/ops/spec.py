@@ -126,7 +126,9 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         config.cg_kernel if matvec and config.solver == "cg" and config.stats == "gather" else "xla"
     )
     if kernel == "pallas":
-        pallas_cg.check_backend(config.dim, config.piece_len)
+        # the kernel gathers by id from the whole fixed table unless the layout shards it
+        gathers = num_other if layout != "sharded" else 0
+        pallas_cg.check_backend(config.dim, config.piece_len, gathers)
     precision = config.matmul_precision
     if precision == "auto":
         precision = "float32" if on_cpu() else "tf32"
