@@ -110,10 +110,14 @@ def _train(
 ) -> Model:
     """`train` once the data is open and the model directory is this run's."""
     phase_times.reset()
-    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+    with phase_times.timed("init", "tables"):
+        tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
-        start = checkpoint.resume(mgr, tables, config.model_dir, config.data, dataset.fingerprint)
+        with phase_times.timed("init", "checkpoint"):
+            start = checkpoint.resume(
+                mgr, tables, config.model_dir, config.data, dataset.fingerprint
+            )
         runners = _runners(config, dataset, mesh)
     except BaseException:
         mgr.close()

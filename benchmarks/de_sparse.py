@@ -198,6 +198,15 @@ def summary_lines(report: dict) -> list[str]:
             f"(target {ours['recall_target']})"
         )
     for p in report.get("phases", []):
+        parts = [n[:-2] for n in p if n.endswith("_s") and not n.endswith("cpu_s")]
+        if p["phase"] == "tables and plan" and parts:
+            out.append(
+                "tables and plan: "
+                + ", ".join(
+                    f"{n} {p[n + '_s']:.2f} s ({fmt(p.get(n + '_cpu_s'), '.2f')} CPU s)"
+                    for n in parts
+                )
+            )
         if p.get("blocks"):
             out.append(
                 f"{p['phase']}: the device scored {p['blocks_scored']:,} of {p['blocks']:,} "

@@ -196,7 +196,7 @@ def test_lowers_to_triton(gathered, dim, dtype, shape):
 def test_compiles_for_sm90_within_the_chip():
     """Triton's compiler (PyPI's, not jaxlib's: a proxy) builds the kernel for an H100/H200 at the
     GPU benchmark's shapes within a block's shared memory and without spilling registers: at its
-    first windows (128 KiB, 3 pipeline stages) it asked for 352 KiB, and its first GPU run failed."""
+    first windows (128 KiB, 3 pipeline stages) it asked for 352 KiB; its first GPU run failed."""
     from benchmarks import pallas_sm90
 
     if not pallas_sm90.has_triton():

@@ -58,9 +58,12 @@ def test_training_logs_every_phase(tmp_path, caplog):
                 for line in lines
             ), lines
     assert sum(line.startswith("epoch ") and " eval: " in line for line in lines) == 2
+    for what in ("tables", "checkpoint"):
+        assert any(re.fullmatch(rf"{what} init: [\d.]+ s \([\d.]+ CPU s\)", x) for x in lines)
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]
     assert re.fullmatch(
-        r"phases: read [\d.]+ s \([\d.]+ CPU s\), plan .*, pack .*, compile .*, epochs .*, eval .*",
+        r"phases: init [\d.]+ s \([\d.]+ CPU s\), read .*, plan .*, pack .*, compile .*, "
+        r"epochs .*, eval .*",
         summary,
     )
 

@@ -144,6 +144,46 @@ def test_owner_steps_and_stack_calls():
 
 
 @pytest.mark.parametrize(
+    "per_step,per_call,spare,parts,threads",
+    [(1, 1, 0, 1, 1), (1, 4, 2, 5, 3), (2, 3, 1, 7, 2), (3, 2, 4, 4, 0), (1, 1000, 0, 3, 2)],
+)
+def test_calls_packed_in_place_equal_the_grouped_and_stacked_ones(
+    per_step, per_call, spare, parts, threads
+):
+    """`pack_calls` (batches filled in threads straight into their call's arrays) gives the calls
+    of `pack_normal`, `group_steps` and `stack_calls`, padding and all: calls split a chunk's
+    batches, steps span chunks, the last call is part padding, `spare` calls are all padding."""
+    rows = _rows(3, 400, max_len=40)
+    row_ids = np.arange(400) * 3 + 1
+    shape = (4, 6, 5)  # piece_len, batch_pieces, batch_rows: rows over 24 ids are long, left out
+    batches = sum(len(b) for b in batching.pack_normal(_split(rows, row_ids, 1), *shape))
+    steps = (-(-batches // (per_step * per_call)) + spare) * per_call
+    empty = lambda k: batching.empty_batch(k, *shape)
+    want = list(
+        batching.stack_calls(
+            batching.group_steps(
+                batching.pack_normal(_split(rows, row_ids, parts), *shape), per_step, steps, empty
+            ),
+            per_call,
+        )
+    )
+    got = list(
+        batching.pack_calls(
+            _split(rows, row_ids, parts), *shape, per_step, per_call, steps, threads
+        )
+    )
+    assert len(got) == len(want) == steps // per_call
+    for g, w in zip(got, want):
+        for f in dataclasses.fields(w):
+            assert getattr(g, f.name).shape == getattr(w, f.name).shape, f.name
+            np.testing.assert_array_equal(getattr(g, f.name), getattr(w, f.name), err_msg=f.name)
+    with pytest.raises(RuntimeError, match="more than the"):
+        list(batching.pack_calls(_split(rows, row_ids, parts), *shape, per_step, 1, 1, threads))
+    with pytest.raises(ValueError, match="multiple of 3"):
+        list(batching.pack_calls(_split(rows, row_ids, parts), *shape, 1, 3, 4, threads))
+
+
+@pytest.mark.parametrize(
     "length,expected", [(16, 16), (32, 16), (5, 8), (8, 8), (9, 16), (30, 16), (20, 8)]
 )
 def test_automatic_piece_length_from_padding(length, expected):

@@ -11,6 +11,8 @@ every row length trains exactly.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 from typing import Iterable, Iterator, Sequence
 
@@ -121,25 +123,27 @@ def batch_starts(
 
 
 def _fill(
-    chunk: RowChunk,
+    parts: Sequence[RowChunk],
     starts: list[int],
     stop: int,
     piece_len: int,
     batch_pieces: int,
     batch_rows: int,
 ) -> DeviceBatch:
-    """Scatter rows [starts[0], stop) of `chunk` into len(starts) device batches."""
+    """Scatter rows [starts[0], stop) of the rows of `parts` into len(starts) device batches."""
     out = empty_batch(len(starts), piece_len, batch_pieces, batch_rows)
     if starts:
-        _fill_into(out, chunk, starts, stop, piece_len)
+        _fill_into(out, parts, starts, stop, piece_len)
     return out
 
 
 def _fill_into(
-    out: DeviceBatch, chunk: RowChunk, starts: list[int], stop: int, piece_len: int
+    out: DeviceBatch, parts: Sequence[RowChunk], starts: list[int], stop: int, piece_len: int
 ) -> None:
-    """Scatter rows [starts[0], stop) of `chunk` into the first len(starts) batches of `out`, which
-    hold padding only (a view of larger arrays fills them in place)."""
+    """Scatter rows [starts[0], stop) of the rows of `parts` (one after another: joined here, in
+    the packing thread) into the first len(starts) batches of `out`, which hold padding only (a
+    view of larger arrays fills them in place)."""
+    chunk = RowChunk.concat(parts)
     k = len(starts)
     first = starts[0]
     lengths = chunk.lengths[first:stop]
@@ -173,7 +177,7 @@ def pack_normal(
     order.
     """
 
-    def fill(job: tuple[RowChunk, list[int], int]) -> DeviceBatch:
+    def fill(job: tuple[list[RowChunk], list[int], int]) -> DeviceBatch:
         return _fill(*job, piece_len, batch_pieces, batch_rows)
 
     return host_cores.ordered(
@@ -183,42 +187,147 @@ def pack_normal(
     )
 
 
+def pack_calls(
+    chunks: Iterable[RowChunk],
+    piece_len: int,
+    batch_pieces: int,
+    batch_rows: int,
+    per_step: int,
+    per_call: int,
+    num_steps: int,
+    threads: int = 0,
+) -> Iterator[DeviceBatch]:
+    """The calls of `stack_calls(group_steps(pack_normal(...), per_step, num_steps), per_call)`
+    ([per_step, per_call, ...] arrays, `num_steps / per_call` of them), each packed in place: the
+    batches are filled in `threads` threads (0: one per host core) straight into their call's
+    arrays, padding included, so no batch is copied or merged (with one device a step, a call's
+    arrays are the ones filled; with more, one copy orders them by device)."""
+    if num_steps % per_call:
+        raise ValueError(
+            f"{num_steps % per_call} steps left over: the step count must be a multiple of "
+            f"{per_call}"
+        )
+    per = per_step * per_call  # batches a call holds, in the order they are packed
+    calls, made = num_steps // per_call, 0
+    workers = threads or host_cores.host_threads()
+
+    def by_device(call: DeviceBatch) -> DeviceBatch:  # [per, ...] -> [per_step, per_call, ...]
+        def order(a: np.ndarray) -> np.ndarray:
+            a = a.reshape(per_call, per_step, *a.shape[1:])
+            if per_step == 1:
+                return a.swapaxes(0, 1)  # a view
+            out = np.empty((per_step, *a.shape[:1], *a.shape[2:]), a.dtype)
+            host_cores.thread_map(lambda j: out.__setitem__(j, a[:, j]), range(per_step), workers)
+            return out
+
+        return DeviceBatch(*(order(getattr(call, f.name)) for f in dataclasses.fields(call)))
+
+    def fill(out: DeviceBatch, parts: list[RowChunk], starts: list[int], stop: int) -> None:
+        _pad(out, batch_rows)
+        _fill_into(out, parts, starts, stop, piece_len)
+
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="alx-pack") as pool:
+        call, at, pending = None, 0, collections.deque()
+        for parts, starts, stop in _fill_jobs(chunks, piece_len, batch_pieces, batch_rows):
+            while starts:
+                if call is None:
+                    if made == calls:
+                        raise RuntimeError(
+                            f"data produced more than the {num_steps} steps the plan allows; did "
+                            "the files change?"
+                        )
+                    call, at = _blank(per, piece_len, batch_pieces, batch_rows), 0
+                take = min(len(starts), per - at)
+                end = starts[take] if take < len(starts) else stop
+                view = _slice(call, at, at + take)
+                pending.append(pool.submit(fill, view, parts, starts[:take], end))
+                at, starts = at + take, starts[take:]
+                while len(pending) > 2 * workers:  # bounds the chunks held by queued jobs
+                    pending.popleft().result()
+                if at == per:
+                    while pending:
+                        pending.popleft().result()
+                    made += 1
+                    yield by_device(call)
+                    call = None
+        while pending:
+            pending.popleft().result()
+        if call is not None:
+            _pad(_slice(call, at, per), batch_rows)
+            made += 1
+            yield by_device(call)
+    for _ in range(calls - made):
+        yield by_device(empty_batch(per, piece_len, batch_pieces, batch_rows))
+
+
+def _blank(k: int, piece_len: int, batch_pieces: int, batch_rows: int) -> DeviceBatch:
+    """`k` batches of uninitialized arrays (their fills write the padding)."""
+    return DeviceBatch(
+        ids=np.empty((k, batch_pieces, piece_len), np.int32),
+        seg=np.empty((k, batch_pieces), np.int32),
+        row_ids=np.empty((k, batch_rows), np.int32),
+        row_len=np.empty((k, batch_rows), np.int32),
+    )
+
+
+def _pad(out: DeviceBatch, batch_rows: int) -> None:
+    """Set the batches of `out` to padding (as `empty_batch` makes them)."""
+    out.ids.fill(PAD_ID)
+    out.seg.fill(batch_rows)
+    out.row_ids.fill(PAD_ID)
+    out.row_len.fill(0)
+
+
 def pack_normal_into(chunks: Iterable[RowChunk], out: DeviceBatch, piece_len: int) -> int:
     """Pack like `pack_normal` (one thread) into the batches of `out` (padding only), from the
     first on, without a copy per batch; returns how many it filled, or raises if they do not fit."""
     batch_pieces, batch_rows = out.seg.shape[1], out.row_ids.shape[1]
     filled = 0
-    for chunk, starts, stop in _fill_jobs(chunks, piece_len, batch_pieces, batch_rows):
+    for parts, starts, stop in _fill_jobs(chunks, piece_len, batch_pieces, batch_rows):
         if filled + len(starts) > len(out):
             raise RuntimeError(
                 f"the rows packed more than the {len(out)} batches planned; did the files change?"
             )
-        _fill_into(_slice(out, filled, filled + len(starts)), chunk, starts, stop, piece_len)
+        _fill_into(_slice(out, filled, filled + len(starts)), parts, starts, stop, piece_len)
         filled += len(starts)
     return filled
 
 
 def _fill_jobs(
     chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int
-) -> Iterator[tuple[RowChunk, list[int], int]]:
-    """(rows, batch starts, stop) of each `_fill` of `pack_normal`, in order."""
-    pending = RowChunk.empty()
+) -> Iterator[tuple[list[RowChunk], list[int], int]]:
+    """(rows, batch starts, stop) of each `_fill` of `pack_normal`, in order. The rows are the
+    chunks' parts that hold them, views (rows left over wait for the next chunk; they and the
+    rows that complete their batch are joined by the packing thread, not here)."""
+    parts: list[RowChunk] = []
+    pieces = np.zeros(0, np.int64)  # of the rows in `parts`
     for chunk in chunks:
-        fits = num_pieces(chunk.lengths, piece_len) <= batch_pieces
-        pending = RowChunk.concat([pending, chunk if fits.all() else chunk.select(fits)])
-        starts, stop = batch_starts(
-            num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=False
-        )
+        counts = num_pieces(chunk.lengths, piece_len)
+        fits = counts <= batch_pieces
+        if not fits.all():
+            chunk, counts = chunk.select(fits), counts[fits]
+        if not len(chunk):
+            continue
+        parts.append(chunk)
+        pieces = np.concatenate([pieces, counts])
+        starts, stop = batch_starts(pieces, batch_pieces, batch_rows, final=False)
         if starts:
-            yield pending, starts, stop
-            pending = pending.take(stop, len(pending))
-    if len(pending):
-        yield (
-            pending,
-            *batch_starts(
-                num_pieces(pending.lengths, piece_len), batch_pieces, batch_rows, final=True
-            ),
-        )
+            head, parts = _cut(parts, stop)
+            yield head, starts, stop
+            pieces = pieces[stop:]
+    if parts:
+        yield (parts, *batch_starts(pieces, batch_pieces, batch_rows, final=True))
+
+
+def _cut(parts: list[RowChunk], at: int) -> tuple[list[RowChunk], list[RowChunk]]:
+    """The rows of `parts` before row `at` and from it on, as views."""
+    for i, part in enumerate(parts):
+        if at <= len(part):
+            head = parts[:i] + ([part.take(0, at)] if at else [])
+            tail = ([part.take(at, len(part))] if at < len(part) else []) + parts[i + 1 :]
+            return head, tail
+        at -= len(part)
+    raise ValueError(f"row {at} is past the rows of the parts")
 
 
 def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> Iterator[LongBatch]:

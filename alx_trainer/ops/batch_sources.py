@@ -68,9 +68,7 @@ def host_calls(
 ) -> Iterator[batching.DeviceBatch]:
     """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them,
     packed in `threads` threads (0: one per host core)."""
-    steps = batching.pack_normal(chunks, *plan.shape, threads)
-    steps = batching.group_steps(steps, per_step, plan.steps, functools.partial(_empty, plan))
-    return batching.stack_calls(steps, plan.per_call)
+    return batching.pack_calls(chunks, *plan.shape, per_step, plan.per_call, plan.steps, threads)
 
 
 def global_call(mesh, call: batching.DeviceBatch) -> Call:

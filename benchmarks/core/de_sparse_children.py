@@ -108,6 +108,7 @@ def data_child(spec: dict, out: str) -> None:
 def ours_child(spec: dict, out: str) -> None:
     """Ours on the saved training matrix (`dataset.in_memory`, `train`), every phase timed apart,
     then its test rows evaluated (`evaluate_test`)."""
+    from alx_trainer import phase_times
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
     from alx_trainer.data.dataset import in_memory
@@ -139,7 +140,13 @@ def ours_child(spec: dict, out: str) -> None:
 
     class Phases(Callback):
         def on_train_begin(self, run) -> None:
-            phase("tables and plan", time.perf_counter() - marks["start"])
+            parts = {  # the trainer's own phases so far: init, read, plan, pack
+                f"{name}_{kind}": round(v, 2)
+                for name, both in phase_times.totals().items()
+                for kind, v in zip(("s", "cpu_s"), both)
+                if v is not None
+            }
+            phase("tables and plan", time.perf_counter() - marks["start"], **parts)
 
         def on_epoch_end(self, run, epoch: int, record: dict) -> None:
             marks["end"] = time.perf_counter()
