@@ -201,7 +201,8 @@ class Checkpointer(Callback):
 
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
         if (self.every and epoch % self.every == 0) or run.is_last(epoch):
-            checkpoint.save(self.mgr, epoch, run.tables, checkpoint_meta(run, epoch))
+            with phase_times.timed("checkpoint", f"epoch {epoch}"):
+                checkpoint.save(self.mgr, epoch, run.tables, checkpoint_meta(run, epoch))
 
 
 def checkpoint_meta(run: Run, epoch: int) -> dict:

@@ -22,6 +22,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer import checkpoint
 from alx_trainer.config import TrainConfig
+from alx_trainer.data.host_cores import host_threads, thread_map
 from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
@@ -60,11 +61,23 @@ def read_metrics(path: str) -> list[dict]:
 
 
 def trim(table: jax.Array, n: int) -> np.ndarray:
-    """The first `n` rows of a sharded table as float32 NumPy (gathered from every process)."""
+    """The first `n` rows of a sharded table as float32 NumPy (gathered from every process). A
+    bfloat16 table crosses to the host as itself (half the bytes of float32) and widens there, in
+    a thread per core."""
     full = (
         multihost_utils.process_allgather(table, tiled=True) if jax.process_count() > 1 else table
     )
-    return np.asarray(jnp.asarray(full, jnp.float32))[:n]
+    host = np.asarray(full)[:n]
+    if host.dtype == np.float32:
+        return host
+    out = np.empty(host.shape, np.float32)
+    step = max(1, -(-n // host_threads()))
+
+    def widen(lo: int) -> None:
+        out[lo : lo + step] = host[lo : lo + step]
+
+    thread_map(widen, range(0, n, step))
+    return out
 
 
 def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict[str, jax.Array]:

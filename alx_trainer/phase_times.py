@@ -5,10 +5,10 @@ Phases, in order: `init` (the initial tables, and a resumed checkpoint's), `read
 planning pass over its files), `plan` (its batch shape and counts), `pack` (its batch source:
 packing, and for the accelerator path copying to the devices, with its own pass over the files),
 `compile` (wall seconds only: `train` takes the epochs' `compile_seconds` out of `epochs`),
-`epochs` (the half-epochs' work), `eval`. Wrap a phase in `timed(name)` (its line logged at debug
-level), or report seconds measured elsewhere with `add`; `train` starts each run with `reset` and
-logs `summary` at its end. CPU seconds are the whole process's and its ended children's (the
-reader's decoding workers, which end with each read).
+`epochs` (the half-epochs' work), `checkpoint` (the saves), `eval`. Wrap a phase in
+`timed(name)` (its line logged at debug level), or report seconds measured elsewhere with `add`;
+`train` starts each run with `reset` and logs `summary` at its end. CPU seconds are the whole
+process's and its ended children's (the reader's decoding workers, which end with each read).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Iterator
 
 log = logging.getLogger(__name__)
 
-ORDER = ("init", "read", "plan", "pack", "compile", "epochs", "eval")
+ORDER = ("init", "read", "plan", "pack", "compile", "epochs", "checkpoint", "eval")
 _lock = threading.Lock()
 _totals: dict[str, tuple[float, float | None]] = {}
 

@@ -114,7 +114,7 @@ def _train(
         tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
-        with phase_times.timed("init", "checkpoint"):
+        with phase_times.timed("init", "resume"):
             start = checkpoint.resume(
                 mgr, tables, config.model_dir, config.data, dataset.fingerprint
             )

@@ -218,7 +218,8 @@ def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
             "tables and plan",
             "epoch 1",
             "epoch 2",
-            "checkpoint and tables to host",
+            "checkpoint",
+            "tables to host",
             "fold-in",
             "column table to the device",
             "top 100 (exact)",
@@ -227,6 +228,9 @@ def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
         )
     ]
     assert all(p["seconds"] >= 0 and p["peak_host_gib"] > 0 for p in report["phases"])
+    (plan,) = [p for p in report["phases"] if p["phase"] == "tables and plan"]
+    assert all(plan[f"{n}_s"] >= 0 for n in ("init", "read", "plan", "pack"))
+    assert [p["seconds"] > 0 for p in report["phases"] if p["phase"] == "checkpoint"] == [True]
     assert ours["error"] is None and len(ours["epochs_s"]) == 2
     assert ours["rows"] == ours["test_rows"] == data["test_rows"] and ours["topk"] == "exact"
     for name in ("recall@20", "recall@50", "recall_gt@20", "recall_gt@50", "ndcg@100"):

@@ -58,12 +58,17 @@ def test_training_logs_every_phase(tmp_path, caplog):
                 for line in lines
             ), lines
     assert sum(line.startswith("epoch ") and " eval: " in line for line in lines) == 2
-    for what in ("tables", "checkpoint"):
-        assert any(re.fullmatch(rf"{what} init: [\d.]+ s \([\d.]+ CPU s\)", x) for x in lines)
+    for what in (
+        "tables",
+        "resume",
+        "epoch 2",
+    ):  # the last epoch's checkpoint: "epoch 2 checkpoint"
+        phase = "checkpoint" if what.startswith("epoch") else "init"
+        assert any(re.fullmatch(rf"{what} {phase}: [\d.]+ s \([\d.]+ CPU s\)", x) for x in lines)
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]
     assert re.fullmatch(
         r"phases: init [\d.]+ s \([\d.]+ CPU s\), read .*, plan .*, pack .*, compile .*, "
-        r"epochs .*, eval .*",
+        r"epochs .*, checkpoint .*, eval .*",
         summary,
     )
 

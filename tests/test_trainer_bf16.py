@@ -95,3 +95,19 @@ def test_collapse_stops_with_epoch_and_side(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "epoch 1, row half-epoch" in err and "NaN/Inf" in err
+
+
+@pytest.mark.parametrize("n", [0, 1, 37, 1000])
+def test_trimmed_tables_are_the_stored_values_widened(n):
+    """`trim` takes a bfloat16 table to the host as itself and widens it there in threads: every
+    real row as float32 equals the device's own conversion, whatever the thread split."""
+    from alx_trainer.model import trim
+    from alx_trainer.ops.table_init import table_from_numpy
+
+    values = np.random.default_rng(5).normal(0, 3, (1000, 6)).astype(np.float32)
+    for dtype in (jax.numpy.bfloat16, jax.numpy.float32):
+        table = table_from_numpy(make_mesh(), values, dtype)
+        got = trim(table, n)
+        want = np.asarray(table.astype(jax.numpy.float32))[:n]
+        assert got.dtype == np.float32 and got.shape == (n, 6)
+        np.testing.assert_array_equal(got, want)
