@@ -229,6 +229,17 @@ def test_gpu_shapes_are_checked():
     assert "2^31" in pallas_cg.gpu_support(128, 16, 19_700_000)  # de-sparse: 32-bit offsets
 
 
+def test_a_gpu_config_too_large_for_the_kernel_is_refused(monkeypatch):
+    """On a GPU, a fixed table the in-kernel gather cannot address is refused when the config is
+    read, in one line, not at the first step."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    base = dict(data="d", model_dir="m", dim=128, cg_form="matvec", cg_kernel="pallas")
+    config = TrainConfig(**base, accelerator="on", layout="replicated").validate()
+    assert step_spec(config, 100_000).cg_kernel == "pallas"
+    with pytest.raises(ValueError, match=r"19,700,000 x 128 values, over the 2\^31"):
+        step_spec(config, 19_700_000)
+
+
 def test_default_path_never_loads_the_gpu_backend():
     """Importing the kernels and running a default (XLA) half-epoch loads no Pallas at all; an
     interpreted Pallas half-epoch then loads no Triton lowering (Pallas itself imports its Mosaic

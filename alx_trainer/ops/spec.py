@@ -126,8 +126,9 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         config.cg_kernel if matvec and config.solver == "cg" and config.stats == "gather" else "xla"
     )
     if kernel == "pallas":
-        # the kernel gathers by id from the whole fixed table unless the layout shards it
-        gathers = num_other if layout != "sharded" else 0
+        # the kernel gathers by id from the whole fixed table unless the layout shards it over
+        # several devices (on one, `SideRunner` runs 'sharded' as 'replicated')
+        gathers = num_other if layout != "sharded" or jax.device_count() == 1 else 0
         pallas_cg.check_backend(config.dim, config.piece_len, gathers)
     precision = config.matmul_precision
     if precision == "auto":
