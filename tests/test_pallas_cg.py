@@ -233,8 +233,15 @@ def test_a_gpu_config_too_large_for_the_kernel_is_refused(monkeypatch):
     """On a GPU, a fixed table the in-kernel gather cannot address is refused when the config is
     read, in one line, not at the first step."""
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    base = dict(data="d", model_dir="m", dim=128, cg_form="matvec", cg_kernel="pallas")
-    config = TrainConfig(**base, accelerator="on", layout="replicated").validate()
+    config = TrainConfig(
+        data="d",
+        model_dir="m",
+        dim=128,
+        cg_form="matvec",
+        cg_kernel="pallas",
+        accelerator="on",
+        layout="replicated",
+    ).validate()
     assert step_spec(config, 100_000).cg_kernel == "pallas"
     with pytest.raises(ValueError, match=r"19,700,000 x 128 values, over the 2\^31"):
         step_spec(config, 19_700_000)
