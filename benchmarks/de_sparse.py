@@ -199,7 +199,7 @@ def summary_lines(report: dict) -> list[str]:
         )
     for p in report.get("phases", []):
         parts = [n[:-2] for n in p if n.endswith("_s") and not n.endswith("cpu_s")]
-        if p["phase"] == "tables and plan" and parts:
+        if p["phase"] == "tables and plan" and parts:  # the trainer's own phases inside it
             out.append(
                 "tables and plan: "
                 + ", ".join(

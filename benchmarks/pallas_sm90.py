@@ -155,7 +155,6 @@ def has_triton(python: str = sys.executable) -> bool:
 
 def check(shape: Shape) -> dict[str, Any]:
     """One shape's figures, `ok` False when it would not run well on the chip."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     kernel = triton_ir(shape)
     out = {"shape": shape.name, "tile": kernel["tile"], "grid": kernel["grid"]}
     out.update(num_warps=kernel["num_warps"], num_stages=kernel["num_stages"])
@@ -171,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="every figure to this file")
     args = parser.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the export needs no accelerator
     if not has_triton():
         print("pallas_sm90: needs Triton's compiler: pip install triton", file=sys.stderr)
         return 2

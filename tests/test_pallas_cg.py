@@ -205,7 +205,7 @@ def test_compiles_for_sm90_within_the_chip():
         got = pallas_sm90.check(shape)
         assert "error" not in got, got
         assert 0 < got["shared"] <= pallas_sm90.SHARED_LIMIT, got
-        assert got["spill_stores"] == 0 and got["registers"] <= 255, got
+        assert got["spill_stores"] == 0, got
 
 
 def test_config_checks_the_flag():

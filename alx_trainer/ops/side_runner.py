@@ -36,7 +36,7 @@ from alx_trainer.ops import (
     table_storage,
 )
 from alx_trainer.ops.mesh import device_parts, local_rows, padded_rows, replicated
-from alx_trainer.ops.spec import Fixed, StepSpec, accelerator, hyper_params
+from alx_trainer.ops.spec import Fixed, StepSpec, accelerator, device_layout, hyper_params
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
@@ -76,10 +76,9 @@ class SideRunner:
         replica: host_fixed_table.ReplicaBuffer | None = None,
         name: str = "",
     ):
-        if spec.layout == "sharded" and mesh.size == 1 and not spec.local_stats:
-            spec = dataclasses.replace(
-                spec, layout="replicated"
-            )  # one device: a plain lookup, no collective
+        spec = dataclasses.replace(
+            spec, layout=device_layout(spec.layout, spec.local_stats, mesh.size)
+        )
         self.config, self.mesh, self.spec, self.replica = config, mesh, spec, replica
         self.hyper = hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.hyper_on_devices = jax.device_put(self.hyper, replicated(mesh))

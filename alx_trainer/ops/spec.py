@@ -113,6 +113,14 @@ def resolve_layout(config: TrainConfig) -> str:
     return layout
 
 
+def device_layout(layout: str, local_stats: bool, devices: int) -> str:
+    """The layout a step runs on a mesh of `devices`: 'sharded' on one device runs as
+    'replicated' (a plain lookup, no collective), except with local statistics."""
+    if layout == "sharded" and devices == 1 and not local_stats:
+        return "replicated"
+    return layout
+
+
 def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -> StepSpec:
     """The kernels' `StepSpec` of a side whose fixed table has `num_other` real rows."""
     layout = resolve_layout(config)
@@ -126,10 +134,10 @@ def step_spec(config: TrainConfig, num_other: int, observed_loss: bool = True) -
         config.cg_kernel if matvec and config.solver == "cg" and config.stats == "gather" else "xla"
     )
     if kernel == "pallas":
-        # the kernel gathers by id from the whole fixed table unless the layout shards it over
-        # several devices (on one, `SideRunner` runs 'sharded' as 'replicated')
-        gathers = num_other if layout != "sharded" or jax.device_count() == 1 else 0
-        pallas_cg.check_backend(config.dim, config.piece_len, gathers)
+        # the kernel gathers by id from the whole fixed table unless the layout shards it (the
+        # mesh `make_mesh` builds: every device)
+        runs = device_layout(layout, config.stats == "local", jax.device_count())
+        pallas_cg.check_backend(config.dim, config.piece_len, num_other if runs != "sharded" else 0)
     precision = config.matmul_precision
     if precision == "auto":
         precision = "float32" if on_cpu() else "tf32"
