@@ -4,9 +4,11 @@ ids of any kind, and published splits used as given (`--edge_format given_split`
 from __future__ import annotations
 
 import collections
+import gzip
 import io
 import json
 import pathlib
+import zlib
 
 import numpy as np
 import pytest
@@ -190,6 +192,83 @@ def test_a_file_that_yields_no_edge_is_an_error(content, flags, reason, tmp_path
         and reason in last
     )
     assert not (out / stats_json.STATS_FILE).exists()
+
+
+CR_ONLY = b"a b\rb c\r\n\rc\rd a\r"  # lone CR line ends, one CRLF: lines 3 blank, 4 too short
+
+
+@pytest.mark.parametrize("block_bytes", [1, 2, 5, 1 << 20])
+def test_lone_cr_ends_a_line_and_crlf_still_does(block_bytes):
+    edges, counts, examples = parse_file(CR_ONLY, EdgeFormat("pairs"), block_bytes)
+    assert edges == [("a", "b"), ("b", "c"), ("d", "a")]
+    assert counts == {"skipped_lines.blank": 1, "dropped_lines.too_few_fields": 1}
+    assert examples == {"skipped_lines.blank": [3], "dropped_lines.too_few_fields": [4]}
+    edges, _, _ = parse_file(b"a b\rb c\rc a\rd a\r", EdgeFormat("adjacency"), block_bytes)
+    assert edges == [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]  # one row a line
+
+
+def _cut_gzip(tmp_path: pathlib.Path) -> tuple[pathlib.Path, int]:
+    """A gzip edge list of 2,000 lines cut short inside its data; the lines before the cut."""
+    text = "".join(f"node{i} target{i * 7919 % 100000:05d}\n" for i in range(2000)).encode()
+    packed = gzip.compress(text, mtime=0)
+    cut = packed[: len(packed) // 2]
+    whole_lines = zlib.decompressobj(31).decompress(cut).count(b"\n")
+    assert 0 < whole_lines < 2000
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(cut)
+    return path, whole_lines
+
+
+def test_a_gzip_edge_list_cut_short_is_partly_read(tmp_path, capsys):
+    """The lines before the cut are kept, the cut line is no edge, the file is named partly read
+    at that line; a file holding only a gzip header is unreadable (bad_gzip)."""
+    cut, whole_lines = _cut_gzip(tmp_path)
+    header_only = tmp_path / "header.txt.gz"
+    header_only.write_bytes(gzip.compress(b"a b\n", mtime=0)[:10])  # the header alone
+    out = tmp_path / "out"
+    flags = ["--edge_format", "pairs", "--input", cut, "--input", header_only, "--output", out]
+    code, stdout, _ = run_cli([*flags, "--test_fraction", "0"], capsys)
+    assert code == 0
+    stats = json.loads((out / stats_json.STATS_FILE).read_text())
+    assert stats["counters"]["edges.parsed"] == stats["edges"] == whole_lines
+    assert stats["counters"]["files.partly_read"] == stats["counters"]["files.unreadable"] == 1
+    assert "files.read" not in stats["counters"]
+    assert stats["file_problems"] == [
+        {
+            "file": str(cut),
+            "status": "partly_read",
+            "reason": "bad_gzip",
+            "detail": f"line {whole_lines + 1}",
+        },
+        {
+            "file": str(header_only),
+            "status": "unreadable",
+            "reason": "bad_gzip",
+            "detail": "EOFError: Compressed file ended before the end-of-stream marker was reached",
+        },
+    ]
+    assert f"partly read input file {cut}: bad_gzip at line {whole_lines + 1}" in stdout
+    assert "target" not in set(dataset_reader.read_vocab(str(out)).values())
+    code, _, err = run_cli([*flags, "--fail_on_unreadable"], capsys)
+    assert code == 1 and f"partly read input file {cut}: bad_gzip" in err
+
+
+def test_a_gzip_url_list_is_read_like_a_gzip_edge_list(tmp_path, capsys):
+    urls = tmp_path / "urls.txt.gz"
+    urls.write_bytes(gzip.compress(b"id url\r\n1 http://a.example/\r\n2 http://b.example/\r\n"))
+    edges = tmp_path / "edges.txt"
+    edges.write_text("src dst\n1 2\n2 1\n")
+    out = tmp_path / "out"
+    flags = ["--edge_format", "pairs", "--header", "--input", edges, "--urls", urls]
+    code, _, err = run_cli([*flags, "--output", out, "--test_fraction", "0"], capsys)
+    assert code == 0, err
+    assert sorted(dataset_reader.read_vocab(str(out)).values()) == [
+        "http://a.example/",
+        "http://b.example/",
+    ]
+    cut, whole_lines = _cut_gzip(tmp_path)  # a URL list must be read whole
+    code, _, err = run_cli([*flags[:-1], cut, "--output", tmp_path / "out2"], capsys)
+    assert code == 1 and f"--urls {cut}: cannot be read after line {whole_lines}" in err
 
 
 # ---- ids of any kind: the same graph up to renaming ----------------------------------------------

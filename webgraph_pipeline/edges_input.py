@@ -25,14 +25,13 @@ from apache_beam.metrics import Metrics
 
 from webgraph_pipeline.counters import NAMESPACE, LocalCounts, flush_to_beam
 from webgraph_pipeline.edge_formats import (
-    HINT_SAMPLE_LINES,
     INT_TOKEN,
     MAX_EXAMPLES,
     EdgeFormat,
     ParsedBlock,
     header_hint,
     parse_block,
-    parse_url_line,  # noqa: F401 - also imported from here
+    parse_url_line,
 )
 from webgraph_pipeline.file_accounting import (
     PARTLY_READ,
@@ -41,6 +40,7 @@ from webgraph_pipeline.file_accounting import (
     UnreadableFileError,
     account_file,
 )
+from webgraph_pipeline.gunzip import Gunzip
 
 BLOCK_BYTES = 1 << 20  # about 10^4-10^5 edges of a text edge list per block
 URL_BATCH = 50_000  # edges per batch after the URL-list join
@@ -55,23 +55,47 @@ EdgeBatch = tuple[list[str], list[str]]
 Edge = tuple[str, str]
 
 
+def _to_lf(data: bytes) -> bytes:
+    """CRLF and lone CR line ends as LF (Python's universal newlines)."""
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in data else data
+
+
 def read_line_blocks(f: BinaryIO, size: int = BLOCK_BYTES) -> Iterator[tuple[int, bytes]]:
-    """(number of the first line, whole lines) blocks of about `size` bytes from a binary file."""
+    """(number of the first line, whole lines) blocks of about `size` bytes from a binary file.
+
+    Lines end at LF, CRLF or a lone CR; each ends with LF in the blocks. A read error of `f`
+    propagates, and the line it cut is not yielded.
+    """
     line, rest = 1, b""
     while True:
         chunk = f.read(size)
         if not chunk:
             if rest:
-                yield line, rest
+                yield line, _to_lf(rest)
             return
         data = rest + chunk
+        held = data[-1:] if data.endswith(b"\r") else b""  # its LF may start the next chunk
+        data = _to_lf(data[: len(data) - len(held)])
         cut = data.rfind(b"\n") + 1
         if cut == 0:  # a line longer than the block: read on
-            rest = data
+            rest = data + held
             continue
         yield line, data[:cut]
         line += data.count(b"\n", 0, cut)
-        rest = data[cut:]
+        rest = data[cut:] + held
+
+
+def open_edge_file(path: str) -> BinaryIO:
+    """An edge list or URL list opened for `read_line_blocks`: a `.gz` file through `Gunzip`, so
+    a file cut short raises `EOFError` at its end instead of reading as a whole (shorter) file;
+    other names as Beam opens them (by their extension)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    if CompressionTypes.detect_compression_type(path) == CompressionTypes.GZIP:
+        raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        return Gunzip(raw, cut_short_ok=False)
+    return FileSystems.open(path)
 
 
 def normalize_token(token: str) -> tuple[Optional[str], Optional[str]]:
@@ -133,15 +157,13 @@ class _ReadEdgeFileFn(beam.DoFn):
         self._url_ids = url_ids  # ids are named by a --urls list (integers)
 
     def process(self, path: str) -> Iterator[EdgeBatch]:
-        from apache_beam.io.filesystems import FileSystems
-
         counts = LocalCounts()
         examples: dict[str, list[int]] = {}
         edges = blocks = 0
         next_line = 1
         status, reason, where = READ, "", ""
         try:
-            f = FileSystems.open(path)
+            f = open_edge_file(path)
         except Exception as e:  # noqa: BLE001 - any open error makes the file unreadable
             status, reason, where = UNREADABLE, "open_failed", str(e)
         else:
@@ -207,43 +229,51 @@ class _ReadUrlListFn(beam.DoFn):
         self._header = header
 
     def process(self, path: str) -> Iterator[tuple[str, Optional[str]]]:
-        from apache_beam.io.filesystems import FileSystems
-
         counts = LocalCounts()
         n = 0
-        head: list[bytes] = []  # the first lines, for `header_hint`
+        head = b""  # the first lines, for `header_hint`
         try:
-            with FileSystems.open(path) as f:
-                for n, raw in enumerate(f, 1):
-                    if n <= HINT_SAMPLE_LINES + 1:
-                        head.append(raw)
-                    if n == 1 and self._header:
-                        counts.inc("skipped_lines.url_list_header")
-                        continue
-                    try:
-                        line = raw.decode("utf-8").lstrip("\ufeff")
-                    except UnicodeDecodeError:
-                        counts.inc("dropped_url_list.undecodable")
-                        continue
-                    entry, reason = parse_url_line(line)
-                    if reason:
-                        counts.inc(f"dropped_url_list.{reason}")
-                        continue
-                    node_id, raw_url = entry
-                    url, reason = (
-                        normalize_token(raw_url) if "://" in raw_url else (None, "not_a_url")
-                    )
-                    if reason:
-                        counts.inc(f"dropped_urls.{reason}")
-                    yield node_id, url
+            with open_edge_file(path) as f:
+                for first_line, data in read_line_blocks(f):
+                    if first_line == 1:
+                        head = data
+                    lines = data.split(b"\n")
+                    del lines[-1]  # the empty piece after the block's final LF
+                    for n, raw in enumerate(lines, first_line):
+                        url = self._url_line(n, raw, counts)
+                        if url is not None:
+                            yield url
         except (OSError, zlib.error, EOFError) as e:  # the one URL list must be read whole
             raise UnreadableFileError(
                 f"--urls {path}: cannot be read after line {n} ({read_error_reason(e)}: {e})"
             ) from None
         report_header_hint(
-            f"--urls {path}", header_hint(b"".join(head), EdgeFormat("pairs", header=self._header))
+            f"--urls {path}", header_hint(head, EdgeFormat("pairs", header=self._header))
         )
         flush_to_beam(counts)
+
+    def _url_line(
+        self, n: int, raw: bytes, counts: LocalCounts
+    ) -> Optional[tuple[str, Optional[str]]]:
+        """Line `n` of the list -> (id, normalized URL or None), or None for a line without an
+        id (counted)."""
+        if n == 1 and self._header:
+            counts.inc("skipped_lines.url_list_header")
+            return None
+        try:
+            line = raw.decode("utf-8").lstrip("\ufeff")
+        except UnicodeDecodeError:
+            counts.inc("dropped_url_list.undecodable")
+            return None
+        entry, reason = parse_url_line(line)
+        if reason:
+            counts.inc(f"dropped_url_list.{reason}")
+            return None
+        node_id, raw_url = entry
+        url, reason = normalize_token(raw_url) if "://" in raw_url else (None, "not_a_url")
+        if reason:
+            counts.inc(f"dropped_urls.{reason}")
+        return node_id, url
 
 
 class _Counted(beam.DoFn):

@@ -38,6 +38,7 @@ from typing import IO, Iterable, Iterator, Optional
 
 from webgraph_pipeline.counters import Inc
 from webgraph_pipeline.file_accounting import PARTLY_READ, READ, UNREADABLE
+from webgraph_pipeline.gunzip import Gunzip
 from webgraph_pipeline.links import DEFAULT_LINK_TYPES, decode_payload, page_links
 
 WAT_READERS = ("warcio", "fastwarc")
@@ -217,43 +218,6 @@ def iter_wat_payloads(
     return _resilient_payloads(fileobj, inc, read_records, skip=0, report=report)
 
 
-class _Gunzip(io.RawIOBase):
-    """A gzip stream (one or more members) decompressed as it is read; a file cut short reads
-    as an early end (the reader then sees a truncated record) instead of raising and losing the
-    data already decompressed, as `gzip.GzipFile` does. Not seekable."""
-
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
-        self._inflate = zlib.decompressobj(31)
-        self._buffer = b""
-        self._pos = 0
-        self._done = False
-
-    def readable(self) -> bool:
-        return True
-
-    def _fill(self) -> None:
-        while self._pos >= len(self._buffer) and not self._done:
-            chunk = self._raw.read(_SCAN_CHUNK)
-            if not chunk:
-                self._done = True
-                data = self._inflate.flush()
-            else:
-                data = self._inflate.decompress(chunk)
-                while self._inflate.eof and self._inflate.unused_data:  # next member
-                    rest = self._inflate.unused_data
-                    self._inflate = zlib.decompressobj(31)
-                    data += self._inflate.decompress(rest)
-            self._buffer, self._pos = data, 0
-
-    def readinto(self, buffer) -> int:
-        self._fill()
-        n = min(len(buffer), len(self._buffer) - self._pos)
-        buffer[:n] = self._buffer[self._pos : self._pos + n]
-        self._pos += n
-        return n
-
-
 def _is_whole_file_gzip(error: Exception) -> bool:
     """warcio refuses a gzip file that is one stream rather than one member per record."""
     return "non-chunked gzip" in str(error)
@@ -300,7 +264,7 @@ def _resilient_payloads(
                 # One gzip stream for the whole file: read it decompressed, after the records
                 # already seen.
                 fileobj.seek(origin)
-                plain = io.BufferedReader(_Gunzip(fileobj))
+                plain = io.BufferedReader(Gunzip(fileobj))
                 report.decompressed = True
                 yield from _resilient_payloads(plain, inc, read_records, skip=seen, report=report)
                 return
