@@ -84,9 +84,9 @@ def extract_only_job(pattern: str) -> None:
     from webgraph_pipeline.pipeline import match_inputs
 
     with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as p:
+        batches, _ = p | ExtractEdges(match_inputs([pattern]))
         _ = (
-            p
-            | ExtractEdges(match_inputs([pattern]))
+            batches
             | beam.Map(lambda b: len(b[0]))
             | beam.CombineGlobally(sum)
             | beam.Map(lambda n: print(f"extracted {n} edges", flush=True))

@@ -12,9 +12,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from webgraph_pipeline.counters import LocalCounts, collect_counters
+from webgraph_pipeline.counters import NOTES, LocalCounts, collect_counters, take_notes
 from webgraph_pipeline.extract import ExtractEdges, expand_listing
-from webgraph_pipeline.file_accounting import UnreadableFileError, collect_file_problems
+from webgraph_pipeline.file_accounting import FILE_PROBLEMS, UnreadableFileError, file_problems
+from webgraph_pipeline.pipeline import keep_notes
 from webgraph_pipeline.wat import WatFileReport, wat_edges
 
 from extract_fixtures import a_links, envelope, wat_bytes
@@ -74,7 +75,7 @@ def test_expand_listing(wat_dir):
 
 
 @pytest.mark.parametrize("reader", ["warcio", "fastwarc"])
-def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
+def test_beam_matches_plain_functions_and_counts(wat_dir, reader, tmp_path):
     files = [wat_dir / "real.wat", wat_dir / "one.wat.gz", wat_dir / "two.wat.gz"]
     expected, counts = plain_edges_and_counts(files, reader)
     # Hand-checked facts of the generated files: the union of p.de's three records, no self-loop.
@@ -91,7 +92,10 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     listed = expand_listing(str(wat_dir / "wat.paths.gz"), str(wat_dir))
     patterns = [str(wat_dir / "*.wat"), *listed, missing]
     pipeline = BeamTestPipeline()
-    batches = pipeline | "Extract" >> ExtractEdges(patterns, wat_reader=reader)
+    batches, notes = pipeline | "Extract" >> ExtractEdges(patterns, wat_reader=reader)
+    notes_dir = tmp_path / "notes"
+    notes_dir.mkdir()
+    keep_notes(notes, str(notes_dir))
     edges = batches | beam.FlatMap(lambda b: zip(*b))
     # Batches hold every edge of every record; repeats across records are the graph stage's to drop.
     assert_that(edges | beam.Distinct(), equal_to(sorted(expected)))
@@ -114,7 +118,7 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader):
     )
     damaged_at = int((wat_dir / "two.offsets").read_text().split()[1])
     where = f"byte {damaged_at} (record 2)" if reader == "warcio" else "after byte 0 (record 2)"
-    assert collect_file_problems(result) == [
+    assert file_problems(take_notes(str(notes_dir))[FILE_PROBLEMS]) == [
         {
             "file": missing,
             "status": "unreadable",
@@ -161,11 +165,14 @@ def test_file_that_cannot_be_opened_or_matched(tmp_path):
     from webgraph_pipeline.extract import MatchFilesFn, ReadWatEdgesFn
 
     gone = str(tmp_path / "gone.wat.gz")
-    assert list(ReadWatEdgesFn(["A@/href"], False, "warcio").process(gone)) == []
+    (note,) = ReadWatEdgesFn(["A@/href"], False, "warcio").process(gone)  # no edge, one note
+    assert note.tag == NOTES and note.value[0] == FILE_PROBLEMS
+    assert note.value[1].startswith(f"unreadable\t{gone}\topen_failed\t")
     with pytest.raises(UnreadableFileError, match="gone.wat.gz: open_failed"):
         list(ReadWatEdgesFn(["A@/href"], True, "warcio").process(gone))
     (tmp_path / "dangling.wat").symlink_to(tmp_path / "nowhere")
     pattern = str(tmp_path / "dangling*.wat")
-    assert list(MatchFilesFn(False).process(pattern)) == []
+    (note,) = MatchFilesFn(False).process(pattern)
+    assert note.value == (FILE_PROBLEMS, f"unreadable\t{pattern}\tnot_found\tno file matches")
     with pytest.raises(UnreadableFileError, match="dangling"):
         list(MatchFilesFn(True).process(pattern))

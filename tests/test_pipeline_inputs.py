@@ -7,6 +7,7 @@ normalized and checked; stale staging directories are cleaned up only when they 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
 import shutil
@@ -431,3 +432,48 @@ def test_a_dataset_parked_by_an_interrupted_swap_is_put_back(tmp_path):
         parked
     ]  # the swap had finished: just leftovers
     assert (out / "stats.json").exists()
+
+
+def test_multi_process_runs_list_every_file_and_example(tmp_path):
+    """The lists of stats.json and the summary come whole from several worker processes: every
+    unreadable and partly read file, and the first line examples of a reason found in many files
+    (Beam's local runner kept one worker's string-set metric and dropped the others')."""
+    bad = []
+    for i in range(4):
+        bad.append(tmp_path / f"bad{i}.gz")
+        bad[-1].write_bytes(b"a b\nc d\n")  # no gzip
+    for i in range(6):
+        (tmp_path / f"short{i}.txt").write_text(f"n{i} n{i + 1}\nlonely{i}\n")  # line 2: 1 field
+    text = "".join(f"m{i} m{i + 1}\n" for i in range(3000)).encode()
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(gzip.compress(text, mtime=0)[:2000])
+    out = tmp_path / "out"
+    run = cli(
+        "--edge_format",
+        "pairs",
+        "--input",
+        tmp_path / "*.gz",
+        "--input",
+        tmp_path / "short*.txt",
+        "--output",
+        out,
+        "--test_fraction",
+        "0",
+        "--direct_running_mode",
+        "multi_processing",
+        "--direct_num_workers",
+        "2",
+    )
+    assert run.code == 0 and run.errors == [], run.err[-2000:]
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["counters"]["unreadable_files.bad_gzip"] == 4
+    assert stats["unreadable_files"] == [str(p) for p in bad]
+    assert stats["partly_read_files"] == [str(cut)]
+    assert len(stats["file_problems"]) == 5
+    assert (
+        "UNREADABLE input files (4):" in run.out
+        and "PARTLY READ (damaged) input files (1):" in run.out
+    )
+    assert stats["line_examples"]["dropped_lines.too_few_fields"] == [
+        f"{tmp_path / f'short{i}.txt'}:2" for i in range(5)
+    ]

@@ -8,21 +8,31 @@ they take an `inc(name, n=1)` function (the pattern of TFDS c4's `get_counter_in
 Public API:
 
 - `Inc`: the type of an `inc(name, n=1)` function.
-- `LocalCounts`: a `collections.Counter` with an `inc` method; tests use it directly, and the Beam
-  DoFns use one per input file and `flush_to_beam` it, so a hot loop never calls Beam per link.
+- `LocalCounts`: a `collections.Counter` with an `inc` method, and `note(name, entry)` that keeps
+  an entry of a named list for stats.json (the files not read whole, the first lines of each drop
+  reason...); tests use it directly, and the Beam DoFns use one per input file and
+  `flush_to_beam` it, so a hot loop never calls Beam per link.
 - `flush_to_beam(counts)`: add a `LocalCounts` to Beam counters and clear it.
+- `tagged_notes(counts)`: its notes as outputs tagged `NOTES` (then cleared). The notes travel as
+  data, not as Beam string-set metrics: Beam's local runner keeps one worker's set of a step and
+  drops the others' (`--direct_running_mode multi_processing`).
+- `write_notes(notes, directory)` / `take_notes(directory)`: every note of a job into one file of
+  the output directory, and back (the file removed) once the job has run.
 - `collect_counters(pipeline_result) -> dict[str, int]`: every `webgraph` counter of a finished
   pipeline, summed over steps (committed values where the runner has them).
-- `collect_string_set(pipeline_result, name) -> list[str]`: a string set, sorted (`file_accounting`
-  keeps the files that were not read whole in one).
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Protocol
+import json
+from typing import Any, Iterable, Iterator, Protocol
+
+from webgraph_contract import fileio
 
 NAMESPACE = "webgraph"
+NOTES = "notes"  # tag of a reading step's second output: (list name, entry) pairs
+NOTES_FILE = ".webgraph-notes.json"  # in the output directory until the job has run
 
 
 class Inc(Protocol):
@@ -30,10 +40,18 @@ class Inc(Protocol):
 
 
 class LocalCounts(collections.Counter):
-    """Counts kept in memory; `counts.inc` is an `Inc`."""
+    """Counts kept in memory; `counts.inc` is an `Inc`; `counts.notes` the (name, entry) notes."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.notes: list[tuple[str, str]] = []
 
     def inc(self, name: str, n: int = 1) -> None:
         self[name] += n
+
+    def note(self, name: str, entry: str) -> None:
+        """Keep `entry` for the list `name` of stats.json."""
+        self.notes.append((name, entry))
 
 
 def flush_to_beam(counts: LocalCounts) -> None:
@@ -44,6 +62,35 @@ def flush_to_beam(counts: LocalCounts) -> None:
         if value:
             Metrics.counter(NAMESPACE, name).inc(value)
     counts.clear()
+
+
+def tagged_notes(counts: LocalCounts) -> Iterator[Any]:
+    """The notes of `counts` as outputs tagged `NOTES`; then it has none."""
+    from apache_beam import pvalue
+
+    for note in counts.notes:
+        yield pvalue.TaggedOutput(NOTES, note)
+    counts.notes.clear()
+
+
+def write_notes(notes: Iterable[tuple[str, str]], directory: str) -> None:
+    """Write every (name, entry) note of a job into `directory`: {name: sorted distinct entries}."""
+    lists: dict[str, set[str]] = collections.defaultdict(set)
+    for name, entry in notes:
+        lists[name].add(entry)
+    fileio.write_atomic(
+        f"{directory.rstrip('/')}/{NOTES_FILE}",
+        json.dumps({name: sorted(entries) for name, entries in sorted(lists.items())}),
+    )
+
+
+def take_notes(directory: str) -> dict[str, list[str]]:
+    """The notes `write_notes` wrote into `directory`, by name; the file is removed."""
+    path = f"{directory.rstrip('/')}/{NOTES_FILE}"
+    with fileio.open_file(path) as f:
+        notes = json.loads(f.read())
+    fileio.remove(path)
+    return notes
 
 
 def _value(result: Any) -> Any:
@@ -60,16 +107,3 @@ def collect_counters(pipeline_result: Any) -> dict[str, int]:
     for counter in query["counters"]:
         totals[counter.key.metric.name] += int(_value(counter) or 0)
     return dict(sorted(totals.items()))
-
-
-def collect_string_set(pipeline_result: Any, name: str) -> list[str]:
-    """The sorted strings of one `webgraph` string set of a finished pipeline."""
-    from apache_beam.metrics.metric import MetricsFilter
-
-    query = pipeline_result.metrics().query(
-        MetricsFilter().with_namespace(NAMESPACE).with_name(name)
-    )
-    names: set[str] = set()
-    for string_set in query.get("string_sets", []):
-        names.update(_value(string_set) or ())
-    return sorted(names)

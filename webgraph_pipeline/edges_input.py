@@ -8,8 +8,9 @@ links; with a URL list (`id url` lines) integer ids are replaced by their URLs.
 
 Everything dropped or skipped is counted in the `webgraph` namespace (`dropped_lines.<reason>`,
 `skipped_lines.<reason>`, `dropped_urls.<reason>`, `dropped_url_list.<reason>`,
-`dropped_edges.<reason>`); the first line numbers of each line reason go to the string set
-`line_examples`, and a readable file that yields no edge to `empty_files`. Every file is accounted
+`dropped_edges.<reason>`); the first line numbers of each line reason are noted in the list
+`line_examples`, and a readable file that yields no edge in `empty_files` (notes: a second output
+tagged `counters.NOTES`, see counters.py). Every file is accounted
 for (`file_accounting.py`): read, partly read (a read error after some blocks: bad gzip data, a cut
 file; the line where it happened) or unreadable (it cannot be opened, or its first block fails).
 """
@@ -23,7 +24,7 @@ from typing import BinaryIO, Iterator, Optional, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from webgraph_pipeline.counters import NAMESPACE, LocalCounts, flush_to_beam
+from webgraph_pipeline.counters import NAMESPACE, NOTES, LocalCounts, flush_to_beam, tagged_notes
 from webgraph_pipeline.edge_formats import (
     INT_TOKEN,
     MAX_EXAMPLES,
@@ -44,11 +45,9 @@ from webgraph_pipeline.gunzip import Gunzip
 
 BLOCK_BYTES = 1 << 20  # about 10^4-10^5 edges of a text edge list per block
 URL_BATCH = 50_000  # edges per batch after the URL-list join
-LINE_EXAMPLES = "line_examples"  # string set of `reason<TAB>path:line`
-EMPTY_FILES = "empty_files"  # string set of `path<TAB>commonest reason<TAB>lines`
-HEADER_HINTS = (
-    "header_hints"  # string set of `path:line<TAB>the line<TAB>why it looks like a header`
-)
+LINE_EXAMPLES = "line_examples"  # notes `reason<TAB>path:line`
+EMPTY_FILES = "empty_files"  # notes `path<TAB>commonest reason<TAB>lines`
+HEADER_HINTS = "header_hints"  # notes `path:line<TAB>the line<TAB>why it looks like a header`
 
 PAIRS = EdgeFormat("pairs")
 EdgeBatch = tuple[list[str], list[str]]
@@ -148,7 +147,8 @@ def read_error_reason(error: Exception) -> str:
 
 
 class _ReadEdgeFileFn(beam.DoFn):
-    """A file path -> its edge batches, one per block; then the file is accounted for."""
+    """A file path -> its edge batches, one per block; then the file is accounted for (its notes
+    tagged `NOTES`)."""
 
     def __init__(
         self, fmt: EdgeFormat, block_bytes: int, fail_on_unreadable: bool, url_ids: bool = False
@@ -171,7 +171,8 @@ class _ReadEdgeFileFn(beam.DoFn):
                 with f:
                     for first_line, data in read_line_blocks(f, self._block_bytes):
                         if first_line == 1:
-                            report_header_hint(path, header_hint(data, self._fmt, self._url_ids))
+                            hint = header_hint(data, self._fmt, self._url_ids)
+                            report_header_hint(counts, path, hint)
                         block = parse_block(data, first_line, self._fmt)
                         _merge(block, counts, examples)
                         src, dst = block.src, block.dst
@@ -194,25 +195,27 @@ class _ReadEdgeFileFn(beam.DoFn):
                 self._report_lines(path, edges, counts, examples)
         finally:
             flush_to_beam(counts)
+        yield from tagged_notes(counts)
 
     @staticmethod
     def _report_lines(
         path: str, edges: int, counts: LocalCounts, examples: dict[str, list[int]]
     ) -> None:
         counts.inc("edges.parsed", edges)
-        line_examples = Metrics.string_set(NAMESPACE, LINE_EXAMPLES)
         for reason, numbers in examples.items():
             for n in numbers:
-                line_examples.add(f"{reason}\t{path}:{n}")
+                counts.note(LINE_EXAMPLES, f"{reason}\t{path}:{n}")
         if not edges:
-            Metrics.string_set(NAMESPACE, EMPTY_FILES).add(f"{path}\t{file_summary(counts)}")
+            counts.note(EMPTY_FILES, f"{path}\t{file_summary(counts)}")
 
 
-def report_header_hint(path: str, hint: Optional[tuple[int, str, str]]) -> None:
-    """Record a first line that looks like a header (`edge_formats.header_hint`) for the driver."""
+def report_header_hint(
+    counts: LocalCounts, path: str, hint: Optional[tuple[int, str, str]]
+) -> None:
+    """Note a first line that looks like a header (`edge_formats.header_hint`) for the driver."""
     if hint:
         number, text, why = hint
-        Metrics.string_set(NAMESPACE, HEADER_HINTS).add(f"{path}:{number}\t{text}\t{why}")
+        counts.note(HEADER_HINTS, f"{path}:{number}\t{text}\t{why}")
 
 
 def _merge(block: ParsedBlock, counts: LocalCounts, examples: dict[str, list[int]]) -> None:
@@ -223,7 +226,8 @@ def _merge(block: ParsedBlock, counts: LocalCounts, examples: dict[str, list[int
 
 
 class _ReadUrlListFn(beam.DoFn):
-    """The URL-list path -> (id, normalized URL or None); bad lines counted by reason."""
+    """The URL-list path -> (id, normalized URL or None); bad lines counted by reason (a header
+    hint tagged `NOTES`)."""
 
     def __init__(self, header: bool):
         self._header = header
@@ -247,10 +251,10 @@ class _ReadUrlListFn(beam.DoFn):
             raise UnreadableFileError(
                 f"--urls {path}: cannot be read after line {n} ({read_error_reason(e)}: {e})"
             ) from None
-        report_header_hint(
-            f"--urls {path}", header_hint(head, EdgeFormat("pairs", header=self._header))
-        )
+        hint = header_hint(head, EdgeFormat("pairs", header=self._header))
+        report_header_hint(counts, f"--urls {path}", hint)
         flush_to_beam(counts)
+        yield from tagged_notes(counts)
 
     def _url_line(
         self, n: int, raw: bytes, counts: LocalCounts
@@ -331,7 +335,8 @@ def to_batch(edges: Sequence[Edge]) -> EdgeBatch:
 
 
 class ReadEdgeList(beam.PTransform):
-    """Edge-list files -> PCollection of edge batches `(src names, dst names)`.
+    """Edge-list files -> (PCollection of edge batches `(src names, dst names)`, PCollection of
+    the (name, entry) notes for stats.json).
 
     fmt: the `EdgeFormat` of every file. urls_file: an `id url` list (its first line is a header
     when `fmt.header`); integer ids in the edge lists are then replaced by their URLs.
@@ -351,7 +356,7 @@ class ReadEdgeList(beam.PTransform):
         self._block_bytes, self._fail = block_bytes, fail_on_unreadable
 
     def expand(self, pbegin):
-        batches = (
+        parsed = (
             pbegin
             | "EdgeFiles" >> beam.Create(self._files)
             | "SpreadFiles" >> beam.Reshuffle()
@@ -360,17 +365,19 @@ class ReadEdgeList(beam.PTransform):
                 _ReadEdgeFileFn(
                     self._fmt, self._block_bytes, self._fail, url_ids=bool(self._urls_file)
                 )
-            )
+            ).with_outputs(NOTES, main="batches")
         )
         if not self._urls_file:
-            return batches
-        url_table = (
+            return parsed.batches, parsed[NOTES]
+        url_list = (
             pbegin
             | "UrlListFile" >> beam.Create([self._urls_file])
-            | "ReadUrlList" >> beam.ParDo(_ReadUrlListFn(self._fmt.header))
+            | "ReadUrlList"
+            >> beam.ParDo(_ReadUrlListFn(self._fmt.header)).with_outputs(NOTES, main="urls")
         )
+        url_table = url_list.urls
         by_src = (
-            batches
+            parsed.batches
             | "Unbatch" >> beam.FlatMap(unbatch)
             | "CanonicalIds" >> beam.Map(lambda e: (_canonical_id(e[0]), _canonical_id(e[1])))
         )
@@ -379,13 +386,15 @@ class ReadEdgeList(beam.PTransform):
             | "JoinSourceUrl" >> beam.CoGroupByKey()
             | "SourceUrl" >> beam.ParDo(_JoinUrlFn(count_duplicates=True))
         )
-        return (
+        batches = (
             {"edges": by_dst, "url": url_table}
             | "JoinTargetUrl" >> beam.CoGroupByKey()
             | "TargetUrl" >> beam.ParDo(_JoinUrlFn(count_duplicates=False))
             | "Rebatch" >> beam.BatchElements(min_batch_size=URL_BATCH, max_batch_size=URL_BATCH)
             | "ToBatch" >> beam.Map(to_batch)
         )
+        notes = (parsed[NOTES], url_list[NOTES]) | "Notes" >> beam.Flatten()
+        return batches, notes
 
 
 def _canonical_id(token: str) -> str:

@@ -3,8 +3,10 @@
 Public API:
 
 - `ExtractEdges(file_patterns, link_types=DEFAULT_LINK_TYPES, fail_on_unreadable=False,
-  wat_reader="warcio")`: `pipeline | ExtractEdges([...])` is a PCollection of edge batches, each
-  a tuple `(sources, targets)` of two equal-length lists of normalized URLs (at most `BATCH_EDGES`
+  wat_reader="warcio")`: `pipeline | ExtractEdges([...])` is a pair of PCollections: edge
+  batches, and the (name, entry) notes for stats.json (`counters.NOTES`: the files not read
+  whole). An edge batch is a tuple `(sources, targets)` of two equal-length lists of normalized
+  URLs (at most `BATCH_EDGES`
   edges, from one file). Links are deduplicated within a record and self-loops dropped there;
   edges repeated across records (a page seen in several records keeps the union of its links) are
   deduplicated, and counted, by the graph stage (graph.py). `file_patterns` is a path, glob or
@@ -21,7 +23,8 @@ Public API:
   Crawl's `wat.paths.gz` (one relative path per line, plain or gzip), each joined to `prefix`.
 
 Steps: ListPatterns -> MatchFiles -> SpreadFiles (reshuffle, one file per work item) ->
-ReadWatEdges (wat.wat_edges under a per-file local counter, edges cut into batches).
+ReadWatEdges (wat.wat_edges under a per-file local counter, edges cut into batches); the notes
+of MatchFiles and ReadWatEdges flattened.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from webgraph_pipeline.counters import LocalCounts, flush_to_beam
+from webgraph_pipeline.counters import NOTES, LocalCounts, flush_to_beam, tagged_notes
 from webgraph_pipeline.file_accounting import UNREADABLE, account_file
 from webgraph_pipeline.links import DEFAULT_LINK_TYPES
 from webgraph_pipeline.wat import WatFileReport, check_reader, wat_edges
@@ -76,6 +79,7 @@ class MatchFilesFn(beam.DoFn):
             counts.inc("files.matched")
             yield metadata.path
         flush_to_beam(counts)
+        yield from tagged_notes(counts)
 
 
 def edge_batches(edges: Iterable[tuple[str, str]], size: int = BATCH_EDGES) -> Iterator[EdgeBatch]:
@@ -98,24 +102,28 @@ class ReadWatEdgesFn(beam.DoFn):
     def process(self, path: str) -> Iterator[EdgeBatch]:
         counts = LocalCounts()
         try:
-            try:
-                stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-            except Exception as error:  # noqa: BLE001 - any open error makes the file unreadable
-                account_file(path, UNREADABLE, "open_failed", str(error), self._fail, counts)
-                return
-            report = WatFileReport()
-            with stream:
-                yield from edge_batches(
-                    wat_edges(stream, counts.inc, self._link_types, self._reader, report)
-                )
-            account_file(path, *report.verdict(), self._fail, counts)
+            yield from self._read(path, counts)
         finally:
             flush_to_beam(counts)
+        yield from tagged_notes(counts)
+
+    def _read(self, path: str, counts: LocalCounts) -> Iterator[EdgeBatch]:
+        try:
+            stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        except Exception as error:  # noqa: BLE001 - any open error makes the file unreadable
+            account_file(path, UNREADABLE, "open_failed", str(error), self._fail, counts)
+            return
+        report = WatFileReport()
+        with stream:
+            yield from edge_batches(
+                wat_edges(stream, counts.inc, self._link_types, self._reader, report)
+            )
+        account_file(path, *report.verdict(), self._fail, counts)
 
 
 class ExtractEdges(beam.PTransform):
-    """WAT files -> edge batches `(sources, targets)` of absolute URLs (DESIGN rules 1-3; rule 4 is
-    the graph stage's)."""
+    """WAT files -> (edge batches `(sources, targets)` of absolute URLs, notes) (DESIGN rules 1-3;
+    rule 4 is the graph stage's)."""
 
     def __init__(
         self,
@@ -136,12 +144,18 @@ class ExtractEdges(beam.PTransform):
         self._fail = fail_on_unreadable
         self._reader = wat_reader
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
+    def expand(self, pbegin: beam.pvalue.PBegin) -> tuple[beam.PCollection, beam.PCollection]:
+        matched = (
             pbegin
             | "ListPatterns" >> beam.Create(self._patterns)
-            | "MatchFiles" >> beam.ParDo(MatchFilesFn(self._fail))
+            | "MatchFiles" >> beam.ParDo(MatchFilesFn(self._fail)).with_outputs(NOTES, main="files")
+        )
+        read = (
+            matched.files
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadWatEdges"
-            >> beam.ParDo(ReadWatEdgesFn(self._link_types, self._fail, self._reader))
+            >> beam.ParDo(ReadWatEdgesFn(self._link_types, self._fail, self._reader)).with_outputs(
+                NOTES, main="batches"
+            )
         )
+        return read.batches, (matched[NOTES], read[NOTES]) | "Notes" >> beam.Flatten()

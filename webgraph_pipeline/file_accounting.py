@@ -3,28 +3,29 @@
 
 Each reader (WAT, edge list) ends every file with `account_file`, which counts it
 (`files.read`, `files.partly_read`, `files.unreadable` plus `unreadable_files.<reason>`), logs one
-line naming it, remembers it in the Beam string set `file_problems` (for stats.json and the
-end-of-job summary) and, with `fail_on_unreadable`, stops the job with that line.
+line naming it, notes it in the list `file_problems` of its counts (`LocalCounts.note`, for
+stats.json and the end-of-job summary) and, with `fail_on_unreadable`, stops the job with that line.
 
 Public API:
 
 - `READ`, `PARTLY_READ`, `UNREADABLE`: the three outcomes.
 - `UnreadableFileError`: raised for a damaged or unreadable file under `fail_on_unreadable`.
 - `account_file(path, status, reason, detail, fail, counts)`.
-- `collect_file_problems(pipeline_result) -> list[dict]`: `{"file", "status", "reason", "detail"}`
-  of every file not read whole, sorted by file (detail: where the damage starts, or why unreadable).
+- `file_problems(entries) -> list[dict]`: the `file_problems` notes of a job as
+  `{"file", "status", "reason", "detail"}` of every file not read whole, sorted by file (detail:
+  where the damage starts, or why unreadable).
 - `problem_line(problem) -> str`: one problem as the summary prints it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Iterable
 
-from webgraph_pipeline.counters import NAMESPACE, LocalCounts, collect_string_set
+from webgraph_pipeline.counters import LocalCounts
 
 READ, PARTLY_READ, UNREADABLE = "read", "partly_read", "unreadable"
-FILE_PROBLEMS = "file_problems"  # string set of `status<TAB>path<TAB>reason<TAB>detail`
+FILE_PROBLEMS = "file_problems"  # notes `status<TAB>path<TAB>reason<TAB>detail`
 
 
 class UnreadableFileError(IOError):
@@ -59,17 +60,14 @@ def account_file(
         counts.inc(f"unreadable_files.{reason}")
     counts.inc(f"files.{status}")
     logging.warning(line)
-    from apache_beam.metrics import (
-        Metrics,
-    )  # as in counters.py: the record logic runs without Beam too
-
-    Metrics.string_set(NAMESPACE, FILE_PROBLEMS).add("\t".join((status, path, reason, detail)))
+    counts.note(FILE_PROBLEMS, "\t".join((status, path, reason, detail)))
 
 
-def collect_file_problems(pipeline_result: Any) -> list[dict[str, str]]:
-    """Every file a finished job did not read whole, as dicts sorted by file."""
+def file_problems(entries: Iterable[str]) -> list[dict[str, str]]:
+    """Every file a finished job did not read whole (its `file_problems` notes), as dicts sorted
+    by file."""
     out = []
-    for entry in collect_string_set(pipeline_result, FILE_PROBLEMS):
+    for entry in entries:
         status, path, reason, detail = entry.split("\t")
         out.append({"file": path, "status": status, "reason": reason, "detail": detail})
     return sorted(out, key=lambda p: (p["file"], p["status"]))

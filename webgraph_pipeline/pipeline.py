@@ -2,7 +2,9 @@
 
 A published split (`--edge_format given_split`) goes through `BuildGivenSplit` instead of
 `BuildWebGraph`. `run_job` runs the job and completes stats.json with the Beam counters (every
-drop by reason), which exist only once the job has finished.
+drop by reason), which exist only once the job has finished, and with the readers' notes (the
+files not read whole, the first lines of each drop reason...), which the job writes into its
+output directory (`keep_notes`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from webgraph_contract import stats_json
 from webgraph_pipeline import output_dir
-from webgraph_pipeline.counters import collect_counters, collect_string_set
+from webgraph_pipeline.counters import collect_counters, take_notes, write_notes
 from webgraph_pipeline.edge_formats import MAX_EXAMPLES, EdgeFormat
 from webgraph_pipeline.edges_input import EMPTY_FILES, HEADER_HINTS, LINE_EXAMPLES, ReadEdgeList
-from webgraph_pipeline.file_accounting import PARTLY_READ, UNREADABLE, collect_file_problems
+from webgraph_pipeline.file_accounting import (
+    FILE_PROBLEMS,
+    PARTLY_READ,
+    UNREADABLE,
+    file_problems,
+)
 from webgraph_pipeline.given_split import BuildGivenSplit
 from webgraph_pipeline.graph import BuildWebGraph
 from webgraph_pipeline.graph_config import GraphConfig
@@ -137,7 +144,8 @@ def input_files_of(spec: JobSpec) -> list[str]:
 
 
 def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
-    """The labelled reading step of either input format -> edge batches `(sources, targets)`."""
+    """The labelled reading step of either input format -> (edge batches `(sources, targets)`,
+    notes)."""
     if spec.input_format == "edges":
         return p | "ReadEdgeList" >> ReadEdgeList(
             input_files,
@@ -156,29 +164,44 @@ def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     return p | "ExtractEdges" >> ExtractEdges(list(input_files), **kwargs)
 
 
-def read_given_split(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]) -> dict[str, Any]:
-    """The train and test files of a given split -> {'train', 'test'} edge batches of (user, item)
-    names."""
+def read_given_split(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
+    """The train and test files of a given split -> ({'train', 'test'} edge batches of (user,
+    item) names, notes)."""
     parts = {"train": input_files, "test": match_inputs(spec.test_patterns)}
-    return {
+    read = {
         name: p
         | f"ReadEdgeList_{name}"
         >> ReadEdgeList(files, spec.edge_format, fail_on_unreadable=spec.fail_on_unreadable)
         for name, files in parts.items()
     }
+    notes = tuple(n for _, n in read.values()) | "SplitNotes" >> beam.Flatten()
+    return {name: batches for name, (batches, _) in read.items()}, notes
+
+
+def keep_notes(notes, directory: str) -> None:
+    """Write the readers' notes into `directory` once the job has read every input
+    (`counters.take_notes` reads them back)."""
+    _ = (
+        notes
+        | "AllNotes" >> beam.combiners.ToList()
+        | "WriteNotes" >> beam.Map(write_notes, directory)
+    )
 
 
 def build_pipeline(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """Add the whole job to `p`: read -> BuildWebGraph (or BuildGivenSplit) -> WriteTfRecords;
     returns the written paths."""
     if spec.protocol == "given_split":
-        graph = read_given_split(p, spec, input_files) | "BuildGivenSplit" >> BuildGivenSplit(
+        parts, notes = read_given_split(p, spec, input_files)
+        graph = parts | "BuildGivenSplit" >> BuildGivenSplit(
             spec.config.id_buckets,
             seed=spec.config.seed,
             validation_fraction=spec.config.validation_fraction,
         )
     else:
-        graph = read_edges(p, spec, input_files) | "BuildWebGraph" >> BuildWebGraph(spec.config)
+        batches, notes = read_edges(p, spec, input_files)
+        graph = batches | "BuildWebGraph" >> BuildWebGraph(spec.config)
+    keep_notes(notes, spec.output_dir)
     return graph | "WriteTfRecords" >> WriteTfRecords(
         spec.output_dir,
         spec.stats_config(),
@@ -339,16 +362,17 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
         build_pipeline(p, dataclasses.replace(spec, output_dir=staging), input_files)
         result = p.run()
         result.wait_until_finish()
-        empty = collect_string_set(result, EMPTY_FILES)
+        notes = take_notes(staging)
+        empty = notes.get(EMPTY_FILES)
         if empty:
             raise empty_input_error(empty)
         stats = finish_stats(
             staging,
             collect_counters(result),
-            collect_file_problems(result),
-            collect_string_set(result, LINE_EXAMPLES),
+            file_problems(notes.get(FILE_PROBLEMS, [])),
+            notes.get(LINE_EXAMPLES, []),
             spec.protocol,
-            collect_string_set(result, HEADER_HINTS),
+            notes.get(HEADER_HINTS, []),
         )
         stats["wall_seconds"] = round(
             time.time() - start, 1

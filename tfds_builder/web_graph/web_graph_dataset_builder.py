@@ -268,7 +268,7 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         beam = tfds.core.lazy_imports.apache_beam
         from webgraph_pipeline.columnar import block_rows
         from webgraph_pipeline.graph import BuildWebGraph
-        from webgraph_pipeline.pipeline import JobSpec, read_edges
+        from webgraph_pipeline.pipeline import JobSpec, keep_notes, read_edges
 
         data_dir = os.fspath(self.data_dir)
         spec = JobSpec(
@@ -276,7 +276,8 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
             output_dir=data_dir,
             config=self.builder_config.graph_config(),
         )
-        batches = read_edges(pipeline, spec, wat_files)
+        batches, notes = read_edges(pipeline, spec, wat_files)
+        keep_notes(notes, data_dir)
         graph = batches | "BuildWebGraph" >> BuildWebGraph(spec.config)
         links_read = (
             batches
@@ -304,14 +305,16 @@ class Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         """After the Beam job: keep the source and the pipeline's stats with the dataset."""
         source = self._source
         if source.kind == sources.WAT:
-            from webgraph_pipeline.counters import collect_counters
-            from webgraph_pipeline.file_accounting import collect_file_problems
+            from webgraph_pipeline.counters import collect_counters, take_notes
+            from webgraph_pipeline.file_accounting import FILE_PROBLEMS, file_problems
             from webgraph_pipeline.pipeline import finish_stats
 
+            data_dir = os.fspath(self.data_dir)
+            notes = take_notes(data_dir)
             self._stats = finish_stats(
-                os.fspath(self.data_dir),
+                data_dir,
                 collect_counters(pipeline_result),
-                collect_file_problems(pipeline_result),
+                file_problems(notes.get(FILE_PROBLEMS, [])),
             )
         self.info.metadata["source"] = {"kind": source.kind, "path": source.path}
         if self._stats is not None:
