@@ -218,3 +218,19 @@ def test_empty_result_fails_and_keeps_the_previous_dataset(dataset, tmp_path, ca
     code, _, err = run_cli(args + ["--allow_empty"], capsys)
     assert code == 0, err
     assert snapshot(out) != before and no_staging_left(tmp_path)
+
+
+def test_an_output_that_is_a_symlink_is_written_through(dataset, tmp_path, capsys):
+    """The new dataset goes into the directory the link points to; the link stays a link, and no
+    staging directory is left beside either."""
+    edges, out, before = dataset
+    link = tmp_path / "links" / "latest"
+    link.parent.mkdir()
+    link.symlink_to(out)
+    args = ["--input_format", "edges", "--input", edges, "--output", link, "--num_shards", "3"]
+    code, _, err = run_cli([*args, "--test_fraction", "0.3"], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and link.resolve() == out.resolve()
+    after = snapshot(out)
+    assert after != before and any("-of-00003" in n for n in after)
+    assert no_staging_left(tmp_path) and no_staging_left(link.parent)

@@ -14,6 +14,9 @@ A run killed with kill -9 leaves its staging directory behind; the next run on t
 removes those whose owner is a dead process of this host (`clean_stale_staging`), leaves those of
 other hosts or without a marker (named in a warning), and refuses to start while a live process of
 this host is writing the same output. Only names made by `staging_dir` are considered.
+
+An --output that is a symbolic link (local) is written through: the dataset goes into the
+directory it points to (`real_output`), staged beside that directory, and the link stays.
 """
 
 from __future__ import annotations
@@ -76,11 +79,19 @@ def foreign_entries(output_dir: str) -> list[str]:
     return [e for e in _entries(output_dir) if not is_dataset_file(e)]
 
 
+def real_output(output_dir: str) -> str:
+    """The directory a local --output that is a symbolic link points to (followed to the end);
+    any other --output as it is. The job writes there, so the link stays a link."""
+    target = output_dir.rstrip("/")
+    return os.path.realpath(target) if _is_local(target) and os.path.islink(target) else output_dir
+
+
 def check_output(output_dir: str, overwrite: bool) -> None:
     """Refuse an --output that is a file, holds something other than our dataset (unless
     `overwrite`),
-    or cannot be written: all before any input is read. Creates the directory's parent if needed."""
-    target = output_dir.rstrip("/")
+    or cannot be written: all before any input is read. Creates the directory's parent if needed.
+    A symbolic link is checked as the directory it points to (`real_output`)."""
+    target = real_output(output_dir).rstrip("/")
     if not target:
         raise OutputError("--output is empty")
     if fileio.exists(target) and not fileio.isdir(target):
@@ -236,9 +247,14 @@ def swap_in(staging: str, output_dir: str) -> None:
         had_old = fileio.exists(target)
         if had_old:
             os.rename(target, old)
-        os.rename(staging, target)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if had_old:
+                os.rename(old, target)  # the previous dataset back in place
+            raise
         if had_old:
-            fileio.rmtree(old)
+            discard(old)  # left behind only if it cannot be removed: the next run removes it
         return
     fileio.makedirs(target)
     stats = _join(target, stats_json.STATS_FILE)

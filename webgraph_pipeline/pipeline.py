@@ -350,10 +350,11 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     job succeeded and the dataset is not empty (or `allow_empty`): any failure leaves the previous
     dataset as it was.
     """
-    output_dir.check_output(spec.output_dir, spec.overwrite)
+    target = output_dir.real_output(spec.output_dir)  # a symbolic link is written through
+    output_dir.check_output(target, spec.overwrite)
     input_files = input_files_of(spec)
-    output_dir.clean_stale_staging(spec.output_dir)
-    staging = output_dir.staging_dir(spec.output_dir)
+    output_dir.clean_stale_staging(target)
+    staging = output_dir.staging_dir(target)
     disable_time_based_flush()  # Beam's local runner loses data with it (local_runner.py)
     try:
         start = time.time()
@@ -386,5 +387,5 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
     except BaseException:
         output_dir.discard(staging)
         raise
-    output_dir.swap_in(staging, spec.output_dir)
+    output_dir.swap_in(staging, target)
     return stats
