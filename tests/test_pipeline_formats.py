@@ -94,6 +94,27 @@ def test_csv_with_header_and_delimiter(data_dir):
     assert examples["dropped_lines.bad_field"] == [100_002, 100_003]
 
 
+@pytest.mark.parametrize("name", ["csv", "movielens"])
+def test_a_rating_must_be_a_finite_number(name):
+    sep = ";" if name == "csv" else "\t"
+    rows = [("a", "b", "5"), ("c", "d", "inf"), ("e", "f", "nan"), ("g", "h", "-Infinity")]
+    text = "".join(sep.join((*r, "0")) + "\n" for r in rows).encode()
+    for min_rating in (None, 4.0) if name == "movielens" else (4.0,):  # csv: checked with it
+        fmt = EdgeFormat(name, delimiter=sep, min_rating=min_rating)
+        edges, counts, examples = parse_file(text, fmt)
+        assert edges == [("a", "b")]
+        assert counts == {"dropped_lines.bad_rating": 3} and examples == {
+            "dropped_lines.bad_rating": [2, 3, 4]
+        }
+
+
+def test_csv_strips_whitespace_around_fields_only():
+    text = b"c; d;4\n e ;f \t; 5\ng h;i;1\n"
+    edges, counts, examples = parse_file(text, EdgeFormat("csv", delimiter=";"))
+    assert edges == [("c", "d"), ("e", "f")]
+    assert counts == {"dropped_lines.bad_field": 1} and examples == {"dropped_lines.bad_field": [3]}
+
+
 def test_given_split_excerpt_of_gowalla():
     text = (TESTS_DATA / "gowalla" / "train.txt").read_text()
     edges, counts, _ = parse_file(text.encode(), EdgeFormat("given_split"))

@@ -5,9 +5,10 @@
 - `pairs`: `src dst [ignored columns...]` (whitespace-separated).
 - `adjacency`: `src dst1 dst2 ...`.
 - `movielens`: `user item rating timestamp`, tab/space- (`u.data`) or `::`-separated
-  (`ratings.dat`); exactly 4 fields and a numeric rating; users x items (bipartite).
-- `csv`: `src<D>dst[<D>rating...]` with a one-character `--delimiter` D; a field holding whitespace
-  or an empty field makes the line malformed (no quoting).
+  (`ratings.dat`); exactly 4 fields and a finite numeric rating; users x items (bipartite).
+- `csv`: `src<D>dst[<D>rating...]` with a one-character `--delimiter` D; whitespace around a field
+  is stripped (`c; d;4` is c -> d), whitespace inside a field or an empty field makes the line
+  malformed (`bad_field`; no quoting).
 - `given_split`: `user item item ...`, one line per user, as the published train/test files of
   LightGCN and its successors; users x items (bipartite).
 
@@ -239,7 +240,8 @@ def _per_line_count(text: str, char: str) -> np.ndarray:
 def _rating_filter(
     tok, first_tok, n, ok, line_no, fmt: EdgeFormat, block: ParsedBlock
 ) -> np.ndarray:
-    """Drop lines whose third field is no number (`bad_rating`) or below `min_rating`."""
+    """Drop lines whose third field is no finite number (`bad_rating`: `nan` and `inf` are not
+    ratings) or below `min_rating`."""
     has = ok & (n >= 3)
     if fmt.min_rating is not None:
         missing = ok & (n < 3)
@@ -251,7 +253,7 @@ def _rating_filter(
         ratings[has] = fields.astype(np.float64)
     except ValueError:  # some field is no number: find which, one by one
         ratings[has] = [_float_or_nan(f) for f in fields]
-    bad = has & np.isnan(ratings)
+    bad = has & ~np.isfinite(ratings)
     block.drop("dropped_lines.bad_rating", line_no[bad])
     ok = ok & ~bad
     if fmt.min_rating is not None:
