@@ -59,6 +59,32 @@ def run_cli(args, capsys):
         ),
         (["--input", "IN", "--output", "OUT", "--num_shards", "0"], "num_shards"),
         (
+            ["--input", "IN", "--output", "OUT", "--edge_format", "pairs", "--urls", "/no/u.txt"],
+            "--urls '/no/u.txt': no file matches",
+        ),
+        (
+            ["--input", "IN", "--output", "OUT", "--edge_format", "given_split"]
+            + ["--test_input", "/no/test.txt"],
+            "--test_input '/no/test.txt': no file matches",
+        ),
+        (
+            ["--input", "IN", "--output", "OUT", "--edge_format", "pairs", "--delimiter", ";"],
+            "--delimiter applies to --edge_format csv only, not pairs",
+        ),
+        (["--input", "IN", "--output", "OUT", "--delimiter", ";"], "--delimiter applies"),
+        *[
+            (
+                ["--input", "IN", "--output", "OUT", "--edge_format", "given_split"]
+                + ["--test_input", "IN", flag, value],
+                f"{flag}: a given split is used as given",
+            )
+            for flag, value in [
+                ("--test_fraction", "0.1"),
+                ("--holdout_fraction", "0.25"),
+                ("--seed", "0"),
+            ]
+        ],
+        (
             ["--input", "IN", "--output", "OUT", "--edge_format", "given_split"],
             "needs --test_input",
         ),

@@ -40,6 +40,8 @@ def test_listing_reads_listed_files_and_counts_a_missing_one(tmp_path, reader):
     assert (stats["nodes"], stats["edges"]) == (14, 13)
     assert stats["unreadable_files"] == [str(DATA / "commoncrawl" / "missing/file.warc.wat.gz")]
     assert stats["counters"]["unreadable_files.not_found"] == 1
+    counters = stats["counters"]
+    assert counters["files.matched"] == 2 == counters["files.read"] + counters["files.unreadable"]
 
 
 def test_no_input_at_all_is_a_one_line_error(tmp_path, capsys):

@@ -151,13 +151,26 @@ def build_parser() -> OneLineParser:
     p.add_argument(
         "--degree_passes", type=int, default=1, help="passes of the degree filter (paper: 1)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the test-row and held-out hashes")
-    p.add_argument("--test_fraction", type=float, default=0.1, help="share of source rows in test")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"seed of the test-row and held-out hashes (default {GraphConfig.seed}); given_split: "
+        "of the validation split",
+    )
+    p.add_argument(
+        "--test_fraction",
+        type=float,
+        default=None,
+        help=f"share of source rows in test (default {GraphConfig.test_fraction}; not with "
+        "given_split)",
+    )
     p.add_argument(
         "--holdout_fraction",
         type=float,
-        default=0.25,
-        help="share of each test row's outlinks held out as gt_tag",
+        default=None,
+        help="share of each test row's outlinks held out as gt_tag (default "
+        f"{GraphConfig.holdout_fraction}; not with given_split)",
     )
     p.add_argument(
         "--validation_fraction",
@@ -209,7 +222,11 @@ def build_parser() -> OneLineParser:
         action="store_true",
         help="edges: the first line of every input file (and of --urls) is a header; skip it",
     )
-    p.add_argument("--delimiter", default=",", help="edges, csv: the one-character field delimiter")
+    p.add_argument(
+        "--delimiter",
+        default=None,
+        help="edges, csv: the one-character field delimiter (default ,)",
+    )
     p.add_argument(
         "--min_rating",
         type=float,
@@ -245,6 +262,28 @@ def unknown_beam_args(beam_argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return unknown, [s for action in parser._actions for s in action.option_strings]  # noqa: SLF001
 
 
+def check_meaningful(args: argparse.Namespace) -> None:
+    """Refuse a flag that the other flags make meaningless (it would be ignored): ValueError."""
+    name = args.edge_format or "pairs"
+    if args.delimiter is not None and name != "csv":
+        raise ValueError(f"--delimiter applies to --edge_format csv only, not {name}")
+    if name == "given_split":
+        unused = [f for f in ("test_fraction", "holdout_fraction") if getattr(args, f) is not None]
+        if args.seed is not None and not args.validation_fraction:
+            unused.append("seed")
+        if unused:
+            flags = ", ".join(f"--{f}" for f in unused)
+            raise ValueError(
+                f"{flags}: a given split is used as given (its test split is the --test_input "
+                "file; --seed seeds --validation_fraction only)"
+            )
+
+
+def _or_default(value: Any, field: str) -> Any:
+    """A flag's value, or GraphConfig's default for it when the flag was not given."""
+    return getattr(GraphConfig, field) if value is None else value
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]]:
     """argv -> (the job, Beam's own arguments).
 
@@ -267,14 +306,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     input_format = args.input_format or ("edges" if args.edge_format else "wat")
     if input_format == "wat" and args.edge_format:
         raise ValueError("--edge_format applies to --input_format edges only")
+    check_meaningful(args)
     edge_format = EdgeFormat(
-        args.edge_format or "pairs", args.delimiter, args.header, args.min_rating
+        args.edge_format or "pairs", args.delimiter or ",", args.header, args.min_rating
     )
     config = base.replace(
         degree_passes=args.degree_passes,
-        seed=args.seed,
-        test_fraction=args.test_fraction,
-        holdout_fraction=args.holdout_fraction,
+        seed=_or_default(args.seed, "seed"),
+        test_fraction=_or_default(args.test_fraction, "test_fraction"),
+        holdout_fraction=_or_default(args.holdout_fraction, "holdout_fraction"),
         validation_fraction=args.validation_fraction,
         bipartite=args.bipartite or edge_format.bipartite,
         id_buckets=args.id_buckets,
@@ -305,9 +345,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     check_output(spec.output_dir, spec.overwrite)
     input_files_of(spec)
     if spec.test_patterns:
-        match_inputs(spec.test_patterns)
+        match_inputs(spec.test_patterns, "--test_input")
     if spec.urls_file:
-        match_inputs([spec.urls_file])
+        match_inputs([spec.urls_file], "--urls")
     return spec, beam_argv
 
 

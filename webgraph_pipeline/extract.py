@@ -76,7 +76,6 @@ class MatchFilesFn(beam.DoFn):
         if matches is not None and not matches:
             account_file(pattern, UNREADABLE, "not_found", "no file matches", self._fail, counts)
         for metadata in matches or ():
-            counts.inc("files.matched")
             yield metadata.path
         flush_to_beam(counts)
         yield from tagged_notes(counts)

@@ -2,7 +2,9 @@
 (why).
 
 Each reader (WAT, edge list) ends every file with `account_file`, which counts it
-(`files.read`, `files.partly_read`, `files.unreadable` plus `unreadable_files.<reason>`), logs one
+(`files.read`, `files.partly_read`, `files.unreadable` plus `unreadable_files.<reason>`, and
+`files.matched` for every one, so it is their sum; a pattern or listed path that matches no file
+is one unreadable entry), logs one
 line naming it, notes it in the list `file_problems` of its counts (`LocalCounts.note`, for
 stats.json and the end-of-job summary) and, with `fail_on_unreadable`, stops the job with that line.
 
@@ -49,6 +51,7 @@ def account_file(
     For an unreadable file the counts its reader made so far are replaced by its one reason.
     """
     if status == READ:
+        counts.inc("files.matched")
         counts.inc("files.read")
         return
     problem = {"file": path, "status": status, "reason": reason, "detail": detail}
@@ -58,6 +61,7 @@ def account_file(
     if status == UNREADABLE:
         counts.clear()
         counts.inc(f"unreadable_files.{reason}")
+    counts.inc("files.matched")
     counts.inc(f"files.{status}")
     logging.warning(line)
     counts.note(FILE_PROBLEMS, "\t".join((status, path, reason, detail)))

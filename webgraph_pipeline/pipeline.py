@@ -109,17 +109,17 @@ class JobSpec:
         return out
 
 
-def match_inputs(patterns: Sequence[str]) -> list[str]:
+def match_inputs(patterns: Sequence[str], flag: str = "--input") -> list[str]:
     """Every file the globs match (local, gs://, s3://), sorted; an error naming a glob that matches
-    none."""
+    none, and the `flag` that gave it."""
     files: set[str] = set()
     for pattern in patterns:
         try:
             matched = FileSystems.match([pattern])[0].metadata_list
         except Exception as e:  # Beam raises BeamIOError or a filesystem error for bad paths
-            raise FileNotFoundError(f"--input {pattern!r}: cannot list files ({e})") from None
+            raise FileNotFoundError(f"{flag} {pattern!r}: cannot list files ({e})") from None
         if not matched:
-            raise FileNotFoundError(f"--input {pattern!r}: no file matches")
+            raise FileNotFoundError(f"{flag} {pattern!r}: no file matches")
         files.update(m.path for m in matched)
     return sorted(files)
 
@@ -167,7 +167,7 @@ def read_edges(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
 def read_given_split(p: beam.Pipeline, spec: JobSpec, input_files: Sequence[str]):
     """The train and test files of a given split -> ({'train', 'test'} edge batches of (user,
     item) names, notes)."""
-    parts = {"train": input_files, "test": match_inputs(spec.test_patterns)}
+    parts = {"train": input_files, "test": match_inputs(spec.test_patterns, "--test_input")}
     read = {
         name: p
         | f"ReadEdgeList_{name}"
