@@ -118,7 +118,7 @@ def test_beam_matches_plain_functions_and_counts(wat_dir, reader, tmp_path):
         and got["files.partly_read"] == 1
     )
     damaged_at = int((wat_dir / "two.offsets").read_text().split()[1])
-    where = f"byte {damaged_at} (record 2)" if reader == "warcio" else "after byte 0 (record 2)"
+    where = f"byte {damaged_at} (record 2)"  # both readers alike
     assert file_problems(take_notes(str(notes_dir))[FILE_PROBLEMS]) == [
         {
             "file": missing,

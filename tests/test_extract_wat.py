@@ -3,8 +3,10 @@ kind of bad input (counted by reason, valid records around it still give their e
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
+import zlib
 from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -12,7 +14,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from webgraph_pipeline.counters import LocalCounts
-from webgraph_pipeline.wat import wat_edges
+from webgraph_pipeline.wat import WatFileReport, wat_edges
 
 from extract_fixtures import a_links, envelope, wat_bytes
 
@@ -292,3 +294,51 @@ def test_whole_file_gzip_cut_short(reader):
     edges, counts = run(whole[: len(whole) - 200], reader)
     assert edges == GOOD_EDGES
     assert counts["damage.corrupt_region"] + counts["damage.truncated_record"] == 1
+
+
+def _cut_in_third_record(whole_file: bool) -> tuple[bytes, int]:
+    """A gzip WAT of BEFORE, AFTER and a third record cut short (the gzip stream ends without its
+    end marker): 20 bytes into its header (whole-file gzip), or halfway through its gzip member
+    (one member per record); where the third starts."""
+    third = envelope("http://cut.de/", a_links("http://c.de/"))
+    plain, offsets = wat_bytes([BEFORE, AFTER, third], gzip=False)
+    cut = zlib.compressobj(wbits=31)
+    if whole_file:
+        return cut.compress(plain[: offsets[2] + 20]) + cut.flush(zlib.Z_SYNC_FLUSH), offsets[2]
+    members = b"".join(gzip.compress(plain[a:b]) for a, b in zip(offsets, offsets[1:3]))
+    last = gzip.compress(plain[offsets[2] :])
+    return members + last[: len(last) // 2], len(members)
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("whole_file", [False, True])
+def test_a_gzip_record_cut_short_is_a_truncated_record(reader, whole_file):
+    """Both readers see the cut record and name it alike (FastWARC gave it as an intact empty
+    record); FastWARC has no offset inside a whole-file gzip, and says so."""
+    data, third_at = _cut_in_third_record(whole_file)
+    report = WatFileReport()
+    edges, counts = run(data, reader, report=report)
+    assert edges == GOOD_EDGES
+    assert counts["damage.truncated_record"] == 1 and not counts["damage.corrupt_region"]
+    where = f"byte {third_at}"
+    if whole_file:
+        where += " of the decompressed stream" if reader == "warcio" else ""
+        where = "an unknown byte of the whole-file gzip" if reader == "fastwarc" else where
+    assert report.verdict() == ("partly_read", "truncated_record", f"{where} (record 3)")
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("gzip_members", [True, False])
+def test_both_readers_name_a_corrupt_record_by_where_it_starts(reader, gzip_members):
+    middle = envelope("http://lost.de/", a_links("http://z.de/"))
+    data, offsets = wat_bytes([BEFORE, middle, AFTER], gzip=gzip_members)
+    damaged = bytearray(data)
+    if gzip_members:
+        for i in range(offsets[1] + 30, offsets[1] + 60):
+            damaged[i] ^= 0x5A
+    else:  # the middle record's header unreadable
+        damaged[offsets[1] : offsets[1] + 8] = b"XXXXXXXX"
+    report = WatFileReport()
+    edges, counts = run(bytes(damaged), reader, report=report)
+    assert edges == GOOD_EDGES
+    assert report.verdict() == ("partly_read", "corrupt_region", f"byte {offsets[1]} (record 2)")

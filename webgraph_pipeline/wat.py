@@ -25,6 +25,10 @@ Content-Length is counted `damage.truncated_record` and dropped; an unreadable r
 (per-record gzip) or `WARC/1.x` line (plain files) after it, so one bad record loses nothing else.
 A whole-file gzip (one stream, which warcio refuses to seek in) is read through a streaming
 decompressor: damage there ends the file, keeping everything before it.
+Both readers name damage alike: the byte where the damaged record starts (FastWARC does not say
+where a failing record starts: it is where the last intact one ends, found by reading that one
+again) and its record number; FastWARC reads a whole-file gzip itself and has no record offsets
+there, so the place is given as unknown (with the record number).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import collections
 import dataclasses
 import io
 import logging
+import re
 import zlib
 from typing import IO, Iterable, Iterator, Optional
 
@@ -46,7 +51,8 @@ WAT_READERS = ("warcio", "fastwarc")
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _WARC_LINE = b"\nWARC/1."
 _SCAN_CHUNK = 1 << 20
-_PROBE_BYTES = 1 << 16  # read to tell an empty file or a bad gzip stream
+_PROBE_BYTES = 1 << 16  # read to tell an empty file or a bad gzip stream, or a record's header
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*$")
 
 
 # One record as the readers see it: (target URI, declared Content-Length, payload of metadata
@@ -90,25 +96,19 @@ def _fastwarc_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
     metadata = WarcRecordType.metadata
     for record in ArchiveIterator(fileobj, parse_http=False, fsspec_args=False):
         headers = record.headers
-        if record.record_type == metadata:
-            # A record cut inside its header is typed `unknown` by FastWARC (handled below), so
-            # a metadata record here has its Content-Length.
-            yield (
-                headers.get("WARC-Target-URI"),
-                record.content_length,
-                record.reader.read(),
-                record.stream_pos,
-                "metadata",
-            )
-        else:
-            length = headers.get("Content-Length")
-            yield (
-                None,
-                int(length) if length and length.isdigit() else None,
-                None,
-                record.stream_pos,
-                headers.get("WARC-Type") or "",
-            )
+        # The declared Content-Length, None when the header is missing: FastWARC gives a record cut
+        # inside its header (a gzip member cut short) as one with no Content-Length header and a
+        # `content_length` of 0, which would read as an intact empty record.
+        length = headers.get("Content-Length")
+        declared = int(length) if length and length.isdigit() else None
+        is_metadata = record.record_type == metadata
+        yield (
+            headers.get("WARC-Target-URI") if is_metadata else None,
+            declared,
+            record.reader.read() if is_metadata else None,
+            record.stream_pos,
+            "metadata" if is_metadata else headers.get("WARC-Type") or "",
+        )
 
 
 _READERS = {"warcio": _warcio_records, "fastwarc": _fastwarc_records}
@@ -218,6 +218,47 @@ def iter_wat_payloads(
     return _resilient_payloads(fileobj, inc, read_records, skip=0, report=report)
 
 
+def _byte(fileobj: IO[bytes], offset: int, marker: bytes) -> str:
+    """`byte N` for a record's offset, unless it is no gzip member start in a gzip file: FastWARC
+    reading a whole-file gzip gives how far it has read the compressed file, not where the record
+    starts, so the record's place is unknown."""
+    if marker == _GZIP_MAGIC and fileobj.seekable():
+        position = fileobj.tell()
+        fileobj.seek(offset)
+        member_start = fileobj.read(len(_GZIP_MAGIC)) == _GZIP_MAGIC
+        fileobj.seek(position)
+        if not member_start:
+            return "an unknown byte of the whole-file gzip"
+    return f"byte {offset}"
+
+
+def _record_end(fileobj: IO[bytes], offset: int, marker: bytes) -> Optional[int]:
+    """Where the intact record at `offset` of a seekable stream ends (the next one starts): the end
+    of its gzip member (`marker` is `_GZIP_MAGIC`), else of its header, Content-Length payload
+    and CRLF CRLF; None when that cannot be told (a stream that is not seekable, damage)."""
+    if not fileobj.seekable():
+        return None
+    fileobj.seek(offset)
+    if marker == _GZIP_MAGIC:
+        inflate, fed = zlib.decompressobj(31), 0
+        try:
+            while not inflate.eof:
+                chunk = fileobj.read(_SCAN_CHUNK)
+                if not chunk:
+                    return None
+                inflate.decompress(chunk)
+                fed += len(chunk)
+        except zlib.error:
+            return None
+        return offset + fed - len(inflate.unused_data)
+    head = fileobj.read(_PROBE_BYTES)
+    header_end = head.find(b"\r\n\r\n")
+    length = _CONTENT_LENGTH.search(head[: max(header_end, 0)])
+    if header_end < 0 or not length:
+        return None
+    return offset + header_end + 4 + int(length.group(1)) + 4
+
+
 def _is_whole_file_gzip(error: Exception) -> bool:
     """warcio refuses a gzip file that is one stream rather than one member per record."""
     return "non-chunked gzip" in str(error)
@@ -248,7 +289,7 @@ def _resilient_payloads(
                     # Cut short: the file ends here, or a damaged gzip member ran into the next.
                     if not first_after_resume:  # else: part of the region already counted
                         inc("damage.truncated_record")
-                        report.damaged("truncated_record", f"byte {offset}", seen)
+                        report.damaged("truncated_record", _byte(fileobj, offset, marker), seen)
                     if seekable:
                         break
                 else:
@@ -273,12 +314,18 @@ def _resilient_payloads(
                 inc("damage.corrupt_region")
                 if isinstance(error, _DamagedAt):
                     report.damaged("corrupt_region", f"byte {error.offset}", seen + 1)
-                else:  # the reader does not say where the failing record starts
-                    report.damaged(
-                        "corrupt_region",
-                        f"after byte {start if last_offset is None else last_offset}",
-                        seen + 1,
-                    )
+                else:  # the reader does not say where the failing record starts: where the last
+                    # good one ends, found by reading it again
+                    if last_offset is None:
+                        where = f"byte {start}"
+                    elif _byte(fileobj, last_offset, marker) != f"byte {last_offset}":
+                        where = _byte(fileobj, last_offset, marker)
+                    else:
+                        end = _record_end(fileobj, last_offset, marker)
+                        where = (
+                            f"a record after byte {last_offset}" if end is None else f"byte {end}"
+                        )
+                    report.damaged("corrupt_region", where, seen + 1)
                 logging.debug("damaged WAT data after offset %d: %.200r", start, str(error))
             if not seekable:
                 return
