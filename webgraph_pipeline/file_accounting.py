@@ -4,9 +4,9 @@
 Each reader (WAT, edge list) ends every file with `account_file`, which counts it
 (`files.read`, `files.partly_read`, `files.unreadable` plus `unreadable_files.<reason>`, and
 `files.matched` for every one, so it is their sum; a pattern or listed path that matches no file
-is one unreadable entry), logs one
-line naming it, notes it in the list `file_problems` of its counts (`LocalCounts.note`, for
-stats.json and the end-of-job summary) and, with `fail_on_unreadable`, stops the job with that line.
+is one unreadable entry), logs one line naming it, notes it in the list `file_problems` of its
+counts (`LocalCounts.note`, for stats.json and the end-of-job summary) and, with
+`fail_on_unreadable`, stops the job with that line.
 
 Public API:
 
