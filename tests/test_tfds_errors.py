@@ -91,7 +91,7 @@ def test_debug_env_shows_the_traceback(tmp_path):
     code, err = tfds_build(
         {"name": "x", "min_links": "2"}, tmp_path, tmp_path / "tfds", env={"WEBGRAPH_DEBUG": "1"}
     )
-    assert code == 1 and any(line.startswith("Traceback") for line in err)
+    assert code == 2 and any(line.startswith("Traceback") for line in err)  # the status kept
     assert err[-1].endswith("min_links must be an integer, got '2'")
 
 

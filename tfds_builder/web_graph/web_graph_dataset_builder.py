@@ -22,7 +22,7 @@ result) are `sources.BuildError`s with a one-line message. TFDS gives a builder 
 `tfds build` reports an exception (absl prints the traceback), so when this module is loaded by the
 `tfds` command line it installs a `sys.excepthook` that prints such an error as that one line
 (`one_line_errors`; exit status 2 for a bad config, 1 otherwise) and leaves every other exception
-to the usual traceback; `WEBGRAPH_DEBUG=1` shows the traceback of all.
+to the usual traceback; `WEBGRAPH_DEBUG=1` shows the traceback of all (with the same exit status).
 """
 
 from __future__ import annotations
@@ -353,24 +353,26 @@ def build_error(error: BaseException) -> Optional[tuple[str, int]]:
 def one_line_errors() -> None:
     """Under the `tfds` command line, print a build's user errors as one line (see the module
     doc)."""
-    if not _under_tfds_cli() or getattr(sys.excepthook, "web_graph", False) or debugging():
+    if not _under_tfds_cli() or getattr(sys.excepthook, "web_graph", False):
         return
-    previous = sys.excepthook
-    # Beam logs a failing step's exception, traceback and all, before re-raising it: not for ours.
-    logging.getLogger("apache_beam.runners.common").addFilter(
-        lambda record: not (record.exc_info and build_error(record.exc_info[1]))
-    )
+    previous, debug = sys.excepthook, debugging()
+    if not debug:  # Beam logs a failing step's exception, traceback and all, before re-raising it
+        logging.getLogger("apache_beam.runners.common").addFilter(
+            lambda record: not (record.exc_info and build_error(record.exc_info[1]))
+        )
 
     def hook(kind, error, tb):
         found = build_error(error)
-        if found is None:
+        if found is None or debug:  # the traceback (the exit status still says which error)
             previous(kind, error, tb)
+        if found is None:
             return
         line, status = found
-        print(
-            f"tfds build web_graph: error: {line} ({DEBUG_ENV}=1 shows the traceback)",
-            file=sys.stderr,
-        )
+        if not debug:
+            print(
+                f"tfds build web_graph: error: {line} ({DEBUG_ENV}=1 shows the traceback)",
+                file=sys.stderr,
+            )
         if status != 1:  # an excepthook cannot choose the status: the interpreter exits 1 after it
             sys.stderr.flush()
             sys.stdout.flush()
