@@ -11,6 +11,7 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation import metrics
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset, evaluate_rows
 from alx_trainer.tools import topk_export, topk_records
+from alx_trainer.tools.predict import predict_outlinks
 from alx_trainer.train import train
 from tests import reference_ials
 from webgraph_contract.dataset_reader import read_split, read_vocab
@@ -186,6 +187,95 @@ def test_rows_over_the_test_split_give_evals_recall(hollins, tmp_path):
     assert (
         f"no_tab: {bad} (first at line 5)" in err and f"empty_name: {bad} (first at line 6)" in err
     )
+
+
+@pytest.fixture(scope="module")
+def numeric(tmp_path_factory):
+    """hollins.edu without its URLs: a graph whose names are the crawl's integer node ids (most
+    of them another node's internal id), and a model of it."""
+    root = tmp_path_factory.mktemp("hollins_numeric")
+    data = str(root / "data")
+    hollins_dataset(data, test_fraction=0.1, num_shards=1, urls=False)
+    config = TrainConfig(
+        data=data,
+        model_dir=str(root / "model"),
+        dim=16,
+        epochs=2,
+        alpha=0.01,
+        reg=0.1,
+        solver="cholesky",
+        eval_every=0,
+        progress=False,
+    )
+    return data, train(config)
+
+
+def test_rows_named_by_numbers_give_evals_recall(numeric, tmp_path):
+    data, model = numeric
+    vocab = read_vocab(data)
+    test = read_split(data, "test")
+    assert all(name.isdigit() for name in vocab.values())
+    assert sum(int(vocab[c]) != c for _, kept, _ in test for c in kept) > len(test)
+    path = tmp_path / "rows.tsv"
+    path.write_text(
+        "".join(f"{vocab[r]}\t{' '.join(vocab[c] for c in kept)}\n" for r, kept, _ in test)
+    )
+    rc, out, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--k", str(K)]
+        + ["--rows", str(path)]
+    )
+    assert rc == 0, err
+    assert "links not found" not in err
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert [a["name"] for a in answers] == [vocab[r] for r, _, _ in test]
+    topk = np.full((len(test), K), -1, np.int64)
+    for i, a in enumerate(answers):
+        topk[i, : len(a["predictions"])] = [p["id"] for p in a["predictions"]]
+    recall = metrics.mean_metric(metrics.recall_at_k(topk, [g for _, _, g in test], K))
+    assert recall == pytest.approx(
+        evaluate_dataset(model, data, ranking=Ranking(ks=(K,), ndcg_k=None))["recall@20"], abs=1e-6
+    )
+    # the answers' own names (`url`) fed back as links find the same columns
+    urls = [p["url"] for p in answers[0]["predictions"]]
+    rc, out, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--json"]
+        + ["--links", *urls]
+    )
+    assert rc == 0, err
+    assert json.loads(out)["known"] == len(urls) and json.loads(out)["unknown"] == 0
+
+
+def test_a_number_that_is_a_name_is_that_name_and_id_n_is_an_id(numeric):
+    data, model = numeric
+    vocab = read_vocab(data)
+    train_rows = {r for r, _, _ in read_split(data, "train")}
+    # a training row whose name is the id of another training row
+    row = next(r for r in sorted(train_rows) if int(vocab[r]) != r and int(vocab[r]) in train_rows)
+    other = int(vocab[row])
+
+    def outlinks(node: str) -> list[str]:
+        rc, out, err = run_cli(
+            ["predict", "--data", data, "--model_dir", model.config.model_dir, "--k", "5", node]
+        )
+        assert rc == 0, err
+        return [line.split()[2] for line in out.splitlines()[1:]]
+
+    by_name = outlinks(vocab[row])
+    assert by_name == outlinks(f"id:{row}")
+    assert by_name != outlinks(f"id:{other}")
+    assert [int(i) for i in by_name] == [p.id for p in predict_outlinks(model, data, row, 5)]
+    # a number that is no name of a numeric vocabulary is not taken as an id
+    missing = str(max(int(n) for n in vocab.values()) + 1)
+    rc, out, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, missing]
+    )
+    assert rc == 1 and out == "" and f"'{missing}' is not in the vocabulary" in err
+    rc, out, _ = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--json"]
+        + ["--links", vocab[row], missing, f"id:{other}"]
+    )
+    got = json.loads(out)
+    assert rc == 0 and got["known"] == 2 and got["unknown"] == 1
 
 
 def test_bad_lines_of_rows_are_counted_by_reason(hollins, tmp_path):

@@ -273,14 +273,20 @@ def main_predict(argv: Sequence[str]) -> int:
     p = OneLineParser(prog="alx_trainer predict", description=main_predict.__doc__)
     p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
-    p.add_argument("node", nargs="*", help="URL(s) from the vocabulary, or node ids.")
+    p.add_argument(
+        "node",
+        nargs="*",
+        help="Names or URLs from the vocabulary, or ids: `id:N`, or a bare number N where no "
+        "name of the vocabulary is a number (in a dataset of numeric names a number is a name).",
+    )
     p.add_argument(
         "--links",
         nargs="+",
         metavar="URL",
         default=[],
-        help="A new page's known outlinks (URLs, or column ids): its predicted "
-        "outlinks, folded in as `eval` folds in a test row.",
+        help="A new page's known outlinks (names or URLs of the column vocabulary, or column "
+        "ids, as nodes are given): its predicted outlinks, folded in as `eval` folds in a test "
+        "row.",
     )
     p.add_argument(
         "--name",

@@ -1,8 +1,9 @@
 """Predictions from a trained model (paper Appendix A) and export of its tables for serving.
 
-- `predict_outlinks`: for a URL (through the vocabulary `vocab.tsv-*`) or an id, the top-K columns
-  it is predicted to link to, with URLs and scores; its known outlinks are excluded. A training
-  row uses its row embedding; a held-out row is folded in from its fold-in outlinks (Eq. 4).
+- `predict_outlinks`: for a name or URL (through the vocabulary `vocab.tsv-*`) or an id, the top-K
+  columns it is predicted to link to, with URLs and scores; its known outlinks are excluded. A
+  training row uses its row embedding; a held-out row is folded in from its fold-in outlinks
+  (Eq. 4).
 - `nearest_neighbors`: the K nodes whose embeddings are closest by cosine to a node's embedding.
 - `export_tables`: both tables with their ids (and names) as NumPy `.npz`/`.npy` and as TFRecord.
 Scoring goes through the same exact top K as evaluation (`ranking.Ranker`).
@@ -19,6 +20,7 @@ import numpy as np
 
 from alx_trainer.evaluation.evaluate import model_tables
 from alx_trainer.model import fold_in
+from alx_trainer.tools.new_pages import names_are_numbers, node_token
 from alx_trainer.tools.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
 from webgraph_contract.record_codec import encode_example
@@ -42,16 +44,23 @@ def load_vocab(data_dir: str, columns: bool = True) -> tuple[dict[int, str], dic
 
 
 def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) -> int:
-    """An id from an int, a numeric string, or a name looked up in the vocabulary (the column
-    names, or with `columns=False` the row names). A URL is normalized first with the pipeline's
-    own `normalize_url`, as the dataset's names were, so `HTTP://Example.com` finds
-    `http://example.com/`."""
+    """An id from an int, or from a token (`new_pages.node_token`): a name of the vocabulary (the
+    column names, or with `columns=False` the row names), `id:N`, or a number where no name is one.
+    A URL not found as given is normalized with the pipeline's own `normalize_url`, as the
+    dataset's names were, so `HTTP://Example.com` finds `http://example.com/`."""
     if isinstance(node, (int, np.integer)):
         return int(node)
-    if node.isdigit():
-        return int(node)
     if data_dir is None:
-        raise ValueError(f"{node!r} is not an id and no dataset directory was given to look it up")
+        found = node_token(node, {}, numeric_names=False)
+        if found is None:
+            raise ValueError(
+                f"{node!r} is not an id and no dataset directory was given to look it up"
+            )
+        return found
+    ids = vocabulary_ids(data_dir, columns)
+    found = node_token(node, ids, numbers_are_names(data_dir, columns))
+    if found is not None:
+        return found
     name = node
     if "://" in node:
         name, reason = urls.normalize_url(node)
@@ -59,11 +68,26 @@ def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) ->
             raise ValueError(
                 f"{node!r} is not a URL the dataset could hold ({reason}); give a node's URL or id"
             )
-    _, ids = load_vocab(fileio.absolute(data_dir), columns)
     if name not in ids:
         shown = repr(node) if name == node else f"{node!r} (normalized: {name!r})"
-        raise KeyError(f"{shown} is not in the vocabulary of {data_dir}; give a node's URL or id")
+        raise KeyError(
+            f"{shown} is not in the vocabulary of {data_dir}; give a node's name, URL or id (id:N)"
+        )
     return ids[name]
+
+
+def vocabulary_ids(data_dir: str, columns: bool = True) -> dict[str, int]:
+    """name -> id of the dataset's column (or row) vocabulary; empty when it has none."""
+    try:
+        return load_vocab(fileio.absolute(data_dir), columns)[1]
+    except FileNotFoundError:
+        return {}
+
+
+@functools.lru_cache(maxsize=8)
+def numbers_are_names(data_dir: str, columns: bool = True) -> bool:
+    """Whether the dataset's column (or row) vocabulary names some node with a number."""
+    return names_are_numbers(vocabulary_ids(data_dir, columns))
 
 
 @functools.lru_cache(maxsize=4)
