@@ -1,6 +1,8 @@
 """`predict --links/--rows` (pages not in the vocabulary), `export --topk`: real data (hollins)."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from alx_trainer.tools import topk_export, topk_records
 from alx_trainer.tools.predict import predict_outlinks
 from alx_trainer.train import train
 from tests import reference_ials
+from webgraph_contract import fileio
 from webgraph_contract.dataset_reader import read_split, read_vocab
 
 from pipeline_data import hollins_dataset
@@ -387,6 +390,75 @@ def test_export_topk_reads_back_as_brute_force(hollins, tmp_path):
         assert got.row_urls[i] == vocab[row] and got.urls[i] == [vocab[c] for c in ids]
     manifest = json.loads((out / "topk.json").read_text())
     assert manifest["rows"] == len(got.rows) and manifest["folded_in_rows"] == len(test_rows)
+
+
+def killed_writer(path) -> None:
+    """A process killed (SIGKILL) while it writes the TFRecord file `path`, as an export killed
+    mid-shard: what it leaves behind stays."""
+    script = (
+        "import sys\n"
+        "from webgraph_contract import fileio\n"
+        "with fileio.record_writer(sys.argv[1]) as write:\n"
+        "    write([b'partial'] * 100)\n"
+        "    print('writing', flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline() == "writing\n"
+    proc.kill()
+    proc.wait()
+    proc.stdin.close()
+    proc.stdout.close()
+
+
+def test_export_again_leaves_only_its_own_shards(hollins, tmp_path):
+    data, model = hollins
+    out = tmp_path / "topk"
+    export = ["export", "--model_dir", model.config.model_dir, "--data", data, "--output", str(out)]
+    rc, _, err = run_cli([*export, "--topk", "5", "--num_shards", "3"])
+    assert rc == 0, err
+    assert len(list(out.glob("topk.tfr-*"))) == 3
+    killed_writer(out / "topk.tfr-00000-of-00002")
+    (out / "topk.tfr-00001-of-00003.tmp-0123456789abcdef0123456789abcdef").write_bytes(b"old")
+    (out / "topk.tfr-notes.txt").write_text("mine")
+    (out / "row_embeddings.tfr-00000-of-00004").write_bytes(b"a table export's")
+    assert [p.name for p in out.glob("topk.tfr-*-of-00002")] == []  # the temp file is hidden
+    assert [p.name for p in out.glob(".topk.tfr-00000-of-00002.tmp-*")] != []
+    rc, printed, err = run_cli([*export, "--topk", "5", "--num_shards", "1"])
+    assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "row_embeddings.tfr-00000-of-00004",
+        "topk.json",
+        "topk.tfr-00000-of-00001",
+        "topk.tfr-notes.txt",
+    ]
+    assert "removed 5 file(s) of an earlier or killed export" in err
+    rows = sum(1 for f in out.glob("topk.tfr-*-of-*") for _ in fileio.read_records(str(f)))
+    assert rows == len(topk_export.read_export(str(out)).rows)
+    # the tables: the same, with their own shard names
+    tables = tmp_path / "tables"
+    export = ["export", "--model_dir", model.config.model_dir, "--output", str(tables)]
+    rc, _, err = run_cli([*export, "--num_shards", "3"])
+    assert rc == 0, err
+    killed_writer(tables / "col_embeddings.tfr-00000-of-00002")
+    (tables / "topk.tfr-00000-of-00001").write_bytes(b"a top-k export's")
+    rc, printed, err = run_cli(export)
+    assert rc == 0, err
+    assert sorted(p.name for p in tables.iterdir()) == [
+        "col_embeddings.tfr-00000-of-00001",
+        "col_table.npy",
+        "embeddings.npz",
+        "row_embeddings.tfr-00000-of-00001",
+        "row_table.npy",
+        "topk.tfr-00000-of-00001",
+    ]
+    col_records = fileio.read_records(str(tables / "col_embeddings.tfr-00000-of-00001"))
+    assert sum(1 for _ in col_records) == len(model.col_table)
 
 
 def test_topk_records_are_what_tensorflow_writes_and_parses():

@@ -175,13 +175,21 @@ def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
     return encode_example(feature)
 
 
+# regex of the names of the files `export_tables` writes
+TABLE_FILES = "|".join(
+    [r"embeddings\.npz", r"(?:row|col)_table\.npy"]
+    + [layout.shard_pattern(f"{side}_embeddings.tfr") for side in ("row", "col")]
+)
+
+
 def export_tables(
     model: Any, out_dir: str, *, data_dir: str | None = None, num_shards: int = 1
 ) -> list[str]:
     """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]),
-    `row_table.npy`,
-    `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`, `embedding`, and `name`
-    when a vocabulary exists). Returns the written paths."""
+    `row_table.npy`, `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`,
+    `embedding`, and `name` when a vocabulary exists), each file renamed into place once complete;
+    then removes the `*_embeddings.tfr` shards of an earlier export with another shard count, and
+    temporary files of a killed one. Returns the written paths."""
     row_table, col_table, _ = model_tables(model)
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
     names = vocabulary_names(data_dir) if data_dir else {}
@@ -196,11 +204,11 @@ def export_tables(
         if shared:
             arrays["row_names"] = np.array([names.get(i, "") for i in range(len(tables["row"]))])
     paths = [os.path.join(out_dir, "embeddings.npz")]
-    with fileio.open_file(paths[0], "wb") as f:
+    with fileio.replacing(paths[0], "wb") as f:
         np.savez(f, **arrays)
     for side, emb in tables.items():
         paths.append(os.path.join(out_dir, f"{side}_table.npy"))
-        with fileio.open_file(paths[-1], "wb") as f:
+        with fileio.replacing(paths[-1], "wb") as f:
             np.save(f, emb)
         side_names = names if (side == "col" or shared) else {}
         for s in range(num_shards):
@@ -210,6 +218,7 @@ def export_tables(
                 path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows]
             )
             paths.append(path)
+    layout.remove_stale(out_dir, TABLE_FILES, paths)
     return paths
 
 
