@@ -342,6 +342,34 @@ def test_bad_lines_of_rows_are_counted_by_reason(hollins, tmp_path):
         ]
     )
     assert rc == 1 and "no such file" in err
+    rc, _, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--rows", str(tmp_path)]
+    )
+    assert rc == 1 and f"--rows {tmp_path}: is a directory" in err
+    for text in ("", "\n  \n"):
+        path.write_text(text)
+        rc, out, err = run_cli(
+            ["predict", "--data", data, "--model_dir", model.config.model_dir, "--rows", str(path)]
+        )
+        assert rc == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "no page to answer" in err
+
+
+def test_batch_size_is_capped_at_the_rows_to_score(hollins, tmp_path):
+    data, model = hollins
+    test = read_split(data, "test")
+    exported = len(read_split(data, "train")) + len(test)
+    common = ["--data", data, "--model_dir", model.config.model_dir, "--batch_size", "5000"]
+    rc, _, err = run_cli(["eval", *common, "--k", "20"])
+    assert rc == 0 and f"top-k of {len(test)} rows: " in err, err
+    assert f"in blocks of {len(test)} rows x" in err
+    url = read_vocab(data)[int(test[0][1][0])]
+    path = tmp_path / "rows.tsv"
+    path.write_text(f"a\t{url}\nb\t{url}\n\nc\t{url}\n")
+    rc, out, err = run_cli(["predict", *common, "--rows", str(path), "--log_level", "debug"])
+    assert rc == 0 and len(out.splitlines()) == 3 and "in blocks of 4 rows x" in err, err
+    rc, _, err = run_cli(["export", *common, "--output", str(tmp_path / "t"), "--topk", "3"])
+    assert rc == 0 and f"in blocks of {exported} rows x" in err, err
 
 
 def test_predict_refuses_nodes_and_links_together(hollins, capsys):

@@ -123,7 +123,7 @@ def main_eval(argv: Sequence[str]) -> int:
         "--batch_size",
         type=at_least(0),
         default=0,
-        help="Test rows per scoring batch (0: by backend).",
+        help="Test rows per scoring batch (0: by backend; capped at the rows to score).",
     )
     p.add_argument(
         "--cols_per_block",
@@ -308,7 +308,8 @@ def main_predict(argv: Sequence[str]) -> int:
         "--batch_size",
         type=at_least(0),
         default=0,
-        help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`).",
+        help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`; capped at the "
+        "pages given).",
     )
     p.add_argument(
         "--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks."
@@ -327,9 +328,13 @@ def main_predict(argv: Sequence[str]) -> int:
 
     def body() -> int:
         use_compile_cache(args.compile_cache)
+        # pages to score: one, the lines of a --rows file (at most), or unknown (stdin)
+        pages = 1 if args.links else _rows_lines(args.rows) if args.rows not in ("", "-") else None
         model, dataset = _model(args.model_dir, args.data)
         if args.links or args.rows:
-            ranker = Ranker(model.col_table, model.config, batch_size=args.batch_size or None)
+            ranker = Ranker(
+                model.col_table, model.config, batch_size=args.batch_size or None, rows=pages
+            )
             return _predict_new(args, dataset, ranker)
         for node in args.node:
             if args.neighbors:
@@ -343,6 +348,20 @@ def main_predict(argv: Sequence[str]) -> int:
         return 0
 
     return run("predict", body)
+
+
+def _rows_lines(path: str) -> int:
+    """The lines of a `--rows` file (at most its pages); a one-line error when it is none."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(
+            f"--rows {path}: is a directory; give a file of `NAME<TAB>URL URL ...` lines"
+        )
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"--rows {path}: no such file; give a file of `NAME<TAB>URL URL ...` lines"
+        )
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
 
 
 def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> int:
@@ -381,10 +400,6 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
             if "reason" in result:
                 print(f"no predictions: {result['reason']}")
         return 0
-    if args.rows != "-" and not os.path.isfile(args.rows):
-        raise FileNotFoundError(
-            f"--rows {args.rows}: no such file; give a file of `NAME<TAB>URL URL ...` lines"
-        )
     with contextlib.ExitStack() as stack:
         lines = sys.stdin.buffer if args.rows == "-" else stack.enter_context(open(args.rows, "rb"))
         pages = parse_rows(lines, lookup, report, shared)
@@ -394,6 +409,11 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
     summary = report.summary(f"--rows {args.rows}")
     if not report.pages and report.bad_lines:
         raise ValueError(f"{summary}; expected lines `NAME<TAB>URL URL ...`")
+    if not report.pages:
+        raise ValueError(
+            f"--rows {args.rows}: no page to answer (no line but blank ones); expected lines "
+            "`NAME<TAB>URL URL ...`"
+        )
     log.info("%s", summary)
     return 0
 
@@ -428,7 +448,7 @@ def main_export(argv: Sequence[str]) -> int:
         "--batch_size",
         type=at_least(0),
         default=0,
-        help="Rows per scoring batch of --topk (0: by backend, as `eval`).",
+        help="Rows per scoring batch of --topk (0: by backend, as `eval`; capped at the rows).",
     )
     add_compile_cache(p)
     add_log_level(p)

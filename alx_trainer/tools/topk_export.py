@@ -153,7 +153,7 @@ def export_topk(
     total = counts["train"] + counts["test"]
     num_shards = num_shards or max(1, math.ceil(total / ROWS_PER_SHARD))
     row_names, col_names = _vocabulary(dataset)
-    ranker = Ranker(model.col_table, model.config, mesh=mesh, batch_size=batch_size)
+    ranker = Ranker(model.col_table, model.config, mesh=mesh, batch_size=batch_size, rows=total)
     log.info(
         "export: top %d of %d rows (%d trained, %d folded in) into %d shards of %s; %s",
         k,
