@@ -20,6 +20,7 @@ from alx_trainer.cli.common import (
     add_compile_cache,
     add_log_level,
     at_least,
+    fraction,
     ks,
     run,
     setup_logging,
@@ -55,6 +56,7 @@ from alx_trainer.tools.sweep import (
     PAPER_ALPHAS,
     PAPER_LAMBDAS,
     best_row,
+    check_metric,
     final_run,
     format_final,
     format_table,
@@ -117,7 +119,10 @@ def main_eval(argv: Sequence[str]) -> int:
         "reported.",
     )
     p.add_argument(
-        "--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k."
+        "--recall_target",
+        type=fraction,
+        default=0.95,
+        help="Recall target of the approximate top-k, in (0, 1].",
     )
     p.add_argument(
         "--batch_size",
@@ -194,6 +199,14 @@ def main_eval(argv: Sequence[str]) -> int:
     return run("eval", body)
 
 
+def _grid(text: str) -> tuple[float, ...]:
+    """An argparse type: a sweep grid (`sweep.parse_grid`)."""
+    try:
+        return parse_grid(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main_sweep(argv: Sequence[str]) -> int:
     """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on the
     full
@@ -210,18 +223,23 @@ def main_sweep(argv: Sequence[str]) -> int:
         required=True,
         help="Where sweep.csv/.json, the heatmap, best_config.json and final/ go.",
     )
-    p.add_argument("--dims", default="", help="Embedding dimensions d (default: --dim).")
+    p.add_argument("--dims", type=ks, default=[], help="Embedding dimensions d (default: --dim).")
     p.add_argument(
         "--lambdas",
-        default=",".join(f"{v:g}" for v in PAPER_LAMBDAS),
-        help="L2 regularization values.",
+        type=_grid,
+        default=PAPER_LAMBDAS,
+        help="L2 regularization values, comma-separated (default: the paper's).",
     )
     p.add_argument(
-        "--alphas", default=",".join(f"{v:g}" for v in PAPER_ALPHAS), help="Unobserved weights."
+        "--alphas",
+        type=_grid,
+        default=PAPER_ALPHAS,
+        help="Unobserved weights, comma-separated (default: the paper's).",
     )
     p.add_argument(
         "--nus",
-        default="",
+        type=_grid,
+        default=(),
         help="Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).",
     )
     p.add_argument(
@@ -236,13 +254,14 @@ def main_sweep(argv: Sequence[str]) -> int:
     args, rest = p.parse_known_args(list(argv))
 
     def body() -> int:
-        lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
         config = parse_dataclass_args(
             TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags()
         )
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
-        dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
-        nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)
+        check_metric(args.metric, config)  # before any training
+        lambdas, alphas = args.lambdas, args.alphas
+        dims = args.dims or [config.dim]
+        nus = args.nus or (config.reg_exponent,)
         setup_logging(config.log_level)
         use_compile_cache(config.compile_cache)
         split_cpu(
