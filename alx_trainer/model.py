@@ -44,6 +44,7 @@ class Model:
     epoch: int
     metrics: list[dict] = dataclasses.field(default_factory=list)
     dataset_fingerprint: str | None = None  # of the training data, as its checkpoint recorded it
+    epochs_trained: int = 0  # by the `train` call that returned it (0: it was at --epochs already)
 
 
 def table_dtype(config: TrainConfig):

@@ -338,6 +338,41 @@ def test_stale_lock_is_taken_over_with_a_warning(work, tmp_path):
     assert not (model / "train.lock").exists()
 
 
+def test_train_to_fewer_epochs_than_done_trains_nothing_and_keeps_config(work, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(work / "model", model)
+    before = tree(model)
+    rc, out, err = alx(
+        "train",
+        "--data",
+        work / "A",
+        "--model_dir",
+        model,
+        "--dim",
+        "4",
+        "--epochs",
+        "1",
+        "--reg",
+        "0.5",
+        "--no-progress",
+    )
+    assert rc == 0, err
+    assert out.strip() == (
+        f"nothing to train: {model} is at epoch 1 already (--epochs 1); it and its config.json "
+        "are as they were"
+    )
+    assert tree(model) == before
+
+
+def test_predict_checks_every_node_before_answering_any(work):
+    model, data = work / "model", work / "A"
+    rc, out, err = alx("predict", "--data", data, "--model_dir", model, "id:0", "id:40")
+    assert rc == 1 and out == "" and len(err) == 1
+    assert "node 'id:40': id 40 is outside the rows' 0..39" in err[0]
+    rc, out, err = alx("predict", "--data", data, "--model_dir", model, "--links", "-1", "id:3")
+    assert rc == 0 and "-1 (id_out_of_range)" in "".join(err)
+
+
 def test_predict_and_neighbours_normalize_urls_as_the_pipeline(work):
     model, data = work / "model", work / "A"
     asked = ["http://n3.example/p", "HTTP://N3.Example:80/p#top"]

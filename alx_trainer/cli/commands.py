@@ -355,15 +355,16 @@ def main_predict(argv: Sequence[str]) -> int:
                 model.col_table, model.config, batch_size=args.batch_size or None, rows=pages
             )
             return _predict_new(args, dataset, ranker)
+        answers = []  # every node answered before any is printed: a bad one prints nothing
         for node in args.node:
             if args.neighbors:
                 preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
-                print(
-                    format_predictions(f"nearest neighbours of {node} ({args.table} table):", preds)
-                )
+                title = f"nearest neighbours of {node} ({args.table} table):"
             else:
                 preds = predict_outlinks(model, args.data, node, args.k)
-                print(format_predictions(f"predicted outlinks of {node}:", preds))
+                title = f"predicted outlinks of {node}:"
+            answers.append(format_predictions(title, preds))
+        print("\n".join(answers))
         return 0
 
     return run("predict", body)

@@ -112,6 +112,8 @@ class ColumnLookup:
             return (col, None) if col < self.num_cols else (None, ID_OUT_OF_RANGE)
         if _number(token) is not None:
             return None, NOT_IN_VOCABULARY
+        if token.startswith("-") and _number(token[1:]) is not None:
+            return None, ID_OUT_OF_RANGE  # a negative id
         name, reason = urls.normalize_url(token)
         if name is None:
             return None, reason

@@ -112,6 +112,8 @@ def predict_outlinks(
     """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks and itself."""
     row_table, col_table, model_config = model_tables(model)
     row = resolve_node(node, data_dir, columns=False)
+    if not 0 <= row < len(row_table):
+        raise ValueError(f"node {node!r}: id {row} is outside the rows' 0..{len(row_table) - 1}")
     train, test = known_rows(fileio.absolute(data_dir))
     if row in train:
         known = train[row]
