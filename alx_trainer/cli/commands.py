@@ -259,7 +259,6 @@ def main_sweep(argv: Sequence[str]) -> int:
         )
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
         check_metric(args.metric, config)  # before any training
-        lambdas, alphas = args.lambdas, args.alphas
         dims = args.dims or [config.dim]
         nus = args.nus or (config.reg_exponent,)
         setup_logging(config.log_level)
@@ -267,7 +266,7 @@ def main_sweep(argv: Sequence[str]) -> int:
         split_cpu(
             config
         )  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
-        rows = run_sweep(config, args.out_dir, dims, alphas, lambdas, nus)
+        rows = run_sweep(config, args.out_dir, dims, args.alphas, args.lambdas, nus)
         print(format_table(rows, args.metric))
         final = None
         if not args.no_final:
