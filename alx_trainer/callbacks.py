@@ -146,7 +146,10 @@ def _details_at_debug(name: str) -> Iterator[None]:
 class MetricsLogger(Callback):
     """Per-epoch records to `<model_dir>/metrics.jsonl`, TensorBoard and the log (process 0 only).
 
-    The file is rewritten whole each epoch, which also works on object stores such as gs://.
+    At the start the file is replaced whole (temporary file, then rename) by the restored epochs'
+    records, cut back to the checkpoint; then each epoch appends its line to a local file, so no
+    write ever truncates the history, and each costs one line. An object store (gs://) cannot
+    append: there the file is replaced whole each epoch, as one new object.
     """
 
     def __init__(self, model_dir: str):
@@ -157,13 +160,18 @@ class MetricsLogger(Callback):
 
     def on_train_begin(self, run: Run) -> None:
         if self.enabled:
+            if run.history or fileio.exists(self.path):
+                fileio.write_atomic(self.path, _json_lines(run.history))
             self.writer = SummaryWriter(self.tensorboard_dir)
 
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
         if not self.enabled:
             return
-        with fileio.open_file(self.path, "w") as f:
-            f.write("".join(json.dumps(r) + "\n" for r in run.history))
+        if fileio.is_local(self.path):
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(_json_lines([record]))
+        else:
+            fileio.write_atomic(self.path, _json_lines(run.history))
         for key, value in record.items():
             if key != "epoch" and isinstance(value, (int, float)):
                 self.writer.add_scalar(key, value, record["epoch"])
@@ -174,6 +182,11 @@ class MetricsLogger(Callback):
     def on_train_end(self, run: Run) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _json_lines(records: Sequence[dict]) -> str:
+    """One JSON object per line."""
+    return "".join(json.dumps(r) + "\n" for r in records)
 
 
 def epoch_line(record: dict, epochs: int) -> str:

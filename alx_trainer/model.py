@@ -44,6 +44,7 @@ class Model:
     epoch: int
     metrics: list[dict] = dataclasses.field(default_factory=list)
     dataset_fingerprint: str | None = None  # of the training data, as its checkpoint recorded it
+    epochs_trained: int = 0  # by the `train` call that returned it (0: it was at --epochs already)
 
 
 def table_dtype(config: TrainConfig):
@@ -53,11 +54,13 @@ def table_dtype(config: TrainConfig):
 
 
 def read_metrics(path: str) -> list[dict]:
-    """The per-epoch records of a `metrics.jsonl` (none when it does not exist)."""
+    """The per-epoch records of a `metrics.jsonl` (none when it does not exist); a last line cut
+    short (no newline: an append that a power loss interrupted) is not a record."""
     if not fileio.exists(path):
         return []
     with fileio.open_file(path, "r") as f:
-        return [json.loads(line) for line in f.read().splitlines() if line.strip()]
+        lines = f.read().split("\n")[:-1]
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def trim(table: jax.Array, n: int) -> np.ndarray:

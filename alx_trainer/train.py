@@ -118,7 +118,7 @@ def _train(
             start = checkpoint.resume(
                 mgr, tables, config.model_dir, config.data, dataset.fingerprint
             )
-        runners = _runners(config, dataset, mesh)
+        runners = _runners(config, dataset, mesh) if start < config.epochs else {}
     except BaseException:
         mgr.close()
         raise
@@ -127,6 +127,11 @@ def _train(
         for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE))
         if r.get("epoch", 0) <= start
     ]
+    if start >= config.epochs:  # nothing to train: the model and its files stay as they are
+        mgr.close()
+        log.info("%s is at epoch %d already (epochs %d)", config.model_dir, start, config.epochs)
+        run = Run(config, dataset, mesh, tables, start, history)
+        return run.model(start) if with_tables else Model(None, None, config, start, history)
     if jax.process_index() == 0:
         with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -157,8 +162,13 @@ def _train(
             hook.on_train_end(run)
         mgr.close()
     log.info("%s", phase_times.summary())  # a failed run's error stays its only line
-    epoch = max(start, config.epochs)
-    return run.model(epoch) if with_tables else Model(None, None, config, epoch, list(run.history))
+    model = (
+        run.model(config.epochs)
+        if with_tables
+        else Model(None, None, config, config.epochs, list(run.history))
+    )
+    model.epochs_trained = config.epochs - start
+    return model
 
 
 def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from alx_cli import run_cli as _run_cli
 
+from alx_trainer.cli.commands import main_eval
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset, one_device_mesh
 from alx_trainer.evaluation.topk import Csr
@@ -252,3 +253,15 @@ def test_cli_eval_of_a_tfds_dataset(tmp_path):
         ]
     )
     assert rc == 1 and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("target", ["0", "1.5", "-0.1", "nan", "high"])
+def test_recall_target_outside_0_1_is_a_usage_error(target, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main_eval(
+            ["--data", str(tmp_path), "--model_dir", str(tmp_path), "--approx"]
+            + ["--recall_target", target]
+        )
+    rc, (out, err) = e.value.code, capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "argument --recall_target: expected a number in (0, 1]" in err

@@ -75,3 +75,16 @@ def test_a_whole_job_never_imports_tensorflow(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
     assert (tmp_path / "out" / "stats.json").exists()
+
+
+def test_a_write_that_fails_or_is_cut_leaves_no_file_of_the_name(tmp_path):
+    path = tmp_path / "part.tfr-00000-of-00001"
+    with pytest.raises(RuntimeError):
+        with fileio.record_writer(str(path)) as write:
+            write([b"x"])
+            raise RuntimeError("cut")
+    assert list(tmp_path.iterdir()) == []  # the temporary file is removed
+    # a temporary name (where a killed writer leaves it) is hidden from the files' globs
+    tmp = fileio.temp_path(str(path))
+    assert tmp.startswith(str(tmp_path / ".part.tfr-00000-of-00001.tmp-"))
+    assert not fileio.glob(str(tmp_path / "part.tfr-*")) and fileio.temp_path(str(path)) != tmp

@@ -1,6 +1,8 @@
 """`predict --links/--rows` (pages not in the vocabulary), `export --topk`: real data (hollins)."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,8 +13,10 @@ from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation import metrics
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset, evaluate_rows
 from alx_trainer.tools import topk_export, topk_records
+from alx_trainer.tools.predict import predict_outlinks
 from alx_trainer.train import train
 from tests import reference_ials
+from webgraph_contract import fileio
 from webgraph_contract.dataset_reader import read_split, read_vocab
 
 from pipeline_data import hollins_dataset
@@ -188,6 +192,95 @@ def test_rows_over_the_test_split_give_evals_recall(hollins, tmp_path):
     )
 
 
+@pytest.fixture(scope="module")
+def numeric(tmp_path_factory):
+    """hollins.edu without its URLs: a graph whose names are the crawl's integer node ids (most
+    of them another node's internal id), and a model of it."""
+    root = tmp_path_factory.mktemp("hollins_numeric")
+    data = str(root / "data")
+    hollins_dataset(data, test_fraction=0.1, num_shards=1, urls=False)
+    config = TrainConfig(
+        data=data,
+        model_dir=str(root / "model"),
+        dim=16,
+        epochs=2,
+        alpha=0.01,
+        reg=0.1,
+        solver="cholesky",
+        eval_every=0,
+        progress=False,
+    )
+    return data, train(config)
+
+
+def test_rows_named_by_numbers_give_evals_recall(numeric, tmp_path):
+    data, model = numeric
+    vocab = read_vocab(data)
+    test = read_split(data, "test")
+    assert all(name.isdigit() for name in vocab.values())
+    assert sum(int(vocab[c]) != c for _, kept, _ in test for c in kept) > len(test)
+    path = tmp_path / "rows.tsv"
+    path.write_text(
+        "".join(f"{vocab[r]}\t{' '.join(vocab[c] for c in kept)}\n" for r, kept, _ in test)
+    )
+    rc, out, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--k", str(K)]
+        + ["--rows", str(path)]
+    )
+    assert rc == 0, err
+    assert "links not found" not in err
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert [a["name"] for a in answers] == [vocab[r] for r, _, _ in test]
+    topk = np.full((len(test), K), -1, np.int64)
+    for i, a in enumerate(answers):
+        topk[i, : len(a["predictions"])] = [p["id"] for p in a["predictions"]]
+    recall = metrics.mean_metric(metrics.recall_at_k(topk, [g for _, _, g in test], K))
+    assert recall == pytest.approx(
+        evaluate_dataset(model, data, ranking=Ranking(ks=(K,), ndcg_k=None))["recall@20"], abs=1e-6
+    )
+    # the answers' own names (`url`) fed back as links find the same columns
+    urls = [p["url"] for p in answers[0]["predictions"]]
+    rc, out, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--json"]
+        + ["--links", *urls]
+    )
+    assert rc == 0, err
+    assert json.loads(out)["known"] == len(urls) and json.loads(out)["unknown"] == 0
+
+
+def test_a_number_that_is_a_name_is_that_name_and_id_n_is_an_id(numeric):
+    data, model = numeric
+    vocab = read_vocab(data)
+    train_rows = {r for r, _, _ in read_split(data, "train")}
+    # a training row whose name is the id of another training row
+    row = next(r for r in sorted(train_rows) if int(vocab[r]) != r and int(vocab[r]) in train_rows)
+    other = int(vocab[row])
+
+    def outlinks(node: str) -> list[str]:
+        rc, out, err = run_cli(
+            ["predict", "--data", data, "--model_dir", model.config.model_dir, "--k", "5", node]
+        )
+        assert rc == 0, err
+        return [line.split()[2] for line in out.splitlines()[1:]]
+
+    by_name = outlinks(vocab[row])
+    assert by_name == outlinks(f"id:{row}")
+    assert by_name != outlinks(f"id:{other}")
+    assert [int(i) for i in by_name] == [p.id for p in predict_outlinks(model, data, row, 5)]
+    # a number that is no name of a numeric vocabulary is not taken as an id
+    missing = str(max(int(n) for n in vocab.values()) + 1)
+    rc, out, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, missing]
+    )
+    assert rc == 1 and out == "" and f"'{missing}' is not in the vocabulary" in err
+    rc, out, _ = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--json"]
+        + ["--links", vocab[row], missing, f"id:{other}"]
+    )
+    got = json.loads(out)
+    assert rc == 0 and got["known"] == 2 and got["unknown"] == 1
+
+
 def test_bad_lines_of_rows_are_counted_by_reason(hollins, tmp_path):
     data, model = hollins
     url = read_vocab(data)[read_split(data, "train")[0][0]]
@@ -249,6 +342,34 @@ def test_bad_lines_of_rows_are_counted_by_reason(hollins, tmp_path):
         ]
     )
     assert rc == 1 and "no such file" in err
+    rc, _, err = run_cli(
+        ["predict", "--data", data, "--model_dir", model.config.model_dir, "--rows", str(tmp_path)]
+    )
+    assert rc == 1 and f"--rows {tmp_path}: is a directory" in err
+    for text in ("", "\n  \n"):
+        path.write_text(text)
+        rc, out, err = run_cli(
+            ["predict", "--data", data, "--model_dir", model.config.model_dir, "--rows", str(path)]
+        )
+        assert rc == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "no page to answer" in err
+
+
+def test_batch_size_is_capped_at_the_rows_to_score(hollins, tmp_path):
+    data, model = hollins
+    test = read_split(data, "test")
+    exported = len(read_split(data, "train")) + len(test)
+    common = ["--data", data, "--model_dir", model.config.model_dir, "--batch_size", "5000"]
+    rc, _, err = run_cli(["eval", *common, "--k", "20"])
+    assert rc == 0 and f"top-k of {len(test)} rows: " in err, err
+    assert f"in blocks of {len(test)} rows x" in err
+    url = read_vocab(data)[int(test[0][1][0])]
+    path = tmp_path / "rows.tsv"
+    path.write_text(f"a\t{url}\nb\t{url}\n\nc\t{url}\n")
+    rc, out, err = run_cli(["predict", *common, "--rows", str(path), "--log_level", "debug"])
+    assert rc == 0 and len(out.splitlines()) == 3 and "in blocks of 4 rows x" in err, err
+    rc, _, err = run_cli(["export", *common, "--output", str(tmp_path / "t"), "--topk", "3"])
+    assert rc == 0 and f"in blocks of {exported} rows x" in err, err
 
 
 def test_predict_refuses_nodes_and_links_together(hollins, capsys):
@@ -297,6 +418,75 @@ def test_export_topk_reads_back_as_brute_force(hollins, tmp_path):
         assert got.row_urls[i] == vocab[row] and got.urls[i] == [vocab[c] for c in ids]
     manifest = json.loads((out / "topk.json").read_text())
     assert manifest["rows"] == len(got.rows) and manifest["folded_in_rows"] == len(test_rows)
+
+
+def killed_writer(path) -> None:
+    """A process killed (SIGKILL) while it writes the TFRecord file `path`, as an export killed
+    mid-shard: what it leaves behind stays."""
+    script = (
+        "import sys\n"
+        "from webgraph_contract import fileio\n"
+        "with fileio.record_writer(sys.argv[1]) as write:\n"
+        "    write([b'partial'] * 100)\n"
+        "    print('writing', flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline() == "writing\n"
+    proc.kill()
+    proc.wait()
+    proc.stdin.close()
+    proc.stdout.close()
+
+
+def test_export_again_leaves_only_its_own_shards(hollins, tmp_path):
+    data, model = hollins
+    out = tmp_path / "topk"
+    export = ["export", "--model_dir", model.config.model_dir, "--data", data, "--output", str(out)]
+    rc, _, err = run_cli([*export, "--topk", "5", "--num_shards", "3"])
+    assert rc == 0, err
+    assert len(list(out.glob("topk.tfr-*"))) == 3
+    killed_writer(out / "topk.tfr-00000-of-00002")
+    (out / "topk.tfr-00001-of-00003.tmp-0123456789abcdef0123456789abcdef").write_bytes(b"old")
+    (out / "topk.tfr-notes.txt").write_text("mine")
+    (out / "row_embeddings.tfr-00000-of-00004").write_bytes(b"a table export's")
+    assert [p.name for p in out.glob("topk.tfr-*-of-00002")] == []  # the temp file is hidden
+    assert [p.name for p in out.glob(".topk.tfr-00000-of-00002.tmp-*")] != []
+    rc, printed, err = run_cli([*export, "--topk", "5", "--num_shards", "1"])
+    assert rc == 0, err
+    assert sorted(p.name for p in out.iterdir()) == [
+        "row_embeddings.tfr-00000-of-00004",
+        "topk.json",
+        "topk.tfr-00000-of-00001",
+        "topk.tfr-notes.txt",
+    ]
+    assert "removed 5 file(s) of an earlier or killed export" in err
+    rows = sum(1 for f in out.glob("topk.tfr-*-of-*") for _ in fileio.read_records(str(f)))
+    assert rows == len(topk_export.read_export(str(out)).rows)
+    # the tables: the same, with their own shard names
+    tables = tmp_path / "tables"
+    export = ["export", "--model_dir", model.config.model_dir, "--output", str(tables)]
+    rc, _, err = run_cli([*export, "--num_shards", "3"])
+    assert rc == 0, err
+    killed_writer(tables / "col_embeddings.tfr-00000-of-00002")
+    (tables / "topk.tfr-00000-of-00001").write_bytes(b"a top-k export's")
+    rc, printed, err = run_cli(export)
+    assert rc == 0, err
+    assert sorted(p.name for p in tables.iterdir()) == [
+        "col_embeddings.tfr-00000-of-00001",
+        "col_table.npy",
+        "embeddings.npz",
+        "row_embeddings.tfr-00000-of-00001",
+        "row_table.npy",
+        "topk.tfr-00000-of-00001",
+    ]
+    col_records = fileio.read_records(str(tables / "col_embeddings.tfr-00000-of-00001"))
+    assert sum(1 for _ in col_records) == len(model.col_table)
 
 
 def test_topk_records_are_what_tensorflow_writes_and_parses():

@@ -233,3 +233,14 @@ def test_remote_paths_go_through_fsspec():
     assert ours(files) == [(1, [2, 3], []), (2, [], [])]
     fileio.rmtree(root)
     assert not fileio.exists(root)
+
+
+def test_a_bad_vocabulary_line_is_named_by_file_and_line(tmp_path):
+    shard = tmp_path / layout.shard_name(layout.VOCAB_PREFIX, 0, 1)
+    shard.write_bytes(b"0\thttp://a.example/\n1\thttp://b.example/\xe9t\xe9\n2\tc\n")
+    with pytest.raises(ValueError) as e:
+        dataset_reader.read_vocab(str(tmp_path))
+    assert str(e.value) == f"{shard}:2: not UTF-8 (byte 0xe9 at column 20)"
+    shard.write_bytes(b"0\thttp://a.example/\n1 http://b.example/\n")
+    with pytest.raises(ValueError, match=rf"{shard}:2: expected `id<TAB>name`"):
+        dataset_reader.read_vocab(str(tmp_path))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from alx_cli import run_cli as _run_cli
 
+from alx_trainer.cli.commands import main_sweep
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.model import load_model
@@ -150,3 +151,31 @@ def test_sweep_needs_the_validation_split(tmp_path):
     )
     assert rc == 1
     assert "no 'validation_train' split" in err and "--validation_fraction" in err
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--alphas", "-1"], "argument --alphas: expected comma-separated non-negative numbers"),
+        (["--alphas", "x"], "argument --alphas: expected comma-separated numbers"),
+        (["--lambdas", ","], "argument --lambdas: expected comma-separated non-negative"),
+        (["--nus", "inf"], "argument --nus: expected comma-separated non-negative"),
+        (["--dims", "4.5"], "argument --dims: expected comma-separated integers"),
+        (["--metric", "ndcg@50"], "--metric 'ndcg@50': the sweep's evaluation (--eval_k 20,"),
+        (["--metric", "foo"], "records recall@20, recall_gt@20, recall@50"),
+    ],
+)
+def test_bad_grid_or_metric_is_a_usage_error_before_training(
+    datasets, tmp_path, capsys, flags, named
+):
+    full, _ = datasets
+    out = tmp_path / "sweep"
+    try:  # argparse exits; a bad metric, known once train's flags are read, returns 2
+        rc = main_sweep(
+            ["--data", full, "--out_dir", str(out), "--epochs", "1", "--no-progress", *flags]
+        )
+    except SystemExit as e:
+        rc = e.code
+    text, err = capsys.readouterr()
+    assert rc == 2 and text == "" and len(err.strip().splitlines()) == 1 and named in err, err
+    assert not out.exists()  # nothing trained, nothing written

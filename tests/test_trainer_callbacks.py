@@ -13,6 +13,7 @@ import pytest
 from alx_trainer.callbacks import Callback, ProgressBar
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.config import SECTIONS, TrainConfig
+from alx_trainer.model import load_model
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
@@ -176,3 +177,32 @@ def test_nested_config_file_equals_flat(tmp_path):
 def test_log_level_is_checked():
     with pytest.raises(ValueError, match="log_level"):
         TrainConfig(data="d", model_dir="m", log_level="loud").validate()
+
+
+def test_metrics_file_only_grows_and_resume_cuts_it_back(tmp_path):
+    rows = ref.random_rows(4, 30, 20, max_len=6)
+    data_dir = ref.write_dataset(str(tmp_path / "data"), rows, 30, 20)
+    path = tmp_path / "m" / "metrics.jsonl"
+    config = TrainConfig(
+        data=data_dir, model_dir=str(tmp_path / "m"), dim=4, epochs=3, eval_every=0, progress=False
+    )
+    seen = []
+
+    def check(epoch, model):
+        lines = path.read_text().splitlines()
+        seen.append([json.loads(line)["epoch"] for line in lines])
+        if epoch == 1:  # the same record written otherwise: a rewrite of the file would undo it
+            path.write_text(json.dumps(json.loads(lines[0]), separators=(",", ":")) + "\n")
+        else:
+            assert '"epoch":1,' in lines[0], "an epoch's write rewrote an earlier record"
+
+    train(config, callback=check)
+    assert seen == [[1], [1, 2], [1, 2, 3]]
+    # a run killed after epoch 4's record, before its checkpoint, and in an append cut short
+    with path.open("a") as f:
+        f.write('{"epoch": 4, "seconds": 1.0}\n{"epoch": 5, "sec')
+    assert [r["epoch"] for r in load_model(config.model_dir).metrics] == [1, 2, 3]
+    resumed = train(dataclasses.replace(config, epochs=4))
+    assert [r["epoch"] for r in resumed.metrics] == [1, 2, 3, 4]
+    assert [json.loads(line)["epoch"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
+    assert "seconds" in json.loads(path.read_text().splitlines()[-1])

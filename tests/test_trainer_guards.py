@@ -19,6 +19,8 @@ import pytest
 from tests.pipeline_data import make_dataset
 from webgraph_contract import dataset_reader, layout, stats_json
 
+from conftest import REPO
+
 # A small graph with URL names (4 outlinks and 4 inlinks per node), so predict can be asked in
 # unnormalized forms.
 NODES = 40
@@ -336,6 +338,41 @@ def test_stale_lock_is_taken_over_with_a_warning(work, tmp_path):
     assert not (model / "train.lock").exists()
 
 
+def test_train_to_fewer_epochs_than_done_trains_nothing_and_keeps_config(work, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(work / "model", model)
+    before = tree(model)
+    rc, out, err = alx(
+        "train",
+        "--data",
+        work / "A",
+        "--model_dir",
+        model,
+        "--dim",
+        "4",
+        "--epochs",
+        "1",
+        "--reg",
+        "0.5",
+        "--no-progress",
+    )
+    assert rc == 0, err
+    assert out.strip() == (
+        f"nothing to train: {model} is at epoch 1 already (--epochs 1); it and its config.json "
+        "are as they were"
+    )
+    assert tree(model) == before
+
+
+def test_predict_checks_every_node_before_answering_any(work):
+    model, data = work / "model", work / "A"
+    rc, out, err = alx("predict", "--data", data, "--model_dir", model, "id:0", "id:40")
+    assert rc == 1 and out == "" and len(err) == 1
+    assert "node 'id:40': id 40 is outside the rows' 0..39" in err[0]
+    rc, out, err = alx("predict", "--data", data, "--model_dir", model, "--links", "-1", "id:3")
+    assert rc == 0 and "-1 (id_out_of_range)" in "".join(err)
+
+
 def test_predict_and_neighbours_normalize_urls_as_the_pipeline(work):
     model, data = work / "model", work / "A"
     asked = ["http://n3.example/p", "HTTP://N3.Example:80/p#top"]
@@ -416,11 +453,15 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
     ):
         run_lock.acquire(model)  # this very process holds it: alive
     lock = tmp_path / "m" / run_lock.LOCK_FILE
+    run_lock.release(model, me)
+    assert not lock.exists()
     reused = dict(
         me, pid_start_ticks=me["pid_start_ticks"] + 1
-    )  # our pid, another start: a reused pid
+    )  # our pid, another start: a reused pid, left by a killed run
     lock.write_text(json.dumps(reused))
-    assert run_lock.acquire(model)["pid_start_ticks"] == me["pid_start_ticks"]
+    me = run_lock.acquire(model)
+    assert json.loads(lock.read_text())["pid_start_ticks"] == me["pid_start_ticks"]
+    run_lock.release(model, me)
     dead = subprocess.Popen(["true"])
     dead.wait()
     lock.write_text(json.dumps({"host": "elsewhere", "pid": dead.pid}))
@@ -430,6 +471,66 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
         run_lock.acquire(model)
     run_lock.release(model, me)
     assert lock.exists()  # not ours: left alone
+
+
+LOCK_WORKER = """
+import sys, time
+from alx_trainer import run_lock
+model = sys.argv[1]
+for line in sys.stdin:
+    if line.startswith("go"):
+        start = float(line.split()[1])
+        while time.time() < start:
+            pass
+        try:
+            owner = run_lock.acquire(model)
+        except run_lock.LockHeld:
+            owner = None
+        print("won" if owner else "lost", flush=True)
+    elif line.startswith("release"):
+        if owner:
+            run_lock.release(model, owner)
+        print("released", flush=True)
+"""
+
+
+def test_of_processes_racing_to_take_over_a_stale_lock_one_wins(tmp_path):
+    from alx_trainer import run_lock
+
+    model = tmp_path / "m"
+    model.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = json.dumps({"host": socket.gethostname(), "pid": dead.pid, "started": "x"})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOCK_WORKER, str(model)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(3)
+    ]
+    try:
+        for trial in range(40):
+            (model / run_lock.LOCK_FILE).write_text(stale)
+            start = time.time() + 0.05
+            for w in workers:
+                w.stdin.write(f"go {start}\n")
+                w.stdin.flush()
+            results = [w.stdout.readline().strip() for w in workers]
+            assert sorted(results) == ["lost", "lost", "won"], (trial, results)
+            for w in workers:
+                w.stdin.write("release\n")
+                w.stdin.flush()
+            assert [w.stdout.readline().strip() for w in workers] == ["released"] * 3
+            assert not (model / run_lock.LOCK_FILE).exists()
+    finally:
+        for w in workers:
+            w.stdin.close()
+            w.wait(timeout=60)
 
 
 def test_missing_shards_are_named():

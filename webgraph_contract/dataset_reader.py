@@ -104,12 +104,31 @@ def read_vocab(data_dir: str, columns: bool = False) -> dict[int, str]:
         raise FileNotFoundError(f"no vocabulary shards match {pattern}")
     vocab: dict[int, str] = {}
     for path in files:
-        with fileio.open_file(path, "r") as f:
-            for n, line in enumerate(f, 1):
-                key, sep, name = line.rstrip("\n").partition("\t")
-                if not sep or not key.isdigit():
-                    raise ValueError(f"{path}:{n}: expected `id<TAB>name`, got {line.strip()!r}")
-                if int(key) in vocab:
-                    raise ValueError(f"{path}:{n}: id {key} is named twice")
-                vocab[int(key)] = name
+        try:
+            _read_vocab_file(path, vocab)
+        except UnicodeDecodeError:
+            raise ValueError(_not_utf8(path)) from None
     return vocab
+
+
+def _read_vocab_file(path: str, vocab: dict[int, str]) -> None:
+    """Add the `id<TAB>name` lines of one vocabulary shard to `vocab`."""
+    with fileio.open_file(path, "r") as f:
+        for n, line in enumerate(f, 1):
+            key, sep, name = line.rstrip("\n").partition("\t")
+            if not sep or not key.isdigit():
+                raise ValueError(f"{path}:{n}: expected `id<TAB>name`, got {line.strip()!r}")
+            if int(key) in vocab:
+                raise ValueError(f"{path}:{n}: id {key} is named twice")
+            vocab[int(key)] = name
+
+
+def _not_utf8(path: str) -> str:
+    """Where a file is not UTF-8: `PATH:LINE: not UTF-8 (byte 0xNN at column C)`."""
+    with fileio.open_file(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return f"{path}:{n}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+    return f"{path}: not UTF-8"

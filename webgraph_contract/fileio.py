@@ -125,18 +125,34 @@ def open_file(path: str, mode: str = "r") -> Iterator[IO]:
         yield f
 
 
+TEMP_SUFFIX = r"\.tmp-[0-9a-f]{32}"  # regex of what a temporary name adds to the file's name
+
+
+def temp_path(path: str) -> str:
+    """A unique temporary name beside `path`: `.NAME.tmp-HEX`, hidden, so that no glob of the
+    files themselves (`NAME-*`) matches a temporary file a killed writer left."""
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.tmp-{uuid.uuid4().hex}")
+
+
 @contextlib.contextmanager
-def _replacing(path: str, mode: str) -> Iterator[IO]:
-    """A file written under a temporary name and renamed to `path` once complete."""
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open_file(tmp, mode) as f:
-        yield f
+def replacing(path: str, mode: str) -> Iterator[IO]:
+    """A file written under a temporary name (`temp_path`) and renamed to `path` once complete;
+    the temporary file is removed when the block raises."""
+    tmp = temp_path(path)
+    try:
+        with open_file(tmp, mode) as f:
+            yield f
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove(tmp)
+        raise
     rename(tmp, path)
 
 
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write a whole file under a temporary name, then rename it into place."""
-    with _replacing(path, "wb" if isinstance(data, bytes) else "w") as f:
+    with replacing(path, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
 
 
@@ -144,7 +160,7 @@ def write_atomic(path: str, data: str | bytes) -> None:
 def record_writer(path: str) -> Iterator[Callable[[Iterable[bytes]], None]]:
     """A function appending records to a TFRecord file (uncompressed), which appears at `path`
     complete, renamed from a temporary name, when the block ends without an error."""
-    with _replacing(path, "wb") as f:
+    with replacing(path, "wb") as f:
         yield lambda records: f.write(
             b"".join(tfrecord.frames(records))
         )  # one write: faster than writelines

@@ -64,6 +64,28 @@ def data_files(data_dir: str) -> list[str]:
     return sorted({os.path.basename(p) for pattern in patterns for p in fileio.glob(pattern)})
 
 
+def shard_pattern(prefix: str) -> str:
+    """The regex of the shard names of `prefix`: `PREFIX-SSSSS-of-NNNNN`."""
+    return rf"{re.escape(prefix)}-\d{{5}}-of-\d{{5}}"
+
+
+def remove_stale(directory: str, names: str, keep: Iterable[str]) -> list[str]:
+    """Remove from `directory` the files whose names match the regex `names` but are not in `keep`
+    (an earlier write's shards, with another shard count), and the temporary files a killed writer
+    of such names left (`fileio.temp_path`; `NAME.tmp-HEX` as older versions named them); nothing
+    else. The paths removed."""
+    ours = re.compile(rf"\.(?:{names}){fileio.TEMP_SUFFIX}|(?:{names})(?:{fileio.TEMP_SUFFIX})?")
+    kept = {os.path.basename(k) for k in keep}
+    stale = [
+        os.path.join(directory, name)
+        for name in sorted(fileio.listdir(directory))
+        if ours.fullmatch(name) and name not in kept
+    ]
+    for path in stale:
+        fileio.remove(path)
+    return stale
+
+
 def missing_shards(files: Sequence[str]) -> tuple[list[str], Optional[str]]:
     """Which shards of `-of-N` are absent from `files` (paths of one split), and a reason when the
     names disagree on N; ([], None) when the split is complete."""

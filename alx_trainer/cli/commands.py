@@ -20,6 +20,7 @@ from alx_trainer.cli.common import (
     add_compile_cache,
     add_log_level,
     at_least,
+    fraction,
     ks,
     run,
     setup_logging,
@@ -55,6 +56,7 @@ from alx_trainer.tools.sweep import (
     PAPER_ALPHAS,
     PAPER_LAMBDAS,
     best_row,
+    check_metric,
     final_run,
     format_final,
     format_table,
@@ -117,13 +119,16 @@ def main_eval(argv: Sequence[str]) -> int:
         "reported.",
     )
     p.add_argument(
-        "--recall_target", type=float, default=0.95, help="Recall target of the approximate top-k."
+        "--recall_target",
+        type=fraction,
+        default=0.95,
+        help="Recall target of the approximate top-k, in (0, 1].",
     )
     p.add_argument(
         "--batch_size",
         type=at_least(0),
         default=0,
-        help="Test rows per scoring batch (0: by backend).",
+        help="Test rows per scoring batch (0: by backend; capped at the rows to score).",
     )
     p.add_argument(
         "--cols_per_block",
@@ -194,6 +199,14 @@ def main_eval(argv: Sequence[str]) -> int:
     return run("eval", body)
 
 
+def _grid(text: str) -> tuple[float, ...]:
+    """An argparse type: a sweep grid (`sweep.parse_grid`)."""
+    try:
+        return parse_grid(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main_sweep(argv: Sequence[str]) -> int:
     """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on the
     full
@@ -210,18 +223,23 @@ def main_sweep(argv: Sequence[str]) -> int:
         required=True,
         help="Where sweep.csv/.json, the heatmap, best_config.json and final/ go.",
     )
-    p.add_argument("--dims", default="", help="Embedding dimensions d (default: --dim).")
+    p.add_argument("--dims", type=ks, default=[], help="Embedding dimensions d (default: --dim).")
     p.add_argument(
         "--lambdas",
-        default=",".join(f"{v:g}" for v in PAPER_LAMBDAS),
-        help="L2 regularization values.",
+        type=_grid,
+        default=PAPER_LAMBDAS,
+        help="L2 regularization values, comma-separated (default: the paper's).",
     )
     p.add_argument(
-        "--alphas", default=",".join(f"{v:g}" for v in PAPER_ALPHAS), help="Unobserved weights."
+        "--alphas",
+        type=_grid,
+        default=PAPER_ALPHAS,
+        help="Unobserved weights, comma-separated (default: the paper's).",
     )
     p.add_argument(
         "--nus",
-        default="",
+        type=_grid,
+        default=(),
         help="Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).",
     )
     p.add_argument(
@@ -236,19 +254,19 @@ def main_sweep(argv: Sequence[str]) -> int:
     args, rest = p.parse_known_args(list(argv))
 
     def body() -> int:
-        lambdas, alphas = parse_grid(args.lambdas), parse_grid(args.alphas)
         config = parse_dataclass_args(
             TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags()
         )
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
-        dims = [int(d) for d in parse_grid(args.dims)] if args.dims else [config.dim]
-        nus = parse_grid(args.nus) if args.nus else (config.reg_exponent,)
+        check_metric(args.metric, config)  # before any training
+        dims = args.dims or [config.dim]
+        nus = args.nus or (config.reg_exponent,)
         setup_logging(config.log_level)
         use_compile_cache(config.compile_cache)
         split_cpu(
             config
         )  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
-        rows = run_sweep(config, args.out_dir, dims, alphas, lambdas, nus)
+        rows = run_sweep(config, args.out_dir, dims, args.alphas, args.lambdas, nus)
         print(format_table(rows, args.metric))
         final = None
         if not args.no_final:
@@ -273,14 +291,20 @@ def main_predict(argv: Sequence[str]) -> int:
     p = OneLineParser(prog="alx_trainer predict", description=main_predict.__doc__)
     p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
     p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
-    p.add_argument("node", nargs="*", help="URL(s) from the vocabulary, or node ids.")
+    p.add_argument(
+        "node",
+        nargs="*",
+        help="Names or URLs from the vocabulary, or ids: `id:N`, or a bare number N where no "
+        "name of the vocabulary is a number (in a dataset of numeric names a number is a name).",
+    )
     p.add_argument(
         "--links",
         nargs="+",
         metavar="URL",
         default=[],
-        help="A new page's known outlinks (URLs, or column ids): its predicted "
-        "outlinks, folded in as `eval` folds in a test row.",
+        help="A new page's known outlinks (names or URLs of the column vocabulary, or column "
+        "ids, as nodes are given): its predicted outlinks, folded in as `eval` folds in a test "
+        "row.",
     )
     p.add_argument(
         "--name",
@@ -302,7 +326,8 @@ def main_predict(argv: Sequence[str]) -> int:
         "--batch_size",
         type=at_least(0),
         default=0,
-        help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`).",
+        help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`; capped at the "
+        "pages given).",
     )
     p.add_argument(
         "--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks."
@@ -321,22 +346,41 @@ def main_predict(argv: Sequence[str]) -> int:
 
     def body() -> int:
         use_compile_cache(args.compile_cache)
+        # pages to score: one, the lines of a --rows file (at most), or unknown (stdin)
+        pages = 1 if args.links else _rows_lines(args.rows) if args.rows not in ("", "-") else None
         model, dataset = _model(args.model_dir, args.data)
         if args.links or args.rows:
-            ranker = Ranker(model.col_table, model.config, batch_size=args.batch_size or None)
+            ranker = Ranker(
+                model.col_table, model.config, batch_size=args.batch_size or None, rows=pages
+            )
             return _predict_new(args, dataset, ranker)
+        answers = []  # every node answered before any is printed: a bad one prints nothing
         for node in args.node:
             if args.neighbors:
                 preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
-                print(
-                    format_predictions(f"nearest neighbours of {node} ({args.table} table):", preds)
-                )
+                title = f"nearest neighbours of {node} ({args.table} table):"
             else:
                 preds = predict_outlinks(model, args.data, node, args.k)
-                print(format_predictions(f"predicted outlinks of {node}:", preds))
+                title = f"predicted outlinks of {node}:"
+            answers.append(format_predictions(title, preds))
+        print("\n".join(answers))
         return 0
 
     return run("predict", body)
+
+
+def _rows_lines(path: str) -> int:
+    """The lines of a `--rows` file (at most its pages); a one-line error when it is none."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(
+            f"--rows {path}: is a directory; give a file of `NAME<TAB>URL URL ...` lines"
+        )
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"--rows {path}: no such file; give a file of `NAME<TAB>URL URL ...` lines"
+        )
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
 
 
 def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> int:
@@ -375,10 +419,6 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
             if "reason" in result:
                 print(f"no predictions: {result['reason']}")
         return 0
-    if args.rows != "-" and not os.path.isfile(args.rows):
-        raise FileNotFoundError(
-            f"--rows {args.rows}: no such file; give a file of `NAME<TAB>URL URL ...` lines"
-        )
     with contextlib.ExitStack() as stack:
         lines = sys.stdin.buffer if args.rows == "-" else stack.enter_context(open(args.rows, "rb"))
         pages = parse_rows(lines, lookup, report, shared)
@@ -388,6 +428,11 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
     summary = report.summary(f"--rows {args.rows}")
     if not report.pages and report.bad_lines:
         raise ValueError(f"{summary}; expected lines `NAME<TAB>URL URL ...`")
+    if not report.pages:
+        raise ValueError(
+            f"--rows {args.rows}: no page to answer (no line but blank ones); expected lines "
+            "`NAME<TAB>URL URL ...`"
+        )
     log.info("%s", summary)
     return 0
 
@@ -422,7 +467,7 @@ def main_export(argv: Sequence[str]) -> int:
         "--batch_size",
         type=at_least(0),
         default=0,
-        help="Rows per scoring batch of --topk (0: by backend, as `eval`).",
+        help="Rows per scoring batch of --topk (0: by backend, as `eval`; capped at the rows).",
     )
     add_compile_cache(p)
     add_log_level(p)

@@ -128,3 +128,14 @@ def at_least(low: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1] (what `lax.approx_max_k` takes as a recall target)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
+    return value

@@ -96,13 +96,20 @@ def _main(argv: list[str] | None) -> int:
     else:
         split_cpu(config)
     model = train(config, tables=False)  # the summary needs the metrics only
+    if not model.epochs_trained:
+        print(
+            f"nothing to train: {config.model_dir} is at epoch {model.epoch} already (--epochs "
+            f"{config.epochs}); it and its config.json are as they were"
+        )
+        return 0
     last = model.metrics[-1] if model.metrics else {}
     shown = [k for k in last if k == "loss" or (k.startswith("recall@") and "/" not in k)]
     summary = ", ".join(
         f"{k} {last[k]:.6g}" if k == "loss" else f"{k} {last[k]:.4f}" for k in shown
     )
     where = f"{jax.device_count()} device(s) in {jax.process_count()} process(es)"
-    compiles = sum(r.get("compiles", 0) for r in model.metrics)
+    this_run = model.metrics[len(model.metrics) - model.epochs_trained :]
+    compiles = sum(r.get("compiles", 0) for r in this_run)
     spent = f", {compiles} program(s) compiled" if compiles else ", nothing compiled"
     print(
         f"trained {model.epoch} epoch(s) on {where} into {config.model_dir}{spent}"

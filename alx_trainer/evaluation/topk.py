@@ -510,8 +510,8 @@ def top_k_rows(
     - `exclude_self`: also exclude `row_ids[i]` from row i (a graph: row and column ids shared).
     - `approx`: `lax.approx_max_k` per block with `recall_target` instead of the exact selection.
     - `rows_per_batch` x `cols_per_block`: the score buffer of one device (defaults by backend,
-      `default_block_shape`); `mesh`: a Mesh or devices to split the columns over (default: every
-      local device).
+      `default_block_shape`; a given `rows_per_batch` is capped at the rows scored in one call);
+      `mesh`: a Mesh or devices to split the columns over (default: every local device).
     - `progress`: a tqdm bar on stderr with rows per second (default: when stderr is a terminal).
 
     Returned ids are int64 (-1 where fewer than `k` columns are admissible, score -inf there), best
@@ -544,6 +544,8 @@ def top_k_rows(
             raise ValueError(f"row_ids: outside the row table's 0..{len(row_table) - 1}")
     if row_table is None and fold_in_fn is None and config is None:
         raise ValueError("config: the fold-in needs the training config (or give row_table)")
+    if rows_per_batch:  # no batch larger than the rows one call scores
+        rows_per_batch = min(rows_per_batch, max(1, min(n, FOLD_IN_CHUNK)))
     scorer = BlockedScorer(
         col_table, mesh, rows_per_batch=rows_per_batch, cols_per_block=cols_per_block
     )

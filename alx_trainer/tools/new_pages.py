@@ -1,13 +1,14 @@
 """Predicted outlinks of pages the model was not trained on, known by their outlinks (fold-in).
 
 A page is a name and the URLs it links to: `predict --links URL ...` gives one, `predict --rows
-FILE` one per line, `NAME<TAB>URL URL ...`. Each URL is normalized as the dataset's names were
-(`urls.normalize_url`) and looked up in the column vocabulary (a number is taken as a column id);
-a URL that is not there is counted, never fatal. The known columns are folded in and ranked
-against every column (`ranking.Ranker`, as `eval` does for its test rows), the known links left
-out, and in a graph (ids shared by rows and columns) the page itself when its name is a URL of
-the vocabulary. A page with no known link gets no predictions and a reason. Answers are JSON
-lines: `{"name", "predictions": [{"url", "id", "score"}, ...], "known", "unknown"[, "reason"]}`.
+FILE` one per line, `NAME<TAB>URL URL ...`. Each link is looked up in the column vocabulary
+(`node_token` says how a name, a number and `id:N` resolve), else normalized as the dataset's names
+were (`urls.normalize_url`) and looked up; a link not found is counted, never fatal. The known
+columns are folded in and ranked against every column (`ranking.Ranker`, as `eval` does for its test
+rows), the known links left out, and in a graph (ids shared by rows and columns) the page itself
+when its name is a URL of the vocabulary. A page with no known link gets no predictions and a
+reason. Answers are JSON lines: `{"name", "predictions": [{"url", "id", "score"}, ...], "known",
+"unknown"[, "reason"]}`.
 """
 
 from __future__ import annotations
@@ -71,23 +72,48 @@ class Report:
         return text
 
 
+def _number(text: str) -> int | None:
+    """The value of a string of ASCII digits; None for anything else."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def names_are_numbers(ids: Mapping[str, int]) -> bool:
+    """Whether a vocabulary (name -> id) names some node with a number (integer ids turned names,
+    as in given_split, pairs and movielens datasets): then a bare number is a name, never an id."""
+    return any(_number(name) is not None for name in ids)
+
+
+def node_token(token: str, ids: Mapping[str, int], numeric_names: bool) -> int | None:
+    """The id of a node given on the command line or in a file, before URL normalization: a name
+    of the vocabulary `ids` as given is its id; `id:N` is id N; a bare number is id N only when
+    no name is a number (`numeric_names` False, as for a vocabulary of URLs or none at all).
+    None when the token is none of these (a URL to normalize, or a name not in the vocabulary)."""
+    if token.startswith("id:") and _number(token[3:]) is not None:
+        return int(token[3:])
+    if token in ids:
+        return ids[token]
+    return None if numeric_names else _number(token)
+
+
 class ColumnLookup:
-    """Column ids of link tokens: a number is an id; a name of the vocabulary as given (names that
-    are not URLs) is its id; anything else is normalized as a URL and looked up."""
+    """Column ids of link tokens (`node_token`: a name of the vocabulary as given, `id:N`, or a
+    number where no name is one); anything else is normalized as a URL and looked up."""
 
     def __init__(self, ids: Mapping[str, int], num_cols: int):
         self.ids = ids
         self.num_cols = num_cols
+        self.numeric_names = names_are_numbers(ids)
 
     def column(self, token: str) -> tuple[int | None, str | None]:
         """`(id, None)`, or `(None, reason)`: a `urls.DROP_REASONS` entry, `not_in_vocabulary`
         or `id_out_of_range`."""
-        if token.isdigit():
-            col = int(token)
-            return (col, None) if col < self.num_cols else (None, ID_OUT_OF_RANGE)
-        col = self.ids.get(token)
+        col = node_token(token, self.ids, self.numeric_names)
         if col is not None:
-            return col, None
+            return (col, None) if col < self.num_cols else (None, ID_OUT_OF_RANGE)
+        if _number(token) is not None:
+            return None, NOT_IN_VOCABULARY
+        if token.startswith("-") and _number(token[1:]) is not None:
+            return None, ID_OUT_OF_RANGE  # a negative id
         name, reason = urls.normalize_url(token)
         if name is None:
             return None, reason

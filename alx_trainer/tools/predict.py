@@ -1,8 +1,9 @@
 """Predictions from a trained model (paper Appendix A) and export of its tables for serving.
 
-- `predict_outlinks`: for a URL (through the vocabulary `vocab.tsv-*`) or an id, the top-K columns
-  it is predicted to link to, with URLs and scores; its known outlinks are excluded. A training
-  row uses its row embedding; a held-out row is folded in from its fold-in outlinks (Eq. 4).
+- `predict_outlinks`: for a name or URL (through the vocabulary `vocab.tsv-*`) or an id, the top-K
+  columns it is predicted to link to, with URLs and scores; its known outlinks are excluded. A
+  training row uses its row embedding; a held-out row is folded in from its fold-in outlinks
+  (Eq. 4).
 - `nearest_neighbors`: the K nodes whose embeddings are closest by cosine to a node's embedding.
 - `export_tables`: both tables with their ids (and names) as NumPy `.npz`/`.npy` and as TFRecord.
 Scoring goes through the same exact top K as evaluation (`ranking.Ranker`).
@@ -19,6 +20,7 @@ import numpy as np
 
 from alx_trainer.evaluation.evaluate import model_tables
 from alx_trainer.model import fold_in
+from alx_trainer.tools.new_pages import names_are_numbers, node_token
 from alx_trainer.tools.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
 from webgraph_contract.record_codec import encode_example
@@ -42,16 +44,23 @@ def load_vocab(data_dir: str, columns: bool = True) -> tuple[dict[int, str], dic
 
 
 def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) -> int:
-    """An id from an int, a numeric string, or a name looked up in the vocabulary (the column
-    names, or with `columns=False` the row names). A URL is normalized first with the pipeline's
-    own `normalize_url`, as the dataset's names were, so `HTTP://Example.com` finds
-    `http://example.com/`."""
+    """An id from an int, or from a token (`new_pages.node_token`): a name of the vocabulary (the
+    column names, or with `columns=False` the row names), `id:N`, or a number where no name is one.
+    A URL not found as given is normalized with the pipeline's own `normalize_url`, as the
+    dataset's names were, so `HTTP://Example.com` finds `http://example.com/`."""
     if isinstance(node, (int, np.integer)):
         return int(node)
-    if node.isdigit():
-        return int(node)
     if data_dir is None:
-        raise ValueError(f"{node!r} is not an id and no dataset directory was given to look it up")
+        found = node_token(node, {}, numeric_names=False)
+        if found is None:
+            raise ValueError(
+                f"{node!r} is not an id and no dataset directory was given to look it up"
+            )
+        return found
+    ids = vocabulary_ids(data_dir, columns)
+    found = node_token(node, ids, numbers_are_names(data_dir, columns))
+    if found is not None:
+        return found
     name = node
     if "://" in node:
         name, reason = urls.normalize_url(node)
@@ -59,11 +68,26 @@ def resolve_node(node: str | int, data_dir: str | None, columns: bool = True) ->
             raise ValueError(
                 f"{node!r} is not a URL the dataset could hold ({reason}); give a node's URL or id"
             )
-    _, ids = load_vocab(fileio.absolute(data_dir), columns)
     if name not in ids:
         shown = repr(node) if name == node else f"{node!r} (normalized: {name!r})"
-        raise KeyError(f"{shown} is not in the vocabulary of {data_dir}; give a node's URL or id")
+        raise KeyError(
+            f"{shown} is not in the vocabulary of {data_dir}; give a node's name, URL or id (id:N)"
+        )
     return ids[name]
+
+
+def vocabulary_ids(data_dir: str, columns: bool = True) -> dict[str, int]:
+    """name -> id of the dataset's column (or row) vocabulary; empty when it has none."""
+    try:
+        return load_vocab(fileio.absolute(data_dir), columns)[1]
+    except FileNotFoundError:
+        return {}
+
+
+@functools.lru_cache(maxsize=8)
+def numbers_are_names(data_dir: str, columns: bool = True) -> bool:
+    """Whether the dataset's column (or row) vocabulary names some node with a number."""
+    return names_are_numbers(vocabulary_ids(data_dir, columns))
 
 
 @functools.lru_cache(maxsize=4)
@@ -88,6 +112,8 @@ def predict_outlinks(
     """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks and itself."""
     row_table, col_table, model_config = model_tables(model)
     row = resolve_node(node, data_dir, columns=False)
+    if not 0 <= row < len(row_table):
+        raise ValueError(f"node {node!r}: id {row} is outside the rows' 0..{len(row_table) - 1}")
     train, test = known_rows(fileio.absolute(data_dir))
     if row in train:
         known = train[row]
@@ -151,13 +177,21 @@ def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
     return encode_example(feature)
 
 
+# regex of the names of the files `export_tables` writes
+TABLE_FILES = "|".join(
+    [r"embeddings\.npz", r"(?:row|col)_table\.npy"]
+    + [layout.shard_pattern(f"{side}_embeddings.tfr") for side in ("row", "col")]
+)
+
+
 def export_tables(
     model: Any, out_dir: str, *, data_dir: str | None = None, num_shards: int = 1
 ) -> list[str]:
     """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]),
-    `row_table.npy`,
-    `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`, `embedding`, and `name`
-    when a vocabulary exists). Returns the written paths."""
+    `row_table.npy`, `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`,
+    `embedding`, and `name` when a vocabulary exists), each file renamed into place once complete;
+    then removes the `*_embeddings.tfr` shards of an earlier export with another shard count, and
+    temporary files of a killed one. Returns the written paths."""
     row_table, col_table, _ = model_tables(model)
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
     names = vocabulary_names(data_dir) if data_dir else {}
@@ -172,11 +206,11 @@ def export_tables(
         if shared:
             arrays["row_names"] = np.array([names.get(i, "") for i in range(len(tables["row"]))])
     paths = [os.path.join(out_dir, "embeddings.npz")]
-    with fileio.open_file(paths[0], "wb") as f:
+    with fileio.replacing(paths[0], "wb") as f:
         np.savez(f, **arrays)
     for side, emb in tables.items():
         paths.append(os.path.join(out_dir, f"{side}_table.npy"))
-        with fileio.open_file(paths[-1], "wb") as f:
+        with fileio.replacing(paths[-1], "wb") as f:
             np.save(f, emb)
         side_names = names if (side == "col" or shared) else {}
         for s in range(num_shards):
@@ -186,6 +220,7 @@ def export_tables(
                 path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows]
             )
             paths.append(path)
+    layout.remove_stale(out_dir, TABLE_FILES, paths)
     return paths
 
 

@@ -19,15 +19,26 @@ from alx_trainer.model import fold_in
 
 
 class Ranker:
-    """A column table on the devices, answering top-K queries of folded-in or given row vectors."""
+    """A column table on the devices, answering top-K queries of folded-in or given row vectors;
+    a given `batch_size` is capped at the rows to score, `rows` (when known) and `rows_per_call`,
+    so that no device holds scores of rows that do not exist."""
 
     def __init__(
-        self, col_table: np.ndarray, config: Any, *, mesh: Any = None, batch_size: int | None = None
+        self,
+        col_table: np.ndarray,
+        config: Any,
+        *,
+        mesh: Any = None,
+        batch_size: int | None = None,
+        rows: int | None = None,
     ):
         self.col_table = np.asarray(col_table, np.float32)
         self.config = config
-        self.scorer = BlockedScorer(self.col_table, mesh, rows_per_batch=batch_size)
         self.rows_per_call = FOLD_IN_CHUNK  # rows per fold-in call, as `top_k_rows` folds in
+        if batch_size:
+            most = self.rows_per_call if rows is None else min(rows, self.rows_per_call)
+            batch_size = min(batch_size, max(1, most))
+        self.scorer = BlockedScorer(self.col_table, mesh, rows_per_batch=batch_size)
 
     @property
     def num_cols(self) -> int:

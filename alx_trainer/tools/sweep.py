@@ -18,6 +18,7 @@ import csv
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -28,7 +29,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from alx_trainer.config import ConfigError
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
+from alx_trainer.evaluation.metrics import ACTIVITY_BUCKETS
 from alx_trainer.train import train
 
 PAPER_LAMBDAS: tuple[float, ...] = (5e-2, 1e-2, 5e-3, 1e-3, 5e-4, 1e-4)
@@ -74,10 +77,29 @@ def parse_grid(text: str) -> tuple[float, ...]:
     try:
         values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise ValueError(f"grid: expected comma-separated numbers, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise ValueError(f"grid: expected non-negative numbers, got {text!r}")
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or not all(0 <= v < math.inf for v in values):
+        raise ValueError(f"expected comma-separated non-negative numbers, got {text!r}")
     return values
+
+
+def metric_names(config: Any) -> list[str]:
+    """The validation metrics a sweep with `config` records, any of which `--metric` may pick:
+    Recall@K of `eval_k`, NDCG of `ndcg_k`, overall and per activity bucket (`cold/...`)."""
+    names = [f"{m}@{k}" for k in config.recall_ks() for m in ("recall", "recall_gt")]
+    names += [f"ndcg@{config.ndcg_k}"] if config.ndcg_k else []
+    return names + [f"{b}/{n}" for b in ACTIVITY_BUCKETS for n in names]
+
+
+def check_metric(metric: str, config: Any) -> None:
+    """A ConfigError (a usage error) unless the sweep's evaluation records `metric`."""
+    names = metric_names(config)
+    if metric not in names:
+        raise ConfigError(
+            f"--metric {metric!r}: the sweep's evaluation (--eval_k {config.eval_k}, --ndcg_k "
+            f"{config.ndcg_k}) records {', '.join(names[: len(names) // 4])} (and per activity "
+            "bucket, e.g. cold/...)"
+        )
 
 
 def read_results(path: str) -> list[dict[str, float]]:

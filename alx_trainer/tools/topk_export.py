@@ -5,7 +5,9 @@ row is folded in from its fold-in columns, which are left out (as `eval` ranks i
 the row's own id is left out too. On a given split (whose test users are training rows) the
 training rows alone are written. Rows stream from the dataset's shards a chunk at a time, are
 ranked on the devices (`ranking.Ranker`), and are written as `topk.tfr-SSSSS-of-NNNNN` in the
-order read (training shards, then test shards), with `topk.json` saying what the files hold.
+order read (training shards, then test shards), with `topk.json` saying what the files hold;
+shards of an earlier export into the same directory (another shard count) and temporary files of a
+killed one are removed once this one is complete.
 Records: `topk_records` (read back with `topk_records.read_topk` or `tf.data`).
 """
 
@@ -16,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from typing import Any, Callable, Iterator
 
@@ -150,7 +153,7 @@ def export_topk(
     total = counts["train"] + counts["test"]
     num_shards = num_shards or max(1, math.ceil(total / ROWS_PER_SHARD))
     row_names, col_names = _vocabulary(dataset)
-    ranker = Ranker(model.col_table, model.config, mesh=mesh, batch_size=batch_size)
+    ranker = Ranker(model.col_table, model.config, mesh=mesh, batch_size=batch_size, rows=total)
     log.info(
         "export: top %d of %d rows (%d trained, %d folded in) into %d shards of %s; %s",
         k,
@@ -196,6 +199,15 @@ def export_topk(
     }
     paths.append(os.path.join(out_dir, MANIFEST))
     fileio.write_atomic(paths[-1], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    removed = layout.remove_stale(
+        out_dir, f"{layout.shard_pattern(PREFIX)}|{re.escape(MANIFEST)}", paths
+    )
+    if removed:
+        log.info(
+            "export: removed %d file(s) of an earlier or killed export: %s",
+            len(removed),
+            " ".join(os.path.basename(p) for p in removed),
+        )
     log.info("export: %d rows in %.1f s", done, time.perf_counter() - start)
     return paths
 
