@@ -74,7 +74,8 @@ class ModelConfig:
     reg_exponent: float = _field(
         0.0,
         "Frequency-scaled regularization: a row with n observations gets "
-        "reg * (n + alpha * num_columns) ** reg_exponent; 0 gives plain reg.",
+        "reg * (n + alpha * num_columns) ** reg_exponent; 0 gives plain reg (as does a row "
+        "with no observation at alpha 0: it is solved to 0).",
     )
     init_stddev: float = _field(
         0.0,

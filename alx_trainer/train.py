@@ -3,13 +3,19 @@
 `train(config, callback=None, mesh=None, callbacks=None) -> Model` trains, resuming from the latest
 checkpoint in `config.model_dir`. Each epoch is a row half-epoch and a column half-epoch, each run
 by an `ops.side_runner.SideRunner` (solve every row of one side with the other table fixed). Rows
-that never occur in a split keep their initial embedding. With tied tables the row and column
+that never occur in a split keep their initial embedding, and count as such in the other side's
+gramian (alpha G: a ridge of about alpha x their number x the initial variance); an in-memory
+matrix (`dataset.in_memory`) has a record for every row, so its rows without links are solved
+(to 0 by the exact solvers). With tied tables the row and column
 half-epochs both update the one table, each reading a snapshot of it taken at the start of the
 half-epoch. Evaluation, metrics, checkpoints and progress are `alx_trainer.callbacks`.
 
 Per-epoch metrics (`Model.metrics`, `metrics.jsonl`, TensorBoard): `loss_observed` (sum over
 training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final tables when untied;
-only in the epochs of `train_loss_every`, as `loss`),
+only in the epochs of `train_loss_every`, as `loss`; with tied tables it pairs the column
+half-epoch's solutions with the row half-epoch's snapshot, and `loss_reg_row` is of the row
+half-epoch's solutions, which the column half-epoch then overwrites: `loss` is then no objective
+of the returned table, only a trend),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
 `col_seconds`, `compile_seconds` (tracing, lowering, and compiling programs or loading them from the

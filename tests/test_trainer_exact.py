@@ -392,3 +392,37 @@ def test_in_memory_host_shares_cover_every_row_once(dataset):
 def test_in_memory_rejects_a_bad_row_pointer():
     with pytest.raises(ValueError, match="csr: indptr"):
         in_memory("csr", np.array([0, 3, 2]), np.arange(3), 5)
+
+
+@pytest.mark.parametrize("solver, nu", [("cholesky", 1.0), ("cholesky", -0.5), ("cg", -0.5)])
+def test_alpha_zero_rows_without_links_solve_to_zero(tmp_path, solver, nu):
+    """At alpha 0 a row with no link has lambda (0 + 0)^nu (0 or inf): it is solved to 0 (its
+    objective's least-norm minimum), the other rows as the float64 reference solves them."""
+    indptr = np.array([0, 2, 2, 4, 5])  # row 1 has no link
+    cols = np.array([0, 1, 1, 2, 0])
+    held = in_memory("alpha0", indptr, cols, 3)
+    config = TrainConfig(
+        data="alpha0",
+        model_dir=str(tmp_path / "m"),
+        dim=4,
+        epochs=1,
+        alpha=0.0,
+        reg=0.8,
+        reg_exponent=nu,
+        solver=solver,
+        cg_iters=16,
+        init_stddev=0.3,
+        progress=False,
+        eval_every=0,
+    )
+    mesh = make_mesh()
+    t = init_tables(config, 4, 3, mesh)
+    row0, col0 = (np.asarray(t[k], np.float64) for k in ("row", "col"))
+    model = train(config, dataset=held, mesh=mesh)
+    rows = {0: [0, 1], 2: [1, 2], 3: [0]}
+    w = ref.solve_rows(col0[:3], rows, row0[:4], 0.0, 0.8, nu)
+    h = ref.solve_rows(w, ref.transpose(rows), col0[:3], 0.0, 0.8, nu)
+    w_got, h_got = np.asarray(model.row_table), np.asarray(model.col_table)
+    assert np.abs(w_got[1]).max() < 1e-6
+    np.testing.assert_allclose(w_got[[0, 2, 3]], w[[0, 2, 3]], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(h_got, h, rtol=1e-4, atol=1e-5)

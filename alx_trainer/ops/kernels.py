@@ -57,10 +57,16 @@ def make_gramian(mesh: Mesh):
 
 def row_reg(num_other: int, hyper, row_len, xp=jnp):
     """lambda * (n + alpha * num_other) ** nu per row (plain lambda when nu = 0), in the dtype of
-    `hyper` and the array namespace `xp` (NumPy float64 for the host's long rows)."""
+    `hyper` and the array namespace `xp` (NumPy float64 for the host's long rows).
+
+    A row with no link at alpha = 0 has base 0, whose power is 0 or inf: its objective is then
+    lambda 0^nu |x|^2 with no other term, minimized (least norm, or in the limit) by x = 0, which
+    plain lambda gives as well (its right-hand side is 0); 0 or inf would make the exact solvers'
+    systems singular or infinite."""
     alpha, reg, nu = hyper[0], hyper[1], hyper[2]
-    n = row_len.astype(hyper.dtype)
-    return reg * xp.where(nu == 0, 1.0, (n + alpha * num_other) ** nu)
+    base = row_len.astype(hyper.dtype) + alpha * num_other
+    scaled = (nu != 0) & (base > 0)
+    return reg * xp.where(scaled, xp.where(base > 0, base, 1.0) ** nu, 1.0)
 
 
 def outer_sums(h: jax.Array, precision: str) -> jax.Array:
