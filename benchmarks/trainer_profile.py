@@ -20,13 +20,13 @@ import argparse
 import functools
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
 
 import numpy as np
 
+from benchmarks.core.children import own_peak_gib
 from benchmarks.core.trace import op_seconds
 from benchmarks.core.work import epoch_work
 
@@ -190,7 +190,7 @@ def main() -> None:
         round(flops / 1e9, 1),
         round(byte_count / 1e9, 2),
     )
-    report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    report["peak_rss_gib"] = round(own_peak_gib(), 2)
     print(json.dumps(report))
 
 

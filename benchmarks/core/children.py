@@ -26,6 +26,7 @@ from benchmarks.core.paths import REPO
 from webgraph_contract.command_line import one_line as _last_line_of
 
 GIB = 2.0**30
+LAUNCHER = str(pathlib.Path(__file__).with_name("peak_launcher.py"))
 
 
 def one_line(error: BaseException) -> str:
@@ -60,13 +61,20 @@ def run_child(
 ) -> Child:
     """Run `cmd` from the repository root; stdout captured, stderr into `log` (or kept for errors).
 
-    The peak memory is the child's own peak RSS (wait4), or with `tree` the highest sum over the
-    child and all its descendants, sampled from /proc every 0.2 s (workers running side by side).
+    The peak memory is the child's own peak RSS, or with `tree` the highest sum over the child and
+    all its descendants, sampled from /proc every 0.2 s (workers running side by side). The own
+    peak is wait4's ru_maxrss as reaped by `peak_launcher`, which starts the command: reaped by
+    this process, it would start at this process's own high-water mark (Linux keeps the forked
+    image's peak across exec), so a parent holding 1 GiB would give every child 1 GiB.
     `check`: a non-zero exit raises `ChildError` with the command and the last line of stderr.
     A `timeout` kills the child's process group and raises `ChildError`.
     """
     with tempfile.TemporaryDirectory(prefix="bench_child_") as tmp:
         err_path = pathlib.Path(log or pathlib.Path(tmp) / "stderr")
+        usage_path = pathlib.Path(tmp) / "usage"
+        name = name_of(cmd)
+        if not tree:
+            cmd = [sys.executable, "-I", "-S", LAUNCHER, usage_path, *cmd]
         with open(pathlib.Path(tmp) / "stdout", "w+") as out, open(err_path, "w") as err:
             start = time.monotonic()
             proc = subprocess.Popen(
@@ -78,7 +86,7 @@ def run_child(
                 start_new_session=True,
             )  # a group: a timeout kills it all
             try:
-                status, usage, peak = _wait(proc, start, timeout, tree)
+                status, usage, peak = _wait(proc, name, start, timeout, tree)
             except BaseException:
                 os.killpg(proc.pid, signal.SIGKILL)
                 os.wait4(proc.pid, 0)
@@ -88,14 +96,18 @@ def run_child(
             wall = time.monotonic() - start
             out.seek(0)
             stdout = out.read()
+        cpu = usage.ru_utime + usage.ru_stime
+        if not tree and usage_path.exists():  # the command's own, from the launcher
+            maxrss_kib, user_s, system_s = usage_path.read_text().split()
+            peak, cpu = int(maxrss_kib) * 1024, float(user_s) + float(system_s)
         if check and proc.returncode:
             where = f" (log {log})" if log else ""
             line = last_line(err_path)
-            raise ChildError(f"{name_of(cmd)}: exit {proc.returncode}: {line}{where}")
-    return Child(stdout, proc.returncode, wall, usage.ru_utime + usage.ru_stime, peak / GIB)
+            raise ChildError(f"{name}: exit {proc.returncode}: {line}{where}")
+    return Child(stdout, proc.returncode, wall, cpu, peak / GIB)
 
 
-def _wait(proc: subprocess.Popen, start: float, timeout: float | None, tree: bool):
+def _wait(proc: subprocess.Popen, name: str, start: float, timeout: float | None, tree: bool):
     """(wait status, rusage, peak bytes) of a child; `ChildError` past the timeout."""
     peak = 0
     while True:
@@ -103,7 +115,7 @@ def _wait(proc: subprocess.Popen, start: float, timeout: float | None, tree: boo
         if pid:
             return status, usage, peak if tree else usage.ru_maxrss * 1024
         if timeout is not None and time.monotonic() - start > timeout:
-            raise ChildError(f"{name_of(proc.args)}: timed out after {timeout:.0f} s")
+            raise ChildError(f"{name}: timed out after {timeout:.0f} s")
         if tree:
             peak = max(peak, tree_rss_bytes(proc.pid))
         time.sleep(0.2 if tree else 0.02)
@@ -216,12 +228,26 @@ def write_line(out: str | os.PathLike, record: dict) -> None:
     """(In a child) append a JSON line to its output file; a `result` line carries the child's
     peak host RSS so far."""
     if "result" in record:
-        import resource
-
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        record["result"]["peak_host_gib"] = peak_kib / 2**20
+        record["result"]["peak_host_gib"] = own_peak_gib()
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def own_peak_gib() -> float:
+    """This process's peak resident memory in GiB since its exec: VmHWM of /proc/self/status.
+    (getrusage's ru_maxrss would start at the peak of the process it was forked from.) Where
+    /proc is missing, ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    import resource
+
+    scale = 2**30 if sys.platform == "darwin" else 2**20  # bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
 
 def wheel_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import resource
 import shutil
 import time
 from typing import Any, Callable
@@ -20,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from benchmarks.core import machine, sections
-from benchmarks.core.children import write_line
+from benchmarks.core.children import own_peak_gib, write_line
 
 Phase = Callable[..., None]
 EXCLUDE_FLOOR = 64  # rows with at most this many links are ranked together
@@ -32,7 +31,7 @@ def phase_writer(out: str) -> Phase:
     """`phase(name, seconds, **figures)`: one phase's line, with the peak memories so far."""
 
     def phase(name: str, seconds: float, **figures: Any) -> None:
-        host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        host = own_peak_gib()
         device = machine.device_memory()["peak_device_gib"]
         write_line(
             out,

@@ -25,11 +25,11 @@ import argparse
 import functools
 import json
 import os
-import resource
 import time
 from typing import Callable
 
 from alx_trainer.phase_times import cpu_seconds
+from benchmarks.core.children import own_peak_gib
 
 
 def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, object]:
@@ -173,6 +173,6 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"transpose {wall:8.2f} s wall {cpu:8.2f} CPU s ({len(train.cols):,} pairs)", flush=True
         )
-    report["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    report["peak_rss_gib"] = round(own_peak_gib(), 2)
     report["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report))
