@@ -1,9 +1,14 @@
-"""The benchmarks' child processes: a child's peak memory is its own, whatever its parent holds."""
+"""The benchmarks' child processes: a child's peak memory is its own, whatever its parent holds;
+implicit's GPU wheels are installed only where wanted and where they fit; skipping says one line."""
 
+import argparse
+import pathlib
 import sys
 
 import numpy as np
+import pytest
 
+from benchmarks.core import children
 from benchmarks.core.children import run_child
 
 SMALL = "import numpy as np; a = np.ones(8 << 17); print('done')"  # 8 MiB
@@ -40,3 +45,43 @@ def test_child_reports_its_own_peak_from_inside():
     held += 1
     assert float(run_child([sys.executable, "-c", code]).stdout) < 0.3
     del held
+
+
+def wheel_args(tmp_path, implicit: str, tag: str = "cp399-cp399"):
+    wheels = tmp_path / "whl"
+    wheels.mkdir(exist_ok=True)
+    (wheels / f"implicit-0.7.3-{tag}-manylinux2014_x86_64.whl").write_bytes(b"not a wheel")
+    return argparse.Namespace(wheels=str(wheels), site=str(tmp_path / "site"), implicit=implicit)
+
+
+@pytest.mark.parametrize("implicit", ["cpu", "off"])
+def test_cpu_runs_install_no_wheels_and_say_nothing(tmp_path, capfd, implicit):
+    env = children.children_env(wheel_args(tmp_path, implicit), gpu=True)
+    assert not (tmp_path / "site").exists()
+    assert str(tmp_path / "site") not in env.get("PYTHONPATH", "")
+    assert capfd.readouterr() == ("", "")
+
+
+def test_no_gpu_installs_no_wheels(tmp_path, capfd):
+    children.children_env(wheel_args(tmp_path, "auto"), gpu=False)
+    assert not (tmp_path / "site").exists() and capfd.readouterr() == ("", "")
+    children.children_env(wheel_args(tmp_path, "gpu"), gpu=False)
+    out, err = capfd.readouterr()
+    assert not (tmp_path / "site").exists() and err == ""
+    assert out.count("\n") == 1 and "no NVIDIA GPU" in out
+
+
+def test_wheels_for_another_python_are_skipped_in_one_line(tmp_path, capfd):
+    children.children_env(wheel_args(tmp_path, "auto"), gpu=True)
+    out, err = capfd.readouterr()
+    assert not (tmp_path / "site").exists() and err == "" and "ERROR" not in out
+    assert out.count("\n") == 1 and "does not fit this Python" in out
+
+
+def test_wheels_that_fit_are_installed_and_pips_error_is_one_line(tmp_path, capfd):
+    args = wheel_args(tmp_path, "gpu", tag="py3-none")  # fits any Python; the file is broken
+    assert children.wheel_plan(pathlib.Path(args.wheels), "gpu", True)[0]
+    env = children.children_env(args, gpu=True)
+    out, err = capfd.readouterr()
+    assert err == "" and out.count("\n") == 1 and out.startswith("wheels: install into")
+    assert "PYTHONPATH" not in env or str(tmp_path / "site") not in env["PYTHONPATH"]

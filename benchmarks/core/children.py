@@ -250,12 +250,55 @@ def own_peak_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
 
-def wheel_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
-    """The environment of children that need wheels installed apart (implicit's CUDA build): the
-    wheels in `wheels` installed into `site` (once) and put on PYTHONPATH, the `nvidia` packages'
-    libraries on LD_LIBRARY_PATH (the GPU README's steps)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def nvidia_gpu() -> bool:
+    """Whether this host shows an NVIDIA GPU (a /dev/nvidiaN) that JAX_PLATFORMS does not rule out:
+    where implicit's CUDA wheels can run. Looks at no driver, so takes no GPU memory."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms and not {"cuda", "gpu"} & set(platforms.lower().split(",")):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def wheel_plan(wheels: pathlib.Path, implicit: str, gpu: bool) -> tuple[list[str], str | None]:
+    """The wheels in `wheels` to install for the children, or none and why (None: nothing to say).
+
+    They are implicit's CUDA build and what it needs (`benchmarks/gpu_wheels.sh`, made for the GPU
+    machine's Python): wanted only where implicit's GPU model is (`implicit` auto or gpu) on a
+    host with an NVIDIA GPU, and only where every wheel fits this Python and platform (pip's own
+    rule: one of its tags among this interpreter's)."""
     found = sorted(glob.glob(str(wheels / "*.whl")))
+    if not found or implicit in ("cpu", "off"):
+        return [], None
+    if not gpu:
+        why = "implicit's GPU model: not available here (no NVIDIA GPU); its wheels not installed"
+        return [], why if implicit == "gpu" else None
+    try:
+        from packaging.tags import sys_tags
+        from packaging.utils import parse_wheel_filename
+    except ImportError:  # no way to tell: pip decides
+        return found, None
+    supported = set(sys_tags())
+    for path in found:
+        try:
+            tags = parse_wheel_filename(os.path.basename(path))[3]
+        except ValueError:
+            tags = frozenset()
+        if not tags & supported:
+            python = f"cp{sys.version_info.major}{sys.version_info.minor}"
+            return [], (
+                f"implicit's GPU model: not available ({os.path.basename(path)} in {wheels} does "
+                f"not fit this Python, {python}: rebuild them with benchmarks/gpu_wheels.sh); "
+                "implicit runs as installed"
+            )
+    return found, None
+
+
+def wheel_env(wheels: pathlib.Path, site: pathlib.Path, found: Sequence[str]) -> dict[str, str]:
+    """The environment of children that need wheels installed apart (implicit's CUDA build): the
+    wheel files `found` (from `wheels`) installed into `site` (once) and put on PYTHONPATH, the
+    `nvidia` packages' libraries on LD_LIBRARY_PATH (the GPU README's steps). pip's output is kept
+    for the error: a failed install raises `subprocess.CalledProcessError` with it."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     if not found:
         return env
     if not (site / "implicit").is_dir():
@@ -275,6 +318,8 @@ def wheel_env(wheels: pathlib.Path, site: pathlib.Path) -> dict[str, str]:
                 *found,
             ],
             check=True,
+            capture_output=True,
+            text=True,
         )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
     roots = [str(site), *[p for p in sys.path if p and os.path.isdir(p)]]
@@ -301,17 +346,25 @@ def add_wheel_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def children_env(args: argparse.Namespace) -> dict[str, str]:
-    """`wheel_env` of `args.wheels` and `args.site`; where installing fails, says so and gives
-    this process's environment as it is."""
+def children_env(args: argparse.Namespace, gpu: bool | None = None) -> dict[str, str]:
+    """`wheel_env` of `args.wheels` and `args.site`, where `wheel_plan` wants them (`args.implicit`;
+    `gpu`: whether an NVIDIA GPU is here, `nvidia_gpu()` unless given); why not, or why installing
+    failed, in one line, and then this process's environment as it is."""
+    wheels = pathlib.Path(args.wheels)
+    found, why = wheel_plan(wheels, args.implicit, nvidia_gpu() if gpu is None else gpu)
+    if why:
+        print(why, flush=True)
     try:
-        return wheel_env(pathlib.Path(args.wheels), pathlib.Path(args.site))
+        return wheel_env(wheels, pathlib.Path(args.site), found)
     except subprocess.CalledProcessError as e:
+        said = [line.strip() for line in (e.stderr or e.stdout or "").splitlines() if line.strip()]
+        said.insert(0, f"exit {e.returncode}")
         print(
-            f"wheels: install into {args.site} failed ({e}); children run with the environment "
-            "as it is"
+            f"wheels: install into {args.site} failed ({said[-1]}); children run with the "
+            "environment as it is",
+            flush=True,
         )
-        return dict(os.environ)
+        return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 ChildFn = Callable[[dict, str], None]
