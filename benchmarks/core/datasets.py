@@ -47,8 +47,15 @@ class Split:
 
 
 def make_split(data_dir: str, *flags: Any) -> Split:
-    """Run the pipeline's command line with `flags` writing `data_dir`; the dataset read back."""
+    """Run the pipeline's command line with `flags` writing `data_dir`; the dataset read back.
+    Quiet as `python -m webgraph_pipeline` is: the libraries' logs set, Beam's import-time BigQuery
+    warning held back, before the pipeline imports them."""
     from webgraph_contract import dataset_reader, stats_json
+    from webgraph_contract.quiet_logs import quiet
+    from webgraph_pipeline.beam_quiet import import_beam_quietly
+
+    quiet()
+    import_beam_quietly()
     from webgraph_pipeline.cli import main
 
     if main([str(f) for f in flags] + ["--output", data_dir]) != 0:

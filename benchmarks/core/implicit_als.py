@@ -103,8 +103,11 @@ def implicit_model(
         model = AlternatingLeastSquares(**kwargs)
     else:
         from implicit.cpu.als import AlternatingLeastSquares
+        from threadpoolctl import threadpool_limits
 
-        model = AlternatingLeastSquares(**kwargs, use_cg=True, num_threads=threads)
+        # built as `fit` runs it, BLAS at one thread: its check (a warning otherwise) sees that
+        with threadpool_limits(1, "blas"):
+            model = AlternatingLeastSquares(**kwargs, use_cg=True, num_threads=threads)
     model.cg_steps = cg_iters
     return model
 
