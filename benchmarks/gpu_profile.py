@@ -58,7 +58,8 @@ GOWALLA_SHAPE = (
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     from benchmarks.gpu_vs_implicit import SIZES
 
-    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
+    summary = " ".join(__doc__.split("\n\n")[0].split())  # the first paragraph, whole
+    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=summary)
     p.add_argument("--size", default="25m", choices=sorted(SIZES), help="the training matrix")
     p.add_argument("--dim", type=int, default=128)
     p.add_argument(

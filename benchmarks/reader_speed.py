@@ -101,7 +101,13 @@ def compare(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.reader_speed",
+        description=__doc__.split("\n")[0],
+        epilog="Subcommand: `python -m benchmarks.reader_speed phases --data DIR ...`: the "
+        "trainer's host phases (read, plan, pack, transpose) timed apart "
+        "(benchmarks.core.host_phases; `phases --help` lists its flags).",
+    )
     p.add_argument(
         "--sizes", default="25m,in-sparse", help=f"Sizes of {sorted(SIZES)}, comma-separated."
     )

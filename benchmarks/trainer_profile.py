@@ -32,7 +32,12 @@ from benchmarks.core.work import epoch_work
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.trainer_profile",
+        description=__doc__.split("\n")[0],
+        epilog="Subcommand: `python -m benchmarks.trainer_profile memory --data DIR ...`: resident "
+        "memory by phase (benchmarks.core.trainer_memory; `memory --help` lists its flags).",
+    )
     parser.add_argument("--data", required=True)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--cg_iters", type=int, default=3)

@@ -45,7 +45,9 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float, object]
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.reader_speed phases", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--data", required=True, help="A dataset directory (the contract's layout).")
     p.add_argument("--repeats", type=int, default=2, help="Passes per phase; the best is reported.")
     p.add_argument(

@@ -118,7 +118,9 @@ def wrap(sampler: Sampler, owner, attr: str, name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.trainer_profile memory", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--data", required=True)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=1)
