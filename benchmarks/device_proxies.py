@@ -4,7 +4,11 @@ Trains a power-law matrix held in memory (`dataset.in_memory`) with `--accelerat
 per epoch after the first: the compiled programs launched per half-epoch (epoch 2, from JAX's
 profiler trace: every launch, whatever made it); the host CPU seconds spent outside device work
 (later epochs, untraced: the process's CPU time less that of XLA's own threads, which run the
-programs on CPU devices; the main thread and every thread Python starts count); and the bytes
+programs on CPU devices; the main thread and every thread Python starts count), over the epoch's
+own window (`window_s`: from its row half-epoch's start to its column half-epoch's end, the
+epoch's timer less its closing checks; a reading of about half a millisecond inside), with its
+resolution (a microsecond where the kernel keeps threads' run times in ns, else a clock tick per
+XLA thread) and its share of that window, none where the resolution is over 1% of it; and the bytes
 copied host-to-device (every NumPy array handed to `jax.device_put` and
 `jax.make_array_from_*`). Targets: <= 16 calls per half-epoch, 0 bytes after epoch 1 when the
 batches are resident, host CPU <= 5% of the epoch. Then XLA's bytes accessed and FLOPs per epoch
@@ -67,8 +71,17 @@ def main() -> None:
         """Epoch 2 under the profiler (program launches), the later epochs without it (CPU,
         copies)."""
 
+        def on_half_epoch_begin(self, run, epoch, side, total_steps) -> None:
+            if side == "row":  # the epoch's timer starts just before (`train._epoch`)
+                wall = time.perf_counter()  # the reading's own CPU inside both
+                self.start = (host_cpu_seconds(), wall)
+
+        def on_half_epoch_end(self, run, epoch, side) -> None:
+            if side == "col":  # its last device work; then its checks and loss terms
+                self.end = (time.perf_counter(), host_cpu_seconds())
+
         def on_epoch_end(self, run, epoch, record) -> None:
-            host = host_cpu_seconds()
+            (end, host), ((host0, resolution), start) = self.end, self.start
             line = {"epoch": epoch, "seconds": round(record["seconds"], 4)}
             if epoch == 2:
                 jax.profiler.stop_trace()
@@ -77,10 +90,7 @@ def main() -> None:
                     calls_per_half_epoch=sum(calls.values()) / 2, calls_by_program=dict(calls)
                 )
             elif epoch > 2:
-                line.update(
-                    host_cpu_s=round(host - self.host, 4),
-                    host_cpu_share=round((host - self.host) / record["seconds"], 4),
-                )
+                line.update(host_share(end - start, host[0] - host0, max(host[1], resolution)))
             if epoch > 1:
                 line.update(h2d_bytes=copied[0] - self.copied)
                 print(json.dumps(line), flush=True)
@@ -88,7 +98,7 @@ def main() -> None:
                 options = jax.profiler.ProfileOptions()
                 options.python_tracer_level = 0  # Python's calls traced would add host time
                 jax.profiler.start_trace(trace_dir, profiler_options=options)
-            self.host, self.copied = host_cpu_seconds(), copied[0]
+            self.copied = copied[0]
 
     config = TrainConfig(
         data="power-law",
@@ -176,21 +186,57 @@ def count_host_to_device(jax) -> list[int]:
     return total
 
 
-def host_cpu_seconds() -> float:
-    """CPU seconds of the process so far less those of the live threads Python did not start (XLA's
-    own: they run the programs on CPU devices). Python's threads count, ended ones included."""
+def host_cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds of the process so far less those of the live threads Python did not start (XLA's
+    own: they run the programs on CPU devices), the resolution of that figure in seconds). Python's
+    threads count, ended ones included. The process's time (getrusage) is exact to a microsecond;
+    each XLA thread's is its scheduler run time in ns (/proc/.../schedstat) where the kernel keeps
+    it, else its utime + stime in clock ticks (10 ms each at 100 Hz: the resolution is a tick per
+    thread)."""
     python = {t.native_id for t in threading.enumerate()}
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    device = 0
+    device, tick, resolution = 0.0, 1 / os.sysconf("SC_CLK_TCK"), 1e-6
     for task in os.listdir("/proc/self/task"):
         if int(task) in python:
             continue
         try:
-            fields = open(f"/proc/self/task/{task}/stat").read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # the thread ended
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                device += int(f.read().split()[0]) / 1e9
             continue
-        device += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
-    return usage.ru_utime + usage.ru_stime - device / os.sysconf("SC_CLK_TCK")
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended
+            continue
+        except (OSError, ValueError, IndexError):  # no schedstat: clock ticks
+            pass
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        device += (int(fields[11]) + int(fields[12])) * tick  # utime, stime
+        resolution += tick
+    return usage.ru_utime + usage.ru_stime - device, resolution
+
+
+SHARE_STEP = 0.01  # a share is reported where its resolution is at most this
+
+
+def host_share(window_s: float, host_cpu_s: float, resolution_s: float) -> dict:
+    """The host CPU figures of one epoch: its seconds over `window_s` (the epoch's own timer, from
+    its first half-epoch's start to its end), their resolution, and their share of the window,
+    or none where the resolution over so short a window exceeds `SHARE_STEP`."""
+    line = {
+        "window_s": round(window_s, 4),
+        "host_cpu_s": round(host_cpu_s, 4),
+        "host_cpu_resolution_s": round(resolution_s, 6),
+    }
+    if resolution_s > SHARE_STEP * window_s:
+        line["host_cpu_share"] = None
+        line["host_cpu_share_note"] = (
+            f"below resolution: {resolution_s:.3g} s of CPU over a {window_s:.3g} s epoch"
+        )
+    else:
+        line["host_cpu_share"] = round(host_cpu_s / window_s, 4)
+    return line
 
 
 if __name__ == "__main__":
