@@ -20,7 +20,9 @@ what came before it (the Pallas section runs last):
    directory (`--cache_data`, else a Gowalla-shaped power-law matrix written by
    `webgraph_contract.synthetic_matrix`, which has no test split: evaluation off) with one fresh
    `--compile_cache`: each run's wall seconds, epochs and compile seconds (`metrics.jsonl`), so
-   the second run's first epoch against its later ones and against the first run's.
+   the second run's first epoch against its later ones and against the first run's. At `--size
+   toy` the section shrinks too: the toy matrix's shape, `--dim` 16 and 2 epochs (unless
+   `--cache_flags` sets them).
 4. pallas: `ops.pallas_cg.batch_cg` at the shapes of its Triton export test (4,096 pieces of 16,
    5,120 row slots; d=64 float32 and d=128 bfloat16), compiled and run twice: seconds, or the
    error with the end of its traceback.
@@ -187,10 +189,19 @@ def topk_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
 
 def cache_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     """Two identical `train` commands with one fresh compile cache: what the second one saves."""
+    from benchmarks.gpu_vs_implicit import SIZES
+
     data, synthetic = args.cache_data, not args.cache_data
+    toy = SIZES["toy"] if args.size == "toy" else None  # the section shrunk with the rest
+    user = shlex.split(args.cache_flags)
+    shrink = [
+        f"--{name}={value}"
+        for name, value in (("dim", toy.dims[0]), ("epochs", 2))
+        if toy and not any(f.split("=")[0] == f"--{name}" for f in user)
+    ]
     if synthetic:
         data = str(out / "cache_data")
-        rows, cols, nnz = GOWALLA_SHAPE
+        rows, cols, nnz = (toy.rows, toy.cols, toy.nnz) if toy else GOWALLA_SHAPE
         command = ["--out", data, "--rows", rows, "--cols", cols, "--nnz", nnz, "--shards", 1]
         _run([sys.executable, "-m", "webgraph_contract.synthetic_matrix", *map(str, command)])
     cache = out / "compile_cache"
@@ -203,7 +214,7 @@ def cache_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
         flags += ["--compile_cache", str(cache), "--no-progress"]
         flags += ["--eval_every", "0"] if synthetic else []
         t = time.perf_counter()
-        _run([sys.executable, "-m", "alx_trainer", "train", *flags, *shlex.split(args.cache_flags)])
+        _run([sys.executable, "-m", "alx_trainer", "train", *flags, *shrink, *user])
         wall = time.perf_counter() - t
         records = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
         epochs = [r["seconds"] for r in records if "seconds" in r]
@@ -211,7 +222,10 @@ def cache_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
         runs.append({"wall_s": wall, "epochs_s": epochs, "compile_s": compiles})
     later = [float(np.median(r["epochs_s"][1:])) if len(r["epochs_s"]) > 1 else None for r in runs]
     return {
-        "data": "synthetic Gowalla shape (no evaluation)" if synthetic else data,
+        "data": (
+            f"synthetic {'toy' if toy else 'Gowalla'} shape (no evaluation)" if synthetic else data
+        ),
+        "flags": shrink + user,
         "runs": runs,
         "second_first_epoch_over_later": runs[1]["epochs_s"][0] / later[1] if later[1] else None,
         "second_over_first_first_epoch": runs[1]["epochs_s"][0] / runs[0]["epochs_s"][0],

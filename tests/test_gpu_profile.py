@@ -85,3 +85,13 @@ def test_device_kernels_reads_a_gpu_trace_by_stream(tmp_path):
         {"name": "loop_gather_fusion", "count": 2, "seconds": pytest.approx(400e-6)},
         {"name": "sm90_gemm", "count": 1, "seconds": pytest.approx(50e-6)},
     ]
+
+
+def test_toy_size_shrinks_the_cache_section(tmp_path, capsys):
+    code = gpu_profile.main(["--size", "toy", "--sections", "cache", "--out", str(tmp_path)])
+    cache = json.loads((tmp_path / "profile.json").read_text())["cache"]
+    assert code == 0 and len(cache["runs"]) == 2 and "toy" in cache["data"]
+    config = json.loads((tmp_path / "cache_model_1" / "config.json").read_text())
+    assert config["dim"] == 16 and config["epochs"] == 2  # not configs/gowalla.json's 1024 and 4
+    stats = json.loads((tmp_path / "cache_data" / "stats.json").read_text())
+    assert stats["num_rows"] == 2_000
