@@ -196,8 +196,8 @@ def cache_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     user = shlex.split(args.cache_flags)
     shrink = [
         f"--{name}={value}"
-        for name, value in (("dim", toy.dims[0]), ("epochs", 2))
-        if toy and not any(f.split("=")[0] == f"--{name}" for f in user)
+        for name, value in ((("dim", toy.dims[0]), ("epochs", 2)) if toy else ())
+        if not any(f.split("=")[0] == f"--{name}" for f in user)
     ]
     if synthetic:
         data = str(out / "cache_data")
