@@ -37,9 +37,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def train_in_two_processes(data_dir: str, model_dir: str, args: list[str], timeout: float) -> None:
+def train_in_two_processes(
+    data_dir: str, model_dir: str, args: list[str], timeout: float
+) -> list[str]:
     """Runs `alx_trainer train` with `args` as 2 processes x 4 CPU devices; asserts both exit 0
-    and report 8 devices in 2 processes."""
+    and report 8 devices in 2 processes; returns their outputs (stdout and stderr)."""
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=4",
@@ -61,10 +63,17 @@ def train_in_two_processes(data_dir: str, model_dir: str, args: list[str], timeo
         )
         for i in range(2)
     ]
-    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    try:
+        outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:  # a hung process (waiting for the other) is no test's leftover
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-3000:]
         assert "on 8 device(s) in 2 process(es)" in out, out[-3000:]
+    return outputs
 
 
 def assert_same_tables(multi_dir: str, single: Model, epochs: int) -> None:
