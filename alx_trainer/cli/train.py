@@ -23,6 +23,7 @@ Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import jax
@@ -89,13 +90,18 @@ def _main(argv: list[str] | None) -> int:
     use_compile_cache(config.compile_cache)
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad
     # flag
+    from alx_trainer.callbacks import Stopped
     from alx_trainer.train import train
 
     if config.distributed:
         _init_distributed(config)
     else:
         split_cpu(config)
-    model = train(config, tables=False)  # the summary needs the metrics only
+    try:
+        model = train(config, tables=False)  # the summary needs the metrics only
+    except Stopped as e:  # SIGTERM in a multi-process run: all stopped after the same epoch
+        print(f"alx_trainer train: {e}", file=sys.stderr)
+        return 128 + signal.SIGTERM
     if not model.epochs_trained:
         print(
             f"nothing to train: {config.model_dir} is at epoch {model.epoch} already (--epochs "
