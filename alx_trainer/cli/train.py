@@ -22,16 +22,20 @@ Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
+import threading
 
 import jax
+from jax._src.lib import _jax
 
 from alx_trainer.cli.common import run, setup_logging, use_compile_cache
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.config import TrainConfig
 from alx_trainer.ops import per_core
+from webgraph_contract.command_line import one_line
 
 
 def _init_distributed(config: TrainConfig) -> None:
@@ -40,15 +44,77 @@ def _init_distributed(config: TrainConfig) -> None:
     # CPU devices of several processes need gloo for cross-process collectives; TPU/GPU ignore it.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
+    kwargs: dict = {"initialization_timeout": config.distributed_timeout}
     if config.process_id >= 0 or config.coordinator_address:
-        kwargs = {
-            "coordinator_address": config.coordinator_address or None,
-            "num_processes": config.num_processes or None,
-            "process_id": config.process_id if config.process_id >= 0 else None,
-        }
+        kwargs.update(
+            coordinator_address=config.coordinator_address or None,
+            num_processes=config.num_processes or None,
+            process_id=config.process_id if config.process_id >= 0 else None,
+        )
+    joined = threading.Event()
+    where = config.coordinator_address or "the auto-detected coordinator"
+    check = (
+        "check that every process has its own --process_id (0 to --num_processes - 1, none "
+        "twice), the same --num_processes, and --coordinator_address of process 0 (host:port "
+        "reachable from all)"
+    )
+
+    def fatal(status: object = None, *_: object) -> None:
+        """JAX's distributed client calls it (from its own thread) when it cannot join or a
+        process stops answering; its default aborts with a C++ stack trace."""
+        if joined.is_set():
+            what = (
+                "another process of the run stopped answering (killed, or failed: see its "
+                "output); this one stops too, resume from the last checkpoint"
+            )
+        else:
+            what = (
+                f"could not join the run at {where} within --distributed_timeout "
+                f"{config.distributed_timeout} s; {check}"
+            )
+        print(
+            f"alx_trainer train: error: jax.distributed: {what} ({_short(status)})",
+            flush=True,
+            file=sys.stderr,
+        )
+        os._exit(1)
+
+    make_client = _jax.get_distributed_runtime_client
+    _jax.get_distributed_runtime_client = functools.partial(
+        make_client, missed_heartbeat_callback=fatal
+    )
+    try:
         jax.distributed.initialize(**kwargs)
-    else:
-        jax.distributed.initialize()
+    except (ValueError, RuntimeError) as e:  # JAX's own errors: a runtime error or a bad value
+        _forget_distributed()
+        detail = _short(e)
+        if "bad_cast" in detail:  # how this JAX reports the timeout through the callback
+            detail = f"not all processes joined within {config.distributed_timeout} s"
+        raise ConnectionError(
+            f"jax.distributed: could not join the run at {where}; {check} ({detail})"
+        ) from None
+    finally:
+        _jax.get_distributed_runtime_client = make_client
+    joined.set()
+
+
+def _forget_distributed() -> None:
+    """Drop the half-made distributed client and service: JAX's exit hook would shut them down
+    and print a traceback of the failure already reported."""
+    from jax._src import distributed
+
+    state = distributed.global_state
+    # kept, not destroyed: their destructors log the failure again (C++ ERROR lines)
+    _ABANDONED.extend([state.preemption_sync_manager, state.client, state.service])
+    state.preemption_sync_manager = state.client = state.service = None
+
+
+_ABANDONED: list = []
+
+
+def _short(error: object) -> str:
+    """The first line of a JAX runtime status or error, cut to 200 characters."""
+    return one_line(str(error)).split("RPC:")[0].strip()[:200]
 
 
 def split_cpu(config: TrainConfig) -> int:
