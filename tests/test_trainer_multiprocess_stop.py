@@ -7,7 +7,13 @@ import os
 import signal
 import time
 
-from two_processes import flag_args, long_row_dataset, outputs_of, start_two_processes
+from two_processes import (
+    flag_args,
+    free_port,
+    long_row_dataset,
+    outputs_of,
+    start_two_processes,
+)
 
 from alx_trainer.model import load_model
 
@@ -62,3 +68,23 @@ def test_duplicate_process_id_fails_with_one_line(tmp_path):
         assert len(lines) == 1, out[-3000:]
         assert lines[0].startswith("alx_trainer train: error: jax.distributed: could not join")
         assert "--process_id" in lines[0] and "--coordinator_address" in lines[0], lines[0]
+
+
+def test_processes_with_different_configs_refuse_with_one_line(tmp_path):
+    """--dim 4 in process 0 and 6 in process 1: both refuse before training, with one line naming
+    the flag (gloo aborted with `gloo::EnforceNotMet` and a C++ stack trace)."""
+    _, data_dir = long_row_dataset(tmp_path)
+    model_dir = str(tmp_path / "model")
+    flags = {"epochs": 1, "eval_every": 0}
+    procs = [
+        start_two_processes(data_dir, model_dir, flag_args({**flags, "dim": dim}), (i, i), port)[0]
+        for port in [free_port()]
+        for i, dim in ((0, 4), (1, 6))
+    ]
+    outputs = outputs_of(procs, timeout=120)
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 1, out[-3000:]
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert len(lines) == 1, out[-3000:]
+        assert "differ in --dim: " in lines[0], lines[0]
+        assert "only --process_id differs" in lines[0], lines[0]

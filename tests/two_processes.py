@@ -31,24 +31,29 @@ def flag_args(flags: dict[str, object]) -> list[str]:
     return [f"--{k}={v}" for k, v in flags.items()]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def start_two_processes(
-    data_dir: str, model_dir: str, args: list[str], process_ids: tuple[int, int] = (0, 1)
+    data_dir: str,
+    model_dir: str,
+    args: list[str],
+    process_ids: tuple[int, int] = (0, 1),
+    port: int = 0,
 ) -> list[subprocess.Popen]:
     """`alx_trainer train` with `args` started as 2 processes x 4 CPU devices (with the process
-    ids `process_ids`), their stdout and stderr together in a pipe each."""
+    ids `process_ids`, the coordinator at 127.0.0.1:`port`, a free one for 0), their stdout and
+    stderr together in a pipe each."""
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=4",
         JAX_PLATFORMS="cpu",
         PYTHONPATH=str(REPO),
     )
-    port = _free_port()
+    port = port or free_port()
     command = [sys.executable, "-m", "alx_trainer", "train", "--data", data_dir]
     command += ["--model_dir", model_dir, *args, "--no-progress", "--distributed"]
     command += ["--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2"]
