@@ -77,7 +77,7 @@ def test_processes_with_different_configs_refuse_with_one_line(tmp_path):
     model_dir = str(tmp_path / "model")
     flags = {"epochs": 1, "eval_every": 0}
     procs = [
-        start_two_processes(data_dir, model_dir, flag_args({**flags, "dim": dim}), (i, i), port)[0]
+        start_two_processes(data_dir, model_dir, flag_args({**flags, "dim": dim}), (i,), port)[0]
         for port in [free_port()]
         for i, dim in ((0, 4), (1, 6))
     ]

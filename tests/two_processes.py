@@ -41,12 +41,12 @@ def start_two_processes(
     data_dir: str,
     model_dir: str,
     args: list[str],
-    process_ids: tuple[int, int] = (0, 1),
+    process_ids: tuple[int, ...] = (0, 1),
     port: int = 0,
 ) -> list[subprocess.Popen]:
-    """`alx_trainer train` with `args` started as 2 processes x 4 CPU devices (with the process
-    ids `process_ids`, the coordinator at 127.0.0.1:`port`, a free one for 0), their stdout and
-    stderr together in a pipe each."""
+    """`alx_trainer train` with `args` started as processes of a 2-process run x 4 CPU devices,
+    one per id in `process_ids` (an id twice, or one alone), the coordinator at
+    127.0.0.1:`port` (a free one for 0); their stdout and stderr together in a pipe each."""
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=4",
