@@ -26,7 +26,6 @@ import functools
 import os
 import signal
 import sys
-import threading
 
 import jax
 from jax._src.lib import _jax
@@ -51,7 +50,6 @@ def _init_distributed(config: TrainConfig) -> None:
             num_processes=config.num_processes or None,
             process_id=config.process_id if config.process_id >= 0 else None,
         )
-    joined = threading.Event()
     where = config.coordinator_address or "the auto-detected coordinator"
     check = (
         "check that every process has its own --process_id (0 to --num_processes - 1, none "
@@ -59,24 +57,13 @@ def _init_distributed(config: TrainConfig) -> None:
         "reachable from all)"
     )
 
-    def fatal(status: object = None, *_: object) -> None:
-        """JAX's distributed client calls it (from its own thread) when it cannot join or a
-        process stops answering; its default aborts with a C++ stack trace."""
-        if joined.is_set():
-            what = (
-                "another process of the run stopped answering (killed, or failed: see its "
-                "output); this one stops too, resume from the last checkpoint"
-            )
-        else:
-            what = (
-                f"could not join the run at {where} within --distributed_timeout "
-                f"{config.distributed_timeout} s; {check}"
-            )
-        print(
-            f"alx_trainer train: error: jax.distributed: {what} ({_short(status)})",
-            flush=True,
-            file=sys.stderr,
-        )
+    def fatal(*_: object) -> None:
+        """Given to JAX's distributed client in place of its default, which aborts the process
+        with a C++ stack trace when joining fails. jaxlib 0.10 cannot hand it the status (no
+        Python type: `std::bad_cast`), so it never runs: a failed join then raises in
+        `initialize` (reported below), and a process that stops answering after the join ends
+        the others with `std::terminate` (`what(): std::bad_cast`, exit 134, after JAX's
+        heartbeat timeout), as JAX's own abort did."""
         os._exit(1)
 
     make_client = _jax.get_distributed_runtime_client
@@ -88,14 +75,13 @@ def _init_distributed(config: TrainConfig) -> None:
     except (ValueError, RuntimeError) as e:  # JAX's own errors: a runtime error or a bad value
         _forget_distributed()
         detail = _short(e)
-        if "bad_cast" in detail:  # how this JAX reports the timeout through the callback
+        if "bad_cast" in detail:  # how jaxlib 0.10 reports the timeout through `fatal`
             detail = f"not all processes joined within {config.distributed_timeout} s"
         raise ConnectionError(
             f"jax.distributed: could not join the run at {where}; {check} ({detail})"
         ) from None
     finally:
         _jax.get_distributed_runtime_client = make_client
-    joined.set()
 
 
 def _forget_distributed() -> None:
