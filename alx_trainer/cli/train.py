@@ -22,13 +22,11 @@ Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
 
 import jax
-from jax._src.lib import _jax
 
 from alx_trainer.cli.common import run, setup_logging, use_compile_cache
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
@@ -57,45 +55,12 @@ def _init_distributed(config: TrainConfig) -> None:
         "reachable from all)"
     )
 
-    def fatal(*_: object) -> None:
-        """Given to JAX's distributed client in place of its default, which aborts the process
-        with a C++ stack trace when joining fails. jaxlib 0.10 cannot hand it the status (no
-        Python type: `std::bad_cast`), so it never runs: a failed join then raises in
-        `initialize` (reported below), and a process that stops answering after the join ends
-        the others with `std::terminate` (`what(): std::bad_cast`, exit 134, after JAX's
-        heartbeat timeout), as JAX's own abort did."""
-        os._exit(1)
-
-    make_client = _jax.get_distributed_runtime_client
-    _jax.get_distributed_runtime_client = functools.partial(
-        make_client, missed_heartbeat_callback=fatal
-    )
     try:
         jax.distributed.initialize(**kwargs)
-    except (ValueError, RuntimeError) as e:  # JAX's own errors: a runtime error or a bad value
-        _forget_distributed()
-        detail = _short(e)
-        if "bad_cast" in detail:  # how jaxlib 0.10 reports the timeout through `fatal`
-            detail = f"not all processes joined within {config.distributed_timeout} s"
+    except (ValueError, RuntimeError) as e:  # JAX's Python-level errors: a bad value, a refusal
         raise ConnectionError(
-            f"jax.distributed: could not join the run at {where}; {check} ({detail})"
+            f"jax.distributed: could not join the run at {where}; {check} ({_short(e)})"
         ) from None
-    finally:
-        _jax.get_distributed_runtime_client = make_client
-
-
-def _forget_distributed() -> None:
-    """Drop the half-made distributed client and service: JAX's exit hook would shut them down
-    and print a traceback of the failure already reported."""
-    from jax._src import distributed
-
-    state = distributed.global_state
-    # kept, not destroyed: their destructors log the failure again (C++ ERROR lines)
-    _ABANDONED.extend([state.preemption_sync_manager, state.client, state.service])
-    state.preemption_sync_manager = state.client = state.service = None
-
-
-_ABANDONED: list = []
 
 
 def _short(error: object) -> str:
