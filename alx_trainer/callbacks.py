@@ -206,16 +206,45 @@ def epoch_line(record: dict, epochs: int) -> str:
     return ", ".join(parts)
 
 
+class Stopped(Exception):
+    """A multi-process run stopped at an epoch boundary because a process got SIGTERM; the epoch's
+    checkpoint is saved (the message says which epoch and how to go on)."""
+
+
 class Checkpointer(Callback):
-    """An orbax checkpoint every `every` epochs (0: only the last) and after the last epoch."""
+    """An orbax checkpoint every `every` epochs (0: only the last) and after the last epoch.
+
+    In a multi-process run JAX's preemption service takes SIGTERM (any process's) and agrees on an
+    epoch every process reaches (`multihost_utils.reached_preemption_sync_point`, asked after each
+    epoch): there every process saves the checkpoint and raises `Stopped`, so all stop together
+    (a one-process run is ended by SIGTERM as Python's default has it, resuming from its last
+    checkpoint)."""
 
     def __init__(self, mgr, every: int):
         self.mgr, self.every = mgr, every
 
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
-        if (self.every and epoch % self.every == 0) or run.is_last(epoch):
+        stop = jax.process_count() > 1 and _preempted(epoch)
+        if stop or (self.every and epoch % self.every == 0) or run.is_last(epoch):
             with phase_times.timed("checkpoint", f"epoch {epoch}"):
                 checkpoint.save(self.mgr, epoch, run.tables, checkpoint_meta(run, epoch))
+        if stop and not run.is_last(epoch):
+            raise Stopped(
+                f"stopped after epoch {epoch} of {run.config.epochs}: a process got SIGTERM; "
+                f"epoch {epoch} is checkpointed in {run.config.model_dir}, run the same command "
+                "to resume"
+            )
+
+
+def _preempted(epoch: int) -> bool:
+    """Whether every process has reached the epoch JAX's preemption service chose after a SIGTERM
+    (False when the service is off)."""
+    from jax._src import distributed
+    from jax.experimental import multihost_utils
+
+    if distributed.global_state.preemption_sync_manager is None:
+        return False
+    return multihost_utils.reached_preemption_sync_point(epoch)
 
 
 def checkpoint_meta(run: Run, epoch: int) -> dict:

@@ -6,8 +6,10 @@ killed at any moment leaves the last complete epoch to resume from. Step number 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import numpy as np
@@ -22,8 +24,10 @@ CHECKPOINT_SUBDIR = "checkpoints"
 def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.CheckpointManager:
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
     path = fileio.absolute(path)
+    # read-only: the settings orbax would otherwise change itself, with a warning each
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep,
+        max_to_keep=None if read_only else keep,
+        save_interval_steps=0 if read_only else 1,
         create=not read_only,
         read_only=read_only,
         enable_async_checkpointing=False,
@@ -34,9 +38,28 @@ def manager(model_dir: str, keep: int = 3, read_only: bool = False) -> ocp.Check
         "tables": ocp.PyTreeCheckpointHandler(use_compression=False),
         "meta": ocp.JsonCheckpointHandler(),
     }
-    return ocp.CheckpointManager(
-        path, options=options, item_names=("tables", "meta"), item_handlers=handlers
-    )
+    with _without_read_only_notice():
+        return ocp.CheckpointManager(
+            path, options=options, item_names=("tables", "meta"), item_handlers=handlers
+        )
+
+
+class _ReadOnlyNotice(logging.Filter):
+    """Drops orbax's `Given directory is read only=...` warning: reading a model is no problem."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Given directory is read only")
+
+
+@contextlib.contextmanager
+def _without_read_only_notice() -> Iterator[None]:
+    """orbax (through absl's Python logger) without its read-only notice for the block."""
+    logger, notice = logging.getLogger("absl"), _ReadOnlyNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
 
 
 def save(

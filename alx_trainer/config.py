@@ -301,6 +301,11 @@ class RunConfig:
     )
     num_processes: int = _field(0, "Number of processes for jax.distributed (0: auto-detect).")
     process_id: int = _field(-1, "This process's id for jax.distributed (-1: auto-detect).")
+    distributed_timeout: int = _field(
+        120,
+        "Seconds jax.distributed waits for every process to join (a missing process, a wrong "
+        "--process_id or --coordinator_address then ends the run with one line).",
+    )
 
 
 SECTIONS: dict[str, type] = {
@@ -332,6 +337,17 @@ class TrainConfig(
             (bool(self.data), "data: required (a dataset directory or a TFDS name)"),
             (bool(self.model_dir), "model_dir: required"),
             (self.dim > 0, f"dim: must be positive, got {self.dim}"),
+            (
+                self.process_id < 0
+                or self.num_processes <= 0
+                or self.process_id < self.num_processes,
+                f"process_id: must be below num_processes ({self.num_processes}), got "
+                f"{self.process_id} (ids are 0 to num_processes - 1)",
+            ),
+            (
+                self.distributed_timeout > 0,
+                f"distributed_timeout: must be positive, got {self.distributed_timeout}",
+            ),
             (self.epochs >= 0, f"epochs: must be >= 0, got {self.epochs}"),
             (
                 math.isfinite(self.alpha) and self.alpha >= 0,

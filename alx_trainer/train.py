@@ -95,6 +95,8 @@ def train(
     if config.validation:
         dataset = validation_view(dataset)
     integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
+    if jax.process_count() > 1:
+        same_run_everywhere(config, dataset.fingerprint)
     if config.tied and dataset.num_rows != dataset.num_cols:
         raise ValueError(
             f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}"
@@ -109,6 +111,52 @@ def train(
     with lock:
         hooks = list(callbacks) + ([LambdaCallback(callback)] if callback else [])
         return _train(config, dataset, mesh, hooks, tables)
+
+
+# fields a process may set for itself; the data is compared by its fingerprint (a local copy each)
+HOST_FIELDS = (
+    "process_id",
+    "progress",
+    "log_level",
+    "cpu_devices",
+    "compile_cache",
+    "coordinator_address",
+    "data",
+    "tfds_data_dir",
+)
+_runs_checked = 0
+
+
+def same_run_everywhere(config: TrainConfig, fingerprint: object) -> None:
+    """Raise ValueError (the same on every process) unless every process of a multi-process run
+    has this config and dataset: each puts its own in JAX's distributed key-value store and reads
+    the others' (no device collective, which a mismatch in shapes would abort in C++)."""
+    global _runs_checked
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is None:
+        return
+    _runs_checked += 1
+    mine = {k: v for k, v in config.to_dict().items() if k not in HOST_FIELDS}
+    mine["dataset"] = fingerprint
+    key = f"alx_trainer/train{_runs_checked}/config/"
+    client.key_value_set(key + str(jax.process_index()), json.dumps(mine, sort_keys=True))
+    timeout_ms = 1000 * max(config.distributed_timeout, 1)
+    for other in range(jax.process_count()):
+        theirs = json.loads(client.blocking_key_value_get(key + str(other), timeout_ms))
+        for name in sorted(set(mine) | set(theirs)):
+            if mine.get(name) != theirs.get(name):
+                what = "the dataset (its fingerprint)" if name == "dataset" else f"--{name}"
+                raise ValueError(
+                    f"process {jax.process_index()} and process {other} differ in {what}: "
+                    f"{_shown(mine.get(name))} here, {_shown(theirs.get(name))} there; every "
+                    "process must run the same command and data (only --process_id differs)"
+                )
+
+
+def _shown(value: object) -> str:
+    return json.dumps(value)[:80]
 
 
 def _train(

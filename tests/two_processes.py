@@ -31,26 +31,33 @@ def flag_args(flags: dict[str, object]) -> list[str]:
     return [f"--{k}={v}" for k, v in flags.items()]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def train_in_two_processes(data_dir: str, model_dir: str, args: list[str], timeout: float) -> None:
-    """Runs `alx_trainer train` with `args` as 2 processes x 4 CPU devices; asserts both exit 0
-    and report 8 devices in 2 processes."""
+def start_two_processes(
+    data_dir: str,
+    model_dir: str,
+    args: list[str],
+    process_ids: tuple[int, ...] = (0, 1),
+    port: int = 0,
+) -> list[subprocess.Popen]:
+    """`alx_trainer train` with `args` started as processes of a 2-process run x 4 CPU devices,
+    one per id in `process_ids` (an id twice, or one alone), the coordinator at
+    127.0.0.1:`port` (a free one for 0); their stdout and stderr together in a pipe each."""
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=4",
         JAX_PLATFORMS="cpu",
         PYTHONPATH=str(REPO),
     )
-    port = _free_port()
+    port = port or free_port()
     command = [sys.executable, "-m", "alx_trainer", "train", "--data", data_dir]
     command += ["--model_dir", model_dir, *args, "--no-progress", "--distributed"]
     command += ["--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2"]
-    procs = [
+    return [
         subprocess.Popen(
             [*command, "--process_id", str(i)],
             cwd=REPO,
@@ -59,12 +66,33 @@ def train_in_two_processes(data_dir: str, model_dir: str, args: list[str], timeo
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for i in range(2)
+        for i in process_ids
     ]
-    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+
+
+def outputs_of(procs: list[subprocess.Popen], timeout: float) -> list[str]:
+    """The processes' outputs once they exit (a process still running after `timeout` seconds is
+    killed, and the test fails)."""
+    try:
+        return [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:  # a hung process (waiting for the other) is no test's leftover
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def train_in_two_processes(
+    data_dir: str, model_dir: str, args: list[str], timeout: float
+) -> list[str]:
+    """Runs `alx_trainer train` with `args` as 2 processes x 4 CPU devices; asserts both exit 0
+    and report 8 devices in 2 processes; returns their outputs (stdout and stderr)."""
+    procs = start_two_processes(data_dir, model_dir, args)
+    outputs = outputs_of(procs, timeout)
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-3000:]
         assert "on 8 device(s) in 2 process(es)" in out, out[-3000:]
+    return outputs
 
 
 def assert_same_tables(multi_dir: str, single: Model, epochs: int) -> None:

@@ -23,6 +23,7 @@ Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import jax
@@ -31,6 +32,7 @@ from alx_trainer.cli.common import run, setup_logging, use_compile_cache
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.config import TrainConfig
 from alx_trainer.ops import per_core
+from webgraph_contract.command_line import one_line
 
 
 def _init_distributed(config: TrainConfig) -> None:
@@ -39,15 +41,31 @@ def _init_distributed(config: TrainConfig) -> None:
     # CPU devices of several processes need gloo for cross-process collectives; TPU/GPU ignore it.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
+    kwargs: dict = {"initialization_timeout": config.distributed_timeout}
     if config.process_id >= 0 or config.coordinator_address:
-        kwargs = {
-            "coordinator_address": config.coordinator_address or None,
-            "num_processes": config.num_processes or None,
-            "process_id": config.process_id if config.process_id >= 0 else None,
-        }
+        kwargs.update(
+            coordinator_address=config.coordinator_address or None,
+            num_processes=config.num_processes or None,
+            process_id=config.process_id if config.process_id >= 0 else None,
+        )
+    where = config.coordinator_address or "the auto-detected coordinator"
+    check = (
+        "check that every process has its own --process_id (0 to --num_processes - 1, none "
+        "twice), the same --num_processes, and --coordinator_address of process 0 (host:port "
+        "reachable from all)"
+    )
+
+    try:
         jax.distributed.initialize(**kwargs)
-    else:
-        jax.distributed.initialize()
+    except (ValueError, RuntimeError) as e:  # JAX's Python-level errors: a bad value, a refusal
+        raise ConnectionError(
+            f"jax.distributed: could not join the run at {where}; {check} ({_short(e)})"
+        ) from None
+
+
+def _short(error: object) -> str:
+    """The first line of a JAX runtime status or error, cut to 200 characters."""
+    return one_line(str(error)).split("RPC:")[0].strip()[:200]
 
 
 def split_cpu(config: TrainConfig) -> int:
@@ -89,13 +107,18 @@ def _main(argv: list[str] | None) -> int:
     use_compile_cache(config.compile_cache)
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad
     # flag
+    from alx_trainer.callbacks import Stopped
     from alx_trainer.train import train
 
     if config.distributed:
         _init_distributed(config)
     else:
         split_cpu(config)
-    model = train(config, tables=False)  # the summary needs the metrics only
+    try:
+        model = train(config, tables=False)  # the summary needs the metrics only
+    except Stopped as e:  # SIGTERM in a multi-process run: all stopped after the same epoch
+        print(f"alx_trainer train: {e}", file=sys.stderr)
+        return 128 + signal.SIGTERM
     if not model.epochs_trained:
         print(
             f"nothing to train: {config.model_dir} is at epoch {model.epoch} already (--epochs "

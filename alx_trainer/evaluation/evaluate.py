@@ -80,9 +80,11 @@ class Ranking:
 
 
 def one_device_mesh() -> Mesh:
-    """The first device alone: evaluation of CPU runs whose devices are split per core (the
-    training loop uses it; see `alx_trainer.cli.train.split_cpu` for why)."""
-    return Mesh(np.array(jax.devices()[:1]), ("cols",))
+    """This process's first device alone: evaluation of CPU runs whose devices are split per core
+    (the training loop uses it; see `alx_trainer.cli.train.split_cpu` for why). In a multi-process
+    run every process evaluates on its own device, with no collective across processes, and gets
+    the same result (`jax.devices()[0]` would be process 0's, which the others cannot use)."""
+    return Mesh(np.array(jax.local_devices()[:1]), ("cols",))
 
 
 def model_tables(
