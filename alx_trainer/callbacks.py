@@ -20,6 +20,8 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
+from jax._src import distributed
+from jax.experimental import multihost_utils
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
@@ -239,9 +241,6 @@ class Checkpointer(Callback):
 def _preempted(epoch: int) -> bool:
     """Whether every process has reached the epoch JAX's preemption service chose after a SIGTERM
     (False when the service is off)."""
-    from jax._src import distributed
-    from jax.experimental import multihost_utils
-
     if distributed.global_state.preemption_sync_manager is None:
         return False
     return multihost_utils.reached_preemption_sync_point(epoch)

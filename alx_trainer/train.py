@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import distributed
 
 from alx_trainer import checkpoint, compile_cache, phase_times, run_lock
 from alx_trainer.callbacks import Callback, CostReport, LambdaCallback, Run, default_callbacks
@@ -132,8 +133,6 @@ def same_run_everywhere(config: TrainConfig, fingerprint: object) -> None:
     has this config and dataset: each puts its own in JAX's distributed key-value store and reads
     the others' (no device collective, which a mismatch in shapes would abort in C++)."""
     global _runs_checked
-    from jax._src import distributed
-
     client = distributed.global_state.client
     if client is None:
         return

@@ -47,8 +47,10 @@ def start_two_processes(
     """`alx_trainer train` with `args` started as processes of a 2-process run x 4 CPU devices,
     one per id in `process_ids` (an id twice, or one alone), the coordinator at
     127.0.0.1:`port` (a free one for 0); their stdout and stderr together in a pipe each."""
+    # as a user starts them: the command sets the C++ log level itself (an in-process test run
+    # with --log_level debug leaves TF_CPP_MIN_LOG_LEVEL=0 in this process's environment)
     env = dict(
-        os.environ,
+        {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
         XLA_FLAGS="--xla_force_host_platform_device_count=4",
         JAX_PLATFORMS="cpu",
         PYTHONPATH=str(REPO),
