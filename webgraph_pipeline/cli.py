@@ -279,11 +279,6 @@ def check_meaningful(args: argparse.Namespace) -> None:
             )
 
 
-def _or_default(value: Any, field: str) -> Any:
-    """A flag's value, or GraphConfig's default for it when the flag was not given."""
-    return getattr(GraphConfig, field) if value is None else value
-
-
 def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]]:
     """argv -> (the job, Beam's own arguments).
 
@@ -310,11 +305,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     edge_format = EdgeFormat(
         args.edge_format or "pairs", args.delimiter or ",", args.header, args.min_rating
     )
+    given = {  # the split flags given; the others keep the base config's values
+        f: getattr(args, f)
+        for f in ("seed", "test_fraction", "holdout_fraction")
+        if getattr(args, f) is not None
+    }
     config = base.replace(
+        **given,
         degree_passes=args.degree_passes,
-        seed=_or_default(args.seed, "seed"),
-        test_fraction=_or_default(args.test_fraction, "test_fraction"),
-        holdout_fraction=_or_default(args.holdout_fraction, "holdout_fraction"),
         validation_fraction=args.validation_fraction,
         bipartite=args.bipartite or edge_format.bipartite,
         id_buckets=args.id_buckets,

@@ -318,13 +318,11 @@ def _resilient_payloads(
                     # good one ends, found by reading it again
                     if last_offset is None:
                         where = f"byte {start}"
-                    elif _byte(fileobj, last_offset, marker) != f"byte {last_offset}":
-                        where = _byte(fileobj, last_offset, marker)
                     else:
-                        end = _record_end(fileobj, last_offset, marker)
-                        where = (
-                            f"a record after byte {last_offset}" if end is None else f"byte {end}"
-                        )
+                        where = _byte(fileobj, last_offset, marker)
+                        if where == f"byte {last_offset}":  # a record start: find its end
+                            end = _record_end(fileobj, last_offset, marker)
+                            where = f"a record after {where}" if end is None else f"byte {end}"
                     report.damaged("corrupt_region", where, seen + 1)
                 logging.debug("damaged WAT data after offset %d: %.200r", start, str(error))
             if not seekable:
