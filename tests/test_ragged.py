@@ -1,0 +1,49 @@
+"""`webgraph_contract.ragged.RaggedRows` against plain Python lists."""
+
+import numpy as np
+import pytest
+
+from webgraph_contract.ragged import RaggedRows
+
+LISTS = [[3, 1], [], [7], [2, 2, 9], []]
+
+
+def _as_lists(r: RaggedRows) -> list[list[int]]:
+    return [list(map(int, r.ids[r.indptr[k] : r.indptr[k + 1]])) for k in range(len(r))]
+
+
+def test_from_lists_round_trip_and_lengths():
+    r = RaggedRows.from_lists(LISTS, row_ids=[10, 11, 12, 13, 14], dtype=np.int32)
+    assert _as_lists(r) == LISTS
+    assert r.ids.dtype == np.int32
+    assert r.lengths.tolist() == [len(x) for x in LISTS]
+    assert r.nnz == sum(len(x) for x in LISTS)
+    assert [(i, list(ids)) for i, ids in r] == list(zip([10, 11, 12, 13, 14], LISTS))
+
+
+def test_take_select_concat_agree_with_lists():
+    r = RaggedRows.from_lists(LISTS)
+    r.values = np.arange(r.nnz, dtype=np.float32)
+    part = r.take(1, 4)
+    assert _as_lists(part) == LISTS[1:4] and part.row_ids.tolist() == [1, 2, 3]
+    assert part.values.tolist() == [2.0, 3.0, 4.0, 5.0]
+    picked = r.select(np.array([3, 0, 2]))
+    assert _as_lists(picked) == [LISTS[3], LISTS[0], LISTS[2]]
+    assert picked.values.tolist() == [3.0, 4.0, 5.0, 0.0, 1.0, 2.0]
+    mask = np.array([True, False, False, True, True])
+    assert _as_lists(r.select(mask)) == [LISTS[0], LISTS[3], LISTS[4]]
+    # a view whose indptr does not start at 0 concatenates like any other
+    joined = RaggedRows.concat([r.take(2, 4), r.take(0, 1), RaggedRows.empty()])
+    assert _as_lists(joined) == [LISTS[2], LISTS[3], LISTS[0]]
+    assert joined.row_ids.tolist() == [2, 3, 0]
+    assert joined.values.tolist() == [2.0, 3.0, 4.0, 5.0, 0.0, 1.0]
+
+
+def test_padded_and_with_ids():
+    r = RaggedRows.from_lists(LISTS)
+    out = r.padded(np.array([3, 1, 0]), batch=4, width=3)
+    assert out.tolist() == [[2, 2, 9], [-1, -1, -1], [3, 1, -1], [-1, -1, -1]]
+    with pytest.raises(ValueError, match="width"):
+        r.padded(np.array([3]), batch=1, width=2)
+    grown = r.take(1, 4).with_ids(np.array([5, 6, 8]))
+    assert _as_lists(grown) == [[5], [7, 6], [2, 2, 9, 8]]
