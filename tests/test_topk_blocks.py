@@ -1,11 +1,25 @@
-"""Blocked top K (`evaluation.topk`) against a brute-force float64 NumPy ranking, ties included."""
+"""Both top-K engines (`evaluation.block_loop`, `evaluation.threshold_scan`) and the `Ranker`
+against a brute-force float64 NumPy ranking, ties included (the lower id first)."""
 
 import jax
 import numpy as np
 import pytest
 
-from alx_trainer.evaluation import threshold_scan, topk
-from alx_trainer.evaluation.topk import BlockedScorer, Csr, top_k_rows
+from alx_trainer.evaluation import block_loop, engine, threshold_scan, topk
+from alx_trainer.evaluation.engine import BlockShape
+from alx_trainer.evaluation.ranking import Ranker
+from webgraph_contract.ragged import RaggedRows
+
+
+def Scorer(table, devices, rows=None, cols=None, scan=None, **options):
+    """The engine `make_engine` picks (`scan`: forced), in blocks of rows x cols when given."""
+    default = engine.default_block_shape(devices[0].platform)
+    shape = BlockShape(rows or default.rows, cols or default.cols)
+    return topk.make_engine(table, devices, shape, scan=scan, **options)
+
+
+def ranked(scorer, queries, exclude, k):
+    return scorer.top_k(queries, RaggedRows.from_lists(exclude), k)
 
 
 def brute(queries, table, exclude, k):
@@ -35,11 +49,14 @@ def test_exact_equals_brute_force_across_blocks_and_devices(devices, cols, rows,
     table = rng.normal(size=(1003, 8)).astype(np.float32)  # not a multiple of blocks or devices
     queries = rng.normal(size=(45, 8)).astype(np.float32)
     exclude = random_exclusions(rng, len(queries), len(table), 40)
-    exclude[3] = rng.choice(len(table), size=300, replace=False)  # a long row: batched apart
-    scorer = BlockedScorer(
-        table, jax.devices()[:devices], rows_per_batch=rows, cols_per_block=cols, scan=scan
+    # longer lists than K and than a block, one of every column; 7 rows a batch carry 896 ids: a
+    # longer list widens every batch's
+    exclude[3] = rng.choice(len(table), size=300, replace=False)
+    exclude[5] = np.arange(len(table))
+    scorer = Scorer(
+        table, jax.devices()[:devices], rows=rows, cols=cols, scan=scan
     )
-    got = scorer.top_k(queries, exclude, 150)
+    got = ranked(scorer, queries, exclude, 150)
     want_ids, want_scores = brute(queries, table, exclude, 150)
     np.testing.assert_array_equal(got.ids, want_ids)
     np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
@@ -54,9 +71,10 @@ def test_ties_keep_the_lower_id_across_blocks_and_devices(scan):
     exclude = random_exclusions(rng, len(queries), len(table), 20)
     want_ids, want_scores = brute(queries, table, exclude, 60)
     for devices, cols in ((1, 32), (4, 32), (8, 64), (2, 4096)):
-        got = BlockedScorer(
-            table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols, scan=scan
-        ).top_k(queries, exclude, 60)
+        got = Scorer(
+            table, jax.devices()[:devices], rows=8, cols=cols, scan=scan
+        )
+        got = ranked(got, queries, exclude, 60)
         np.testing.assert_array_equal(
             got.ids, want_ids, err_msg=f"{devices} devices, {cols} columns a block"
         )
@@ -70,9 +88,10 @@ def test_cheap_tiers_are_taken_and_stay_exact(scan):
     table = np.concatenate([np.arange(2000), np.arange(2000)[::-1]]).astype(np.float32)[:, None]
     queries = np.array([[1.0], [-1.0], [0.0]], np.float32)
     exclude = [np.array([1999]), np.array([], np.int64), np.array([0, 2, 3])]
-    got = BlockedScorer(
-        table, jax.devices()[:2], rows_per_batch=2, cols_per_block=256, scan=scan
-    ).top_k(queries, exclude, 25)
+    got = Scorer(
+        table, jax.devices()[:2], rows=2, cols=256, scan=scan
+    )
+    got = ranked(got, queries, exclude, 25)
     want_ids, _ = brute(queries, table, exclude, 25)
     np.testing.assert_array_equal(got.ids, want_ids)
 
@@ -92,22 +111,22 @@ def test_scan_stops_at_the_norm_bound_and_stays_exact(devices, scan):
     queries[0] = -np.abs(queries[0])
     table[:, :] = np.where(queries[0] < 0, np.abs(table), table)  # row 0: every score <= 0
     exclude = random_exclusions(rng, len(queries), len(table), 30)
-    scorer = BlockedScorer(
-        table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=64, scan=scan
+    scorer = Scorer(
+        table, jax.devices()[:devices], rows=8, cols=64, scan=scan
     )
     want_ids, want_scores = brute(queries, table, exclude, 40)
-    got = scorer.top_k(queries, exclude, 40)
+    got = ranked(scorer, queries, exclude, 40)
     np.testing.assert_array_equal(got.ids, want_ids)
     # the scan re-scores in float64; the block loop's scores are the device's float32 products
     tolerance = {"rtol": 1e-6, "atol": 1e-12} if scan else {"rtol": 1e-5, "atol": 1e-6}
     np.testing.assert_allclose(got.scores, want_scores, **tolerance)
     signed = np.round(rng.normal(size=(3000, 1)) * 4).astype(np.float32)
     ones = np.array([[1.0], [-1.0], [2.0]], np.float32)
-    got = BlockedScorer(
-        signed, jax.devices()[:devices], rows_per_batch=4, cols_per_block=128, scan=scan
+    got = Scorer(
+        signed, jax.devices()[:devices], rows=4, cols=128, scan=scan
     )
     want_ids, _ = brute(ones, signed, [[], [5], [7, 8]], 70)
-    np.testing.assert_array_equal(got.top_k(ones, [[], [5], [7, 8]], 70).ids, want_ids)
+    np.testing.assert_array_equal(ranked(got, ones, [[], [5], [7, 8]], 70).ids, want_ids)
 
 
 @pytest.mark.parametrize("devices", [1, 2])
@@ -119,12 +138,14 @@ def test_block_loop_scores_only_blocks_that_can_reach_the_kth_best(devices):
     table[rng.choice(6000, 300, replace=False)] *= 1e3
     queries = rng.normal(size=(16, 4)).astype(np.float32)
     exclude = random_exclusions(rng, len(queries), len(table), 10)
-    scorer = BlockedScorer(
-        table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=64, scan=False
+    scorer = Scorer(
+        table, jax.devices()[:devices], rows=8, cols=64, scan=False
     )
-    scorer.place()  # the layout now, not at the first query
-    assert "_shares" in vars(scorer) and "_sorted" not in vars(scorer)
-    got = scorer.top_k(queries, exclude, 40)
+    assert isinstance(scorer, block_loop.BlockLoop)
+    # the layout now, not at the first query
+    scorer.place()
+    assert "_shares" in vars(scorer)
+    got = ranked(scorer, queries, exclude, 40)
     np.testing.assert_array_equal(got.ids, brute(queries, table, exclude, 40)[0])
     assert scorer.blocks == [2 * 5 if devices == 1 else 2 * 2 * 3, 2 * 94]
 
@@ -141,8 +162,9 @@ def test_shared_ranking_equals_brute_force():
     rng = np.random.default_rng(4)
     counts = rng.integers(0, 6, size=400)  # many ties: the lower id first
     exclude = random_exclusions(rng, 50, len(counts), 120)
-    exclude[0] = np.arange(395)  # fewer admissible columns than k
-    got = topk.top_k_shared(counts, 30, exclude)
+    # fewer admissible columns than k
+    exclude[0] = np.arange(395)
+    got = topk.top_k_shared(counts, 30, RaggedRows.from_lists(exclude))
     want_ids, want_scores = brute(np.ones((50, 1)), counts[:, None], exclude, 30)
     np.testing.assert_array_equal(got.ids, want_ids)
     np.testing.assert_array_equal(got.scores, want_scores)
@@ -151,28 +173,27 @@ def test_shared_ranking_equals_brute_force():
 def test_more_k_than_admissible_columns_gives_padding():
     table = np.arange(10, dtype=np.float32)[:, None]
     for devices in (1, 8):
-        got = BlockedScorer(table, jax.devices()[:devices]).top_k(
-            np.ones((1, 1), np.float32), [np.arange(5)], 8
-        )
+        scorer = Scorer(table, jax.devices()[:devices])
+        got = ranked(scorer, np.ones((1, 1), np.float32), [np.arange(5)], 8)
         np.testing.assert_array_equal(got.ids[0], [9, 8, 7, 6, 5, -1, -1, -1])
         assert np.isneginf(got.scores[0, 5:]).all()
-        got = BlockedScorer(table, jax.devices()[:devices]).top_k(
-            np.ones((1, 1), np.float32), [[0]], 20
-        )
+        got = ranked(scorer, np.ones((1, 1), np.float32), [[0]], 20)
         np.testing.assert_array_equal(got.ids[0], list(range(9, 0, -1)) + [-1] * 11)
 
 
 def test_block_shape_bounds_the_score_buffer_not_the_column_count():
-    scorer = BlockedScorer(
+    scorer = Scorer(
         np.zeros((1_000_003, 2), np.float32),
         jax.devices()[:1],
-        rows_per_batch=64,
-        cols_per_block=2048,
+        rows=64,
+        cols=2048,
     )
     assert scorer.shape.score_bytes() == 4 * 64 * 2048
     assert "64 rows x 2048 columns" in scorer.describe(20)
-    small = BlockedScorer(np.zeros((100, 2), np.float32), jax.devices()[:8])
-    assert small.shape.cols == 32  # a block no wider than a device's share (13 columns, one group)
+    # a block no wider than a device's share (13 columns): one group of 32, or two flag groups of 8
+    small = Scorer(np.zeros((100, 2), np.float32), jax.devices()[:8], scan=False)
+    assert small.shape.cols == 32
+    assert Scorer(np.zeros((100, 2), np.float32), jax.devices()[:8], scan=True).shape.cols == 16
 
 
 @pytest.mark.parametrize("recall_target", [0.8, 0.95])
@@ -181,9 +202,9 @@ def test_approximate_topk_recall_is_measured_against_exact(recall_target):
     table = rng.normal(size=(3000, 16)).astype(np.float32)
     queries = rng.normal(size=(40, 16)).astype(np.float32)
     exclude = [np.array([i]) for i in range(len(queries))]
-    scorer = BlockedScorer(table, jax.devices()[:2], cols_per_block=512)
-    exact = scorer.top_k(queries, exclude, 50)
-    approx = scorer.top_k(queries, exclude, 50, approx=True, recall_target=recall_target)
+    exact = ranked(Scorer(table, jax.devices()[:2], cols=512), queries, exclude, 50)
+    scorer = Scorer(table, jax.devices()[:2], cols=512, approx=True, recall_target=recall_target)
+    approx = ranked(scorer, queries, exclude, 50)
     want = np.mean([len(np.intersect1d(a, e)) / 50 for a, e in zip(approx.ids, exact.ids)])
     assert topk.approx_recall(approx.ids, exact.ids) == pytest.approx(want)
     assert topk.approx_recall(approx.ids, exact.ids) >= recall_target
@@ -198,23 +219,14 @@ def np_fold_in(col_table, rows, alpha, reg):
     return np.stack([np.linalg.solve(base + h[c].T @ h[c], h[c].sum(axis=0)) for c in rows])
 
 
-def test_top_k_rows_folds_in_or_takes_trained_rows_and_excludes_known_and_self():
+def test_ranker_folds_in_or_takes_trained_rows_and_excludes_known_and_self():
     rng = np.random.default_rng(3)
     cols = rng.normal(size=(700, 6)).astype(np.float32)
     known = random_exclusions(rng, 90, len(cols), 12)
     row_ids = rng.integers(0, 700, size=90)
     fold = lambda table, lists, config: np_fold_in(table, lists, *config)
-    got = top_k_rows(
-        cols,
-        30,
-        Csr.from_lists(known),
-        config=(0.1, 0.5),
-        fold_in_fn=fold,
-        rows_per_batch=16,
-        cols_per_block=64,
-        row_ids=row_ids,
-        exclude_self=True,
-    )
+    ranker = Ranker(cols, (0.1, 0.5), fold_in_fn=fold, batch_size=16, cols_per_block=64)
+    got = ranker.rank(RaggedRows.from_lists(known, row_ids), 30, exclude_self=True)
     want_ids, _ = brute(
         np_fold_in(cols, known, 0.1, 0.5),
         cols,
@@ -223,30 +235,66 @@ def test_top_k_rows_folds_in_or_takes_trained_rows_and_excludes_known_and_self()
     )
     np.testing.assert_array_equal(got.ids, want_ids)
     rows = rng.normal(size=(700, 6)).astype(np.float32)
-    got = top_k_rows(
-        cols, 30, known, row_table=rows, row_ids=row_ids, cols_per_block=64, mesh=jax.devices()[:3]
-    )
+    ranker = Ranker(cols, cols_per_block=64, mesh=jax.devices()[:3])
+    got = ranker.rank(RaggedRows.from_lists(known, row_ids), 30, row_table=rows)
     queries = np.where(np.array([len(k) > 0 for k in known])[:, None], rows[row_ids], 0.0)
     want_ids, want_scores = brute(queries, cols, known, 30)
     np.testing.assert_array_equal(got.ids, want_ids)
     np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
 
 
-def test_top_k_rows_rejects_bad_input():
+def test_ranker_rejects_bad_input():
     cols = np.zeros((5, 2), np.float32)
-    with pytest.raises(ValueError, match="row 1 names a column outside the table's 0..4"):
-        top_k_rows(cols, 3, [[0], [7]], row_table=cols, row_ids=[0, 1])
-    with pytest.raises(ValueError, match="row_ids: need one id per row"):
-        top_k_rows(cols, 3, [[0]], row_table=cols)
+    ranker = Ranker(cols)
+    with pytest.raises(ValueError, match="row 1 names column 7 outside the table's 0..4"):
+        ranker.rank(RaggedRows.from_lists([[0], [7]]), 3, row_table=cols)
+    with pytest.raises(ValueError, match="row 0 names column -1 outside the table's 0..4"):
+        ranker.top_k(np.ones((1, 2), np.float32), [[-1]], 3)
+    with pytest.raises(ValueError, match="row ids outside the row table"):
+        ranker.rank(RaggedRows.from_lists([[0]], [9]), 3, row_table=cols)
     with pytest.raises(ValueError, match="config"):
-        top_k_rows(cols, 3, [[0]])
+        ranker.rank(RaggedRows.from_lists([[0]]), 3)
 
 
-def test_csr_helpers():
-    csr = Csr.from_lists([np.array([3, 1]), np.array([], np.int64), np.array([2])])
-    assert [list(r) for r in csr.with_ids(np.array([7, 8, 9])).lists()] == [[3, 1, 7], [8], [2, 9]]
-    assert [list(r) for r in csr.rows(1, 3).lists()] == [[], [2]]
-    np.testing.assert_array_equal(csr.padded(np.array([2, 0]), 3, 2), [[2, -1], [3, 1], [-1, -1]])
+def test_one_merge_ranks_best_first_ties_by_lower_id():
+    rng = np.random.default_rng(6)
+    vals = rng.integers(0, 4, size=(50, 30)).astype(np.float64)
+    vals[rng.random(vals.shape) < 0.1] = -np.inf
+    ids = np.stack([rng.permutation(1000)[:30] for _ in range(50)])
+    got_vals, got_ids = engine.merge(vals, ids, 12)
+    order = np.lexsort((ids, -vals), axis=1)[:, :12]
+    want_vals = np.take_along_axis(vals, order, axis=1)
+    np.testing.assert_array_equal(got_vals, want_vals)
+    finite = np.isfinite(want_vals)
+    np.testing.assert_array_equal(got_ids[finite], np.take_along_axis(ids, order, axis=1)[finite])
+
+
+def test_block_loop_batches_hold_at_most_its_rows_and_excluded_ids():
+    lengths = np.array([3, 0, 5, 9, 1, 1, 1, 8, 2])
+    spans = block_loop.batches(lengths, 3, 9)
+    assert spans == [(0, 3), (3, 4), (4, 7), (7, 8), (8, 9)]
+    for lo, hi in spans:
+        assert hi - lo <= 3 and lengths[lo:hi].sum() <= 9
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_everything_excluded_and_more_k_than_admissible(scan):
+    rng = np.random.default_rng(9)
+    table = rng.normal(size=(300, 5)).astype(np.float32)
+    queries = rng.normal(size=(6, 5)).astype(np.float32)
+    queries[4] = 0
+    exclude = [
+        np.arange(300),
+        np.arange(1, 300),
+        rng.choice(300, 250, replace=False),
+        np.array([], np.int64),
+        np.arange(0, 300, 2),
+        np.arange(300)[::-1],
+    ]
+    got = ranked(Scorer(table, jax.devices()[:2], rows=4, cols=64, scan=scan), queries, exclude, 80)
+    want_ids, want_scores = brute(queries, table, exclude, 80)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("integer", [False, True], ids=["random", "ties"])
@@ -265,9 +313,10 @@ def test_wide_blocks_take_the_k_best_groups_and_stay_exact(integer):
     exclude = random_exclusions(rng, len(queries), len(table), 30)
     want_ids, want_scores = brute(queries, table, exclude, 40)
     for devices, cols in ((1, 4096), (2, 2048)):  # 128 and 64 groups of 32 a block
-        got = BlockedScorer(
-            table, jax.devices()[:devices], rows_per_batch=8, cols_per_block=cols, scan=False
-        ).top_k(queries, exclude, 40)
+        got = Scorer(
+            table, jax.devices()[:devices], rows=8, cols=cols, scan=False
+        )
+        got = ranked(got, queries, exclude, 40)
         np.testing.assert_array_equal(got.ids, want_ids, err_msg=f"{devices} x {cols}")
         np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
 
@@ -277,10 +326,10 @@ def test_tables_of_no_one_or_only_zero_columns(scan):
     ones = np.ones((2, 3), np.float32)
     for num_cols, exclude in ((0, [[], []]), (1, [[], [0]]), (5, [[], [0]])):
         table = np.ones((num_cols, 3), np.float32)
-        got = BlockedScorer(table, jax.devices()[:3], scan=scan).top_k(ones, exclude, 4)
+        got = ranked(Scorer(table, jax.devices()[:3], scan=scan), ones, exclude, 4)
         np.testing.assert_array_equal(got.ids, brute(ones, table, exclude, 4)[0], str(num_cols))
     zeros = np.zeros((50, 3), np.float32)  # every score 0, every bound 0: the lowest ids
-    scorer = BlockedScorer(zeros, jax.devices()[:2], cols_per_block=32, scan=scan)
-    got = scorer.top_k(ones, [[1], [0]], 4)
+    scorer = Scorer(zeros, jax.devices()[:2], cols=32, scan=scan)
+    got = ranked(scorer, ones, [[1], [0]], 4)
     np.testing.assert_array_equal(got.ids, [[0, 2, 3, 4], [1, 2, 3, 4]])
     np.testing.assert_array_equal(got.scores, np.zeros((2, 4)))

@@ -29,10 +29,9 @@ from alx_trainer.cli.common import (
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import integrity
-from alx_trainer.data.dataset import Dataset, open_dataset
+from alx_trainer import loading
+from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
-from alx_trainer.model import Model, load_model
 from alx_trainer.ops import per_core
 from alx_trainer.tools.new_pages import (
     ColumnLookup,
@@ -50,7 +49,7 @@ from alx_trainer.tools.predict import (
     predict_outlinks,
     vocabulary_names,
 )
-from alx_trainer.tools.ranking import Ranker
+from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.tools.sweep import (
     DEFAULT_METRIC,
     PAPER_ALPHAS,
@@ -69,24 +68,6 @@ from webgraph_contract import fileio
 from webgraph_contract.command_line import OneLineParser
 
 log = logging.getLogger("alx_trainer.predict")
-
-
-def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model, Dataset | None]:
-    """The model of `model_dir` and the opened `data` (if given), refused unless the model was
-    trained
-    on it (same `dataset_fingerprint`; a warning when either side predates fingerprints)."""
-    if not fileio.isdir(model_dir):
-        raise FileNotFoundError(
-            f"{model_dir}: model directory not found; give the --model_dir of a `train` run"
-        )
-    model = load_model(model_dir)
-    if not data:
-        return model, None
-    dataset = open_dataset(data, tfds_data_dir)
-    integrity.check_same_data(
-        model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
-    )
-    return model, dataset
 
 
 def per_core_cpu() -> None:
@@ -348,7 +329,7 @@ def main_predict(argv: Sequence[str]) -> int:
         use_compile_cache(args.compile_cache)
         # pages to score: one, the lines of a --rows file (at most), or unknown (stdin)
         pages = 1 if args.links else _rows_lines(args.rows) if args.rows not in ("", "-") else None
-        model, dataset = _model(args.model_dir, args.data)
+        model, dataset = loading.load(args.model_dir, args.data)
         if args.links or args.rows:
             ranker = Ranker(
                 model.col_table, model.config, batch_size=args.batch_size or None, rows=pages
@@ -483,7 +464,7 @@ def main_export(argv: Sequence[str]) -> int:
                 f"--output {args.output} is a file, not a directory; give a directory to export "
                 "into"
             )
-        model, dataset = _model(args.model_dir, args.data)
+        model, dataset = loading.load(args.model_dir, args.data)
         if args.topk:
             paths = export_topk(
                 model,

@@ -1,7 +1,8 @@
 """Ranking metrics on top-K id lists, in plain NumPy (paper 4.6 and 5).
 
 Every function takes `topk`, an int array `[n, K]` of predicted column ids per row (best first,
-padding `-1`), and `gt`, the ground-truth ids of each row (a sequence of int arrays). Rows whose
+padding `-1`), and `gt`, the ground-truth ids of each row (`RaggedRows`, or a sequence of int
+arrays). Rows whose
 ground truth is empty have no defined metric and are left out of the means (see `mean_metric`).
 """
 
@@ -12,25 +13,37 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from alx_trainer.data import host_cores
+from webgraph_contract.ragged import RaggedRows
 
-CHUNK_ROWS = 1 << 16  # rows whose hits are found at once: bounds the [rows, K] key arrays
+# rows whose hits are found at once: bounds the [rows, K] key arrays
+CHUNK_ROWS = 1 << 16
+GroundTruth = RaggedRows | Sequence[np.ndarray]
 
 
 class _Truth(NamedTuple):
     """Every row's distinct ground-truth ids as sorted keys `row * width + id + 1` (ids >= -1),
     and each row's count of distinct ids."""
 
-    keys: np.ndarray  # int64, sorted, unique
-    sizes: np.ndarray  # int64 [n]
+    # int64, sorted, unique
+    keys: np.ndarray
+    # int64 [n]
+    sizes: np.ndarray
     width: int
 
 
-def _truth(gt: Sequence[np.ndarray], largest_id: int) -> _Truth:
+def _flat(gt: GroundTruth) -> tuple[np.ndarray, np.ndarray]:
+    """(each row's length, every id in row order, int64) of the ground truth."""
+    if isinstance(gt, RaggedRows):
+        return gt.lengths, gt.ids[gt.indptr[0] : gt.indptr[-1]].astype(np.int64, copy=False)
+    lengths = np.fromiter(map(len, gt), np.int64, len(gt))
+    return lengths, np.concatenate([np.zeros(0, np.int64), *gt]).astype(np.int64, copy=False)
+
+
+def _truth(gt: GroundTruth, largest_id: int) -> _Truth:
     """The ground truth as one sorted key array (no per-row NumPy call: millions of rows); keys
     leave room for ids up to `largest_id` (the predictions')."""
     n = len(gt)
-    lengths = np.fromiter(map(len, gt), np.int64, n)
-    ids = np.concatenate([np.zeros(0, np.int64), *gt]).astype(np.int64, copy=False)
+    lengths, ids = _flat(gt)
     width = int(max(largest_id, ids.max(initial=0))) + 2
     keys = np.sort(np.repeat(np.arange(n, dtype=np.int64), lengths) * width + ids + 1)
     keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
@@ -45,7 +58,8 @@ def _hits(topk: np.ndarray, truth: _Truth, k: int) -> np.ndarray:
     def chunk(start: int) -> None:
         pred = topk[start : start + CHUNK_ROWS, :k]
         lo, hi = np.searchsorted(truth.keys, np.array([start, start + len(pred)]) * truth.width)
-        mine = truth.keys[lo:hi]  # the chunk's rows' keys: a smaller array to search
+        # the chunk's rows' keys: a smaller array to search
+        mine = truth.keys[lo:hi]
         if not len(mine):
             return
         rows = np.arange(start, start + len(pred), dtype=np.int64)[:, None]
@@ -57,7 +71,7 @@ def _hits(topk: np.ndarray, truth: _Truth, k: int) -> np.ndarray:
     return hits
 
 
-def _checked(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
+def _checked(topk: np.ndarray, gt: GroundTruth, k: int) -> np.ndarray:
     topk = np.asarray(topk)
     if topk.ndim != 2 or len(topk) != len(gt):
         raise ValueError(
@@ -70,7 +84,7 @@ def _checked(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
 
 def per_row_metrics(
     topk: np.ndarray,
-    gt: Sequence[np.ndarray],
+    gt: GroundTruth,
     ks: Sequence[int] = (20, 50),
     ndcg_k: int | None = 100,
 ) -> dict[str, np.ndarray]:
@@ -96,7 +110,7 @@ def per_row_metrics(
 
 
 def recall_at_k(
-    topk: np.ndarray, gt: Sequence[np.ndarray], k: int, of_all_gt: bool = False
+    topk: np.ndarray, gt: GroundTruth, k: int, of_all_gt: bool = False
 ) -> np.ndarray:
     """Per-row Recall@k = |top-k ∩ gt| / min(k, |gt|) (the ALX paper's), or with `of_all_gt`
     |top-k ∩ gt| / |gt| (LightGCN's and its successors'); NaN for rows with an empty ground
@@ -104,7 +118,7 @@ def recall_at_k(
     return per_row_metrics(topk, gt, (k,), None)[f"recall_gt@{k}" if of_all_gt else f"recall@{k}"]
 
 
-def ndcg_at_k(topk: np.ndarray, gt: Sequence[np.ndarray], k: int) -> np.ndarray:
+def ndcg_at_k(topk: np.ndarray, gt: GroundTruth, k: int) -> np.ndarray:
     """Per-row NDCG@k with binary relevance: DCG / ideal DCG (min(k, |gt|) hits at the top)."""
     return per_row_metrics(topk, gt, (), k)[f"ndcg@{k}"]
 
@@ -118,7 +132,7 @@ def mean_metric(values: np.ndarray) -> float:
 
 def ranking_metrics(
     topk: np.ndarray,
-    gt: Sequence[np.ndarray],
+    gt: GroundTruth,
     ks: Sequence[int] = (20, 50),
     ndcg_k: int | None = 100,
 ) -> dict[str, float]:
@@ -144,7 +158,7 @@ def activity_bucket(
 
 def bucket_metrics(
     topk: np.ndarray,
-    gt: Sequence[np.ndarray],
+    gt: GroundTruth,
     num_items: Sequence[int] | np.ndarray,
     ks: Sequence[int] = (20,),
     ndcg_k: int | None = 20,
@@ -157,13 +171,13 @@ def bucket_metrics(
 
 def bucket_means(
     per_row: dict[str, np.ndarray],
-    gt: Sequence[np.ndarray],
+    gt: GroundTruth,
     num_items: Sequence[int] | np.ndarray,
     cuts: Sequence[int] = ACTIVITY_CUTS,
 ) -> dict[str, float]:
     """`bucket_metrics` from per-row values already computed (`per_row_metrics`)."""
     bucket = activity_bucket(num_items, cuts)
-    has_gt = np.fromiter(map(len, gt), np.int64, len(gt)) > 0
+    has_gt = _flat(gt)[0] > 0
     out: dict[str, float] = {}
     for b, name in enumerate(ACTIVITY_BUCKETS):
         mask = bucket == b

@@ -1,4 +1,4 @@
-"""Exact top K on CPU devices by a threshold scan: the device flags, the host ranks.
+"""The CPU devices' top-K engine, a threshold scan: the devices flag, the host ranks.
 
 Each device holds its share of the columns in blocks of descending norm (`norm_order`: dealt
 round-robin from one global norm order). A batch of rows is scanned block by block in one compiled
@@ -14,24 +14,30 @@ Exactness: a group is flagged when its float32 maximum reaches the float64 K-th 
 rounding margin (4 d eps |q| max |h|), so every column that can enter the top K is re-scored. The
 loop stops once no row can reach its threshold any more: a score is at most |q| |h|, and block
 bounds never rise along a device's columns. Rows whose query is zero are left empty: every score
-is 0, so their top K is the lowest admissible ids, which the caller (`topk`) gives them.
+is 0, so their top K is the lowest admissible ids, which `engine.Engine.top_k` gives them.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer.evaluation import norm_order
+from alx_trainer.evaluation import engine, norm_order
+from alx_trainer.ops import per_core
+from webgraph_contract.ragged import RaggedRows
 
-GROUP = 8  # columns per flag bit
-CHUNK_BLOCKS = 64  # most blocks one device call scans before the host merges
-RESCORE_GROUPS = 1 << 14  # flagged groups re-scored on the host at a time
-SEED_COLUMNS = 1024  # columns of largest norm ranked densely on the host: the first threshold
+# columns per flag bit
+GROUP = 8
+# most blocks one device call scans before the host merges
+CHUNK_BLOCKS = 64
+# flagged groups re-scored on the host at a time
+RESCORE_GROUPS = 1 << 14
+# columns of largest norm ranked densely on the host: the first threshold
+SEED_COLUMNS = 1024
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -39,12 +45,18 @@ class SortedColumns(NamedTuple):
     """One device's columns in blocks of descending norm (`norm_order.Share`), zero padded to
     whole blocks."""
 
-    table: Any  # jax array [span, d] on the device
-    host: np.ndarray  # float32 [span, d], the same in host memory (re-scoring)
-    ids: np.ndarray  # int64 [span]: the column id at each position (-1: padding)
-    position: np.ndarray  # int64 [num_cols]: each column's position here (-1: another device)
-    real: int  # this device's columns (the rest of `ids` is padding)
-    block_norms: Any  # jax array float32 [blocks]: the largest norm of each block
+    # jax array [span, d] on the device
+    table: Any
+    # float32 [span, d], the same in host memory (re-scoring)
+    host: np.ndarray
+    # int64 [span]: the column id at each position (-1: padding)
+    ids: np.ndarray
+    # int64 [num_cols]: each column's position here (-1: another device)
+    position: np.ndarray
+    # this device's columns (the rest of `ids` is padding)
+    real: int
+    # jax array float32 [blocks]: the largest norm of each block
+    block_norms: Any
     max_norm: float
 
 
@@ -113,7 +125,7 @@ def _scan_kernel(cols: int):
 
 
 class RunningTopK:
-    """The best `k` (score, id) of each of `n` rows seen so far, best first, ties by lower id."""
+    """The best `k` (score, id) of each of `n` rows seen so far, in `engine.merge`'s order."""
 
     def __init__(self, n: int, k: int):
         self.k = k
@@ -139,15 +151,53 @@ class RunningTopK:
         at = np.repeat(np.arange(len(touched)), count)
         slot = self.k + np.arange(len(rows)) - np.repeat(start, count)
         vals[at, slot], found[at, slot] = scores, ids
-        order = np.argsort(-vals, axis=1)
-        ranked = np.take_along_axis(vals, order, axis=1)
-        same = (ranked[:, 1:] == ranked[:, :-1]) & np.isfinite(ranked[:, 1:])
-        tied = np.flatnonzero(same.any(axis=1))
-        if len(tied):  # equal scores: the lower id first
-            order[tied] = np.lexsort((found[tied], -vals[tied]), axis=1)
-        order = order[:, : self.k]
-        self.vals[touched] = np.take_along_axis(vals, order, axis=1)
-        self.ids[touched] = np.take_along_axis(found, order, axis=1)
+        self.vals[touched], self.ids[touched] = engine.merge(vals, found, self.k)
+
+
+class ThresholdScan(engine.Engine):
+    """The threshold scan over columns dealt to `devices` (CPU devices, in one pinned thread
+    each when they are per-core devices); blocks are `shape.cols` rounded up to whole groups."""
+
+    def __init__(
+        self,
+        col_table: np.ndarray,
+        devices: Sequence[Any] | None = None,
+        shape: engine.BlockShape | None = None,
+    ):
+        super().__init__(col_table, devices, shape)
+        # no block wider than a device's share
+        share = block_width(-(-max(self.num_cols, 1) // len(self.devices)))
+        self.shape = self.shape._replace(cols=min(block_width(self.shape.cols), share))
+        self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+
+    @functools.cached_property
+    def _sorted(self) -> list[SortedColumns]:
+        """The columns by descending norm, dealt round-robin over the devices."""
+        return sorted_columns(self._table, self.devices, self.shape.cols)
+
+    def place(self) -> None:
+        _ = self._sorted
+
+    def _search(self, queries, exclude: RaggedRows, k: int, ids, scores, progress) -> None:
+        """Batch by batch: every device scans its share, the host merges (`engine.merge`)."""
+        rows, columns = self.shape.rows, self._sorted
+        for start in range(0, len(queries), rows):
+            part = exclude.take(start, min(len(queries), start + rows))
+            q = np.zeros((rows, self.dim), np.float32)
+            q[: len(part)] = queries[start : start + rows]
+            pairs = (np.repeat(np.arange(len(part)), part.lengths), part.ids.astype(np.int64))
+            tasks = [
+                functools.partial(scan, q, len(part), pairs, k, cols, self.shape.cols, device)
+                for cols, device in zip(columns, self.devices)
+            ]
+            found = per_core.run(tasks) if self.per_core else [task() for task in tasks]
+            vals = np.concatenate([v for v, _ in found], axis=1)
+            found = np.concatenate([i for _, i in found], axis=1)
+            vals, found = engine.merge(vals, found, k)
+            stop = start + len(part)
+            scores[start:stop], ids[start:stop] = vals[: len(part)], found[: len(part)]
+            if progress is not None:
+                progress(len(part))
 
 
 def scan(

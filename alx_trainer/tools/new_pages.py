@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from alx_trainer.tools.ranking import Ranker
+from alx_trainer.evaluation.ranking import Ranker
 from webgraph_contract import urls
 
 NOT_IN_VOCABULARY = "not_in_vocabulary"
@@ -173,7 +173,7 @@ def predict_pages(
     def flush() -> Iterator[tuple[Page, np.ndarray, np.ndarray]]:
         known = [p for p in held if len(p.known)]
         exclude = [p.known if p.self_id is None else np.append(p.known, p.self_id) for p in known]
-        scores, ids = ranker.fold_in_top_k([p.known for p in known], exclude, k)
+        ids, scores = ranker.fold_in_top_k([p.known for p in known], exclude, k)
         answers = iter(zip(scores, ids))
         for page in held:
             report.pages += 1

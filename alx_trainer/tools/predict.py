@@ -18,10 +18,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from alx_trainer.evaluation.evaluate import model_tables
+from alx_trainer.loading import model_tables
 from alx_trainer.model import fold_in
 from alx_trainer.tools.new_pages import names_are_numbers, node_token
-from alx_trainer.tools.ranking import Ranker
+from alx_trainer.evaluation.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
 from webgraph_contract.record_codec import encode_example
 
@@ -127,7 +127,7 @@ def predict_outlinks(
         )
     names = vocabulary_names(data_dir)
     exclude = np.concatenate([known, [row]]) if _shared_ids(data_dir) else known
-    scores, ids = Ranker(col_table, None, mesh=mesh).top_k(query, [exclude], k)
+    ids, scores = Ranker(col_table, None, mesh=mesh).top_k(query, [exclude], k)
     return _named(ids[0], scores[0], names)
 
 
@@ -149,7 +149,7 @@ def nearest_neighbors(
     if not 0 <= node_id < len(emb):
         raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    scores, ids = Ranker(unit, None, mesh=mesh).top_k(unit[node_id][None], [np.array([node_id])], k)
+    ids, scores = Ranker(unit, None, mesh=mesh).top_k(unit[node_id][None], [np.array([node_id])], k)
     return _named(
         ids[0], scores[0], vocabulary_names(data_dir, columns=table == "col") if data_dir else {}
     )

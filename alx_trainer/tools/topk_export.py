@@ -27,7 +27,7 @@ import numpy as np
 from alx_trainer.data import records
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.tools import topk_records
-from alx_trainer.tools.ranking import Ranker
+from alx_trainer.evaluation.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout
 
 log = logging.getLogger(__name__)
@@ -121,9 +121,9 @@ def _chunks(
             known = np.split(chunk.cols, chunk.indptr[1:-1])
             exclude = [np.append(c, r) for c, r in zip(known, chunk.row_ids)] if shared else known
             if split == "train":
-                scores, ids = ranker.top_k(row_table[chunk.row_ids], exclude, k)
+                ids, scores = ranker.top_k(row_table[chunk.row_ids], exclude, k)
             else:
-                scores, ids = ranker.fold_in_top_k(known, exclude, k)
+                ids, scores = ranker.fold_in_top_k(known, exclude, k)
             yield chunk.row_ids, ids, scores
 
 

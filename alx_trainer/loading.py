@@ -1,0 +1,128 @@
+"""One loader of a trained model and the dataset it was trained on, for `eval`, `predict` and
+`export`, and of the rows an evaluation ranks.
+
+`load(model_dir, data)`: the latest checkpoint of a `train` run, and the opened dataset, refused
+unless the model was trained on it (same `dataset_fingerprint`; a warning when either side predates
+fingerprints). `eval_data(dataset, split)`: the held-out rows of a split as `RaggedRows` (fold-in
+columns, and the ground truth), the column popularity of the matching training split and whether
+row and column ids are shared; read once per dataset state (cached).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from alx_trainer.data import integrity, records
+from alx_trainer.data.dataset import Dataset, open_dataset, open_directory, validation_view
+from alx_trainer.model import Model, load_model
+from webgraph_contract import dataset_reader, fileio, stats_json
+from webgraph_contract.ragged import RaggedRows
+
+# a trainer `Model` or a `(row_table or None, col_table)` pair
+Tables = Any
+SPLITS = ("test", "validation")
+
+
+def load(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model, Dataset | None]:
+    """The model of `model_dir` and the opened `data` (a dataset directory or a TFDS name; None
+    when not given), refused unless the model was trained on it."""
+    if not fileio.isdir(model_dir):
+        raise FileNotFoundError(
+            f"{model_dir}: model directory not found; give the --model_dir of a `train` run"
+        )
+    model = load_model(model_dir)
+    if not data:
+        return model, None
+    dataset = open_dataset(data, tfds_data_dir)
+    integrity.check_same_data(
+        model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
+    )
+    return model, dataset
+
+
+def model_tables(model_or_tables: Tables | str | os.PathLike) -> tuple[Any, np.ndarray, Any]:
+    """(row_table or None, float32 col_table, config or None) of a Model, a model directory or a
+    (row, col) pair."""
+    if isinstance(model_or_tables, (str, os.PathLike)):
+        model_or_tables = load_model(os.fspath(model_or_tables))
+    if isinstance(model_or_tables, tuple):
+        row, col = model_or_tables
+        return row, np.asarray(col, np.float32), None
+    return (
+        getattr(model_or_tables, "row_table", None),
+        np.asarray(model_or_tables.col_table, np.float32),
+        getattr(model_or_tables, "config", None),
+    )
+
+
+def for_split(dataset: Dataset | str | os.PathLike, split: str = "test") -> Dataset:
+    """A dataset (or dataset directory) pointed at the rows of `split` to evaluate: its test
+    rows, or its validation rows (`validation_view`)."""
+    if split not in SPLITS:
+        raise ValueError(f"split: expected 'test' or 'validation', got {split!r}")
+    if not isinstance(dataset, Dataset):
+        dataset = open_directory(os.fspath(dataset))
+    return validation_view(dataset) if split == "validation" else dataset
+
+
+def no_test_rows(name: str, how: str = "") -> ValueError:
+    """The error of a dataset without rows to evaluate."""
+    return ValueError(
+        f"{name}: no test rows to evaluate{f' ({how})' if how else ''} "
+        "(the dataset was built without a test split?)"
+    )
+
+
+class EvalData(NamedTuple):
+    """The rows an evaluation ranks: `known` (row ids, fold-in columns) and `gt` (the same row
+    ids, held-out columns), the column popularity (training rows per column, float32) and whether
+    row and column ids are shared (a graph)."""
+
+    known: RaggedRows
+    gt: RaggedRows
+    popularity: np.ndarray
+    shared: bool
+
+
+def eval_data(data: str | os.PathLike | Dataset, split: str = "test") -> EvalData:
+    """Cached read of the rows to evaluate for every kind of `--data`: a dataset directory (its
+    `split`, test or validation) or an opened `Dataset` (its `files["test"]`, which
+    `validation_view` points at the validation rows, and `files["train"]`), TFDS ones included."""
+    dataset = data if isinstance(data, Dataset) else for_split(data, split)
+    if not dataset.files.get("test"):
+        raise no_test_rows(dataset.name)
+    stats = os.path.join(dataset.data_dir, stats_json.STATS_FILE)
+    stamp = (dataset.fingerprint, os.path.getmtime(stats) if os.path.exists(stats) else 0.0)
+    return _eval_data(
+        tuple(dataset.files["test"]),
+        tuple(dataset.files["train"]),
+        (dataset.num_rows, dataset.num_cols),
+        not dataset.bipartite,
+        stamp,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _eval_data(
+    test: tuple[str, ...],
+    train: tuple[str, ...],
+    shape: tuple[int, int],
+    shared: bool,
+    stamp: tuple,
+) -> EvalData:
+    """The records of the `test` files and the popularity of the `train` files' columns."""
+    counts = np.zeros(shape[1], np.int64)
+    for chunk in records.read_chunks(train, 1 << 16, *shape):
+        counts += np.bincount(chunk.cols, minlength=shape[1])
+    known, gt = [], []
+    for path in test:
+        for block in dataset_reader.iter_file_rows(path):
+            known.append(RaggedRows(block.row_tags, block.col_ptr, block.cols))
+            gt.append(RaggedRows(block.row_tags, block.gt_ptr, block.gt))
+    return EvalData(
+        RaggedRows.concat(known), RaggedRows.concat(gt), counts.astype(np.float32), shared
+    )
