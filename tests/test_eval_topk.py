@@ -5,6 +5,16 @@ import pytest
 
 from alx_trainer.evaluation import metrics
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_rows, format_metrics
+from webgraph_contract.ragged import RaggedRows
+
+
+def ragged(rows):
+    """(row, fold-in, gt) triples as the evaluation's two RaggedRows."""
+    row_ids = [r for r, _, _ in rows]
+    return (
+        RaggedRows.from_lists([c for _, c, _ in rows], row_ids),
+        RaggedRows.from_lists([g for _, _, g in rows], row_ids),
+    )
 
 
 def np_fold_in(col_table, rows, alpha, reg):
@@ -40,7 +50,7 @@ def test_evaluate_matches_independent_numpy_evaluation():
 
     got = evaluate_rows(
         (None, col_table),
-        rows,
+        *ragged(rows),
         (alpha, reg),
         Ranking(ks=(5, 20), ndcg_k=30, rows_per_batch=7),
         popularity=popularity,
@@ -65,10 +75,10 @@ def test_evaluate_matches_independent_numpy_evaluation():
 
 
 def test_evaluate_rejects_out_of_range_columns():
-    with pytest.raises(ValueError, match="outside the table"):
+    with pytest.raises(ValueError, match="test row 0 names column 7 outside the table's 0..4"):
         evaluate_rows(
             (None, np.zeros((5, 2), np.float32)),
-            [(0, np.array([1]), np.array([7]))],
+            *ragged([(0, np.array([1]), np.array([7]))]),
             fold_in_fn=lambda t, r, c: np.zeros((len(r), 2)),
         )
 
@@ -82,11 +92,11 @@ def test_approximate_evaluation_reports_its_recall_against_exact():
     ]
     fold_in = lambda table, lists, config: np.stack([table[c].sum(axis=0) for c in lists])
     exact = evaluate_rows(
-        (None, col_table), rows, None, Ranking(ks=(20,), ndcg_k=None), fold_in_fn=fold_in
+        (None, col_table), *ragged(rows), None, Ranking(ks=(20,), ndcg_k=None), fold_in_fn=fold_in
     )
     got = evaluate_rows(
         (None, col_table),
-        rows,
+        *ragged(rows),
         None,
         Ranking(ks=(20,), ndcg_k=None, approx=True, recall_target=0.9, cols_per_block=256),
         fold_in_fn=fold_in,

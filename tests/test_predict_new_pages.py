@@ -16,6 +16,7 @@ from alx_trainer.tools import topk_export, topk_records
 from alx_trainer.tools.predict import predict_outlinks
 from alx_trainer.train import train
 from tests import reference_ials
+from webgraph_contract.ragged import RaggedRows
 from webgraph_contract import fileio
 from webgraph_contract.dataset_reader import read_split, read_vocab
 
@@ -114,7 +115,12 @@ def test_links_of_a_held_out_row_rank_as_eval_folds_it_in(hollins):
     hits = len(set(ids) & set(gt.tolist())) / min(K, len(gt))
     assert (
         evaluate_rows(
-            model, [(row, kept, gt)], None, Ranking(ks=(K,), ndcg_k=None), exclude_self=True
+            model,
+            RaggedRows.from_lists([kept], [row]),
+            RaggedRows.from_lists([gt], [row]),
+            None,
+            Ranking(ks=(K,), ndcg_k=None),
+            exclude_self=True,
         )["recall@20"]
         == hits
     )
