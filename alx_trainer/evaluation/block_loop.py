@@ -119,13 +119,14 @@ def _excluded(scores, ids, ex_rows, ex_ids):
 @functools.lru_cache(maxsize=32)
 def _kernel(k: int, cols: int, approx: bool, recall_target: float):
     """One device's program: (queries [B, d], table [blocks * cols, d] and its column ids
-    (`norm_order.Share`), block norms [blocks], excluded pairs as rows [E] and column ids [E],
-    reach [B] (|q| with a rounding margin), live [B]) -> (running top K values [B, k], column ids
-    [B, k], blocks scored). Blocks are scored in order until none can hold a score that reaches a
-    live row's K-th best: a score is at most reach * the block's norm."""
+    (`norm_order.Share`), block norms [blocks], excluded pairs [2, E] (rows, column ids), reach [B]
+    (|q| with a rounding margin, 0 for a zero query: not live)) -> (running top K values [B, k],
+    column ids [B, k], blocks scored). Blocks are scored in order until none can hold a score
+    that reaches a live row's K-th best: a score is at most reach * the block's norm."""
 
-    def run(queries, table, col_ids, block_norms, ex_rows, ex_ids, reach, live):
+    def run(queries, table, col_ids, block_norms, excluded, reach):
         b, blocks = queries.shape[0], block_norms.shape[0]
+        live = reach > 0
 
         def more(state):
             j, (run_vals, _) = state
@@ -138,7 +139,7 @@ def _kernel(k: int, cols: int, approx: bool, recall_target: float):
             part = jax.lax.dynamic_slice_in_dim(table, start, cols)
             ids = jax.lax.dynamic_slice_in_dim(col_ids, start, cols)
             scores = jnp.dot(queries, part.T, preferred_element_type=jnp.float32)
-            scores = _excluded(scores, ids, ex_rows, ex_ids)
+            scores = _excluded(scores, ids, excluded[0], excluded[1])
             return j + 1, _merge_block(run_vals, run_ids, scores, ids, k, approx, recall_target)
 
         init = (jnp.full((b, k), -jnp.inf, jnp.float32), jnp.full((b, k), -1, jnp.int32))
@@ -232,16 +233,16 @@ class BlockLoop(engine.Engine):
         qnorm = np.linalg.norm(q.astype(np.float64), axis=1)
         reach = norm_order.round_up(qnorm * (1 + REACH_MARGIN))
         part = exclude.take(lo, hi)
-        ex_rows = np.zeros(width, np.int32)
-        ex_ids = np.full(width, -1, np.int32)
-        ex_rows[: part.nnz] = np.repeat(np.arange(hi - lo, dtype=np.int32), part.lengths)
-        ex_ids[: part.nnz] = part.ids
-        arrays = (ex_rows, ex_ids, reach, qnorm > 0)
+        # rows (0 for padding) and column ids (-1 for padding) of the excluded pairs
+        excluded = np.zeros((2, width), np.int32)
+        excluded[1, part.nnz :] = -1
+        excluded[0, : part.nnz] = np.repeat(np.arange(hi - lo, dtype=np.int32), part.lengths)
+        excluded[1, : part.nnz] = part.ids
 
         def task(i: int):
             device = self.devices[i]
-            on_device = [jax.device_put(a, device) for a in (q,) + arrays]
-            return kernel(on_device[0], *self._shares[i], *on_device[1:])
+            q_on, excluded_on, reach_on = (jax.device_put(a, device) for a in (q, excluded, reach))
+            return kernel(q_on, *self._shares[i], excluded_on, reach_on)
 
         if self.per_core:
             return per_core.run([functools.partial(task, i) for i in range(len(self.devices))])
