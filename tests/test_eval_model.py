@@ -81,9 +81,8 @@ def test_recall_beats_popularity_and_trainer_callback_used_evaluate(hollins):
     # the training loop evaluates CPU runs on one device; the same call gives the same figure
     one = evaluate_dataset(model, data, ranking=Ranking(mesh=one_device_mesh()))
     assert logged[8]["recall@20"] == pytest.approx(one["recall@20"], abs=1e-6)
-    assert logged[8]["recall@20"] == pytest.approx(
-        exact["recall@20"], abs=1e-6
-    )  # 8 devices: the same ranking
+    # 8 devices: the same ranking
+    assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=1e-6)
     assert "recall@20" in logged[4] and "recall@20" not in logged[3]
 
 

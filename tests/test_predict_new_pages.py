@@ -16,9 +16,9 @@ from alx_trainer.tools import topk_export, topk_records
 from alx_trainer.tools.predict import predict_outlinks
 from alx_trainer.train import train
 from tests import reference_ials
-from webgraph_contract.ragged import RaggedRows
 from webgraph_contract import fileio
 from webgraph_contract.dataset_reader import read_split, read_vocab
+from webgraph_contract.ragged import RaggedRows
 
 from pipeline_data import hollins_dataset
 

@@ -53,9 +53,7 @@ def test_exact_equals_brute_force_across_blocks_and_devices(devices, cols, rows,
     # longer list widens every batch's
     exclude[3] = rng.choice(len(table), size=300, replace=False)
     exclude[5] = np.arange(len(table))
-    scorer = Scorer(
-        table, jax.devices()[:devices], rows=rows, cols=cols, scan=scan
-    )
+    scorer = Scorer(table, jax.devices()[:devices], rows=rows, cols=cols, scan=scan)
     got = ranked(scorer, queries, exclude, 150)
     want_ids, want_scores = brute(queries, table, exclude, 150)
     np.testing.assert_array_equal(got.ids, want_ids)
@@ -71,9 +69,7 @@ def test_ties_keep_the_lower_id_across_blocks_and_devices(scan):
     exclude = random_exclusions(rng, len(queries), len(table), 20)
     want_ids, want_scores = brute(queries, table, exclude, 60)
     for devices, cols in ((1, 32), (4, 32), (8, 64), (2, 4096)):
-        got = Scorer(
-            table, jax.devices()[:devices], rows=8, cols=cols, scan=scan
-        )
+        got = Scorer(table, jax.devices()[:devices], rows=8, cols=cols, scan=scan)
         got = ranked(got, queries, exclude, 60)
         np.testing.assert_array_equal(
             got.ids, want_ids, err_msg=f"{devices} devices, {cols} columns a block"
@@ -88,9 +84,7 @@ def test_cheap_tiers_are_taken_and_stay_exact(scan):
     table = np.concatenate([np.arange(2000), np.arange(2000)[::-1]]).astype(np.float32)[:, None]
     queries = np.array([[1.0], [-1.0], [0.0]], np.float32)
     exclude = [np.array([1999]), np.array([], np.int64), np.array([0, 2, 3])]
-    got = Scorer(
-        table, jax.devices()[:2], rows=2, cols=256, scan=scan
-    )
+    got = Scorer(table, jax.devices()[:2], rows=2, cols=256, scan=scan)
     got = ranked(got, queries, exclude, 25)
     want_ids, _ = brute(queries, table, exclude, 25)
     np.testing.assert_array_equal(got.ids, want_ids)
@@ -111,9 +105,7 @@ def test_scan_stops_at_the_norm_bound_and_stays_exact(devices, scan):
     queries[0] = -np.abs(queries[0])
     table[:, :] = np.where(queries[0] < 0, np.abs(table), table)  # row 0: every score <= 0
     exclude = random_exclusions(rng, len(queries), len(table), 30)
-    scorer = Scorer(
-        table, jax.devices()[:devices], rows=8, cols=64, scan=scan
-    )
+    scorer = Scorer(table, jax.devices()[:devices], rows=8, cols=64, scan=scan)
     want_ids, want_scores = brute(queries, table, exclude, 40)
     got = ranked(scorer, queries, exclude, 40)
     np.testing.assert_array_equal(got.ids, want_ids)
@@ -122,9 +114,7 @@ def test_scan_stops_at_the_norm_bound_and_stays_exact(devices, scan):
     np.testing.assert_allclose(got.scores, want_scores, **tolerance)
     signed = np.round(rng.normal(size=(3000, 1)) * 4).astype(np.float32)
     ones = np.array([[1.0], [-1.0], [2.0]], np.float32)
-    got = Scorer(
-        signed, jax.devices()[:devices], rows=4, cols=128, scan=scan
-    )
+    got = Scorer(signed, jax.devices()[:devices], rows=4, cols=128, scan=scan)
     want_ids, _ = brute(ones, signed, [[], [5], [7, 8]], 70)
     np.testing.assert_array_equal(ranked(got, ones, [[], [5], [7, 8]], 70).ids, want_ids)
 
@@ -138,9 +128,7 @@ def test_block_loop_scores_only_blocks_that_can_reach_the_kth_best(devices):
     table[rng.choice(6000, 300, replace=False)] *= 1e3
     queries = rng.normal(size=(16, 4)).astype(np.float32)
     exclude = random_exclusions(rng, len(queries), len(table), 10)
-    scorer = Scorer(
-        table, jax.devices()[:devices], rows=8, cols=64, scan=False
-    )
+    scorer = Scorer(table, jax.devices()[:devices], rows=8, cols=64, scan=False)
     assert isinstance(scorer, block_loop.BlockLoop)
     # the layout now, not at the first query
     scorer.place()
@@ -313,9 +301,7 @@ def test_wide_blocks_take_the_k_best_groups_and_stay_exact(integer):
     exclude = random_exclusions(rng, len(queries), len(table), 30)
     want_ids, want_scores = brute(queries, table, exclude, 40)
     for devices, cols in ((1, 4096), (2, 2048)):  # 128 and 64 groups of 32 a block
-        got = Scorer(
-            table, jax.devices()[:devices], rows=8, cols=cols, scan=False
-        )
+        got = Scorer(table, jax.devices()[:devices], rows=8, cols=cols, scan=False)
         got = ranked(got, queries, exclude, 40)
         np.testing.assert_array_equal(got.ids, want_ids, err_msg=f"{devices} x {cols}")
         np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)

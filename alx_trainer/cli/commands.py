@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Sequence
 
+from alx_trainer import loading
 from alx_trainer.cli.common import (
     add_compile_cache,
     add_log_level,
@@ -29,9 +30,9 @@ from alx_trainer.cli.common import (
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig
-from alx_trainer import loading
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
+from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.ops import per_core
 from alx_trainer.tools.new_pages import (
     ColumnLookup,
@@ -49,7 +50,6 @@ from alx_trainer.tools.predict import (
     predict_outlinks,
     vocabulary_names,
 )
-from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.tools.sweep import (
     DEFAULT_METRIC,
     PAPER_ALPHAS,

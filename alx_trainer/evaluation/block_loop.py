@@ -180,9 +180,7 @@ class BlockLoop(engine.Engine):
         super().__init__(col_table, devices, shape)
         per_device = math.ceil(max(self.num_cols, 1) / len(self.devices))
         # no block wider than a device's share
-        self.shape = self.shape._replace(
-            cols=min(self.shape.cols, -(-per_device // GROUP) * GROUP)
-        )
+        self.shape = self.shape._replace(cols=min(self.shape.cols, -(-per_device // GROUP) * GROUP))
         self.approx, self.recall_target = bool(approx), float(recall_target)
         self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
         # excluded ids carried per batch: grows (one more compile) only for a longer list
@@ -214,7 +212,9 @@ class BlockLoop(engine.Engine):
             self.exclude_width = 1 << (longest - 1).bit_length()
         pending = None
         for span in batches(lengths, self.shape.rows, self.exclude_width) + [None]:
-            launched = None if span is None else (span, self._launch(kernel, queries, exclude, *span))
+            launched = (
+                None if span is None else (span, self._launch(kernel, queries, exclude, *span))
+            )
             if pending is not None:
                 (lo, hi), results = pending
                 vals, found = self._merge(results, k)

@@ -104,7 +104,9 @@ class Engine(abc.ABC):
         self.num_cols, self.dim = table.shape
         shape = shape or default_block_shape(self.devices[0].platform)
         if shape.rows <= 0 or shape.cols <= 0:
-            raise ValueError(f"block shape must be positive: {shape.rows} rows x {shape.cols} columns")
+            raise ValueError(
+                f"block shape must be positive: {shape.rows} rows x {shape.cols} columns"
+            )
         self.shape = shape
         self._table = table
         # column blocks scored, and blocks in the devices' shares, over the batches so far

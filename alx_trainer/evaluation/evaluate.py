@@ -11,8 +11,9 @@ Each test row is folded in from its `col_tag` with the trainer's own solve (pape
 given split (whose test users are training rows), taken from the model's trained row table, and
 ranked against every column with its fold-in items excluded, in row batches and column blocks
 (`ranking.Ranker`: exact, or `lax.approx_max_k` with its recall against exact measured on a
-sample). The model and the rows come from `alx_trainer.loading`. A popularity recommender (columns ranked by their number of training rows) is scored on the
-same split by the same code, as the baseline the paper worries about (section 6.1).
+sample). A popularity recommender (columns ranked by their number of training rows) is scored on
+the same split by the same code, as the baseline the paper worries about (section 6.1). The model
+and the rows come from `alx_trainer.loading`.
 """
 
 from __future__ import annotations

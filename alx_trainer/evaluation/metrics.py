@@ -109,9 +109,7 @@ def per_row_metrics(
     return out
 
 
-def recall_at_k(
-    topk: np.ndarray, gt: GroundTruth, k: int, of_all_gt: bool = False
-) -> np.ndarray:
+def recall_at_k(topk: np.ndarray, gt: GroundTruth, k: int, of_all_gt: bool = False) -> np.ndarray:
     """Per-row Recall@k = |top-k ∩ gt| / min(k, |gt|) (the ALX paper's), or with `of_all_gt`
     |top-k ∩ gt| / |gt| (LightGCN's and its successors'); NaN for rows with an empty ground
     truth."""

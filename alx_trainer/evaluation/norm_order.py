@@ -1,6 +1,6 @@
 """Columns dealt over devices in descending norm order, in blocks: the layout of both exact top-K
-searches (`topk`, `threshold_scan`), which stop once no row can reach its K-th best score any more
-(a score is at most |q| |h|, and the blocks' bounds never rise along a device's share).
+engines (`block_loop`, `threshold_scan`), which stop once no row can reach its K-th best score any
+more (a score is at most |q| |h|, and the blocks' bounds never rise along a device's share).
 
 One global order by descending norm (`descending`: quantized, so ties and near-ties by lower id) is
 dealt round-robin, so every device gets the same mix of long and short columns. A device's share is
@@ -22,12 +22,16 @@ class Share(NamedTuple):
     """One device's columns: `ids[p]` is the column id at position p (-1: padding to whole
     blocks); `block_norms[j]` bounds the norms of blocks j, j + 1, ... from above."""
 
-    ids: np.ndarray  # int64 [blocks * cols]
-    block_norms: np.ndarray  # float32 [blocks]
+    # int64 [blocks * cols]
+    ids: np.ndarray
+    # float32 [blocks]
+    block_norms: np.ndarray
 
 
-ROWS_PER_TASK = 1 << 18  # rows a host thread takes at a time (norms, gathers)
-KEY_LEVELS = 65535  # norms are ordered by their logarithm quantized to this many levels
+# rows a host thread takes at a time (norms, gathers)
+ROWS_PER_TASK = 1 << 18
+# norms are ordered by their logarithm quantized to this many levels
+KEY_LEVELS = 65535
 
 
 def norms(table: np.ndarray) -> np.ndarray:
@@ -58,12 +62,14 @@ def descending(table_norms: np.ndarray) -> np.ndarray:
 def deal(table_norms: np.ndarray, parts: int, cols: int) -> list[Share]:
     """`parts` shares of the columns whose norms are `table_norms`, in blocks of `cols`."""
     order = descending(table_norms)
-    small = len(table_norms) < np.iinfo(np.int32).max  # int32 ids sort faster
+    # int32 ids sort faster
+    small = len(table_norms) < np.iinfo(np.int32).max
     out = []
     for i in range(parts):
         mine = order[i::parts]
         blocks = max(1, -(-len(mine) // cols))
-        last = np.iinfo(np.int32 if small else np.int64).max  # padding sorts after every id
+        # padding sorts after every id
+        last = np.iinfo(np.int32 if small else np.int64).max
         ids = np.full(blocks * cols, last, np.int32 if small else np.int64)
         ids[: len(mine)] = mine
         ids = np.sort(ids.reshape(blocks, cols), axis=1).ravel().astype(np.int64)
@@ -80,7 +86,8 @@ def deal(table_norms: np.ndarray, parts: int, cols: int) -> list[Share]:
 def gather_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """float32 `table[ids]`, zero rows where an id is -1, gathered in host threads."""
     out = np.empty((len(ids), table.shape[1]), np.float32)
-    if len(table) == 0:  # every id is padding
+    # every id is padding
+    if len(table) == 0:
         out[:] = 0
         return out
 

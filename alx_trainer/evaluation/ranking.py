@@ -102,7 +102,9 @@ class Ranker:
         """Row vectors `[n, d]` solved from each row's known columns against the column table."""
         known = as_rows(known)
         if self.fold_in_fn is not None:
-            return np.asarray(self.fold_in_fn(self.col_table, known.lists(), self.config), np.float32)
+            return np.asarray(
+                self.fold_in_fn(self.col_table, known.lists(), self.config), np.float32
+            )
         if self.config is None:
             raise ValueError("config: the fold-in needs the training config (or give row_table)")
         # model.fold_in takes CSR arrays as `indptr` and `indices`
@@ -143,8 +145,10 @@ class Ranker:
         each row's own id (a graph: row and column ids shared)."""
         n = len(known)
         exclude = known.with_ids(known.row_ids) if exclude_self else known
-        if row_table is not None and n and not (
-            0 <= known.row_ids.min() and known.row_ids.max() < len(row_table)
+        if (
+            row_table is not None
+            and n
+            and not (0 <= known.row_ids.min() and known.row_ids.max() < len(row_table))
         ):
             raise ValueError(f"row ids outside the row table's 0..{len(row_table) - 1}")
         log.info("top-k of %d rows: %s", n, self.describe(k))

@@ -288,7 +288,8 @@ def _rescore(top, queries, threshold, flags, first, block, cols: SortedColumns, 
     )
     at, bit = np.nonzero(bits)
     groups = (first + j[at]) * (block // GROUP) + w[at] * 32 + bit
-    fresh = groups >= SEED_COLUMNS // GROUP  # the first groups were ranked by `_dense_block`
+    # the first groups were ranked by `_dense_block`
+    fresh = groups >= SEED_COLUMNS // GROUP
     rows, groups = rows[at][fresh], groups[fresh]
     by_group = cols.host.reshape(-1, GROUP, cols.host.shape[1])
     for lo in range(0, len(rows), RESCORE_GROUPS):

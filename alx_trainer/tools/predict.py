@@ -18,10 +18,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.loading import model_tables
 from alx_trainer.model import fold_in
 from alx_trainer.tools.new_pages import names_are_numbers, node_token
-from alx_trainer.evaluation.ranking import Ranker
 from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
 from webgraph_contract.record_codec import encode_example
 

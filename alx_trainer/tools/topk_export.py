@@ -26,8 +26,8 @@ import numpy as np
 
 from alx_trainer.data import records
 from alx_trainer.data.dataset import Dataset
-from alx_trainer.tools import topk_records
 from alx_trainer.evaluation.ranking import Ranker
+from alx_trainer.tools import topk_records
 from webgraph_contract import dataset_reader, fileio, layout
 
 log = logging.getLogger(__name__)
