@@ -25,7 +25,7 @@ from jax.experimental import multihost_utils
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
-from alx_trainer import checkpoint, phase_times
+from alx_trainer import checkpoint, loading, phase_times
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset
@@ -100,7 +100,7 @@ class Evaluator(Callback):
         if "test" not in dataset.files:
             log.warning("%s has no test split: training without evaluation", dataset.name)
             return
-        counted, how = len(evaluate.load_eval_data(dataset)[0]), "read before epoch 1"
+        counted, how = len(loading.eval_data(dataset).known), "read before epoch 1"
         integrity.check_rows(dataset.name, "test", counted, dataset.splits, how)
         if counted == 0:
             raise integrity.DataError(
