@@ -190,9 +190,15 @@ def test_approximate_topk_recall_is_measured_against_exact(recall_target):
     table = rng.normal(size=(3000, 16)).astype(np.float32)
     queries = rng.normal(size=(40, 16)).astype(np.float32)
     exclude = [np.array([i]) for i in range(len(queries))]
-    exact = ranked(Scorer(table, jax.devices()[:2], cols=512), queries, exclude, 50)
+    exact_engine = Scorer(table, jax.devices()[:2], cols=512, scan=False)
+    exact_engine.place()
+    exact = ranked(exact_engine, queries, exclude, 50)
     scorer = Scorer(table, jax.devices()[:2], cols=512, approx=True, recall_target=recall_target)
     approx = ranked(scorer, queries, exclude, 50)
+    # the same approximate top K on the exact engine's layout
+    shared = exact_engine.approximate(recall_target)
+    np.testing.assert_array_equal(ranked(shared, queries, exclude, 50).ids, approx.ids)
+    assert shared._shares is exact_engine._shares and not exact_engine.approx
     want = np.mean([len(np.intersect1d(a, e)) / 50 for a, e in zip(approx.ids, exact.ids)])
     assert topk.approx_recall(approx.ids, exact.ids) == pytest.approx(want)
     assert topk.approx_recall(approx.ids, exact.ids) >= recall_target

@@ -28,6 +28,7 @@ option selects per block with `lax.approx_max_k`.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from typing import Any, Sequence
@@ -199,6 +200,13 @@ class BlockLoop(engine.Engine):
 
     def place(self) -> None:
         _ = self._shares
+
+    def approximate(self, recall_target: float = 0.95) -> BlockLoop:
+        """This engine selecting by `lax.approx_max_k` with `recall_target`, on the same layout
+        once placed (the columns are not put on the devices twice)."""
+        other = copy.copy(self)
+        other.approx, other.recall_target, other.blocks = True, float(recall_target), [0, 0]
+        return other
 
     def describe(self, k: int) -> str:
         return super().describe(k) + (" approximate" if self.approx else "")
