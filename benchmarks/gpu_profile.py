@@ -14,7 +14,7 @@ what came before it (the Pallas section runs last):
    `--ours`); the second epoch runs under `jax.profiler` (trace in DIR/train). Its device time by
    kernel (`core.trace.device_kernels`), against the epoch's seconds and the counted minimum work.
 2. topk: a random `--topk_cols` x `--topk_dim` column table with log-normal row norms, exact top
-   `--k` of `--topk_rows` rows through `evaluation.topk.BlockedScorer` at its default block shape:
+   `--k` of `--topk_rows` rows through `evaluation.topk.make_engine` at its default block shape:
    one batch to compile, the next traced (DIR/topk); seconds per column block and by kernel.
 3. cache: `python -m alx_trainer train --config configs/gowalla.json` run twice on one dataset
    directory (`--cache_data`, else a Gowalla-shaped power-law matrix written by
@@ -151,16 +151,19 @@ def topk_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from alx_trainer.evaluation.topk import BlockedScorer
+    from alx_trainer.evaluation.engine import BlockShape, default_block_shape
+    from alx_trainer.evaluation.topk import make_engine
+    from webgraph_contract.ragged import RaggedRows
 
     key_t, key_n, key_q = jax.random.split(jax.random.key(args.seed), 3)
     shape = (args.topk_cols, args.topk_dim)
     norms = jnp.exp(0.5 * jax.random.normal(key_n, (args.topk_cols, 1)))
     table = np.asarray(jax.random.normal(key_t, shape) * norms / np.sqrt(args.topk_dim))
     queries = np.asarray(jax.random.normal(key_q, (2 * args.topk_rows, args.topk_dim)))
-    none = [np.zeros(0, np.int64)] * args.topk_rows
+    none = RaggedRows.from_lists([np.zeros(0, np.int64)] * args.topk_rows)
     t = time.perf_counter()
-    scorer = BlockedScorer(table, rows_per_batch=args.topk_rows)
+    cols = default_block_shape(jax.devices()[0].platform).cols
+    scorer = make_engine(table, shape=BlockShape(args.topk_rows, cols))
     scorer.top_k(queries[: args.topk_rows], none, args.k)  # the table to the device, the compile
     first_s = time.perf_counter() - t
     trace_dir = out / "topk"
@@ -178,7 +181,7 @@ def topk_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
         block=list(scorer.shape),
         blocks=blocks,
         blocks_scored=scored,
-        path="threshold scan" if scorer.scan else "blocked kernel",
+        path=type(scorer).__name__,
         first_batch_s=first_s,
         batch_s=seconds,
         ms_per_block=1e3 * seconds / max(scored, 1),

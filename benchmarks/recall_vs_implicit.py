@@ -63,15 +63,15 @@ def floats(text: str) -> list[float]:
 def implicit_child(args: argparse.Namespace) -> int:
     """(In a child) fit implicit on one split at one point; one JSON line of metrics per epoch count
     in `--eval_epochs` (default: the last), each with the mean seconds per epoch so far."""
-    from alx_trainer.evaluation import evaluate
+    from alx_trainer import loading
 
     train_split = "validation_train" if args.split == "validation" else "train"
     _, n_cols, indptr, cols = datasets.read_csr(args.dataset, train_split)
     matrix, reg = implicit_als.implicit_problem(indptr, cols, n_cols, args.alpha, args.reg, args.nu)
     model = implicit_als.implicit_model(args.dim, reg, args.epochs, args.cg_iters)
-    held = evaluate.load_eval_data(args.dataset, args.split)[
-        0
-    ]  # the rows (and order) our evaluation uses
+    # the rows (and order) our evaluation uses
+    data = loading.eval_data(args.dataset, args.split)
+    held = list(zip(data.known.row_ids.tolist(), data.known.lists(), data.gt.lists()))
     held = held[: args.eval_rows] if args.eval_rows else held
     at = {int(e) for e in floats(args.eval_epochs)} if args.eval_epochs else {args.epochs}
     seconds: list[float] = []

@@ -17,10 +17,10 @@ import pytest
 from benchmark_run import toy_run
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluation.topk import Csr
 from alx_trainer.model import Model, fold_in
 from benchmarks import de_sparse
 from benchmarks.core import de_sparse_children, power_law, strong_split
+from webgraph_contract.ragged import RaggedRows
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,11 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatc
         "sample_rows": 16,
     }
     got = de_sparse_children.evaluate_test(
-        model, Csr.from_lists(known), gts, ranking, lambda name, seconds, **kw: phases.append(name)
+        model,
+        RaggedRows.from_lists(known),
+        gts,
+        ranking,
+        lambda name, seconds, **kw: phases.append(name),
     )
     ids = _brute_force_ids(fold_in(col_table, known, config), col_table, known, 30)
     for k in (5, 20):
@@ -149,7 +153,7 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatc
     counted = {}
     blocks = de_sparse_children.evaluate_test(
         model,
-        Csr.from_lists(known),
+        RaggedRows.from_lists(known),
         gts,
         dict(ranking, scan=False),
         lambda name, seconds, **kw: counted.update({name: kw}),
@@ -161,22 +165,13 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatc
     # past its deadline it stops after a chunk of rows, and its figures are those rows'
     monkeypatch.setattr(de_sparse_children, "EVAL_CHUNK", 16)
     cut = de_sparse_children.evaluate_test(
-        model, Csr.from_lists(known), gts, ranking, lambda *a, **kw: None, deadline=0.0
+        model, RaggedRows.from_lists(known), gts, ranking, lambda *a, **kw: None, deadline=0.0
     )
     hits = [len(set(ids[i, :5]) & set(gts[i])) for i in range(16)]
     assert (cut["rows"], cut["test_rows"]) == (16, n)
     assert cut["recall@5"] == pytest.approx(
         np.mean([h / min(5, len(g)) for h, g in zip(hits, gts)])
     )
-
-
-def test_take_rows_is_the_rows_in_the_order_asked():
-    csr = Csr.from_lists(
-        [np.array([3, 1]), np.array([], np.int64), np.array([7]), np.array([0, 2, 5])]
-    )
-    rows = np.array([3, 0, 1, 3])
-    got = de_sparse_children.take_rows(csr, rows)
-    assert [list(r) for r in got.lists()] == [[0, 2, 5], [3, 1], [], [0, 2, 5]]
 
 
 @pytest.mark.parametrize(

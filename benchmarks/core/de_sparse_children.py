@@ -22,7 +22,6 @@ from benchmarks.core import machine, sections
 from benchmarks.core.children import own_peak_gib, write_line
 
 Phase = Callable[..., None]
-EXCLUDE_FLOOR = 64  # rows with at most this many links are ranked together
 EVAL_CHUNK = 1 << 18  # test rows ranked between two looks at the clock
 EVAL_RESERVE = 0.15  # share of a child's time kept for the metrics and the sample after ranking
 
@@ -111,8 +110,8 @@ def ours_child(spec: dict, out: str) -> None:
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
     from alx_trainer.data.dataset import in_memory
-    from alx_trainer.evaluation.topk import Csr
     from alx_trainer.train import train
+    from webgraph_contract.ragged import RaggedRows
 
     phase = phase_writer(out)
     folder = pathlib.Path(spec["data"])
@@ -171,7 +170,9 @@ def ours_child(spec: dict, out: str) -> None:
     )
     n = min(spec["eval_rows"] or meta["test_rows"], meta["test_rows"])
     fold, gt = (
-        Csr(m[f"{name}_indptr"].astype(np.int64), m[f"{name}_cols"].astype(np.int64)).rows(0, n)
+        RaggedRows(
+            np.arange(meta["test_rows"]), m[f"{name}_indptr"].astype(np.int64), m[f"{name}_cols"]
+        ).take(0, n)
         for name in ("fold", "gt")
     )
     left = spec["timeout_s"] - (time.monotonic() - spec["started"])
@@ -184,27 +185,34 @@ def ours_child(spec: dict, out: str) -> None:
 def evaluate_test(
     model, fold, gts: list[np.ndarray], ranking: dict, phase: Phase, deadline: float = float("inf")
 ) -> dict:
-    """Recall@K and NDCG of test rows (`fold`: a `topk.Csr` of their kept links, `gts` their held
+    """Recall@K and NDCG of test rows (`fold`: `RaggedRows` of their kept links, `gts` their held
     links) through the trainer's evaluation: each row folded in from its kept links
     (`model.fold_in`, all rows in one call), its top K among all columns with those links excluded
-    (`topk.BlockedScorer`, exact or approximate, the column table put on the device once; see
+    (`topk.make_engine`, exact or approximate, the column table put on the device once; see
     `top_k`), the metrics against its held links (`evaluation.metrics.ranking_metrics`); then the
     other top K (approximate or exact) on `sample_rows` evenly spaced rows, and the approximate
     top K's recall against the exact one there (`topk.approx_recall`). Rows are ranked in chunks
     of `EVAL_CHUNK`, in order, while another chunk would end before `deadline`
     (`time.monotonic()`): the figures are then of the first `rows` of `test_rows`."""
-    from alx_trainer.evaluation import metrics, topk
-    from alx_trainer.model import fold_in
+    from alx_trainer.evaluation import block_loop, metrics, topk
+    from alx_trainer.evaluation.ranking import Ranker
 
     ks, ndcg_k, approx = ranking["ks"], ranking["ndcg_k"] or None, ranking["approx"]
     k = max(list(ks) + ([ndcg_k] if ndcg_k else []))
     n = len(fold)
     t = time.perf_counter()
-    queries = fold_in(model.col_table, fold, model.config)
+    queries = Ranker(model.col_table, model.config).fold_in(fold)
     phase("fold-in", time.perf_counter() - t, rows=n)
     t = time.perf_counter()
-    scorer = topk.BlockedScorer(model.col_table, scan=ranking.get("scan"))
+    scorer = topk.make_engine(model.col_table, scan=ranking.get("scan"))
     scorer.place()
+    # the approximate top K on the exact block loop's layout, else on its own
+    approx_engine = (
+        scorer.approximate(ranking["recall_target"])
+        if isinstance(scorer, block_loop.BlockLoop)
+        else topk.make_engine(model.col_table, approx=True, recall_target=ranking["recall_target"])
+    )
+    engines = {False: scorer, True: approx_engine}
     phase("column table to the device", time.perf_counter() - t)
     kind, other = ("approximate", "exact") if approx else ("exact", "approximate")
     t = time.perf_counter()
@@ -212,19 +220,19 @@ def evaluate_test(
     while done < n:  # in chunks of rows, while another chunk would end before the deadline
         rows = np.arange(done, min(n, done + EVAL_CHUNK))
         began = time.monotonic()
-        ids[rows] = top_k(scorer, queries, fold, rows, k, approx, ranking["recall_target"])
+        ids[rows] = top_k(engines[approx], queries, fold, rows, k)
         done = int(rows[-1]) + 1
         if time.monotonic() + (time.monotonic() - began) > deadline:
             break
     ids, gts, n = ids[:done], gts[:done], done
-    scored, blocks = scorer.blocks
+    scored, blocks = engines[approx].blocks
     phase(f"top {k} ({kind})", time.perf_counter() - t, rows=n, blocks_scored=scored, blocks=blocks)
     t = time.perf_counter()
     scores = metrics.ranking_metrics(ids, gts, ks, ndcg_k)
     phase("metrics", time.perf_counter() - t, rows=n)
     sample = np.unique(np.linspace(0, n - 1, min(n, ranking["sample_rows"])).astype(np.int64))
     t = time.perf_counter()
-    ids_other = top_k(scorer, queries, fold, sample, k, not approx, ranking["recall_target"])
+    ids_other = top_k(engines[not approx], queries, fold, sample, k)
     phase(f"top {k} ({other}, sample)", time.perf_counter() - t, rows=len(sample))
     approx_ids, exact_ids = (ids[sample], ids_other) if approx else (ids_other, ids[sample])
     return dict(
@@ -239,35 +247,10 @@ def evaluate_test(
     )
 
 
-def top_k(
-    scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int, approx: bool, recall_target: float
-) -> np.ndarray:
+def top_k(scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int) -> np.ndarray:
     """The top-`k` ids [len(rows), k] of the rows `rows` of `queries`, their links in `fold`
-    excluded, asked of `scorer` in groups of rows of like link counts (powers of two): a batch's
-    exclusion lists are as wide as its longest row's, and at the de-sparse size one width for all
-    rows over 64 links would be 65,536 for about 250k rows."""
-    lengths = fold.lengths()[rows]
-    width = np.left_shift(1, np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64))
-    ids = np.full((len(rows), k), -1, np.int64)
-    for w in np.unique(np.maximum(width, EXCLUDE_FLOOR)):
-        at = np.flatnonzero(np.maximum(width, EXCLUDE_FLOOR) == w)
-        found = scorer.top_k(
-            queries[rows[at]],
-            take_rows(fold, rows[at]),
-            k,
-            approx=approx,
-            recall_target=recall_target,
-        )
-        ids[at] = found.ids
-    return ids
-
-
-def take_rows(csr, rows: np.ndarray):
-    """The rows `rows` of a `topk.Csr`, in that order, as a Csr of their own."""
-    starts, lengths = csr.indptr[rows], csr.indptr[rows + 1] - csr.indptr[rows]
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    offsets = np.arange(indptr[-1]) - np.repeat(indptr[:-1], lengths)
-    return type(csr)(indptr, csr.indices[np.repeat(starts, lengths) + offsets])
+    excluded (one call: the engine batches rows by their exclusion lists)."""
+    return scorer.top_k(queries[rows], fold.select(rows), k).ids
 
 
 CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}

@@ -69,9 +69,14 @@ def score_trained_rows(
     of the users' trained rows, all items ranked but the excluded ones (our evaluator, for any
     model), and the seconds it took (`eval_s`)."""
     from alx_trainer.evaluation.evaluate import Ranking, evaluate_rows
+    from webgraph_contract.ragged import RaggedRows
 
     t = time.perf_counter()
     tables = (np.asarray(row_table, np.float32), np.asarray(col_table, np.float32))
-    result = evaluate_rows(tables, list(rows), None, Ranking(ks=(k,), ndcg_k=k), trained_rows=True)
+    ids = [u for u, _, _ in rows]
+    known = RaggedRows.from_lists([c for _, c, _ in rows], ids)
+    gt = RaggedRows.from_lists([g for _, _, g in rows], ids)
+    ranking = Ranking(ks=(k,), ndcg_k=k)
+    result = evaluate_rows(tables, known, gt, None, ranking, trained_rows=True)
     keys = (f"recall_gt@{k}", f"recall@{k}", f"ndcg@{k}")
     return dict({key: result[key] for key in keys}, eval_s=time.perf_counter() - t)
