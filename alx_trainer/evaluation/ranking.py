@@ -122,11 +122,17 @@ class Ranker:
         """`top_k` of the rows folded in from `known`, `rows_per_call` rows per fold-in call."""
         known, exclude = as_rows(known), as_rows(exclude)
         check_columns(known, self.num_cols)
+        check_columns(exclude, self.num_cols)
+        return self._fold_in_top_k(known, exclude, k, progress)
+
+    def _fold_in_top_k(self, known: RaggedRows, exclude: RaggedRows, k: int, progress) -> TopK:
+        """`fold_in_top_k` of rows whose ids are checked."""
         ids = np.full((len(known), k), -1, np.int64)
         scores = np.full((len(known), k), -np.inf, np.float32)
         for lo in range(0, len(known), self.rows_per_call):
             hi = min(lo + self.rows_per_call, len(known))
-            found = self.top_k(self.fold_in(known.take(lo, hi)), exclude.take(lo, hi), k, progress)
+            queries = self.fold_in(known.take(lo, hi))
+            found = self.engine.top_k(queries, exclude.take(lo, hi), k, progress)
             ids[lo:hi], scores[lo:hi] = found
         return TopK(ids, scores)
 
@@ -144,6 +150,7 @@ class Ranker:
         trained), otherwise it is folded in from its known columns. `exclude_self`: also exclude
         each row's own id (a graph: row and column ids shared)."""
         n = len(known)
+        check_columns(known, self.num_cols)
         exclude = known.with_ids(known.row_ids) if exclude_self else known
         if (
             row_table is not None
@@ -155,13 +162,13 @@ class Ranker:
         began = time.perf_counter()
         with _progress_bar(n, self.progress, "top-k") as bar:
             if row_table is None:
-                found = self.fold_in_top_k(known, exclude, k, bar.update)
+                found = self._fold_in_top_k(known, exclude, k, bar.update)
             else:
                 has = known.lengths > 0
                 queries = np.where(
                     has[:, None], np.asarray(row_table[known.row_ids], np.float32), 0.0
                 )
-                found = self.top_k(queries, exclude, k, bar.update)
+                found = self.engine.top_k(queries, exclude, k, bar.update)
         seconds = time.perf_counter() - began
         log.info("top-k of %d rows in %.1f s (%.0f rows/s)", n, seconds, n / max(seconds, 1e-9))
         scored, blocks = self.engine.blocks
