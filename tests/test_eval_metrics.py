@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from alx_trainer.evaluation import metrics
+from webgraph_contract.ragged import RaggedRows
 
 
 def test_recall_denominator_is_min_of_k_and_gt_size():
@@ -109,3 +110,14 @@ def test_per_row_metrics_equal_the_definitions_across_chunks(monkeypatch, chunk)
     want = _by_sets(topk, gt, 5, 12)
     for name, column in (("recall@5", 0), ("recall_gt@5", 1), ("ndcg@12", 2)):
         np.testing.assert_allclose(got[name], want[:, column], rtol=1e-12, equal_nan=True)
+
+
+def test_ground_truth_as_ragged_rows_counts_the_same_hits():
+    # by hand: row 0 hits 1 (top 2) and 3 (top 4) of 3; row 2 has 2 distinct ids, 2 hit at rank 4
+    topk = np.array([[1, 2, 3, -1], [9, 8, 7, 6], [5, 4, 3, 2]])
+    gt = RaggedRows.from_lists([[1, 3, 10], [], [2, 2, 40]])
+    got = metrics.per_row_metrics(topk, gt, (2, 4), 4)
+    np.testing.assert_array_equal(got["recall@2"], [1 / 2, np.nan, 0.0])
+    np.testing.assert_array_equal(got["recall@4"], [2 / 3, np.nan, 1 / 2])
+    buckets = metrics.bucket_means(got, gt, [1, 20, 100])
+    assert buckets["cold/rows"] == 1 and buckets["heavy/rows"] == 1 and "medium/rows" not in buckets
