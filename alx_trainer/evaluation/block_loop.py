@@ -247,10 +247,13 @@ class BlockLoop(engine.Engine):
         excluded[0, : part.nnz] = np.repeat(np.arange(hi - lo, dtype=np.int32), part.lengths)
         excluded[1, : part.nnz] = part.ids
 
+        # the layout, made here (once) rather than in the devices' threads
+        shares = self._shares
+
         def task(i: int):
             device = self.devices[i]
             q_on, excluded_on, reach_on = (jax.device_put(a, device) for a in (q, excluded, reach))
-            return kernel(q_on, *self._shares[i], excluded_on, reach_on)
+            return kernel(q_on, *shares[i], excluded_on, reach_on)
 
         if self.per_core:
             return per_core.run([functools.partial(task, i) for i in range(len(self.devices))])
