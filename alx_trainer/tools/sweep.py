@@ -26,8 +26,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax.monitoring
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from alx_trainer.config import ConfigError
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
@@ -411,15 +409,16 @@ def plot_heatmap(
 ) -> str:
     """A lambda x alpha heatmap of `metric` at the best d, nu and epochs, values written in, best
     boxed."""
+    # matplotlib (0.5 s to import) only where a heatmap is drawn; no pyplot: no GUI backend
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle  # (as above)
+
     best, same = _slice(rows, metric)
     lambdas, alphas, grid = _grid(same, metric)
-    fig = Figure(
-        figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8)
-    )  # no pyplot: no GUI backend
+    fig = Figure(figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8))
     ax = fig.subplots()
-    im = ax.imshow(
-        np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower"
-    )  # lambda grows upwards
+    # lambda grows upwards
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower")
     ax.set_xticks(range(len(alphas)), [f"{a:.2g}" for a in alphas])
     ax.set_yticks(range(len(lambdas)), [f"{lam:.2g}" for lam in lambdas])
     ax.set_xlabel("alpha (unobserved weight)")
