@@ -194,3 +194,4 @@ def test_train_imports_no_matplotlib():
     )
     assert "jax" in imported and "matplotlib" not in imported
     assert _imported("import alx_trainer.cli.commands, alx_trainer.__main__") == []
+    assert _imported("import alx_trainer.cli.train") == []
