@@ -3,8 +3,8 @@
 `run_sweep` trains every point of a grid over (d, alpha, lambda, nu) on `validation_train` and
 evaluates it on `validation` every `--eval_every` epochs, so those epoch counts up to `--epochs` are
 points of the table too (one row per point and evaluated epoch). The test split is never read while
-tuning. Rows go
-to `sweep.csv` as soon as a point finishes, so an interrupted sweep resumes where it stopped.
+tuning. Rows go to `sweep.csv` as soon as a point finishes, so an interrupted sweep resumes where it
+stopped.
 The points run in one process: the step kernels take alpha, lambda and nu as arguments, so points
 of the same d reuse the compiled programs (the `compiles` column counts XLA compilations per
 point). `final_run` then trains the best point on the full training data and evaluates it on test.
@@ -310,9 +310,8 @@ def write_outputs(
         "ndcg_k",
     )
     values = {k: getattr(tuned, k) for k in keep}
-    values["eval_every"] = values[
-        "epochs"
-    ]  # `train --config` evaluates on test once, after the last epoch
+    # `train --config` evaluates on test once, after the last epoch
+    values["eval_every"] = values["epochs"]
     with open(paths["config"], "w", encoding="utf-8") as f:
         json.dump(values, f, indent=2)
         f.write("\n")
