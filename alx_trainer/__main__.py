@@ -1,5 +1,6 @@
-"""`python -m alx_trainer train|eval|sweep|predict|export ...`: one entry point, one module per
-command."""
+"""`python -m alx_trainer train|eval|sweep|predict|export ...`: one entry point; a command's module
+is imported only when that command runs, and imports what the command needs only after its flags
+are read (`--help` and a bad flag stay fast)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     """Dispatch to the command's own parser; a one-line error (exit 2) for no or an unknown
     command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    quiet(verbose_in(argv))  # before TensorFlow, JAX or orbax are imported
-    argv = take_debug_flag(argv)  # any command: errors show their traceback
+    # before TensorFlow, JAX or orbax are imported
+    quiet(verbose_in(argv))
+    # any command: errors show their traceback
+    argv = take_debug_flag(argv)
     if not argv:
         return missing_command(PROG, COMMANDS)
     if argv[0] in ("-h", "--help"):
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from alx_trainer.cli import hugepages
 
-    if sys.argv[1:2] == ["train"]:  # large tables: see `hugepages`
+    # large tables: see `hugepages` (not for `train --help`, which starts no training)
+    if sys.argv[1:2] == ["train"] and not {"-h", "--help"} & set(sys.argv[2:]):
         hugepages.restart_with_hugepages("alx_trainer", sys.argv[1:])
     sys.exit(main())

@@ -92,7 +92,6 @@ def main() -> None:
     cli_train.split_cpu(config)
     import jax
 
-    from alx_trainer import train as training
     from alx_trainer.data import batching, records
     from alx_trainer.data.dataset import open_dataset
     from alx_trainer.model import init_tables
@@ -100,6 +99,7 @@ def main() -> None:
     from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.ops.side_runner import SideRunner
     from alx_trainer.ops.spec import step_spec
+    from alx_trainer.train import sides
 
     mesh = make_mesh()
     dataset = open_dataset(config.data)
@@ -111,7 +111,7 @@ def main() -> None:
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
     }
     replica = ReplicaBuffer()  # as `train` shares one between its two runners
-    for side in training.sides(False):
+    for side in sides(False):
         if side.name not in args.sides.split(","):
             continue
         n_this, n_other = (

@@ -6,11 +6,11 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer import train as training
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
+from alx_trainer.train import TrainingCollapse, train
 
 import reference_ials as ref
 
@@ -40,7 +40,7 @@ def test_an_epoch_computes_two_gramians_and_the_loss_reads_the_final_tables(
         SideRunner, "gramian", lambda self, table: computed.append(1) or original(self, table)
     )
     after_epoch = []
-    model = training.train(
+    model = train(
         config,
         callback=lambda epoch, m: after_epoch.append(len(computed)),
         mesh=make_mesh(jax.devices()[:2]),
@@ -77,9 +77,9 @@ def test_a_non_finite_table_stops_training_naming_epoch_and_side(tmp_path, epoch
         data=data_dir, model_dir=str(tmp_path / "m"), dim=4, epochs=3, progress=False, eval_every=0
     )
     with pytest.raises(
-        training.TrainingCollapse,
+        TrainingCollapse,
         match=f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf",
     ):
-        training.train(
+        train(
             config, mesh=make_mesh(jax.devices()[:2]), callbacks=[_Poison(epoch, side, value)]
         )

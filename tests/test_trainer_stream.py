@@ -11,7 +11,6 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer import train as training
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.data.dataset import open_dataset
@@ -20,6 +19,7 @@ from alx_trainer.ops import batch_sources, per_core
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.ops.spec import step_spec
+from alx_trainer.train import train
 from webgraph_contract import dataset_reader, synthetic_matrix
 
 
@@ -49,7 +49,7 @@ def _train(data: str, model_dir: str, devices: int, **overrides) -> Model:
         progress=False,
         **overrides,
     )
-    return training.train(config, mesh=make_mesh(jax.devices()[:devices]))
+    return train(config, mesh=make_mesh(jax.devices()[:devices]))
 
 
 @pytest.mark.parametrize("devices", [1, 2])

@@ -1,8 +1,14 @@
 """Command lines `python -m alx_trainer eval|sweep|predict|export`; each returns an exit code.
 
+Each command's flags come from its options dataclass (`EvalOptions`, `SweepOptions`,
+`PredictOptions`, `ExportOptions`) through `dataclass_flags`, as `train`'s come from `TrainConfig`;
+a thing has one flag name in every command (`--eval_k`, `--eval_rows`, `--top_k`, `--out_dir`), the
+older spellings (`--k`, `--max_rows`, `--topk`, `--output`) are accepted as aliases.
 Bad input gives one line on stderr naming what and where, and exit code 1 (2 for bad flags); a
 `--data` other than the model's training data (another `dataset_fingerprint`) is refused.
 Results go to stdout; diagnostics (sweep progress) to stderr through `logging` (`--log_level`).
+The heavy modules (JAX, orbax, matplotlib) are imported inside the commands, after the flags are
+read: `--help` and a bad flag stay fast.
 """
 
 from __future__ import annotations
@@ -14,12 +20,9 @@ import json
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from alx_trainer import loading
 from alx_trainer.cli.common import (
-    add_compile_cache,
-    add_log_level,
     at_least,
     fraction,
     ks,
@@ -27,53 +30,200 @@ from alx_trainer.cli.common import (
     setup_logging,
     use_compile_cache,
 )
-from alx_trainer.cli.dataclass_flags import parse_dataclass_args
-from alx_trainer.cli.train import split_cpu
-from alx_trainer.config import TrainConfig
-from alx_trainer.data.dataset import Dataset
-from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
-from alx_trainer.evaluation.ranking import Ranker
-from alx_trainer.ops import per_core
-from alx_trainer.tools.new_pages import (
-    ColumnLookup,
-    Report,
-    answer,
-    json_line,
-    parse_rows,
-    predict_pages,
+from alx_trainer.cli.dataclass_flags import (
+    build_parser,
+    option,
+    parse_dataclass_args,
+    parse_options,
 )
-from alx_trainer.tools.predict import (
-    Prediction,
-    export_tables,
-    format_predictions,
-    nearest_neighbors,
-    predict_outlinks,
-    vocabulary_names,
-)
-from alx_trainer.tools.sweep import (
-    DEFAULT_METRIC,
-    PAPER_ALPHAS,
-    PAPER_LAMBDAS,
-    best_row,
-    check_metric,
-    final_run,
-    format_final,
-    format_table,
-    parse_grid,
-    run_sweep,
-    write_outputs,
-)
-from alx_trainer.tools.topk_export import export_topk
-from webgraph_contract import fileio
-from webgraph_contract.command_line import OneLineParser
+from alx_trainer.config import LOG_LEVELS, TrainConfig
+
+if TYPE_CHECKING:
+    from alx_trainer.data.dataset import Dataset
+    from alx_trainer.evaluation.ranking import Ranker
+    from alx_trainer.model import Model
 
 log = logging.getLogger("alx_trainer.predict")
 
 
+@dataclasses.dataclass(kw_only=True)
+class CommandOptions:
+    """Compilation cache and diagnostics (as `train`'s flags of the same names)."""
+
+    compile_cache: str = option(
+        "auto",
+        "JAX's persistent compilation cache: 'auto' (this user's ~/.cache/alx/jax or "
+        "$XDG_CACHE_HOME/alx/jax), a directory only this user can write, or 'off'.",
+    )
+    log_level: str = option("info", "Diagnostics on stderr from this level.", choices=LOG_LEVELS)
+
+
+@dataclasses.dataclass(kw_only=True)
+class EvalOptions(CommandOptions):
+    """The flags of `eval`."""
+
+    data: str = option(help="Dataset directory in the WebGraph contract, or a TFDS name.")
+    tfds_data_dir: str = option("", "TFDS data_dir when --data is a TFDS name.")
+    model_dir: str = option(help="Model directory written by `train`.")
+    eval_k: list[int] = option(
+        [20, 50], "Cut-offs K of Recall@K, comma-separated.", aliases=("--k",), parse=ks
+    )
+    ndcg_k: int = option(100, "Cut-off of NDCG (0: none).", parse=at_least(0))
+    approx: bool = option(
+        False,
+        "Approximate top-k (lax.approx_max_k) per column block; its recall against exact is "
+        "reported.",
+    )
+    recall_target: float = option(
+        0.95, "Recall target of the approximate top-k, in (0, 1].", parse=fraction
+    )
+    batch_size: int = option(
+        0,
+        "Test rows per scoring batch (0: by backend; capped at the rows to score).",
+        parse=at_least(0),
+    )
+    cols_per_block: int = option(
+        0,
+        "Columns scored per block (0: by backend); a device's score buffer is batch_size x "
+        "cols_per_block.",
+        parse=at_least(0),
+    )
+    progress: bool | None = option(
+        None, "A progress bar with rows per second on stderr (default: when stderr is a terminal)."
+    )
+    eval_rows: int = option(
+        0,
+        "Evaluate only the first N rows of the split (0: all).",
+        aliases=("--max_rows",),
+        parse=at_least(0),
+    )
+    split: str = option(
+        "test",
+        "Rows to evaluate: test, or validation (a dataset directory made with "
+        "--validation_fraction).",
+        choices=("test", "validation"),
+    )
+    fold_in: bool = option(
+        False,
+        "Fold every row in from its fold-in items, also on a given split (whose users are scored "
+        "from their trained rows by default).",
+    )
+    output: str = option("", "Also write the metrics as JSON to this file.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class SweepOptions:
+    """The sweep's own flags (every other flag is `train`'s)."""
+
+    out_dir: str = option(
+        help="Where sweep.csv/.json, the heatmap, best_config.json and final/ go."
+    )
+    dims: list[int] = option([], "Embedding dimensions d (default: --dim).", parse=ks)
+    lambdas: tuple[float, ...] = option(
+        (),
+        "L2 regularization values, comma-separated (default: the paper's).",
+        parse=lambda text: _grid(text),
+    )
+    alphas: tuple[float, ...] = option(
+        (),
+        "Unobserved weights, comma-separated (default: the paper's).",
+        parse=lambda text: _grid(text),
+    )
+    nus: tuple[float, ...] = option(
+        (),
+        "Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).",
+        parse=lambda text: _grid(text),
+    )
+    metric: str = option(
+        "",
+        "Validation metric that picks the best point (default: recall_gt@20, hits / |gt| as the "
+        "published Gowalla tables' Recall@20).",
+    )
+    keep_models: bool = option(False, "Keep every point's model directory.")
+    no_final: bool = option(False, "Stop after the sweep (no training on the full data).")
+
+
+@dataclasses.dataclass(kw_only=True)
+class PredictOptions(CommandOptions):
+    """The flags of `predict`."""
+
+    data: str = option(help="Dataset directory (vocabulary and known links).")
+    model_dir: str = option(help="Model directory written by `train`.")
+    node: list[str] = option(
+        [],
+        "Names or URLs from the vocabulary, or ids: `id:N`, or a bare number N where no name of "
+        "the vocabulary is a number (in a dataset of numeric names a number is a name).",
+        nargs="*",
+        positional=True,
+    )
+    links: list[str] = option(
+        [],
+        "A new page's known outlinks (names or URLs of the column vocabulary, or column ids, as "
+        "nodes are given): its predicted outlinks, folded in as `eval` folds in a test row.",
+        nargs="+",
+        metavar="URL",
+    )
+    name: str = option(
+        "",
+        "With --links: the page's name (its URL, left out of the predictions when the "
+        "vocabulary holds it).",
+    )
+    rows: str = option(
+        "",
+        "New pages, one per line `NAME<TAB>URL URL ...` ('-': stdin), answered as JSON lines.",
+        metavar="FILE",
+    )
+    json: bool = option(False, "With --links: one JSON line, as --rows answers.")
+    top_k: int = option(
+        10, "How many predictions per node.", aliases=("--k",), parse=at_least(1), metavar="K"
+    )
+    batch_size: int = option(
+        0,
+        "Pages per scoring batch of --links/--rows (0: by backend, as `eval`; capped at the "
+        "pages given).",
+        parse=at_least(0),
+    )
+    neighbors: bool = option(False, "Nearest neighbours by cosine instead of outlinks.")
+    table: str = option("col", "Table of --neighbors.", choices=("row", "col"))
+
+
+@dataclasses.dataclass(kw_only=True)
+class ExportOptions(CommandOptions):
+    """The flags of `export`."""
+
+    model_dir: str = option(help="Model directory written by `train`.")
+    out_dir: str = option(help="Output directory.", aliases=("--output",))
+    data: str = option(
+        "",
+        "Dataset directory whose vocabulary names the ids (optional; --top_k needs it: it holds "
+        "the rows and their known links).",
+    )
+    top_k: int = option(
+        0,
+        "Write the top K columns of every row with known links (topk.tfr-*, topk.json) instead "
+        "of the tables.",
+        aliases=("--topk",),
+        parse=at_least(0),
+        metavar="K",
+    )
+    num_shards: int = option(
+        0,
+        "TFRecord shards per table (0: 1), or of --top_k (0: one per 2^20 rows).",
+        parse=at_least(0),
+    )
+    batch_size: int = option(
+        0,
+        "Rows per scoring batch of --top_k (0: by backend, as `eval`; capped at the rows).",
+        parse=at_least(0),
+    )
+
+
 def per_core_cpu() -> None:
-    """One JAX CPU device per core for scoring (before JAX starts): its programs have no collective,
-    so
-    the per-core devices that `split_cpu` keeps from other runs are safe here."""
+    """One JAX CPU device per core for scoring (before JAX starts): its programs have no
+    collective, so the per-core devices that `split_cpu` keeps from other runs are safe here."""
+    # imports JAX: not for --help or a bad flag
+    from alx_trainer.ops import per_core
+
     if (
         "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
         and not per_core.accelerator_plugins()
@@ -83,78 +233,17 @@ def per_core_cpu() -> None:
 
 def main_eval(argv: Sequence[str]) -> int:
     """Recall@K / NDCG of a trained model and of the popularity baseline on a test split."""
-    p = OneLineParser(prog="alx_trainer eval", description=main_eval.__doc__)
-    p.add_argument(
-        "--data", required=True, help="Dataset directory in the WebGraph contract, or a TFDS name."
-    )
-    p.add_argument("--tfds_data_dir", default="", help="TFDS data_dir when --data is a TFDS name.")
-    p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
-    p.add_argument(
-        "--k", type=ks, default=[20, 50], help="Cut-offs K of Recall@K, comma-separated."
-    )
-    p.add_argument("--ndcg_k", type=at_least(0), default=100, help="Cut-off of NDCG (0: none).")
-    p.add_argument(
-        "--approx",
-        action="store_true",
-        help="Approximate top-k (lax.approx_max_k) per column block; its recall against exact is "
-        "reported.",
-    )
-    p.add_argument(
-        "--recall_target",
-        type=fraction,
-        default=0.95,
-        help="Recall target of the approximate top-k, in (0, 1].",
-    )
-    p.add_argument(
-        "--batch_size",
-        type=at_least(0),
-        default=0,
-        help="Test rows per scoring batch (0: by backend; capped at the rows to score).",
-    )
-    p.add_argument(
-        "--cols_per_block",
-        type=at_least(0),
-        default=0,
-        help="Columns scored per block (0: by backend); a device's score buffer is batch_size x "
-        "cols_per_block.",
-    )
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="A progress bar with rows per second on stderr (default: when stderr is a terminal).",
-    )
-    p.add_argument(
-        "--max_rows",
-        type=at_least(0),
-        default=0,
-        help="Evaluate only the first N test rows (0: all).",
-    )
-    p.add_argument(
-        "--split",
-        choices=("test", "validation"),
-        default="test",
-        help="Rows to evaluate: test, or validation (a dataset directory made with "
-        "--validation_fraction).",
-    )
-    p.add_argument(
-        "--fold_in",
-        action="store_true",
-        help="Fold every row in from its fold-in items, also on a given split (whose users are "
-        "scored from "
-        "their trained rows by default).",
-    )
-    p.add_argument("--output", default="", help="Also write the metrics as JSON to this file.")
-    add_compile_cache(p)
-    add_log_level(p)
-    args = p.parse_args(list(argv))
+    _, args = parse_options(EvalOptions, argv, "alx_trainer eval", main_eval.__doc__)
     setup_logging(args.log_level)
 
     def body() -> int:
         per_core_cpu()
         use_compile_cache(args.compile_cache)
+        # the evaluation stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
+        from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
+
         ranking = Ranking(
-            ks=args.k,
+            ks=args.eval_k,
             ndcg_k=args.ndcg_k or None,
             approx=args.approx,
             recall_target=args.recall_target,
@@ -169,7 +258,7 @@ def main_eval(argv: Sequence[str]) -> int:
             tfds_data_dir=args.tfds_data_dir,
             split=args.split,
             fold_in=args.fold_in,
-            max_rows=args.max_rows or None,
+            max_rows=args.eval_rows or None,
         )
         print(format_metrics(result))
         if args.output:
@@ -182,6 +271,9 @@ def main_eval(argv: Sequence[str]) -> int:
 
 def _grid(text: str) -> tuple[float, ...]:
     """An argparse type: a sweep grid (`sweep.parse_grid`)."""
+    # the sweep's module (JAX, the trainer) is imported for a sweep's grid only: not for --help
+    from alx_trainer.tools.sweep import parse_grid
+
     try:
         return parse_grid(text)
     except ValueError as e:
@@ -189,77 +281,58 @@ def _grid(text: str) -> tuple[float, ...]:
 
 
 def main_sweep(argv: Sequence[str]) -> int:
-    """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on the
-    full
-    training data and report test; every other flag is `train`'s."""
-    p = OneLineParser(
+    """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on
+    the full training data and report test; every other flag is `train`'s."""
+    p = build_parser(
+        SweepOptions,
         prog="alx_trainer sweep",
         description=main_sweep.__doc__,
-        epilog="Remaining flags (--data, --epochs, --solver, ...) configure each training run; see "
-        "`train --help`. "
-        "--data must hold the validation splits (the pipeline's --validation_fraction).",
+        config_file=False,
+        epilog="Remaining flags (--data, --epochs, --solver, ...) configure each training run; "
+        "see `train --help`. --data must hold the validation splits (the pipeline's "
+        "--validation_fraction).",
     )
-    p.add_argument(
-        "--out_dir",
-        required=True,
-        help="Where sweep.csv/.json, the heatmap, best_config.json and final/ go.",
-    )
-    p.add_argument("--dims", type=ks, default=[], help="Embedding dimensions d (default: --dim).")
-    p.add_argument(
-        "--lambdas",
-        type=_grid,
-        default=PAPER_LAMBDAS,
-        help="L2 regularization values, comma-separated (default: the paper's).",
-    )
-    p.add_argument(
-        "--alphas",
-        type=_grid,
-        default=PAPER_ALPHAS,
-        help="Unobserved weights, comma-separated (default: the paper's).",
-    )
-    p.add_argument(
-        "--nus",
-        type=_grid,
-        default=(),
-        help="Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).",
-    )
-    p.add_argument(
-        "--metric", default=DEFAULT_METRIC, help="Validation metric that picks the best point."
-    )
-    p.add_argument("--keep_models", action="store_true", help="Keep every point's model directory.")
-    p.add_argument(
-        "--no_final",
-        action="store_true",
-        help="Stop after the sweep (no training on the full data).",
-    )
-    args, rest = p.parse_known_args(list(argv))
+    known, rest = p.parse_known_args(list(argv))
+    args = SweepOptions(**vars(known))
 
     def body() -> int:
         config = parse_dataclass_args(
             TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags()
         )
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
-        check_metric(args.metric, config)  # before any training
+        # the training stack (JAX, orbax, matplotlib) takes seconds to import: not for --help
+        from alx_trainer.cli.train import split_cpu
+        from alx_trainer.tools import sweep  # (as above)
+
+        metric = args.metric or sweep.DEFAULT_METRIC
+        # before any training
+        sweep.check_metric(metric, config)
         dims = args.dims or [config.dim]
         nus = args.nus or (config.reg_exponent,)
         setup_logging(config.log_level)
         use_compile_cache(config.compile_cache)
-        split_cpu(
-            config
-        )  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
-        rows = run_sweep(config, args.out_dir, dims, args.alphas, args.lambdas, nus)
-        print(format_table(rows, args.metric))
+        # before JAX starts: per-core CPU devices where the solver allows (as `train`)
+        split_cpu(config)
+        rows = sweep.run_sweep(
+            config,
+            args.out_dir,
+            dims,
+            args.alphas or sweep.PAPER_ALPHAS,
+            args.lambdas or sweep.PAPER_LAMBDAS,
+            nus,
+        )
+        print(sweep.format_table(rows, metric))
         final = None
         if not args.no_final:
-            final = final_run(
+            final = sweep.final_run(
                 config,
-                best_row(rows, args.metric),
+                sweep.best_row(rows, metric),
                 args.out_dir,
                 ks=config.recall_ks(),
                 ndcg_k=config.ndcg_k or 20,
             )
-            print(format_final(final))
-        paths = write_outputs(rows, args.out_dir, config, args.metric, final)
+            print(sweep.format_final(final))
+        paths = sweep.write_outputs(rows, args.out_dir, config, metric, final)
         print("wrote " + " ".join(paths.values()))
         return 0
 
@@ -269,54 +342,7 @@ def main_sweep(argv: Sequence[str]) -> int:
 def main_predict(argv: Sequence[str]) -> int:
     """Top-K predicted outlinks of a URL or id, or its nearest neighbours (--neighbors); of a page
     not in the vocabulary, known by its outlinks (--links); of many such pages (--rows)."""
-    p = OneLineParser(prog="alx_trainer predict", description=main_predict.__doc__)
-    p.add_argument("--data", required=True, help="Dataset directory (vocabulary and known links).")
-    p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
-    p.add_argument(
-        "node",
-        nargs="*",
-        help="Names or URLs from the vocabulary, or ids: `id:N`, or a bare number N where no "
-        "name of the vocabulary is a number (in a dataset of numeric names a number is a name).",
-    )
-    p.add_argument(
-        "--links",
-        nargs="+",
-        metavar="URL",
-        default=[],
-        help="A new page's known outlinks (names or URLs of the column vocabulary, or column "
-        "ids, as nodes are given): its predicted outlinks, folded in as `eval` folds in a test "
-        "row.",
-    )
-    p.add_argument(
-        "--name",
-        default="",
-        help="With --links: the page's name (its URL, left out of the predictions "
-        "when the vocabulary holds it).",
-    )
-    p.add_argument(
-        "--rows",
-        metavar="FILE",
-        default="",
-        help="New pages, one per line `NAME<TAB>URL URL ...` ('-': stdin), answered as JSON lines.",
-    )
-    p.add_argument(
-        "--json", action="store_true", help="With --links: one JSON line, as --rows answers."
-    )
-    p.add_argument("--k", type=at_least(1), default=10, help="How many predictions per node.")
-    p.add_argument(
-        "--batch_size",
-        type=at_least(0),
-        default=0,
-        help="Pages per scoring batch of --links/--rows (0: by backend, as `eval`; capped at the "
-        "pages given).",
-    )
-    p.add_argument(
-        "--neighbors", action="store_true", help="Nearest neighbours by cosine instead of outlinks."
-    )
-    p.add_argument("--table", choices=("row", "col"), default="col", help="Table of --neighbors.")
-    add_compile_cache(p)
-    add_log_level(p)
-    args = p.parse_args(list(argv))
+    p, args = parse_options(PredictOptions, argv, "alx_trainer predict", main_predict.__doc__)
     setup_logging(args.log_level)
     if sum(map(bool, (args.node, args.links, args.rows))) != 1:
         p.error("give nodes of the vocabulary, or --links URL ..., or --rows FILE (one of them)")
@@ -327,6 +353,15 @@ def main_predict(argv: Sequence[str]) -> int:
 
     def body() -> int:
         use_compile_cache(args.compile_cache)
+        # the scoring stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
+        from alx_trainer.tools.predict import (
+            format_predictions,
+            nearest_neighbors,
+            predict_outlinks,
+        )
+        from alx_trainer import loading  # (as above)
+        from alx_trainer.evaluation.ranking import Ranker  # (as above)
+
         # pages to score: one, the lines of a --rows file (at most), or unknown (stdin)
         pages = 1 if args.links else _rows_lines(args.rows) if args.rows not in ("", "-") else None
         model, dataset = loading.load(args.model_dir, args.data)
@@ -335,13 +370,16 @@ def main_predict(argv: Sequence[str]) -> int:
                 model.col_table, model.config, batch_size=args.batch_size or None, rows=pages
             )
             return _predict_new(args, dataset, ranker)
-        answers = []  # every node answered before any is printed: a bad one prints nothing
+        # every node answered before any is printed: a bad one prints nothing
+        answers = []
         for node in args.node:
             if args.neighbors:
-                preds = nearest_neighbors(model, node, args.k, data_dir=args.data, table=args.table)
+                preds = nearest_neighbors(
+                    model, node, args.top_k, data_dir=args.data, table=args.table
+                )
                 title = f"nearest neighbours of {node} ({args.table} table):"
             else:
-                preds = predict_outlinks(model, args.data, node, args.k)
+                preds = predict_outlinks(model, args.data, node, args.top_k)
                 title = f"predicted outlinks of {node}:"
             answers.append(format_predictions(title, preds))
         print("\n".join(answers))
@@ -364,8 +402,21 @@ def _rows_lines(path: str) -> int:
         return sum(1 for _ in f)
 
 
-def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> int:
+def _predict_new(args: PredictOptions, dataset: Dataset, ranker: Ranker) -> int:
     """`predict --links` or `--rows`: answers on stdout, what was not found on stderr."""
+    # imported with the scoring stack by `main_predict`'s body (JAX): not for --help
+    from alx_trainer.tools.new_pages import (
+        ColumnLookup,
+        Report,
+        answer,
+        json_line,
+        parse_rows,
+        predict_pages,
+    )
+
+    # (as above)
+    from alx_trainer.tools.predict import Prediction, format_predictions, vocabulary_names
+
     names = vocabulary_names(args.data)
     lookup = ColumnLookup({name: i for i, name in names.items()}, ranker.num_cols)
     shared, report = not dataset.bipartite, Report()
@@ -383,7 +434,7 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
                 shown,
                 more,
             )
-        _, scores, ids = next(predict_pages(ranker, [page], args.k, report))
+        _, scores, ids = next(predict_pages(ranker, [page], args.top_k, report))
         result = answer(page, scores, ids, names)
         if args.json:
             print(json_line(result))
@@ -403,8 +454,8 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
     with contextlib.ExitStack() as stack:
         lines = sys.stdin.buffer if args.rows == "-" else stack.enter_context(open(args.rows, "rb"))
         pages = parse_rows(lines, lookup, report, shared)
-        log.debug("predict --rows %s: %s", args.rows, ranker.describe(args.k))
-        for page, scores, ids in predict_pages(ranker, pages, args.k, report):
+        log.debug("predict --rows %s: %s", args.rows, ranker.describe(args.top_k))
+        for page, scores, ids in predict_pages(ranker, pages, args.top_k, report):
             sys.stdout.write(json_line(answer(page, scores, ids, names)) + "\n")
     summary = report.summary(f"--rows {args.rows}")
     if not report.pages and report.bad_lines:
@@ -420,63 +471,38 @@ def _predict_new(args: argparse.Namespace, dataset: Dataset, ranker: Ranker) -> 
 
 def main_export(argv: Sequence[str]) -> int:
     """Write a model's tables with their ids (and URLs) as NumPy .npz/.npy and TFRecord, or with
-    --topk K the top K columns of every row as TFRecord."""
-    p = OneLineParser(prog="alx_trainer export", description=main_export.__doc__)
-    p.add_argument("--model_dir", required=True, help="Model directory written by `train`.")
-    p.add_argument("--output", required=True, help="Output directory.")
-    p.add_argument(
-        "--data",
-        default="",
-        help="Dataset directory whose vocabulary names the ids (optional; --topk "
-        "needs it: it holds the rows and their known links).",
-    )
-    p.add_argument(
-        "--topk",
-        type=at_least(0),
-        default=0,
-        metavar="K",
-        help="Write the top K columns of every row with known links (topk.tfr-*, "
-        "topk.json) instead of the tables.",
-    )
-    p.add_argument(
-        "--num_shards",
-        type=at_least(0),
-        default=0,
-        help="TFRecord shards per table (0: 1), or of --topk (0: one per 2^20 rows).",
-    )
-    p.add_argument(
-        "--batch_size",
-        type=at_least(0),
-        default=0,
-        help="Rows per scoring batch of --topk (0: by backend, as `eval`; capped at the rows).",
-    )
-    add_compile_cache(p)
-    add_log_level(p)
-    args = p.parse_args(list(argv))
+    --top_k K the top K columns of every row as TFRecord."""
+    p, args = parse_options(ExportOptions, argv, "alx_trainer export", main_export.__doc__)
     setup_logging(args.log_level)
-    if args.topk and not args.data:
-        p.error("--topk needs --data: the dataset whose rows and known links are ranked")
+    if args.top_k and not args.data:
+        p.error("--top_k needs --data: the dataset whose rows and known links are ranked")
 
     def body() -> int:
         use_compile_cache(args.compile_cache)
-        if fileio.exists(args.output) and not fileio.isdir(args.output):
+        # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
+        from alx_trainer.tools.predict import export_tables
+        from alx_trainer import loading  # (as above)
+        from alx_trainer.tools.topk_export import export_topk  # (as above)
+        from webgraph_contract import fileio  # (as above)
+
+        if fileio.exists(args.out_dir) and not fileio.isdir(args.out_dir):
             raise FileExistsError(
-                f"--output {args.output} is a file, not a directory; give a directory to export "
+                f"--out_dir {args.out_dir} is a file, not a directory; give a directory to export "
                 "into"
             )
         model, dataset = loading.load(args.model_dir, args.data)
-        if args.topk:
+        if args.top_k:
             paths = export_topk(
                 model,
                 dataset,
-                args.output,
-                args.topk,
+                args.out_dir,
+                args.top_k,
                 num_shards=args.num_shards,
                 batch_size=args.batch_size or None,
             )
         else:
             paths = export_tables(
-                model, args.output, data_dir=args.data or None, num_shards=args.num_shards or 1
+                model, args.out_dir, data_dir=args.data or None, num_shards=args.num_shards or 1
             )
         for path in paths:
             print(path)

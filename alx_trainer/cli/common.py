@@ -1,4 +1,5 @@
-"""What every command line shares: one-line errors, `--log_level`, comma-separated K lists."""
+"""What every command line shares: one-line errors, logging, the compilation cache, argparse types
+(comma-separated K lists, bounded integers, fractions)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Callable
 from alx_trainer.config import ConfigError
 from webgraph_contract.command_line import DEBUG_ENV, debugging, one_line
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
 # Errors the commands raise on purpose, with a message that says what, where and what to do.
 EXPECTED_ERRORS = (ValueError, OSError, KeyError, ArithmeticError)
 
@@ -29,8 +29,7 @@ def setup_logging(level: str) -> None:
     logger.setLevel(level.upper())
     logger.propagate = False
     # orbax logs routine notices through absl as warnings (a read-only checkpoint manager's
-    # settings):
-    # kept for --log_level debug, so an error stays one line otherwise
+    # settings): kept for --log_level debug, so an error stays one line otherwise
     logging.getLogger("absl").setLevel(logging.DEBUG if level == "debug" else logging.ERROR)
 
 
@@ -45,25 +44,6 @@ class _Formatter(logging.Formatter):
         return record.getMessage() if record.levelno == logging.INFO else super().format(record)
 
 
-def add_log_level(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--log_level",
-        choices=LOG_LEVELS,
-        default="info",
-        help="Diagnostics on stderr from this level.",
-    )
-
-
-def add_compile_cache(parser: argparse.ArgumentParser) -> None:
-    """`--compile_cache DIR|auto|off` (as `train`'s flag of the same name)."""
-    parser.add_argument(
-        "--compile_cache",
-        default="auto",
-        help="JAX's persistent compilation cache: 'auto' (this user's ~/.cache/alx/jax or "
-        "$XDG_CACHE_HOME/alx/jax), a directory only this user can write, or 'off'.",
-    )
-
-
 def use_compile_cache(setting: str) -> None:
     """Turn JAX's persistent compilation cache on (`compile_cache.enable`) before anything
     compiles."""
@@ -75,17 +55,15 @@ def use_compile_cache(setting: str) -> None:
 
 def run(prog: str, body: Callable[[], int]) -> int:
     """`body()`, or one line `alx_trainer PROG: error: ...` on stderr and its exit status: 2 for a
-    bad
-    flag or config value (`ConfigError`), 1 for bad data or a failure (the previous results
+    bad flag or config value (`ConfigError`), 1 for bad data or a failure (the previous results
     stay)."""
     try:
         return body()
     except KeyboardInterrupt:
         print(f"alx_trainer {prog}: interrupted", file=sys.stderr)
         return 130
-    except (
-        Exception
-    ) as e:  # every error becomes one line; --debug / WEBGRAPH_DEBUG=1 adds the traceback
+    # every error becomes one line; --debug / WEBGRAPH_DEBUG=1 adds the traceback
+    except Exception as e:
         if debugging():
             traceback.print_exc()
         if isinstance(e, ConfigError):
@@ -103,7 +81,7 @@ def run(prog: str, body: Callable[[], int]) -> int:
 
 
 def ks(text: str) -> list[int]:
-    """`--k 20,50` as [20, 50]; an argparse error for anything else."""
+    """`--eval_k 20,50` as [20, 50]; an argparse error for anything else."""
     try:
         values = [int(k) for k in text.split(",") if k.strip()]
     except ValueError:
@@ -136,6 +114,7 @@ def fraction(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:  # also refuses nan
+    # also refuses nan
+    if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
     return value

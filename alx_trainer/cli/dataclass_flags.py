@@ -1,5 +1,10 @@
-"""Command-line flags from a dataclass: one flag per field, a JSON or YAML `--config` file under
-the flags, one-line errors for unknown keys and bad values."""
+"""Command-line flags from a dataclass: one flag per field, and for `train` a JSON or YAML
+`--config` file under the flags; one-line errors for unknown keys and bad values.
+
+Every command's flags are made here: `train`'s from `TrainConfig`, the others' from their options
+dataclasses (`cli.commands`), whose fields say in `option(...)` what argparse needs beyond the
+field's type and default (help, aliases, a parsing function, choices, ...).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,53 @@ import argparse
 import dataclasses
 import json
 import os
+import types
 import typing
-from typing import Any, Sequence, TypeVar
-
-import yaml
+from typing import Any, Callable, Sequence, TypeVar
 
 from alx_trainer.config import ConfigError
 from webgraph_contract.command_line import OneLineParser
 
 T = TypeVar("T")
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    help: str = "",  # noqa: A002 - mirrors argparse's name
+    *,
+    aliases: Sequence[str] = (),
+    parse: Callable[[str], Any] | None = None,
+    choices: Sequence[str] | None = None,
+    metavar: str | None = None,
+    nargs: str | None = None,
+    positional: bool = False,
+) -> Any:
+    """A field of a command's options dataclass and what its flag needs.
+
+    Args:
+        default: the value when the flag is not given; a list is copied for each instance; none
+            (MISSING) makes the flag required.
+        help: the flag's `--help` text.
+        aliases: other spellings of the flag (`--k` for `--eval_k`), accepted and shown in `--help`.
+        parse: turns the flag's text into the value (default: the field's type); raises
+            `argparse.ArgumentTypeError` for a bad value (exit 2, one line).
+        choices: the values the flag takes.
+        metavar: the value's name in `--help`.
+        nargs: as argparse's (`"+"`: one or more values into a list).
+        positional: an argument without a flag (the field's name shows in `--help`).
+    """
+    metadata = {
+        "help": help,
+        "aliases": tuple(aliases),
+        "parse": parse,
+        "choices": choices,
+        "metavar": metavar,
+        "nargs": nargs,
+        "positional": positional,
+    }
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -26,6 +69,9 @@ def load_config_file(path: str) -> dict[str, Any]:
         text = f.read()
     try:
         if path.endswith((".yaml", ".yml")):
+            # only a YAML file needs it: not imported for --help or a JSON file
+            import yaml
+
             values = yaml.safe_load(text)
         else:
             values = json.loads(text)
@@ -38,9 +84,8 @@ def load_config_file(path: str) -> dict[str, Any]:
     return values
 
 
-def _field_type(cls: type, field: dataclasses.Field) -> type:
-    hints = typing.get_type_hints(cls)
-    return hints[field.name]
+def _field_type(cls: type, field: dataclasses.Field) -> Any:
+    return typing.get_type_hints(cls)[field.name]
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:
@@ -64,44 +109,117 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
     return converted
 
 
+def _is_bool(kind: Any) -> bool:
+    """`bool`, or `bool | None` (a switch whose default None means "decide by the situation")."""
+    return kind is bool or (
+        typing.get_origin(kind) in (typing.Union, types.UnionType) and bool in typing.get_args(kind)
+    )
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown in `--help`, except where there is none to show: a required flag, or an
+    empty default (whose meaning the help says)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.required or action.default in (None, "", [], ()):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _groups(cls: type) -> list[tuple[str, str | None, list[dataclasses.Field]]]:
+    """(title, description, fields) of each group of flags in `--help`: the `sections` of a class
+    that names them (TrainConfig), else the class's own fields, then each base class's (titled by
+    its docstring's first line)."""
+    sections = getattr(cls, "sections", None)
+    if sections:
+        return [
+            (title, section.__doc__, dataclasses.fields(section))
+            for title, section in sections.items()
+        ]
+    fields, out, seen = dataclasses.fields(cls), [], set()
+    for owner in cls.__mro__:
+        own = [
+            f
+            for f in fields
+            if f.name in vars(owner).get("__annotations__", {}) and f.name not in seen
+        ]
+        seen.update(f.name for f in own)
+        if own:
+            doc = (owner.__doc__ or owner.__name__).strip().splitlines()[0].rstrip(".")
+            title = "" if owner is cls else doc
+            out.append((title, None, own))
+    return out
+
+
+def _add_flag(group: Any, cls: type, field: dataclasses.Field, negatable: bool) -> None:
+    """One argparse argument for `field` of `cls`, as its type and `option(...)` metadata say; a
+    switch gets its `--no-` form where its default is not False or `negatable` (a config file
+    may have set it)."""
+    meta, kind = field.metadata, _field_type(cls, field)
+    kwargs: dict[str, Any] = {"help": meta.get("help", "")}
+    if field.default is not dataclasses.MISSING:
+        kwargs["default"] = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        kwargs["default"] = field.default_factory()
+    elif not meta.get("positional"):
+        kwargs["required"] = True
+    if _is_bool(kind):
+        switch = negatable or kwargs.get("default") is not False
+        kwargs["action"] = argparse.BooleanOptionalAction if switch else "store_true"
+    else:
+        kwargs["type"] = meta.get("parse") or (str if meta.get("nargs") else kind)
+        for key in ("choices", "metavar", "nargs"):
+            if meta.get(key) is not None:
+                kwargs[key] = meta[key]
+    if meta.get("positional"):
+        group.add_argument(field.name, **kwargs)
+    else:
+        group.add_argument(f"--{field.name}", *meta.get("aliases", ()), dest=field.name, **kwargs)
+
+
 def build_parser(
-    cls: type, prog: str | None = None, description: str | None = None
-) -> argparse.ArgumentParser:
-    """An argparse parser with one flag per dataclass field (defaults shown in --help)."""
+    cls: type,
+    prog: str | None = None,
+    description: str | None = None,
+    *,
+    config_file: bool = True,
+    epilog: str | None = None,
+) -> OneLineParser:
+    """An argparse parser with one flag per dataclass field (defaults shown in --help), and with
+    `config_file` a `--config FILE` flag (read by `parse_dataclass_args`)."""
     parser = OneLineParser(
         prog=prog,
         description=description or (cls.__doc__ or "").strip(),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=epilog,
+        formatter_class=_HelpFormatter,
     )
-    parser.add_argument(
-        "--config",
-        default=None,
-        help="JSON or YAML file of field values (flat, or nested by section); flags override it.",
-    )
-    sections = getattr(cls, "sections", None) or {"": cls}
-    for title, section in sections.items():
-        group = parser.add_argument_group(title, section.__doc__) if title else parser
-        for field in dataclasses.fields(section):
-            kind = _field_type(section, field)
-            help_text = field.metadata.get("help", "")
-            default = field.default if field.default is not dataclasses.MISSING else None
-            if kind is bool:
-                group.add_argument(
-                    f"--{field.name}",
-                    action=argparse.BooleanOptionalAction,
-                    default=default,
-                    help=help_text,
-                )
-            else:
-                group.add_argument(f"--{field.name}", type=kind, default=default, help=help_text)
+    if config_file:
+        parser.add_argument(
+            "--config",
+            default=None,
+            help="JSON or YAML file of field values (flat, or nested by section); flags override "
+            "it.",
+        )
+    for title, description_, fields in _groups(cls):
+        group = parser.add_argument_group(title, description_) if title else parser
+        for field in fields:
+            _add_flag(group, cls, field, negatable=config_file)
     return parser
 
 
+def parse_options(
+    cls: type[T], argv: Sequence[str], prog: str, description: str | None = None
+) -> tuple[OneLineParser, T]:
+    """A command's options (`cls`, a dataclass of `option` fields) from its flags, and the parser
+    (whose `error` reports a bad combination of flags as argparse reports a bad flag)."""
+    parser = build_parser(cls, prog=prog, description=description, config_file=False)
+    return parser, cls(**vars(parser.parse_args(list(argv))))
+
+
 def flat_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    """Config-file values by field name: a section name mapping to a mapping (`solver: {cg_iters:
-    3}`)
-    contributes its fields (field values are never mappings, so a section named like a field is told
-    apart by its value)."""
+    """Config-file values by field name: a section name mapping to a mapping
+    (`solver: {cg_iters: 3}`) contributes its fields (field values are never mappings, so a section
+    named like a field is told apart by its value)."""
     sections = getattr(cls, "sections", None) or {}
     out: dict[str, Any] = {}
     for key, value in values.items():

@@ -26,18 +26,18 @@ import os
 import signal
 import sys
 
-import jax
-
 from alx_trainer.cli.common import run, setup_logging, use_compile_cache
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops import per_core
 from webgraph_contract.command_line import one_line
 
 
 def _init_distributed(config: TrainConfig) -> None:
     """`jax.distributed.initialize` (explicit coordinator for CPU/GPU clusters, auto on a TPU
     slice)."""
+    # JAX takes a second to import: not for --help or a bad flag
+    import jax
+
     # CPU devices of several processes need gloo for cross-process collectives; TPU/GPU ignore it.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
@@ -77,6 +77,9 @@ def split_cpu(config: TrainConfig) -> int:
     (seen with batched Cholesky and with in-process all-gathers on this 2-core machine), so other
     runs keep one CPU device. See `per_core` for how the devices are run.
     """
+    # imports JAX: not for --help or a bad flag
+    from alx_trainer.ops import per_core
+
     if (
         "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
         or per_core.accelerator_plugins()
@@ -107,7 +110,9 @@ def _main(argv: list[str] | None) -> int:
     use_compile_cache(config.compile_cache)
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad
     # flag
-    from alx_trainer.callbacks import Stopped
+    import jax  # (as above)
+
+    from alx_trainer.callbacks import Stopped  # (as above)
     from alx_trainer.train import train  # (as above)
 
     if config.distributed:

@@ -239,3 +239,49 @@ class Ranking:
             progress=self.progress,
             fold_in_fn=fold_in_fn,
         )
+
+
+def top_k(
+    col_table: np.ndarray,
+    k: int,
+    known: Rows,
+    *,
+    row_table: np.ndarray | None = None,
+    config: Any = None,
+    exclude_self: bool = False,
+    approx: bool = False,
+    recall_target: float = 0.95,
+    mesh: Mesh | Sequence[Any] | None = None,
+    progress: bool | None = None,
+) -> TopK:
+    """Top-`k` column ids and scores `[n, k]` of n rows, their known columns never returned.
+
+    Args:
+        col_table: the trained column table `[num_cols, d]`.
+        k: how many columns per row.
+        known: each row's known column ids: `RaggedRows` (its `row_ids` index `row_table`) or a
+            sequence of id arrays (rows 0..n-1).
+        row_table: score the trained rows `row_table[row id]`; without it each row is folded in
+            from its known columns (paper Eq. 4) with `config`.
+        config: the training config of the fold-in (a `TrainConfig`, e.g. `model.config`).
+        exclude_self: also exclude each row's own id (a graph: row and column ids shared).
+        approx: `lax.approx_max_k` per block with `recall_target` instead of the exact top K.
+        recall_target: the approximate top K's recall target, in (0, 1].
+        mesh: a Mesh or devices to split the columns over (default: this process's devices).
+        progress: a bar on stderr (default: when stderr is a terminal).
+
+    Returns:
+        `TopK(ids, scores)`: int64 ids best first, ties to the lower id; -1 (score -inf) where
+        fewer than `k` columns are admissible.
+    """
+    rows = as_rows(known)
+    ranker = Ranker(
+        col_table,
+        config,
+        mesh=mesh,
+        rows=len(rows),
+        approx=approx,
+        recall_target=recall_target,
+        progress=progress,
+    )
+    return ranker.rank(rows, k, row_table=row_table, exclude_self=exclude_self)

@@ -3,8 +3,8 @@
 `run_sweep` trains every point of a grid over (d, alpha, lambda, nu) on `validation_train` and
 evaluates it on `validation` every `--eval_every` epochs, so those epoch counts up to `--epochs` are
 points of the table too (one row per point and evaluated epoch). The test split is never read while
-tuning. Rows go
-to `sweep.csv` as soon as a point finishes, so an interrupted sweep resumes where it stopped.
+tuning. Rows go to `sweep.csv` as soon as a point finishes, so an interrupted sweep resumes where it
+stopped.
 The points run in one process: the step kernels take alpha, lambda and nu as arguments, so points
 of the same d reuse the compiled programs (the `compiles` column counts XLA compilations per
 point). `final_run` then trains the best point on the full training data and evaluates it on test.
@@ -26,8 +26,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax.monitoring
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from alx_trainer.config import ConfigError
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
@@ -312,9 +310,8 @@ def write_outputs(
         "ndcg_k",
     )
     values = {k: getattr(tuned, k) for k in keep}
-    values["eval_every"] = values[
-        "epochs"
-    ]  # `train --config` evaluates on test once, after the last epoch
+    # `train --config` evaluates on test once, after the last epoch
+    values["eval_every"] = values["epochs"]
     with open(paths["config"], "w", encoding="utf-8") as f:
         json.dump(values, f, indent=2)
         f.write("\n")
@@ -411,15 +408,16 @@ def plot_heatmap(
 ) -> str:
     """A lambda x alpha heatmap of `metric` at the best d, nu and epochs, values written in, best
     boxed."""
+    # matplotlib (0.5 s to import) only where a heatmap is drawn; no pyplot: no GUI backend
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle  # (as above)
+
     best, same = _slice(rows, metric)
     lambdas, alphas, grid = _grid(same, metric)
-    fig = Figure(
-        figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8)
-    )  # no pyplot: no GUI backend
+    fig = Figure(figsize=(1.2 * len(alphas) + 2.5, 0.8 * len(lambdas) + 1.8))
     ax = fig.subplots()
-    im = ax.imshow(
-        np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower"
-    )  # lambda grows upwards
+    # lambda grows upwards
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto", origin="lower")
     ax.set_xticks(range(len(alphas)), [f"{a:.2g}" for a in alphas])
     ax.set_yticks(range(len(lambdas)), [f"{lam:.2g}" for lam in lambdas])
     ax.set_xlabel("alpha (unobserved weight)")
