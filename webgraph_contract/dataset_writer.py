@@ -88,7 +88,9 @@ def write_dataset(
         _check(name, rows, num_nodes)
     if not np.array_equal(test.row_ids, held.row_ids):
         raise ValueError("test and held: must hold the same rows")
-    if np.intersect1d(train.row_ids, test.row_ids).size:
+    in_train = np.zeros(num_nodes, bool)
+    in_train[train.row_ids] = True
+    if in_train[test.row_ids].any():
         raise ValueError("train and test: a row is in both (test rows are held out whole)")
     os.makedirs(out, exist_ok=True)
     names = [
@@ -113,6 +115,7 @@ def write_dataset(
     where = SHM_DIR if shm_free_bytes() > 1.25 * need else os.path.dirname(os.path.abspath(out))
     tmp = os.path.join(where, f".wg-write-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.makedirs(tmp)
+    workers = workers or len(os.sched_getaffinity(0))
     try:
         for name, a in arrays.items():
             np.ascontiguousarray(a, _ARRAYS[name]).tofile(os.path.join(tmp, name))
@@ -120,7 +123,7 @@ def write_dataset(
         row_bounds = shard_bounds(num_nodes, num_shards)
         first = [("train", out, tmp, sizes, k, row_bounds) for k in range(num_shards)]
         first += [("test", out, tmp, sizes, k, row_bounds) for k in range(num_shards)]
-        with _Workers(workers or len(os.sched_getaffinity(0))) as pool:
+        with _Workers(workers) as pool:
             done = pool.run(first)
             spills = [done[k][1] for k in range(num_shards)]
             second = [
@@ -155,7 +158,7 @@ def write_dataset(
     stats = stats_json.job_stats(
         summary, {**config, "protocol": protocol}, [], _code_version(), num_shards
     )
-    stats.update(stats_json.fingerprint_dataset(out))
+    stats.update(stats_json.fingerprint_dataset(out, threads=workers))
     stats_json.write_stats(out, stats)
     return stats
 
