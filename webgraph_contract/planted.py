@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -74,10 +75,10 @@ class Params:
     holdout_fraction: float = 0.25
 
     @classmethod
-    def at_scale(cls, scale: float, seed: int = 0, **law: Any) -> Params:
-        """The law at `scale` times the de-sparse size (pages only; every other parameter
-        kept)."""
-        return cls(pages=max(1, round(DE_SPARSE_PAGES * scale)), seed=seed, **law)
+    def at_scale(cls, scale: float, seed: int = 0, **overrides: Any) -> Params:
+        """The law at `scale` times the de-sparse size: only the pages scale (other parameters
+        as given in `overrides`, or the defaults)."""
+        return cls(pages=max(1, round(DE_SPARSE_PAGES * scale)), seed=seed, **overrides)
 
     def check(self) -> None:
         """A ValueError naming the first parameter outside its range."""
@@ -314,6 +315,9 @@ def device_graph(params: Params | Structure) -> tuple[Graph, dict[str, float]]:
             tail_start(s.sizes, p.community_popularity).astype(np.float32),
         )
     )
+    program = _device_program(
+        size, p.pages, p.in_share, p.community_popularity, p.global_popularity, p.holdout_fraction
+    )
     key = jax.random.key(p.seed)
     parts, device_s, host_s = [], 0.0, 0.0
     for index, (lo, hi) in enumerate(chunks):
@@ -321,13 +325,13 @@ def device_graph(params: Params | Structure) -> tuple[Graph, dict[str, float]]:
         local = np.zeros(pages + 1, np.int32)
         np.cumsum(s.draws[lo:hi], out=local[1 : hi - lo + 1])
         local[hi - lo + 1 :] = local[hi - lo]
-        per_page = np.zeros((3, pages), np.float32)
-        per_page[0, : hi - lo] = s.community[lo:hi]
-        per_page[1, : hi - lo] = s.test_u[lo:hi] < p.test_fraction
-        per_page[2, : hi - lo] = s.round_u[lo:hi]
-        out, counts = _device_chunk(
-            jax.random.fold_in(key, index), np.int32(lo), local, per_page, shared, p, size
-        )
+        community = np.zeros(pages, np.int32)
+        community[: hi - lo] = s.community[lo:hi]
+        split = np.zeros((2, pages), np.float32)
+        split[0, : hi - lo] = s.test_u[lo:hi] < p.test_fraction
+        split[1, : hi - lo] = s.round_u[lo:hi]
+        chunk_key = jax.random.fold_in(key, index)
+        out, counts = program(chunk_key, np.int32(lo), local, community, split, shared)
         counts = np.asarray(counts)[:, : hi - lo]
         device_s += time.perf_counter() - t
         t = time.perf_counter()
@@ -336,39 +340,30 @@ def device_graph(params: Params | Structure) -> tuple[Graph, dict[str, float]]:
     return _assemble(s, parts), {"device_s": device_s, "to_host_s": host_s}
 
 
-def _device_chunk(key, lo, local, per_page, shared, p: Params, size: int):
-    """One chunk on the device (see `_device_program`): (ids by class, counts [3, pages])."""
-    return _device_program(
-        size, p.pages, p.in_share, p.community_popularity, p.global_popularity, p.holdout_fraction
-    )(key, lo, local, per_page, shared)
-
-
+@functools.lru_cache(maxsize=4)
 def _device_program(size: int, n: int, in_share: float, s_in: float, s_out: float, f: float):
     """The jitted chunk: draws [size] of the pages `lo + j` (page j's draws local[j]..local[j+1]),
     their targets by the rank laws in float32 (a rank's relative error about 1e-6), distinct
-    non-self links by a sort of (page, target),
-    test rows' links ordered by random bits and the first h held out; returns every link's
-    target by class (train, fold-in, held out), then page and id, and the counts [3, pages]."""
+    non-self links by a sort of (page, target), the test rows' links ordered by random bits and
+    the first h held out; returns every link's target by class (train, fold-in, held out), then
+    page and id, and the counts [3, pages]."""
     # JAX is imported here, not at the top: the contract's other users never need it.
     import jax
     import jax.numpy as jnp
 
-    key_id = (size, n, in_share, s_in, s_out, f)
-    if key_id in _PROGRAMS:
-        return _PROGRAMS[key_id]
     threshold = np.uint32(min(int(in_share * 2**32), 2**32 - 1))
     k_in, k_out = np.float32(1 / (1 - s_in)), np.float32(1 / (1 - s_out))
     t_out = np.float32(tail_start(n, s_out))
 
     @jax.jit
-    def run(key, lo, local, per_page, shared):
+    def run(key, lo, local, community, split, shared):
         page_of_slot, page_of_rank, starts, sizes, t_in = shared
-        pages = per_page.shape[1]
+        pages = community.shape[0]
         k_side, k_rank, k_order = jax.random.split(key, 3)
         pos = jnp.arange(size, dtype=jnp.int32)
         row = jnp.clip(jnp.searchsorted(local[1:], pos, side="right"), 0, pages - 1)
         valid = pos < local[-1]
-        c = per_page[0][row].astype(jnp.int32)
+        c = community[row]
         inside = jax.random.bits(k_side, (size,), jnp.uint32) < threshold
         # v: all 32 random bits, fine near 0 (where w is near t: the tail's ranks)
         v = (jax.random.bits(k_rank, (size,), jnp.uint32).astype(jnp.float32) + 0.5) * 2.0**-32
@@ -387,8 +382,8 @@ def _device_program(size: int, n: int, in_share: float, s_in: float, s_out: floa
         )
         at = jnp.minimum(srow, pages - 1)
         lengths = jnp.zeros(pages, jnp.int32).at[at].add(distinct.astype(jnp.int32))
-        test = (per_page[1] > 0) & (lengths >= 2)
-        h = jnp.floor(np.float32(f) * lengths.astype(jnp.float32) + per_page[2]).astype(jnp.int32)
+        test = (split[0] > 0) & (lengths >= 2)
+        h = jnp.floor(np.float32(f) * lengths.astype(jnp.float32) + split[1]).astype(jnp.int32)
         h = jnp.where(test, jnp.clip(h, 1, jnp.maximum(lengths - 1, 1)), 0)
         in_test = distinct & test[at]
         order_row = jnp.where(in_test, srow, SENTINEL)
@@ -412,11 +407,7 @@ def _device_program(size: int, n: int, in_share: float, s_in: float, s_out: floa
         out = jnp.zeros(size, jnp.int32).at[dest].set(stgt, mode="drop")
         return out, counts
 
-    _PROGRAMS[key_id] = run
     return run
-
-
-_PROGRAMS: dict[tuple, Any] = {}
 
 
 def _first_allowed(
