@@ -12,7 +12,14 @@ import pytest
 
 from alx_trainer.data.dataset import open_dataset
 from alx_trainer.evaluation import evaluate
-from webgraph_contract import dataset_reader, layout, planted, stats_json, synthetic_matrix
+from webgraph_contract import (
+    dataset_reader,
+    dataset_writer,
+    layout,
+    planted,
+    stats_json,
+    synthetic_matrix,
+)
 from webgraph_contract.ragged import RaggedRows
 
 # small enough for an N x N matrix of probabilities, ten communities to see the structure
@@ -249,3 +256,25 @@ def test_command_line_writes_a_dataset(tmp_path, capsys):
     assert planted.params_of(stats) == planted.Params.at_scale(0.0002, 3)
     assert stats["config"]["scale"] == 0.0002
     assert planted.main(["--out", out, "--scale", "0"]) == 2
+
+
+def test_writer_output_does_not_depend_on_blocks_or_workers(tmp_path, host):
+    config = planted.config_of(PARAMS)
+    args = (PARAMS.pages, host.train, host.test, host.held, config)
+    a = dataset_writer.write_dataset(str(tmp_path / "a"), *args, num_shards=2, workers=2)
+    b = dataset_writer.write_dataset(str(tmp_path / "b"), *args, 2, workers=1, block_ids=37)
+    assert a["file_sha256"] == b["file_sha256"] and len(a["file_sha256"]) == 6
+
+
+def test_writer_refuses_rows_that_break_the_contract(tmp_path, host):
+    out, n = str(tmp_path / "x"), PARAMS.pages
+    config = planted.config_of(PARAMS)
+    with pytest.raises(ValueError, match="same rows"):
+        dataset_writer.write_dataset(out, n, host.train, host.test, host.held.take(0, 3), config, 1)
+    with pytest.raises(ValueError, match="in both"):
+        both = RaggedRows.concat([host.train, host.test]).select(
+            np.argsort(np.concatenate([host.train.row_ids, host.test.row_ids]))
+        )
+        dataset_writer.write_dataset(out, n, both, host.test, host.held, config, 1)
+    with pytest.raises(ValueError, match="outside"):
+        dataset_writer.write_dataset(out, n - 1, host.train, host.test, host.held, config, 1)

@@ -20,6 +20,7 @@ links from every spill (row shards in order, so rows stay ascending), sorts them
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import pickle
@@ -77,11 +78,13 @@ def write_dataset(
     num_shards: int,
     workers: int | None = None,
     protocol: str = "strong_generalization",
+    block_ids: int = BLOCK_IDS,
 ) -> dict[str, Any]:
     """Write the dataset (see the module's docstring) into `out` (local), replacing the split and
     vocabulary shards and stats.json it held; returns the stats written. `train`'s rows are the
     training pages with their links; `test` and `held` the same test pages (ascending ids) with
-    their fold-in and held-out links; `workers` processes (None: one per core)."""
+    their fold-in and held-out links; `workers` processes (None: one per core), each encoding
+    about `block_ids` ids at a time (the files' bytes do not depend on it)."""
     if num_shards < 1:
         raise ValueError(f"num_shards: must be >= 1, got {num_shards}")
     for name, rows in (("train", train), ("test", test), ("held", held)):
@@ -112,24 +115,25 @@ def write_dataset(
         "held.ids": held.ids[held.indptr[0] : held.indptr[-1]],
     }
     need = sum(a.size * np.dtype(_ARRAYS[n]).itemsize for n, a in arrays.items()) + 8 * train.nnz
-    where = SHM_DIR if shm_free_bytes() > 1.25 * need else os.path.dirname(os.path.abspath(out))
-    tmp = os.path.join(where, f".wg-write-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    base = SHM_DIR if shm_free_bytes() > 1.25 * need else os.path.dirname(os.path.abspath(out))
+    tmp = os.path.join(base, f".wg-write-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.makedirs(tmp)
     workers = workers or len(os.sched_getaffinity(0))
     try:
         for name, a in arrays.items():
             np.ascontiguousarray(a, _ARRAYS[name]).tofile(os.path.join(tmp, name))
-        sizes = {name: int(a.size) for name, a in arrays.items()}
-        row_bounds = shard_bounds(num_nodes, num_shards)
-        first = [("train", out, tmp, sizes, k, row_bounds) for k in range(num_shards)]
-        first += [("test", out, tmp, sizes, k, row_bounds) for k in range(num_shards)]
+        where = _Where(
+            out,
+            tmp,
+            {name: int(a.size) for name, a in arrays.items()},
+            shard_bounds(num_nodes, num_shards),
+            block_ids,
+        )
+        first = [(kind, where, k) for kind in ("train", "test") for k in range(num_shards)]
         with _Workers(workers) as pool:
             done = pool.run(first)
             spills = [done[k][1] for k in range(num_shards)]
-            second = [
-                ("train_t", out, tmp, sizes, k, row_bounds, [s[k] for s in spills])
-                for k in range(num_shards)
-            ]
+            second = [("train_t", where, k, [s[k] for s in spills]) for k in range(num_shards)]
             transposed = pool.run(second)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -254,68 +258,71 @@ def serve() -> None:
         out.flush()
 
 
-def _load(tmp: str, sizes: Mapping[str, int], name: str) -> np.ndarray:
-    if sizes[name] == 0:
-        return np.zeros(0, _ARRAYS[name])
-    return np.memmap(os.path.join(tmp, name), _ARRAYS[name], "r", shape=(sizes[name],))
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    """What every job needs: the output folder, the arrays' folder and sizes, the shards' first
+    ids (and the end), the ids encoded at a time."""
+
+    out: str
+    tmp: str
+    sizes: Mapping[str, int]
+    bounds: np.ndarray
+    block_ids: int
+
+    def load(self, name: str) -> np.ndarray:
+        """One of the rows' arrays, mapped read-only."""
+        if self.sizes[name] == 0:
+            return np.zeros(0, _ARRAYS[name])
+        return np.memmap(
+            os.path.join(self.tmp, name), _ARRAYS[name], "r", shape=(self.sizes[name],)
+        )
+
+    def path(self, split: str, k: int) -> str:
+        """The file of shard k of `split`."""
+        n = len(self.bounds) - 1
+        name = layout.shard_name(layout.SPLIT_PREFIXES[split], k, n, layout.TFRECORD_SUFFIX)
+        return os.path.join(self.out, name)
+
+    def blocks(self, ptr: np.ndarray, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        """Row ranges cutting rows [lo, hi) into about `block_ids` ids each (rows never cut)."""
+        while lo < hi:
+            end = int(np.searchsorted(ptr, ptr[lo] + self.block_ids, "right")) - 1
+            end = min(hi, max(end, lo + 1))
+            yield lo, end
+            lo = end
 
 
-def _blocks(ptr: np.ndarray, lo: int, hi: int) -> Iterator[tuple[int, int]]:
-    """Row ranges cutting rows [lo, hi) into about `BLOCK_IDS` ids each (a row is never cut)."""
-    while lo < hi:
-        end = int(np.searchsorted(ptr, ptr[lo] + BLOCK_IDS, "right")) - 1
-        end = min(hi, max(end, lo + 1))
-        yield lo, end
-        lo = end
-
-
-def _shard_path(out: str, split: str, k: int, num_shards: int) -> str:
-    return os.path.join(
-        out, layout.shard_name(layout.SPLIT_PREFIXES[split], k, num_shards, layout.TFRECORD_SUFFIX)
-    )
-
-
-def _train_shard(
-    out: str, tmp: str, sizes: Mapping[str, int], k: int, bounds: np.ndarray
-) -> tuple[int, list[tuple[str, int, int]]]:
+def _train_shard(w: _Where, k: int) -> tuple[int, list[tuple[str, int, int]]]:
     """Write `train` shard k; spill its links as (row, column) int32 pairs ordered by column shard.
     Returns (records, [(spill file, first pair, pairs) per column shard])."""
-    n = len(bounds) - 1
-    rows, ptr, ids = (_load(tmp, sizes, f"train.{p}") for p in ("rows", "ptr", "ids"))
-    lo, hi = np.searchsorted(rows, bounds[k : k + 2])
-    a, b = int(ptr[lo]), int(ptr[hi])
-    with fileio.record_writer(_shard_path(out, "train", k, n)) as write:
-        for r0, r1 in _blocks(ptr, int(lo), int(hi)):
-            write(
-                record_codec.encode_rows(
-                    rows[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], ids[ptr[r0] : ptr[r1]]
-                )
-            )
-    cols = np.asarray(ids[a:b])
+    n = len(w.bounds) - 1
+    rows, ptr, ids = (w.load(f"train.{p}") for p in ("rows", "ptr", "ids"))
+    lo, hi = (int(x) for x in np.searchsorted(rows, w.bounds[k : k + 2]))
+    with fileio.record_writer(w.path("train", k)) as write:
+        for r0, r1 in w.blocks(ptr, lo, hi):
+            cols = ids[ptr[r0] : ptr[r1]]
+            write(record_codec.encode_rows(rows[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], cols))
+    cols = np.asarray(ids[ptr[lo] : ptr[hi]])
     owner = np.repeat(np.asarray(rows[lo:hi]), np.diff(ptr[lo : hi + 1])).astype(np.int32)
-    shard = (cols.astype(np.int64) * n // int(bounds[-1])).astype(
-        np.uint16 if n <= 1 << 16 else np.int64
-    )
-    order = np.argsort(shard, kind="stable")
-    pairs = np.empty((b - a, 2), np.int32)
+    shard = cols.astype(np.int64) * n // int(w.bounds[-1])
+    # 16-bit keys sort by radix
+    order = np.argsort(shard.astype(np.uint16) if n <= 1 << 16 else shard, kind="stable")
+    pairs = np.empty((len(cols), 2), np.int32)
     pairs[:, 0], pairs[:, 1] = owner[order], cols[order]
-    path = os.path.join(tmp, f"spill-{k:05d}")
+    path = os.path.join(w.tmp, f"spill-{k:05d}")
     pairs.tofile(path)
-    ends = np.cumsum(np.bincount(shard, minlength=n))
-    return int(hi - lo), [
-        (path, int(e - c), int(c)) for e, c in zip(ends, np.bincount(shard, minlength=n))
-    ]
+    counts = np.bincount(shard, minlength=n)
+    starts = np.cumsum(counts) - counts
+    return hi - lo, [(path, int(a), int(c)) for a, c in zip(starts, counts)]
 
 
-def _test_shard(out: str, tmp: str, sizes: Mapping[str, int], k: int, bounds: np.ndarray) -> int:
+def _test_shard(w: _Where, k: int) -> int:
     """Write `test` shard k (`col_tag` fold-in links, `gt_tag` held-out ones); its records."""
-    n = len(bounds) - 1
-    rows = _load(tmp, sizes, "test.rows")
-    ptr, ids = _load(tmp, sizes, "test.ptr"), _load(tmp, sizes, "test.ids")
-    gptr, gids = _load(tmp, sizes, "held.ptr"), _load(tmp, sizes, "held.ids")
-    lo, hi = np.searchsorted(rows, bounds[k : k + 2])
-    with fileio.record_writer(_shard_path(out, "test", k, n)) as write:
-        for r0, r1 in _blocks(ptr, int(lo), int(hi)):
+    rows, ptr, ids = (w.load(f"test.{p}") for p in ("rows", "ptr", "ids"))
+    gptr, gids = w.load("held.ptr"), w.load("held.ids")
+    lo, hi = (int(x) for x in np.searchsorted(rows, w.bounds[k : k + 2]))
+    with fileio.record_writer(w.path("test", k)) as write:
+        for r0, r1 in w.blocks(ptr, lo, hi):
             write(
                 record_codec.encode_rows(
                     rows[r0:r1],
@@ -325,39 +332,31 @@ def _test_shard(out: str, tmp: str, sizes: Mapping[str, int], k: int, bounds: np
                     gids[gptr[r0] : gptr[r1]],
                 )
             )
-    return int(hi - lo)
+    return hi - lo
 
 
 def _transpose_shard(
-    out: str,
-    tmp: str,
-    sizes: Mapping[str, int],
-    k: int,
-    bounds: np.ndarray,
-    pieces: Sequence[tuple[str, int, int]],
+    w: _Where, k: int, pieces: Sequence[tuple[str, int, int]]
 ) -> tuple[int, np.ndarray]:
-    """Write `train_t` shard k from the spilled pairs of its columns; returns (records, training
-    in-degree of each of its columns)."""
-    n = len(bounds) - 1
-    lo, hi = int(bounds[k]), int(bounds[k + 1])
+    """Write `train_t` shard k from the spilled pairs of its columns (row shards in order);
+    returns (records, the training in-degree of each of its columns)."""
+    lo, hi = int(w.bounds[k]), int(w.bounds[k + 1])
     parts = [
         np.fromfile(path, np.int32, count=2 * count, offset=8 * start).reshape(-1, 2)
         for path, start, count in pieces
     ]
     pairs = np.concatenate(parts) if parts else np.zeros((0, 2), np.int32)
+    # stable: rows stay ascending within a column
     order = np.argsort(pairs[:, 1], kind="stable")
     rows_of = pairs[order, 0]
     degree = np.bincount(pairs[:, 1] - lo, minlength=hi - lo)
     cols = np.flatnonzero(degree) + lo
     ptr = np.zeros(len(cols) + 1, np.int64)
     np.cumsum(degree[cols - lo], out=ptr[1:])
-    with fileio.record_writer(_shard_path(out, "train_t", k, n)) as write:
-        for r0, r1 in _blocks(ptr, 0, len(cols)):
-            write(
-                record_codec.encode_rows(
-                    cols[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], rows_of[ptr[r0] : ptr[r1]]
-                )
-            )
+    with fileio.record_writer(w.path("train_t", k)) as write:
+        for r0, r1 in w.blocks(ptr, 0, len(cols)):
+            links = rows_of[ptr[r0] : ptr[r1]]
+            write(record_codec.encode_rows(cols[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], links))
     return len(cols), degree
 
 
