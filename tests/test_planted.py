@@ -256,6 +256,13 @@ def test_command_line_writes_a_dataset(tmp_path, capsys):
     assert planted.params_of(stats) == planted.Params.at_scale(0.0002, 3)
     assert stats["config"]["scale"] == 0.0002
     assert planted.main(["--out", out, "--scale", "0"]) == 2
+    argv = ["--out", out, "--scale", "0.0002", "--seed", "3", "--workers", "2", "--json"]
+    assert planted.main(argv) == 0
+    figures = json.loads(capsys.readouterr().out)
+    again = stats_json.read_stats(out)
+    assert figures["shards"] == again["num_shards"] == 2  # --shards 0: one per writing process
+    assert (figures["links"], figures["test_rows"]) == (stats["edges"], stats["splits"]["test"])
+    assert again["dataset_fingerprint"] == stats["dataset_fingerprint"]  # the same graph again
 
 
 def test_writer_output_does_not_depend_on_blocks_or_workers(tmp_path, host):

@@ -39,6 +39,7 @@ import argparse
 import concurrent.futures
 import dataclasses
 import functools
+import json
 import math
 import os
 import sys
@@ -199,6 +200,7 @@ class Graph:
 
     @property
     def links(self) -> int:
+        """Every link of the graph: training, fold-in and held out."""
         return self.train.nnz + self.test.nnz + self.held.nnz
 
 
@@ -537,10 +539,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="host",
         help="Draw the links with NumPy on the host's cores, or with JAX on the default device.",
     )
-    parser.add_argument("--shards", type=int, default=0, help="Shards per split (0: by size).")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="Shards per split (0: one per 16M links, at least one per writing process).",
+    )
     parser.add_argument(
         "--workers", type=int, default=0, help="Writing processes (0: a core each)."
     )
+    parser.add_argument("--json", action="store_true", help="The figures as one JSON line.")
     args = parser.parse_args(argv)
     if args.scale <= 0 or args.shards < 0 or args.workers < 0:
         print("error: --scale must be positive, --shards and --workers >= 0", file=sys.stderr)
@@ -548,18 +556,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = Params.at_scale(args.scale, args.seed)
     t = time.perf_counter()
     s = structure(params)
-    t_structure = time.perf_counter() - t
+    structure_s = time.perf_counter() - t
     t = time.perf_counter()
     g = device_graph(s)[0] if args.on == "device" else host_graph(s)
-    t_links = time.perf_counter() - t
+    links_s = time.perf_counter() - t
     t = time.perf_counter()
-    shards = args.shards or max(1, min(256, math.ceil(g.links / 2**24)))
-    stats = write(args.out, g, shards, args.workers or None, args.scale)
-    t_write = time.perf_counter() - t
+    workers = args.workers or len(os.sched_getaffinity(0))
+    # a shard per 16M links, and at least one per worker
+    shards = args.shards or min(256, max(workers, math.ceil(g.links / 2**24)))
+    stats = write(args.out, g, shards, workers, args.scale)
+    figures = {
+        "pages": params.pages,
+        "links": stats["edges"],
+        "training_links": stats["split_edges"]["train"],
+        "test_rows": stats["splits"]["test"],
+        "shards": shards,
+        "structure_s": structure_s,
+        f"links_{args.on}_s": links_s,
+        "write_s": time.perf_counter() - t,
+    }
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
+        return 0
     print(
-        f"{args.out}: {params.pages:,} pages, {stats['edges']:,} links ({g.train.nnz:,} training), "
-        f"{stats['splits']['test']:,} test rows; structure {t_structure:.1f} s, links "
-        f"({args.on}) {t_links:.1f} s, writing {t_write:.1f} s ({shards} shards)"
+        f"{args.out}: {params.pages:,} pages, {figures['links']:,} links "
+        f"({figures['training_links']:,} training), {figures['test_rows']:,} test rows; structure "
+        f"{structure_s:.1f} s, links ({args.on}) {links_s:.1f} s, writing "
+        f"{figures['write_s']:.1f} s ({shards} shards)"
     )
     return 0
 
