@@ -41,6 +41,12 @@ def device(structure) -> planted.Graph:
     return planted.device_graph(structure)[0]
 
 
+@pytest.fixture(scope="module")
+def device_chunks(structure) -> planted.Graph:
+    """Drawn in chunks of at most 4096 draws (a few pages each), not in one."""
+    return planted.device_graph(structure, chunk_draws=4096)[0]
+
+
 def law(rank: np.ndarray, n, a: float) -> np.ndarray:
     """q(r; n, a) as the module's docstring states it, written directly in float64."""
     rank = np.asarray(rank, np.float64)
@@ -95,7 +101,7 @@ def test_law_sums_to_one_and_probability_matches_it(structure):
     assert np.allclose(structure.probability(i, t), full[i, t], rtol=1e-12)
 
 
-@pytest.mark.parametrize("backend", ["host", "device"])
+@pytest.mark.parametrize("backend", ["host", "device", "device_chunks"])
 def test_links_follow_the_stated_probabilities(structure, backend, request):
     # page i links t (i != t) with probability 1 - (1 - P[i, t])^draws[i], independently over i:
     # each page's in-degree against its expectation over its variance (a chi-square); the links
@@ -128,7 +134,7 @@ def test_links_follow_the_stated_probabilities(structure, backend, request):
     assert all(np.all(np.diff(ids) > 0) and r not in ids for r, ids in links)  # distinct, no self
 
 
-@pytest.mark.parametrize("backend", ["host", "device"])
+@pytest.mark.parametrize("backend", ["host", "device", "device_chunks"])
 def test_split_follows_the_contract(structure, backend, request):
     g = request.getfixturevalue(backend)
     p = PARAMS

@@ -293,8 +293,10 @@ def _chunks(draws: np.ndarray, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def device_graph(params: Params | Structure) -> tuple[Graph, dict[str, float]]:
-    """The graph drawn on the default JAX device in chunks of at most `CHUNK_DRAWS` draws (whole
+def device_graph(
+    params: Params | Structure, chunk_draws: int = CHUNK_DRAWS
+) -> tuple[Graph, dict[str, float]]:
+    """The graph drawn on the default JAX device in chunks of at most `chunk_draws` draws (whole
     pages), each deduplicated and split there; the links come to the host chunk by chunk.
     Returns the graph and the seconds spent (`device_s`, `to_host_s`)."""
     # JAX is imported here, not at the top: the contract's other users never need it.
@@ -302,11 +304,11 @@ def device_graph(params: Params | Structure) -> tuple[Graph, dict[str, float]]:
 
     s = params if isinstance(params, Structure) else structure(params)
     p = s.params
-    if int(s.draws.max()) > CHUNK_DRAWS:
-        raise ValueError(f"degree_cap: at most {CHUNK_DRAWS} draws per page on the device")
-    chunks = _chunks(s.draws, CHUNK_DRAWS)
+    if int(s.draws.max()) > chunk_draws:
+        raise ValueError(f"degree_cap: at most {chunk_draws} draws per page on the device")
+    chunks = _chunks(s.draws, chunk_draws)
     most = max(int(s.draws[a:b].sum()) for a, b in chunks)
-    size = min(CHUNK_DRAWS, 1 << max(4, (most - 1).bit_length()))
+    size = 1 << max(4, (most - 1).bit_length())
     pages = 1 << max(0, (max(b - a for a, b in chunks) - 1).bit_length())
     shared = jax.device_put(
         (
