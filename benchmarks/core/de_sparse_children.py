@@ -1,4 +1,4 @@
-"""The children of `benchmarks.de_sparse`, each its own process (`children.Runner`): the matrix and
+"""The children of the de-sparse size (`benchmarks.core.de_sparse`), each its own process (`children.Runner`): the matrix and
 its strong-generalization test split made on the device and saved; ours trained on it and its test
 rows evaluated; implicit (`sections.implicit_child`) on the same training matrix.
 
@@ -162,7 +162,7 @@ def ours_child(spec: dict, out: str) -> None:
         out,
         {
             "result": dict(
-                sections.solve_form(config),
+                form=config.cg_form,
                 epochs_s=epochs,
                 compile_s=[r.get("compile_seconds") for r in model.metrics],
                 table_dtype=config.table_dtype,
@@ -270,4 +270,4 @@ def take_rows(csr, rows: np.ndarray):
     return type(csr)(indptr, csr.indices[np.repeat(starts, lengths) + offsets])
 
 
-CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}
+CHILDREN = {"ds-data": data_child, "ds-ours": ours_child}
