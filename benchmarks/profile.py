@@ -16,8 +16,9 @@ what came before it; a failed section is reported and the next one still runs:
    `--k` of `--topk_rows` rows through the evaluation's blocked scorer at its default block shape:
    one batch to compile, the next traced (OUT/topk); seconds per column block and by kernel.
 3. cli: `python -m alx_trainer train --config configs/gowalla.json` twice on one dataset directory
-   (`--data`, else a Gowalla-shaped power-law matrix written by `webgraph_contract.synthetic_matrix`,
-   which has no test split: evaluation off; at `--size toy` the toy's shape, d=16, 2 epochs) with
+   (`--data`, else a Gowalla-shaped power-law matrix written by
+   `webgraph_contract.synthetic_matrix`, which has no test split: evaluation off; at `--size toy`
+   the toy's shape, d=16, 2 epochs) with
    one fresh compile cache: each run's wall seconds, the trainer's own phases line (and the seconds
    outside every phase: start, imports, backend, dataset open), epochs and compile seconds.
 4. phases: `train` on the same dataset directory in a child process: the trainer's phases
@@ -84,9 +85,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--resident", default="auto", choices=("auto", "on", "off"))
     p.add_argument("--cg_form", default="auto", choices=("auto", "matvec", "explicit"))
-    p.add_argument(
-        "--sections", default="train,topk,cli,phases,proxies", help="comma-separated"
-    )
+    p.add_argument("--sections", default="train,topk,cli,phases,proxies", help="comma-separated")
     p.add_argument("--top", type=int, default=15, help="kernels listed per section")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

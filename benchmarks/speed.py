@@ -78,9 +78,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--dims", default="", help=f"d for every size (default: Gowalla {GOWALLA_DIMS}, else 128)"
     )
-    p.add_argument(
-        "--epochs", type=int, default=0, help="epochs per run (0: each size's own)"
-    )
+    p.add_argument("--epochs", type=int, default=0, help="epochs per run (0: each size's own)")
     p.add_argument("--gowalla", default=str(paths.GOWALLA_DIR), help="train.txt/test.txt folder")
     p.add_argument("--gowalla_users", type=int, default=0, help="only users below this id (0: all)")
     p.add_argument(

@@ -43,6 +43,7 @@ def train_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     from alx_trainer.data.dataset import in_memory
     from alx_trainer.model import table_dtype
     from alx_trainer.train import train
+
     size = SIZES[args.size]
     indptr, cols, facts = power_law.power_law_csr(
         args.seed, size.rows, size.cols, size.nnz, on="device"
@@ -98,7 +99,8 @@ def topk_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     none = [np.zeros(0, np.int64)] * args.topk_rows
     t = time.perf_counter()
     scorer = BlockedScorer(table, rows_per_batch=args.topk_rows)
-    scorer.top_k(queries[: args.topk_rows], none, args.k)  # the table to the device, the compile
+    # the table to the device, the compile
+    scorer.top_k(queries[: args.topk_rows], none, args.k)
     first_s = time.perf_counter() - t
     trace_dir = out / "topk"
     before = list(scorer.blocks)
@@ -135,7 +137,9 @@ def dataset_dir(args: argparse.Namespace, out: pathlib.Path) -> tuple[str, bool]
         toy = SIZES["toy"] if args.size == "toy" else None
         rows, cols, nnz = (toy.rows, toy.cols, toy.nnz) if toy else GOWALLA_SHAPE
         command = ["--out", data, "--rows", rows, "--cols", cols, "--nnz", nnz, "--shards", 1]
-        run_command([sys.executable, "-m", "webgraph_contract.synthetic_matrix", *map(str, command)])
+        run_command(
+            [sys.executable, "-m", "webgraph_contract.synthetic_matrix", *map(str, command)]
+        )
     return str(data), True
 
 

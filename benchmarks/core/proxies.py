@@ -212,4 +212,3 @@ def host_share(window_s: float, host_cpu_s: float, resolution_s: float) -> dict:
     else:
         line["host_cpu_share"] = round(host_cpu_s / window_s, 4)
     return line
-

@@ -1,4 +1,4 @@
-"""The rows of `benchmarks.gpu_vs_implicit`: one trainer's section run in its child and turned
+"""The rows of `benchmarks.speed`: one trainer's section run in its child and turned
 into a row of figures, the row's line as it comes, ours in each solve form compared, and all rows
 as one table."""
 

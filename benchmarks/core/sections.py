@@ -24,7 +24,8 @@ from benchmarks.core import implicit_als, machine, power_law
 from benchmarks.core.children import one_line, write_line
 from benchmarks.core.gowalla import score_trained_rows, test_rows
 
-COST_MARGIN_S = 10.0  # seconds kept free around the cost analysis's estimate
+# seconds kept free around the cost analysis's estimate
+COST_MARGIN_S = 10.0
 
 
 def typed_config(values: dict[str, Any], overrides: Sequence[str] = ()):

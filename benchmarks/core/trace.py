@@ -8,7 +8,8 @@ import gzip
 import json
 import re
 
-THUNK = re.compile(r"[a-z][\w.-]*")  # XLA:CPU's thunk names (fusions, dots, scatters)
+# XLA:CPU's thunk names (fusions, dots, scatters)
+THUNK = re.compile(r"[a-z][\w.-]*")
 
 
 def _newest(trace_dir: str) -> list[dict]:
