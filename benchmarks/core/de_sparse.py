@@ -1,5 +1,5 @@
 """The WebGraph de-sparse size of `benchmarks.speed` (`--sizes de-sparse`): from a matrix made on
-the device to Recall@50, implicit beside it, within the budget `--de_sparse_s`.
+the device to Recall@50, implicit beside it, within its own budget `--de_sparse_s`.
 
 `--de_sparse_scale` shrinks every size (rows, columns and links alike) for a try on CPU. Each step
 is a child process (`benchmarks.core.de_sparse_children`; a failure, an out-of-memory or a timeout
@@ -50,7 +50,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="rows, columns and links times this (1: the de-sparse size)",
     )
     g.add_argument(
-        "--de_sparse_s", type=float, default=300, help="seconds of --budget_s kept for it"
+        "--de_sparse_s", type=float, default=300, help="its seconds, after the other sizes'"
     )
     g.add_argument("--test_fraction", type=float, default=TEST_FRACTION)
     g.add_argument("--holdout_fraction", type=float, default=HOLDOUT_FRACTION)
