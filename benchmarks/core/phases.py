@@ -30,8 +30,8 @@ def rss_bytes() -> int:
 
 
 class Sampler(threading.Thread):
-    """Reads the resident memory every `SAMPLE_S` seconds; `take()` gives the highest reading
-    since the last `take()` and starts again."""
+    """Reads the resident memory every `SAMPLE_S` seconds; `take(now)` gives the highest reading
+    since the last `take` (`now` included) and starts again from `now`."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -44,8 +44,7 @@ class Sampler(threading.Thread):
             with self.lock:
                 self.peak = max(self.peak, now)
 
-    def take(self) -> int:
-        now = rss_bytes()
+    def take(self, now: int) -> int:
         with self.lock:
             peak, self.peak = max(self.peak, now), now
         return peak
@@ -73,13 +72,14 @@ def phases_child(spec: dict, out: str) -> None:
     sampler, start = Sampler(), time.perf_counter()
 
     def mark(name: str) -> None:
+        now = rss_bytes()
         write_line(
             out,
             {
                 "mark": name,
                 "seconds": time.perf_counter() - start,
-                "rss_gib": rss_bytes() / GIB,
-                "peak_since_gib": sampler.take() / GIB,
+                "rss_gib": now / GIB,
+                "peak_since_gib": sampler.take(now) / GIB,
                 "trainer_phases": phase_times.totals(),
             },
         )
