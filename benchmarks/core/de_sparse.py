@@ -17,7 +17,8 @@ statistics) and host RSS so far:
    every test row within its budget says so: its figures are then of the first rows only;
 3. implicit (its GPU model where its CUDA extension loads, else its CPU model, said) on the same
    training matrix for `--implicit_epochs` epochs at our objective, with what is left of the
-   budget (at least `--implicit_s`, kept only when implicit runs).
+   budget (at least `--implicit_s`; 0: implicit does not run at this size, while the other sizes
+   keep it).
 The data and ours children's JAX may take `--mem_fraction` of the GPU (they run one at a time,
 whatever XLA_PYTHON_CLIENT_MEM_FRACTION says; implicit's child allocates nothing for JAX).
 """
@@ -80,7 +81,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--implicit_epochs", type=int, default=2)
     g.add_argument(
-        "--implicit_s", type=float, default=90, help="seconds kept for implicit (when it runs)"
+        "--implicit_s",
+        type=float,
+        default=90,
+        help="seconds kept for implicit at this size (0: implicit not run here)",
     )
     g.add_argument(
         "--mem_fraction",
@@ -245,8 +249,9 @@ def run(args: argparse.Namespace, runner: Runner, work: pathlib.Path) -> dict:
         report["ours"] = {"error": "not run: no data"}
         report["implicit"] = {"skipped": "not run: no data"}
         return finish(args, report)
-    # implicit's reserve is kept only when implicit runs
-    reserve = 0.0 if args.implicit == "off" else args.implicit_s
+    # implicit's reserve is kept only when implicit runs at this size
+    runs_implicit = args.implicit != "off" and args.implicit_s > 0
+    reserve = args.implicit_s if runs_implicit else 0.0
     runner.section_timeout = max(30.0, runner.deadline - time.monotonic() - reserve)
     ranking = {
         "ks": args.k_list,
@@ -262,8 +267,9 @@ def run(args: argparse.Namespace, runner: Runner, work: pathlib.Path) -> dict:
     )
     report["ours"] = dict(result(lines), error=error, child_s=child_s)
     add_phases(report, lines, "ours")
-    if args.implicit == "off":
-        report["implicit"] = {"skipped": "not run (--implicit off)"}
+    if not runs_implicit:
+        why = "--implicit off" if args.implicit == "off" else "--implicit_s 0"
+        report["implicit"] = {"skipped": f"not run ({why})"}
         return finish(args, report)
     runner.section_timeout = runner.deadline - time.monotonic()
     spec = {
