@@ -1,8 +1,9 @@
 """Quality against peers and published tables: Recall@K of ours and implicit at the same objective.
 
-    python -m benchmarks.quality [--device auto|cpu|gpu] ml1m [--dim 128] [--epochs 8]
-        [--lambdas 5,10,20] [--alphas 0.25,0.5,1]
+    python -m benchmarks.quality ml1m [--dim 128] [--epochs 8] [--lambdas 5,10,20]
+        [--alphas 0.25,0.5,1]
     python -m benchmarks.quality hollins [--dim 64] [--epochs 8] [--lambdas ...] [--alphas ...]
+    python -m benchmarks.quality --device cpu hollins --dim 8 --epochs 2 --lambdas 10 --alphas 0.5
     python -m benchmarks.quality gowalla [--data data/gowalla]
         [--config configs/gowalla.json] [--work DIR] [--grid_dims 64]
         [--grid_alphas 0.005,0.01,0.02]
@@ -10,9 +11,9 @@
     python -m benchmarks.quality gowalla --per_d 64,256,1024 --work DIR [the grid flags]
         [--ours_flags '...']
 
-`--device` picks JAX's platform for ours (cpu, or gpu: JAX_PLATFORMS=cuda; auto: JAX's choice) and
-implicit's model (its GPU model with gpu, else its CPU model). implicit gets each of our points
-mapped to its parameters (`benchmarks.core.implicit_als`: exact at nu = 0, ours at the mean row for
+`--device auto|cpu|gpu` (before the subcommand) picks JAX's platform for ours (cpu, or gpu:
+JAX_PLATFORMS=cuda; auto: JAX's choice) and implicit's model (its GPU model with gpu, else its CPU
+model). implicit gets each of our points mapped to its parameters (`benchmarks.core.implicit_als`: exact at nu = 0, ours at the mean row for
 nu > 0).
 
 `ml1m` and `hollins` (`benchmarks.core.strong_accuracy`): one strong-generalization split for
