@@ -13,8 +13,8 @@
 
 `--device auto|cpu|gpu` (before the subcommand) picks JAX's platform for ours (cpu, or gpu:
 JAX_PLATFORMS=cuda; auto: JAX's choice) and implicit's model (its GPU model with gpu, else its CPU
-model). implicit gets each of our points mapped to its parameters (`benchmarks.core.implicit_als`: exact at nu = 0, ours at the mean row for
-nu > 0).
+model). implicit gets each of our points mapped to its parameters (`benchmarks.core.implicit_als`:
+exact at nu = 0, ours at the mean row for nu > 0).
 
 `ml1m` and `hollins` (`benchmarks.core.strong_accuracy`): one strong-generalization split for
 both, made by the pipeline (10% of the rows held out by a seeded hash; 80% of each held-out row's
