@@ -26,8 +26,9 @@ out-of-memory or a timeout prints one line and the run goes on; no section start
 `--budget_s`):
 1. The device's own peaks (a `--peak_n`^3 matmul in bfloat16 and float32, a device-to-device copy
    of `--copy_mib` MiB), then the power-law matrices generated on the device and saved.
-2. Per size and d: ours (`alx_trainer.train.train` on `dataset.in_memory`; `--ours KEY=VALUE`
-   overrides any TrainConfig field), then implicit at our objective (`core.implicit_als`). Seconds
+2. Per size and d: ours (`alx_trainer.train.train` on `dataset.in_memory`, with glibc's huge
+   pages where the command line would take them; `--ours KEY=VALUE` overrides any TrainConfig
+   field), then implicit at our objective (`core.implicit_als`). Seconds
    per epoch: the median of the epochs after the first; ours' setup timed apart; then XLA's cost
    analysis of one epoch (`alx_trainer.train.epoch_cost`) where it fits the child's time.
 3. The solve forms (`--forms` at the `--forms_at` points): ours again in each of XLA's forms, every
@@ -51,6 +52,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from alx_trainer.cli import hugepages
 from benchmarks.core import de_sparse, de_sparse_children, paths, sections, solve_forms
 from benchmarks.core.children import Runner, add_wheel_args, children_env, main_or_child, one_line
 from benchmarks.core.section_rows import add_row, compare_forms, print_sections, run_section
@@ -158,10 +160,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def device_env(args: argparse.Namespace) -> dict[str, str]:
     """The children's environment: the wheels where implicit's GPU model can use them
-    (`children_env`), JAX_PLATFORMS per `--device`."""
+    (`children_env`), JAX_PLATFORMS per `--device`. Sets `args.ours_env`, what ours' children add:
+    glibc's huge-page tunable where `python -m alx_trainer` would restart itself with it."""
     env = children_env(args, gpu=False if args.device == "cpu" else None)
     if args.device in PLATFORMS:
         env["JAX_PLATFORMS"] = PLATFORMS[args.device]
+    args.ours_env = {"GLIBC_TUNABLES": hugepages.TUNABLE} if hugepages.wanted() else {}
     return env
 
 

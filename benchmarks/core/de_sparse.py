@@ -235,7 +235,7 @@ def run(args: argparse.Namespace, runner: Runner, work: pathlib.Path) -> dict:
     the section's report (phases, data, ours, implicit, summary), printed."""
     config = train_config(args, str(work / "model"))
     report: dict = {"size": list(args.de_size), "phases": [], "data": {}, "ours": {}}
-    ours_env = dict(runner.env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
+    ours_env = dict(runner.env, **args.ours_env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
     rows, cols, nnz = args.de_size
     data_dir = str(work / "data")
     spec = {"rows": rows, "cols": cols, "nnz": nnz, "seed": args.seed, "data": data_dir}

@@ -39,7 +39,11 @@ def run_section(
         "cost": cost,
     }
     # implicit's child uses JAX only to score, after the fit: it must not take the GPU's memory
-    env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false") if who == "implicit" else None
+    if who == "implicit":
+        env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    else:
+        # ours as the command line runs it (huge pages where it would restart with them)
+        env = dict(runner.env, **args.ours_env)
     lines, error, child_s = runner(who, name, spec, env)
     table_bytes = sections.merged_result(lines).get("table_bytes", 4)
     work = epoch_work(meta["rows"], meta["cols"], meta["nnz"], dim, config.cg_iters, table_bytes)
