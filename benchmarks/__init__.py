@@ -1,11 +1,9 @@
-"""Ours against a peer on the same data, in one run: `python -m benchmarks.NAME` from the
-repository root.
+"""The benchmarks: `python -m benchmarks.NAME` from the repository root, four entry points on the
+trainer's public functions and command line, their shared parts in `benchmarks.core`.
 
-Entry points: `trainer_scale` (trainer speed against implicit on CPU, generated sizes, MovieLens-1M,
-Gowalla at high d), `gpu_vs_implicit` (the same on one GPU, with the solve forms),
-`recall_vs_implicit` (accuracy: MovieLens-1M, Gowalla against the published table),
-`pipeline_scale` (pipeline throughput: WAT extraction, the whole job, the graph stage),
-`trainer_memory` and `trainer_profile` (where the trainer's memory and time go),
-`reader_speed` (our TFRecord reader against tf.data), `device_proxies` (the accelerator path's
-proxies on CPU). Their shared parts are in `benchmarks.core`.
+`speed` (ours against implicit, CPU or GPU, from toy to 149M pairs and the WebGraph de-sparse
+size), `quality` (Recall@K against implicit and against published tables: MovieLens-1M, the
+hollins.edu crawl, Gowalla), `profile` (where the time goes: the trainer's own phases, device
+kernels, the command line's fixed cost, the accelerator path's proxies on CPU devices), `pipeline`
+(the pipeline's throughput, and the trainer's reader of its output against tf.data).
 """

@@ -4,7 +4,7 @@
 # carries the CUDA 13 extension), rmm-cu13 and librmm-cu13 26.4.0 (26.10 lacks a symbol the extension
 # needs), rapids-logger, tensorboardX (which the trainer imports and that machine lacks) and google-crc32c
 # (the TFRecord reader checks every record with it; only needed to train from a dataset directory). About 14 MB.
-# Run from the project root; copy .whl with the project. benchmarks/gpu_vs_implicit.py installs them there.
+# Run from the project root; copy .whl with the project. benchmarks.speed installs them there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl

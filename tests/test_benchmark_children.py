@@ -11,21 +11,25 @@ import pytest
 from benchmarks.core import children
 from benchmarks.core.children import run_child
 
-SMALL = "import numpy as np; a = np.ones(8 << 17); print('done')"  # 8 MiB
+# 8 MiB
+SMALL = "import numpy as np; a = np.ones(8 << 17); print('done')"
 
 
 def test_child_peak_is_not_floored_at_the_parents_peak():
-    held = np.ones(600 << 17)  # 600 MiB, touched: this process's high-water mark
+    # 600 MiB, touched: this process's high-water mark
+    held = np.ones(600 << 17)
     held += 1
     child = run_child([sys.executable, "-c", SMALL])
     assert child.stdout.strip() == "done" and child.returncode == 0
-    assert child.peak_gib < 0.3, child.peak_gib  # numpy and 8 MiB, not the parent's 600 MiB
+    # numpy and 8 MiB, not the parent's 600 MiB
+    assert child.peak_gib < 0.3, child.peak_gib
     assert child.cpu_s > 0
     del held
 
 
 def test_child_peak_counts_what_the_child_allocates():
-    big = "import numpy as np; a = np.ones(400 << 17); a += 1"  # 400 MiB
+    # 400 MiB
+    big = "import numpy as np; a = np.ones(400 << 17); a += 1"
     assert run_child([sys.executable, "-c", big]).peak_gib > 0.38
 
 
@@ -79,7 +83,8 @@ def test_wheels_for_another_python_are_skipped_in_one_line(tmp_path, capfd):
 
 
 def test_wheels_that_fit_are_installed_and_pips_error_is_one_line(tmp_path, capfd):
-    args = wheel_args(tmp_path, "gpu", tag="py3-none")  # fits any Python; the file is broken
+    # fits any Python; the file is broken
+    args = wheel_args(tmp_path, "gpu", tag="py3-none")
     assert children.wheel_plan(pathlib.Path(args.wheels), "gpu", True)[0]
     env = children.children_env(args, gpu=True)
     out, err = capfd.readouterr()

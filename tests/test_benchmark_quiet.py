@@ -42,7 +42,8 @@ def test_pipeline_in_process_prints_no_beam_warning(tmp_path):
 def test_implicit_cpu_model_is_built_without_blas_warning():
     import implicit.utils
 
-    implicit.utils._checked_blas_config = False  # it warns once a process
+    # it warns once a process
+    implicit.utils._checked_blas_config = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         implicit_als.implicit_model(8, 0.1, 2, 3)

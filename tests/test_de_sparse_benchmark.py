@@ -1,28 +1,23 @@
-"""`benchmarks.de_sparse` and its parts: the device split against a plain NumPy reading of the
-pipeline's rule, the evaluation glue against a brute-force ranking, a toy run end to end.
+"""The de-sparse section of `benchmarks.speed` and its parts: the device split against a plain NumPy
+reading of the pipeline's rule, the evaluation glue against a brute-force ranking (the toy run end
+to end is in test_speed_benchmark.py).
 
 (a) `strong_split.device_split` equals a per-row NumPy application of the rule to the same random
 draws, and its parts partition the matrix. (b) `evaluate_test` (fold-in, top K, metrics in chunks
 over threads, the approximate top K's recall on a sample) equals a NumPy ranking of the same
-folded-in rows. (c) The whole run at a tiny `--scale` on CPU writes every phase and figure.
+folded-in rows.
 """
 
 from __future__ import annotations
 
-import pathlib
-
 import jax
 import numpy as np
 import pytest
-from benchmark_run import toy_run
 
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import Model, fold_in
-from benchmarks import de_sparse
 from benchmarks.core import de_sparse_children, power_law, strong_split
 from webgraph_contract.ragged import RaggedRows
-
-REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _reference_split(
@@ -107,8 +102,9 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatc
     col_table = rng.normal(0, 0.5, (num_cols, dim)).astype(np.float32)
     config = TrainConfig(data="x", model_dir="unused", dim=dim, table_dtype="float32")
     model = Model(None, col_table, config, 1)
-    sizes = np.where(np.arange(n) % 7 == 0, rng.integers(65, 200, n), rng.integers(1, 12, n))
-    known = [rng.choice(num_cols, size, replace=False) for size in sizes]  # widths 64, 128, 256
+    sizes = np.where(np.arange(n) % 7 == 0, rng.integers(65, 128, n), rng.integers(1, 12, n))
+    # exclusion widths 64 and 128: rows grouped by width, each group compiled apart
+    known = [rng.choice(num_cols, size, replace=False) for size in sizes]
     gts = [
         rng.choice(np.setdiff1d(np.arange(num_cols), row), rng.integers(1, 9), replace=False)
         for row in known
@@ -141,7 +137,8 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatc
     ideal = [sum(1 / np.log2(j + 2) for j in range(min(30, len(g)))) for g in gts]
     assert got["ndcg@30"] == pytest.approx(np.mean(np.divide(dcg, ideal)))
     assert (got["rows"], got["k"], got["topk"], got["sample_rows"]) == (n, 30, "exact", 16)
-    assert 0.9 <= got["approx_recall"] <= 1.0  # approx_max_k on CPU: exact or nearly
+    # approx_max_k on CPU: exact or nearly
+    assert 0.9 <= got["approx_recall"] <= 1.0
     assert phases == [
         "fold-in",
         "column table to the device",
@@ -172,68 +169,3 @@ def test_evaluate_test_is_a_brute_force_ranking_of_the_folded_in_rows(monkeypatc
     assert cut["recall@5"] == pytest.approx(
         np.mean([h / min(5, len(g)) for h, g in zip(hits, gts)])
     )
-
-
-@pytest.mark.parametrize(
-    "flag,value",
-    [("--scale", "0"), ("--scale", "2"), ("--ks", "20,x"), ("--holdout_fraction", "1")],
-)
-def test_a_bad_flag_is_one_line(capsys, flag, value):
-    with pytest.raises(SystemExit):
-        de_sparse.parse_args([flag, value])
-    assert f"error: {flag}" in capsys.readouterr().err.strip().splitlines()[-1]
-
-
-def test_toy_run_end_to_end_writes_every_phase_and_figure(tmp_path):
-    report, stdout = toy_run(
-        de_sparse.MODULE,
-        tmp_path,
-        "--scale",
-        "0.0001",
-        "--dim",
-        "8",
-        "--epochs",
-        "2",
-        "--implicit",
-        "cpu",
-        "--sample_rows",
-        "64",
-    )
-    data, ours, implicit = report["data"], report["ours"], report["implicit"]
-    assert (data["rows"], data["cols"], data["nnz"]) == (1970, 1970, 119_000)
-    assert data["train_nnz"] + data["fold_in_links"] + data["held_links"] == 119_000
-    assert 0.05 < data["test_rows"] / 1970 < 0.15  # about 10% of the rows
-    assert 0.2 < data["held_links"] / (data["fold_in_links"] + data["held_links"]) < 0.3
-    names = [(p["step"], p["phase"]) for p in report["phases"]]
-    assert names == [("data", n) for n in ("generate", "split", "to host", "save")] + [
-        ("ours", n)
-        for n in (
-            "load",
-            "transpose (in_memory)",
-            "tables and plan",
-            "epoch 1",
-            "epoch 2",
-            "checkpoint",
-            "tables to host",
-            "fold-in",
-            "column table to the device",
-            "top 100 (exact)",
-            "metrics",
-            "top 100 (approximate, sample)",
-        )
-    ]
-    assert all(p["seconds"] >= 0 and p["peak_host_gib"] > 0 for p in report["phases"])
-    (plan,) = [p for p in report["phases"] if p["phase"] == "tables and plan"]
-    assert all(plan[f"{n}_s"] >= 0 for n in ("init", "read", "plan", "pack"))
-    assert [p["seconds"] > 0 for p in report["phases"] if p["phase"] == "checkpoint"] == [True]
-    assert ours["error"] is None and len(ours["epochs_s"]) == 2
-    assert ours["rows"] == ours["test_rows"] == data["test_rows"] and ours["topk"] == "exact"
-    for name in ("recall@20", "recall@50", "recall_gt@20", "recall_gt@50", "ndcg@100"):
-        assert 0 < ours[name] <= 1, name
-    assert ours["recall@50"] >= ours["recall_gt@20"] and 0.9 <= ours["approx_recall"] <= 1
-    assert (
-        implicit["who"] == "implicit-cpu"
-        and implicit["error"] is None
-        and len(implicit["epochs_s"]) == 2
-    )
-    assert "recall@50" in stdout and "implicit-cpu: 2 epoch(s)" in stdout

@@ -25,9 +25,8 @@ NUM_USERS, NUM_ITEMS, DIM = 40, 30, 6
 def test_implicit_at_the_mapped_point_trains_our_objective(alpha, lam):
     rows = ref.random_rows(3, NUM_USERS, NUM_ITEMS, max_len=10)
     for item in set(range(NUM_ITEMS)) - {c for cols in rows.values() for c in cols}:
-        rows[0] = sorted(
-            rows[0] + [item]
-        )  # every item observed: implicit solves every row, the reference too
+        # every item observed: implicit solves every row, the reference too
+        rows[0] = sorted(rows[0] + [item])
     rng = np.random.default_rng(4)
     w0, h0 = rng.normal(0, 0.3, (NUM_USERS, DIM)), rng.normal(0, 0.3, (NUM_ITEMS, DIM))
     want_w, want_h = ref.ials(rows, w0, h0, epochs=3, alpha=alpha, reg=lam)

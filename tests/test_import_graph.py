@@ -1,7 +1,11 @@
-"""The project's import graph: no cycle, and every import inside a function says why it is there.
+"""The project's import graph: no cycle, every import inside a function says why it is there, and
+the benchmarks use the trainer's public names only.
 
 Every `import` statement counts, at module level or inside a function: an import that runs late
-still closes a cycle, it only hides it until a caller takes that path.
+still closes a cycle, it only hides it until a caller takes that path. The benchmarks measure the
+trainer through its public names: they import no trainer name starting with `_` (a module or an
+object), read no such attribute of what they imported from it, and patch none of it (`setattr`, an
+assignment to or deletion of an attribute).
 """
 
 from __future__ import annotations
@@ -104,9 +108,8 @@ def test_the_graph_sees_the_project():
     graph = _graph()
     assert "alx_trainer.train" in graph and "webgraph_pipeline.cli" in graph
     assert "webgraph_contract.dataset_reader" in graph["alx_trainer.data.records"]
-    assert (
-        "tfds_builder.web_graph.web_graph_dataset_builder" in graph["tfds_builder.web_graph"]
-    )  # relative import
+    # relative import
+    assert "tfds_builder.web_graph.web_graph_dataset_builder" in graph["tfds_builder.web_graph"]
 
 
 def test_no_import_cycle():
@@ -150,3 +153,114 @@ def test_trainer_imports_inside_functions_say_why():
             if "#" not in here and not above.strip().startswith("#"):
                 missing.append(f"{path.relative_to(REPO)}:{node.lineno}: {here.strip()}")
     assert not missing, "imports inside functions without a reason:\n" + "\n".join(missing)
+
+
+TRAINER = "alx_trainer"
+
+
+def _private(dotted: str) -> bool:
+    """Whether a dotted name has a part starting with `_` (dunders such as `__version__` are
+    public)."""
+    return any(p.startswith("_") and not p.endswith("__") for p in dotted.split("."))
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
+
+
+def _trainer_misuse(source: str) -> list[str]:
+    """'LINE: what' for each use of the trainer's private names or patching of the trainer in
+    `source`: a private module or name imported from `alx_trainer`, a private attribute of a name
+    bound to one of its imports, `setattr` on such a name, an assignment to or a deletion of its
+    attribute."""
+    tree = ast.parse(source)
+    bound: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == TRAINER:
+            for alias in node.names:
+                bound.add(alias.asname or alias.name)
+                if _private(f"{node.module}.{alias.name}"):
+                    found.append(f"{node.lineno}: imports {node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == TRAINER:
+                    bound.add(alias.asname or TRAINER)
+                    if _private(alias.name):
+                        found.append(f"{node.lineno}: imports {alias.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = _root(node)
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{node.lineno}: reads {ast.unparse(node)}")
+        targets = []
+        # a private name handed over as a string beside a trainer object (getattr, a patcher)
+        if isinstance(node, ast.Call):
+            args = [*node.args, *(k.value for k in node.keywords)]
+            roots = [_root(a) for a in args]
+            if any(isinstance(r, ast.Name) and r.id in bound for r in roots):
+                for a in args:
+                    if (
+                        isinstance(a, ast.Constant)
+                        and isinstance(a.value, str)
+                        and _private(a.value)
+                    ):
+                        found.append(f"{node.lineno}: reaches {a.value!r} of a trainer object")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            targets = [node.args[0]] if node.func.id in ("setattr", "delattr") else []
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            many = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            targets = [t for t in many if isinstance(t, ast.Attribute)]
+        for target in targets:
+            root = _root(target)
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{node.lineno}: patches {ast.unparse(target)}")
+    return sorted(set(found), key=lambda line: int(line.split(":")[0]))
+
+
+def test_the_misuse_finder_finds_private_names_and_patches():
+    bad = (
+        "from alx_trainer.train import _train\n"
+        "from alx_trainer.ops import side_runner\n"
+        "import alx_trainer.data._hidden as h\n"
+        "import alx_trainer\n"
+        "def f():\n"
+        "    from alx_trainer import train as t\n"
+        "    t._runners(1)\n"
+        "    alx_trainer.train._epoch\n"
+        "    setattr(side_runner.SideRunner, 'run', f)\n"
+        "    side_runner.SideRunner.run = f\n"
+        "    del t.train\n"
+    )
+    assert [line.split(":")[0] for line in _trainer_misuse(bad)] == [
+        "1",
+        "3",
+        "7",
+        "8",
+        "9",
+        "10",
+        "11",
+    ]
+    good = (
+        "import jax\n"
+        "from alx_trainer.train import train\n"
+        "from alx_trainer.data.dataset import in_memory\n"
+        "import alx_trainer\n"
+        "alx_trainer.__version__\n"
+        "setattr(jax, 'device_put', print)\n"
+        "class C:\n"
+        "    def __init__(self):\n"
+        "        self._x = train\n"
+    )
+    assert _trainer_misuse(good) == []
+
+
+def test_the_benchmarks_use_the_trainers_public_names_only():
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in sorted((REPO / "benchmarks").rglob("*.py"))
+        for line in _trainer_misuse(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "the benchmarks reach into the trainer:\n" + "\n".join(found)

@@ -193,21 +193,6 @@ def test_lowers_to_triton(gathered, dim, dtype, shape):
     assert text.count(triton) == 1
 
 
-def test_compiles_for_sm90_within_the_chip():
-    """Triton's compiler (PyPI's, not jaxlib's: a proxy) builds the kernel for an H100/H200 at the
-    GPU benchmark's shapes within a block's shared memory and without spilling registers: at its
-    first windows (128 KiB, 3 pipeline stages) it asked for 352 KiB; its first GPU run failed."""
-    from benchmarks import pallas_sm90
-
-    if not pallas_sm90.has_triton():
-        pytest.skip("needs Triton's compiler (the 'test' extra installs it)")
-    for shape in (pallas_sm90.SHAPES[1], pallas_sm90.SHAPES[5]):  # d=128 bf16 1M ids, d=64 f32
-        got = pallas_sm90.check(shape)
-        assert "error" not in got, got
-        assert 0 < got["shared"] <= pallas_sm90.SHARED_LIMIT, got
-        assert got["spill_stores"] == 0, got
-
-
 def test_config_checks_the_flag():
     base = {"data": "d", "model_dir": "m"}
     assert TrainConfig(**base).cg_kernel == "xla"

@@ -6,7 +6,8 @@ made by the pipeline or the generator, read back), `gowalla` (LightGCN's files r
 from trained rows), `implicit_als` (implicit set up at our objective), `children` (child
 processes: peak memory, one-line failures, a budgeted runner of JSON-line children), `machine`
 (the host's and the device's peaks), `work` (an epoch's FLOPs and bytes), `trace` (JAX profiler
-traces), `tables` (printing), `ml1m_accuracy` (MovieLens-1M accuracy, ours against implicit),
-`trainer_cli` (ours through `alx_trainer`'s command line), `section_rows` (the GPU comparison's
-rows, forms and table), `wat_extraction` (WAT extraction per core).
+traces), `tables` (printing). For `speed`: `speed_sizes`, `sections`, `section_rows`,
+`solve_forms`, `de_sparse`, `de_sparse_children`, `strong_split`. For `quality`:
+`strong_accuracy`, `trainer_cli`. For `profile`: `profile_sections`, `phases`, `proxies`. For
+`pipeline`: `wat_files`, `wat_extraction`, `reader`.
 """

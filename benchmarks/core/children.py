@@ -77,6 +77,7 @@ def run_child(
             cmd = [sys.executable, "-I", "-S", LAUNCHER, usage_path, *cmd]
         with open(pathlib.Path(tmp) / "stdout", "w+") as out, open(err_path, "w") as err:
             start = time.monotonic()
+            # a group: a timeout kills it all
             proc = subprocess.Popen(
                 list(map(str, cmd)),
                 stdout=out,
@@ -84,7 +85,7 @@ def run_child(
                 cwd=REPO,
                 env=env,
                 start_new_session=True,
-            )  # a group: a timeout kills it all
+            )
             try:
                 status, usage, peak = _wait(proc, name, start, timeout, tree)
             except BaseException:
@@ -97,7 +98,8 @@ def run_child(
             out.seek(0)
             stdout = out.read()
         cpu = usage.ru_utime + usage.ru_stime
-        if not tree and usage_path.exists():  # the command's own, from the launcher
+        # the command's own, from the launcher
+        if not tree and usage_path.exists():
             maxrss_kib, user_s, system_s = usage_path.read_text().split()
             peak, cpu = int(maxrss_kib) * 1024, float(user_s) + float(system_s)
         if check and proc.returncode:
@@ -191,9 +193,11 @@ class Runner:
     module: str
     work: pathlib.Path
     env: dict[str, str]
-    deadline: float  # time.monotonic() after which no child starts
+    # time.monotonic() after which no child starts
+    deadline: float
     section_timeout: float
-    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # name: its output's end
+    # name: its output's end
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __call__(
         self, kind: str, name: str, spec: dict, env: dict[str, str] | None = None
@@ -246,7 +250,8 @@ def own_peak_gib() -> float:
         pass
     import resource
 
-    scale = 2**30 if sys.platform == "darwin" else 2**20  # bytes on macOS, KiB on Linux
+    # bytes on macOS, KiB on Linux
+    scale = 2**30 if sys.platform == "darwin" else 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
 
@@ -275,7 +280,8 @@ def wheel_plan(wheels: pathlib.Path, implicit: str, gpu: bool) -> tuple[list[str
     try:
         from packaging.tags import sys_tags
         from packaging.utils import parse_wheel_filename
-    except ImportError:  # no way to tell: pip decides
+    # no way to tell: pip decides
+    except ImportError:
         return found, None
     supported = set(sys_tags())
     for path in found:

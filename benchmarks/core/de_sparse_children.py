@@ -1,6 +1,7 @@
-"""The children of `benchmarks.de_sparse`, each its own process (`children.Runner`): the matrix and
-its strong-generalization test split made on the device and saved; ours trained on it and its test
-rows evaluated; implicit (`sections.implicit_child`) on the same training matrix.
+"""The children of the de-sparse size (`benchmarks.core.de_sparse`), each its own process
+(`children.Runner`): the matrix and its strong-generalization test split made on the device and
+saved; ours trained on it and its test rows evaluated. (implicit on the same training matrix is
+`sections.implicit_child`.)
 
 A child appends JSON lines to its spec's `out` as it goes: `{"phase": NAME, "seconds": S, ...}`
 per phase with the peak device memory (JAX's `peak_bytes_in_use`, where the backend keeps it) and
@@ -18,12 +19,21 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks.core import machine, sections
+from benchmarks.core import machine
 from benchmarks.core.children import own_peak_gib, write_line
 
 Phase = Callable[..., None]
+<<<<<<< HEAD
 EVAL_CHUNK = 1 << 18  # test rows ranked between two looks at the clock
 EVAL_RESERVE = 0.15  # share of a child's time kept for the metrics and the sample after ranking
+=======
+# rows with at most this many links are ranked together
+EXCLUDE_FLOOR = 64
+# test rows ranked between two looks at the clock
+EVAL_CHUNK = 1 << 18
+# share of a child's time kept for the metrics and the sample after ranking
+EVAL_RESERVE = 0.15
+>>>>>>> h-bench
 
 
 def phase_writer(out: str) -> Phase:
@@ -133,12 +143,14 @@ def ours_child(spec: dict, out: str) -> None:
     dataset = in_memory("de-sparse", m.pop("train_indptr"), m.pop("train_cols"), meta["cols"])
     phase("transpose (in_memory)", time.perf_counter() - t)
     config = TrainConfig(**spec["config"])
-    shutil.rmtree(config.model_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    # a fresh run, never a resumed one
+    shutil.rmtree(config.model_dir, ignore_errors=True)
     marks = {"start": time.perf_counter()}
 
     class Phases(Callback):
         def on_train_begin(self, run) -> None:
-            parts = {  # the trainer's own phases so far: init, read, plan, pack
+            # the trainer's own phases so far: init, read, plan, pack
+            parts = {
                 f"{name}_{kind}": round(v, 2)
                 for name, both in phase_times.totals().items()
                 for kind, v in zip(("s", "cpu_s"), both)
@@ -155,17 +167,18 @@ def ours_child(spec: dict, out: str) -> None:
     phase("checkpoint", phase_times.totals().get("checkpoint", (0.0,))[0])
     phase("tables to host", time.perf_counter() - marks["end"])
     del dataset
-    model.row_table = None  # the test rows are folded in: only the column table is needed
+    # the test rows are folded in: only the column table is needed
+    model.row_table = None
     epochs = [r["seconds"] for r in model.metrics]
     write_line(
         out,
         {
-            "result": dict(
-                sections.solve_form(config),
-                epochs_s=epochs,
-                compile_s=[r.get("compile_seconds") for r in model.metrics],
-                table_dtype=config.table_dtype,
-            )
+            "result": {
+                "form": config.cg_form,
+                "epochs_s": epochs,
+                "compile_s": [r.get("compile_seconds") for r in model.metrics],
+                "table_dtype": config.table_dtype,
+            }
         },
     )
     n = min(spec["eval_rows"] or meta["test_rows"], meta["test_rows"])
@@ -217,7 +230,8 @@ def evaluate_test(
     kind, other = ("approximate", "exact") if approx else ("exact", "approximate")
     t = time.perf_counter()
     ids, done = np.full((n, k), -1, np.int64), 0
-    while done < n:  # in chunks of rows, while another chunk would end before the deadline
+    # in chunks of rows, while another chunk would end before the deadline
+    while done < n:
         rows = np.arange(done, min(n, done + EVAL_CHUNK))
         began = time.monotonic()
         ids[rows] = top_k(engines[approx], queries, fold, rows, k)
@@ -253,4 +267,4 @@ def top_k(scorer, queries: np.ndarray, fold, rows: np.ndarray, k: int) -> np.nda
     return scorer.top_k(queries[rows], fold.select(rows), k).ids
 
 
-CHILDREN = {"data": data_child, "ours": ours_child, "implicit": sections.implicit_child}
+CHILDREN = {"ds-data": data_child, "ds-ours": ours_child}

@@ -9,7 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
-Row = tuple[int, np.ndarray, np.ndarray]  # (user, items excluded from the ranking, test items)
+# (user, items excluded from the ranking, test items)
+Row = tuple[int, np.ndarray, np.ndarray]
 
 
 def read_gowalla(folder: str, users: int = 0) -> dict[str, np.ndarray | int]:

@@ -136,8 +136,10 @@ def implicit_memory(stats, matrix, dim: int) -> dict:
     factor tables (its statistics did not reach implicit's allocator), the same allocations counted
     instead."""
     users, items = matrix.shape
-    managed = 2 * (4 * (users + items + 2) + 8 * matrix.nnz)  # Cui and Ciu: indptr, indices, data
-    counted = 4 * dim * (users + items + 2 * dim)  # two tables, two d x d gramians (float32)
+    # Cui and Ciu: indptr, indices, data
+    managed = 2 * (4 * (users + items + 2) + 8 * matrix.nnz)
+    # two tables, two d x d gramians (float32)
+    counted = 4 * dim * (users + items + 2 * dim)
     measured = stats is not None and stats.peak_bytes >= 4 * dim * (users + items)
     return {
         "peak_device_gib": ((stats.peak_bytes if measured else counted) + managed) / GIB,

@@ -4,12 +4,7 @@ and the device's memory statistics."""
 from __future__ import annotations
 
 import os
-import sys
 import time
-
-import numpy as np
-
-from benchmarks.core.children import run_child
 
 GIB = 2.0**30
 
@@ -48,29 +43,6 @@ def copy_rate(mib: int) -> float:
 
     x = jnp.ones(mib * 2**20 // 4, jnp.float32)
     return 2 * x.nbytes / timed_calls(jax.jit(lambda x: x + 1), (x,))
-
-
-def cpu_matmul_peak(n: int = 4096, calls: int = 3) -> float:
-    """float32 FLOP/s of a large matmul with JAX as it starts by default (one device, every core),
-    measured in a fresh process: a trainer's process splits the CPU into one device per core."""
-    code = (
-        f"from benchmarks.core.machine import matmul_rate; print(matmul_rate({n}, calls={calls}))"
-    )
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    return float(run_child([sys.executable, "-c", code], env=env).stdout.split()[-1])
-
-
-def memory_bandwidth(mib: int = 512, repeats: int = 3) -> float:
-    """Bytes/s of a large NumPy copy (read + write counted), the best of `repeats`."""
-    a = np.ones(mib * 2**20 // 8)
-    b = np.empty_like(a)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return 2 * a.nbytes / best
 
 
 def device_memory() -> dict:

@@ -7,10 +7,13 @@ import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DATA = REPO / "data"
-GOWALLA_DIR = DATA / "gowalla"  # LightGCN's train.txt / test.txt
+# LightGCN's train.txt / test.txt
+GOWALLA_DIR = DATA / "gowalla"
 ML1M_DIR = DATA / "ml-1m-implicit"
-GOWALLA_CONFIG = REPO / "configs" / "gowalla.json"  # our point tuned on Gowalla's validation split
-WHEELS = REPO / ".whl"  # implicit's CUDA wheels for the GPU machine (benchmarks/gpu_wheels.sh)
+# our point tuned on Gowalla's validation split
+GOWALLA_CONFIG = REPO / "configs" / "gowalla.json"
+# implicit's CUDA wheels for the GPU machine (benchmarks/gpu_wheels.sh)
+WHEELS = REPO / ".whl"
 
 
 def work_dir(name: str) -> pathlib.Path:

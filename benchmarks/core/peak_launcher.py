@@ -22,7 +22,8 @@ def main() -> None:
         sys.stderr.write(f"{type(e).__name__}: {cmd[0]}: {e.strerror}\n")
         sys.exit(127)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: os.kill(pid, s))  # passed on; the command decides
+        # passed on; the command decides
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
     while True:
         try:
             _, status, usage = os.wait4(pid, 0)

@@ -27,7 +27,8 @@ import tempfile
 import time
 from typing import Sequence
 
-from alx_trainer.evaluation import evaluate, metrics
+from alx_trainer import loading
+from alx_trainer.evaluation import metrics
 from webgraph_contract import planted, stats_json
 from webgraph_contract.ragged import RaggedRows
 
@@ -94,9 +95,8 @@ def oracle_figures(data: str) -> dict:
     of `eval`'s popularity baseline, written to --out)."""
     params = planted.params_of(stats_json.read_stats(data))
     s = planted.structure(params)
-    rows, popularity, _ = evaluate.load_eval_data(data)
-    test = RaggedRows.from_lists([fold for _, fold, _ in rows], [r for r, _, _ in rows])
-    gts = [gt for _, _, gt in rows]
+    rows = loading.eval_data(data)
+    test, gts, popularity = rows.known, rows.gt.lists(), rows.popularity
     t = time.perf_counter()
     top = planted.oracle_top_k(s, test, max(KS))
     oracle_s = time.perf_counter() - t

@@ -17,11 +17,16 @@ import numpy as np
 
 from webgraph_contract import synthetic_matrix as law
 
-ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7  # synthetic_matrix's defaults
-BUCKETS = 1 << 20  # equal-probability rank buckets of the device generator
-CHUNK = 1 << 26  # pairs drawn at a time by the device generator (bounds its random bits' memory)
-EDGE_EXPONENT = 2 / 3  # edge_batch: node ranks floor(n u^3), degrees of exponent 2.5
-SCRAMBLE = 2654435761  # edge_batch: a multiplicative hash spreading popular ids over the range
+# synthetic_matrix's defaults
+ROW_EXPONENT, COL_EXPONENT = 0.5, 0.7
+# equal-probability rank buckets of the device generator
+BUCKETS = 1 << 20
+# pairs drawn at a time by the device generator (bounds its random bits' memory)
+CHUNK = 1 << 26
+# edge_batch: node ranks floor(n u^3), degrees of exponent 2.5
+EDGE_EXPONENT = 2 / 3
+# edge_batch: a multiplicative hash spreading popular ids over the range
+SCRAMBLE = 2654435761
 
 
 def power_law_csr(
@@ -50,7 +55,8 @@ def power_law_csr(
 def rank_buckets(n: int, exponent: float, buckets: int = BUCKETS) -> np.ndarray:
     """Rank boundaries B (int64, B[0] = 0, B[-1] = n): bucket b, ranks [B[b], B[b+1]), has
     probability 1/buckets under the law's CDF (a bucket narrower than a rank puts it on B[b])."""
-    law.rank_probabilities(1, exponent)  # checks the exponent
+    # checks the exponent
+    law.rank_probabilities(1, exponent)
     return np.floor(law.rank_quantile(np.arange(buckets + 1) / buckets, n, exponent)).astype(
         np.int64
     )
@@ -118,7 +124,8 @@ def device_matrix(
                 f"{nnz} distinct pairs not reached in {len(tries)} draws "
                 f"(last {draws} gave {distinct})"
             )
-        del rows, cols, first  # the device's memory for the next, larger draw
+        # the device's memory for the next, larger draw
+        del rows, cols, first
         factor *= 1.1 * nnz / distinct
     key_draw, key = jax.random.split(key_draw)
     indptr, kept_cols = _keep_pairs(key, rows, cols, first, nnz, num_rows)
@@ -151,7 +158,8 @@ def _draw_pairs(key, b_r, b_c, perm_r, perm_c, draws: int):
 
         if draws <= CHUNK:
             rows, cols = draw(key, draws)
-        else:  # in chunks: the random bits of one chunk at a time
+        # in chunks: the random bits of one chunk at a time
+        else:
 
             def step(i, pairs):
                 at = (i * CHUNK,)
@@ -177,7 +185,8 @@ def _keep_pairs(key, rows, cols, first, nnz: int, num_rows: int):
 
     @jax.jit
     def run(key, rows, cols, first):
-        top = jnp.iinfo(jnp.int32).max  # above every drawn priority: copies are never kept
+        # above every drawn priority: copies are never kept
+        top = jnp.iinfo(jnp.int32).max
         priority = jnp.where(first, jax.random.randint(key, first.shape, 0, top), top)
         threshold = jnp.sort(priority)[nnz - 1]
         below, tie = priority < threshold, priority == threshold

@@ -1,4 +1,4 @@
-"""The rows of `benchmarks.gpu_vs_implicit`: one trainer's section run in its child and turned
+"""The rows of `benchmarks.speed`: one trainer's section run in its child and turned
 into a row of figures, the row's line as it comes, ours in each solve form compared, and all rows
 as one table."""
 
@@ -24,9 +24,11 @@ def run_section(
     who: str,
     name: str,
     cost: bool = False,
+    variant: str = "auto",
 ) -> dict:
     """One trainer's child on one matrix at one d (log and spec files under `name`): its row;
-    `cost`: XLA's cost analysis too."""
+    `cost`: XLA's cost analysis too. Ours' row is labelled with its whole solve-form `variant`
+    ('auto': the default config; else `solve_forms.form_overrides`'s name, e.g. 'matvec:65536')."""
     meta, peaks = report["data"][size], report["device"].get("peaks", {})
     spec = {
         "size": size,
@@ -37,12 +39,17 @@ def run_section(
         "cost": cost,
     }
     # implicit's child uses JAX only to score, after the fit: it must not take the GPU's memory
-    env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false") if who == "implicit" else None
+    if who == "implicit":
+        env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    else:
+        # ours as the command line runs it (huge pages where it would restart with them)
+        env = dict(runner.env, **args.ours_env)
     lines, error, child_s = runner(who, name, spec, env)
     table_bytes = sections.merged_result(lines).get("table_bytes", 4)
     work = epoch_work(meta["rows"], meta["cols"], meta["nnz"], dim, config.cg_iters, table_bytes)
     figures = sections.section_figures(lines, error, work, peaks)
     figures["who"] = figures["who"] or ("ours" if who == "ours" else "implicit")
+    figures["form"] = variant if who == "ours" else None
     if figures["who"] == "implicit-cpu" and report["device"].get("platform") == "gpu":
         figures["note"] = (
             f"implicit's CUDA model did not load: its CPU model stood in (logs/{name}.log)"
@@ -88,73 +95,47 @@ def compare_forms(
     implicit_s: dict[tuple[str, int], float | None],
 ) -> list[dict]:
     """Ours in each `--forms` solve form at the `--forms_at` points, after every section (so the
-    comparison takes what is left of `--budget_s`); the form 'auto' ran is not run again. Gowalla's
-    points first: a form that loses recall there is no candidate at the other sizes either."""
+    comparison takes what is left of `--budget_s`), set against the default ('auto') row of the
+    same point. Gowalla's points first: a form that loses recall there is no candidate at the
+    other sizes either. Every row keeps its whole variant as its label."""
     points = sorted((p for p in plan if p[3]), key=lambda p: p[0] != GOWALLA)
     out, lost = [], set()
     for size, dim, _, forms in points:
         meta = report["data"].get(size, {})
         if "error" in meta or not meta:
             continue
-        auto = next(
-            (
-                r
-                for r in report["sections"]
-                if (r["size"], r["dim"], r["who"]) == (size, dim, "ours")
-            ),
-            {},
-        )
-        rows = [dict(auto, variant="auto")] if auto.get("form") in forms else []
+        key = (size, dim, "ours", "auto")
+        rows = [r for r in report["sections"] if (r["size"], r["dim"], r["who"], r["form"]) == key]
         for form, config in forms.items():
-            if form != auto.get("form"):
-                name = f"{size}-d{dim}-ours-{form.replace(':', '-')}"
-                r = run_section(runner, args, report, size, dim, config, "ours", name)
-                r["form"], r["variant"] = r["form"] or form, form
-                add_row(report, r, implicit_s.get((size, dim)))
-                rows.append(r)
+            name = f"{size}-d{dim}-ours-{form.replace(':', '-')}"
+            r = run_section(runner, args, report, size, dim, config, "ours", name, variant=form)
+            add_row(report, r, implicit_s.get((size, dim)))
+            rows.append(r)
         choice = solve_forms.choose_form(rows, excluded=() if size == GOWALLA else sorted(lost))
         if size == GOWALLA:
             lost.update(f for f, why in choice["why_not"].items() if why.startswith("Recall@20"))
-        compared = any(r["form"] == auto.get("form") for r in rows)
-        fastest_is_auto = (
-            (choice["fastest"] == auto["form"]) if compared and choice["fastest"] else None
-        )
+        auto_s = rows[0]["s_per_epoch"] if rows and rows[0]["form"] == "auto" else None
         choice.update(
             size=size,
             dim=dim,
-            auto=auto.get("form"),
-            auto_is_fastest=fastest_is_auto,
+            auto_s=auto_s,
             forms={
                 r["form"]: {k: r[k] for k in ("s_per_epoch", "recall_gt@20", "error")} for r in rows
             },
         )
         out.append(choice)
-        fastest = (
-            f"{choice['fastest']} {choice['s_per_epoch']:.4f} s/epoch"
-            if choice["fastest"]
-            else "none"
-        )
-        recall = choice["recall_gt@20"]
-        print(
-            f"forms {size} d={dim}: fastest {fastest}"
-            + (f", Recall@20 {recall:.4f}" if recall is not None else "")
-            + f"; 'auto' ran {choice['auto'] or '?'}",
-            flush=True,
-        )
+        print("forms " + solve_forms.verdict(choice), flush=True)
     return out
 
 
 def print_sections(rows: list[dict]) -> None:
-    """The sections as one table; 'auto: ' marks the form the default run took."""
+    """The sections as one table, ours' rows labelled by their whole solve-form variant."""
     shown = [
         dict(
             r,
             who=r["who"] or "?",
             note=r["error"] or r["note"] or "",
             xla_gb=r["xla_bytes_per_epoch"] / 1e9 if r.get("xla_bytes_per_epoch") else None,
-            form=(r.get("form") or "-")
-            if r.get("variant") or not r.get("form")
-            else f"auto: {r['form']}",
         )
         for r in rows
     ]
@@ -163,7 +144,7 @@ def print_sections(rows: list[dict]) -> None:
             ("size", "size", "", -10),
             ("d", "dim", "", 5),
             ("who", "who", "", -12),
-            ("form (auto: default)", "form", "", -22),
+            ("form", "form", "", -16),
             ("s/epoch", "s_per_epoch", ".4f", 8),
             ("ratio", "ratio", ".2f", 6),
             ("dev GiB", "peak_device_gib", ".2f", 7),

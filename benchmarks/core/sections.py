@@ -24,7 +24,8 @@ from benchmarks.core import implicit_als, machine, power_law
 from benchmarks.core.children import one_line, write_line
 from benchmarks.core.gowalla import score_trained_rows, test_rows
 
-COST_MARGIN_S = 10.0  # seconds kept free around the cost analysis's estimate
+# seconds kept free around the cost analysis's estimate
+COST_MARGIN_S = 10.0
 
 
 def typed_config(values: dict[str, Any], overrides: Sequence[str] = ()):
@@ -94,7 +95,8 @@ def device_child(spec: dict, out: str) -> None:
     ):
         try:
             report["peaks"][name] = measure()
-        except Exception as e:  # one line, and the run goes on
+        # one line, and the run goes on
+        except Exception as e:
             report["peaks"][name] = None
             report["peaks"][f"{name}_error"] = one_line(e)
     write_line(out, {"device": report})
@@ -114,26 +116,6 @@ def device_child(spec: dict, out: str) -> None:
         except Exception as e:
             meta = {"error": one_line(e)}
         write_line(out, {"data": {size: meta}})
-
-
-def solve_form(config) -> dict:
-    """What `config` runs on this backend: `form` ('matvec', 'matvec:pallas',
-    'explicit:PRECISION'; an exact solver is 'SOLVER:PRECISION', iALS++ 'block') and whether the
-    accelerator path is on."""
-    from alx_trainer.ops import spec
-
-    step = spec.step_spec(config, num_other=1)
-    if step.solver == "block":
-        form = "block"
-    elif step.solver == "cg":
-        form = (
-            f"explicit:{step.precision}"
-            if not step.matvec
-            else ("matvec:pallas" if step.cg_kernel == "pallas" else "matvec")
-        )
-    else:
-        form = f"{step.solver}:{step.precision}"
-    return {"form": form, "accelerator": spec.accelerator(config)}
 
 
 def ours_child(spec: dict, out: str) -> None:
@@ -156,7 +138,8 @@ def ours_child(spec: dict, out: str) -> None:
     dataset = in_memory(spec["size"], m["train_indptr"], m["train_cols"], m["cols"])
     dataset_s = time.perf_counter() - t
     config = TrainConfig(**spec["config"])
-    shutil.rmtree(config.model_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    # a fresh run, never a resumed one
+    shutil.rmtree(config.model_dir, ignore_errors=True)
     t = time.perf_counter()
     model = train(config, dataset=dataset, callbacks=[EpochLine()], tables=spec["score"])
     train_s = time.perf_counter() - t
@@ -164,7 +147,6 @@ def ours_child(spec: dict, out: str) -> None:
     dtype = np.dtype(table_dtype(config))
     result = dict(
         machine.device_memory(),
-        **solve_form(config),
         load_s=load_s,
         dataset_s=dataset_s,
         setup_s=train_s - sum(seconds),
@@ -177,7 +159,8 @@ def ours_child(spec: dict, out: str) -> None:
         write_line(
             out, {"result": score_trained_rows(model.row_table, model.col_table, test_rows(m))}
         )
-    if spec.get("cost"):  # last: its compiles must not disturb the timings
+    # last: its compiles must not disturb the timings
+    if spec.get("cost"):
         compile_s = model.metrics[0].get("compile_seconds", 0.0) if model.metrics else 0.0
         estimate = result["setup_s"] + (config.cg_iters + 1) * compile_s + COST_MARGIN_S
         left = spec.get("timeout_s", float("inf")) - (time.monotonic() - spec["started"])
@@ -198,7 +181,8 @@ def xla_cost(config, dataset, estimate_s: float, left_s: float) -> dict:
     t = time.perf_counter()
     try:
         cost = epoch_cost(config, dataset)
-    except Exception as e:  # one line, and the figures already written stand
+    # one line, and the figures already written stand
+    except Exception as e:
         return {"xla_note": f"XLA cost analysis failed: {one_line(e)}"}
     return {
         "xla_bytes_per_epoch": cost["bytes_per_epoch"],
@@ -248,7 +232,8 @@ def implicit_child(spec: dict, out: str) -> None:
             implicit_als.implicit_memory(rmm.statistics.get_statistics(), matrix, c["dim"])
         )
         model = model.to_cpu()
-    write_line(out, {"result": result})  # the timings stand even if scoring fails
+    # the timings stand even if scoring fails
+    write_line(out, {"result": result})
     if spec["score"]:
         users, items = np.asarray(model.user_factors), np.asarray(model.item_factors)
         write_line(out, {"result": score_trained_rows(users, items, test_rows(m))})
@@ -307,8 +292,6 @@ def section_figures(
     )
     for key in (
         "who",
-        "form",
-        "accelerator",
         "peak_device_gib",
         "peak_device_source",
         "device_limit_gib",

@@ -7,27 +7,26 @@ from typing import Sequence
 
 from benchmarks.core.tables import fmt
 
-EXPLICIT_PRECISIONS = ("float32", "tf32", "bfloat16")  # TrainConfig.matmul_precision's, less 'auto'
-RECALL_TOLERANCE = 0.002  # a form whose Gowalla Recall@20 is lower than the best's by more is out
-
-
-SMALL_BATCHES = ["piece_len=16", "batch_pieces=4096"]  # 65,536 ids a batch: the earlier size
+# TrainConfig.matmul_precision's, less 'auto'
+EXPLICIT_PRECISIONS = ("float32", "tf32", "bfloat16")
+# a form whose Gowalla Recall@20 is lower than the best's by more is out
+RECALL_TOLERANCE = 0.002
+# 65,536 ids a batch: the accelerator path's earlier size
+SMALL_BATCHES = ["piece_len=16", "batch_pieces=4096"]
 
 
 def form_overrides(form: str) -> list[str]:
-    """The `--ours` overrides of one solve form: 'matvec' (matrix-free CG by XLA's fusions),
-    'matvec:65536' (the same in batches of 65,536 ids, the accelerator path's size before it took
-    batches as large as the data needs, up to `ACCELERATOR_BATCH_BYTES`), 'matvec:pallas' (the
-    same as one Pallas kernel, `cg_kernel`) or 'explicit:PRECISION' (d x d normal matrices whose
-    h h^T products run at PRECISION)."""
+    """The `--ours` overrides of one solve form (XLA's forms): 'matvec' (matrix-free CG by XLA's
+    fusions), 'matvec:65536' (the same in batches of 65,536 ids, the accelerator path's size before
+    it took batches as large as the data needs) or 'explicit:PRECISION' (d x d normal matrices
+    whose h h^T products run at PRECISION)."""
     kind, _, variant = form.partition(":")
-    if kind == "matvec" and variant in ("", "pallas", "65536"):
-        extra = {"": [], "pallas": ["cg_kernel=pallas"], "65536": SMALL_BATCHES}[variant]
-        return ["cg_form=matvec", *extra]
+    if kind == "matvec" and variant in ("", "65536"):
+        return ["cg_form=matvec", *(SMALL_BATCHES if variant else [])]
     if kind == "explicit" and variant in EXPLICIT_PRECISIONS:
         return ["cg_form=explicit", f"matmul_precision={variant}"]
     raise ValueError(
-        f"--forms: expected 'matvec', 'matvec:65536', 'matvec:pallas' or 'explicit:' with one of "
+        f"--forms: expected 'matvec', 'matvec:65536' or 'explicit:' with one of "
         f"{EXPLICIT_PRECISIONS}, got {form!r}"
     )
 
@@ -77,21 +76,24 @@ def choose_form(
     }
 
 
+def verdict(c: dict) -> str:
+    """One compared point in a line: the fastest candidate by its whole variant, the default
+    ('auto') row's seconds against it, why each other form lost."""
+    fastest = f"{c['fastest']} {c['s_per_epoch']:.4f} s/epoch" if c["fastest"] else "none"
+    if c["auto_s"] and c["s_per_epoch"]:
+        auto = f"auto {c['auto_s']:.4f} s/epoch, {c['auto_s'] / c['s_per_epoch']:.2f}x the fastest"
+    else:
+        auto = "auto not timed"
+    lost = "; ".join(f"{form}: {why}" for form, why in c["why_not"].items())
+    return f"{c['size']} d={c['dim']}: fastest {fastest} ({auto})" + (f"; {lost}" if lost else "")
+
+
 def print_forms(choices: list[dict]) -> None:
-    """Per compared (size, d): the fastest candidate form, what 'auto' ran, why each other lost."""
+    """Per compared (size, d): `verdict`."""
     if choices:
         print(
             f"\nsolve forms (fastest of those within {RECALL_TOLERANCE} of the best Gowalla "
             "Recall@20):"
         )
     for c in choices:
-        verdict = {
-            True: "auto ran it",
-            False: f"auto ran {c['auto']}",
-            None: f"auto ran {c['auto'] or '?'}, not compared",
-        }[c["auto_is_fastest"]]
-        fastest = f"{c['fastest']} {c['s_per_epoch']:.4f} s/epoch" if c["fastest"] else "none"
-        print(
-            f"  {c['size']} d={c['dim']}: {fastest} ({verdict}); "
-            + "; ".join(f"{form}: {why}" for form, why in c["why_not"].items())
-        )
+        print("  " + verdict(c))

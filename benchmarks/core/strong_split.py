@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-TEST_FRACTION, HOLDOUT_FRACTION = 0.1, 0.25  # the pipeline's defaults (`--test_fraction`, ...)
+# the pipeline's defaults (`--test_fraction`, ...)
+TEST_FRACTION, HOLDOUT_FRACTION = 0.1, 0.25
 SPLIT_ARRAYS = (
     "train_indptr",
     "train_cols",

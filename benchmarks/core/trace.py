@@ -1,4 +1,4 @@
-"""JAX profiler traces read back: program launches, and XLA's own time per operation."""
+"""JAX profiler traces read back: program launches, and device time by kernel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import gzip
 import json
 import re
 
-THUNK = re.compile(r"[a-z][\w.-]*")  # XLA:CPU's thunk names (fusions, dots, scatters)
+# XLA:CPU's thunk names (fusions, dots, scatters)
+THUNK = re.compile(r"[a-z][\w.-]*")
 
 
 def _newest(trace_dir: str) -> list[dict]:
@@ -32,13 +33,6 @@ def launches(trace_dir: str) -> collections.Counter:
         elif name == "CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice":
             found["single-device"] += 1
     return found
-
-
-def op_seconds(trace_dir: str, top: int = 12) -> dict:
-    """Seconds of XLA's own operations in a profiler trace, the `top` largest by name
-    (`device_kernels`' table as a mapping: on CPU, XLA's thunks; names are those of the optimized
-    HLO, see XLA_FLAGS=--xla_dump_to to read what a fusion holds)."""
-    return {r["name"]: round(r["seconds"], 3) for r in device_kernels(trace_dir, top)["top"]}
 
 
 def device_kernels(trace_dir: str, top: int = 15) -> dict:

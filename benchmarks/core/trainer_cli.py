@@ -1,5 +1,5 @@
 """Ours through `alx_trainer`'s command line, each step in a child process: train then evaluate
-on test, and a sweep over a grid (for `benchmarks.recall_vs_implicit gowalla`)."""
+on test, and a sweep over a grid (for `benchmarks.quality gowalla`)."""
 
 from __future__ import annotations
 

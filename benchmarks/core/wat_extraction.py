@@ -1,4 +1,4 @@
-"""WAT extraction per core (`benchmarks.pipeline_scale --wat_records`): ours with each reader
+"""WAT extraction per core (`benchmarks.pipeline --wat_records`): ours with each reader
 against a plain warcio + json + urljoin loop, the decompress-and-decode floor and warcio reading
 alone, in records per CPU second of this process; json against orjson on the same payloads."""
 

@@ -1,6 +1,7 @@
-"""Proxies of the trainer's accelerator path that need no GPU (issue 27), forced on CPU devices.
+"""Proxies of the trainer's accelerator path that need no GPU (issue 27), forced on CPU devices: the
+`proxies` section of `benchmarks.profile`, a child process with its own CPU device count.
 
-Trains a power-law matrix held in memory (`dataset.in_memory`) with `--accelerator on` and prints,
+Trains a power-law matrix held in memory (`dataset.in_memory`) with `accelerator='on'` and writes,
 per epoch after the first: the compiled programs launched per half-epoch (epoch 2, from JAX's
 profiler trace: every launch, whatever made it); the host CPU seconds spent outside device work
 (later epochs, untraced: the process's CPU time less that of XLA's own threads, which run the
@@ -9,61 +10,43 @@ own window (`window_s`: from its row half-epoch's start to its column half-epoch
 epoch's timer less its closing checks; a reading of about half a millisecond inside), with its
 resolution (a microsecond where the kernel keeps threads' run times in ns, else a clock tick per
 XLA thread) and its share of that window, none where the resolution is over 1% of it; and the bytes
-copied host-to-device (every NumPy array handed to `jax.device_put` and
-`jax.make_array_from_*`). Targets: <= 16 calls per half-epoch, 0 bytes after epoch 1 when the
-batches are resident, host CPU <= 5% of the epoch. Then XLA's bytes accessed and FLOPs per epoch
-from its cost analysis (`alx_trainer.train.epoch_cost`: every program of an epoch compiled with its
-loops unrolled), all devices together, beside the counted minimum (`benchmarks.core.work`) and
-their ratio (target: <= 2x at the 25M size).
-
-    python -m benchmarks.device_proxies                  # 200k x 50k, 2M nnz, d=64, 1 device
-    python -m benchmarks.device_proxies --resident off   # the streamed (double-buffered) path
-    python -m benchmarks.device_proxies --rows 1000000 --cols 250000 --nnz 25000000 --dim 128
-        --epochs 3                                       # the 25M size of the bytes target
+copied host-to-device (every NumPy array handed to `jax.device_put` and `jax.make_array_from_*`,
+counted by wrapping those JAX functions; no trainer code is touched). Targets: <= 16 calls per
+half-epoch, 0 bytes after epoch 1 when the batches are resident, host CPU <= 5% of the epoch. Then
+XLA's bytes accessed and FLOPs per epoch from its cost analysis (`alx_trainer.train.epoch_cost`:
+every program of an epoch compiled with its loops unrolled), all devices together, beside the
+counted minimum (`benchmarks.core.work`) and their ratio (target: <= 2x at the 25M size).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import resource
 import tempfile
 import threading
 import time
 
+from benchmarks.core.children import write_line
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--cols", type=int, default=50_000)
-    parser.add_argument("--nnz", type=int, default=2_000_000)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument(
-        "--epochs", type=int, default=4, help="at least 3: epoch 2 is traced, later ones timed"
-    )
-    parser.add_argument(
-        "--devices", type=int, default=1, help="CPU devices (a one-GPU run has one)"
-    )
-    parser.add_argument("--resident", default="auto", choices=("auto", "on", "off"))
-    parser.add_argument("--cg_form", default="auto", choices=("auto", "matvec", "explicit"))
-    args = parser.parse_args()
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+def proxies_child(spec: dict, out: str) -> None:
+    """(A child whose XLA_FLAGS set `spec['devices']` CPU devices) `spec`'s power-law matrix
+    trained on the accelerator path: a JSON line per epoch after the first, then XLA's cost
+    against the counted minimum, then the run's shape."""
     import jax
 
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
     from alx_trainer.data.dataset import in_memory
     from alx_trainer.model import table_dtype
-    from alx_trainer.ops.mesh import make_mesh
     from alx_trainer.train import epoch_cost, train
     from benchmarks.core.power_law import power_law_csr
     from benchmarks.core.trace import launches
     from benchmarks.core.work import epoch_work
 
-    indptr, cols, _ = power_law_csr(0, args.rows, args.cols, args.nnz, on="host", col_exponent=0.5)
-    held = in_memory("power-law", indptr, cols, args.cols)
+    rows, cols_n, dim, devices = spec["rows"], spec["cols"], spec["dim"], spec["devices"]
+    indptr, cols, _ = power_law_csr(0, rows, cols_n, spec["nnz"], on="host", col_exponent=0.5)
+    held = in_memory("power-law", indptr, cols, cols_n)
     copied = count_host_to_device(jax)
     trace_dir = tempfile.mkdtemp(prefix="alx_proxies_")
 
@@ -72,12 +55,14 @@ def main() -> None:
         copies)."""
 
         def on_half_epoch_begin(self, run, epoch, side, total_steps) -> None:
-            if side == "row":  # the epoch's timer starts just before (`train._epoch`)
-                wall = time.perf_counter()  # the reading's own CPU inside both
+            # the epoch's timer starts just before; the reading's own CPU inside both
+            if side == "row":
+                wall = time.perf_counter()
                 self.start = (host_cpu_seconds(), wall)
 
         def on_half_epoch_end(self, run, epoch, side) -> None:
-            if side == "col":  # its last device work; then its checks and loss terms
+            # its last device work; then its checks and loss terms
+            if side == "col":
                 self.end = (time.perf_counter(), host_cpu_seconds())
 
         def on_epoch_end(self, run, epoch, record) -> None:
@@ -93,60 +78,46 @@ def main() -> None:
                 line.update(host_share(end - start, host[0] - host0, max(host[1], resolution)))
             if epoch > 1:
                 line.update(h2d_bytes=copied[0] - self.copied)
-                print(json.dumps(line), flush=True)
+                write_line(out, line)
             if epoch == 1:
                 options = jax.profiler.ProfileOptions()
-                options.python_tracer_level = 0  # Python's calls traced would add host time
+                # Python's calls traced would add host time
+                options.python_tracer_level = 0
                 jax.profiler.start_trace(trace_dir, profiler_options=options)
             self.copied = copied[0]
 
     config = TrainConfig(
         data="power-law",
         model_dir=tempfile.mkdtemp(prefix="alx_proxies_model_"),
-        dim=args.dim,
-        epochs=args.epochs,
+        dim=dim,
+        epochs=spec["epochs"],
         eval_every=0,
         checkpoint_every=0,
         progress=False,
         train_loss_every=0,
         accelerator="on",
-        resident_batches=args.resident,
-        cg_form=args.cg_form,
+        resident_batches=spec["resident"],
+        cg_form=spec["cg_form"],
     )
     t = time.perf_counter()
-    mesh = make_mesh()
-    train(config, mesh=mesh, dataset=held, tables=False, callbacks=[Measure()])
+    train(config, dataset=held, tables=False, callbacks=[Measure()])
     total_s = time.perf_counter() - t
     t = time.perf_counter()
-    cost = epoch_cost(config, held, mesh)  # per device
+    # per device
+    cost = epoch_cost(config, held)
     table_bytes = jax.numpy.dtype(table_dtype(config)).itemsize
-    _, minimum = epoch_work(args.rows, args.cols, len(cols), args.dim, config.cg_iters, table_bytes)
-    xla_bytes = cost["bytes_per_epoch"] * args.devices
-    print(
-        json.dumps(
-            {
-                "xla_bytes_per_epoch": xla_bytes,
-                "xla_flops_per_epoch": cost["flops_per_epoch"] * args.devices,
-                "launches_per_epoch": cost["launches_per_epoch"],
-                "counted_bytes_per_epoch": minimum,
-                "xla_bytes_ratio": round(xla_bytes / minimum, 3),
-                "cost_s": round(time.perf_counter() - t, 2),
-            }
-        )
-    )
-    print(
-        json.dumps(
-            {
-                "rows": args.rows,
-                "cols": args.cols,
-                "nnz": int(len(cols)),
-                "dim": args.dim,
-                "devices": args.devices,
-                "resident": args.resident,
-                "total_s": round(total_s, 2),
-            }
-        )
-    )
+    _, minimum = epoch_work(rows, cols_n, len(cols), dim, config.cg_iters, table_bytes)
+    xla_bytes = cost["bytes_per_epoch"] * devices
+    cost_line = {
+        "xla_bytes_per_epoch": xla_bytes,
+        "xla_flops_per_epoch": cost["flops_per_epoch"] * devices,
+        "launches_per_epoch": cost["launches_per_epoch"],
+        "counted_bytes_per_epoch": minimum,
+        "xla_bytes_ratio": round(xla_bytes / minimum, 3),
+        "cost_s": round(time.perf_counter() - t, 2),
+    }
+    shape = {"rows": rows, "cols": cols_n, "nnz": int(len(cols)), "dim": dim, "devices": devices}
+    write_line(out, {"result": dict(shape, cost=cost_line, total_s=round(total_s, 2))})
 
 
 def count_host_to_device(jax) -> list[int]:
@@ -203,21 +174,25 @@ def host_cpu_seconds() -> tuple[float, float]:
             with open(f"/proc/self/task/{task}/schedstat") as f:
                 device += int(f.read().split()[0]) / 1e9
             continue
-        except (FileNotFoundError, ProcessLookupError):  # the thread ended
+        # the thread ended
+        except (FileNotFoundError, ProcessLookupError):
             continue
-        except (OSError, ValueError, IndexError):  # no schedstat: clock ticks
+        # no schedstat: clock ticks
+        except (OSError, ValueError, IndexError):
             pass
         try:
             with open(f"/proc/self/task/{task}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        device += (int(fields[11]) + int(fields[12])) * tick  # utime, stime
+        # utime, stime
+        device += (int(fields[11]) + int(fields[12])) * tick
         resolution += tick
     return usage.ru_utime + usage.ru_stime - device, resolution
 
 
-SHARE_STEP = 0.01  # a share is reported where its resolution is at most this
+# a share is reported where its resolution is at most this
+SHARE_STEP = 0.01
 
 
 def host_share(window_s: float, host_cpu_s: float, resolution_s: float) -> dict:
@@ -237,7 +212,3 @@ def host_share(window_s: float, host_cpu_s: float, resolution_s: float) -> dict:
     else:
         line["host_cpu_share"] = round(host_cpu_s / window_s, 4)
     return line
-
-
-if __name__ == "__main__":
-    main()

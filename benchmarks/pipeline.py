@@ -1,9 +1,13 @@
-"""The pipeline's throughput: WAT extraction per core, the whole Beam job, the graph stage alone.
+"""The pipeline's throughput: WAT extraction per core, the whole Beam job, the graph stage alone,
+and the trainer's reader of what it writes against tf.data.
 
-    python -m benchmarks.pipeline_scale --wat_records 100000
-    python -m benchmarks.pipeline_scale --pages 20000 100000 --workers 1 2
-    python -m benchmarks.pipeline_scale --pages --graph_edges 1000000 3000000 10000000 \
+    python -m benchmarks.pipeline --wat_records 100000
+    python -m benchmarks.pipeline --pages 20000 100000 --workers 1 2
+    python -m benchmarks.pipeline --pages --graph_edges 1000000 3000000 10000000 \
         --text_edges 1000000 3000000 10000000
+    python -m benchmarks.pipeline --pages --reader 25m in-sparse
+
+The pipeline runs on the host's cores only (Apache Beam's DirectRunner): it has no `--device`.
 
 `--wat_records N`: extraction throughput on the real records of data/commoncrawl replicated with
 varied page URLs and hosts into one per-record-gzip WAT file of at least N records, in records per
@@ -26,6 +30,9 @@ stage's share.
 BuildWebGraph -> WriteTfRecords: edges per CPU-second and CPU microseconds per edge. `--text_edges
 N ...` writes the same graph as a `src dst` text file and runs the whole job on it (parsing
 included). Both print the cost per extra edge between consecutive sizes.
+
+`--reader SIZE ...`: the trainer's TFRecord reader against tf.data on a generated dataset
+directory of each size (`benchmarks.core.reader`; needs TensorFlow).
 """
 
 from __future__ import annotations
@@ -40,11 +47,12 @@ import time
 
 from benchmarks.core import wat_files
 from benchmarks.core.children import run_child
+from benchmarks.core.datasets import SIZES
 from benchmarks.core.machine import load_line
 from benchmarks.core.power_law import edge_batch
 from benchmarks.core.wat_extraction import bench_extraction
 
-MODULE = "benchmarks.pipeline_scale"
+MODULE = "benchmarks.pipeline"
 BATCH_EDGES = 100_000
 
 
@@ -320,6 +328,15 @@ def main(argv=None) -> int:
         action="store_false",
         help="skip the extraction-only job (to split a long series into runs)",
     )
+    ap.add_argument(
+        "--reader",
+        nargs="*",
+        default=[],
+        choices=sorted(SIZES),
+        help="sizes of the reader comparison (ours against tf.data)",
+    )
+    ap.add_argument("--reader_repeats", type=int, default=3, help="passes of each reader")
+    ap.add_argument("--chunk_rows", type=int, default=2048, help="rows per chunk of the readers")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--graph_stage_job", nargs=2, metavar=("EDGES", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--extract_only_job", metavar="GLOB", help=argparse.SUPPRESS)
@@ -331,7 +348,8 @@ def main(argv=None) -> int:
         extract_only_job(args.extract_only_job)
         return 0
     if args.pages is None:
-        args.pages = [] if args.wat_records or args.graph_edges or args.text_edges else [20_000]
+        asked = args.wat_records or args.graph_edges or args.text_edges or args.reader
+        args.pages = [] if asked else [20_000]
     os.makedirs(args.work_dir, exist_ok=True)
     results = {
         "extraction": bench_extraction(args.wat_records, args.repeat, args.work_dir)
@@ -343,6 +361,13 @@ def main(argv=None) -> int:
     results["text_edges"] = [bench_edges(n, args, text=True) for n in args.text_edges]
     print_marginal_costs(results["text_edges"], "text edge list (whole job)")
     print_marginal_costs(results["graph_stage"], "graph stage alone")
+    if args.reader:
+        # TensorFlow's import (in `reader`) only where the readers are compared
+        from benchmarks.core.reader import reader_section
+
+        results["reader"] = reader_section(
+            args.reader, args.work_dir, args.reader_repeats, args.chunk_rows
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -1,121 +1,107 @@
-"""WebGraph de-sparse on one GPU, from a matrix made on the device to Recall@50; implicit beside it.
+"""The WebGraph de-sparse size of `benchmarks.speed` (`--sizes de-sparse`): from a matrix made on
+the device to Recall@50, implicit beside it, within its own budget `--de_sparse_s`.
 
-Made for the lent GPU machine (`../shared/gpu/README.md`), runnable alone within 8 minutes on one
-H100 (`--budget_s`); `--scale` shrinks every size (rows, columns and links alike) for a try on CPU:
-
-    python3 -m benchmarks.de_sparse    # 19.7M x 19.7M, 1.19B links, d=128, bfloat16, 8 epochs
-    python3 -m benchmarks.de_sparse --scale 0.0001 --dim 8 --epochs 2 --implicit cpu   # a toy
-
-Each step is a child process (`benchmarks.core.de_sparse_children`; a failure, an out-of-memory
-or a timeout is one line and the run goes on), every phase timed apart with the peak device
-memory (JAX's statistics) and host RSS so far:
+`--de_sparse_scale` shrinks every size (rows, columns and links alike) for a try on CPU. Each step
+is a child process (`benchmarks.core.de_sparse_children`; a failure, an out-of-memory or a timeout
+is one line and the run goes on), every phase timed apart with the peak device memory (JAX's
+statistics) and host RSS so far:
 1. data: the power-law matrix generated on the device (`benchmarks.core.power_law`), then a
    strong-generalization test split on the device by the pipeline's rule (`core.strong_split`:
    `--test_fraction` of the rows with >= 2 links held out whole, `--holdout_fraction` of each held
    row's links as its ground truth), brought to the host and saved as .npy arrays;
 2. ours: loaded, `dataset.in_memory` (its transpose), `train` (tables and planning, then each
    epoch with its compiling seconds, then the final checkpoint), then the test rows through the
-   trainer's evaluation: folded in (`model.fold_in`), top K among every column
-   (`evaluation.topk.top_k_rows`, `--topk` approximate or exact), `evaluation.metrics`
-   (Recall@`--ks`, NDCG@`--ndcg_k`), and the other top K on `--sample_rows` rows for the
-   approximate top K's recall against exact;
+   trainer's evaluation: folded in (`model.fold_in`), top K among every column (`--topk`
+   approximate or exact), Recall@`--ks` and NDCG@`--ndcg_k`, and the other top K on
+   `--sample_rows` rows for the approximate top K's recall against exact. A run that cannot rank
+   every test row within its budget says so: its figures are then of the first rows only;
 3. implicit (its GPU model where its CUDA extension loads, else its CPU model, said) on the same
    training matrix for `--implicit_epochs` epochs at our objective, with what is left of the
-   budget (at least `--implicit_s`): its seconds per epoch, or its failure in one line (its float32
-   factors alone are 20 GB at this size).
-One table of the phases, the outcome lines, and `--json` (default WORK/de_sparse.json).
+   budget (at least `--implicit_s`; 0: implicit does not run at this size, while the other sizes
+   keep it).
 The data and ours children's JAX may take `--mem_fraction` of the GPU (they run one at a time,
-whatever XLA_PYTHON_CLIENT_MEM_FRACTION says; implicit's child allocates nothing for JAX); the GPU
-README's environment (wheels into `--site`, the `nvidia` libraries) is set up as in
-`benchmarks.gpu_vs_implicit`.
+whatever XLA_PYTHON_CLIENT_MEM_FRACTION says; implicit's child allocates nothing for JAX).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import platform
-import sys
 import time
-from typing import Any, Sequence
 
 import numpy as np
 
-from benchmarks.core import de_sparse_children, paths, sections
-from benchmarks.core.children import Runner, add_wheel_args, children_env, main_or_child, one_line
+from benchmarks.core import sections
+from benchmarks.core.children import Runner
 from benchmarks.core.strong_split import HOLDOUT_FRACTION, TEST_FRACTION
 from benchmarks.core.tables import fmt, print_table
 
-MODULE = "benchmarks.de_sparse"
-ROWS, COLS, LINKS = 19_700_000, 19_700_000, 1_190_000_000  # the WebGraph de-sparse variant
+# the WebGraph de-sparse variant
+ROWS, COLS, LINKS = 19_700_000, 19_700_000, 1_190_000_000
+DIM, EPOCHS = 128, 8
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
-    p.add_argument(
-        "--scale",
+def add_args(p: argparse.ArgumentParser) -> None:
+    """The de-sparse size's own flags, as one group of `p`."""
+    g = p.add_argument_group("the de-sparse size (--sizes de-sparse)")
+    g.add_argument(
+        "--de_sparse_scale",
         type=float,
         default=1.0,
         help="rows, columns and links times this (1: the de-sparse size)",
     )
-    p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--epochs", type=int, default=8)
-    p.add_argument("--table_dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    p.add_argument(
-        "--ours", action="append", default=[], metavar="KEY=VALUE", help="a TrainConfig field"
+    g.add_argument(
+        "--de_sparse_s", type=float, default=300, help="its seconds, after the other sizes'"
     )
-    p.add_argument("--test_fraction", type=float, default=TEST_FRACTION)
-    p.add_argument("--holdout_fraction", type=float, default=HOLDOUT_FRACTION)
-    p.add_argument(
+    g.add_argument("--test_fraction", type=float, default=TEST_FRACTION)
+    g.add_argument("--holdout_fraction", type=float, default=HOLDOUT_FRACTION)
+    g.add_argument(
         "--topk",
         choices=("approx", "exact"),
         default="exact",
         help="the top K of every test row (the other on --sample_rows rows; "
         "approx_max_k is approximate on TPU only, elsewhere XLA sorts each block)",
     )
-    p.add_argument("--recall_target", type=float, default=0.95, help="of the approximate top K")
-    p.add_argument(
+    g.add_argument("--recall_target", type=float, default=0.95, help="of the approximate top K")
+    g.add_argument(
         "--blocks",
         action="store_true",
         help="on CPU too, the accelerators' block loop (default there: the threshold scan)",
     )
-    p.add_argument("--ks", default="20,50", help="Recall@K cut-offs")
-    p.add_argument("--ndcg_k", type=int, default=100, help="NDCG cut-off (0: none)")
-    p.add_argument(
+    g.add_argument("--ks", default="20,50", help="Recall@K cut-offs")
+    g.add_argument("--ndcg_k", type=int, default=100, help="NDCG cut-off (0: none)")
+    g.add_argument(
         "--sample_rows",
         type=int,
         default=4096,
         help="test rows ranked both ways, for the approximate top K's recall",
     )
-    p.add_argument(
+    g.add_argument(
         "--eval_rows", type=int, default=0, help="evaluate the first N test rows (0: all)"
     )
-    p.add_argument("--implicit", choices=("auto", "gpu", "cpu", "off"), default="auto")
-    p.add_argument("--implicit_epochs", type=int, default=2)
-    p.add_argument(
-        "--implicit_s", type=float, default=90, help="seconds of the budget kept for implicit"
+    g.add_argument("--implicit_epochs", type=int, default=2)
+    g.add_argument(
+        "--implicit_s",
+        type=float,
+        default=90,
+        help="seconds kept for implicit at this size (0: implicit not run here)",
     )
-    p.add_argument("--budget_s", type=float, default=470, help="the whole run's seconds")
-    p.add_argument(
+    g.add_argument(
         "--mem_fraction",
         default="0.9",
         help="XLA_PYTHON_CLIENT_MEM_FRACTION of the data and ours children, whatever "
         "the environment says (they run alone on the device)",
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work", default=str(paths.work_dir("de_sparse")))
-    p.add_argument("--json", default="", help="every figure (default WORK/de_sparse.json)")
-    add_wheel_args(p)
-    args = p.parse_args(argv)
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The group's flags checked (`p.error` on the first bad one); sets `k_list` and `de_size`."""
     try:
         args.k_list = [int(k) for k in args.ks.split(",") if k.strip()]
     except ValueError:
         p.error(f"--ks: expected comma-separated integers, got {args.ks!r}")
     checks = {
-        "--scale": 0 < args.scale <= 1,
-        "--dim": args.dim > 0,
-        "--epochs": args.epochs > 0,
+        "--de_sparse_scale": 0 < args.de_sparse_scale <= 1,
         "--ks": bool(args.k_list) and min(args.k_list) > 0,
         "--ndcg_k": args.ndcg_k >= 0,
         "--sample_rows": args.sample_rows > 0,
@@ -127,19 +113,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     bad = [flag for flag, ok in checks.items() if not ok]
     if bad:
         p.error(f"{bad[0]}: out of range ({getattr(args, bad[0][2:])!r})")
-    args.size = tuple(max(16, round(n * args.scale)) for n in (ROWS, COLS, LINKS))
-    return args
+    args.de_size = tuple(max(16, round(n * args.de_sparse_scale)) for n in (ROWS, COLS, LINKS))
 
 
 def train_config(args: argparse.Namespace, model_dir: str):
-    """Ours: the trainer's defaults at d, epochs and table dtype; no evaluation, training loss,
-    progress or checkpoint before the last epoch's; then `--ours`."""
+    """Ours: the trainer's defaults at d (the first of `--dims`, else 128), epochs (`--epochs`,
+    else 8) and bfloat16 tables; no evaluation, training loss, progress or checkpoint before the
+    last epoch's; then `--ours`."""
     values = {
         "data": "de-sparse",
         "model_dir": model_dir,
-        "dim": args.dim,
-        "epochs": args.epochs,
-        "table_dtype": args.table_dtype,
+        "dim": (args.dim_list or [DIM])[0],
+        "epochs": args.epochs or EPOCHS,
+        "table_dtype": "bfloat16",
         "eval_every": 0,
         "train_loss_every": 0,
         "checkpoint_every": 0,
@@ -163,8 +149,13 @@ def result(lines: list[dict]) -> dict:
 
 def summary_lines(report: dict) -> list[str]:
     """The run's outcome in a few lines: sizes, ours' epochs, the evaluation, implicit."""
-    data, ours, implicit = (report[k] for k in ("data", "ours", "implicit"))
+    data, ours, implicit = (report.get(k, {}) for k in ("data", "ours", "implicit"))
     out = []
+    if ours.get("rows") is not None and ours["rows"] < ours["test_rows"]:
+        out.append(
+            f"INCOMPLETE: ranked {ours['rows']:,} of {ours['test_rows']:,} test rows within the "
+            "budget; the evaluation's figures below are of those rows only, not the run's result"
+        )
     if data.get("train_nnz") is not None:
         out.append(
             f"matrix {data['rows']:,} x {data['cols']:,}, {data['nnz']:,} links: training "
@@ -199,7 +190,8 @@ def summary_lines(report: dict) -> list[str]:
         )
     for p in report.get("phases", []):
         parts = [n[:-2] for n in p if n.endswith("_s") and not n.endswith("cpu_s")]
-        if p["phase"] == "tables and plan" and parts:  # the trainer's own phases inside it
+        # the trainer's own phases inside it
+        if p["phase"] == "tables and plan" and parts:
             out.append(
                 "tables and plan: "
                 + ", ".join(
@@ -238,37 +230,29 @@ def implicit_outcome(r: dict) -> str:
     return f"{who}: {timed}, set-up {fmt(r.get('setup_s'), '.1f')} s{memory}"
 
 
-def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
-    """The three children, in order, within the budget."""
-    work = pathlib.Path(args.work)
-    env = children_env(args)
-    ours_env = dict(env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
-    deadline = start + args.budget_s
-    runner = Runner(MODULE, work, ours_env, deadline, args.budget_s)
-    report["failures"] = runner.failures  # each failed child's last lines of output, as they come
-    rows, cols, nnz = args.size
+def run(args: argparse.Namespace, runner: Runner, work: pathlib.Path) -> dict:
+    """The three children, in order, before `runner.deadline` (its env: the run's children's);
+    the section's report (phases, data, ours, implicit, summary), printed."""
+    config = train_config(args, str(work / "model"))
+    report: dict = {"size": list(args.de_size), "phases": [], "data": {}, "ours": {}}
+    ours_env = dict(runner.env, **args.ours_env, XLA_PYTHON_CLIENT_MEM_FRACTION=args.mem_fraction)
+    rows, cols, nnz = args.de_size
     data_dir = str(work / "data")
-    lines, error, child_s = runner(
-        "data",
-        "data",
-        {
-            "rows": rows,
-            "cols": cols,
-            "nnz": nnz,
-            "seed": args.seed,
-            "data": data_dir,
-            "test_fraction": args.test_fraction,
-            "holdout_fraction": args.holdout_fraction,
-        },
-    )
+    spec = {"rows": rows, "cols": cols, "nnz": nnz, "seed": args.seed, "data": data_dir}
+    spec.update(test_fraction=args.test_fraction, holdout_fraction=args.holdout_fraction)
+    runner.section_timeout = runner.deadline - time.monotonic()
+    lines, error, child_s = runner("ds-data", "de-sparse-data", spec, ours_env)
     report["data"] = dict(result(lines), error=error, child_s=child_s)
     report["device"] = next((line["device"] for line in lines if "device" in line), {})
     add_phases(report, lines, "data")
     if error or "train_nnz" not in report["data"]:
         report["ours"] = {"error": "not run: no data"}
         report["implicit"] = {"skipped": "not run: no data"}
-        return
-    runner.section_timeout = max(30.0, deadline - time.monotonic() - args.implicit_s)
+        return finish(args, report)
+    # implicit's reserve is kept only when implicit runs at this size
+    runs_implicit = args.implicit != "off" and args.implicit_s > 0
+    reserve = args.implicit_s if runs_implicit else 0.0
+    runner.section_timeout = max(30.0, runner.deadline - time.monotonic() - reserve)
     ranking = {
         "ks": args.k_list,
         "ndcg_k": args.ndcg_k,
@@ -277,22 +261,17 @@ def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
         "sample_rows": args.sample_rows,
         "scan": False if args.blocks else None,
     }
+    spec = {"data": data_dir, "config": config.to_dict(), "ranking": ranking}
     lines, error, child_s = runner(
-        "ours",
-        "ours",
-        {
-            "data": data_dir,
-            "config": config.to_dict(),
-            "ranking": ranking,
-            "eval_rows": args.eval_rows,
-        },
+        "ds-ours", "de-sparse-ours", dict(spec, eval_rows=args.eval_rows), ours_env
     )
     report["ours"] = dict(result(lines), error=error, child_s=child_s)
     add_phases(report, lines, "ours")
-    if args.implicit == "off":
-        report["implicit"] = {"skipped": "not run (--implicit off)"}
-        return
-    runner.section_timeout = args.budget_s
+    if not runs_implicit:
+        why = "--implicit off" if args.implicit == "off" else "--implicit_s 0"
+        report["implicit"] = {"skipped": f"not run ({why})"}
+        return finish(args, report)
+    runner.section_timeout = runner.deadline - time.monotonic()
     spec = {
         "data": data_dir,
         "implicit": args.implicit,
@@ -300,43 +279,19 @@ def run(args: argparse.Namespace, config, report: dict, start: float) -> None:
         "config": dict(config.to_dict(), epochs=args.implicit_epochs),
     }
     # implicit's child uses JAX only to score: it must not take the GPU's memory
-    lines, error, child_s = runner(
-        "implicit", "implicit", spec, dict(env, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    )
+    env = dict(runner.env, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    lines, error, child_s = runner("implicit", "de-sparse-implicit", spec, env)
     seconds = [line["seconds"] for line in lines if "epoch" in line]
     report["implicit"] = dict({"epochs_s": seconds}, **result(lines), error=error, child_s=child_s)
+    return finish(args, report)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    start = time.monotonic()
-    work = pathlib.Path(args.work)
-    try:  # a bad --ours fails here in one line, before any work
-        config = train_config(args, str(work / "model"))
-    except ValueError as e:
-        print(f"{MODULE}: error: {one_line(e)}", file=sys.stderr)
-        return 2
-    work.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {
-        "run": {
-            "argv": sys.argv[1:] if argv is None else list(argv),
-            "host": platform.node(),
-            "scale": args.scale,
-            "size": list(args.size),
-            "budget_s": args.budget_s,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
-        "phases": [],
-        "data": {},
-        "ours": {},
-        "implicit": {},
-    }
-    run(args, config, report, start)
-    report["run"]["seconds"] = time.monotonic() - start
+def finish(args: argparse.Namespace, report: dict) -> dict:
+    """The section's phases as a table and its summary lines, printed; the report."""
     device = report.get("device", {})
     print(
-        f"\nde-sparse at scale {args.scale:g} on {device.get('device_kind', '?')} "
-        f"({device.get('platform', '?')}), d={args.dim}, {args.table_dtype} tables"
+        f"\nde-sparse at scale {args.de_sparse_scale:g} on {device.get('device_kind', '?')} "
+        f"({device.get('platform', '?')}), bfloat16 tables"
     )
     print_table(
         [
@@ -351,12 +306,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("dev GiB, host GiB: the child's peak so far (JAX's peak_bytes_in_use; peak RSS)\n")
     report["summary"] = summary_lines(report)
-    print("\n".join(report["summary"]))
-    path = pathlib.Path(args.json or work / "de_sparse.json")
-    path.write_text(json.dumps(report, indent=1, default=float))
-    print(f"\n{report['run']['seconds']:.0f} s in all; figures in {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    main_or_child(main, de_sparse_children.CHILDREN)
+    print("\n".join(report["summary"]), flush=True)
+    return report

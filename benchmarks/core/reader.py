@@ -1,15 +1,12 @@
-"""The trainer's TFRecord reader against tf.data on the same files: rows/s, side by side in one run.
-
-    python -m benchmarks.reader_speed [--sizes 25m,in-sparse] [--work /tmp/trainer_scale]
-        [--repeats 3] [--chunk_rows 2048]
-    python -m benchmarks.reader_speed phases --data DIR   # read, plan, pack, transpose timed apart
+"""The trainer's TFRecord reader against tf.data on the same files: rows/s, side by side in one run
+(the `--reader` part of `benchmarks.pipeline`).
 
 Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
 `webgraph_contract.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
-two readers alternate `--repeats` times over the split's shard files, each making the CSR chunks
+two readers alternate `repeats` times over the split's shard files, each making the CSR chunks
 the trainer consumes: ours, `alx_trainer.data.records.read_chunks` (blocks of whole records,
 CRC-32C checked, decoded in NumPy), and tf.data as the trainer read them before (a
-`TFRecordDataset` per file, batched by `--chunk_rows`, `tf.io.parse_example` in a `tf.function`,
+`TFRecordDataset` per file, batched by `chunk_rows`, `tf.io.parse_example` in a `tf.function`,
 the ragged columns' values and row splits as int64 NumPy). The best wall time of each is reported,
 with rows per CPU second of that pass (tf.data parses in several threads, ours in one), and both
 must give the same rows and columns (checked by sums and a checksum of the ids). Needs the `[tfds]`
@@ -18,18 +15,17 @@ extra (TensorFlow).
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from benchmarks.core.datasets import SIZES, ensure_matrix
+from benchmarks.core.datasets import ensure_matrix
 from webgraph_contract.quiet_logs import quiet
 
-quiet()  # TensorFlow's start-up lines held back before it is imported
+# TensorFlow's start-up lines held back before it is imported
+quiet()
 
 
 def tf_data_chunks(
@@ -100,28 +96,10 @@ def compare(
     return {**best, "rows": seen["ours"][0], "nnz": seen["ours"][1]}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.reader_speed",
-        description=__doc__.split("\n")[0],
-        epilog="Subcommand: `python -m benchmarks.reader_speed phases --data DIR ...`: the "
-        "trainer's host phases (read, plan, pack, transpose) timed apart "
-        "(benchmarks.core.host_phases; `phases --help` lists its flags).",
-    )
-    p.add_argument(
-        "--sizes", default="25m,in-sparse", help=f"Sizes of {sorted(SIZES)}, comma-separated."
-    )
-    p.add_argument(
-        "--work", default="/tmp/trainer_scale", help="Where the matrices are (made if absent)."
-    )
-    p.add_argument(
-        "--repeats", type=int, default=3, help="Passes of each reader (the best is reported)."
-    )
-    p.add_argument(
-        "--chunk_rows", type=int, default=2048, help="Rows per chunk (the trainer's --chunk_rows)."
-    )
-    args = p.parse_args(argv)
-    import tensorflow  # noqa: F401 - imported before any clock starts
+def reader_section(sizes: Sequence[str], work: str, repeats: int, chunk_rows: int) -> list[dict]:
+    """Both readers on every size's two sides, a line each as it comes; the figures."""
+    # imported before any clock starts
+    import tensorflow  # noqa: F401
 
     from webgraph_contract import layout, stats_json
 
@@ -129,12 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{'size':<10} {'split':<8} {'rows':>10} {'nnz':>12} {'ours rows/s':>12} "
         f"{'tf.data rows/s':>15} {'ratio':>6}  {'rows per CPU s, ours / tf.data':>31}"
     )
-    for size in args.sizes.split(","):
-        out = ensure_matrix(args.work, size)
-        shape = stats_json.matrix_shape(stats_json.read_stats(out))
+    out = []
+    for size in sizes:
+        data = ensure_matrix(work, size)
+        shape = stats_json.matrix_shape(stats_json.read_stats(data))
         for split, flip in (("train", False), ("train_t", True)):
-            files = list(layout.iter_split_files(out, split))
-            r = compare(files, args.chunk_rows, shape[::-1] if flip else shape, args.repeats)
+            files = list(layout.iter_split_files(data, split))
+            r = compare(files, chunk_rows, shape[::-1] if flip else shape, repeats)
             ours, theirs = r["rows"] / r["ours"], r["rows"] / r["tf.data"]
             per_cpu = f"{r['rows'] / r['ours cpu']:,.0f} / {r['rows'] / r['tf.data cpu']:,.0f}"
             print(
@@ -142,13 +121,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{theirs:>15,.0f} {ours / theirs:>5.2f}x  {per_cpu:>31}",
                 flush=True,
             )
-    print(f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; best of {args.repeats})")
-    return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["phases"]:  # the trainer's host phases alone: benchmarks.core.host_phases
-        from benchmarks.core import host_phases
-
-        sys.exit(host_phases.main(sys.argv[2:]))
-    sys.exit(main())
+            out.append(dict(r, size=size, split=split))
+    print(f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; best of {repeats})")
+    return out

@@ -1,21 +1,27 @@
-"""Accuracy of our iALS against implicit 0.7 (CPU) at the same objective: MovieLens-1M, Gowalla.
+"""Quality against peers and published tables: Recall@K of ours and implicit at the same objective.
 
-    python -m benchmarks.recall_vs_implicit ml1m [--dim 128] [--epochs 8] [--lambdas 5,10,20]
+    python -m benchmarks.quality ml1m [--dim 128] [--epochs 8] [--lambdas 5,10,20]
         [--alphas 0.25,0.5,1]
-    python -m benchmarks.recall_vs_implicit gowalla [--data data/gowalla]
+    python -m benchmarks.quality hollins [--dim 64] [--epochs 8] [--lambdas ...] [--alphas ...]
+    python -m benchmarks.quality --device cpu hollins --dim 8 --epochs 2 --lambdas 10 --alphas 0.5
+    python -m benchmarks.quality gowalla [--data data/gowalla]
         [--config configs/gowalla.json] [--work DIR] [--grid_dims 64]
         [--grid_alphas 0.005,0.01,0.02]
         [--grid_lambdas '0:0.75,1.5,3;1:0.002,0.004,0.008'] [--grid_epochs 8] [--grid_eval_every 4]
-    python -m benchmarks.recall_vs_implicit gowalla --per_d 64,256,1024 --work DIR [the grid flags]
+    python -m benchmarks.quality gowalla --per_d 64,256,1024 --work DIR [the grid flags]
         [--ours_flags '...']
 
-implicit gets each of our points mapped to its parameters (`benchmarks.core.implicit_als`: exact
-at nu = 0, ours at the mean row for nu > 0).
+`--device auto|cpu|gpu` (before the subcommand) picks JAX's platform for ours (cpu, or gpu:
+JAX_PLATFORMS=cuda; auto: JAX's choice) and implicit's model (its GPU model with gpu, else its CPU
+model). implicit gets each of our points mapped to its parameters (`benchmarks.core.implicit_als`:
+exact at nu = 0, ours at the mean row for nu > 0).
 
-`ml1m`: one strong-generalization split for both, made by the pipeline (10% of users held out by a
-seeded hash; 80% of each held-out user's items fold the user in, 20% are the ground truth). Each
-library trains on the same users with the same d and epochs over the same (lambda, alpha) grid and
-its best cell by Recall@20 is reported. Held-out users are folded in by each library's own exact
+`ml1m` and `hollins` (`benchmarks.core.strong_accuracy`): one strong-generalization split for
+both, made by the pipeline (10% of the rows held out by a seeded hash; 80% of each held-out row's
+items fold it in, 20% are the ground truth): MovieLens-1M's users, or the hollins.edu crawl's pages
+with at least 2 links (the README's example, whose `make demo` Recall@20 is printed beside). Each
+library trains on the same rows with the same d and epochs over the same (lambda, alpha) grid and
+its best cell by Recall@20 is reported. Held-out rows are folded in by each library's own exact
 solve (ours `fold_in`, Cholesky; implicit `recalculate_user`), then ranked and scored by the same
 code (`alx_trainer.evaluation.evaluate.evaluate_dataset`: Recall@K over min(K, |gt|), NDCG@100),
 next to the popularity baseline.
@@ -49,10 +55,12 @@ import numpy as np
 from benchmarks.core import datasets, implicit_als, paths
 from benchmarks.core.children import run_child
 from benchmarks.core.gowalla import score_trained_rows
-from benchmarks.core.ml1m_accuracy import ml1m
+from benchmarks.core.strong_accuracy import strong
 from benchmarks.core.trainer_cli import ours_sweep, run_ours
 
-MODULE = "benchmarks.recall_vs_implicit"
+MODULE = "benchmarks.quality"
+# JAX_PLATFORMS per --device (ours in this process and in its children)
+PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
 PUBLISHED = (("LightGCN (published)", 0.1830, 0.1554), ("UltraGCN (published)", 0.1862, 0.1580))
 
 
@@ -68,7 +76,8 @@ def implicit_child(args: argparse.Namespace) -> int:
     train_split = "validation_train" if args.split == "validation" else "train"
     _, n_cols, indptr, cols = datasets.read_csr(args.dataset, train_split)
     matrix, reg = implicit_als.implicit_problem(indptr, cols, n_cols, args.alpha, args.reg, args.nu)
-    model = implicit_als.implicit_model(args.dim, reg, args.epochs, args.cg_iters)
+    gpu = args.device == "gpu"
+    model = implicit_als.implicit_model(args.dim, reg, args.epochs, args.cg_iters, gpu=gpu)
     # the rows (and order) our evaluation uses
     data = loading.eval_data(args.dataset, args.split)
     held = list(zip(data.known.row_ids.tolist(), data.known.lists(), data.gt.lists()))
@@ -79,7 +88,8 @@ def implicit_child(args: argparse.Namespace) -> int:
     def on_epoch(epoch: int, elapsed: float) -> None:
         seconds.append(elapsed)
         if epoch in at:
-            users, items = np.asarray(model.user_factors), np.asarray(model.item_factors)
+            trained = model.to_cpu() if gpu else model
+            users, items = np.asarray(trained.user_factors), np.asarray(trained.item_factors)
             result = score_trained_rows(users, items, held)
             result.update(epochs=epoch, seconds_per_epoch=float(np.mean(seconds[1:] or seconds)))
             print(json.dumps(result), flush=True)
@@ -99,6 +109,7 @@ def run_implicit(
     cg_iters: int,
     eval_epochs: str = "",
     eval_rows: int = 0,
+    device: str = "auto",
 ) -> list[dict]:
     """implicit fitted in a child process: its metrics at each evaluated epoch count (peak RSS,
     CPU s)."""
@@ -107,8 +118,10 @@ def run_implicit(
             sys.executable,
             "-m",
             MODULE,
+            "--device",
+            device,
             "gowalla",
-            "--_implicit_child",
+            "--implicit_child",
             "--dataset",
             dataset,
             "--split",
@@ -188,6 +201,7 @@ def implicit_sweep(args: argparse.Namespace, data: str, d: int) -> tuple[tuple, 
                         args.cg_iters,
                         ",".join(str(e) for e in every),
                         args.eval_rows,
+                        args.device,
                     )
                     cache[key] = {"key": key, "results": results}
                     with open(cache_path, "a") as f:
@@ -199,7 +213,7 @@ def implicit_sweep(args: argparse.Namespace, data: str, d: int) -> tuple[tuple, 
 
 
 def gowalla(args: argparse.Namespace) -> int:
-    if args._implicit_child:
+    if args.implicit_child:
         return implicit_child(args)
     tmp = tempfile.TemporaryDirectory()
     args.work_dir = args.work or tmp.name
@@ -246,7 +260,9 @@ def gowalla(args: argparse.Namespace) -> int:
             (alpha, lam, nu, ep), score = implicit_sweep(args, data, d)
             line(
                 f"implicit, val {score:.4f}: " + point_name(d, alpha, lam, nu, ep),
-                run_implicit(data, "test", d, alpha, lam, nu, ep, args.cg_iters)[-1],
+                run_implicit(
+                    data, "test", d, alpha, lam, nu, ep, args.cg_iters, device=args.device
+                )[-1],
             )
     else:
         with open(args.config) as f:
@@ -260,18 +276,33 @@ def gowalla(args: argparse.Namespace) -> int:
             f"ours {tuned.get('solver', 'cg')}, {point_name(d, *at, epochs)}",
             run_ours(args.config, data, os.path.join(args.work_dir, "ours")),
         )
-        line("implicit cg, same point", run_implicit(data, "test", d, *at, epochs, cg)[-1])
+        line(
+            "implicit cg, same point",
+            run_implicit(data, "test", d, *at, epochs, cg, device=args.device)[-1],
+        )
         args.cg_iters = cg
         for gd in (int(v) for v in floats(args.grid_dims)):
             (alpha, lam, nu, ep), score = implicit_sweep(args, data, gd)
             line(
                 f"implicit, own best (val {score:.4f}): " + point_name(gd, alpha, lam, nu, ep),
-                run_implicit(data, "test", gd, alpha, lam, nu, ep, cg)[-1],
+                run_implicit(data, "test", gd, alpha, lam, nu, ep, cg, device=args.device)[-1],
             )
     for name, recall, ndcg in PUBLISHED:
         print(f"{name:<58} {recall:>9.4f} {'':>9} {ndcg:>8.4f}")
     tmp.cleanup()
     return 0
+
+
+def add_grid_args(m: argparse.ArgumentParser, dim: int, lambdas: str, alphas: str) -> None:
+    """The flags of a strong-generalization subcommand (`ml1m`, `hollins`)."""
+    m.add_argument("--dim", type=int, default=dim)
+    m.add_argument("--epochs", type=int, default=8)
+    m.add_argument("--lambdas", type=floats, default=floats(lambdas), help="our L2 grid")
+    m.add_argument("--alphas", type=floats, default=floats(alphas), help="our unobserved weight")
+    m.add_argument(
+        "--test_fraction", type=float, default=0.1, help="share of rows held out (pipeline hash)"
+    )
+    m.add_argument("--seed", type=int, default=0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -280,20 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "gpu"), default="auto", help="ours' and implicit's"
+    )
     sub = p.add_subparsers(dest="dataset_name", required=True)
     m = sub.add_parser("ml1m", help="MovieLens-1M, strong generalization, each one's best cell")
-    m.add_argument("--dim", type=int, default=128)
-    m.add_argument("--epochs", type=int, default=8)
-    m.add_argument(
-        "--lambdas", type=floats, default=[5.0, 10.0, 20.0], help="our L2 regularization grid"
-    )
-    m.add_argument(
-        "--alphas", type=floats, default=[0.25, 0.5, 1.0], help="our unobserved-weight grid"
-    )
-    m.add_argument(
-        "--test_fraction", type=float, default=0.1, help="share of users held out (pipeline hash)"
-    )
-    m.add_argument("--seed", type=int, default=0)
+    add_grid_args(m, 128, "5,10,20", "0.25,0.5,1")
+    h = sub.add_parser("hollins", help="the hollins.edu crawl, strong generalization")
+    add_grid_args(h, 64, "5,10,20", "0.25,0.5,1")
     g = sub.add_parser("gowalla", help="Gowalla (LightGCN's split) against the published table")
     g.add_argument("--data", default=str(paths.GOWALLA_DIR), help="train.txt/test.txt folder")
     g.add_argument("--config", default=str(paths.GOWALLA_CONFIG), help="our tuned point")
@@ -327,9 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cg_iters", type=int, default=3, help="CG steps of both (without --per_d: the config's)"
     )
     g.add_argument("--ours_flags", default="", help="more `train` flags for our sweep (--per_d)")
-    g.add_argument(
-        "--_implicit_child", action="store_true", help=argparse.SUPPRESS
-    )  # one implicit fit
+    # one implicit fit, in a child process of this benchmark
+    g.add_argument("--implicit_child", action="store_true", help=argparse.SUPPRESS)
     for name, kind in (
         ("dataset", str),
         ("split", str),
@@ -342,7 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         g.add_argument(f"--{name}", type=kind, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    return ml1m(args) if args.dataset_name == "ml1m" else gowalla(args)
+    if args.device in PLATFORMS:
+        os.environ["JAX_PLATFORMS"] = PLATFORMS[args.device]
+    return gowalla(args) if args.dataset_name == "gowalla" else strong(args)
 
 
 if __name__ == "__main__":

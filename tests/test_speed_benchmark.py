@@ -1,11 +1,12 @@
-"""`benchmarks.gpu_vs_implicit` and its core parts: implicit fed our objective, the on-device
-generator, a toy run.
+"""`benchmarks.speed` and its core parts: implicit fed our objective, the on-device generator, the
+solve forms and their labels, a toy run with the de-sparse section.
 
 (a) The matrix handed to implicit (confidences in its values, implicit's alpha = 1, as its GPU `fit`
 needs) trains our objective: implicit's CPU model on it matches the independent float64 NumPy iALS,
 and matches implicit's own alpha handling; the binary matrix alone (what the GPU would train
 unscaled) does not. (b) The benchmark runs on CPU at toy sizes in a subprocess and writes every
-field, the solve-form comparison included. (c) The generator gives the nnz asked, ids in range,
+field, the solve-form comparison (each row labelled by its whole variant) and the de-sparse section
+included. (c) The generator gives the nnz asked, ids in range,
 distinct pairs and the power-law shares its rank distribution implies. (d) The forms: each is the
 default config with only its solve fields changed, and the fastest candidate is picked with the
 recall rule on hand-made figures.
@@ -14,7 +15,6 @@ recall rule on hand-made figures.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
 import types
@@ -24,8 +24,9 @@ import pytest
 from benchmark_run import toy_run
 from implicit.cpu.als import AlternatingLeastSquares
 
-from benchmarks import gpu_vs_implicit as bench
+from benchmarks import speed as bench
 from benchmarks.core import children, implicit_als, power_law, solve_forms
+from benchmarks.core.speed_sizes import ours_config
 from webgraph_contract import synthetic_matrix
 
 import reference_ials as ref
@@ -37,9 +38,8 @@ NUM_USERS, NUM_ITEMS, DIM = 40, 30, 6
 def _small_rows() -> dict[int, list[int]]:
     rows = ref.random_rows(5, NUM_USERS, NUM_ITEMS, max_len=10)
     for item in set(range(NUM_ITEMS)) - {c for cols in rows.values() for c in cols}:
-        rows[0] = sorted(
-            rows[0] + [item]
-        )  # every item observed: implicit solves every row, the reference too
+        # every item observed: implicit solves every row, the reference too
+        rows[0] = sorted(rows[0] + [item])
     return rows
 
 
@@ -72,13 +72,13 @@ def _fit(
 def test_implicit_fed_the_mapped_matrix_trains_our_objective(alpha, lam):
     rows = _small_rows()
     matrix, reg = implicit_als.implicit_problem(*_csr(rows), NUM_ITEMS, alpha, lam, 0.0)
-    assert np.allclose(matrix.data, 1 + 1 / alpha)  # the confidence is in the values
+    # the confidence is in the values
+    assert np.allclose(matrix.data, 1 + 1 / alpha)
     rng = np.random.default_rng(6)
     w0, h0 = rng.normal(0, 0.3, (NUM_USERS, DIM)), rng.normal(0, 0.3, (NUM_ITEMS, DIM))
     want_w, want_h = ref.ials(rows, w0, h0, epochs=3, alpha=alpha, reg=lam)
-    scale = np.sqrt(
-        1 + alpha
-    )  # implicit's embeddings are ours times this (benchmarks.core.implicit_als)
+    # implicit's embeddings are ours times this (benchmarks.core.implicit_als)
+    scale = np.sqrt(1 + alpha)
     got_w, got_h = _fit(matrix, reg, 1.0, use_cg=False, start=(scale * w0, scale * h0))
     for got, want in ((got_w, want_w), (got_h, want_h)):
         assert np.linalg.norm(got / scale - want) <= 1e-4 * np.linalg.norm(want)
@@ -106,7 +106,8 @@ def test_generator_gives_distinct_pairs_in_range_with_power_law_shares():
     lengths = np.diff(indptr)
     assert (lengths >= 0).all() and 0 <= cols.min() and cols.max() < num_cols
     keys = np.repeat(np.arange(num_rows), lengths) * num_cols + cols
-    assert (np.diff(keys) > 0).all()  # sorted by (row, column) and no pair twice
+    # sorted by (row, column) and no pair twice
+    assert (np.diff(keys) > 0).all()
     assert facts["device_s"] >= 0 and facts["draws"][-1] >= nnz
     # the share of the pairs held by the top 1%, 10%, 50% of rows (columns), against the same shares
     # of a
@@ -123,7 +124,8 @@ def test_generator_gives_distinct_pairs_in_range_with_power_law_shares():
                 np.sort(want)[::-1][:top].sum() / nnz,
             )
             assert abs(got_share - want_share) < 0.02, (s, q, got_share, want_share)
-    assert lengths.max() > 20 * lengths.mean()  # heavy-tailed
+    # heavy-tailed
+    assert lengths.max() > 20 * lengths.mean()
     again, _, _ = power_law.device_csr(3, num_rows, num_cols, nnz)
     assert np.array_equal(again, indptr)
 
@@ -153,7 +155,8 @@ def test_a_failing_child_is_one_line_and_the_run_goes_on(tmp_path):
     )
     lines, error, _ = runner("no_such_kind", "broken", {})
     assert lines == [] and error.startswith("exit 1: KeyError")
-    assert "Traceback" in runner.failures["broken"]  # the traceback's end, kept for the report
+    # the traceback's end, kept for the report
+    assert "Traceback" in runner.failures["broken"]
 
 
 def test_a_childs_failure_line_is_its_exception_not_jaxs_closing_note(tmp_path):
@@ -188,7 +191,7 @@ def test_implicit_memory_is_rmms_peak_plus_the_managed_csr_or_counted_when_rmm_s
 
 def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_solve(tmp_path):
     for size in ("gowalla", "25m"):
-        config = bench.ours_config(size, 64, None, str(tmp_path))
+        config = ours_config(size, 64, None, str(tmp_path))
         assert (
             config.accelerator,
             config.cg_form,
@@ -197,11 +200,10 @@ def test_default_config_is_the_accelerator_defaults_and_a_form_changes_only_its_
         ) == ("auto",) * 4
         for form, solve in (
             ("matvec", {"cg_form": "matvec"}),
-            ("matvec:pallas", {"cg_form": "matvec", "cg_kernel": "pallas"}),
             ("matvec:65536", {"cg_form": "matvec", "piece_len": 16, "batch_pieces": 4096}),
             ("explicit:bfloat16", {"cg_form": "explicit", "matmul_precision": "bfloat16"}),
         ):
-            got = bench.ours_config(size, 64, None, str(tmp_path), solve_forms.form_overrides(form))
+            got = ours_config(size, 64, None, str(tmp_path), solve_forms.form_overrides(form))
             assert got == dataclasses.replace(config, **solve)
 
 
@@ -221,7 +223,8 @@ def test_fastest_form_is_the_fastest_within_the_recall_tolerance():
         2.0,
         0.1510,
     )
-    assert choice["why_not"]["explicit:bfloat16"].startswith("Recall@20")  # 0.0025 below the best
+    # 0.0025 below the best
+    assert choice["why_not"]["explicit:bfloat16"].startswith("Recall@20")
     assert choice["why_not"]["matvec"] == "slower: 1.50x"
     assert solve_forms.choose_form(rows, tolerance=0.003)["fastest"] == "explicit:bfloat16"
 
@@ -247,6 +250,7 @@ def test_forms_without_recall_drop_those_lost_on_gowalla_and_untimed_ones():
         ("--forms", "explicit:float16"),
         ("--forms", "cholesky"),
         ("--forms", "matvec:triton"),
+        ("--forms", "matvec:pallas"),
         ("--forms_at", "nowhere:64"),
         ("--forms_at", "25m:d128"),
     ],
@@ -255,9 +259,8 @@ def test_a_bad_form_or_point_is_one_line(capsys, flag, value):
     with pytest.raises(SystemExit):
         bench.parse_args(["--sizes", "toy", flag, value])
     err = capsys.readouterr().err.strip().splitlines()
-    assert (
-        "error: --forms" in err[-1] and value in err[-1]
-    )  # argparse's usage line, then the one error line
+    # argparse's usage line, then the one error line
+    assert "error: --forms" in err[-1] and value in err[-1]
 
 
 def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
@@ -270,15 +273,84 @@ def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
             test.write(" ".join(map(str, [u, *sorted(liked[9:])])) + "\n")
 
 
-def test_toy_run_end_to_end_writes_every_figure(tmp_path):
+def test_a_verdict_names_each_form_whole_and_sets_auto_against_the_fastest():
+    choice = solve_forms.choose_form(
+        [_row("auto", 2.0, 0.15), _row("matvec", 2.2, 0.15), _row("matvec:65536", 1.0, 0.15)]
+    )
+    line = solve_forms.verdict(dict(choice, size="25m", dim=128, auto_s=2.0))
+    assert line.startswith("25m d=128: fastest matvec:65536 1.0000 s/epoch")
+    assert "(auto 2.0000 s/epoch, 2.00x the fastest)" in line
+    assert "matvec: slower: 2.20x" in line and "auto: slower: 2.00x" in line
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--de_sparse_scale", "0"),
+        ("--de_sparse_scale", "2"),
+        ("--ks", "20,x"),
+        ("--holdout_fraction", "1"),
+    ],
+)
+def test_a_bad_de_sparse_flag_is_one_line(capsys, flag, value):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sizes", "de-sparse", flag, value])
+    assert f"error: {flag}" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_device_cpu_runs_implicits_cpu_model_and_pins_the_platform(tmp_path):
+    args = bench.parse_args(["--device", "cpu", "--sizes", "toy", "--wheels", str(tmp_path)])
+    assert args.implicit == "cpu" and bench.device_env(args)["JAX_PLATFORMS"] == "cpu"
+    args = bench.parse_args(["--device", "cpu", "--implicit", "off", "--sizes", "toy"])
+    assert args.implicit == "off"
+
+
+def _write_gowalla(folder: pathlib.Path, users: int, items: int) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir()
+    with open(folder / "train.txt", "w") as train, open(folder / "test.txt", "w") as test:
+        for u in range(users):
+            liked = rng.choice(items, size=12, replace=False)
+            train.write(" ".join(map(str, [u, *sorted(liked[:9])])) + "\n")
+            test.write(" ".join(map(str, [u, *sorted(liked[9:])])) + "\n")
+
+
+DE_SPARSE_PHASES = [("data", n) for n in ("generate", "split", "to host", "save")] + [
+    ("ours", n)
+    for n in (
+        "load",
+        "transpose (in_memory)",
+        "tables and plan",
+        "epoch 1",
+        "epoch 2",
+        "checkpoint",
+        "tables to host",
+        "fold-in",
+        "column table to the device",
+        "top 100 (exact)",
+        "metrics",
+        "top 100 (approximate, sample)",
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """One toy run on CPU: Gowalla and the toy size with implicit, one more form at Gowalla, then
+    the de-sparse section at a tiny scale without implicit; its JSON report and stdout."""
+    tmp_path = tmp_path_factory.mktemp("speed")
     _write_gowalla(tmp_path / "gowalla", users=80, items=60)
-    report, stdout = toy_run(
+    return toy_run(
         bench.MODULE,
         tmp_path,
+        "--device",
+        "cpu",
         "--sizes",
-        "toy,gowalla",
+        "toy,gowalla,de-sparse",
         "--dims",
         "8",
+        "--epochs",
+        "2",
         "--gowalla",
         str(tmp_path / "gowalla"),
         "--peak_n",
@@ -288,51 +360,49 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
         "--implicit",
         "cpu",
         "--forms",
-        "explicit:bfloat16,matvec",
+        "matvec:65536",
         "--forms_at",
         "gowalla",
         "--ours",
         "accelerator=on",
+        "--de_sparse_scale",
+        "0.0001",
+        "--sample_rows",
+        "64",
+        "--implicit_s",
+        "0",
     )
+
+
+def test_toy_run_end_to_end_writes_every_figure(toy):
+    report, stdout = toy
     peaks = report["device"]["peaks"]
     assert all(peaks[k] > 0 for k in ("matmul_bf16_flop_s", "matmul_f32_flop_s", "copy_bytes_s"))
-    toy = report["data"]["toy"]
-    assert (toy["rows"], toy["cols"], toy["nnz"]) == (2_000, 500, 6_000)
+    data = report["data"]["toy"]
+    assert (data["rows"], data["cols"], data["nnz"]) == (2_000, 500, 6_000)
     assert report["data"]["gowalla"]["nnz"] == 80 * 9
-    forms = [r for r in report["sections"] if r.get("variant")]
-    sections = {(r["size"], r["who"]): r for r in report["sections"] if not r.get("variant")}
+    sections = {(r["size"], r["who"], r["form"]): r for r in report["sections"]}
     assert set(sections) == {
-        ("toy", "ours"),
-        ("toy", "implicit-cpu"),
-        ("gowalla", "ours"),
-        ("gowalla", "implicit-cpu"),
+        ("toy", "ours", "auto"),
+        ("toy", "implicit-cpu", None),
+        ("gowalla", "ours", "auto"),
+        ("gowalla", "implicit-cpu", None),
+        ("gowalla", "ours", "matvec:65536"),
     }
-    for (size, who), r in sections.items():
-        assert r["error"] is None and r["dim"] == 8
+    for (size, who, form), r in sections.items():
+        assert r["error"] is None and r["dim"] == 8 and r["epochs"] == 2
         assert r["s_per_epoch"] > 0 and len(r["epochs_s"]) == r["epochs"]
-        for key in (
-            "ratio",
-            "gflop_s",
-            "gb_s",
-            "pct_f32_peak",
-            "pct_bf16_peak",
-            "pct_copy_bw",
-            "flops_per_epoch",
-            "bytes_per_epoch",
-            "peak_host_gib",
-            "setup_s",
-            "load_s",
-            "child_s",
-        ):
+        for key in ("ratio", "gflop_s", "gb_s", "pct_f32_peak", "pct_copy_bw", "peak_host_gib"):
             assert r[key] is not None and r[key] >= 0, (size, who, key)
-        assert "peak_device_gib" in r  # None on CPU: JAX keeps no device statistics there
-        if who == "ours":  # XLA's cost analysis beside the counted minimum
-            assert (
-                r["xla_note"] is None
-                and r["xla_bytes_per_epoch"] > 0
-                and r["xla_flops_per_epoch"] > 0
-            )
-            assert r["xla_launches_per_epoch"] >= 2  # at least one call per half-epoch
+        for key in ("flops_per_epoch", "bytes_per_epoch", "setup_s", "load_s", "child_s"):
+            assert r[key] is not None and r[key] >= 0, (size, who, key)
+        # None on CPU: JAX keeps no device statistics there
+        assert "peak_device_gib" in r
+        # XLA's cost analysis beside the counted minimum, at the default form only
+        if form == "auto":
+            assert r["xla_note"] is None and r["xla_bytes_per_epoch"] > 0
+            # at least one call per half-epoch
+            assert r["xla_launches_per_epoch"] >= 2
             assert r["xla_bytes_ratio"] == r["xla_bytes_per_epoch"] / r["bytes_per_epoch"]
             assert r["pct_copy_bw_xla"] == pytest.approx(
                 100 * r["xla_bytes_per_epoch"] / r["s_per_epoch"] / peaks["copy_bytes_s"]
@@ -341,33 +411,56 @@ def test_toy_run_end_to_end_writes_every_figure(tmp_path):
             assert r["xla_bytes_per_epoch"] is None and r["pct_copy_bw_xla"] is None
         if size == "gowalla":
             assert 0 < r["recall_gt@20"] <= 1 and 0 < r["recall@20"] <= 1 and r["ndcg@20"] > 0
-    assert sections[("toy", "implicit-cpu")]["ratio"] == 1.0
-    assert (
-        sections[("gowalla", "ours")]["epochs"]
-        == json.loads((REPO / "configs" / "gowalla.json").read_text())["epochs"]
-    )
+            implicit_s = sections[("gowalla", "implicit-cpu", None)]["s_per_epoch"]
+            assert r["ratio"] == r["s_per_epoch"] / implicit_s
     assert "s/epoch" in stdout and "implicit-cpu" in stdout
-    # the forms: on CPU 'auto' runs matvec (not run again); explicit:bfloat16 ran, at Gowalla only
-    assert sections[("gowalla", "ours")]["form"] == sections[("toy", "ours")]["form"] == "matvec"
-    assert all(sections[(size, "ours")]["accelerator"] is True for size in ("toy", "gowalla"))
-    assert [(r["size"], r["form"]) for r in forms] == [("gowalla", "explicit:bfloat16")]
-    bf16 = forms[0]
-    assert bf16["xla_bytes_per_epoch"] is None  # the cost is analysed at the default form only
-    assert bf16["error"] is None and bf16["s_per_epoch"] > 0 and 0 < bf16["recall_gt@20"] <= 1
-    assert (
-        bf16["ratio"] == bf16["s_per_epoch"] / sections[("gowalla", "implicit-cpu")]["s_per_epoch"]
-    )
-    [choice] = report["forms"]
-    assert (choice["size"], choice["dim"], choice["auto"]) == ("gowalla", 8, "matvec")
-    timed = {"matvec": sections[("gowalla", "ours")], "explicit:bfloat16": bf16}
-    best = max(r["recall_gt@20"] for r in timed.values())
-    want = min(
-        (f for f, r in timed.items() if r["recall_gt@20"] >= best - 0.002),
-        key=lambda f: timed[f]["s_per_epoch"],
-    )
-    assert choice["fastest"] == want and choice["auto_is_fastest"] == (want == "matvec")
-    assert {f: v["s_per_epoch"] for f, v in choice["forms"].items()} == {
-        f: r["s_per_epoch"] for f, r in timed.items()
-    }
     assert "XLA GB" in stdout and "the minimum)" in stdout
-    assert "auto: matvec" in stdout and "explicit:bfloat16" in stdout and "solve forms" in stdout
+
+
+def test_toy_run_labels_every_form_whole_and_sets_auto_against_the_fastest(toy):
+    report, stdout = toy
+    rows = {r["form"]: r for r in report["sections"] if r["size"] == "gowalla" and r["form"]}
+    # the matvec:65536 run is printed and reported as such, never as matvec
+    assert set(rows) == {"auto", "matvec:65536"}
+    assert "gowalla d=8 ours (matvec:65536):" in stdout
+    assert "gowalla d=8 ours (matvec):" not in stdout
+    [choice] = report["forms"]
+    assert (choice["size"], choice["dim"], choice["auto_s"]) == (
+        "gowalla",
+        8,
+        rows["auto"]["s_per_epoch"],
+    )
+    assert {f: v["s_per_epoch"] for f, v in choice["forms"].items()} == {
+        f: r["s_per_epoch"] for f, r in rows.items()
+    }
+    best = max(r["recall_gt@20"] for r in rows.values())
+    want = min(
+        (f for f, r in rows.items() if r["recall_gt@20"] >= best - 0.002),
+        key=lambda f: rows[f]["s_per_epoch"],
+    )
+    assert choice["fastest"] == want
+    assert "solve forms" in stdout and f"fastest {want} " in stdout
+
+
+def test_toy_run_de_sparse_section_writes_every_phase_and_figure(toy):
+    report, stdout = toy
+    section = report["de-sparse"]
+    data, ours, implicit = section["data"], section["ours"], section["implicit"]
+    assert (data["rows"], data["cols"], data["nnz"]) == (1970, 1970, 119_000)
+    assert data["train_nnz"] + data["fold_in_links"] + data["held_links"] == 119_000
+    # about 10% of the rows, about 20% of their links
+    assert 0.05 < data["test_rows"] / 1970 < 0.15
+    assert 0.2 < data["held_links"] / (data["fold_in_links"] + data["held_links"]) < 0.3
+    assert [(p["step"], p["phase"]) for p in section["phases"]] == DE_SPARSE_PHASES
+    assert all(p["seconds"] >= 0 and p["peak_host_gib"] > 0 for p in section["phases"])
+    (plan,) = [p for p in section["phases"] if p["phase"] == "tables and plan"]
+    assert all(plan[f"{n}_s"] >= 0 for n in ("init", "read", "plan", "pack"))
+    assert ours["error"] is None and len(ours["epochs_s"]) == 2
+    assert ours["rows"] == ours["test_rows"] == data["test_rows"] and ours["topk"] == "exact"
+    for name in ("recall@20", "recall@50", "recall_gt@20", "recall_gt@50", "ndcg@100"):
+        assert 0 < ours[name] <= 1, name
+    assert ours["recall@50"] >= ours["recall_gt@20"] and 0.9 <= ours["approx_recall"] <= 1
+    # implicit runs at the other sizes, not at this one (--implicit_s 0)
+    assert implicit == {"skipped": "not run (--implicit_s 0)"}
+    assert "recall@50" in stdout and "implicit: not run (--implicit_s 0)" in stdout
+    assert "INCOMPLETE" not in stdout

@@ -1,0 +1,36 @@
+"""`benchmarks.quality` at a toy size on CPU, as a user runs it: the hollins.edu crawl's
+strong-generalization split made by the pipeline, one grid cell for each library, both scored by
+the same evaluation; each best cell's Recall@20 in (0, 1], ours against implicit, popularity
+beside, and the README's figure named."""
+
+import re
+import subprocess
+import sys
+
+from benchmarks.core.paths import REPO
+
+
+def test_hollins_toy_run_scores_both_libraries_and_the_baseline():
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.quality", "--device", "cpu", "hollins"]
+        + ["--dim", "8", "--epochs", "2", "--lambdas", "10", "--alphas", "0.5"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = done.stdout
+    assert re.search(r"hollins: \d+ rows x \d+ columns, \d+ training pairs; \d+ held-out", out)
+    best = {
+        name: float(recall)
+        for name, recall in re.findall(
+            r"^(ours|implicit|popularity)\b.*?\s([01]\.\d{4})\s", out, re.M
+        )
+    }
+    assert set(best) == {"ours", "implicit", "popularity"}
+    assert all(0 < r <= 1 for r in best.values()), best
+    # one cell: the best cell's line, the last of each library's, is that cell
+    ratio = float(re.search(r"ours / implicit Recall@20: ([\d.]+)", out).group(1))
+    assert abs(ratio - best["ours"] / best["implicit"]) < 0.002
+    assert "README's `make demo` Recall@20" in out
