@@ -80,6 +80,4 @@ def test_a_non_finite_table_stops_training_naming_epoch_and_side(tmp_path, epoch
         TrainingCollapse,
         match=f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf",
     ):
-        train(
-            config, mesh=make_mesh(jax.devices()[:2]), callbacks=[_Poison(epoch, side, value)]
-        )
+        train(config, mesh=make_mesh(jax.devices()[:2]), callbacks=[_Poison(epoch, side, value)])

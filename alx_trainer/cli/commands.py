@@ -41,7 +41,6 @@ from alx_trainer.config import LOG_LEVELS, TrainConfig
 if TYPE_CHECKING:
     from alx_trainer.data.dataset import Dataset
     from alx_trainer.evaluation.ranking import Ranker
-    from alx_trainer.model import Model
 
 log = logging.getLogger("alx_trainer.predict")
 
@@ -354,13 +353,13 @@ def main_predict(argv: Sequence[str]) -> int:
     def body() -> int:
         use_compile_cache(args.compile_cache)
         # the scoring stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
+        from alx_trainer import loading  # (as above)
+        from alx_trainer.evaluation.ranking import Ranker  # (as above)
         from alx_trainer.tools.predict import (
             format_predictions,
             nearest_neighbors,
             predict_outlinks,
         )
-        from alx_trainer import loading  # (as above)
-        from alx_trainer.evaluation.ranking import Ranker  # (as above)
 
         # pages to score: one, the lines of a --rows file (at most), or unknown (stdin)
         pages = 1 if args.links else _rows_lines(args.rows) if args.rows not in ("", "-") else None
@@ -480,8 +479,8 @@ def main_export(argv: Sequence[str]) -> int:
     def body() -> int:
         use_compile_cache(args.compile_cache)
         # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
-        from alx_trainer.tools.predict import export_tables
         from alx_trainer import loading  # (as above)
+        from alx_trainer.tools.predict import export_tables
         from alx_trainer.tools.topk_export import export_topk  # (as above)
         from webgraph_contract import fileio  # (as above)
 

@@ -23,17 +23,10 @@ from benchmarks.core import machine
 from benchmarks.core.children import own_peak_gib, write_line
 
 Phase = Callable[..., None]
-<<<<<<< HEAD
-EVAL_CHUNK = 1 << 18  # test rows ranked between two looks at the clock
-EVAL_RESERVE = 0.15  # share of a child's time kept for the metrics and the sample after ranking
-=======
-# rows with at most this many links are ranked together
-EXCLUDE_FLOOR = 64
 # test rows ranked between two looks at the clock
 EVAL_CHUNK = 1 << 18
 # share of a child's time kept for the metrics and the sample after ranking
 EVAL_RESERVE = 0.15
->>>>>>> h-bench
 
 
 def phase_writer(out: str) -> Phase:

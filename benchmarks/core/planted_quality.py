@@ -30,7 +30,6 @@ from typing import Sequence
 from alx_trainer import loading
 from alx_trainer.evaluation import metrics
 from webgraph_contract import planted, stats_json
-from webgraph_contract.ragged import RaggedRows
 
 KS = (20, 50)
 TRAIN_DEFAULTS = (  # no evaluation or loss inside `train`: `eval` is timed apart
