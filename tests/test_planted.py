@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
+from alx_trainer import loading
 from alx_trainer.data.dataset import open_dataset
-from alx_trainer.evaluation import evaluate
 from webgraph_contract import (
     dataset_reader,
     dataset_writer,
@@ -247,9 +247,10 @@ def test_dataset_directory_passes_the_contract(tmp_path, host):
     assert stats["in_degree_histogram"] == [
         [d, int(n)] for d, n in enumerate(np.bincount(np.bincount(links.ids))) if d and n
     ]
-    rows, popularity, shared = evaluate.load_eval_data(out)  # the evaluator's view of it
-    assert shared and len(rows) == len(host.test)
-    assert np.array_equal(popularity, planted.in_degree(host).astype(np.float32))
+    # the evaluator's view of it
+    rows = loading.eval_data(out)
+    assert rows.shared and len(rows.known) == len(host.test)
+    assert np.array_equal(rows.popularity, planted.in_degree(host).astype(np.float32))
     planted.write(out, host, num_shards=2, workers=1)
     assert len(layout.iter_split_files(out, "train_t")) == 2  # the 3-shard files are gone
 

@@ -355,7 +355,7 @@ def main_predict(argv: Sequence[str]) -> int:
         # the scoring stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
         from alx_trainer import loading  # (as above)
         from alx_trainer.evaluation.ranking import Ranker  # (as above)
-        from alx_trainer.tools.predict import (
+        from alx_trainer.tools.predict import (  # (as above)
             format_predictions,
             nearest_neighbors,
             predict_outlinks,
@@ -480,7 +480,7 @@ def main_export(argv: Sequence[str]) -> int:
         use_compile_cache(args.compile_cache)
         # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
         from alx_trainer import loading  # (as above)
-        from alx_trainer.tools.predict import export_tables
+        from alx_trainer.tools.predict import export_tables  # (as above)
         from alx_trainer.tools.topk_export import export_topk  # (as above)
         from webgraph_contract import fileio  # (as above)
 
