@@ -27,13 +27,12 @@ from alx_trainer.cli.common import (
     use_compile_cache,
 )
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
-from alx_trainer.cli.train import split_cpu
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset, open_dataset
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
+from alx_trainer.execution import start_cpu_devices, start_scoring_cpu_devices
 from alx_trainer.model import Model, load_model
-from alx_trainer.ops import per_core
 from alx_trainer.tools.new_pages import (
     ColumnLookup,
     Report,
@@ -87,17 +86,6 @@ def _model(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Mod
         model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
     )
     return model, dataset
-
-
-def per_core_cpu() -> None:
-    """One JAX CPU device per core for scoring (before JAX starts): its programs have no collective,
-    so
-    the per-core devices that `split_cpu` keeps from other runs are safe here."""
-    if (
-        "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
-        and not per_core.accelerator_plugins()
-    ):
-        per_core.use_cpu_devices(len(per_core.cores()))
 
 
 def main_eval(argv: Sequence[str]) -> int:
@@ -170,7 +158,7 @@ def main_eval(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        per_core_cpu()
+        start_scoring_cpu_devices()
         use_compile_cache(args.compile_cache)
         ranking = Ranking(
             ks=args.k,
@@ -263,9 +251,8 @@ def main_sweep(argv: Sequence[str]) -> int:
         nus = args.nus or (config.reg_exponent,)
         setup_logging(config.log_level)
         use_compile_cache(config.compile_cache)
-        split_cpu(
-            config
-        )  # before JAX starts: per-core CPU devices where the solver allows (as `train`)
+        # before JAX starts: per-core CPU devices where the solver allows (as `train`)
+        start_cpu_devices(config)
         rows = run_sweep(config, args.out_dir, dims, args.alphas, args.lambdas, nus)
         print(format_table(rows, args.metric))
         final = None

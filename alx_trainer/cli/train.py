@@ -22,16 +22,15 @@ Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
 import jax
 
+from alx_trainer import execution
 from alx_trainer.cli.common import run, setup_logging, use_compile_cache
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops import per_core
 from webgraph_contract.command_line import one_line
 
 
@@ -57,7 +56,8 @@ def _init_distributed(config: TrainConfig) -> None:
 
     try:
         jax.distributed.initialize(**kwargs)
-    except (ValueError, RuntimeError) as e:  # JAX's Python-level errors: a bad value, a refusal
+    # JAX's Python-level errors: a bad value, a refusal
+    except (ValueError, RuntimeError) as e:
         raise ConnectionError(
             f"jax.distributed: could not join the run at {where}; {check} ({_short(e)})"
         ) from None
@@ -66,32 +66,6 @@ def _init_distributed(config: TrainConfig) -> None:
 def _short(error: object) -> str:
     """The first line of a JAX runtime status or error, cut to 200 characters."""
     return one_line(str(error)).split("RPC:")[0].strip()[:200]
-
-
-def split_cpu(config: TrainConfig) -> int:
-    """Make `config.cpu_devices` JAX CPU devices (before JAX starts); returns the count asked for.
-
-    Auto (0) gives one device per core only to runs whose CPU programs have no collective and no
-    LAPACK call (CG with the matrix-free product in the 'owner' layout) on a host without GPU or
-    TPU plugins: XLA's CPU runtime can deadlock when per-core devices run such programs at once
-    (seen with batched Cholesky and with in-process all-gathers on this 2-core machine), so other
-    runs keep one CPU device. See `per_core` for how the devices are run.
-    """
-    if (
-        "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-        or per_core.accelerator_plugins()
-    ):
-        return 0
-    safe = (
-        config.solver == "cg"
-        and config.cg_form in ("auto", "matvec")
-        and config.layout in ("auto", "owner")
-        and config.stats == "gather"
-        and config.accelerator != "on"  # its layouts have collectives
-        and not config.distributed
-    )
-    count = config.cpu_devices or (len(per_core.cores()) if safe else 1)
-    return count if per_core.use_cpu_devices(count) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,15 +82,17 @@ def _main(argv: list[str] | None) -> int:
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad
     # flag
     from alx_trainer.callbacks import Stopped
-    from alx_trainer.train import train  # (as above)
+    from alx_trainer.train import train
 
     if config.distributed:
         _init_distributed(config)
     else:
-        split_cpu(config)
+        execution.start_cpu_devices(config)
     try:
-        model = train(config, tables=False)  # the summary needs the metrics only
-    except Stopped as e:  # SIGTERM in a multi-process run: all stopped after the same epoch
+        # the summary needs the metrics only
+        model = train(config, tables=False)
+    # SIGTERM in a multi-process run: all stopped after the same epoch
+    except Stopped as e:
         print(f"alx_trainer train: {e}", file=sys.stderr)
         return 128 + signal.SIGTERM
     if not model.epochs_trained:

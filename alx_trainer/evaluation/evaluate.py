@@ -115,7 +115,7 @@ def _load_eval_data(
     `shared`."""
     counts = np.zeros(shape[1], np.int64)
     for chunk in records.read_chunks(train, 1 << 16, *shape):
-        counts += np.bincount(chunk.cols, minlength=shape[1])
+        counts += np.bincount(chunk.ids, minlength=shape[1])
     return dataset_reader.read_records(test), counts.astype(np.float32), shared
 
 

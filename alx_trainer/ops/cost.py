@@ -85,7 +85,7 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
             times = plan.steps
         costs.append(ProgramCost(side, "normal batch", flops, moved, times))
     if runner.accelerator:
-        for i, call in enumerate(runner.source.device_long_calls()):
+        for i, call in enumerate(runner.source.long_calls()):
             args = [_like(a) for a in call]
             flops, moved = compiled_cost(
                 kernels.make_long_solve(mesh, spec), src_s, dst_s, fixed, *args

@@ -35,7 +35,8 @@ class SidePlan:
     per_call: int
     long_steps: int
     long_solves: int
-    rows: int  # records read by the planning pass, over all hosts (checked against stats.json)
+    # records read by the planning pass, over all hosts (checked against stats.json)
+    rows: int
     device_steps: tuple[int, ...] = ()
 
     @property
@@ -47,6 +48,13 @@ class SidePlan:
     def calls(self) -> int:
         """Compiled calls of normal rows per device per half-epoch."""
         return self.steps // self.per_call
+
+    def with_calls(self, max_calls: int) -> SidePlan:
+        """This plan's batches in at most `max_calls` compiled calls, as long as they must be
+        (a plan made with `max_calls` 1: its `steps` are the batches, unpadded)."""
+        per_call = max(1, -(-self.steps // max_calls))
+        calls = -(-self.steps // per_call)
+        return dataclasses.replace(self, steps=calls * per_call, per_call=per_call)
 
 
 BALANCE_SLACK = 1.02  # room over an even share of pieces, for rows that next-fit cannot split
@@ -97,7 +105,8 @@ def make_plan(
     `owner`, each device packs the rows of its own table shard (`shard` rows) apart.
     """
     shapes = candidate_shapes(config, batch_ids)
-    if len(shapes) > 1:  # automatic piece length: from the padding of every host's rows
+    # automatic piece length: from the padding of every host's rows
+    if len(shapes) > 1:
         counts = np.array([batching.padded_slots(lengths, L, B) for L, B in shapes], np.int64)
         counts = combine(counts.ravel(), "sum").reshape(counts.shape)
         chosen = batching.choose_piece_len({L: tuple(c) for (L, _), c in zip(shapes, counts)})
@@ -127,12 +136,14 @@ def make_plan(
     steps, long_steps, long_solves = (
         int(c) for c in combine(np.array([steps, -(-n_long // k), long_solves]), "max")
     )
-    if max_calls:  # the accelerator path: at most `max_calls` calls, as long as they must be
+    # the accelerator path: at most `max_calls` calls, as long as they must be
+    if max_calls:
         per_call = max(1, -(-steps // max_calls))
         calls = -(-steps // per_call)
     else:
         calls = -(-steps // config.steps_per_call)
-        per_call = max(1, -(-steps // max(calls, 1)))  # as few padding steps as `calls` calls allow
+        # as few padding steps as `calls` calls allow
+        per_call = max(1, -(-steps // max(calls, 1)))
     return SidePlan(
         L, B, R, calls * per_call, per_call, long_steps, long_solves, int(totals[2]), device_steps
     )
@@ -158,7 +169,8 @@ def one_host(values: np.ndarray, how: str) -> np.ndarray:
 
 def over_hosts(values: np.ndarray, how: str) -> np.ndarray:
     """`Combine` over every process (a collective: all processes call it, with as many values)."""
-    if len(values) == 0:  # every process has none (the count is agreed): nothing to gather
+    # every process has none (the count is agreed): nothing to gather
+    if len(values) == 0:
         return np.zeros(0, np.int64)
     every = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64))).reshape(
         -1, len(values)
