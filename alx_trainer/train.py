@@ -110,7 +110,6 @@ def train(
         )
     fileio.makedirs(config.model_dir)
     plan = execution.current(config, dataset.num_rows, dataset.num_cols, mesh)
-    log.info("%s", plan.describe())
     # one writer per model directory (process 0 speaks for a multi-host run)
     lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
@@ -203,6 +202,8 @@ def _train(
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         execution.save_plan(config.model_dir, plan)
     run = Run(config, dataset, mesh, tables, start, history, plan)
+    # once the data has been read: an error before stays a failed run's only line
+    log.info("%s", plan.describe())
     hooks = default_callbacks(config, mgr) + extra
     if log.isEnabledFor(logging.DEBUG):
         hooks.insert(0, CostReport(runners, sides(config.tied)))

@@ -48,6 +48,7 @@ from tqdm import tqdm
 
 from alx_trainer.evaluation import norm_order, threshold_scan
 from alx_trainer.ops import per_core
+from webgraph_contract.ragged import RaggedRows
 
 log = logging.getLogger(__name__)
 
@@ -557,7 +558,7 @@ def top_k_rows(
         # the trainer's solve, imported only where rows are folded in (it brings the runners)
         from alx_trainer.model import fold_in
 
-        fold = lambda part: fold_in(col_table, part, config)  # the CSR as it is
+        fold = lambda part: fold_in(col_table, RaggedRows(np.arange(len(part)), *part), config)
     else:
         fold = lambda part: fold_in_fn(col_table, part.lists(), config)
     began = time.perf_counter()
