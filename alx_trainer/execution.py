@@ -25,9 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer.config import BATCH_IDS, TrainConfig
+from alx_trainer.config import (
+    ACCELERATOR_BATCH_BYTES,
+    ACCELERATOR_BATCH_IDS,
+    BATCH_IDS,
+    TrainConfig,
+)
 from alx_trainer.ops import per_core
-from alx_trainer.ops.plan import accelerator_batch_ids
 from alx_trainer.ops.spec import StepSpec
 from webgraph_contract import fileio
 
@@ -222,6 +226,19 @@ def _layout(config: TrainConfig, cpu: bool, accelerator: bool, processes: int) -
             f"layout: 'owner' runs in one process, this run has {processes}; use 'replicated'"
         )
     return layout
+
+
+def accelerator_batch_ids(dim: int, per_row_stats: bool, platform: str) -> int:
+    """Ids per batch on the accelerator path (before `make_plan` balances them): on a GPU a
+    batch's fixed cost (its kernels' launches) is about the same whatever its size, so the forms
+    without d x d statistics per row slot take batches of `ACCELERATOR_BATCH_BYTES` of gathered
+    float32 rows (a power of two of ids, never fewer than `ACCELERATOR_BATCH_IDS`); the others,
+    and CPU devices (where a batch that stays in cache is worth more: 0.80 s an epoch against 1.50
+    on `benchmarks.device_proxies`), `ACCELERATOR_BATCH_IDS`."""
+    if per_row_stats or platform == "cpu":
+        return ACCELERATOR_BATCH_IDS
+    most = 1 << max(0, (ACCELERATOR_BATCH_BYTES // (4 * dim)).bit_length() - 1)
+    return max(ACCELERATOR_BATCH_IDS, most)
 
 
 def resolve_table_dtype(setting: str, platform: str) -> str:

@@ -202,8 +202,6 @@ def _train(
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         execution.save_plan(config.model_dir, plan)
     run = Run(config, dataset, mesh, tables, start, history, plan)
-    # once the data has been read: an error before stays a failed run's only line
-    log.info("%s", plan.describe())
     hooks = default_callbacks(config, mgr) + extra
     if log.isEnabledFor(logging.DEBUG):
         hooks.insert(0, CostReport(runners, sides(config.tied)))
@@ -220,6 +218,9 @@ def _train(
                 "epochs", time.perf_counter() - wall - compiling, time.process_time() - cpu
             )
             run.history.append(record)
+            if epoch == start + 1:
+                # after an epoch, before its line: an error before stays a failed run's only line
+                log.info("%s", plan.describe())
             for hook in hooks:
                 hook.on_epoch_end(run, epoch, record)
     finally:

@@ -25,7 +25,7 @@ def held_by(call):
     before = rss()
     reset_peak()
     result = call()
-    result[0].block_until_ready()
+    result.table.block_until_ready()
     return result, peak() - before
 
 """

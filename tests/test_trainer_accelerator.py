@@ -183,13 +183,13 @@ def test_matrix_free_forms_take_batches_as_large_as_a_device_needs(tmp_path, mon
     65,536-id batches."""
     from alx_trainer.ops import plan
 
-    ids = plan.accelerator_batch_ids
+    ids = execution.accelerator_batch_ids
     assert ids(128, False, "gpu") == 1 << 20  # 512 MiB of float32 rows
     assert ids(1024, False, "gpu") == 1 << 17
     assert ids(128, True, "gpu") == 1 << 16  # d x d statistics per row
     assert ids(1 << 14, False, "gpu") == 1 << 16  # never below 65,536
     assert ids(128, False, "cpu") == 1 << 16  # CPU devices: batches that stay in cache
-    monkeypatch.setattr(plan, "accelerator_batch_ids", lambda d, stats, _: ids(d, stats, "gpu"))
+    monkeypatch.setattr(execution, "accelerator_batch_ids", lambda d, s, _: ids(d, s, "gpu"))
     rng = np.random.default_rng(2)
     rows = {r: sorted(rng.choice(2000, 50, replace=False).tolist()) for r in range(3000)}
     data_dir = str(tmp_path / "data")

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 from jax.experimental import multihost_utils
 
-from alx_trainer.config import ACCELERATOR_BATCH_BYTES, ACCELERATOR_BATCH_IDS, TrainConfig
+from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching
 
 # combine(values, how): `values` (int64 [n]) of every host reduced by `how` ('sum' or 'max').
@@ -59,19 +59,6 @@ class SidePlan:
 
 BALANCE_SLACK = 1.02  # room over an even share of pieces, for rows that next-fit cannot split
 BALANCE_PIECES = 64  # a balanced batch's pieces are a multiple of this
-
-
-def accelerator_batch_ids(dim: int, per_row_stats: bool, platform: str) -> int:
-    """Ids per batch on the accelerator path (before `make_plan` balances them): on a GPU a
-    batch's fixed cost (its kernels' launches) is about the same whatever its size, so the forms
-    without d x d statistics per row slot take batches of `ACCELERATOR_BATCH_BYTES` of gathered
-    float32 rows (a power of two of ids, never fewer than `ACCELERATOR_BATCH_IDS`); the others,
-    and CPU devices (where a batch that stays in cache is worth more: 0.80 s an epoch against 1.50
-    on `benchmarks.device_proxies`), `ACCELERATOR_BATCH_IDS`."""
-    if per_row_stats or platform == "cpu":
-        return ACCELERATOR_BATCH_IDS
-    most = 1 << max(0, (ACCELERATOR_BATCH_BYTES // (4 * dim)).bit_length() - 1)
-    return max(ACCELERATOR_BATCH_IDS, most)
 
 
 def candidate_shapes(config: TrainConfig, batch_ids: int) -> list[tuple[int, int]]:
