@@ -82,7 +82,7 @@ def _main(argv: list[str] | None) -> int:
     # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad
     # flag
     from alx_trainer.callbacks import Stopped
-    from alx_trainer.train import train
+    from alx_trainer.train import train  # (as above)
 
     if config.distributed:
         _init_distributed(config)
