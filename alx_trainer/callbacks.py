@@ -122,10 +122,12 @@ class Evaluator(Callback):
 
     def __init__(self, every: int):
         self.every = every
+        self.fold_in_plan: ExecutionPlan | None = None
 
     def on_train_begin(self, run: Run) -> None:
         """Something to evaluate, before epoch 1: the test rows are read (and kept for the
         evaluations) and counted against stats.json."""
+        self.fold_in_plan = run.plan.for_fold_in(run.config)
         dataset = run.dataset
         if "test" not in dataset.files:
             log.warning("%s has no test split: training without evaluation", dataset.name)
@@ -163,14 +165,14 @@ class Evaluator(Callback):
                 ranking=ranking,
                 baseline=dataset.eval_split == "test",
                 max_rows=config.eval_rows or None,
-                fold_in_fn=functools.partial(_fold_in, plan),
+                fold_in_fn=functools.partial(_fold_in, self.fold_in_plan),
             )
         record.update(result)
 
 
 def _fold_in(plan: ExecutionPlan, col_table, rows, config: TrainConfig):
-    """Fold-in of the evaluation on the plan's evaluation devices."""
-    return fold_in(col_table, rows, config, plan=plan.for_fold_in(config, len(rows)))
+    """Fold-in of the evaluation by the fold-in plan (`ExecutionPlan.for_fold_in`)."""
+    return fold_in(col_table, rows, config, plan=plan)
 
 
 @contextlib.contextmanager

@@ -143,13 +143,16 @@ class ExecutionPlan:
         local = jax.local_devices()
         return local[:1] if self.eval_devices == "first_local" else local
 
-    def for_fold_in(self, config: TrainConfig, num_rows: int) -> ExecutionPlan:
-        """The plan of folding `num_rows` rows in on the evaluation devices: one process, no
-        cache of batches between calls."""
+    def for_fold_in(self, config: TrainConfig) -> ExecutionPlan:
+        """The plan of folding rows in against this plan's column table, on its evaluation
+        devices (a mesh of this process's devices only), with no cache of batches between calls.
+
+        A derivation of this plan on the machine it was made for (`plan_execution` is not
+        called again): a command on another backend makes its own plan first."""
         n = 1 if self.eval_devices == "first_local" else self.local_devices
         machine = Machine(self.platform, self.processes, n, n, len(per_core.cores()))
         config = dataclasses.replace(config, progress=False, cache_batches=False)
-        return _decide(config, machine, num_rows, self.num_cols)
+        return _decide(config, machine, self.num_rows, self.num_cols)
 
 
 def plan_execution(

@@ -145,7 +145,7 @@ def fold_in(
         return np.zeros((0, col_table.shape[1]), np.float32)
     if plan is None:
         whole = execution.current(config, n, num_cols, make_mesh(jax.local_devices()))
-        plan = whole.for_fold_in(config, n)
+        plan = whole.for_fold_in(config)
     mesh = make_mesh(plan.eval_device_list())
     dtype = execution.table_dtype(plan)
     src = table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)

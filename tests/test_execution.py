@@ -57,8 +57,8 @@ def test_rules_by_machine():
 def test_fold_in_plan_runs_on_the_evaluation_devices():
     config = TrainConfig(data="d", model_dir="m", dim=16, cache_batches=True, layout="sharded")
     plan = execution.plan_execution(config, CPU, 100, 80)
-    folding = plan.for_fold_in(config, 7)
-    assert (folding.devices, folding.local_devices, folding.num_rows) == (1, 1, 7)
+    folding = plan.for_fold_in(config)
+    assert (folding.devices, folding.local_devices, folding.num_rows) == (1, 1, 100)
     assert folding.batches == "file_stream" and folding.layout == "replicated"
 
 
@@ -72,7 +72,9 @@ def test_saved_plan_round_trips(tmp_path):
 
 def test_one_plan_per_command_the_same_for_two_commands(tmp_path, monkeypatch):
     rows = ref.random_rows(4, 30, 25, max_len=6)
-    data = ref.write_dataset(str(tmp_path / "data"), rows, 30, 25)
+    # test rows: each epoch's evaluation folds them in, by the plan's fold-in derivation
+    test = {r: ([1, 2, 3], [4, 5]) for r in range(20, 25)}
+    data = ref.write_dataset(str(tmp_path / "data"), rows, 30, 25, test=test)
     made = []
     original = execution.plan_execution
     monkeypatch.setattr(
@@ -81,7 +83,7 @@ def test_one_plan_per_command_the_same_for_two_commands(tmp_path, monkeypatch):
     model_dir = str(tmp_path / "m")
     flags = ["--data", data, "--model_dir", model_dir, "--dim", "4", "--no-progress"]
     code, out, err = run_cli(["train", *flags, "--epochs", "1"])
-    assert code == 0, err
+    assert code == 0 and "recall@20" in out, err
     assert len(made) == 1
     first = (tmp_path / "m" / execution.PLAN_FILE).read_text()
     # a second command on the model (resumed for one more epoch): one plan, the same

@@ -269,7 +269,7 @@ def test_fold_in_matches_reference(dataset, tmp_path):
     new_rows = [np.array(rows[5]), np.array([1, 2, 3]), np.array(rows[9]), np.array([], np.int64)]
     # the fold-in on every local device (as on a GPU) and, below, on the first (CPU's default)
     every = dataclasses.replace(model.plan, eval_devices="all_local")
-    got = fold_in(model.col_table, new_rows, model.config, every.for_fold_in(model.config, 4))
+    got = fold_in(model.col_table, new_rows, model.config, every.for_fold_in(model.config))
     target = np.zeros((len(new_rows), model.col_table.shape[1]))
     want = ref.solve_rows(model.col_table, dict(enumerate(new_rows)), target, ALPHA, REG)
     assert got.dtype == np.float32 and got.shape == want.shape
