@@ -11,12 +11,12 @@ from alx_cli import run_cli as _run_cli
 from alx_trainer.cli.commands import main_eval
 from alx_trainer.config import TrainConfig
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset, one_device_mesh
-from alx_trainer.evaluation.topk import Csr
 from alx_trainer.model import fold_in, load_model
 from alx_trainer.tools import predict
 from alx_trainer.train import train
 from tests import reference_ials
 from webgraph_contract.dataset_reader import read_split, read_vocab
+from webgraph_contract.ragged import RaggedRows
 
 from pipeline_data import hollins_dataset, make_dataset
 
@@ -184,12 +184,12 @@ def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, da
     )
     np.testing.assert_allclose(folded, want, rtol=1e-3, atol=1e-4)
     # the same rows as CSR arrays (no array per row) fold in to the same embeddings
-    csr = Csr.from_lists([c for _, c, _ in rows])
+    csr = RaggedRows.from_lists([c for _, c, _ in rows])
     np.testing.assert_array_equal(fold_in(model.col_table, csr, config), folded)
-    row = 7 + int(np.flatnonzero(csr.lengths()[7:])[0])  # a row with items, from the 8th on
-    wrong = np.where(np.arange(len(csr.indices)) == csr.indptr[row], -1, csr.indices)
+    row = 7 + int(np.flatnonzero(csr.lengths[7:])[0])  # a row with items, from the 8th on
+    wrong = np.where(np.arange(len(csr.ids)) == csr.indptr[row], -1, csr.ids)
     with pytest.raises(ValueError, match=rf"fold_in: row {row} has a column id outside \[0, "):
-        fold_in(model.col_table, Csr(csr.indptr, wrong), config)
+        fold_in(model.col_table, RaggedRows(csr.row_ids, csr.indptr, wrong), config)
 
 
 def test_cli_eval_of_a_tfds_dataset(tmp_path):
