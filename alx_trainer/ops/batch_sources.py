@@ -138,9 +138,11 @@ class FileStream:
         return self.plan.steps
 
 
-class HostCache(FileStream):
+class HostCache:
     """Packed once (`pack`: the first half-epoch's calls), kept in host memory, copied every
-    half-epoch."""
+    half-epoch in a prefetch thread."""
+
+    per_device = False
 
     def __init__(
         self,
@@ -149,21 +151,26 @@ class HostCache(FileStream):
         calls: list[batching.DeviceBatch],
         long: list[batching.LongBatch],
     ):
-        super().__init__(mesh, plan, lambda: iter(()))
-        self.calls, self.long = calls, long
+        self.mesh, self.plan, self.calls, self.long = mesh, plan, calls, long
 
     @classmethod
     def pack(cls, mesh, plan: SidePlan, make_chunks: MakeChunks) -> HostCache:
         """Read and pack the side once, before the steps: on every host core."""
-        stream = FileStream(mesh, plan, make_chunks)
-        calls = list(host_calls(make_chunks(), plan, stream.per_step, threads=0))
-        return cls(mesh, plan, calls, list(stream.long_calls()))
+        per_step = len(mesh.local_devices)
+        calls = list(host_calls(make_chunks(), plan, per_step, threads=0))
+        long = list(batching.pack_long(make_chunks(), plan.piece_len, plan.batch_pieces))
+        return cls(mesh, plan, calls, long)
 
-    def host_calls(self) -> Iterator[batching.DeviceBatch]:
-        return iter(self.calls)
+    def streams(self) -> list[Iterable[Call]]:
+        put = functools.partial(global_call, self.mesh)
+        return [records.prefetch(lambda: map(put, iter(self.calls)))]
 
     def long_calls(self) -> LongCalls:
         return self.long
+
+    @property
+    def total_steps(self) -> int:
+        return self.plan.steps
 
 
 def owner_rows(chunks: Sequence[RaggedRows], shard: int, j: int) -> list[RaggedRows]:
