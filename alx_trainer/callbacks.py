@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -20,21 +21,47 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
-from jax._src import distributed
 from jax.experimental import multihost_utils
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
-from alx_trainer import checkpoint, loading, phase_times
+from alx_trainer import checkpoint, jax_compat, loading, phase_times
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation import evaluate
-from alx_trainer.model import METRICS_FILE, Model, trim
+from alx_trainer.execution import ExecutionPlan
+from alx_trainer.model import METRICS_FILE, Model, fold_in, trim
 from alx_trainer.ops import cost
 from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
+
+
+class Tables(dict):
+    """The run's tables by name ('row', 'col'; sharded, padded), each with its gramian once
+    computed: writing a table (`tables[name] = ...`, by the loop or a callback) drops its
+    gramian."""
+
+    def __init__(self, tables: Mapping[str, jax.Array]):
+        super().__init__(tables)
+        self.gramians: dict[str, jax.Array] = {}
+
+    def __setitem__(self, name: str, table: jax.Array) -> None:
+        super().__setitem__(name, table)
+        self.gramians.pop(name, None)
+
+    def solved(self, name: str, table: jax.Array, gramian: jax.Array | None) -> None:
+        """Write table `name` with its gramian when known."""
+        self[name] = table
+        if gramian is not None:
+            self.gramians[name] = gramian
+
+    def gramian(self, name: str, compute: Callable[[jax.Array], jax.Array]) -> jax.Array:
+        """The gramian of table `name`'s current value, by `compute(table)` once per value."""
+        if name not in self.gramians:
+            self.gramians[name] = compute(self[name])
+        return self.gramians[name]
 
 
 @dataclasses.dataclass
@@ -44,9 +71,12 @@ class Run:
     config: TrainConfig
     dataset: Dataset
     mesh: Any
-    tables: dict[str, jax.Array]
+    tables: Tables
     start_epoch: int
-    history: list[dict]  # metrics records of the epochs done (restored ones first)
+    # metrics records of the epochs done (restored ones first)
+    history: list[dict]
+    # how the run executes (`alx_trainer.execution`)
+    plan: ExecutionPlan
     _model: Model | None = None
 
     def model(self, epoch: int) -> Model:
@@ -54,7 +84,7 @@ class Run:
         if self._model is None or self._model.epoch != epoch:
             row = trim(self.tables["row"], self.dataset.num_rows)
             col = row if self.config.tied else trim(self.tables["col"], self.dataset.num_cols)
-            self._model = Model(row, col, self.config, epoch)
+            self._model = Model(row, col, self.config, epoch, plan=self.plan)
         self._model.metrics = list(self.history)
         return self._model
 
@@ -86,16 +116,18 @@ class Callback:
 
 
 class Evaluator(Callback):
-    """Recall@K (and NDCG@`ndcg_k` when there are at least that many columns) on the test split (the
-    validation split
-    when tuning) every `every` epochs and the last."""
+    """Recall@K (and NDCG@`ndcg_k` when there are at least that many columns) on the test split
+    (the validation split when tuning) every `every` epochs and the last, on the plan's evaluation
+    devices and top-K block, its rows folded in as the plan's `for_fold_in` says."""
 
     def __init__(self, every: int):
         self.every = every
+        self.fold_in_plan: ExecutionPlan | None = None
 
     def on_train_begin(self, run: Run) -> None:
         """Something to evaluate, before epoch 1: the test rows are read (and kept for the
         evaluations) and counted against stats.json."""
+        self.fold_in_plan = run.plan.for_fold_in(run.config)
         dataset = run.dataset
         if "test" not in dataset.files:
             log.warning("%s has no test split: training without evaluation", dataset.name)
@@ -112,11 +144,17 @@ class Evaluator(Callback):
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
         if "test" not in run.dataset.files or not (epoch % self.every == 0 or run.is_last(epoch)):
             return
-        dataset, config = run.dataset, run.config
+        dataset, config, plan = run.dataset, run.config, run.plan
         ndcg_k = config.ndcg_k if 0 < config.ndcg_k <= dataset.num_cols else None
-        mesh = evaluate.one_device_mesh() if jax.default_backend() == "cpu" else None
         model = run.model(epoch)
-        ranking = evaluate.Ranking(ks=config.recall_ks(), ndcg_k=ndcg_k, mesh=mesh)
+        rows, cols = plan.topk_block
+        ranking = evaluate.Ranking(
+            ks=config.recall_ks(),
+            ndcg_k=ndcg_k,
+            mesh=plan.eval_device_list(),
+            rows_per_batch=rows,
+            cols_per_block=cols,
+        )
         with (
             phase_times.timed("eval", f"epoch {epoch}"),
             _details_at_debug("alx_trainer.evaluation"),
@@ -127,8 +165,14 @@ class Evaluator(Callback):
                 ranking=ranking,
                 baseline=dataset.eval_split == "test",
                 max_rows=config.eval_rows or None,
+                fold_in_fn=functools.partial(_fold_in, self.fold_in_plan),
             )
         record.update(result)
+
+
+def _fold_in(plan: ExecutionPlan, col_table, rows, config: TrainConfig):
+    """Fold-in of the evaluation by the fold-in plan (`ExecutionPlan.for_fold_in`)."""
+    return fold_in(col_table, rows, config, plan=plan)
 
 
 @contextlib.contextmanager
@@ -241,16 +285,18 @@ class Checkpointer(Callback):
 def _preempted(epoch: int) -> bool:
     """Whether every process has reached the epoch JAX's preemption service chose after a SIGTERM
     (False when the service is off)."""
-    if distributed.global_state.preemption_sync_manager is None:
+    if not jax_compat.preemption_service_on():
         return False
     return multihost_utils.reached_preemption_sync_point(epoch)
 
 
 def checkpoint_meta(run: Run, epoch: int) -> dict:
-    """The JSON saved beside the tables: epoch, config, real sizes, padded shapes and dtype."""
+    """The JSON saved beside the tables: epoch, config, execution plan, real sizes, padded shapes
+    and dtype."""
     return {
         "epoch": epoch,
         "config": run.config.to_dict(),
+        "plan": run.plan.to_dict(),
         "num_rows": run.dataset.num_rows,
         "num_cols": run.dataset.num_cols,
         "table_shapes": {k: list(v.shape) for k, v in run.tables.items()},
@@ -327,8 +373,7 @@ def default_callbacks(config: TrainConfig, mgr) -> list[Callback]:
     """Evaluation, metrics, checkpoints and progress as `config` asks, in that order."""
     callbacks: list[Callback] = [Evaluator(config.eval_every)] if config.eval_every else []
     callbacks += [MetricsLogger(config.model_dir), Checkpointer(mgr, config.checkpoint_every)]
-    if (
-        config.progress and jax.process_index() == 0 and sys.stderr.isatty()
-    ):  # in a log: the epoch lines
+    # in a log: the epoch lines
+    if config.progress and jax.process_index() == 0 and sys.stderr.isatty():
         callbacks.append(ProgressBar())
     return callbacks

@@ -66,10 +66,9 @@ def save(
     mgr: ocp.CheckpointManager, epoch: int, tables: dict[str, jax.Array], meta: dict[str, Any]
 ) -> None:
     """Save the sharded tables (every process writes its shards) and JSON metadata for `epoch`."""
-    mgr.save(
-        epoch,
-        args=ocp.args.Composite(tables=ocp.args.PyTreeSave(tables), meta=ocp.args.JsonSave(meta)),
-    )
+    # a plain dict: orbax knows the pytree of no mapping type but dict's
+    tree = ocp.args.PyTreeSave(dict(tables))
+    mgr.save(epoch, args=ocp.args.Composite(tables=tree, meta=ocp.args.JsonSave(meta)))
     mgr.wait_until_finished()
 
 
@@ -114,7 +113,8 @@ def resume(
         k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in tables.items()
     }
     out = mgr.restore(epoch, args=ocp.args.Composite(tables=_restore_args(abstract)))
-    tables.update(out["tables"])
+    for name, table in out["tables"].items():
+        tables[name] = table
     return epoch
 
 

@@ -1,7 +1,10 @@
 """Training configuration: the `TrainConfig` dataclass, its sections and their checks.
 
 Each field carries a `help` in its metadata; `alx_trainer.cli.dataclass_flags` turns the class
-into a command line (one `--field` flag per field, plus `--config FILE`).
+into a command line (one `--field` flag per field, plus `--config FILE`). The sections data,
+model, solver, evaluation and run hold the objective and what a user sets; `ExecutionConfig`
+(the advanced section) holds the knobs of how a run executes, which `alx_trainer.execution`
+resolves into the run's `ExecutionPlan` (their defaults, 'auto' and 0, let it decide).
 """
 
 from __future__ import annotations
@@ -14,20 +17,21 @@ T = TypeVar("T")
 
 SOLVERS = ("cg", "cholesky", "lu", "qr", "block")
 # Solvers whose CPU programs call LAPACK's batched potrf: jaxlib 0.10 splits the batch over XLA's
-# intra-op
-# pool and blocks on it, so per-core devices calling it at once wait on each other forever.
+# intra-op pool and blocks on it, so per-core devices calling it at once wait on each other
+# forever.
 POTRF_SOLVERS = ("cholesky", "block")
 STATS_MODES = ("gather", "local")
 CG_FORMS = ("auto", "matvec", "explicit")
-CG_KERNELS = ("xla", "pallas")
+# The Pallas CG kernel ('pallas') was removed: 2.9x slower than 'xla' on an H200 at 25M pairs
+# (0.280 against 0.097 s/epoch) and slower at Gowalla d=64 (docs/figures.md).
+CG_KERNELS = ("xla",)
 TABLE_DTYPES = ("auto", "bfloat16", "float32")
 LAYOUTS = ("auto", "sharded", "replicated", "owner")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-PIECE_LENS = (
-    16,
-    8,
-)  # `piece_len` 0: the candidates, in order (see `data.batching.choose_piece_len`)
-BATCH_IDS = 4096  # `batch_pieces` 0: ids per device batch (the per-core CPU path)
+# `piece_len` 0: the candidates, in order (see `data.batching.choose_piece_len`)
+PIECE_LENS = (16, 8)
+# `batch_pieces` 0: ids per device batch (the per-core CPU path)
+BATCH_IDS = 4096
 # `batch_pieces` 0 on the accelerator path: this many ids a batch, and off CPU for the forms
 # without d x d statistics per row ('matvec' CG, 'block') ACCELERATOR_BATCH_BYTES of gathered
 # float32 rows; either cut to even batches of the data (`ops.plan.make_plan`)
@@ -89,16 +93,11 @@ class ModelConfig:
     tied: bool = _field(
         False, "One shared table for rows and columns (square data only, e.g. a web graph)."
     )
-    table_dtype: str = _field(
-        "auto",
-        "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). "
-        "Solves are float32.",
-    )
 
 
 @dataclasses.dataclass
 class SolverConfig:
-    """How each row's system is solved and how steps reach the tables."""
+    """How each row's system is solved."""
 
     solver: str = _field(
         "cg",
@@ -114,6 +113,19 @@ class SolverConfig:
     cg_iters: int = _field(
         3, "Conjugate-gradient iterations per half-epoch, warm-started from the current row."
     )
+
+
+@dataclasses.dataclass
+class ExecutionConfig:
+    """Advanced: how a run executes (devices, layout, batches, solve form). The defaults let
+    `alx_trainer.execution` decide per backend; the run's decisions are its `ExecutionPlan`,
+    logged in one line and saved as plan.json in the model directory."""
+
+    table_dtype: str = _field(
+        "auto",
+        "Embedding table dtype: bfloat16, float32, or auto (bfloat16 on GPU/TPU, float32 on CPU). "
+        "Solves are float32.",
+    )
     cg_form: str = _field(
         "auto",
         "How CG applies the normal matrix: 'matvec' (O(|S| d) per iteration, never builds it), "
@@ -124,12 +136,8 @@ class SolverConfig:
     )
     cg_kernel: str = _field(
         "xla",
-        "What runs the matrix-free CG of a batch (cg_form matvec, solver cg, stats gather): "
-        "'xla' (XLA's fusions; each CG step reads the gathered rows twice) or 'pallas' (one "
-        "Pallas kernel over tiles of 4-16 rows that gathers each tile's rows and, when they fit "
-        "on chip, reads them once for r0, every step and the loss). 'pallas' is Triton on GPU "
-        "(dim a power of two in [16, 128]), interpret mode on CPU (slow: for tests), not TPU; "
-        "opt-in until a GPU benchmark has timed it against 'xla'.",
+        "What runs the matrix-free CG of a batch: 'xla' (XLA's fusions), the only one; the "
+        "Pallas kernel ('pallas') was removed, 2.9x slower on an H200 at 25M pairs.",
     )
     stats: str = _field(
         "gather",
@@ -190,12 +198,6 @@ class SolverConfig:
         "bfloat16); 'auto' = float32 on CPU, tf32 on GPU/TPU. The solve (CG, Cholesky) stays "
         "float32.",
     )
-
-
-@dataclasses.dataclass
-class BatchingConfig:
-    """Dense batching (paper 4.3)."""
-
     piece_len: int = _field(
         0,
         "Dense batching: length L of one piece of a row (paper 4.3); 0: per side, 16, or 8 where "
@@ -222,6 +224,13 @@ class BatchingConfig:
         "'owner' layout: build the dense batches from the TFRecords every half-epoch (bounded host "
         "memory) "
         "instead of holding them all in memory; for matrices whose packed batches do not fit.",
+    )
+    cpu_devices: int = _field(
+        0,
+        "CPU runs of the command line: split the host into this many JAX devices, each running its "
+        "own steps "
+        "(0: one per core). Ignored on GPU/TPU and when XLA_FLAGS sets "
+        "--xla_force_host_platform_device_count.",
     )
 
 
@@ -256,7 +265,7 @@ class EvaluationConfig:
 
 @dataclasses.dataclass
 class RunConfig:
-    """Where the run writes, how long it runs, and on which devices and processes."""
+    """Where the run writes, how long it runs, and its processes."""
 
     model_dir: str = _field(
         "", "Directory for checkpoints, metrics.jsonl, TensorBoard logs and config.json."
@@ -276,13 +285,6 @@ class RunConfig:
         "info",
         "Diagnostics (per-epoch metrics, sweep progress) on stderr from this level, one of "
         f"{LOG_LEVELS}.",
-    )
-    cpu_devices: int = _field(
-        0,
-        "CPU runs of the command line: split the host into this many JAX devices, each running its "
-        "own steps "
-        "(0: one per core). Ignored on GPU/TPU and when XLA_FLAGS sets "
-        "--xla_force_host_platform_device_count.",
     )
     compile_cache: str = _field(
         "auto",
@@ -312,21 +314,22 @@ SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "model": ModelConfig,
     "solver": SolverConfig,
-    "batching": BatchingConfig,
     "evaluation": EvaluationConfig,
     "run": RunConfig,
+    "execution": ExecutionConfig,
 }
 
 
 @dataclasses.dataclass
 class TrainConfig(
-    RunConfig, EvaluationConfig, BatchingConfig, SolverConfig, ModelConfig, DataConfig
+    ExecutionConfig, RunConfig, EvaluationConfig, SolverConfig, ModelConfig, DataConfig
 ):
     """Every knob of `python -m alx_trainer train`; each field is also a flag of the same name.
 
-    The fields come from the six sections (`SECTIONS`: data, model, solver, batching, evaluation,
-    run), and read flat (`config.dim`) as the flags and config files name them; `section(name)`
-    gives one section as its own dataclass and `to_dict(nested=True)` groups them.
+    The fields come from the six sections (`SECTIONS`: data, model, solver, evaluation, run, and
+    the advanced execution), and read flat (`config.dim`) as the flags and config files name
+    them; `section(name)` gives one section as its own dataclass and `to_dict(nested=True)`
+    groups them.
     """
 
     sections: ClassVar[dict[str, type]] = SECTIONS
@@ -371,15 +374,13 @@ class TrainConfig(
             (self.block_size > 0, f"block_size: must be positive, got {self.block_size}"),
             (self.cg_form in CG_FORMS, f"cg_form: must be one of {CG_FORMS}, got {self.cg_form!r}"),
             (
-                self.cg_kernel in CG_KERNELS,
-                f"cg_kernel: must be one of {CG_KERNELS}, got {self.cg_kernel!r}",
+                self.cg_kernel != "pallas",
+                "cg_kernel: 'pallas' was removed (2.9x slower than 'xla' on an H200 at 25M pairs); "
+                "use 'xla', the default",
             ),
             (
-                self.cg_kernel == "xla"
-                or (self.solver == "cg" and self.cg_form != "explicit" and self.stats == "gather"),
-                "cg_kernel: 'pallas' is the matrix-free CG: it needs solver 'cg', cg_form 'matvec' "
-                f"or 'auto' and stats 'gather', got solver {self.solver!r}, cg_form "
-                f"{self.cg_form!r}, stats {self.stats!r}",
+                self.cg_kernel in CG_KERNELS,
+                f"cg_kernel: must be one of {CG_KERNELS}, got {self.cg_kernel!r}",
             ),
             (self.stats in STATS_MODES, f"stats: must be one of {STATS_MODES}, got {self.stats!r}"),
             (self.layout in LAYOUTS, f"layout: must be one of {LAYOUTS}, got {self.layout!r}"),
@@ -480,7 +481,7 @@ class TrainConfig(
         return ks
 
     def section(self, name: str) -> Any:
-        """One section (`data`, `model`, `solver`, `batching`, `evaluation`, `run`) as its own
+        """One section (`data`, `model`, `solver`, `evaluation`, `run`, `execution`) as its own
         dataclass."""
         cls = SECTIONS[name]
         return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})

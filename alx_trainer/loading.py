@@ -117,7 +117,7 @@ def _eval_data(
     """The records of the `test` files and the popularity of the `train` files' columns."""
     counts = np.zeros(shape[1], np.int64)
     for chunk in records.read_chunks(train, 1 << 16, *shape):
-        counts += np.bincount(chunk.cols, minlength=shape[1])
+        counts += np.bincount(chunk.ids, minlength=shape[1])
     known, gt = [], []
     for path in test:
         for block in dataset_reader.iter_file_rows(path):

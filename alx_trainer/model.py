@@ -2,9 +2,9 @@
 
 - `Model` (row_table, col_table, config, epoch, metrics): float32 NumPy tables trimmed to size.
 - `init_tables(config, num_rows, num_cols, mesh)`: the initial sharded tables.
-- `load_model(model_dir) -> Model`: the latest checkpoint of a model directory.
-- `fold_in(col_table, rows, config, mesh=None) -> np.ndarray [n, d] float32`: solves Eq. 4 for new
-  rows (lists of column ids, or CSR arrays) against a fixed column table with the configured
+- `load_model(model_dir) -> Model`: the latest checkpoint of a model directory (and its plan).
+- `fold_in(col_table, rows, config, plan=None) -> np.ndarray [n, d] float32`: solves Eq. 4 for new
+  rows (lists of column ids, or `RaggedRows`) against a fixed column table with the configured
   solver, through the same dense batching and step kernels as training.
 """
 
@@ -13,22 +13,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from alx_trainer import checkpoint
+from alx_trainer import checkpoint, execution
 from alx_trainer.config import TrainConfig
 from alx_trainer.data.host_cores import host_threads, thread_map
-from alx_trainer.data.row_chunk import RowChunk
+from alx_trainer.execution import ExecutionPlan
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.side_runner import SideRunner
-from alx_trainer.ops.spec import step_spec
+from alx_trainer.ops.side_runner import plan_side
 from alx_trainer.ops.table_init import init_table, table_from_numpy
 from webgraph_contract import fileio
+from webgraph_contract.ragged import RaggedRows
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -43,14 +43,17 @@ class Model:
     config: TrainConfig
     epoch: int
     metrics: list[dict] = dataclasses.field(default_factory=list)
-    dataset_fingerprint: str | None = None  # of the training data, as its checkpoint recorded it
-    epochs_trained: int = 0  # by the `train` call that returned it (0: it was at --epochs already)
+    # of the training data, as its checkpoint recorded it
+    dataset_fingerprint: str | None = None
+    # by the `train` call that returned it (0: it was at --epochs already)
+    epochs_trained: int = 0
+    # how it was trained (`alx_trainer.execution`; None: a model saved before plans were)
+    plan: ExecutionPlan | None = None
 
 
 def table_dtype(config: TrainConfig):
-    if config.table_dtype == "auto":
-        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
-    return jnp.bfloat16 if config.table_dtype == "bfloat16" else jnp.float32
+    """The dtype of `config`'s tables on this backend (`ExecutionPlan.table_dtype`)."""
+    return jnp.dtype(execution.resolve_table_dtype(config.table_dtype, jax.default_backend()))
 
 
 def read_metrics(path: str) -> list[dict]:
@@ -83,9 +86,12 @@ def trim(table: jax.Array, n: int) -> np.ndarray:
     return out
 
 
-def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict[str, jax.Array]:
-    """The initial sharded tables (a function of the seed and shapes only, not of the mesh)."""
-    dtype = table_dtype(config)
+def init_tables(
+    config: TrainConfig, num_rows: int, num_cols: int, mesh, dtype=None
+) -> dict[str, jax.Array]:
+    """The initial sharded tables (a function of the seed and shapes only, not of the mesh) in
+    `dtype` (None: `table_dtype(config)`)."""
+    dtype = table_dtype(config) if dtype is None else dtype
     tables = {
         "row": init_table(mesh, config.seed, num_rows, config.dim, config.start_stddev(), dtype)
     }
@@ -97,7 +103,8 @@ def init_tables(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> dict
 
 
 def load_model(model_dir: str) -> Model:
-    """The latest checkpoint of `model_dir` as float32 tables trimmed to the real sizes."""
+    """The latest checkpoint of `model_dir` as float32 tables trimmed to the real sizes, with the
+    execution plan it was trained with."""
     tables, meta, epoch = checkpoint.restore_numpy(model_dir)
     config = TrainConfig(**meta["config"])
     row = tables["row"][: meta["num_rows"]]
@@ -105,55 +112,45 @@ def load_model(model_dir: str) -> Model:
     history = [
         r for r in read_metrics(os.path.join(model_dir, METRICS_FILE)) if r.get("epoch", 0) <= epoch
     ]
-    return Model(row, col, config, epoch, history, meta.get("dataset_fingerprint"))
-
-
-class CsrRows(Protocol):
-    """Rows as CSR arrays: row i holds `indices[indptr[i]:indptr[i + 1]]`."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-
-
-def _row_chunk(rows: Sequence[np.ndarray] | CsrRows) -> RowChunk:
-    """Rows given as id arrays, or as CSR arrays (`indptr`, `indices`: no array per row), as one
-    chunk of row ids 0..n-1."""
-    if hasattr(rows, "indptr") and hasattr(rows, "indices"):
-        indptr = np.asarray(rows.indptr, np.int64)
-        cols = np.asarray(rows.indices, np.int64)[indptr[0] : indptr[-1]]
-        return RowChunk(np.arange(len(indptr) - 1, dtype=np.int64), indptr - indptr[0], cols)
-    return RowChunk.from_rows(np.arange(len(rows)), rows)
+    plan = ExecutionPlan.from_dict(meta["plan"]) if "plan" in meta else None
+    return Model(row, col, config, epoch, history, meta.get("dataset_fingerprint"), plan=plan)
 
 
 def fold_in(
-    col_table: np.ndarray, rows: Sequence[np.ndarray] | CsrRows, config: TrainConfig, mesh=None
+    col_table: np.ndarray,
+    rows: Sequence[np.ndarray] | RaggedRows,
+    config: TrainConfig,
+    plan: ExecutionPlan | None = None,
 ) -> np.ndarray:
     """Embeddings [len(rows), d] float32 solving Eq. 4 for each row against the fixed `col_table`.
 
-    `rows`: each row's column ids, a sequence of arrays or one CSR (an object with `indptr` and
-    `indices`, such as `evaluation.topk.Csr`: the fast form for millions of rows).
+    `rows`: each row's column ids, a sequence of arrays or one `RaggedRows` (the fast form for
+    millions of rows; its row ids are ignored: row k of the result is its row k).
 
     Uses the configured solver (CG and the block sweep start from zero: one block sweep is only an
-    approximation for b < d) and the training step kernels; single process.
-    The default mesh is every local device, but one device on CPU (see
-    `alx_trainer.cli.train.split_cpu`).
+    approximation for b < d) and the training step kernels; single process. `plan`: the fold-in
+    plan (`ExecutionPlan.for_fold_in`; None: this machine's for `config`), whose evaluation
+    devices it runs on (one device on CPU, see `execution.cpu_device_count`).
     """
-    if mesh is None:
-        cpu = jax.default_backend() == "cpu"
-        mesh = make_mesh(jax.local_devices()[:1] if cpu else jax.local_devices())
-    chunk = _row_chunk(rows)
-    n, num_cols = len(chunk), col_table.shape[0]
-    outside = np.flatnonzero((chunk.cols < 0) | (chunk.cols >= num_cols))
+    if not isinstance(rows, RaggedRows):
+        rows = RaggedRows.from_lists(rows)
+    n, num_cols = len(rows), col_table.shape[0]
+    lo, hi = int(rows.indptr[0]), int(rows.indptr[-1])
+    chunk = RaggedRows(np.arange(n, dtype=np.int64), rows.indptr - lo, rows.ids[lo:hi])
+    outside = np.flatnonzero((chunk.ids < 0) | (chunk.ids >= num_cols))
     if len(outside):
         row = int(np.searchsorted(chunk.indptr, outside[0], side="right")) - 1
         raise ValueError(f"fold_in: row {row} has a column id outside [0, {num_cols})")
     if n == 0:
         return np.zeros((0, col_table.shape[1]), np.float32)
-    dtype = table_dtype(config)
+    if plan is None:
+        whole = execution.current(config, n, num_cols, make_mesh(jax.local_devices()))
+        plan = whole.for_fold_in(config)
+    mesh = make_mesh(plan.eval_device_list())
+    dtype = execution.table_dtype(plan)
     src = table_from_numpy(mesh, np.asarray(col_table, np.float32), dtype)
     dst = table_from_numpy(mesh, np.zeros((n, col_table.shape[1]), np.float32), dtype)
-    runner_config = dataclasses.replace(config, progress=False, cache_batches=False)
-    spec = step_spec(config, num_cols, observed_loss=False)
-    runner = SideRunner(runner_config, mesh, spec, lambda: iter([chunk]), n)
-    dst, _ = runner.run(src, dst)
-    return np.asarray(jnp.asarray(dst, jnp.float32))[:n]
+    config = dataclasses.replace(config, progress=False, cache_batches=False)
+    spec = plan.step_spec(config, num_cols, observed_loss=False)
+    runner = plan_side(config, plan, mesh, spec, lambda: iter([chunk]), n)
+    return np.asarray(jnp.asarray(runner.run(src, dst).table, jnp.float32))[:n]

@@ -1,8 +1,10 @@
 """The epoch loop of sharded implicit ALS (paper Eq. 3, Algorithm 2); everything else is a callback.
 
-`train(config, callback=None, mesh=None, callbacks=None) -> Model` trains, resuming from the latest
-checkpoint in `config.model_dir`. Each epoch is a row half-epoch and a column half-epoch, each run
-by an `ops.side_runner.SideRunner` (solve every row of one side with the other table fixed). Rows
+`train(config, callbacks=(), mesh=None) -> Model` trains, resuming from the latest checkpoint in
+`config.model_dir`. How it executes is decided once, by `alx_trainer.execution` (its
+`ExecutionPlan`, logged in one line and saved as plan.json beside the checkpoints). Each epoch is
+a row half-epoch and a column half-epoch, each run by an `ops.side_runner.SideRunner` (solve every
+row of one side with the other table fixed). Rows
 that never occur in a split keep their initial embedding, and count as such in the other side's
 gramian (alpha G: a ridge of about alpha x their number x the initial variance); an in-memory
 matrix (`dataset.in_memory`) has a record for every row, so its rows without links are solved
@@ -32,23 +34,22 @@ import json
 import logging
 import os
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import distributed
 
-from alx_trainer import checkpoint, compile_cache, phase_times, run_lock
-from alx_trainer.callbacks import Callback, CostReport, LambdaCallback, Run, default_callbacks
+from alx_trainer import checkpoint, compile_cache, execution, jax_compat, phase_times, run_lock
+from alx_trainer.callbacks import Callback, CostReport, Run, Tables, default_callbacks
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset, open_dataset, split_reader, validation_view
+from alx_trainer.execution import ExecutionPlan
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
 from alx_trainer.ops import cost, host_fixed_table
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.side_runner import SideRunner
-from alx_trainer.ops.spec import step_spec
+from alx_trainer.ops.side_runner import SideRunner, plan_side
 from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class Side:
 
 
 def sides(tied: bool) -> tuple[Side, Side]:
+    """The row and the column half-epoch (with tied tables both solve and read the one table)."""
     if tied:
         return Side("row", "train", "row", "row"), Side("col", "train_t", "row", "row")
     return Side("row", "train", "row", "col"), Side("col", "train_t", "col", "row")
@@ -76,16 +78,16 @@ def sides(tied: bool) -> tuple[Side, Side]:
 
 def train(
     config: TrainConfig,
-    callback: Callable[[int, Model], None] | None = None,
-    mesh=None,
     callbacks: Sequence[Callback] = (),
+    mesh=None,
     tables: bool = True,
     dataset: Dataset | None = None,
 ) -> Model:
     """Train (or resume) per `config`; returns the final `Model`.
 
     The callbacks `config` asks for run first (evaluation, metrics, checkpoints, progress), then
-    `callbacks`, then `callback(epoch, model)`. `tables=False` returns the Model without its tables
+    `callbacks` (`callbacks.LambdaCallback(fn)` calls `fn(epoch, model)` after each epoch).
+    `mesh`: the devices (None: every device). `tables=False` returns the Model without its tables
     (None): its float32 copies would double the memory of bfloat16 tables (the command line
     reports metrics only). `dataset` (e.g. `dataset.in_memory(...)`) replaces opening `config.data`
     (then just its name).
@@ -107,14 +109,14 @@ def train(
             f"--model_dir {config.model_dir} is a file, not a directory; choose a directory"
         )
     fileio.makedirs(config.model_dir)
+    plan = execution.current(config, dataset.num_rows, dataset.num_cols, mesh)
     # one writer per model directory (process 0 speaks for a multi-host run)
     lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
-        hooks = list(callbacks) + ([LambdaCallback(callback)] if callback else [])
-        return _train(config, dataset, mesh, hooks, tables)
+        return _train(config, plan, dataset, mesh, list(callbacks), tables)
 
 
-# fields a process may set for itself; the data is compared by its fingerprint (a local copy each)
+# Fields a process may set for itself; the data is compared by its fingerprint (a local copy each).
 HOST_FIELDS = (
     "process_id",
     "progress",
@@ -133,7 +135,7 @@ def same_run_everywhere(config: TrainConfig, fingerprint: object) -> None:
     has this config and dataset: each puts its own in JAX's distributed key-value store and reads
     the others' (no device collective, which a mismatch in shapes would abort in C++)."""
     global _runs_checked
-    client = distributed.global_state.client
+    client = jax_compat.distributed_client()
     if client is None:
         return
     _runs_checked += 1
@@ -159,79 +161,92 @@ def _shown(value: object) -> str:
 
 
 def _train(
-    config: TrainConfig, dataset: Dataset, mesh, extra: list[Callback], with_tables: bool
+    config: TrainConfig,
+    plan: ExecutionPlan,
+    dataset: Dataset,
+    mesh,
+    extra: list[Callback],
+    with_tables: bool,
 ) -> Model:
-    """`train` once the data is open and the model directory is this run's."""
+    """`train` once the data is open, the plan made and the model directory is this run's."""
     phase_times.reset()
     with phase_times.timed("init", "tables"):
-        tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
+        dtype = execution.table_dtype(plan)
+        tables = Tables(init_tables(config, dataset.num_rows, dataset.num_cols, mesh, dtype))
     mgr = checkpoint.manager(config.model_dir, keep=config.keep_checkpoints)
     try:
         with phase_times.timed("init", "resume"):
             start = checkpoint.resume(
                 mgr, tables, config.model_dir, config.data, dataset.fingerprint
             )
-        runners = _runners(config, dataset, mesh) if start < config.epochs else {}
+        runners = _runners(config, plan, dataset, mesh) if start < config.epochs else {}
     except BaseException:
         mgr.close()
         raise
-    history = [  # the restored epochs' records
+    # the restored epochs' records
+    history = [
         r
         for r in read_metrics(os.path.join(config.model_dir, METRICS_FILE))
         if r.get("epoch", 0) <= start
     ]
-    if start >= config.epochs:  # nothing to train: the model and its files stay as they are
+    # nothing to train: the model and its files stay as they are
+    if start >= config.epochs:
         mgr.close()
         log.info("%s is at epoch %d already (epochs %d)", config.model_dir, start, config.epochs)
-        run = Run(config, dataset, mesh, tables, start, history)
-        return run.model(start) if with_tables else Model(None, None, config, start, history)
+        run = Run(config, dataset, mesh, tables, start, history, plan)
+        if with_tables:
+            return run.model(start)
+        return Model(None, None, config, start, history, plan=plan)
     if jax.process_index() == 0:
         with fileio.open_file(os.path.join(config.model_dir, "config.json"), "w") as f:
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
-    run = Run(config, dataset, mesh, tables, start, history)
+        execution.save_plan(config.model_dir, plan)
+    run = Run(config, dataset, mesh, tables, start, history, plan)
     hooks = default_callbacks(config, mgr) + extra
     if log.isEnabledFor(logging.DEBUG):
         hooks.insert(0, CostReport(runners, sides(config.tied)))
-    grams: dict[str, tuple[jax.Array, jax.Array]] = {}  # see `_gramian`
     try:
         for hook in hooks:
             hook.on_train_begin(run)
         for epoch in range(start + 1, config.epochs + 1):
             wall, cpu = time.perf_counter(), time.process_time()
-            record = _epoch(run, runners, hooks, epoch, grams)
-            compiling = record.get(
-                "compile_seconds", 0.0
-            )  # summed over threads: at most the epoch's
-            compiling = min(compiling, time.perf_counter() - wall)
+            record = _epoch(run, runners, hooks, epoch)
+            # summed over threads: at most the epoch's
+            compiling = min(record.get("compile_seconds", 0.0), time.perf_counter() - wall)
             phase_times.add("compile", compiling)
             phase_times.add(
                 "epochs", time.perf_counter() - wall - compiling, time.process_time() - cpu
             )
             run.history.append(record)
+            if epoch == start + 1:
+                # after an epoch, before its line: an error before stays a failed run's only line
+                log.info("%s", plan.describe())
             for hook in hooks:
                 hook.on_epoch_end(run, epoch, record)
     finally:
         for hook in hooks:
             hook.on_train_end(run)
         mgr.close()
-    log.info("%s", phase_times.summary())  # a failed run's error stays its only line
+    # a failed run's error stays its only line
+    log.info("%s", phase_times.summary())
     model = (
         run.model(config.epochs)
         if with_tables
-        else Model(None, None, config, config.epochs, list(run.history))
+        else Model(None, None, config, config.epochs, list(run.history), plan=plan)
     )
     model.epochs_trained = config.epochs - start
     return model
 
 
-def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunner]:
+def _runners(
+    config: TrainConfig, plan: ExecutionPlan, dataset: Dataset, mesh
+) -> dict[str, SideRunner]:
     """Both sides' runners (`sides`), each side's rows, as its planning pass counted them, checked
     against stats.json."""
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
-    replica = (
-        host_fixed_table.ReplicaBuffer()
-    )  # one fixed-table replica at a time, in memory kept between them
+    # one fixed-table replica at a time, in memory kept between them
+    replica = host_fixed_table.ReplicaBuffer()
     for side in sides(config.tied):
         n_this, n_other = (
             (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
@@ -246,18 +261,22 @@ def _runners(config: TrainConfig, dataset: Dataset, mesh) -> dict[str, SideRunne
             jax.process_count(),
         )
         # The observed loss is reported from the last half-epoch (the column side) only.
-        spec = step_spec(config, n_other, observed_loss=side.name == "col")
-        runner = SideRunner(config, mesh, spec, reader, n_this, replica, side.name)
-        how = "counted by the pass that plans the batches"  # it read every row once
+        spec = plan.step_spec(config, n_other, observed_loss=side.name == "col")
+        runner = plan_side(config, plan, mesh, spec, reader, n_this, replica, side.name)
+        # the planning pass read every row once
+        how = "counted by the pass that plans the batches"
         integrity.check_rows(config.data, side.split, runner.plan.rows, dataset.splits, how)
         runners[side.name] = runner
     return runners
 
 
-def _epoch(
-    run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int, grams: dict
-) -> dict:
-    """One epoch (row then column half-epoch) on `run.tables`; its metrics record."""
+def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], epoch: int) -> dict:
+    """One epoch (row then column half-epoch) on `run.tables`; its metrics record.
+
+    `run.tables` keeps the gramian of each table's current value (`Tables`): a solved table's
+    gramian serves its finiteness check, then the other side's half-epoch (its fixed table) or the
+    epoch's unobserved loss and the next epoch's row side: two gramians an epoch instead of four.
+    """
     config, tables = run.config, run.tables
     t0, compiled0 = time.perf_counter(), compile_cache.counts()
     record: dict = {"epoch": epoch}
@@ -266,33 +285,32 @@ def _epoch(
         for hook in hooks:
             hook.on_steps(steps, rows)
 
+    def gramian(name: str) -> jax.Array:
+        return tables.gramian(name, runners["row"].gramian)
+
     for side in sides(config.tied):
         ts = time.perf_counter()
         runner = runners[side.name]
         for hook in hooks:
             hook.on_half_epoch_begin(run, epoch, side.name, runner.total_steps)
-        src_gram = _gramian(grams, runner, side.other, tables[side.other])
+        src_gram = gramian(side.other)
         src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
-        if side.name == "col":  # the observed loss comes from the last half-epoch
-            every = config.train_loss_every
-            runner.observe_loss(every > 0 and epoch % every == 0)
-        tables[side.table], terms = runner.run(src, tables[side.table], progress, src_gram)
-        if runner.solved_gramian is not None:  # the one-call half-epoch computed it
-            grams[side.table] = (tables[side.table], runner.solved_gramian)
+        # the observed loss comes from the last half-epoch
+        observed = side.name == "col" and config.train_loss_every > 0
+        observed = observed and epoch % config.train_loss_every == 0
+        result = runner.run(src, tables[side.table], progress, src_gram, observed)
+        # (the one-call half-epoch computed the gramian of its result)
+        tables.solved(side.table, result.table, result.gramian)
         for hook in hooks:
             hook.on_half_epoch_end(run, epoch, side.name)
-        _check_finite(_gramian(grams, runner, side.table, tables[side.table]), epoch, side.name)
+        _check_finite(gramian(side.table), epoch, side.name)
         record[f"{side.name}_seconds"] = time.perf_counter() - ts
-        if side.name == "col" and runner.spec.observed_loss:
-            record["loss_observed"] = float(terms[0])
-        record[f"loss_reg_{side.name}"] = float(terms[1])
-        record[f"{side.name}s_solved"] = int(terms[2])
-    g_row = np.asarray(_gramian(grams, runners["row"], "row", tables["row"]), np.float64)
-    g_col = (
-        g_row
-        if config.tied
-        else np.asarray(_gramian(grams, runners["row"], "col", tables["col"]), np.float64)
-    )
+        if observed:
+            record["loss_observed"] = result.terms.observed
+        record[f"loss_reg_{side.name}"] = result.terms.reg
+        record[f"{side.name}s_solved"] = result.terms.rows
+    g_row = np.asarray(gramian("row"), np.float64)
+    g_col = g_row if config.tied else np.asarray(gramian("col"), np.float64)
     record["loss_unobserved"] = float(config.alpha * np.sum(g_row * g_col))
     if "loss_observed" in record:
         record["loss"] = (
@@ -304,19 +322,6 @@ def _epoch(
     compiled = compile_cache.counts().since(compiled0)
     record["compile_seconds"], record["compiles"] = compiled.seconds, compiled.compiled
     return record
-
-
-def _gramian(grams: dict, runner: SideRunner, name: str, table: jax.Array) -> jax.Array:
-    """The gramian of `table`, the current value of table `name`, computed once per value.
-
-    A solved table's gramian serves its finiteness check, then the other side's half-epoch (its
-    fixed table) or the epoch's unobserved loss and the next epoch's row side: two gramians an
-    epoch instead of four. Arrays are immutable, so the same object means the same value.
-    """
-    held = grams.get(name)
-    if held is None or held[0] is not table:
-        held = grams[name] = (table, runner.gramian(table))
-    return held[1]
 
 
 def _check_finite(gram: jax.Array, epoch: int, side: str) -> None:
@@ -335,5 +340,9 @@ def epoch_cost(config: TrainConfig, dataset: Dataset, mesh=None) -> dict:
     bytes accessed, FLOPs and compiled calls per epoch and device, and every program): both sides
     planned as `train` plans them (one pass over the data); nothing is trained."""
     mesh = mesh if mesh is not None else make_mesh()
-    tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh)
-    return cost.epoch_cost(_runners(config, dataset, mesh), sides(config.tied), tables)
+    plan = execution.current(config, dataset.num_rows, dataset.num_cols, mesh)
+    tables = init_tables(
+        config, dataset.num_rows, dataset.num_cols, mesh, execution.table_dtype(plan)
+    )
+    runners = _runners(config, plan, dataset, mesh)
+    return cost.epoch_cost(runners, sides(config.tied), tables)

@@ -99,9 +99,8 @@ def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
     assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
 
     second = _run([*train, "--model_dir", str(tmp_path / "m2")], home)
-    assert second["requests"] > 0 and second["hits"] == second["requests"], (
-        second
-    )  # every program loaded
+    # every program loaded
+    assert second["requests"] > 0 and second["hits"] == second["requests"], second
     assert _entries(cache) == written  # nothing new compiled, so nothing new written
     metrics = [json.loads(line) for line in open(tmp_path / "m2" / "metrics.jsonl")]
     assert [m["compiles"] for m in metrics] == [0, 0]

@@ -2,16 +2,16 @@
 
 import json
 import os
-import types
 from urllib.parse import urlsplit
 
+import jax
 import numpy as np
 import pytest
 from alx_cli import run_cli as _run_cli
 
 from alx_trainer.cli.commands import main_eval
 from alx_trainer.config import TrainConfig
-from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset, one_device_mesh
+from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.model import fold_in, load_model
 from alx_trainer.tools import predict
 from alx_trainer.train import train
@@ -79,7 +79,7 @@ def test_recall_beats_popularity_and_trainer_callback_used_evaluate(hollins):
     with open(os.path.join(model.config.model_dir, "metrics.jsonl"), encoding="utf-8") as f:
         logged = {r["epoch"]: r for r in map(json.loads, f)}
     # the training loop evaluates CPU runs on one device; the same call gives the same figure
-    one = evaluate_dataset(model, data, ranking=Ranking(mesh=one_device_mesh()))
+    one = evaluate_dataset(model, data, ranking=Ranking(mesh=jax.local_devices()[:1]))
     assert logged[8]["recall@20"] == pytest.approx(one["recall@20"], abs=1e-6)
     # 8 devices: the same ranking
     assert logged[8]["recall@20"] == pytest.approx(exact["recall@20"], abs=1e-6)
@@ -184,14 +184,13 @@ def test_fold_in_of_a_training_row_reproduces_its_trained_embedding(tmp_path, da
     )
     np.testing.assert_allclose(folded, want, rtol=1e-3, atol=1e-4)
     # the same rows as CSR arrays (no array per row) fold in to the same embeddings
-    ragged = RaggedRows.from_lists([c for _, c, _ in rows])
-    csr = types.SimpleNamespace(indptr=ragged.indptr, indices=ragged.ids)
+    csr = RaggedRows.from_lists([c for _, c, _ in rows])
     np.testing.assert_array_equal(fold_in(model.col_table, csr, config), folded)
     # a row with items, from the 8th on
-    row = 7 + int(np.flatnonzero(ragged.lengths[7:])[0])
-    wrong = np.where(np.arange(len(ragged.ids)) == ragged.indptr[row], -1, ragged.ids)
+    row = 7 + int(np.flatnonzero(csr.lengths[7:])[0])
+    wrong = np.where(np.arange(len(csr.ids)) == csr.indptr[row], -1, csr.ids)
     with pytest.raises(ValueError, match=rf"fold_in: row {row} has a column id outside \[0, "):
-        fold_in(model.col_table, types.SimpleNamespace(indptr=ragged.indptr, indices=wrong), config)
+        fold_in(model.col_table, RaggedRows(csr.row_ids, csr.indptr, wrong), config)
 
 
 def test_cli_eval_of_a_tfds_dataset(tmp_path):

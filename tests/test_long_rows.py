@@ -121,8 +121,7 @@ def test_plan_places_every_row_once_within_its_bounds():
         np.flatnonzero(batches > 32).tolist()
     )
     held = sum(g.size for g in groups if g.resident)  # streamed groups skip their padding chunks
-    assert (
-        held < 1.1 * batches[batches <= 32].sum()
-    )  # best fit fills the padding of the longer rows' groups
+    # best fit fills the padding of the longer rows' groups
+    assert held < 1.1 * batches[batches <= 32].sum()
     loads = [sum(g.size for g in w) for w in plan]
     assert max(loads) - min(loads) <= max(g.size for g in groups)

@@ -15,12 +15,12 @@ import jax
 import numpy as np
 import pytest
 
+from alx_trainer import execution
 from alx_trainer.config import TrainConfig
-from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.side_runner import SideRunner
-from alx_trainer.ops.spec import step_spec
+from alx_trainer.ops.side_runner import plan_side
 from alx_trainer.ops.table_init import table_from_numpy
+from webgraph_contract.ragged import RaggedRows
 
 NUM_ROWS, NUM_COLS, DIM, ITERS = 50, 70, 8, 3
 ALPHA, REG = 0.3, 0.7
@@ -86,18 +86,14 @@ def _half_epoch(problem, devices: int, table_dtype: str = "float32", **kw):
         **kw,
     )
     ids = sorted(rows)
-    spec = step_spec(config, NUM_COLS, observed_loss=True)
-    runner = SideRunner(
-        config,
-        mesh,
-        spec,
-        lambda: iter([RowChunk.from_rows(ids, [rows[r] for r in ids])]),
-        NUM_ROWS,
-    )
+    exe = execution.current(config, NUM_ROWS, NUM_COLS, mesh)
+    spec = exe.step_spec(config, NUM_COLS, observed_loss=True)
+    chunk = RaggedRows.from_lists([rows[r] for r in ids], ids)
+    runner = plan_side(config, exe, mesh, spec, lambda: iter([chunk]), NUM_ROWS)
     src = table_from_numpy(mesh, h, table_dtype)
     dst = table_from_numpy(mesh, w0, table_dtype)
-    out, terms = runner.run(src, dst)
-    return runner, np.asarray(out.astype(np.float32), np.float64)[:NUM_ROWS], terms
+    result = runner.run(src, dst)
+    return runner, result, np.asarray(result.table.astype(np.float32), np.float64)[:NUM_ROWS]
 
 
 CASES = {
@@ -131,24 +127,24 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_matvec_half_epoch_matches_float64_cg(problem, case):
     kw = dict(CASES[case])
-    runner, w, terms = _half_epoch(problem, kw.pop("devices"), **kw)
+    runner, result, w = _half_epoch(problem, kw.pop("devices"), **kw)
     rows, w0, h = problem
     assert runner.spec.matvec
     assert runner.one_call == (kw.get("resident_batches") == "on")
     expected = cg_reference(rows, w0, h, ITERS)
     assert np.abs(w - expected).max() < 1e-4 * np.abs(expected).max()
-    assert terms[2] == len(rows)
-    assert terms[1] == pytest.approx(
+    assert result.terms.rows == len(rows)
+    assert result.terms.reg == pytest.approx(
         REG * sum(float(expected[r] @ expected[r]) for r in rows), rel=1e-4
     )
-    assert terms[0] == pytest.approx(observed_loss(rows, expected, h), rel=1e-4)
+    assert result.terms.observed == pytest.approx(observed_loss(rows, expected, h), rel=1e-4)
 
 
 def test_one_call_returns_the_gramian_of_its_result(problem):
-    runner, w, _ = _half_epoch(
+    _, result, w = _half_epoch(
         problem, 8, accelerator="on", resident_batches="on", layout="sharded"
     )
-    gram = np.asarray(runner.solved_gramian, np.float64)
+    gram = np.asarray(result.gramian, np.float64)
     assert np.abs(gram - w.T @ w).max() < 1e-4 * np.abs(w.T @ w).max()
 
 
@@ -160,7 +156,7 @@ def test_bfloat16_tables_read_in_their_own_dtype(problem):
         np.asarray(jax.numpy.asarray(a, jax.numpy.bfloat16).astype(np.float32), np.float64)
         for a in (w0, h)
     ]
-    _, w, _ = _half_epoch(
+    _, _, w = _half_epoch(
         (rows, *rounded), 1, table_dtype="bfloat16", accelerator="on", resident_batches="on"
     )
     expected = cg_reference(rows, rounded[0], rounded[1], ITERS)
@@ -169,14 +165,16 @@ def test_bfloat16_tables_read_in_their_own_dtype(problem):
 
 def test_unrolled_loops_compute_the_same(problem):
     """`StepSpec.unroll` (for cost analysis) changes the program's form, not its result."""
-    runner, w, _ = _half_epoch(problem, 1, accelerator="on", resident_batches="on")
-    runner.spec = dataclasses.replace(runner.spec, unroll=True)
+    runner, _, w = _half_epoch(problem, 1, accelerator="on", resident_batches="on")
     rows, w0, h = problem
     mesh = runner.mesh
-    out, _, _ = runner.run_one_call(
+    program, normal, longs = runner.one_call_program(dataclasses.replace(runner.spec, unroll=True))
+    out, _, _ = program(
         table_from_numpy(mesh, h, "float32"),
         table_from_numpy(mesh, w0, "float32"),
         runner.fixed(table_from_numpy(mesh, h, "float32")),
+        normal,
+        longs,
     )
     assert np.abs(np.asarray(out, np.float64)[:NUM_ROWS] - w).max() < 1e-5
 

@@ -59,10 +59,11 @@ def test_use_cpu_devices_pins_one_thread_per_device(tmp_path):
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["devices"] == 2 and got["async"] is False
     assert got["after"] == got["before"]  # the main thread gets its cores back
+    # device j's thread on core j only
     assert got["pinned"] == [
         [got["before"][0]],
         [got["before"][1]],
-    ]  # device j's thread on core j only
+    ]
     assert got["again"] is False  # JAX has started: its devices stay
     # XLA's own threads (its intra-op pool among them): one core each, spread over both devices'
     # cores, not all left on the first core the client was created on

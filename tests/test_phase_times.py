@@ -58,11 +58,12 @@ def test_training_logs_every_phase(tmp_path, caplog):
                 for line in lines
             ), lines
     assert sum(line.startswith("epoch ") and " eval: " in line for line in lines) == 2
+    # the last epoch's checkpoint: "epoch 2 checkpoint"
     for what in (
         "tables",
         "resume",
         "epoch 2",
-    ):  # the last epoch's checkpoint: "epoch 2 checkpoint"
+    ):
         phase = "checkpoint" if what.startswith("epoch") else "init"
         assert any(re.fullmatch(rf"{what} {phase}: [\d.]+ s \([\d.]+ CPU s\)", x) for x in lines)
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]

@@ -40,10 +40,9 @@ def chunk_rows(files: list[str], chunk: int) -> list[tuple[int, list[int]]]:
     """The rows `records.read_chunks` streams (what the trainer consumes)."""
     out = []
     for c in records.read_chunks(files, chunk, MAX, MAX):
-        assert len(c) <= chunk and c.indptr[0] == 0 and c.indptr[-1] == len(c.cols)
+        assert len(c) <= chunk and c.indptr[0] == 0 and c.indptr[-1] == len(c.ids)
         out += [
-            (int(r), c.cols[c.indptr[k] : c.indptr[k + 1]].tolist())
-            for k, r in enumerate(c.row_ids)
+            (int(r), c.ids[c.indptr[k] : c.indptr[k + 1]].tolist()) for k, r in enumerate(c.row_ids)
         ]
     return out
 

@@ -43,9 +43,8 @@ def test_cg_reaches_the_krylov_minimizer_and_converges():
         want = np.stack([_krylov_minimizer(a[i], b[i], x0[i], k) for i in range(len(a))])
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-4 * np.abs(want).max())
     exact = np.linalg.solve(a, b[..., None])[..., 0]
-    got = _device_cg(
-        a, b, x0, 16
-    )  # d steps are exact in exact arithmetic; float32 needs a few more
+    # d steps are exact in exact arithmetic; float32 needs a few more
+    got = _device_cg(a, b, x0, 16)
     np.testing.assert_allclose(got, exact, rtol=0, atol=1e-3 * np.abs(exact).max())
 
 

@@ -43,9 +43,8 @@ def test_rows_are_normal_with_the_given_deviation_and_independent(small_chunks):
     assert stats.kstest(values.ravel() / 0.1, "norm").pvalue > 1e-3
     corr = np.corrcoef(values[:, :4].T)  # coordinates independent
     assert np.abs(corr - np.eye(4)).max() < 0.03
-    first = values[
-        np.arange(0, n, 1000)
-    ]  # the first rows of different chunks are not one stream repeated
+    # the first rows of different chunks are not one stream repeated
+    first = values[np.arange(0, n, 1000)]
     assert np.abs(np.corrcoef(first[:-1].ravel(), first[1:].ravel())[0, 1]) < 0.2
 
 

@@ -25,7 +25,7 @@ def held_by(call):
     before = rss()
     reset_peak()
     result = call()
-    result[0].block_until_ready()
+    result.table.block_until_ready()
     return result, peak() - before
 
 """
@@ -139,11 +139,11 @@ SOLVE_SCRIPT = (
 import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
-from alx_trainer.data.row_chunk import RowChunk
+from webgraph_contract.ragged import RaggedRows
+from alx_trainer import execution
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.table_init import init_table, table_from_numpy
-from alx_trainer.ops.side_runner import SideRunner
-from alx_trainer.ops.spec import step_spec
+from alx_trainer.ops.side_runner import plan_side
 
 n, n_other, d = 2_000_000, 5_000, 64
 rng = np.random.default_rng(0)
@@ -152,25 +152,28 @@ rows = [rng.choice(n_other, rng.integers(1, 40), replace=False) for _ in row_ids
 config = TrainConfig(data="unused", model_dir="unused", dim=d, table_dtype="bfloat16",
                      progress=False)
 mesh = make_mesh(jax.devices()[:2])
-spec = step_spec(config, n_other)
-runner = SideRunner(config, mesh, spec, lambda: iter([RowChunk.from_rows(row_ids, rows)]), n)
+exe = execution.current(config, n, n_other, mesh)
+spec = exe.step_spec(config, n_other, observed_loss=True)
+chunk = RaggedRows.from_lists(rows, row_ids)
+runner = plan_side(config, exe, mesh, spec, lambda: iter([chunk]), n)
 src = table_from_numpy(mesh, rng.normal(0, 0.1, (n_other, d)), jnp.bfloat16)
 start = np.asarray(init_table(mesh, 0, n, d, 0.1, jnp.float32)).astype(jnp.bfloat16)
 
 def solve(dtype):
     dst = table_from_numpy(mesh, start.astype(np.float32), dtype)
-    return runner.run(src, dst)[0]
+    return runner.run(src, dst).table
 
 solve(jnp.bfloat16).block_until_ready()  # compiled; first-use buffers
 dst = table_from_numpy(mesh, start.astype(np.float32), jnp.bfloat16)
 dst.block_until_ready()
-(out, terms), held = held_by(lambda: runner.run(src, dst))
+result, held = held_by(lambda: runner.run(src, dst))
+out, terms = result.table, result.terms
 got = np.asarray(out).astype(np.float32)
 # the float32 table's solve, rounded
 want = np.asarray(solve(jnp.float32)).astype(jnp.bfloat16).astype(np.float32)
 untouched = np.setdiff1d(np.arange(n), row_ids)
 print(json.dumps({
-    "table": out.nbytes, "held": held, "dtype": str(out.dtype), "solved": float(terms[2]),
+    "table": out.nbytes, "held": held, "dtype": str(out.dtype), "solved": float(terms.rows),
     "untouched_same": bool(np.array_equal(got[untouched[::97]],
                                           start[untouched[::97]].astype(np.float32))),
     "max_err": float(np.abs(got[row_ids] - want[row_ids]).max()),
@@ -192,12 +195,10 @@ def test_bfloat16_half_epoch_solves_in_place():
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["dtype"] == "bfloat16" and got["solved"] == 300 and got["changed"], got
     assert got["untouched_same"], got  # rows without data keep their values, bit for bit
-    assert got["max_err"] <= 2**-7 * got["scale"], (
-        got
-    )  # the float32 solve, within bfloat16 rounding
-    # float32 scatter copies held two tables (both shards, two float32 temporaries each); in place,
-    # the
-    # reinterpretation before and after holds one shard at a time
+    # the float32 solve, within bfloat16 rounding
+    assert got["max_err"] <= 2**-7 * got["scale"], got
+    # float32 scatter copies held two tables (both shards, two float32 temporaries each); in
+    # place, the reinterpretation before and after holds one shard at a time
     assert got["held"] < 0.75 * got["table"], got
 
 
@@ -207,12 +208,12 @@ LONG_SCRIPT = (
 import json
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
-from alx_trainer.data.row_chunk import RowChunk
+from webgraph_contract.ragged import RaggedRows
+from alx_trainer import execution
 from alx_trainer.ops import long_rows
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.table_init import table_from_numpy
-from alx_trainer.ops.side_runner import SideRunner
-from alx_trainer.ops.spec import step_spec
+from alx_trainer.ops.side_runner import plan_side
 
 n, n_other, d = 20_000, 2_000_000, 64
 rng = np.random.default_rng(0)
@@ -225,8 +226,10 @@ config = TrainConfig(data="unused", model_dir="unused", dim=d, table_dtype="bflo
                      progress=False,
                      piece_len=16, batch_pieces=64, cg_iters=3)
 mesh = make_mesh(jax.devices()[:2])
-spec = step_spec(config, n_other)
-runner = SideRunner(config, mesh, spec, lambda: iter([RowChunk.from_rows(row_ids, rows)]), n)
+exe = execution.current(config, n, n_other, mesh)
+spec = exe.step_spec(config, n_other, observed_loss=True)
+chunk = RaggedRows.from_lists(rows, row_ids)
+runner = plan_side(config, exe, mesh, spec, lambda: iter([chunk]), n)
 other = rng.normal(0, 0.1, (n_other, d)).astype(jnp.bfloat16).astype(np.float32)
 start = rng.normal(0, 0.1, (n, d)).astype(jnp.bfloat16).astype(np.float32)
 passes = []
@@ -235,14 +238,15 @@ long_rows.long_cg = lambda src, *a: passes.append(src.dtype) or long_cg(src, *a)
 
 def solve(dtype):
     src = table_from_numpy(mesh, other, dtype)
-    return runner.run(src, table_from_numpy(mesh, start, dtype))[0]
+    return runner.run(src, table_from_numpy(mesh, start, dtype)).table
 
 solve(jnp.bfloat16).block_until_ready()  # compiled; first-use buffers
 src = table_from_numpy(mesh, other, jnp.bfloat16)
 dst = table_from_numpy(mesh, start, jnp.bfloat16)
 dst.block_until_ready()
 passes.clear()
-(out, terms), held = held_by(lambda: runner.run(src, dst))
+result, held = held_by(lambda: runner.run(src, dst))
+out, terms = result.table, result.terms
 got = np.asarray(out).astype(np.float32)
 kinds = sorted({str(k) for k in passes})
 del src, dst
@@ -250,7 +254,7 @@ want = np.asarray(solve(jnp.float32))  # the float32 tables' solve (matrix-free 
 print(json.dumps({
     "fixed": n_other * d * 2, "held": held, "long_steps": runner.plan.long_steps,
     "passes": len(passes),
-    "pass_dtypes": kinds, "solved": float(terms[2]), "dtype": str(out.dtype),
+    "pass_dtypes": kinds, "solved": float(terms.rows), "dtype": str(out.dtype),
     "long_err": float(np.abs(got[long] - want[long]).max()),
     "scale": float(np.abs(want[long]).max()),
     "changed": bool((got[long] != start[long]).all(axis=1).any()),
@@ -275,9 +279,8 @@ def test_bfloat16_long_rows_gather_the_fixed_table_without_a_float32_copy():
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["long_steps"] > 0 and got["passes"] > 0 and got["pass_dtypes"] == ["uint16"], got
     assert got["dtype"] == "bfloat16" and got["solved"] == 200 and got["changed"], got
-    assert got["long_err"] <= 2**-7 * got["scale"], (
-        got
-    )  # the float32 solve, within bfloat16 rounding
+    # the float32 solve, within bfloat16 rounding
+    assert got["long_err"] <= 2**-7 * got["scale"], got
     # the replica (one host copy shared by both devices) is one fixed table; float32 copies were 4
     # more
     assert got["held"] < 1.5 * got["fixed"], got

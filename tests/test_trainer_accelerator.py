@@ -14,10 +14,10 @@ import jax
 import numpy as np
 import pytest
 
+from alx_trainer import execution
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
-from alx_trainer.ops import side_runner
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 from benchmarks.core.trace import launches as trace_launches  # the benchmarks' launch count
@@ -131,6 +131,7 @@ class _Epoch2(Callback):
 
 def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
     data_dir, rows = dataset
+    # 16 ids per batch: more batches than calls
     config = _config(
         data_dir,
         str(tmp_path / "m"),
@@ -139,11 +140,10 @@ def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
         calls_per_half_epoch=3,
         batch_pieces=4,
         batch_rows=2,
-    )  # 16 ids per batch: more batches than calls
+    )
     trace = str(tmp_path / "trace")
-    model = train(
-        config, mesh=make_mesh(), callbacks=[_Epoch2(trace, guard=True)]
-    )  # a copy would raise
+    # a copy would raise
+    model = train(config, mesh=make_mesh(), callbacks=[_Epoch2(trace, guard=True)])
     assert model.metrics[-1]["rows_solved"] == len(rows)
     launches = trace_launches(trace)
     # resident batches: a half-epoch is one call (normal and long rows, gramian), whatever
@@ -165,7 +165,7 @@ def test_automatic_residency_follows_the_free_memory(dataset, tmp_path, monkeypa
     """`resident_batches` 'auto' keeps the batches on the devices only when the free memory
     allows."""
     data_dir, _ = dataset
-    monkeypatch.setattr(side_runner, "free_bytes", lambda device: free)
+    monkeypatch.setattr(execution, "free_bytes", lambda device: free)
     config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="auto")
     guarded = _Epoch2(str(tmp_path / "trace"), guard=True)
     if copies:
@@ -183,13 +183,13 @@ def test_matrix_free_forms_take_batches_as_large_as_a_device_needs(tmp_path, mon
     65,536-id batches."""
     from alx_trainer.ops import plan
 
-    ids = plan.accelerator_batch_ids
+    ids = execution.accelerator_batch_ids
     assert ids(128, False, "gpu") == 1 << 20  # 512 MiB of float32 rows
     assert ids(1024, False, "gpu") == 1 << 17
     assert ids(128, True, "gpu") == 1 << 16  # d x d statistics per row
     assert ids(1 << 14, False, "gpu") == 1 << 16  # never below 65,536
     assert ids(128, False, "cpu") == 1 << 16  # CPU devices: batches that stay in cache
-    monkeypatch.setattr(plan, "accelerator_batch_ids", lambda d, stats, _: ids(d, stats, "gpu"))
+    monkeypatch.setattr(execution, "accelerator_batch_ids", lambda d, s, _: ids(d, s, "gpu"))
     rng = np.random.default_rng(2)
     rows = {r: sorted(rng.choice(2000, 50, replace=False).tolist()) for r in range(3000)}
     data_dir = str(tmp_path / "data")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from alx_trainer.data import batching
-from alx_trainer.data.row_chunk import RowChunk
+from webgraph_contract.ragged import RaggedRows
 
 
 def _rows(seed: int, n: int, max_len: int) -> list[np.ndarray]:
@@ -20,7 +20,7 @@ def _split(rows, row_ids, parts: int):
     """The same rows as several CSR chunks (as a stream delivers them)."""
     bounds = np.linspace(0, len(rows), parts + 1).astype(int)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        yield RowChunk.from_rows(row_ids[lo:hi], rows[lo:hi])
+        yield RaggedRows.from_lists(rows[lo:hi], row_ids[lo:hi])
 
 
 def _unpack(batches, long_batches, piece_len):
@@ -51,9 +51,8 @@ def _unpack(batches, long_batches, piece_len):
     [(4, 8, 8, 1), (4, 8, 3, 5), (8, 16, 16, 3), (2, 3, 2, 7)],
 )
 def test_packing_keeps_every_id_once(piece_len, batch_pieces, batch_rows, parts):
-    rows = _rows(
-        0, 300, max_len=3 * piece_len * batch_pieces
-    )  # some rows longer than a whole batch
+    # some rows longer than a whole batch
+    rows = _rows(0, 300, max_len=3 * piece_len * batch_pieces)
     row_ids = np.arange(300) * 7 + 3
     normal = list(
         batching.pack_normal(_split(rows, row_ids, parts), piece_len, batch_pieces, batch_rows)
@@ -92,7 +91,7 @@ def test_streamed_chunks_pack_like_one_chunk_and_plan_counts_match():
 
 def test_group_steps_pads_to_the_planned_count():
     rows = _rows(2, 30, max_len=10)
-    batches = list(batching.pack_normal([RowChunk.from_rows(np.arange(30), rows)], 4, 4, 4))
+    batches = list(batching.pack_normal([RaggedRows.from_lists(rows, np.arange(30))], 4, 4, 4))
     total = sum(len(b) for b in batches)
     steps = list(
         batching.group_steps(
@@ -119,7 +118,7 @@ def test_pack_normal_into_fills_in_place_like_pack_normal():
 
 
 def test_empty_row_gets_a_slot():
-    chunk = RowChunk(np.array([5, 6]), np.array([0, 0, 2]), np.array([1, 2]))
+    chunk = RaggedRows(np.array([5, 6]), np.array([0, 0, 2]), np.array([1, 2]))
     (b,) = batching.pack_normal([chunk], 4, 4, 4)
     assert b.row_ids[0, :2].tolist() == [5, 6] and b.row_len[0, :2].tolist() == [0, 2]
 
@@ -253,7 +252,7 @@ def test_per_device_owner_calls_hold_the_global_calls_slots():
     config = TrainConfig(data="unused", piece_len=4, batch_pieces=8, steps_per_call=3)
     side_plan = plan.make_plan(config, True, lengths, row_ids, devices, shard, plan.one_host)
     mesh = make_mesh(jax.devices()[:devices])
-    got = batch_sources.OwnerResident(mesh, side_plan, chunks, shard, per_device=True).calls
+    got = batch_sources.OwnerResident.pack(mesh, side_plan, chunks, shard, per_device=True).calls
     want = _slot_j_calls(chunks, side_plan, shard, devices)
     assert len({len(w) for w in want}) > 1  # the devices run different numbers of calls
     for j, device in enumerate(mesh.local_devices):

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer.callbacks import Callback, ProgressBar
+from alx_trainer.callbacks import Callback, LambdaCallback, ProgressBar
 from alx_trainer.cli.dataclass_flags import parse_dataclass_args
 from alx_trainer.config import SECTIONS, TrainConfig
 from alx_trainer.model import load_model
@@ -64,15 +64,16 @@ def test_hooks_run_in_order_and_report_every_step(tmp_path, monkeypatch, caplog)
         eval_every=0,
     )
     recorder, seen = Recorder(), []
-    monkeypatch.setattr(
-        logging.getLogger("alx_trainer"), "propagate", True
-    )  # a CLI test may have set it off
+    # a CLI test may have set it off
+    monkeypatch.setattr(logging.getLogger("alx_trainer"), "propagate", True)
     with caplog.at_level(logging.INFO, logger="alx_trainer"):
         model = train(
             config,
-            callback=lambda epoch, m: seen.append((epoch, len(m.metrics))),
+            callbacks=[
+                recorder,
+                LambdaCallback(lambda epoch, m: seen.append((epoch, len(m.metrics)))),
+            ],
             mesh=make_mesh(jax.devices()[:2]),
-            callbacks=[recorder],
         )
     kinds = [c[0] for c in recorder.calls]
     assert kinds == ["begin"] + ["half", "half_end", "half", "half_end", "epoch"] * 2 + ["end"]
@@ -196,7 +197,7 @@ def test_metrics_file_only_grows_and_resume_cuts_it_back(tmp_path):
         else:
             assert '"epoch":1,' in lines[0], "an epoch's write rewrote an earlier record"
 
-    train(config, callback=check)
+    train(config, [LambdaCallback(check)])
     assert seen == [[1], [1, 2], [1, 2, 3]]
     # a run killed after epoch 4's record, before its checkpoint, and in an append cut short
     with path.open("a") as f:

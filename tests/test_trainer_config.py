@@ -147,9 +147,8 @@ def test_missing_corrupt_and_non_contract_data(tmp_path, capsys):
     assert "train.tfr-00001-of-00002" in err and "corrupt" in err and len(err.splitlines()) == 1
 
     rows = {0: [1, 2], 1: [9]}
-    data_dir = ref.write_dataset(
-        str(tmp_path / "small"), rows, 2, 5
-    )  # column 9 outside num_cols = 5
+    # column 9 outside num_cols = 5
+    data_dir = ref.write_dataset(str(tmp_path / "small"), rows, 2, 5)
     assert cli_train.main(["--data", data_dir] + common) == 1
     assert "col_tag 9 outside [0, 5)" in capsys.readouterr().err
 
@@ -208,17 +207,17 @@ def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
     path's
     layouts have collectives)."""
     data_dir, _ = _dataset(tmp_path)
-    env = {
-        k: v for k, v in os.environ.items() if k != "XLA_FLAGS"
-    }  # not the test session's 8 virtual devices
+    # not the test session's 8 virtual devices
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     common = ["--data", data_dir, "--dim", "4", "--epochs", "1", "--no-progress"]
+    # its layouts have collectives
     cases = (
         ([], os.cpu_count()),
         (["--solver", "cholesky"], 1),
         (["--solver", "block"], 1),
         (["--cpu_devices", "3"], 3),
         (["--accelerator", "on"], 1),
-    )  # its layouts have collectives
+    )
     for k, (extra, devices) in enumerate(cases):
         run = subprocess.run(
             [

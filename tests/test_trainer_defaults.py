@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from alx_trainer import execution
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops import spec
 
 from conftest import REPO
 
@@ -28,14 +28,10 @@ def test_the_table_covers_the_measured_points():
 
 
 @pytest.mark.parametrize("backend,dim,form", documented())
-def test_auto_picks_the_documented_form(backend, dim, form, monkeypatch):
-    assert spec.auto_cg_form(backend, dim) == form
-    monkeypatch.setattr(spec.jax, "default_backend", lambda: backend)
-    step = spec.step_spec(
-        TrainConfig(data="x", model_dir="y", dim=dim, cg_form="auto"), num_other=10
-    )
-    assert step.matvec == (form == "matvec")
-    explicit = spec.step_spec(
-        TrainConfig(data="x", model_dir="y", dim=dim, cg_form="explicit"), num_other=10
-    )
-    assert not explicit.matvec
+def test_auto_picks_the_documented_form(backend, dim, form):
+    machine = execution.Machine(backend, 1, 1, 1, 1)
+    for cg_form, want in (("auto", form), ("explicit", "explicit")):
+        config = TrainConfig(data="x", model_dir="y", dim=dim, cg_form=cg_form)
+        plan = execution.plan_execution(config, machine, 100, 10)
+        assert plan.cg_form == want
+        assert plan.step_spec(config, 10, observed_loss=True).matvec == (want == "matvec")

@@ -12,13 +12,13 @@ import jax
 import numpy as np
 import pytest
 
+from alx_trainer import execution
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.data.dataset import in_memory, split_reader
 from alx_trainer.model import fold_in, init_tables
 from alx_trainer.ops import per_core
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.spec import step_spec
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -87,9 +87,8 @@ def compilations() -> Iterator[_Compiled]:
     """Collect the programs compiled inside the block (JAX's own compile log, not the trainer's)."""
     handler, logger = _Compiled(), logging.getLogger("jax")
     logger.addHandler(handler)
-    jax.config.update(
-        "jax_log_compiles", True
-    )  # for every thread (the context manager sets this one's)
+    # for every thread (the context manager sets this one's)
+    jax.config.update("jax_log_compiles", True)
     try:
         yield handler
     finally:
@@ -226,16 +225,14 @@ def test_owner_devices_in_their_own_threads_match_sharded(dataset, tmp_path):
         "cols_solved",
     ):
         assert got.metrics[-1][key] == pytest.approx(ref_model.metrics[-1][key], rel=1e-5), key
-    assert (
-        compiled.count("_step") == 4
-    )  # one compilation per device and side (cg_iters 9: a spec of its own)
+    # one compilation per device and side (cg_iters 9: a spec of its own)
+    assert compiled.count("_step") == 4
 
 
 def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
     n = 40
-    rows = {
-        r: c for r, c in ref.random_rows(3, n, n, max_len=9).items() if r % 7
-    }  # rows 0, 7, .. absent
+    # rows 0, 7, .. absent
+    rows = {r: c for r, c in ref.random_rows(3, n, n, max_len=9).items() if r % 7}
     data_dir = ref.write_dataset(str(tmp_path / "sq"), rows, n, n)
     mesh = make_mesh()
     config = _config(data_dir, str(tmp_path / "m"), tied=True, reg=0.05, reg_exponent=1.0, epochs=2)
@@ -250,9 +247,8 @@ def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
 def test_step_compiles_once_per_side(dataset, tmp_path):
     data_dir, _ = dataset
     mesh = make_mesh()
-    config = _config(
-        data_dir, str(tmp_path / "m"), epochs=3, cg_iters=13
-    )  # a spec no other test uses
+    # a spec no other test uses
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, cg_iters=13)
     with compilations() as compiled:
         first = train(config, mesh=mesh)
     assert compiled.count("_step") == 2  # the row side, the column side
@@ -271,7 +267,9 @@ def test_fold_in_matches_reference(dataset, tmp_path):
     mesh = make_mesh()
     model = train(_config(data_dir, str(tmp_path / "m")), mesh=mesh)
     new_rows = [np.array(rows[5]), np.array([1, 2, 3]), np.array(rows[9]), np.array([], np.int64)]
-    got = fold_in(model.col_table, new_rows, model.config, mesh=mesh)
+    # the fold-in on every local device (as on a GPU) and, below, on the first (CPU's default)
+    every = dataclasses.replace(model.plan, eval_devices="all_local")
+    got = fold_in(model.col_table, new_rows, model.config, every.for_fold_in(model.config))
     target = np.zeros((len(new_rows), model.col_table.shape[1]))
     want = ref.solve_rows(model.col_table, dict(enumerate(new_rows)), target, ALPHA, REG)
     assert got.dtype == np.float32 and got.shape == want.shape
@@ -279,10 +277,7 @@ def test_fold_in_matches_reference(dataset, tmp_path):
     np.testing.assert_array_equal(got[3], 0)
     # the default CG solver from a zero start converges to the same solution with enough steps
     cg = fold_in(
-        model.col_table,
-        new_rows,
-        dataclasses.replace(model.config, solver="cg", cg_iters=20),
-        mesh=mesh,
+        model.col_table, new_rows, dataclasses.replace(model.config, solver="cg", cg_iters=20)
     )
     assert _rel(cg, want) < 1e-4
 
@@ -291,7 +286,7 @@ def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
     """`piece_len`/`batch_pieces` 0: per side, 8 ids per piece where 16 would pad by more than
     20%."""
     from alx_trainer.data.dataset import open_dataset
-    from alx_trainer.ops.side_runner import SideRunner
+    from alx_trainer.ops.side_runner import plan_side
 
     data_dir, rows = dataset
     mesh = make_mesh()
@@ -300,17 +295,18 @@ def test_automatic_batch_shape_matches_reference(dataset, tmp_path):
         data_dir, str(tmp_path / "m"), solver="cg", cg_iters=12, epochs=2, layout="owner", **auto
     )
     files = open_dataset(data_dir).files["train"]
-    runner = SideRunner(
+    exe = execution.current(config, NUM_ROWS, NUM_COLS, mesh)
+    runner = plan_side(
         config,
+        exe,
         mesh,
-        step_spec(config, NUM_COLS),
+        exe.step_spec(config, NUM_COLS, observed_loss=True),
         lambda: records.read_chunks(files, 64, NUM_ROWS, NUM_COLS),
         NUM_ROWS,
     )
     ids = sum(len(r) for r in rows.values())
-    assert (
-        sum(16 * -(-len(r) // 16) for r in rows.values()) > 1.2 * ids
-    )  # rows of at most 46 ids: 16 pads them more
+    # rows of at most 46 ids: 16 pads them more
+    assert sum(16 * -(-len(r) // 16) for r in rows.values()) > 1.2 * ids
     assert (runner.plan.piece_len, runner.plan.batch_pieces) == (8, 512)
     _train_matches_reference(config, mesh, rows)
 
@@ -381,7 +377,7 @@ def test_in_memory_host_shares_cover_every_row_once(dataset):
             for chunk in split_reader(held, split, 4, NUM_ROWS, NUM_COLS, host, 3)():
                 for k, r in enumerate(chunk.row_ids.tolist()):
                     assert r not in seen
-                    seen[r] = chunk.cols[chunk.indptr[k] : chunk.indptr[k + 1]].tolist()
+                    seen[r] = chunk.row(k).tolist()
         expected = rows if split == "train" else ref.transpose(rows)
         assert {r: c for r, c in seen.items() if c} == {
             r: sorted(c) for r, c in expected.items() if c

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer.callbacks import Callback
+from alx_trainer.callbacks import Callback, LambdaCallback
 from alx_trainer.config import TrainConfig
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
@@ -42,7 +42,7 @@ def test_an_epoch_computes_two_gramians_and_the_loss_reads_the_final_tables(
     after_epoch = []
     model = train(
         config,
-        callback=lambda epoch, m: after_epoch.append(len(computed)),
+        [LambdaCallback(lambda epoch, m: after_epoch.append(len(computed)))],
         mesh=make_mesh(jax.devices()[:2]),
     )
     # the first epoch also needs the initial fixed table's; then only the two solved tables' (four

@@ -455,9 +455,8 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
     lock = tmp_path / "m" / run_lock.LOCK_FILE
     run_lock.release(model, me)
     assert not lock.exists()
-    reused = dict(
-        me, pid_start_ticks=me["pid_start_ticks"] + 1
-    )  # our pid, another start: a reused pid, left by a killed run
+    # our pid, another start: a reused pid, left by a killed run
+    reused = dict(me, pid_start_ticks=me["pid_start_ticks"] + 1)
     lock.write_text(json.dumps(reused))
     me = run_lock.acquire(model)
     assert json.loads(lock.read_text())["pid_start_ticks"] == me["pid_start_ticks"]
@@ -465,9 +464,8 @@ def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
     lock.write_text(json.dumps({"host": "elsewhere", "pid": dead.pid}))
-    with pytest.raises(
-        run_lock.LockHeld, match="host elsewhere"
-    ):  # never guessed stale across hosts
+    # never guessed stale across hosts
+    with pytest.raises(run_lock.LockHeld, match="host elsewhere"):
         run_lock.acquire(model)
     run_lock.release(model, me)
     assert lock.exists()  # not ours: left alone

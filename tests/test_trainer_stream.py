@@ -11,14 +11,14 @@ import jax
 import numpy as np
 import pytest
 
+from alx_trainer import execution
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import records
 from alx_trainer.data.dataset import open_dataset
 from alx_trainer.model import Model
 from alx_trainer.ops import batch_sources, per_core
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.side_runner import SideRunner
-from alx_trainer.ops.spec import step_spec
+from alx_trainer.ops.side_runner import plan_side
 from alx_trainer.train import train
 from webgraph_contract import dataset_reader, synthetic_matrix
 
@@ -81,15 +81,15 @@ def test_streaming_runner_holds_only_the_long_rows(matrix):
     reader = functools.partial(
         records.read_chunks, dataset.files["train"], config.chunk_rows, 400, 150
     )
-    runner = SideRunner(config, mesh, step_spec(config, 150), reader, 400)
-    assert isinstance(
-        runner.source, batch_sources.OwnerStream
-    )  # normal batches are built as they run
+    exe = execution.current(config, 400, 150, mesh)
+    runner = plan_side(config, exe, mesh, exe.step_spec(config, 150, True), reader, 400)
+    # normal batches are built as they run
+    assert isinstance(runner.source, batch_sources.OwnerStream)
     # the long rows are kept from the planning pass: every id of every row with more than 8 x 4 ids,
     # once
     rows = [(int(r), list(c)) for r, c, _ in dataset_reader.read_split(matrix, "train")]
     long = {r: c for r, c in rows if len(c) > 8 * 4}
-    kept = list(runner.source.long_batches())
+    kept = list(runner.source.long_calls())
     assert long and runner.plan.long_steps == sum(len(b) for b in kept) > 0  # one device
     held: dict[int, list] = {}
     for batch in kept:
@@ -104,7 +104,6 @@ def test_bfloat16_storage_streamed_stays_close_to_float32(matrix, tmp_path):
     full = _train(matrix, str(tmp_path / "f32"), 1, table_dtype="float32")
     bf16 = _train(matrix, str(tmp_path / "bf16"), 1, table_dtype="bfloat16", stream_batches=True)
     scale = np.abs(full.row_table).max()
-    assert (
-        np.abs(bf16.row_table - full.row_table).max() < 0.05 * scale
-    )  # bfloat16 keeps ~3 significant digits
+    # bfloat16 keeps ~3 significant digits
+    assert np.abs(bf16.row_table - full.row_table).max() < 0.05 * scale
     assert bf16.metrics[-1]["loss"] == pytest.approx(full.metrics[-1]["loss"], rel=0.02)

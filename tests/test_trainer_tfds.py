@@ -31,9 +31,8 @@ def test_train_from_tfds_name(tmp_path, capsys):
     assert sorted(r for r, _, _ in dataset_reader.read_records(dataset.files["test"])) == [
         r for r, _, _ in source_test
     ]
-    for files in (
-        dataset.files.values()
-    ):  # the trainer's reader on TFDS-written files: as tf.data parses them
+    # the trainer's reader on TFDS-written files: as tf.data parses them
+    for files in dataset.files.values():
         assert [
             (r, c.tolist(), g.tolist()) for r, c, g in dataset_reader.read_records(files)
         ] == tf_rows(files)

@@ -217,26 +217,16 @@ class ExportOptions(CommandOptions):
     )
 
 
-def per_core_cpu() -> None:
-    """One JAX CPU device per core for scoring (before JAX starts): its programs have no
-    collective, so the per-core devices that `split_cpu` keeps from other runs are safe here."""
-    # imports JAX: not for --help or a bad flag
-    from alx_trainer.ops import per_core
-
-    if (
-        "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
-        and not per_core.accelerator_plugins()
-    ):
-        per_core.use_cpu_devices(len(per_core.cores()))
-
-
 def main_eval(argv: Sequence[str]) -> int:
     """Recall@K / NDCG of a trained model and of the popularity baseline on a test split."""
     _, args = parse_options(EvalOptions, argv, "alx_trainer eval", main_eval.__doc__)
     setup_logging(args.log_level)
 
     def body() -> int:
-        per_core_cpu()
+        # imports JAX: not for --help or a bad flag
+        from alx_trainer.execution import start_scoring_cpu_devices
+
+        start_scoring_cpu_devices()
         use_compile_cache(args.compile_cache)
         # the evaluation stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
         from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
@@ -300,7 +290,7 @@ def main_sweep(argv: Sequence[str]) -> int:
         )
         config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
         # the training stack (JAX, orbax, matplotlib) takes seconds to import: not for --help
-        from alx_trainer.cli.train import split_cpu
+        from alx_trainer.execution import start_cpu_devices
         from alx_trainer.tools import sweep  # (as above)
 
         metric = args.metric or sweep.DEFAULT_METRIC
@@ -311,7 +301,7 @@ def main_sweep(argv: Sequence[str]) -> int:
         setup_logging(config.log_level)
         use_compile_cache(config.compile_cache)
         # before JAX starts: per-core CPU devices where the solver allows (as `train`)
-        split_cpu(config)
+        start_cpu_devices(config)
         rows = sweep.run_sweep(
             config,
             args.out_dir,

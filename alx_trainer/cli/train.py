@@ -22,7 +22,6 @@ Elsewhere (CPU or GPU hosts) give the coordinator explicitly: `--distributed
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
@@ -68,35 +67,6 @@ def _short(error: object) -> str:
     return one_line(str(error)).split("RPC:")[0].strip()[:200]
 
 
-def split_cpu(config: TrainConfig) -> int:
-    """Make `config.cpu_devices` JAX CPU devices (before JAX starts); returns the count asked for.
-
-    Auto (0) gives one device per core only to runs whose CPU programs have no collective and no
-    LAPACK call (CG with the matrix-free product in the 'owner' layout) on a host without GPU or
-    TPU plugins: XLA's CPU runtime can deadlock when per-core devices run such programs at once
-    (seen with batched Cholesky and with in-process all-gathers on this 2-core machine), so other
-    runs keep one CPU device. See `per_core` for how the devices are run.
-    """
-    # imports JAX: not for --help or a bad flag
-    from alx_trainer.ops import per_core
-
-    if (
-        "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-        or per_core.accelerator_plugins()
-    ):
-        return 0
-    safe = (
-        config.solver == "cg"
-        and config.cg_form in ("auto", "matvec")
-        and config.layout in ("auto", "owner")
-        and config.stats == "gather"
-        and config.accelerator != "on"  # its layouts have collectives
-        and not config.distributed
-    )
-    count = config.cpu_devices or (len(per_core.cores()) if safe else 1)
-    return count if per_core.use_cpu_devices(count) else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, train, print a one-line summary; 0 on success, 2 for a bad flag or value, 1 for
     bad data or a failed run (one line on stderr; `--debug` or WEBGRAPH_DEBUG=1 adds the
@@ -112,16 +82,19 @@ def _main(argv: list[str] | None) -> int:
     # flag
     import jax  # (as above)
 
+    from alx_trainer import execution  # (as above)
     from alx_trainer.callbacks import Stopped  # (as above)
     from alx_trainer.train import train  # (as above)
 
     if config.distributed:
         _init_distributed(config)
     else:
-        split_cpu(config)
+        execution.start_cpu_devices(config)
     try:
-        model = train(config, tables=False)  # the summary needs the metrics only
-    except Stopped as e:  # SIGTERM in a multi-process run: all stopped after the same epoch
+        # the summary needs the metrics only
+        model = train(config, tables=False)
+    # SIGTERM in a multi-process run: all stopped after the same epoch
+    except Stopped as e:
         print(f"alx_trainer train: {e}", file=sys.stderr)
         return 128 + signal.SIGTERM
     if not model.epochs_trained:

@@ -20,7 +20,7 @@ import numpy as np
 
 from alx_trainer.config import BATCH_IDS, PIECE_LENS
 from alx_trainer.data import host_cores
-from alx_trainer.data.row_chunk import RowChunk
+from webgraph_contract.ragged import RaggedRows
 
 PAD_ID = -1
 
@@ -123,7 +123,7 @@ def batch_starts(
 
 
 def _fill(
-    parts: Sequence[RowChunk],
+    parts: Sequence[RaggedRows],
     starts: list[int],
     stop: int,
     piece_len: int,
@@ -138,12 +138,12 @@ def _fill(
 
 
 def _fill_into(
-    out: DeviceBatch, parts: Sequence[RowChunk], starts: list[int], stop: int, piece_len: int
+    out: DeviceBatch, parts: Sequence[RaggedRows], starts: list[int], stop: int, piece_len: int
 ) -> None:
     """Scatter rows [starts[0], stop) of the rows of `parts` (one after another: joined here, in
     the packing thread) into the first len(starts) batches of `out`, which hold padding only (a
     view of larger arrays fills them in place)."""
-    chunk = RowChunk.concat(parts)
+    chunk = RaggedRows.concat(parts)
     k = len(starts)
     first = starts[0]
     lengths = chunk.lengths[first:stop]
@@ -165,11 +165,15 @@ def _fill_into(
     lo, hi = chunk.indptr[first], chunk.indptr[stop]
     first_lane = (batch_of_row * out.ids.shape[1] + piece_off) * piece_len
     flat = np.repeat(first_lane - (chunk.indptr[first:stop] - lo), lengths) + np.arange(hi - lo)
-    np.put(out.ids, flat, chunk.cols[lo:hi])
+    np.put(out.ids, flat, chunk.ids[lo:hi])
 
 
 def pack_normal(
-    chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int, threads: int = 1
+    chunks: Iterable[RaggedRows],
+    piece_len: int,
+    batch_pieces: int,
+    batch_rows: int,
+    threads: int = 1,
 ) -> Iterator[DeviceBatch]:
     """Pack every row that fits one device batch; rows longer than that are skipped here.
 
@@ -177,7 +181,7 @@ def pack_normal(
     order.
     """
 
-    def fill(job: tuple[list[RowChunk], list[int], int]) -> DeviceBatch:
+    def fill(job: tuple[list[RaggedRows], list[int], int]) -> DeviceBatch:
         return _fill(*job, piece_len, batch_pieces, batch_rows)
 
     return host_cores.ordered(
@@ -188,7 +192,7 @@ def pack_normal(
 
 
 def pack_calls(
-    chunks: Iterable[RowChunk],
+    chunks: Iterable[RaggedRows],
     piece_len: int,
     batch_pieces: int,
     batch_rows: int,
@@ -222,7 +226,7 @@ def pack_calls(
 
         return DeviceBatch(*(order(getattr(call, f.name)) for f in dataclasses.fields(call)))
 
-    def fill(out: DeviceBatch, parts: list[RowChunk], starts: list[int], stop: int) -> None:
+    def fill(out: DeviceBatch, parts: list[RaggedRows], starts: list[int], stop: int) -> None:
         _pad(out, batch_rows)
         _fill_into(out, parts, starts, stop, piece_len)
 
@@ -278,7 +282,7 @@ def _pad(out: DeviceBatch, batch_rows: int) -> None:
     out.row_len.fill(0)
 
 
-def pack_normal_into(chunks: Iterable[RowChunk], out: DeviceBatch, piece_len: int) -> int:
+def pack_normal_into(chunks: Iterable[RaggedRows], out: DeviceBatch, piece_len: int) -> int:
     """Pack like `pack_normal` (one thread) into the batches of `out` (padding only), from the
     first on, without a copy per batch; returns how many it filled, or raises if they do not fit."""
     batch_pieces, batch_rows = out.seg.shape[1], out.row_ids.shape[1]
@@ -294,12 +298,12 @@ def pack_normal_into(chunks: Iterable[RowChunk], out: DeviceBatch, piece_len: in
 
 
 def _fill_jobs(
-    chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int, batch_rows: int
-) -> Iterator[tuple[list[RowChunk], list[int], int]]:
+    chunks: Iterable[RaggedRows], piece_len: int, batch_pieces: int, batch_rows: int
+) -> Iterator[tuple[list[RaggedRows], list[int], int]]:
     """(rows, batch starts, stop) of each `_fill` of `pack_normal`, in order. The rows are the
     chunks' parts that hold them, views (rows left over wait for the next chunk; they and the
     rows that complete their batch are joined by the packing thread, not here)."""
-    parts: list[RowChunk] = []
+    parts: list[RaggedRows] = []
     pieces = np.zeros(0, np.int64)  # of the rows in `parts`
     for chunk in chunks:
         counts = num_pieces(chunk.lengths, piece_len)
@@ -319,7 +323,7 @@ def _fill_jobs(
         yield (parts, *batch_starts(pieces, batch_pieces, batch_rows, final=True))
 
 
-def _cut(parts: list[RowChunk], at: int) -> tuple[list[RowChunk], list[RowChunk]]:
+def _cut(parts: list[RaggedRows], at: int) -> tuple[list[RaggedRows], list[RaggedRows]]:
     """The rows of `parts` before row `at` and from it on, as views."""
     for i, part in enumerate(parts):
         if at <= len(part):
@@ -330,7 +334,9 @@ def _cut(parts: list[RowChunk], at: int) -> tuple[list[RowChunk], list[RowChunk]
     raise ValueError(f"row {at} is past the rows of the parts")
 
 
-def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> Iterator[LongBatch]:
+def pack_long(
+    chunks: Iterable[RaggedRows], piece_len: int, batch_pieces: int
+) -> Iterator[LongBatch]:
     """Cut every row with more than `batch_pieces` pieces into whole device batches of its own."""
     per_batch = piece_len * batch_pieces
     for chunk in chunks:
@@ -343,9 +349,9 @@ def pack_long(chunks: Iterable[RowChunk], piece_len: int, batch_pieces: int) -> 
         batch_row = np.repeat(np.arange(len(sub)), nb)
         ids = np.full((len(batch_row), per_batch), PAD_ID, np.int32)
         entry_row = np.repeat(np.arange(len(sub)), lengths)
-        q = np.arange(len(sub.cols)) - sub.indptr[:-1][entry_row]
+        q = np.arange(len(sub.ids)) - sub.indptr[:-1][entry_row]
         first_batch = np.concatenate([[0], np.cumsum(nb)])[:-1]
-        ids[first_batch[entry_row] + q // per_batch, q % per_batch] = sub.cols
+        ids[first_batch[entry_row] + q // per_batch, q % per_batch] = sub.ids
         yield LongBatch(
             ids.reshape(-1, batch_pieces, piece_len), sub.row_ids[batch_row], lengths[batch_row]
         )

@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from alx_trainer.data import csr_transpose, integrity, records, tfds_input
-from alx_trainer.data.row_chunk import RowChunk
 from webgraph_contract import fileio, layout, stats_json
+from webgraph_contract.ragged import RaggedRows
 
 
 @dataclasses.dataclass
@@ -28,12 +28,11 @@ class Dataset:
     bipartite: bool = False  # users x items (separate row and column ids), as stats.json says
     eval_split: str = "test"  # the contract split that files["test"] holds ("validation" tuning)
     splits: dict[str, int] = dataclasses.field(default_factory=dict)  # rows per split (stats.json)
-    fingerprint: str | None = (
-        None  # stats.json `dataset_fingerprint` (None: made before it existed)
-    )
+    # stats.json `dataset_fingerprint` (None: made before it existed)
+    fingerprint: str | None = None
     protocol: str = ""  # stats.json `protocol` (`given_split`: the test users are training rows)
     # splits held in memory (`in_memory`)
-    arrays: dict[str, RowChunk] = dataclasses.field(default_factory=dict)
+    arrays: dict[str, RaggedRows] = dataclasses.field(default_factory=dict)
 
 
 def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
@@ -151,7 +150,7 @@ def split_reader(
     num_cols: int,
     process_index: int = 0,
     process_count: int = 1,
-) -> Callable[[], Iterator[RowChunk]]:
+) -> Callable[[], Iterator[RaggedRows]]:
     """A function that streams this host's share of `split` as chunks of at most `chunk_rows` rows:
     its round-robin share of the shard files, or of the in-memory split's chunks."""
     held = dataset.arrays.get(split)
@@ -159,7 +158,7 @@ def split_reader(
         files = records.host_files(dataset.files[split], process_index, process_count)
         return functools.partial(records.read_chunks, files, chunk_rows, num_rows, num_cols)
 
-    def chunks() -> Iterator[RowChunk]:
+    def chunks() -> Iterator[RaggedRows]:
         for lo in range(process_index * chunk_rows, len(held), process_count * chunk_rows):
             yield held.take(lo, min(lo + chunk_rows, len(held)))
 
@@ -183,8 +182,8 @@ def in_memory(
         raise ValueError(f"{name}: column ids outside [0, {num_cols})")
     t_indptr, rows_of = csr_transpose.transpose(indptr, cols, num_cols, threads)
     arrays = {
-        "train": RowChunk(np.arange(num_rows, dtype=np.int64), indptr, cols),
-        "train_t": RowChunk(np.arange(num_cols, dtype=np.int64), t_indptr, rows_of),
+        "train": RaggedRows(np.arange(num_rows, dtype=np.int64), indptr, cols),
+        "train_t": RaggedRows(np.arange(num_cols, dtype=np.int64), t_indptr, rows_of),
     }
     splits = {k: len(v) for k, v in arrays.items()}
     return Dataset(name, num_rows, num_cols, {}, "", bipartite=True, splits=splits, arrays=arrays)

@@ -18,8 +18,8 @@ import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from alx_trainer.data import host_cores
-from alx_trainer.data.row_chunk import RowChunk
 from webgraph_contract import dataset_reader, file_workers, fileio
+from webgraph_contract.ragged import RaggedRows
 from webgraph_contract.record_codec import Rows
 
 T = TypeVar("T")
@@ -52,7 +52,7 @@ def decode_mode(files: Sequence[str], threads: int | None = None) -> tuple[str, 
 
 def read_chunks(
     files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int, threads: int | None = None
-) -> Iterator[RowChunk]:
+) -> Iterator[RaggedRows]:
     """Stream `files` (in order) as CSR chunks of `chunk_rows` rows (fewer at the end of a file).
 
     Decoding runs as `decode_mode` says. In processes (`webgraph_contract.file_workers`), one
@@ -74,7 +74,7 @@ def read_chunks(
         each = (threads or host_cores.host_threads()) // n  # threads per worker: spare cores
         try:
             for arrays in file_workers.decode_files(files, num_rows, num_cols, n, each):
-                whole = RowChunk(*arrays)
+                whole = RaggedRows(*arrays)
                 for start in range(0, len(whole), chunk_rows):
                     yield whole.take(start, min(start + chunk_rows, len(whole)))
                 done += 1
@@ -85,12 +85,12 @@ def read_chunks(
             )
     for path in files[done:]:
         checked = functools.partial(_checked_chunk, path, num_rows, num_cols)
-        held = RowChunk.empty()  # the rows of a chunk begun in an earlier block
+        held = RaggedRows.empty()  # the rows of a chunk begun in an earlier block
         for block in dataset_reader.iter_file_rows(path, n, checked):
             lo = 0
             if len(held):
                 lo = min(chunk_rows - len(held), len(block))
-                held = RowChunk.concat([held, block.take(0, lo)])
+                held = RaggedRows.concat([held, block.take(0, lo)])
                 if len(held) < chunk_rows:
                     continue
                 yield held
@@ -108,10 +108,10 @@ def _log_mode(mode: str, n: int) -> None:
     logging.getLogger(__name__).debug("reading shard files: decoding in %s %d", mode, n)
 
 
-def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: Rows) -> RowChunk:
+def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: Rows) -> RaggedRows:
     """A decoded block's rows as a chunk, its ids checked (in a decoding thread)."""
-    chunk = RowChunk(rows.row_tags, rows.col_ptr, rows.cols)
-    dataset_reader.check_ids(path, chunk.row_ids, chunk.cols, num_rows, num_cols)
+    chunk = RaggedRows(rows.row_tags, rows.col_ptr, rows.cols)
+    dataset_reader.check_ids(path, chunk.row_ids, chunk.ids, num_rows, num_cols)
     return chunk
 
 

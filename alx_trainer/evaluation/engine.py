@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from alx_trainer import execution
 from webgraph_contract.ragged import RaggedRows
 
 
@@ -46,10 +47,8 @@ class BlockShape(NamedTuple):
 
 
 def default_block_shape(platform: str) -> BlockShape:
-    """Rows per batch and columns per block by backend: 4 MiB of scores on CPU, in batches of
-    many rows (the threshold scan's host work is per batch), accelerator blocks large enough to
-    keep the chip busy (256 MiB of scores)."""
-    return BlockShape(1024, 1024) if platform == "cpu" else BlockShape(1024, 1 << 16)
+    """Rows per batch and columns per block by backend: the execution plan's rule."""
+    return BlockShape(*execution.topk_block_shape(platform))
 
 
 def default_devices() -> list:

@@ -22,9 +22,7 @@ import logging
 import os
 from typing import Any, Mapping
 
-import jax
 import numpy as np
-from jax.sharding import Mesh
 
 from alx_trainer import loading
 from alx_trainer.data.dataset import Dataset
@@ -37,14 +35,6 @@ log = logging.getLogger(__name__)
 
 # rows ranked exactly as well, to measure the approximate top K's recall
 APPROX_SAMPLE = 1000
-
-
-def one_device_mesh() -> Mesh:
-    """This process's first device alone: evaluation of CPU runs whose devices are split per core
-    (the training loop uses it; see `alx_trainer.cli.train.split_cpu` for why). In a multi-process
-    run every process evaluates on its own device, with no collective across processes, and gets
-    the same result (`jax.devices()[0]` would be process 0's, which the others cannot use)."""
-    return Mesh(np.array(jax.local_devices()[:1]), ("cols",))
 
 
 def evaluate_rows(

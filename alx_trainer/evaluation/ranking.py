@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import sys
 import time
-import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -107,9 +106,7 @@ class Ranker:
             )
         if self.config is None:
             raise ValueError("config: the fold-in needs the training config (or give row_table)")
-        # model.fold_in takes CSR arrays as `indptr` and `indices`
-        csr = types.SimpleNamespace(indptr=known.indptr, indices=known.ids)
-        return np.asarray(fold_in(self.col_table, csr, self.config), np.float32)
+        return np.asarray(fold_in(self.col_table, known, self.config), np.float32)
 
     def top_k(self, queries: np.ndarray, exclude: Rows, k: int, progress=None) -> TopK:
         """Column ids and scores `[n, k]`, best first, of each query against every column but its

@@ -1,9 +1,10 @@
-"""Where a half-epoch's packed batches come from: one object per mode.
+"""Where a half-epoch's packed batches come from: one `BatchSource` per mode.
 
 Every source gives `streams()`: one iterable of calls per thread that runs them (one stream for
 a global mesh program; one per device with `per_device`), each call being a compiled step's
-batch arrays on the devices and the rows it solves; and `long_batches()`, the rows longer than
-one batch. Modes (`select`):
+batch arrays on the devices and the rows it solves; `long_calls()`, the rows longer than one
+batch; and `total_steps`, the steps a half-epoch reports. Modes (`make_source` picks one by the
+`ExecutionPlan`'s `batches`; constructors do no I/O, `make_source` reads and packs):
 - `FileStream`: packed from the files every half-epoch in a prefetch thread, each call copied to
   the devices ahead of the steps (the default of the 'sharded' and 'replicated' layouts).
 - `HostCache`: packed once, kept in host memory, copied every half-epoch (`cache_batches`).
@@ -11,28 +12,53 @@ one batch. Modes (`select`):
 - `OwnerStream`: 'owner' with `stream_batches`: built per device from the files as they run.
 - `DeviceResident`, `DeviceStream`: the accelerator path (`TrainConfig.accelerator`), every call on
   the devices once, or copied double-buffered ahead of the steps when they do not fit; their long
-  rows come as `device_long_calls()` for `kernels.make_long_solve`.
+  rows are device calls of `kernels.make_long_solve`, the others' host `batching.LongBatch`es.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 import jax
 import numpy as np
 
 from alx_trainer.data import batching, records
-from alx_trainer.data.row_chunk import RowChunk
 from alx_trainer.ops import owner_file_stream
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
+from webgraph_contract.ragged import RaggedRows
 
 # A compiled call's batch arrays (ids, seg, row_ids, row_len) on the devices, and the rows it
 # solves.
 Call = tuple[list[jax.Array], int]
-MakeChunks = Callable[[], Iterator[RowChunk]]
+MakeChunks = Callable[[], Iterator[RaggedRows]]
+# The long rows as a source gives them: host batches (`long_rows.solve_cg`/`solve_explicit`) or,
+# on the accelerator path, each call's arrays on the devices (`kernels.make_long_solve`).
+LongCalls = Iterable[batching.LongBatch] | Iterable[list[jax.Array]]
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """The packed batches of one side, as `SideRunner.run` takes them."""
+
+    # one stream per local device, each run in its own thread (`per_core`)
+    per_device: bool
+
+    @property
+    def total_steps(self) -> int:
+        """Steps a half-epoch reports through its progress (device j's own only with
+        `per_device`)."""
+        ...
+
+    def streams(self) -> list[Iterable[Call]]:
+        """The calls of a half-epoch's normal rows: one iterable per thread that runs them."""
+        ...
+
+    def long_calls(self) -> LongCalls:
+        """The rows longer than one batch (see `LongCalls`)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +67,11 @@ class Scan:
 
     lengths: np.ndarray
     row_ids: np.ndarray
-    chunks: list[RowChunk] | None  # every chunk (sources that pack from memory)
-    long_rows: list[RowChunk]  # rows longer than the smallest candidate batch (`OwnerStream`)
+    chunks: list[RaggedRows] | None  # every chunk (sources that pack from memory)
+    long_rows: list[RaggedRows]  # rows longer than the smallest candidate batch (`OwnerStream`)
 
 
-def scan(chunks: Iterable[RowChunk], keep_chunks: bool, long_above: int | None) -> Scan:
+def scan(chunks: Iterable[RaggedRows], keep_chunks: bool, long_above: int | None) -> Scan:
     """One pass over a side's rows; keeps the chunks, or the rows longer than `long_above` ids."""
     seen, kept, long_rows = [], [], []
     for c in chunks:
@@ -64,7 +90,7 @@ def _empty(plan: SidePlan, k: int) -> batching.DeviceBatch:
 
 
 def host_calls(
-    chunks: Iterable[RowChunk], plan: SidePlan, per_step: int, threads: int = 1
+    chunks: Iterable[RaggedRows], plan: SidePlan, per_step: int, threads: int = 1
 ) -> Iterator[batching.DeviceBatch]:
     """This host's calls ([local devices, per_call, ...] arrays), exactly `plan.calls` of them,
     packed in `threads` threads (0: one per host core)."""
@@ -87,7 +113,8 @@ class FileStream:
     """Packed from the files every half-epoch; packing and copies run in a prefetch thread."""
 
     per_device = False
-    pack_threads = 1  # packing shares the host with the CPU devices' steps
+    # packing shares the host with the CPU devices' steps
+    pack_threads = 1
 
     def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
         self.mesh, self.plan, self.make_chunks = mesh, plan, make_chunks
@@ -96,14 +123,14 @@ class FileStream:
     def host_calls(self) -> Iterator[batching.DeviceBatch]:
         return host_calls(self.make_chunks(), self.plan, self.per_step, self.pack_threads)
 
-    def streams(self) -> list[Iterator[Call]]:
+    def streams(self) -> list[Iterable[Call]]:
         return [
             records.prefetch(
                 lambda: map(functools.partial(global_call, self.mesh), self.host_calls())
             )
         ]
 
-    def long_batches(self) -> Iterable[batching.LongBatch]:
+    def long_calls(self) -> LongCalls:
         return batching.pack_long(self.make_chunks(), self.plan.piece_len, self.plan.batch_pieces)
 
     @property
@@ -111,24 +138,42 @@ class FileStream:
         return self.plan.steps
 
 
-class HostCache(FileStream):
-    """Packed once (the first half-epoch's calls), kept in host memory, copied every half-epoch."""
+class HostCache:
+    """Packed once (`pack`: the first half-epoch's calls), kept in host memory, copied every
+    half-epoch in a prefetch thread."""
 
-    pack_threads = 0  # once, before the steps: every host core
+    per_device = False
 
-    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
-        super().__init__(mesh, plan, make_chunks)
-        self.calls = list(super().host_calls())
-        self.long = list(super().long_batches())
+    def __init__(
+        self,
+        mesh,
+        plan: SidePlan,
+        calls: list[batching.DeviceBatch],
+        long: list[batching.LongBatch],
+    ):
+        self.mesh, self.plan, self.calls, self.long = mesh, plan, calls, long
 
-    def host_calls(self) -> Iterator[batching.DeviceBatch]:
-        return iter(self.calls)
+    @classmethod
+    def pack(cls, mesh, plan: SidePlan, make_chunks: MakeChunks) -> HostCache:
+        """Read and pack the side once, before the steps: on every host core."""
+        per_step = len(mesh.local_devices)
+        calls = list(host_calls(make_chunks(), plan, per_step, threads=0))
+        long = list(batching.pack_long(make_chunks(), plan.piece_len, plan.batch_pieces))
+        return cls(mesh, plan, calls, long)
 
-    def long_batches(self) -> Iterable[batching.LongBatch]:
+    def streams(self) -> list[Iterable[Call]]:
+        put = functools.partial(global_call, self.mesh)
+        return [records.prefetch(lambda: map(put, iter(self.calls)))]
+
+    def long_calls(self) -> LongCalls:
         return self.long
 
+    @property
+    def total_steps(self) -> int:
+        return self.plan.steps
 
-def owner_rows(chunks: Sequence[RowChunk], shard: int, j: int) -> list[RowChunk]:
+
+def owner_rows(chunks: Sequence[RaggedRows], shard: int, j: int) -> list[RaggedRows]:
     """Device j's rows (those of its table shard, ids counted from the shard's start); a chunk
     wholly of its shard is taken as it is (files written in row order hold few mixed chunks)."""
     mine = []
@@ -141,7 +186,7 @@ def owner_rows(chunks: Sequence[RowChunk], shard: int, j: int) -> list[RowChunk]
 
 
 def pack_by_owner(
-    chunks: Sequence[RowChunk], plan: SidePlan, shard: int, devices: int
+    chunks: Sequence[RaggedRows], plan: SidePlan, shard: int, devices: int
 ) -> list[batching.DeviceBatch]:
     """Device j's rows (`owner_rows`) in its own batches."""
     packed = []
@@ -152,7 +197,7 @@ def pack_by_owner(
 
 
 def owner_device_calls(
-    chunks: Sequence[RowChunk], plan: SidePlan, shard: int, j: int, device
+    chunks: Sequence[RaggedRows], plan: SidePlan, shard: int, j: int, device
 ) -> list[Call]:
     """Device j's own calls ('owner' layout, `per_device`) on `device`: its batches packed in place
     into [calls, 1, per_call, ...] arrays (the last call padded), every call then put in one
@@ -177,7 +222,7 @@ def owner_device_calls(
 
 
 class OwnerResident:
-    """'owner' layout: each device's rows packed apart once and kept on the devices.
+    """'owner' layout: each device's rows packed apart once (`pack`) and kept on the devices.
 
     With `per_device`, device j's calls are single-device arrays of its own (its all-padding
     calls left out; `owner_device_calls`), one device after the other: a thread per device ran no
@@ -185,35 +230,42 @@ class OwnerResident:
     batches.
     """
 
-    def __init__(self, mesh, plan: SidePlan, chunks: list[RowChunk], shard: int, per_device: bool):
-        self.plan, self.per_device = plan, per_device
+    def __init__(
+        self,
+        plan: SidePlan,
+        calls: list[list[Call]],
+        long: list[batching.LongBatch],
+        per_device: bool,
+    ):
+        self.plan, self.calls, self.long, self.per_device = plan, calls, long, per_device
+
+    @classmethod
+    def pack(
+        cls, mesh, plan: SidePlan, chunks: list[RaggedRows], shard: int, per_device: bool
+    ) -> OwnerResident:
+        """Pack `chunks` (every row of the side) by owner and put the calls on the devices."""
         devices = mesh.local_devices
         if per_device:
-            self.calls = [
-                owner_device_calls(chunks, plan, shard, j, d) for j, d in enumerate(devices)
-            ]
+            calls = [owner_device_calls(chunks, plan, shard, j, d) for j, d in enumerate(devices)]
         else:
             k = len(devices)
             steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
             grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
-            calls = batching.stack_calls(grouped, plan.per_call)
-            self.calls = [[global_call(mesh, c) for c in calls]]
-        self.long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
+            calls = [[global_call(mesh, c) for c in batching.stack_calls(grouped, plan.per_call)]]
+        long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
+        return cls(plan, calls, long, per_device)
 
     def streams(self) -> list[Iterable[Call]]:
         return self.calls
 
-    def long_batches(self) -> Iterable[batching.LongBatch]:
+    def long_calls(self) -> LongCalls:
         return self.long
 
     @property
     def total_steps(self) -> int:
-        """Steps a half-epoch reports (device j's own calls only with `per_device`)."""
-        return (
-            self.plan.per_call * sum(len(c) for c in self.calls)
-            if self.per_device
-            else self.plan.steps
-        )
+        if self.per_device:
+            return self.plan.per_call * sum(len(c) for c in self.calls)
+        return self.plan.steps
 
 
 class OwnerStream:
@@ -225,30 +277,34 @@ class OwnerStream:
         mesh,
         plan: SidePlan,
         make_chunks: MakeChunks,
-        long_rows: list[RowChunk],
+        long: list[batching.LongBatch],
         shard: int,
         per_device: bool,
     ):
-        self.mesh, self.plan, self.make_chunks, self.shard, self.per_device = (
-            mesh,
-            plan,
-            make_chunks,
-            shard,
-            per_device,
-        )
-        per_batch = plan.piece_len * plan.batch_pieces
-        self.long = list(
-            batching.pack_long(
-                [c.select(c.lengths > per_batch) for c in long_rows],
-                plan.piece_len,
-                plan.batch_pieces,
-            )
-        )
+        self.mesh, self.plan, self.make_chunks = mesh, plan, make_chunks
+        self.long, self.shard, self.per_device = long, shard, per_device
 
-    def streams(self) -> list[Iterator[Call]]:
+    @classmethod
+    def pack(
+        cls,
+        mesh,
+        plan: SidePlan,
+        make_chunks: MakeChunks,
+        long_rows: list[RaggedRows],
+        shard: int,
+        per_device: bool,
+    ) -> OwnerStream:
+        """Pack the long rows the planning pass kept (those longer than a batch of `plan`)."""
+        per_batch = plan.piece_len * plan.batch_pieces
+        longer = [c.select(c.lengths > per_batch) for c in long_rows]
+        long = list(batching.pack_long(longer, plan.piece_len, plan.batch_pieces))
+        return cls(mesh, plan, make_chunks, long, shard, per_device)
+
+    def streams(self) -> list[Iterable[Call]]:
         devices = self.mesh.local_devices
         parts = owner_file_stream.split_by_owner(self.make_chunks(), self.shard, len(devices))
-        if self.per_device:  # device j's calls are [1, ...] arrays of its own
+        if self.per_device:
+            # device j's calls are [1, ...] arrays of its own
             put = [functools.partial(device_call, d) for d in devices]
         else:
             put = [functools.partial(global_call, self.mesh)]
@@ -257,7 +313,7 @@ class OwnerStream:
             for p, f in zip(parts, put)
         ]
 
-    def long_batches(self) -> Iterable[batching.LongBatch]:
+    def long_calls(self) -> LongCalls:
         return self.long
 
     @property
@@ -280,7 +336,7 @@ class LongCall:
     row_len: np.ndarray  # int32 [k, R]
 
 
-def long_calls(
+def device_long_calls(
     batches: Iterable[batching.LongBatch], plan: SidePlan, devices: int, rows: int, combine: Combine
 ) -> list[LongCall]:
     """The long rows as device calls: rows dealt to the devices in turn, `rows` rows per device per
@@ -294,10 +350,11 @@ def long_calls(
     owners = np.unique(merged.owner)
     queues = [owners[j::devices] for j in range(devices)]
     n_calls = int(combine(np.array([-(-max(len(q) for q in queues) // rows)]), "max")[0])
+    # [call][device]: the batches of its rows
     picks = [
         [np.flatnonzero(np.isin(merged.owner, q[s * rows : (s + 1) * rows])) for q in queues]
         for s in range(n_calls)
-    ]  # [call][device]: the batches of its rows
+    ]
     sizes = combine(
         np.array([max(1, max(len(p) for p in call)) for call in picks], np.int64), "max"
     )
@@ -321,32 +378,36 @@ def put_long(mesh, call: LongCall) -> list[jax.Array]:
 
 
 class DeviceResident:
-    """Accelerator path: every call of both kinds copied to the devices once (packed in one pass
-    over the files, a call at a time), so a half-epoch moves no input from the host."""
+    """Accelerator path: every call of both kinds copied to the devices once (`pack`), so a
+    half-epoch moves no input from the host."""
 
     per_device = False
 
-    def __init__(
-        self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine
-    ):
-        self.plan = plan
+    def __init__(self, plan: SidePlan, calls: list[Call], long: list[list[jax.Array]]):
+        self.plan, self.calls, self.long = plan, calls, long
+
+    @classmethod
+    def pack(
+        cls, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine
+    ) -> DeviceResident:
+        """Pack both kinds of rows in one pass over the files, a call at a time, onto the
+        devices (`long_rows` rows per device per long call)."""
         per_step = len(mesh.local_devices)
         batches: list[batching.LongBatch] = []
 
-        def chunks() -> Iterator[RowChunk]:  # one pass for both kinds of rows
+        def chunks() -> Iterator[RaggedRows]:
             for chunk in make_chunks():
                 batches.extend(batching.pack_long([chunk], plan.piece_len, plan.batch_pieces))
                 yield chunk
 
-        self.calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step, threads=0)]
-        self.long = [
-            put_long(mesh, c) for c in long_calls(batches, plan, per_step, long_rows, combine)
-        ]
+        calls = [global_call(mesh, c) for c in host_calls(chunks(), plan, per_step, threads=0)]
+        long = device_long_calls(batches, plan, per_step, long_rows, combine)
+        return cls(plan, calls, [put_long(mesh, c) for c in long])
 
     def streams(self) -> list[Iterable[Call]]:
         return [self.calls]
 
-    def device_long_calls(self) -> Iterable[list[jax.Array]]:
+    def long_calls(self) -> LongCalls:
         return self.long
 
     @property
@@ -358,7 +419,8 @@ class DeviceStream(FileStream):
     """Accelerator path when the batches do not fit: packed from the files every half-epoch and
     copied double-buffered (the prefetch thread keeps two calls ahead of the steps)."""
 
-    pack_threads = 0  # the host's cores are free while the accelerators run the steps
+    # the host's cores are free while the accelerators run the steps
+    pack_threads = 0
 
     def __init__(
         self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine
@@ -366,10 +428,9 @@ class DeviceStream(FileStream):
         super().__init__(mesh, plan, make_chunks)
         self.long_rows, self.combine = long_rows, combine
 
-    def device_long_calls(self) -> Iterable[list[jax.Array]]:
-        calls = long_calls(
-            self.long_batches(), self.plan, self.per_step, self.long_rows, self.combine
-        )
+    def long_calls(self) -> LongCalls:
+        batches = super().long_calls()
+        calls = device_long_calls(batches, self.plan, self.per_step, self.long_rows, self.combine)
         return (put_long(self.mesh, c) for c in calls)
 
 

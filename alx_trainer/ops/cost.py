@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from alx_trainer.ops import kernels, table_storage
 from alx_trainer.ops.mesh import AXIS, replicated
+from alx_trainer.ops.spec import Fixed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
     mesh, plan = runner.mesh, runner.plan
     spec = dataclasses.replace(runner.spec, unroll=True)
     d = dst.shape[1]
-    fixed = (
+    fixed = Fixed(
         _like(jax.ShapeDtypeStruct((d, d), jnp.float32), sharding=replicated(mesh)),
         _like(jax.ShapeDtypeStruct((3,), jnp.float32), sharding=replicated(mesh)),
     )
@@ -75,7 +76,7 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
             one = [jax.ShapeDtypeStruct((1, *s[1:]), jnp.int32, sharding=device) for s in shapes]
             part = jax.ShapeDtypeStruct((dst.shape[0] // k, d), dst_s.dtype, sharding=device)
             whole = jax.ShapeDtypeStruct(src.shape, src_s.dtype, sharding=device)
-            small = tuple(jax.ShapeDtypeStruct(f.shape, f.dtype, sharding=device) for f in fixed)
+            small = Fixed(*(jax.ShapeDtypeStruct(f.shape, f.dtype, sharding=device) for f in fixed))
             flops, moved = compiled_cost(kernels.make_device_step(spec), whole, part, small, *one)
             times = max(plan.device_steps, default=plan.steps)
         else:
@@ -85,7 +86,7 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
             times = plan.steps
         costs.append(ProgramCost(side, "normal batch", flops, moved, times))
     if runner.accelerator:
-        for i, call in enumerate(runner.source.device_long_calls()):
+        for i, call in enumerate(runner.source.long_calls()):
             args = [_like(a) for a in call]
             flops, moved = compiled_cost(
                 kernels.make_long_solve(mesh, spec), src_s, dst_s, fixed, *args

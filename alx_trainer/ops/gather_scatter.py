@@ -81,10 +81,10 @@ def stored_rows(spec: StepSpec, src_l: jax.Array, ids: jax.Array) -> jax.Array:
     zeros at padding ids: the matrix-free kernels widen them inside each product."""
     if spec.replicated_src:
         return masked_gather(src_l, ids)
-    all_ids = jax.lax.all_gather(
-        ids, AXIS
-    )  # as `sharded_gather`, one device holds each row: a sum of
-    local = all_ids - shard_start(src_l)  # one value and zeros (+0.0, bits 0) is exact in any dtype
+    all_ids = jax.lax.all_gather(ids, AXIS)
+    local = all_ids - shard_start(src_l)
+    # as `sharded_gather`, one device holds each row: a sum of one value and zeros (+0.0, bits 0)
+    # is exact in any dtype
     mine = (local >= 0) & (local < src_l.shape[0])
     found = jnp.where(mine[..., None], jnp.take(src_l, jnp.where(mine, local, 0), axis=0), 0)
     return jax.lax.psum_scatter(found, AXIS, scatter_dimension=0, tiled=True)[0]

@@ -35,9 +35,8 @@ def replicate_via_host(
     bits = bits_dtype(table)
     host = aligned_empty(table.shape, bits) if buffer is None else buffer.view(table.shape, bits)
 
-    def copy(
-        shard,
-    ) -> None:  # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
+    # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
+    def copy(shard) -> None:
         host[shard.index] = np.asarray(shard.data).view(host.dtype)
 
     with ThreadPoolExecutor(host_threads(), thread_name_prefix="alx-replica") as pool:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from alx_trainer.ops import block_solver, pallas_cg, solvers
+from alx_trainer.ops import block_solver, solvers
 from alx_trainer.ops.gather_scatter import (
     fixed_rows,
     local_lookup,
@@ -134,9 +134,10 @@ def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
     mask = (ids >= 0).astype(jnp.float32)
     wide = as_float32(h)  # converted inside each consuming fusion (XLA duplicates the convert)
 
+    # [R, ...] -> [B, ...]: the value of each piece's row (zero for padding pieces)
     def per_piece(
         v,
-    ):  # [R, ...] -> [B, ...]: the value of each piece's row (zero for padding pieces)
+    ):
         return jnp.take(v, seg, axis=0, mode="fill", fill_value=0)
 
     # Batched products (dot_general): on CPU an elementwise product and sum of the same shape ran
@@ -168,27 +169,6 @@ def _matvec_cg(spec: StepSpec, fixed: Fixed, h, ids, seg, x0, row_ids, row_len):
     return x, _loss_terms(valid, observed, lam, x)
 
 
-def _pallas_cg(spec: StepSpec, fixed: Fixed, source, ids, seg, x0, row_ids, row_len):
-    """`_matvec_cg` by the Pallas kernel (`pallas_cg`): `source` is the whole fixed table
-    (`replicated_src`) or the batch's gathered rows [B, L, d]."""
-    gram, hyper = fixed
-    valid = row_ids >= 0
-    lam = row_reg(spec.num_other, hyper, row_len)
-    x, observed = pallas_cg.batch_cg(
-        source,
-        ids,
-        seg,
-        x0,
-        hyper[0] * gram,
-        lam,
-        spec.cg_iters,
-        not spec.replicated_src,
-        spec.observed_loss,
-    )
-    x = jnp.where(valid[:, None], x, 0)
-    return x, _loss_terms(valid, observed, lam, x)
-
-
 def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len):
     """Solve one dense batch (ids [B, L], seg [B], row_ids/row_len [R]); returns (dst_l, terms)."""
     gram, hyper = fixed
@@ -196,19 +176,14 @@ def _batch_gather(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids,
     rows = row_ids.shape[0]
     matvec = spec.cg_matvec
     x0 = rows_in(spec, dst_l, row_ids)  # warm start [R, d]
-    if matvec and spec.cg_kernel == "pallas":  # the kernel gathers from a whole table itself
-        source = src_l if spec.replicated_src else stored_rows(spec, src_l, ids)
-        x, terms = _pallas_cg(spec, fixed, source, ids, seg, x0, row_ids, row_len)
-        return rows_out(spec, dst_l, row_ids, x), terms
     # [B, L, d], zeros at padding: in the table's dtype for the matrix-free CG, else float32
     h = stored_rows(spec, src_l, ids) if matvec else fixed_rows(spec, src_l, ids)
     if spec.solver == "block":  # iALS++: never builds the d x d matrices
         valid = row_ids >= 0
         lam = row_reg(spec.num_other, hyper, row_len)
         x, err = block_solver.sweep(h, seg, x0, gram, lam, alpha, valid, spec.block_size)
-        per_entry = jnp.where(ids >= 0, err**2, 0).sum(
-            axis=1
-        )  # errors of the final x: the observed loss
+        # errors of the final x: the observed loss
+        per_entry = jnp.where(ids >= 0, err**2, 0).sum(axis=1)
         terms = _loss_terms(valid, jax.ops.segment_sum(per_entry, seg, num_segments=rows), lam, x)
     elif matvec:
         x, terms = _matvec_cg(spec, fixed, h, ids, seg, x0, row_ids, row_len)
@@ -348,7 +323,7 @@ def make_solve_scatter(mesh: Mesh, spec: StepSpec):
 def _long_solve(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, slot, row_ids, row_len):
     """This device's long rows: K batches ([1, K, B, L]) each of one row (its slot in [1, K], R for
     padding) summed into R rows' statistics, then solved and written back as a normal batch's."""
-    rows, d = row_ids.shape[1], fixed[0].shape[0]
+    rows, d = row_ids.shape[1], fixed.gramian.shape[0]
 
     def one(acc, batch):
         a, b = acc

@@ -41,7 +41,7 @@ from alx_trainer.ops.host_fixed_table import host_float32
 from alx_trainer.ops.kernels import make_long_stats, make_solve_scatter, row_reg
 from alx_trainer.ops.mesh import device_parts, host_batch, local_rows
 from alx_trainer.ops.plan import SidePlan
-from alx_trainer.ops.spec import StepSpec
+from alx_trainer.ops.spec import Fixed, StepSpec
 
 # A chunk's float32 block fits LONG_CACHE_BYTES (a core's share of the 32 MiB L3, beside the
 # other core's chunk); a device holds no group block above LONG_BLOCK_BYTES.
@@ -82,14 +82,12 @@ def plan_groups(
     chunk; the groups then go to the least loaded device, largest first.
     """
     budget = pow2_at_most(budget)
-    chunk = min(
-        pow2_at_most(cache), budget, pow2_at_least(int(np.sum(batches_per_row)))
-    )  # tiny inputs: a tiny chunk
+    # tiny inputs: a tiny chunk
+    chunk = min(pow2_at_most(cache), budget, pow2_at_least(int(np.sum(batches_per_row))))
     groups: list[Group] = []
     room: list[int] = []  # free batches per group
-    open_with: list[list[int]] = [
-        [] for _ in range(budget + 1)
-    ]  # free batches -> resident groups with that room
+    # free batches -> resident groups with that room
+    open_with: list[list[int]] = [[] for _ in range(budget + 1)]
     for r in np.argsort(-batches_per_row, kind="stable").tolist():
         n = int(batches_per_row[r])
         if n > budget:
@@ -138,9 +136,8 @@ def long_cg(
     flat = ids.reshape(k, -1)  # [K, B*L]
     block = row_gather(src, flat) if resident else None  # [K, B*L, d]
 
-    def batch_pass(
-        h, ids_b, p_b, target
-    ):  # batches [..., B*L]: sum_i h_i e_i [..., d], sum_i e_i^2 [...]
+    # batches [..., B*L]: sum_i h_i e_i [..., d], sum_i e_i^2 [...]
+    def batch_pass(h, ids_b, p_b, target):
         e = jnp.where(ids_b >= 0, target - jnp.einsum("...nd,...d->...n", h, p_b), 0)
         return jnp.einsum("...n,...nd->...d", e, h), jnp.sum(e * e, axis=-1)
 
@@ -180,7 +177,7 @@ def write_rows(table_l: jax.Array, ids: jax.Array, values: jax.Array) -> jax.Arr
 
 
 def solve_explicit(
-    mesh, spec: StepSpec, plan: SidePlan, shard: int, batches, src, dst, gram
+    mesh, spec: StepSpec, plan: SidePlan, shard: int, batches, src, dst, fixed: Fixed
 ) -> tuple[jax.Array, list]:
     """Rows longer than one device batch: sum their statistics over parts, then solve."""
     L, B, R = plan.shape
@@ -213,13 +210,21 @@ def solve_explicit(
             for i, owner in enumerate(queue[s * R : (s + 1) * R]):
                 a[j, i], b[j, i], lens[j, i] = acc[owner]
                 ids[j, i] = owner - j * shard if spec.owner else owner  # 'owner': shard-local
-        dst, t = solve_scatter(dst, gram, *[host_batch(mesh, x) for x in (a, b, ids, lens)])
+        dst, t = solve_scatter(dst, fixed, *[host_batch(mesh, x) for x in (a, b, ids, lens)])
         terms.append(t)
     return dst, terms
 
 
 def solve_cg(
-    mesh, spec: StepSpec, shard: int, per_device: bool, hyper: np.ndarray, batches, src, dst, gram
+    mesh,
+    spec: StepSpec,
+    shard: int,
+    per_device: bool,
+    hyper: np.ndarray,
+    batches,
+    src,
+    dst,
+    fixed: Fixed,
 ) -> tuple[jax.Array, list]:
     """Rows longer than one device batch by matrix-free CG ('owner' layout, one process; see above).
 
@@ -248,7 +253,7 @@ def solve_cg(
         x0[here] = host_float32(np.asarray(parts[device])[local_ids[here]])
     hyper = np.asarray(hyper, np.float64)
     lam = row_reg(spec.num_other, hyper, lengths, np)  # float64
-    srcs, grams = device_parts(src), device_parts(gram[0])
+    srcs, grams = device_parts(src), device_parts(fixed.gramian)
     alpha = np.float32(hyper[0])
     x, sq = np.zeros_like(x0), np.zeros(len(owners))
 

@@ -18,14 +18,14 @@ from typing import Callable, Iterator
 
 from alx_trainer.data import batching
 from alx_trainer.data.records import put_unless_stopped
-from alx_trainer.data.row_chunk import RowChunk
+from webgraph_contract.ragged import RaggedRows
 
 _DONE = object()
 
 
 def split_by_owner(
-    chunks: Iterator[RowChunk], shard: int, devices: int, depth: int = 4
-) -> list[Iterator[RowChunk]]:
+    chunks: Iterator[RaggedRows], shard: int, devices: int, depth: int = 4
+) -> list[Iterator[RaggedRows]]:
     """Per-device iterators of shard-local rows, fed by one reader thread through bounded queues.
 
     Each iterator must be consumed by its own thread; an error in the reader re-raises in every one.
@@ -54,7 +54,7 @@ def split_by_owner(
 
     threading.Thread(target=reader, daemon=True, name="alx-owner-reader").start()
 
-    def consume(q: queue.Queue) -> Iterator[RowChunk]:
+    def consume(q: queue.Queue) -> Iterator[RaggedRows]:
         try:
             while (item := q.get()) is not _DONE:
                 if isinstance(item, BaseException):
@@ -68,7 +68,7 @@ def split_by_owner(
 
 
 def device_calls(
-    chunks: Iterator[RowChunk],
+    chunks: Iterator[RaggedRows],
     piece_len: int,
     batch_pieces: int,
     batch_rows: int,

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 from jax.experimental import multihost_utils
 
-from alx_trainer.config import ACCELERATOR_BATCH_BYTES, ACCELERATOR_BATCH_IDS, TrainConfig
+from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching
 
 # combine(values, how): `values` (int64 [n]) of every host reduced by `how` ('sum' or 'max').
@@ -35,7 +35,8 @@ class SidePlan:
     per_call: int
     long_steps: int
     long_solves: int
-    rows: int  # records read by the planning pass, over all hosts (checked against stats.json)
+    # records read by the planning pass, over all hosts (checked against stats.json)
+    rows: int
     device_steps: tuple[int, ...] = ()
 
     @property
@@ -48,22 +49,16 @@ class SidePlan:
         """Compiled calls of normal rows per device per half-epoch."""
         return self.steps // self.per_call
 
+    def with_calls(self, max_calls: int) -> SidePlan:
+        """This plan's batches in at most `max_calls` compiled calls, as long as they must be
+        (a plan made with `max_calls` 1: its `steps` are the batches, unpadded)."""
+        per_call = max(1, -(-self.steps // max_calls))
+        calls = -(-self.steps // per_call)
+        return dataclasses.replace(self, steps=calls * per_call, per_call=per_call)
+
 
 BALANCE_SLACK = 1.02  # room over an even share of pieces, for rows that next-fit cannot split
 BALANCE_PIECES = 64  # a balanced batch's pieces are a multiple of this
-
-
-def accelerator_batch_ids(dim: int, per_row_stats: bool, platform: str) -> int:
-    """Ids per batch on the accelerator path (before `make_plan` balances them): on a GPU a
-    batch's fixed cost (its kernels' launches) is about the same whatever its size, so the forms
-    without d x d statistics per row slot take batches of `ACCELERATOR_BATCH_BYTES` of gathered
-    float32 rows (a power of two of ids, never fewer than `ACCELERATOR_BATCH_IDS`); the others,
-    and CPU devices (where a batch that stays in cache is worth more: 0.80 s an epoch against 1.50
-    on `benchmarks.device_proxies`), `ACCELERATOR_BATCH_IDS`."""
-    if per_row_stats or platform == "cpu":
-        return ACCELERATOR_BATCH_IDS
-    most = 1 << max(0, (ACCELERATOR_BATCH_BYTES // (4 * dim)).bit_length() - 1)
-    return max(ACCELERATOR_BATCH_IDS, most)
 
 
 def candidate_shapes(config: TrainConfig, batch_ids: int) -> list[tuple[int, int]]:
@@ -97,7 +92,8 @@ def make_plan(
     `owner`, each device packs the rows of its own table shard (`shard` rows) apart.
     """
     shapes = candidate_shapes(config, batch_ids)
-    if len(shapes) > 1:  # automatic piece length: from the padding of every host's rows
+    # automatic piece length: from the padding of every host's rows
+    if len(shapes) > 1:
         counts = np.array([batching.padded_slots(lengths, L, B) for L, B in shapes], np.int64)
         counts = combine(counts.ravel(), "sum").reshape(counts.shape)
         chosen = batching.choose_piece_len({L: tuple(c) for (L, _), c in zip(shapes, counts)})
@@ -127,12 +123,14 @@ def make_plan(
     steps, long_steps, long_solves = (
         int(c) for c in combine(np.array([steps, -(-n_long // k), long_solves]), "max")
     )
-    if max_calls:  # the accelerator path: at most `max_calls` calls, as long as they must be
+    # the accelerator path: at most `max_calls` calls, as long as they must be
+    if max_calls:
         per_call = max(1, -(-steps // max_calls))
         calls = -(-steps // per_call)
     else:
         calls = -(-steps // config.steps_per_call)
-        per_call = max(1, -(-steps // max(calls, 1)))  # as few padding steps as `calls` calls allow
+        # as few padding steps as `calls` calls allow
+        per_call = max(1, -(-steps // max(calls, 1)))
     return SidePlan(
         L, B, R, calls * per_call, per_call, long_steps, long_solves, int(totals[2]), device_steps
     )
@@ -158,7 +156,8 @@ def one_host(values: np.ndarray, how: str) -> np.ndarray:
 
 def over_hosts(values: np.ndarray, how: str) -> np.ndarray:
     """`Combine` over every process (a collective: all processes call it, with as many values)."""
-    if len(values) == 0:  # every process has none (the count is agreed): nothing to gather
+    # every process has none (the count is agreed): nothing to gather
+    if len(values) == 0:
         return np.zeros(0, np.int64)
     every = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64))).reshape(
         -1, len(values)

@@ -1,11 +1,13 @@
-"""One half-epoch on the devices: `SideRunner` solves every row of one side with the other table
-fixed.
+"""One half-epoch on the devices: `plan_side` plans a side, `SideRunner.run` solves every row of
+it with the other table fixed.
 
-At construction a runner reads its side once (`batch_sources.scan`), plans it (`plan.make_plan`)
-and picks its batch source (`batch_sources`). A half-epoch (`run`) then takes the gramian of the
-fixed table, replicates that table where the layout wants it whole, runs the source's compiled
-calls of K dense batches (`kernels`), and solves the rows longer than a batch (`long_rows`).
-The training loop (`alx_trainer.train`) and fold-in (`alx_trainer.model`) both solve through it.
+The planning step (`plan_side`) reads the side once (`batch_sources.scan`), plans its batches
+(`plan.make_plan`, once) and makes its batch source as the `ExecutionPlan` says
+(`batch_sources`). A half-epoch (`SideRunner.run`) then takes the gramian of the fixed table,
+replicates that table where the layout wants it whole, runs the source's compiled calls of K dense
+batches (`kernels`), and solves the rows longer than a batch (`long_rows`); it returns a
+`HalfEpoch`. The training loop (`alx_trainer.train`) and fold-in (`alx_trainer.model`) both solve
+through it.
 """
 
 from __future__ import annotations
@@ -14,18 +16,16 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import os
 import threading
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import phase_times
+from alx_trainer import execution, phase_times
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import batching
-from alx_trainer.data.row_chunk import RowChunk
+from alx_trainer.execution import ExecutionPlan
 from alx_trainer.ops import (
     batch_sources,
     host_fixed_table,
@@ -36,163 +36,166 @@ from alx_trainer.ops import (
     table_storage,
 )
 from alx_trainer.ops.mesh import device_parts, local_rows, padded_rows, replicated
-from alx_trainer.ops.spec import Fixed, StepSpec, accelerator, device_layout, hyper_params
+from alx_trainer.ops.spec import Fixed, StepSpec, hyper_params
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
-# Accelerator path: a side's batches stay on the devices when they take at most this share of the
-# free memory (each side decides in turn, the other side's already counted); long rows are
-# solved LONG_STATS_BYTES of d x d statistics per device at a time.
-RESIDENT_SHARE = 0.5
+# Accelerator path: long rows are solved LONG_STATS_BYTES of d x d statistics per device at a
+# time.
 LONG_STATS_BYTES = 256 << 20
 
 log = logging.getLogger(__name__)
 
 
-def free_bytes(device) -> int:
-    """Free memory of `device`: its allocator's limit less what is in use, or the host's available
-    memory."""
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+@dataclasses.dataclass(frozen=True)
+class LossTerms:
+    """A half-epoch's loss terms, summed over its rows."""
+
+    # sum over the observed pairs of (1 - h.x)^2 (0 unless asked for)
+    observed: float
+    # sum of lambda_r |x_r|^2 over the solved rows
+    reg: float
+    # rows solved
+    rows: int
+
+    @classmethod
+    def of(cls, sums: np.ndarray) -> LossTerms:
+        """From the kernels' [observed, reg, rows] sums."""
+        return cls(float(sums[0]), float(sums[1]), int(sums[2]))
+
+
+@dataclasses.dataclass(frozen=True)
+class HalfEpoch:
+    """The result of `SideRunner.run`: the solved table, its loss terms, and its gramian when the
+    half-epoch computed it (the one-call path), else None."""
+
+    table: jax.Array
+    terms: LossTerms
+    gramian: jax.Array | None = None
+
+
+def plan_side(
+    config: TrainConfig,
+    exe: ExecutionPlan,
+    mesh,
+    spec: StepSpec,
+    make_chunks: batch_sources.MakeChunks,
+    num_rows: int,
+    replica: host_fixed_table.ReplicaBuffer | None = None,
+    name: str = "",
+) -> SideRunner:
+    """The planning step of one side: read it once, plan its batches, make its batch source.
+
+    `num_rows` is the size of the table being solved: with the 'owner' layout each row goes to the
+    device holding its shard of that table. Runners given one `replica` buffer copy their fixed
+    tables into its kept memory (float32 tables; see `SideRunner.replicated`): one half-epoch at a
+    time. `name` ('row', 'col') times the phases of the training runners.
+    """
+    shard = padded_rows(num_rows, mesh) // mesh.size
+    local = mesh.local_devices
+    streamed = exe.batches == "owner_stream"
+    # (streamed) rows long at some candidate shape are kept; those of the chosen one are packed
+    smallest = min(L * B for L, B in plan.candidate_shapes(config, exe.batch_ids))
+    timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
+    with timed("read"):
+        read = batch_sources.scan(
+            make_chunks(),
+            keep_chunks=exe.batches == "owner_resident",
+            long_above=smallest if streamed else None,
+        )
+    # the mesh spans processes
+    combine = plan.over_hosts if len(local) < mesh.size else plan.one_host
+    with timed("plan"):
+        side = plan.make_plan(
+            config,
+            spec.owner,
+            read.lengths,
+            read.row_ids,
+            len(local),
+            shard,
+            combine,
+            exe.batch_ids,
+            # the accelerator path: resident batches run a half-epoch in one compiled call
+            1 if exe.accelerator else 0,
+            mesh.size if exe.accelerator else 0,
+        )
+    one_call = exe.accelerator and _resident(exe, side, mesh, name, config.calls_per_half_epoch)
+    if exe.accelerator and not one_call:
+        side = side.with_calls(config.calls_per_half_epoch)
+    with timed("pack"):
+        if exe.batches == "device":
+            long_rows_per_call = max(
+                1, min(side.batch_rows, LONG_STATS_BYTES // (4 * config.dim**2))
+            )
+            if one_call:
+                source = batch_sources.DeviceResident.pack(
+                    mesh, side, make_chunks, long_rows_per_call, combine
+                )
+            else:
+                source = batch_sources.DeviceStream(
+                    mesh, side, make_chunks, long_rows_per_call, combine
+                )
+        elif streamed:
+            source = batch_sources.OwnerStream.pack(
+                mesh, side, make_chunks, read.long_rows, shard, exe.per_device
+            )
+        elif exe.batches == "owner_resident":
+            source = batch_sources.OwnerResident.pack(
+                mesh, side, read.chunks, shard, exe.per_device
+            )
+        elif exe.batches == "host_cache":
+            source = batch_sources.HostCache.pack(mesh, side, make_chunks)
+        else:
+            source = batch_sources.FileStream(mesh, side, make_chunks)
+    return SideRunner(config, exe, mesh, spec, side, source, shard, one_call, replica)
+
+
+def _resident(exe: ExecutionPlan, side: plan.SidePlan, mesh, name: str, calls: int) -> bool:
+    """Whether the accelerator path keeps this side's batches on the devices (said in the log)."""
+    need = batch_sources.resident_bytes(side)
+    free = execution.free_bytes(mesh.local_devices[0])
+    keep = execution.keeps_resident(exe, need, free)
+    log.info(
+        "%s side: packed batches %.1f MiB per device, %.1f MiB free: %s (resident_batches %s); "
+        "%s per half-epoch",
+        name or "one",
+        need / 2**20,
+        free / 2**20,
+        "kept on the devices" if keep else "copied double-buffered each half-epoch",
+        exe.resident_batches,
+        "one compiled call" if keep else f"at most {calls} compiled calls",
+    )
+    return keep
 
 
 class SideRunner:
-    """Compiled kernels, plan and batch source of one side; `run` does one half-epoch.
-
-    `num_rows` is the size of the table being solved: with the 'owner' layout each row goes to
-    the device holding its shard of that table. Runners given one `replica` buffer copy their
-    fixed tables into its kept memory (float32 tables; see `replicated`): one half-epoch at a time.
-    """
+    """Compiled kernels, batch plan and batch source of one side (`plan_side` makes one); `run`
+    does one half-epoch."""
 
     def __init__(
         self,
         config: TrainConfig,
+        exe: ExecutionPlan,
         mesh,
         spec: StepSpec,
-        make_chunks: Callable[[], Iterator[RowChunk]],
-        num_rows: int,
+        side: plan.SidePlan,
+        source: batch_sources.BatchSource,
+        shard: int,
+        one_call: bool,
         replica: host_fixed_table.ReplicaBuffer | None = None,
-        name: str = "",
     ):
-        spec = dataclasses.replace(
-            spec, layout=device_layout(spec.layout, spec.local_stats, mesh.size)
-        )
-        self.config, self.mesh, self.spec, self.replica = config, mesh, spec, replica
+        self.config, self.exe, self.mesh, self.spec = config, exe, mesh, spec
+        self.plan, self.source, self.shard, self.one_call = side, source, shard, one_call
+        self.replica = replica
+        self.accelerator, self.per_device = exe.accelerator, exe.per_device
         self.hyper = hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.hyper_on_devices = jax.device_put(self.hyper, replicated(mesh))
-        self.shard = padded_rows(num_rows, mesh) // mesh.size
-        local = mesh.local_devices
-        self.accelerator = accelerator(config)
-        # 'owner' on per-core CPU devices: a program and a pinned thread per device (per_core)
-        self.per_device = spec.owner and per_core.applies(local)
-        streamed = spec.owner and config.stream_batches and (self.per_device or len(local) == 1)
-        # (streamed: the per-core path only) rows long at some candidate shape are kept; those of
-        # the chosen one are packed
-        smallest = min(L * B for L, B in plan.candidate_shapes(config, batching.BATCH_IDS))
-        keep = spec.owner and not streamed  # 'owner' packs from the chunks of this pass
-        # the training runners' phases (a fold-in's count as the evaluation's)
-        timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
-        with timed("read"):
-            read = batch_sources.scan(
-                make_chunks(), keep_chunks=keep, long_above=smallest if streamed else None
-            )
-        combine = (
-            plan.over_hosts if len(local) < mesh.size else plan.one_host
-        )  # the mesh spans processes
-        batch_ids = batching.BATCH_IDS
-        if self.accelerator:
-            batch_ids = plan.accelerator_batch_ids(config.dim, spec.row_stats, local[0].platform)
 
-        def make_plan(max_calls: int) -> plan.SidePlan:
-            with timed("plan"):
-                return plan.make_plan(
-                    config,
-                    spec.owner,
-                    read.lengths,
-                    read.row_ids,
-                    len(local),
-                    self.shard,
-                    combine,
-                    batch_ids,
-                    max_calls,
-                    mesh.size if self.accelerator else 0,
-                )
-
-        # the accelerator path: resident batches run a half-epoch in one call
-        # (`kernels.make_half_epoch`),
-        # streamed ones in at most `calls_per_half_epoch`
-        self.plan = make_plan(1 if self.accelerator else 0)
-        self.one_call = self.accelerator and self._resident(name)
-        if self.accelerator and not self.one_call:
-            self.plan = make_plan(config.calls_per_half_epoch)
-        with timed("pack"):
-            self.source = self._source(make_chunks, read, combine, streamed)
-        self.step = self._compiled(spec)
-        self.solved_gramian: jax.Array | None = (
-            None  # the one-call half-epoch's gramian of its result
-        )
-
-    def _source(self, make_chunks, read: batch_sources.Scan, combine: plan.Combine, streamed: bool):
-        """The batch source of this side's mode (see `batch_sources`)."""
-        mesh, config = self.mesh, self.config
-        if self.accelerator:
-            long_rows_per_call = max(
-                1, min(self.plan.batch_rows, LONG_STATS_BYTES // (4 * config.dim**2))
-            )
-            source = batch_sources.DeviceResident if self.one_call else batch_sources.DeviceStream
-            return source(mesh, self.plan, make_chunks, long_rows_per_call, combine)
-        if streamed:
-            return batch_sources.OwnerStream(
-                mesh, self.plan, make_chunks, read.long_rows, self.shard, self.per_device
-            )
-        if read.chunks is not None:  # 'owner', held in memory
-            return batch_sources.OwnerResident(
-                mesh, self.plan, read.chunks, self.shard, self.per_device
-            )
-        if config.cache_batches:
-            return batch_sources.HostCache(mesh, self.plan, make_chunks)
-        return batch_sources.FileStream(mesh, self.plan, make_chunks)
-
-    def _resident(self, name: str) -> bool:
-        """Whether the accelerator path keeps this side's batches on the devices (said in the
-        log)."""
-        need = batch_sources.resident_bytes(self.plan)  # per device
-        free = free_bytes(self.mesh.local_devices[0])
-        choice = self.config.resident_batches
-        keep = choice == "on" or (choice == "auto" and need <= RESIDENT_SHARE * free)
-        calls = (
-            "one compiled call"
-            if keep
-            else f"at most {self.config.calls_per_half_epoch} compiled calls"
-        )
-        log.info(
-            "%s side: packed batches %.1f MiB per device, %.1f MiB free: %s (resident_batches %s); "
-            "%s per half-epoch",
-            name or "one",
-            need / 2**20,
-            free / 2**20,
-            "kept on the devices" if keep else "copied double-buffered each half-epoch",
-            choice,
-            calls,
-        )
-        return keep
-
-    def _compiled(self, spec: StepSpec):
-        return (
-            kernels.make_device_step(spec)
-            if self.per_device
-            else kernels.make_step(self.mesh, spec)
-        )
-
-    def observe_loss(self, on: bool) -> None:
-        """Whether the next `run`s compute the observed loss of their rows (the kernels'
-        `observed_loss`;
-        each setting compiles once)."""
-        if on != self.spec.observed_loss:
-            self.spec = dataclasses.replace(self.spec, observed_loss=on)
-            self.step = self._compiled(self.spec)
+    def _step(self, spec: StepSpec):
+        """The compiled step of `spec` (one program per spec: `kernels` caches them)."""
+        if self.per_device:
+            return kernels.make_device_step(spec)
+        return kernels.make_step(self.mesh, spec)
 
     @property
     def total_steps(self) -> int:
@@ -209,7 +212,7 @@ class SideRunner:
     def fixed(self, src: jax.Array, gram: jax.Array | None = None) -> Fixed:
         """The steps' `fixed` argument: the gramian of `src` (`gram` when known) and (alpha, lambda,
         nu), replicated."""
-        return self.gramian(src) if gram is None else gram, self.hyper_on_devices
+        return Fixed(self.gramian(src) if gram is None else gram, self.hyper_on_devices)
 
     def replicated(self, table: jax.Array) -> jax.Array:
         """The fixed table as the steps take it: whole on every device unless 'sharded', in
@@ -229,23 +232,26 @@ class SideRunner:
         dst: jax.Array,
         progress: ProgressFn | None = None,
         src_gram: jax.Array | None = None,
-    ) -> tuple[jax.Array, np.ndarray]:
-        """Solve every row of this side into `dst` (donated) with `src` fixed; loss terms summed.
+        observed_loss: bool | None = None,
+    ) -> HalfEpoch:
+        """Solve every row of this side into `dst` (donated) with `src` fixed.
 
         `progress(steps, rows)` is called after each compiled call of the normal rows; `src_gram`,
-        when given, is `gramian(src)` (the training loop keeps each table's).
+        when given, is `gramian(src)` (the training loop keeps each table's); `observed_loss`
+        (None: the spec's) whether the observed loss is computed (each setting compiles once).
         """
-        dst = table_storage.solving_form(
-            dst
-        )  # before the fixed-table replica: their peaks do not add up
+        spec = self.spec
+        if observed_loss is not None and observed_loss != spec.observed_loss:
+            spec = dataclasses.replace(spec, observed_loss=observed_loss)
+        # before the fixed-table replica: their peaks do not add up
+        dst = table_storage.solving_form(dst)
         fixed = self.fixed(src, src_gram)
         if self.one_call:
-            dst, terms, self.solved_gramian = self.run_one_call(
-                table_storage.gather_form(src), dst, fixed
-            )
+            program, normal, longs = self.one_call_program(spec)
+            dst, terms, gram = program(table_storage.gather_form(src), dst, fixed, normal, longs)
             if progress is not None:
                 progress(self.plan.steps, sum(rows for _, rows in self.source.calls))
-            return table_storage.stored_form(dst), _host_terms(terms)
+            return HalfEpoch(table_storage.stored_form(dst), LossTerms.of(_host_terms(terms)), gram)
         step_src = self.replicated(src)
         lock = threading.Lock()
 
@@ -254,65 +260,65 @@ class SideRunner:
                 with lock:
                     progress(self.plan.per_call, rows)
 
-        dst, terms = self.run_normal(step_src, dst, fixed, done)
+        dst, terms = self.run_normal(spec, step_src, dst, fixed, done)
         if self.plan.long_steps:
-            dst, long_terms = self.run_long(step_src, dst, fixed)
+            dst, long_terms = self.run_long(spec, step_src, dst, fixed)
             terms.extend(long_terms)
         total = np.sum([_host_terms(t) for t in terms], axis=0) if terms else np.zeros(3)
-        del step_src  # the replica goes before `stored_form` takes its shard of temporary
-        return table_storage.stored_form(dst), total
+        # the replica goes before `stored_form` takes its shard of temporary
+        del step_src
+        return HalfEpoch(table_storage.stored_form(dst), LossTerms.of(total))
 
-    def one_call_program(self):
+    def one_call_program(self, spec: StepSpec):
         """The compiled one-call half-epoch of this side (`kernels.make_half_epoch`) and its batch
         arguments."""
-        calls, longs = self.source.calls, tuple(tuple(c) for c in self.source.device_long_calls())
+        calls, longs = self.source.calls, tuple(tuple(c) for c in self.source.long_calls())
         normal = tuple(calls[0][0]) if calls else None
         return (
-            kernels.make_half_epoch(self.mesh, self.spec, normal is not None, len(longs)),
+            kernels.make_half_epoch(self.mesh, spec, normal is not None, len(longs)),
             normal,
             longs,
         )
 
-    def run_one_call(self, src, dst, fixed: Fixed) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Every row of this side in one compiled call (resident batches); `src` sharded as
-        stored."""
-        program, normal, longs = self.one_call_program()
-        return program(src, dst, fixed, normal, longs)
-
     def run_normal(
-        self, src, dst, fixed: Fixed, done: Callable[[int], None] = lambda rows: None
+        self, spec: StepSpec, src, dst, fixed: Fixed, done: Callable[[int], None]
     ) -> tuple[jax.Array, list]:
         """The rows that fit one batch: every call of the batch source, on `src` as `replicated`
         gave it."""
         streams = self.source.streams()
+        step = self._step(spec)
         if self.per_device:
-            return self._run_per_device(src, dst, fixed, streams, done)
-        return self._run_calls(src, dst, fixed, streams[0], done)
+            return self._run_per_device(step, src, dst, fixed, streams, done)
+        return self._run_calls(step, src, dst, fixed, streams[0], done)
 
+    @staticmethod
     def _run_calls(
-        self, src, dst, fixed: Fixed, calls: Iterable[batch_sources.Call], done
+        step, src, dst, fixed: Fixed, calls: Iterable[batch_sources.Call], done
     ) -> tuple[jax.Array, list]:
         """Run `calls` in order on `dst` (one table, or one device's part of it)."""
         terms = []
         try:
             for arrays, rows in calls:
-                dst, t = self.step(src, dst, fixed, *arrays)
+                dst, t = step(src, dst, fixed, *arrays)
                 terms.append(t)
                 done(rows)
         finally:
-            if hasattr(calls, "close"):  # a stream: stop its reader too
+            # a stream: stop its reader too
+            if hasattr(calls, "close"):
                 calls.close()
         return dst, terms
 
-    def _run_per_device(self, src, dst, fixed: Fixed, streams, done) -> tuple[jax.Array, list]:
+    def _run_per_device(
+        self, step, src, dst, fixed: Fixed, streams, done
+    ) -> tuple[jax.Array, list]:
         """Each device's calls in its own thread on its own arrays; `dst` reassembled from the
         parts."""
-        srcs, parts, hypers = device_parts(src), device_parts(dst), device_parts(fixed[1])
-        grams = {d: (g, hypers[d]) for d, g in device_parts(fixed[0]).items()}
+        srcs, parts, hypers = device_parts(src), device_parts(dst), device_parts(fixed.hyper)
+        fixeds = {d: Fixed(g, hypers[d]) for d, g in device_parts(fixed.gramian).items()}
         devices = self.mesh.local_devices
         results = per_core.run(
             [
-                functools.partial(self._run_calls, srcs[d], parts[d], grams[d], calls, done)
+                functools.partial(self._run_calls, step, srcs[d], parts[d], fixeds[d], calls, done)
                 for d, calls in zip(devices, streams)
             ]
         )
@@ -321,30 +327,22 @@ class SideRunner:
         )
         return dst, [t for _, terms in results for t in terms]
 
-    def run_long(self, src, dst, fixed: Fixed) -> tuple[jax.Array, list]:
-        """Solve the rows longer than one device batch (matrix-free where the layout allows)."""
-        if self.accelerator:  # every part on the devices
+    def run_long(self, spec: StepSpec, src, dst, fixed: Fixed) -> tuple[jax.Array, list]:
+        """Solve the rows longer than one device batch as the plan's `long_rows` says."""
+        if self.exe.long_rows == "device":
             terms = []
-            long_solve = kernels.make_long_solve(self.mesh, self.spec)
-            for arrays in self.source.device_long_calls():
+            long_solve = kernels.make_long_solve(self.mesh, spec)
+            for arrays in self.source.long_calls():
                 dst, t = long_solve(src, dst, fixed, *arrays)
                 terms.append(t)
             return dst, terms
-        batches = self.source.long_batches()
-        if self.spec.owner and self.spec.cg_matvec:
+        batches = self.source.long_calls()
+        if self.exe.long_rows == "matvec_cg":
             return long_rows.solve_cg(
-                self.mesh,
-                self.spec,
-                self.shard,
-                self.per_device,
-                self.hyper,
-                batches,
-                src,
-                dst,
-                fixed,
+                self.mesh, spec, self.shard, self.per_device, self.hyper, batches, src, dst, fixed
             )
         return long_rows.solve_explicit(
-            self.mesh, self.spec, self.plan, self.shard, batches, src, dst, fixed
+            self.mesh, spec, self.plan, self.shard, batches, src, dst, fixed
         )
 
 

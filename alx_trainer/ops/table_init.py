@@ -18,14 +18,12 @@ from alx_trainer.data.host_cores import host_threads
 from alx_trainer.ops.mesh import padded_rows, row_sharding
 from alx_trainer.ops.table_storage import BF16_BITS, bitcast
 
-INIT_CHUNK = (
-    16384  # rows per generator stream and per block: initialization holds a shard and a few blocks
-)
+# rows per generator stream and per block: initialization holds a shard and a few blocks
+INIT_CHUNK = 16384
 
 
-_SCRATCH = (
-    threading.local()
-)  # each init thread's float32 chunk, reused (freed blocks stayed in glibc's thread arenas)
+# each init thread's float32 chunk, reused (freed blocks stayed in glibc's thread arenas)
+_SCRATCH = threading.local()
 
 
 def init_rows(seed: int, lo: int, n: int, stddev: float, out: np.ndarray) -> None:

@@ -118,7 +118,7 @@ def _chunks(
         for chunk in records.read_chunks(
             files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols
         ):
-            known = np.split(chunk.cols, chunk.indptr[1:-1])
+            known = np.split(chunk.ids, chunk.indptr[1:-1])
             exclude = [np.append(c, r) for c, r in zip(known, chunk.row_ids)] if shared else known
             if split == "train":
                 ids, scores = ranker.top_k(row_table[chunk.row_ids], exclude, k)
