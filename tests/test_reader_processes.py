@@ -41,8 +41,8 @@ def read(files, chunk, processes: bool, monkeypatch, num_cols=COLS) -> list:
     assert records.decode_mode(files, 2) == (("processes", 2) if processes else ("threads", 2))
     out = []
     for c in records.read_chunks(files, chunk, ROWS, num_cols, threads=2):
-        assert c.row_ids.dtype == c.indptr.dtype == c.cols.dtype == np.int64
-        out.append((c.row_ids.tobytes(), c.indptr.tobytes(), c.cols.tobytes()))
+        assert c.row_ids.dtype == c.indptr.dtype == c.ids.dtype == np.int64
+        out.append((c.row_ids.tobytes(), c.indptr.tobytes(), c.ids.tobytes()))
     return out
 
 
@@ -104,7 +104,7 @@ def test_early_close_and_prefetch_thread(shards, monkeypatch):
     it.close()  # the workers are killed, their output removed
     assert leftovers() == []
     ahead = records.prefetch(lambda: records.read_chunks(shards, 512, ROWS, COLS, threads=2))
-    got = [(c.row_ids.tobytes(), c.indptr.tobytes(), c.cols.tobytes()) for c in ahead]
+    got = [(c.row_ids.tobytes(), c.indptr.tobytes(), c.ids.tobytes()) for c in ahead]
     assert got == whole and leftovers() == []
 
 
@@ -128,7 +128,7 @@ def test_processes_that_cannot_write_hand_over_to_threads(shards, monkeypatch, t
     monkeypatch.setattr(file_workers, "SHM_DIR", str(tmp_path / "missing"))  # workers fail
     with caplog.at_level(logging.WARNING, logger=records.__name__):
         got = [
-            (c.row_ids.tobytes(), c.indptr.tobytes(), c.cols.tobytes())
+            (c.row_ids.tobytes(), c.indptr.tobytes(), c.ids.tobytes())
             for c in records.read_chunks(shards, 777, ROWS, COLS, threads=2)
         ]
     assert got == whole

@@ -76,5 +76,5 @@ def _max_id(files: dict[str, list[str]]) -> int:
     big = np.iinfo(np.int64).max
     for split in ("train", "train_t"):
         for chunk in records.read_chunks(files[split], 4096, big, big):
-            top = max(top, int(chunk.row_ids.max(initial=-1)), int(chunk.cols.max(initial=-1)))
+            top = max(top, int(chunk.row_ids.max(initial=-1)), int(chunk.ids.max(initial=-1)))
     return top
