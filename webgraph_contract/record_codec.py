@@ -61,6 +61,7 @@ class SplitRows:
 
     @property
     def row_tags(self) -> np.ndarray:
+        """The records' `row_tag`s (both parts' `row_ids`)."""
         return self.col_tag.row_ids
 
     def __len__(self) -> int:
