@@ -47,6 +47,10 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
+    # The packages sit at the repository root: said so, `pip install -e .` puts the root on sys.path
+    # with a .pth file, without setuptools' import-hook finder and the "Editable installation"
+    # warning box that finder prints to every new user (`make install`).
+    package_dir={"": "."},
     # Namespace discovery also lists the builder's dummy_data folders (data, no __init__.py), so
     # setuptools knows they are meant to ship and their files can be declared as package data.
     packages=find_namespace_packages(
@@ -68,6 +72,7 @@ setup(
         "all": PIPELINE + TFDS,
         "test": [
             "pytest>=8,<10",
+            "pytest-xdist>=3.5,<4",  # `make test` runs the suite in 2 worker processes
             "scipy>=1.11,<2",
             "implicit>=0.7,<0.8",
             "dill>=0.3.6,<1",

@@ -118,11 +118,5 @@ def _eval_data(
     counts = np.zeros(shape[1], np.int64)
     for chunk in records.read_chunks(train, 1 << 16, *shape):
         counts += np.bincount(chunk.ids, minlength=shape[1])
-    known, gt = [], []
-    for path in test:
-        for block in dataset_reader.iter_file_rows(path):
-            known.append(RaggedRows(block.row_tags, block.col_ptr, block.cols))
-            gt.append(RaggedRows(block.row_tags, block.gt_ptr, block.gt))
-    return EvalData(
-        RaggedRows.concat(known), RaggedRows.concat(gt), counts.astype(np.float32), shared
-    )
+    rows = dataset_reader.read_rows(test)
+    return EvalData(rows.col_tag, rows.gt_tag, counts.astype(np.float32), shared)

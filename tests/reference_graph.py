@@ -1,6 +1,5 @@
 """The graph stage's documented rules (DESIGN.md, WebGraph rules 4-7) worked out in plain Python
-with
-sets, dicts and hashlib: the independent reference the Beam graph stage is checked against.
+with sets, dicts and hashlib: the independent reference the Beam graph stage is checked against.
 
 It shares no code with `webgraph_pipeline`: ids are ranks in the order (blake2b-8 bucket of the
 name, name); a row is a test row when it has >= 2 links and blake2b("seed\\x1frow\\x1fname") / 2^64

@@ -1,6 +1,5 @@
 """fileio: TFRecord framing equal to TensorFlow's writer, local file operations, and a whole
-pipeline
-run that never imports TensorFlow."""
+pipeline run that never imports TensorFlow."""
 
 from __future__ import annotations
 
@@ -25,10 +24,8 @@ def test_tfrecord_bytes_equal_tensorflow_writer(tmp_path, records):
             writer.write(record)
     assert ours.read_bytes() == theirs.read_bytes()
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(ours))] == records
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ours.tfrecord",
-        "theirs.tfrecord",
-    ]  # no temp left
+    # no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours.tfrecord", "theirs.tfrecord"]
 
 
 def test_local_operations(tmp_path):

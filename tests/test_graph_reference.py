@@ -1,6 +1,5 @@
 """The columnar graph stage (`BuildWebGraph` on edge batches) against the plain-Python reference of
-the
-rules (reference_graph.py): the same vocabulary, rows, test rows, held-out links, counters and
+the rules (reference_graph.py): the same vocabulary, rows, test rows, held-out links, counters and
 summary; and fingerprint collisions forced by a narrowed fingerprint."""
 
 from __future__ import annotations
@@ -129,9 +128,8 @@ def test_one_bucket_and_one_batch_give_the_same_bytes(noisy_edges, tmp_path):
         assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes(), path.name
 
 
-@pytest.mark.parametrize(
-    "one_batch", [False, True]
-)  # one batch: the two names meet inside `Fingerprint`
+# one batch: the two names meet inside `Fingerprint`
+@pytest.mark.parametrize("one_batch", [False, True])
 def test_collision_is_fatal_and_names_both(noisy_edges, tmp_path, one_batch):
     batch = len(noisy_edges) if one_batch else 700
     with pytest.raises(

@@ -45,9 +45,8 @@ def _stream_round_trip(time_limit_ms: int) -> tuple[bytes, bytes]:
 
 def test_beams_time_flushed_stream_drops_chunks_written_during_a_flush():
     written, sent = _stream_round_trip(time_limit_ms=5)
-    assert (
-        len(sent) < len(written) / 2
-    )  # Beam's bug: still there (drop the workaround once it is not)
+    # Beam's bug: still there (drop the workaround once it is not)
+    assert len(sent) < len(written) / 2
     written, sent = _stream_round_trip(time_limit_ms=0)  # what disable_time_based_flush selects
     assert sent == written
 

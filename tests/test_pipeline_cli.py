@@ -230,9 +230,8 @@ def test_runs_are_byte_identical_across_runs_and_direct_running_modes(
         assert (out / "notes.txt").read_text() == "stale"
         (out / "notes.txt").unlink()
         outputs.append(_file_bytes(out))
-    assert (
-        len(outputs[0]) == 3 * 4 + 2
-    )  # 3 splits + vocabulary, 3 shards each; stats.json; the plot
+    # 3 splits + vocabulary, 3 shards each; stats.json; the plot
+    assert len(outputs[0]) == 3 * 4 + 2
     assert outputs[0] == outputs[1] == outputs[2]
 
 

@@ -191,11 +191,8 @@ def test_odd_file_through_the_job(tmp_path, capsys):
         (b"", [], "no line"),
         (b"start end\n", ["--header"], "skipped_lines.header (1 lines)"),
         (b"% only\n% comments\n", [], "skipped_lines.comment (2 lines)"),
-        (
-            b"1::2::5::9\n1::3::4::9\n",
-            [],
-            "dropped_lines.too_few_fields (2 lines)",
-        ),  # ratings.dat read as pairs
+        # ratings.dat read as pairs
+        (b"1::2::5::9\n1::3::4::9\n", [], "dropped_lines.too_few_fields (2 lines)"),
     ],
 )
 def test_a_file_that_yields_no_edge_is_an_error(content, flags, reason, tmp_path, capsys):
@@ -348,9 +345,8 @@ def test_named_numeric_and_url_ids_give_the_same_graph(data_dir, tmp_path, capsy
             capsys,
         )
         assert code == 0
-        back_u = {
-            ru(u).lower() if kind == "url" else ru(u): u for u in users
-        }  # hosts are lower-cased
+        # hosts are lower-cased
+        back_u = {ru(u).lower() if kind == "url" else ru(u): u for u in users}
         back_i = {ri(i): i for i in items}
         results[kind] = {(back_u[u], back_i[i]) for u, i in _all_links(out)}
         stats = json.loads((out / stats_json.STATS_FILE).read_text())

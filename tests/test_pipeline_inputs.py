@@ -173,9 +173,8 @@ def test_every_wat_file_is_accounted_for(wats, tmp_path):
     assert got_edges == expected
 
 
-@pytest.mark.parametrize(
-    "name", sorted(set(BAD) - {"cut.warc.wat.gz"})
-)  # damaged stands for partly read
+# damaged stands for partly read
+@pytest.mark.parametrize("name", sorted(set(BAD) - {"cut.warc.wat.gz"}))
 def test_fail_on_unreadable_fires_for_each_kind(name, wats, previous, tmp_path):
     d, where = wats
     out = tmp_path / "out"
@@ -428,9 +427,8 @@ def test_a_dataset_parked_by_an_interrupted_swap_is_put_back(tmp_path):
     assert output_dir.clean_stale_staging(str(out)) == []
     assert (out / "stats.json").read_text() == "{}" and not os.path.exists(parked)
     os.makedirs(parked)
-    assert output_dir.clean_stale_staging(str(out)) == [
-        parked
-    ]  # the swap had finished: just leftovers
+    # the swap had finished: just leftovers
+    assert output_dir.clean_stale_staging(str(out)) == [parked]
     assert (out / "stats.json").exists()
 
 

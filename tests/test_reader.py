@@ -1,7 +1,6 @@
 """The reader without TensorFlow (tfrecord framing, record_codec decoding, records.read_chunks)
-against
-TensorFlow's own writer and parser, on datasets the tests make and on edge cases; damaged files are
-one-line errors naming the file, before epoch 1."""
+against TensorFlow's own writer and parser, on datasets the tests make and on edge cases; damaged
+files are one-line errors naming the file, before epoch 1."""
 
 from __future__ import annotations
 
@@ -102,8 +101,7 @@ def test_reference_and_synthetic_datasets_equal_tf_parse(tmp_path):
 
 def test_edge_cases_equal_tf_parse(tmp_path):
     """Empty rows (also last in a file), a row of 200k columns, ids of every varint width, negative
-    ids,
-    features in other orders, an unknown feature, and an absent gt_tag."""
+    ids, features in other orders, an unknown feature, and an absent gt_tag."""
     wide = list(range(0, 400_000, 2))
     big = [0, 127, 128, 2**28 - 1, 2**28, 2**35, 2**56, 2**62, MAX - 1]
     encode = record_codec.encode_row
@@ -136,6 +134,35 @@ def test_edge_cases_equal_tf_parse(tmp_path):
             b"".join(p.data[a : a + n] for p in pieces for a, n in zip(p.starts, p.lengths))
             == whole
         )
+
+
+def test_split_rows_read_select_and_concat_agree_with_tf_parse(tmp_path):
+    """`read_rows` (one `SplitRows` of several files) holds the records TensorFlow parses; its
+    `select` and `concat` give the records picked from those lists, the two parts' row ids one
+    array."""
+    rng = np.random.default_rng(5)
+    files = []
+    for f in range(3):
+        examples = [
+            record_codec.encode_row(
+                int(r), rng.integers(0, 2**40, rng.integers(0, 9)), rng.integers(0, 99, r % 3)
+            )
+            for r in rng.integers(0, 2**33, 40)
+        ]
+        files.append(str(tmp_path / f"part{f}.tfr"))
+        write_tf(files[-1], examples)
+    expected = tf_rows(files)
+    rows = dataset_reader.read_rows(files)
+    assert rows.col_tag.row_ids is rows.gt_tag.row_ids
+    listed = lambda split: [(r, c.tolist(), g.tolist()) for r, c, g in split.tuples()]  # noqa: E731
+    assert listed(rows) == expected
+    at = rng.permutation(len(expected))[:50]
+    picked = rows.select(at)
+    assert picked.col_tag.row_ids is picked.gt_tag.row_ids
+    assert listed(picked) == [expected[i] for i in at]
+    joined = record_codec.SplitRows.concat([rows.select(at[:20]), rows.select(at[20:])])
+    assert listed(joined) == [expected[i] for i in at]
+    assert joined.col_tag.row_ids is joined.gt_tag.row_ids
 
 
 def test_encoders_equal_tensorflow_serialization():

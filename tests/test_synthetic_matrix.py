@@ -7,9 +7,8 @@ import pytest
 from webgraph_contract import dataset_reader, layout, record_codec, stats_json, synthetic_matrix
 
 
-@pytest.mark.parametrize(
-    "top_bits", [28, 40, 63]
-)  # varints of 1-4 bytes (one uint32 word), 1-6, 1-9
+# varints of 1-4 bytes (one uint32 word), 1-6, 1-9
+@pytest.mark.parametrize("top_bits", [28, 40, 63])
 def test_encode_rows_is_byte_identical_to_encode_row(top_bits):
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 30, 300)
@@ -19,7 +18,7 @@ def test_encode_rows_is_byte_identical_to_encode_row(top_bits):
     cols = rng.integers(0, 2**top_bits, indptr[-1]) >> rng.integers(0, top_bits, indptr[-1])
     cols[:3] = [0, 2**top_bits - 1, 2 ** (top_bits - 1)]
     rows = rng.integers(0, 2**35, len(lengths)) >> rng.integers(0, 35, len(lengths))
-    got = record_codec.encode_rows(rows, indptr, cols)
+    got = record_codec.encode_rows(record_codec.SplitRows.of(rows, indptr, cols))
     expected = [
         record_codec.encode_row(int(r), cols[indptr[k] : indptr[k + 1]].tolist())
         for k, r in enumerate(rows)
@@ -37,7 +36,8 @@ def test_encode_rows_with_gt_tag_is_byte_identical_to_encode_row():
         ptrs.append(np.concatenate([[0], np.cumsum(lengths)]))
         values.append(rng.integers(0, 2**40, ptrs[-1][-1]) >> rng.integers(0, 40, ptrs[-1][-1]))
     rows = rng.integers(0, 2**35, 200) >> rng.integers(0, 35, 200)
-    got = record_codec.encode_rows(rows, ptrs[0], values[0], ptrs[1], values[1])
+    split = record_codec.SplitRows.of(rows, ptrs[0], values[0], ptrs[1], values[1])
+    got = record_codec.encode_rows(split)
     expected = [
         record_codec.encode_row(
             int(r),
@@ -47,6 +47,11 @@ def test_encode_rows_with_gt_tag_is_byte_identical_to_encode_row():
         for k, r in enumerate(rows)
     ]
     assert got == expected
+    # a view of rows 50..119 (pointers not from 0) encodes as those rows alone
+    part = record_codec.SplitRows(split.col_tag.take(50, 120), split.gt_tag.take(50, 120))
+    part.col_tag.indptr = ptrs[0][50:121]
+    part.col_tag.ids = values[0]
+    assert record_codec.encode_rows(part) == expected[50:120]
 
 
 def test_generated_matrix_reads_back_through_the_contract(tmp_path):
@@ -74,9 +79,8 @@ def test_generated_matrix_reads_back_through_the_contract(tmp_path):
     train_t = dataset_reader.read_split(out, "train_t")
     pairs = {(r, int(c)) for r, cols, _ in train for c in cols}
     pairs_t = {(int(r), c) for c, rows, _ in train_t for r in rows}
-    assert (
-        sum(len(cols) for _, cols, _ in train) == 4000 == len(pairs)
-    )  # distinct pairs, exactly nnz
+    # distinct pairs, exactly nnz
+    assert sum(len(cols) for _, cols, _ in train) == 4000 == len(pairs)
     assert pairs == pairs_t  # the transpose holds the same matrix
     assert stats["edges"] == 4000
     assert stats["splits"] == {"train": len(train), "train_t": len(train_t)}

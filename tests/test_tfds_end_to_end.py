@@ -1,7 +1,6 @@
 """End to end from real WAT input: `tfds build` runs the WebGraph pipeline on the bundled Common
-Crawl
-sample plus the hollins.edu crawl packed as WAT, and `tfds.load` must return exactly the records
-that `python -m webgraph_pipeline` writes from the same files, with the same stats."""
+Crawl sample plus the hollins.edu crawl packed as WAT, and `tfds.load` must return exactly the
+records that `python -m webgraph_pipeline` writes from the same files, with the same stats."""
 
 import json
 import os
@@ -106,9 +105,8 @@ def test_tfds_load_returns_exactly_what_the_pipeline_wrote(both):
             == builder.info.splits[split].num_examples
             == stats["splits"][split]
         )
-    assert (
-        stats["splits"]["train"] > 100 and stats["splits"]["test"] > 10
-    )  # the hollins graph kept nodes
+    # the hollins graph kept nodes
+    assert stats["splits"]["train"] > 100 and stats["splits"]["test"] > 10
     assert all(r[1] and r[2] for r in _pipeline_rows(out, "test"))
 
 

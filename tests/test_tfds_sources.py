@@ -127,9 +127,8 @@ def test_shards_are_read_and_a_bad_record_names_its_file(tmp_path):
     bad = str(tmp_path / "train.tfr-00001-of-00002")
     first = record_codec.encode_row(1, [2])
     fileio.write_records(bad, [first, b"\x01\x02not a proto"])
-    at = 16 + len(
-        first
-    )  # the second record's frame begins after the first's 12-byte header and 4-byte CRC
+    # the second record's frame begins after the first's 12-byte header and 4-byte CRC
+    at = 16 + len(first)
     with pytest.raises(
         ValueError, match=rf"train.tfr-00001-of-00002: the record at byte {at} is not a web_graph"
     ):
@@ -188,9 +187,8 @@ def test_tfds_load_reads_the_built_files(built):
     assert _rows(ds) == SOURCE_ROWS["test"]
     restored = tfds.builder("web_graph/de-dense:1.0.0", data_dir=str(data_dir))
     assert restored.info.splits["train_t"].num_examples == len(SOURCE_ROWS["train_t"])
-    assert (
-        restored.info.metadata["stats"]["nodes"] == NUM_NODES
-    )  # the stats travel with the built files
+    # the stats travel with the built files
+    assert restored.info.metadata["stats"]["nodes"] == NUM_NODES
 
 
 def test_settings_mismatch_is_refused(tmp_path):

@@ -29,11 +29,9 @@ def summary(builder: Any) -> str:
 
 def summarised(download_and_prepare: Callable[..., None]) -> Callable[..., None]:
     """TFDS's per-builder `download_and_prepare` of its command line, with `summary` printed in
-    place
-    of the DatasetInfo it prints on stdout at the end (a blank line, `repr(builder.info)`, a blank
-    line).
-    Whatever else the build writes on stdout is passed on, after the build; its log goes to stderr
-    as before."""
+    place of the DatasetInfo it prints on stdout at the end (a blank line, `repr(builder.info)`, a
+    blank line). Whatever else the build writes on stdout is passed on, after the build; its log
+    goes to stderr as before."""
 
     @functools.wraps(download_and_prepare)
     def wrapper(builder: Any, *args: Any, **kwargs: Any) -> None:

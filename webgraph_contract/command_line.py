@@ -52,8 +52,7 @@ def did_you_mean(flag: str, known: Iterable[str]) -> str:
 
 def unknown_flags_message(unknown: Sequence[str], known: Iterable[str]) -> str:
     """`unknown flag --dimm (did you mean --dim?)` for the first unknown flag, or `unexpected
-    argument
-    X` for a stray value (such as a file name of a glob the shell expanded)."""
+    argument X` for a stray value (such as a file name of a glob the shell expanded)."""
     known = list(known)
     flags = [a for a in unknown if a.startswith("-")]
     if flags:

@@ -11,6 +11,7 @@ import numpy as np
 
 from webgraph_contract import fileio, record_codec, tfrecord
 from webgraph_contract.layout import iter_split_files, vocab_glob
+from webgraph_contract.ragged import RaggedRows
 
 DECODE_THREADS = 2  # threads that check and decode a file's blocks (`iter_file_rows`)
 T = TypeVar("T")
@@ -21,9 +22,16 @@ def read_split(data_dir: str, split: str) -> list[tuple[int, np.ndarray, np.ndar
     return read_records(list(iter_split_files(data_dir, split)))
 
 
+def read_rows(files: Sequence[str]) -> record_codec.SplitRows:
+    """Every record of some TFRecord files in the contract's layout, in file order, as one value."""
+    return record_codec.SplitRows.concat([r for path in files for r in iter_file_rows(path)])
+
+
 def iter_file_rows(
-    path: str, threads: int = DECODE_THREADS, then: Callable[[record_codec.Rows], T] | None = None
-) -> Iterable[record_codec.Rows] | Iterable[T]:
+    path: str,
+    threads: int = DECODE_THREADS,
+    then: Callable[[record_codec.SplitRows], T] | None = None,
+) -> Iterable[record_codec.SplitRows] | Iterable[T]:
     """The records of one TFRecord file in the contract's layout, a block at a time, in order; a
     one-line ValueError naming the file and the byte offset of a corrupt or non-contract record.
 
@@ -68,11 +76,10 @@ def _decode_block(path: str, block: tfrecord.Block, then: Callable | None = None
 _MISMATCH = "dataset does not match the contract"
 
 
-def check_ids(
-    path: str, row_ids: np.ndarray, cols: np.ndarray, num_rows: int, num_cols: int
-) -> None:
+def check_ids(path: str, rows: RaggedRows, num_rows: int, num_cols: int) -> None:
     """A one-line ValueError naming `path` if a row id lies outside `[0, num_rows)` or a column
     id outside `[0, num_cols)` (the matrix shape from stats.json)."""
+    row_ids, cols = rows.row_ids, rows.ids[rows.indptr[0] : rows.indptr[-1]]
     if len(row_ids) and (row_ids.min() < 0 or row_ids.max() >= num_rows):
         bad = row_ids[(row_ids < 0) | (row_ids >= num_rows)][0]
         raise ValueError(

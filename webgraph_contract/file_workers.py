@@ -23,6 +23,8 @@ from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
+from webgraph_contract.ragged import RaggedRows
+
 SHM_DIR = "/dev/shm"
 _PARTS = ("rows", "ptr", "cols")  # row tags [n], column pointer [n + 1], columns [nnz]
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,10 +55,10 @@ def shm_free_bytes() -> int:
 
 def decode_files(
     files: Sequence[str], num_rows: int, num_cols: int, workers: int, threads: int = 1
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Each of `files` (local paths), in order, as its (row tags, column pointer from 0, columns),
-    int64 arrays (writable, copy-on-write maps of the worker's output), the ids checked against
-    `[0, num_rows)` and `[0, num_cols)`.
+) -> Iterator[RaggedRows]:
+    """Each of `files` (local paths), in order, as its rows (row tags, column pointer from 0,
+    columns: int64 arrays, writable, copy-on-write maps of the worker's output), the ids checked
+    against `[0, num_rows)` and `[0, num_cols)`.
 
     `workers` processes (started here, ended when the iterator ends, is closed or raises) decode
     one file each at a time, `threads` threads each (`dataset_reader.iter_file_rows`; 1: in the
@@ -129,7 +131,7 @@ def _start() -> subprocess.Popen:
     )
 
 
-def _take(prefix: str, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _take(prefix: str, n_rows: int, n_cols: int) -> RaggedRows:
     """The arrays a worker wrote at `prefix`, mapped copy-on-write; the files unlinked."""
     out = []
     for part, n in zip(_PARTS, (n_rows, n_rows + 1, n_cols)):
@@ -141,7 +143,7 @@ def _take(prefix: str, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray
                 continue
             m = mmap.mmap(f.fileno(), 8 * n, access=mmap.ACCESS_COPY)
         out.append(np.frombuffer(m, np.int64, n))
-    return out[0], out[1], out[2]
+    return RaggedRows(out[0], out[1], out[2])
 
 
 def serve() -> None:
@@ -183,12 +185,13 @@ def decode_file(
     try:
         rows_f, ptr_f, cols_f = files
         ptr_f.write(np.zeros(1, np.int64).tobytes())
-        for rows in blocks:
-            dataset_reader.check_ids(path, rows.row_tags, rows.cols, num_rows, num_cols)
-            rows_f.write(np.ascontiguousarray(rows.row_tags, np.int64).data)
-            ptr_f.write(np.ascontiguousarray(rows.col_ptr[1:] + n_cols, np.int64).data)
-            cols_f.write(np.ascontiguousarray(rows.cols, np.int64).data)
-            n_rows, n_cols = n_rows + len(rows.row_tags), n_cols + len(rows.cols)
+        for block in blocks:
+            rows = block.col_tag
+            dataset_reader.check_ids(path, rows, num_rows, num_cols)
+            rows_f.write(np.ascontiguousarray(rows.row_ids, np.int64).data)
+            ptr_f.write(np.ascontiguousarray(rows.indptr[1:] + n_cols, np.int64).data)
+            cols_f.write(np.ascontiguousarray(rows.ids, np.int64).data)
+            n_rows, n_cols = n_rows + len(rows), n_cols + len(rows.ids)
     finally:
         for f in files:
             f.close()

@@ -161,9 +161,8 @@ def record_writer(path: str) -> Iterator[Callable[[Iterable[bytes]], None]]:
     """A function appending records to a TFRecord file (uncompressed), which appears at `path`
     complete, renamed from a temporary name, when the block ends without an error."""
     with replacing(path, "wb") as f:
-        yield lambda records: f.write(
-            b"".join(tfrecord.frames(records))
-        )  # one write: faster than writelines
+        # one write: faster than writelines
+        yield lambda records: f.write(b"".join(tfrecord.frames(records)))
 
 
 def read_records(path: str) -> Iterator[bytes]:

@@ -100,9 +100,8 @@ class _QuietLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module) -> None:
-        module.__loader__ = module.__spec__.loader = (
-            self._loader
-        )  # the package keeps its own loader
+        # the package keeps its own loader
+        module.__loader__ = module.__spec__.loader = self._loader
         with _stderr_to_devnull():
             self._loader.exec_module(module)
 

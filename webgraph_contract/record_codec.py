@@ -1,11 +1,10 @@
 """The contract's record codec: its `tf.train.Example` rows encoded and decoded without TensorFlow.
 
 Decoding (`decode_rows`) is the mirror of `encode_rows`: a block of serialized Examples (one byte
-string, record
-offsets and lengths) becomes int64 arrays, `row_tag` per record and `col_tag`/`gt_tag` in CSR
-form, parsed as `tf.io.parse_example` does with `feature_spec()`: features in any
-order, a key given twice keeps its last value, other features are skipped, an absent
-`col_tag`/`gt_tag` is empty, `row_tag` must hold exactly one value.
+string, record offsets and lengths) becomes `SplitRows`, the `col_tag` and `gt_tag` ids as two
+`RaggedRows` (int64) whose row ids are the `row_tag`s, parsed as `tf.io.parse_example` does with
+`feature_spec()`: features in any order, a key given twice keeps its last value, other features are
+skipped, an absent `col_tag`/`gt_tag` is empty, `row_tag` must hold exactly one value.
 
 `encode_example` writes any `tf.train.Example` (the trainer's exported embeddings) the same way.
 
@@ -22,6 +21,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from webgraph_contract.ragged import RaggedRows
+
 KEYS = (b"row_tag", b"col_tag", b"gt_tag")
 _LEN, _VARINT, _I64, _I32 = 2, 0, 1, 5
 _PAD = 16  # zero bytes after the data, so fixed-width gathers never run off its end
@@ -37,24 +38,50 @@ class ExampleError(ValueError):
 
 
 @dataclasses.dataclass
-class Rows:
-    """Decoded records: record k is (`row_tags[k]`, `cols[col_ptr[k]:col_ptr[k+1]]`,
-    `gt[gt_ptr[k]:gt_ptr[k+1]]`)."""
+class SplitRows:
+    """Decoded records of a split: record k is row `col_tag.row_ids[k]` (its `row_tag`) with the ids
+    `col_tag.row(k)` and `gt_tag.row(k)`. Both parts have the same `row_ids` (one array)."""
 
-    row_tags: np.ndarray
-    col_ptr: np.ndarray
-    cols: np.ndarray
-    gt_ptr: np.ndarray
-    gt: np.ndarray
+    col_tag: RaggedRows
+    gt_tag: RaggedRows
+
+    @classmethod
+    def of(
+        cls,
+        row_tags: np.ndarray,
+        col_ptr: np.ndarray,
+        cols: np.ndarray,
+        gt_ptr: np.ndarray | None = None,
+        gt: np.ndarray | None = None,
+    ) -> SplitRows:
+        """Records from arrays (no `gt_tag` ids when `gt` is None)."""
+        if gt is None:
+            gt_ptr, gt = np.zeros(len(row_tags) + 1, np.int64), np.zeros(0, cols.dtype)
+        return cls(RaggedRows(row_tags, col_ptr, cols), RaggedRows(row_tags, gt_ptr, gt))
+
+    @property
+    def row_tags(self) -> np.ndarray:
+        """The records' `row_tag`s (both parts' `row_ids`)."""
+        return self.col_tag.row_ids
 
     def __len__(self) -> int:
-        return len(self.row_tags)
+        return len(self.col_tag)
 
     def tuples(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """Each record as `(row_tag, col_tag, gt_tag)`, the ids int64 arrays (views of
-        `cols`/`gt`)."""
-        cols, gts = np.split(self.cols, self.col_ptr[1:-1]), np.split(self.gt, self.gt_ptr[1:-1])
-        return zip(self.row_tags.tolist(), cols, gts)
+        """Each record as `(row_tag, col_tag, gt_tag)`, the ids arrays (views)."""
+        return zip(self.row_tags.tolist(), self.col_tag.lists(), self.gt_tag.lists())
+
+    def select(self, index: np.ndarray) -> SplitRows:
+        """The records at `index` (positions, in that order)."""
+        cols, gt = self.col_tag.select(index), self.gt_tag.select(index)
+        return SplitRows(cols, RaggedRows(cols.row_ids, gt.indptr, gt.ids))
+
+    @staticmethod
+    def concat(parts: Sequence[SplitRows]) -> SplitRows:
+        """The records of `parts` one after another."""
+        cols = RaggedRows.concat([p.col_tag for p in parts])
+        gt = RaggedRows.concat([p.gt_tag for p in parts])
+        return SplitRows(cols, RaggedRows(cols.row_ids, gt.indptr, gt.ids))
 
 
 def _varints(
@@ -173,8 +200,7 @@ def _packed(
     buf: np.ndarray, start: np.ndarray, end: np.ndarray, owner: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The varints packed in each `buf[start[j]:end[j]]` (disjoint, ascending): their values (int64,
-    in
-    order) and count per span."""
+    in order) and count per span."""
     full = end > start
     start, end = start[full], end[full]
     counts = np.zeros(len(full), np.int64)
@@ -184,9 +210,8 @@ def _packed(
         raise ExampleError(
             int(owner[full][np.argmax(buf[end - 1] >= 0x80)]), "malformed packed int64 list"
         )
-    runs = np.empty(
-        2 * len(start) + 1, np.int64
-    )  # alternating: bytes outside a span, inside one, ...
+    # alternating: bytes outside a span, inside one, ...
+    runs = np.empty(2 * len(start) + 1, np.int64)
     runs[0], runs[-1] = start[0], len(buf) - end[-1]
     runs[1:-1:2] = end - start
     runs[2:-1:2] = start[1:] - end[:-1]
@@ -199,10 +224,10 @@ def _packed(
     begins[1:] = ends_at[:-1] + 1
     begins[first] = start
     word = _words(buf)[begins]
-    stop = ~word & np.uint32(0x80808080)  # the terminator's high bit is the lowest set bit of each
-    if (
-        stop.all()
-    ):  # every varint within its word (ids below 2^28): its bytes up to the terminator kept
+    # the terminator's high bit is the lowest set bit of each
+    stop = ~word & np.uint32(0x80808080)
+    if stop.all():
+        # every varint within its word (ids below 2^28): its bytes up to the terminator kept
         word &= ((stop & (~stop + np.uint32(1))) << np.uint32(1)) - np.uint32(1)
         value = (
             (word & 0x7F)
@@ -232,17 +257,14 @@ def _short_varint(words: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.nd
     return value.astype(np.int64), pos + n, ok
 
 
-def _canonical(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows | None:
+def _canonical(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> SplitRows | None:
     """The records decoded if every one has exactly the layout `record_codec.encode_rows` (and
-    TensorFlow's
-    deterministic serialization) writes, `col_tag`, `gt_tag`, `row_tag`, each packed, sizes below
-    2^28;
-    None otherwise (the general walk then decodes them)."""
+    TensorFlow's deterministic serialization) writes, `col_tag`, `gt_tag`, `row_tag`, each packed,
+    sizes below 2^28; None otherwise (the general walk then decodes them)."""
     words = _words(buf)
 
-    def at(
-        pos: np.ndarray,
-    ) -> np.ndarray:  # bytes at positions that garbage may have sent past the end
+    def at(pos: np.ndarray) -> np.ndarray:
+        """The bytes at positions that garbage may have sent past the end."""
         return buf[np.minimum(pos, len(buf) - 1)]
 
     ok = buf[starts] == 0x0A
@@ -283,7 +305,7 @@ def _canonical(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows
     row, r_end, good = _short_varint(words, r_lo)
     if not (good & (r_end == r_hi)).all():
         return None  # a row id of 2^28 or more, or not one varint: the general walk
-    return Rows(row, _ptr(c_count), cols, _ptr(g_count), gt)
+    return SplitRows.of(row, _ptr(c_count), cols, _ptr(g_count), gt)
 
 
 def _ptr(counts: np.ndarray) -> np.ndarray:
@@ -292,7 +314,7 @@ def _ptr(counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Rows:
+def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> SplitRows:
     """The records `data[starts[k]:starts[k]+lengths[k]]` (disjoint, in ascending order) decoded; an
     `ExampleError` (with the record's index) when one is not a contract Example."""
     n = len(starts)
@@ -305,7 +327,7 @@ def decode_rows(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Rows:
     return _walk(buf, starts, lengths)
 
 
-def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows:
+def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> SplitRows:
     """Any records, walked level by level as protobuf defines them (see the module's docstring)."""
     n = len(starts)
     records = np.arange(n)
@@ -374,7 +396,7 @@ def _walk(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Rows:
         bad = int(np.argmax(~single))
         got = int(row_ptr[bad + 1] - row_ptr[bad])
         raise ExampleError(bad, f"row_tag must hold exactly one id, got {got}")
-    return Rows(row_values, out[1][0], out[1][1], out[2][0], out[2][1])
+    return SplitRows.of(row_values, out[1][0], out[1][1], out[2][0], out[2][1])
 
 
 def _varint(value: int) -> bytes:
@@ -396,9 +418,8 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def encode_example(features: Mapping[str, np.ndarray | Sequence[bytes]]) -> bytes:
     """A `tf.train.Example` of any features, byte for byte as TensorFlow's deterministic
-    serialization
-    writes it (keys sorted): an integer array becomes an `int64_list`, a float array a `float_list`
-    (float32), a sequence of bytes a `bytes_list`."""
+    serialization writes it (keys sorted): an integer array becomes an `int64_list`, a float array a
+    `float_list` (float32), a sequence of bytes a `bytes_list`."""
     entries = []
     for key in sorted(features):
         value = features[key]
@@ -424,9 +445,8 @@ def encode_example(features: Mapping[str, np.ndarray | Sequence[bytes]]) -> byte
 def encode_row(row_tag: int, col_tag: Sequence[int], gt_tag: Sequence[int] = ()) -> bytes:
     """One row of a split as a serialized `tf.train.Example` with the web_graph features."""
     col, gt = np.asarray(col_tag, np.int64).reshape(-1), np.asarray(gt_tag, np.int64).reshape(-1)
-    return encode_rows(
-        np.array([row_tag], np.int64), np.array([0, len(col)]), col, np.array([0, len(gt)]), gt
-    )[0]
+    ptr = np.array([0, len(col)]), np.array([0, len(gt)])
+    return encode_rows(SplitRows.of(np.array([row_tag]), ptr[0], col, ptr[1], gt))[0]
 
 
 def feature_spec() -> dict[str, Any]:
@@ -446,7 +466,7 @@ def decode_row(serialized: bytes) -> tuple[int, list[int], list[int]]:
         rows = decode_rows(serialized, np.array([0]), np.array([len(serialized)]))
     except ExampleError as e:
         raise ValueError(f"not a web_graph record ({e})") from None
-    return int(rows.row_tags[0]), rows.cols.tolist(), rows.gt.tolist()
+    return int(rows.row_tags[0]), rows.col_tag.ids.tolist(), rows.gt_tag.ids.tolist()
 
 
 def _varint_len(values: np.ndarray) -> np.ndarray:
@@ -469,9 +489,8 @@ def _varint_stream(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """
     values = np.asarray(values, np.uint64)
     width = int(lengths.max()) if len(lengths) else 1
-    if (
-        width <= 4
-    ):  # ids below 2^28: one uint32 word each, continuation bits and byte mask looked up by length
+    if width <= 4:
+        # ids below 2^28: one uint32 word each, continuation bits and byte mask looked up by length
         v = values.astype(np.uint32)
         word = v & np.uint32(0x7F)
         for k in range(1, width):
@@ -488,9 +507,8 @@ def _varint_stream(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         word |= (values << np.uint64(k)) & np.uint64(0x7F << (8 * k))
         word |= (lengths > k).astype(np.uint64) << np.uint64(8 * k - 1)
     table = word.astype("<u8", copy=False).view(np.uint8).reshape(len(values), 8)
-    if (
-        width > 8
-    ):  # 9-byte varints (2^56 <= value < 2^63, the largest non-negative int64): the last byte apart
+    if width > 8:
+        # 9-byte varints (2^56 <= value < 2^63, the largest non-negative int64): the last byte apart
         table = np.concatenate([table, (values >> np.uint64(56)).astype(np.uint8)[:, None]], axis=1)
         table[:, 7] |= ((lengths > 8) << 7).astype(np.uint8)
     return table[np.arange(table.shape[1]) < lengths[:, None]]
@@ -519,6 +537,12 @@ def _put_bytes(buf: np.ndarray, pos: np.ndarray, data: bytes) -> np.ndarray:
     return pos + len(data)
 
 
+def _from_zero(rows: RaggedRows) -> tuple[np.ndarray, np.ndarray]:
+    """(pointer from 0, the ids it spans), int64: a view's span of a larger `ids` cut out."""
+    lo, hi = int(rows.indptr[0]), int(rows.indptr[-1])
+    return np.asarray(rows.indptr - lo, np.int64), np.asarray(rows.ids[lo:hi], np.int64)
+
+
 class _Int64Feature:
     """The serialized sizes of one int64-list feature (`key`) for each row of a ragged array."""
 
@@ -527,9 +551,8 @@ class _Int64Feature:
         self.vlen = _varint_len(values)
         before = np.concatenate(([0], np.cumsum(self.vlen)))
         self.payload = before[ptr[1:]] - before[ptr[:-1]]  # packed varint bytes per row
-        self.ilist = np.where(
-            self.payload > 0, 1 + _varint_len(self.payload) + self.payload, 0
-        )  # Int64List
+        # Int64List
+        self.ilist = np.where(self.payload > 0, 1 + _varint_len(self.payload) + self.payload, 0)
         self.feat = 1 + _varint_len(self.ilist) + self.ilist  # Feature {int64_list}
         self.entry = 2 + len(key) + 1 + _varint_len(self.feat) + self.feat  # map entry {key, value}
         self.item = 1 + _varint_len(self.entry) + self.entry  # Features.feature[key]
@@ -556,27 +579,19 @@ class _Int64Feature:
         return pos + self.payload
 
 
-def encode_rows(
-    row_tags: np.ndarray,
-    indptr: np.ndarray,
-    cols: np.ndarray,
-    gt_ptr: np.ndarray | None = None,
-    gt: np.ndarray | None = None,
-) -> list[bytes]:
-    """`encode_row(row_tags[k], cols[indptr[k]:indptr[k+1]], gt[gt_ptr[k]:gt_ptr[k+1]])` for every
-    k (gt_tag empty when `gt` is None), vectorized.
+def encode_rows(rows: SplitRows) -> list[bytes]:
+    """`encode_row(row_tag, col_tag, gt_tag)` of every record of `rows`, vectorized: the mirror of
+    `decode_rows`.
 
     Byte-identical to `encode_row` (checked by tests/test_contract.py): the deterministic
     serialization writes the features sorted by key, `col_tag`, `gt_tag`, `row_tag`, each an
     int64 list packed as varints. Ids must be non-negative.
     """
-    row_tags = np.asarray(row_tags, np.int64)
+    row_tags = np.asarray(rows.row_tags, np.int64)
     n = len(row_tags)
-    if gt is None:
-        gt_ptr, gt = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
     features = [
-        _Int64Feature(b"col_tag", np.asarray(indptr, np.int64), np.asarray(cols, np.int64)),
-        _Int64Feature(b"gt_tag", np.asarray(gt_ptr, np.int64), np.asarray(gt, np.int64)),
+        _Int64Feature(b"col_tag", *_from_zero(rows.col_tag)),
+        _Int64Feature(b"gt_tag", *_from_zero(rows.gt_tag)),
         _Int64Feature(b"row_tag", np.arange(n + 1, dtype=np.int64), row_tags),
     ]
     if any(len(f.values) and f.values.min() < 0 for f in features):

@@ -35,9 +35,8 @@ from webgraph_contract import fileio, layout, record_codec, stats_json
 BLOCK_EDGES = 1 << 22  # edges generated, sorted and encoded at a time
 BUCKET_EDGES = 1 << 23  # about this many edges per transpose bucket (memory while one is sorted)
 BUCKET_COLS = 1 << 16  # columns per bucket at most: a uint16 offset, one radix pass
-SPILL = np.dtype(
-    [("col", "<u2"), ("row", "<i4")]
-)  # a spilled pair: column offset in its bucket, row id
+# a spilled pair: column offset in its bucket, row id
+SPILL = np.dtype([("col", "<u2"), ("row", "<i4")])
 
 
 def rank_probabilities(n: int, exponent: float) -> np.ndarray:
@@ -128,7 +127,7 @@ def write_records(
     """Write one record per row with a column (CSR by `lengths`); returns the records written."""
     kept = lengths > 0
     indptr = np.concatenate([[0], np.cumsum(lengths[kept])])
-    write(record_codec.encode_rows(row_tags[kept], indptr, cols))
+    write(record_codec.encode_rows(record_codec.SplitRows.of(row_tags[kept], indptr, cols)))
     return int(kept.sum())
 
 
@@ -244,9 +243,8 @@ def write_transpose(
         with fileio.record_writer(path) as write:
             for b in range(int(bounds[s]), int(bounds[s + 1])):
                 pairs = np.fromfile(os.path.join(spill_dir, f"{b:06d}"), SPILL)
-                order = np.argsort(
-                    pairs["col"], kind="stable"
-                )  # rows stay ascending within a column
+                # rows stay ascending within a column
+                order = np.argsort(pairs["col"], kind="stable")
                 lo = b * width
                 lengths = np.bincount(pairs["col"], minlength=min(width, num_cols - lo))
                 records += write_records(

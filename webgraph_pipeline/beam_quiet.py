@@ -24,9 +24,8 @@ def import_beam_quietly() -> None:
         return
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
-    placeholder = (
-        logging.NullHandler()
-    )  # `logging.warning` on a root without handlers would add one
+    # `logging.warning` on a root without handlers would add one
+    placeholder = logging.NullHandler()
     logging.root.addHandler(placeholder)
     try:
         import apache_beam.io.gcp.internal.clients.bigquery  # noqa: F401

@@ -3,14 +3,13 @@ warning held back.
 
 With `--direct_running_mode multi_processing` the local runner starts each worker as a new Python
 process (`python -m apache_beam.runners.worker.sdk_worker_main`). Importing Beam there logs
-`apitools
-not found ...` through the root logger, which gives the process a stderr handler: that line and
-the worker's first INFO line (`Logging handler created.`) reached the terminal, 2 lines per worker.
-This entry point imports Beam with that warning held back (`beam_quiet.import_beam_quietly`), then
-runs
-Beam's own worker main: everything the worker logs afterwards goes to the runner's log service, and
-the parent process prints it at its own level (errors only, unless `--verbose`).
-`local_runner.runner_for` makes the local runner start its workers with this command.
+`apitools not found ...` through the root logger, which gives the process a stderr handler: that
+line and the worker's first INFO line (`Logging handler created.`) reached the terminal, 2 lines per
+worker. This entry point imports Beam with that warning held back
+(`beam_quiet.import_beam_quietly`), then runs Beam's own worker main: everything the worker logs
+afterwards goes to the runner's log service, and the parent process prints it at its own level
+(errors only, unless `--verbose`). `local_runner.runner_for` makes the local runner start its
+workers with this command.
 """
 
 import sys

@@ -388,8 +388,7 @@ def _wrapped(head: str, items: list[str], width: int = 100) -> list[str]:
 
 def format_report(stats: dict[str, Any], brief: bool = False) -> str:
     """The end-of-job summary: counters (by reason, or `brief`ly), then the graph's (or the users x
-    items
-    matrix's) figures."""
+    items matrix's) figures."""
     lines = counter_lines(stats["counters"], brief)
     splits = stats["splits"]
     rows = (

@@ -17,6 +17,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from webgraph_contract.ragged import RaggedRows
+from webgraph_contract.record_codec import SplitRows
 from webgraph_pipeline.counters import Inc
 from webgraph_pipeline.fingerprints import bucket_of
 
@@ -245,12 +247,6 @@ def histogram_part(name: str, degrees: np.ndarray) -> collections.Counter:
     return collections.Counter({(name, int(v)): int(c) for v, c in zip(values, counts)})
 
 
-# A block of rows of a split: (row ids, col_tag offsets, col_tag ids, gt_tag offsets, gt_tag ids);
-# row i has the columns cols[col_ptr[i]:col_ptr[i + 1]] and held-out links gt[gt_ptr[i]:gt_ptr[i +
-# 1]].
-RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
 def _fits_int32(ids: np.ndarray) -> bool:
     """Whether every value of an int64 array is in [0, 2^31)."""
     return not len(ids) or (ids.min() >= 0 and ids.max() < 2**31)
@@ -265,62 +261,26 @@ def narrow(*arrays: np.ndarray) -> Arrays:
     )
 
 
-def ragged_take(
-    ptr: np.ndarray, values: np.ndarray, at: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, values) of the rows `at` of the ragged array (ptr, values), in the order of
-    `at`."""
-    lengths = (ptr[1:] - ptr[:-1])[at]
-    out_ptr = np.zeros(len(at) + 1, np.int64)
-    np.cumsum(lengths, out=out_ptr[1:])
-    index = np.arange(out_ptr[-1], dtype=np.int64) + np.repeat(ptr[:-1][at] - out_ptr[:-1], lengths)
-    return out_ptr, values[index]
+def keep_ids(rows: RaggedRows, keep: np.ndarray) -> RaggedRows:
+    """`rows` (pointer from 0) with only the ids where the boolean mask `keep` is true."""
+    kept_before = np.zeros(len(keep) + 1, np.int64)
+    np.cumsum(keep, out=kept_before[1:])
+    return RaggedRows(rows.row_ids, kept_before[rows.indptr], rows.ids[keep])
 
 
-def drop_values(ptr: np.ndarray, values: np.ndarray, drop: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ragged array (ptr, values) without the entries equal to `drop`."""
-    keep = values != drop
-    kept_before = np.concatenate(([0], np.cumsum(keep)))
-    return kept_before[ptr].astype(np.int64), values[keep]
+def narrow_rows(block: SplitRows) -> SplitRows:
+    """A block of a split's rows with its arrays (row tags and pointers too) `narrow`ed for the
+    shuffle; `SplitRows.concat` and `record_codec.encode_rows` widen them again."""
+    cols, gt = block.col_tag, block.gt_tag
+    tags, c_ptr, c_ids, g_ptr, g_ids = narrow(
+        block.row_tags, cols.indptr, cols.ids, gt.indptr, gt.ids
+    )
+    return SplitRows(RaggedRows(tags, c_ptr, c_ids), RaggedRows(tags, g_ptr, g_ids))
 
 
-def row_block(
-    row_ids: np.ndarray,
-    col_ptr: np.ndarray,
-    cols: np.ndarray,
-    gt_ptr: Optional[np.ndarray] = None,
-    gt: Optional[np.ndarray] = None,
-) -> RowBlock:
-    """A RowBlock (int64 arrays); no gt_tag when `gt` is None."""
-    if gt is None:
-        gt_ptr, gt = np.zeros(len(row_ids) + 1, np.int64), np.zeros(0, np.int64)
-    return tuple(np.asarray(a, np.int64) for a in (row_ids, col_ptr, cols, gt_ptr, gt))
-
-
-def take_rows(block: RowBlock, at: np.ndarray) -> RowBlock:
-    """The rows `at` of a block, in that order."""
-    row_ids, col_ptr, cols, gt_ptr, gt = block
-    return (row_ids[at], *ragged_take(col_ptr, cols, at), *ragged_take(gt_ptr, gt, at))
-
-
-def concat_blocks(blocks: Iterable[RowBlock]) -> RowBlock:
-    """One block of the rows of several, in order."""
-    blocks = list(blocks)
-    if not blocks:
-        return row_block(np.zeros(0), np.zeros(1), np.zeros(0))
-    out = [np.concatenate([b[0] for b in blocks])]
-    for p, v in ((1, 2), (3, 4)):
-        ends = np.cumsum([b[p][-1] for b in blocks])
-        ptr = np.concatenate(
-            [[0]] + [b[p][1:] + (ends[i - 1] if i else 0) for i, b in enumerate(blocks)]
-        )
-        out += [ptr.astype(np.int64), np.concatenate([b[v] for b in blocks])]
-    return tuple(out)
-
-
-def block_rows(block: RowBlock) -> Iterator[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+def block_rows(block: SplitRows) -> Iterator[tuple[int, tuple[int, ...], tuple[int, ...]]]:
     """The rows of a block as (row_tag, col_tag tuple, gt_tag tuple)."""
-    row_ids, col_ptr, cols, gt_ptr, gt = block
-    cols, gt, col_ptr, gt_ptr = cols.tolist(), gt.tolist(), col_ptr.tolist(), gt_ptr.tolist()
-    for i, r in enumerate(row_ids.tolist()):
+    c, g = block.col_tag, block.gt_tag
+    cols, gt, col_ptr, gt_ptr = c.ids.tolist(), g.ids.tolist(), c.indptr.tolist(), g.indptr.tolist()
+    for i, r in enumerate(block.row_tags.tolist()):
         yield r, tuple(cols[col_ptr[i] : col_ptr[i + 1]]), tuple(gt[gt_ptr[i] : gt_ptr[i + 1]])

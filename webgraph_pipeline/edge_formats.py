@@ -33,10 +33,8 @@ from typing import Optional
 import numpy as np
 
 FORMATS = ("pairs", "adjacency", "movielens", "csv", "given_split")
-BIPARTITE_FORMATS = (
-    "movielens",
-    "given_split",
-)  # formats whose data is users x items by definition
+# formats whose data is users x items by definition
+BIPARTITE_FORMATS = ("movielens", "given_split")
 MAX_EXAMPLES = 5  # line numbers kept per drop reason
 BOM = "\ufeff"
 
@@ -44,9 +42,8 @@ BOM = "\ufeff"
 _WS = np.zeros(256, bool)
 _WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 _ASCII_WS_TO_SPACE = bytes.maketrans(bytes([9, 10, 11, 12, 13, 28, 29, 30, 31]), b" " * 9)
-_OTHER_CONTROL = re.compile(
-    rb"[\x00-\x08\x0e-\x1b]"
-)  # bytes <= 32 that str.split() does not split on
+# bytes <= 32 that str.split() does not split on
+_OTHER_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1b]")
 _COMMENT = np.zeros(256, bool)
 _COMMENT[[ord("#"), ord("%")]] = True
 INT_TOKEN = re.compile(r"-?\d+\Z")  # an integer id (of a URL list)
@@ -124,9 +121,8 @@ def decode_block(data: bytes, first_line: int, block: ParsedBlock) -> tuple[str,
             text = None
         if text is None:
             bad.append(i)
-        out.append(
-            " " if text is None else text
-        )  # blank, but a line even when it is the block's only one
+        # blank, but a line even when it is the block's only one
+        out.append(" " if text is None else text)
     block.drop("dropped_lines.undecodable", np.array(bad) + first_line)
     return "\n".join(out), bad
 
@@ -204,7 +200,8 @@ def parse_block(data: bytes, first_line: int, fmt: EdgeFormat) -> ParsedBlock:
         and fmt.min_rating is None
         and 2 * int(ok.sum()) == len(tokens)
         and (n[ok] == 2).all()
-    ):  # the common case: every token is in a `src dst` line
+    ):
+        # the common case: every token is in a `src dst` line
         block.src, block.dst = tokens[0::2], tokens[1::2]
         return block
     tok = np.array(tokens, dtype=object)

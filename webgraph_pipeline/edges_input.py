@@ -182,11 +182,8 @@ class _ReadEdgeFileFn(beam.DoFn):
                             edges += len(src)
                             yield src, dst
                         blocks, next_line = blocks + 1, first_line + data.count(b"\n")
-            except (
-                OSError,
-                zlib.error,
-                EOFError,
-            ) as e:  # damaged compressed data, a failing disk or bucket
+            # damaged compressed data, a failing disk or bucket
+            except (OSError, zlib.error, EOFError) as e:
                 status, reason = (PARTLY_READ if blocks else UNREADABLE), read_error_reason(e)
                 where = f"line {next_line}" if blocks else f"{type(e).__name__}: {e}"
         try:

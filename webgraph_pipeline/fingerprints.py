@@ -1,6 +1,5 @@
 """64-bit node fingerprints: the graph stage moves these integers, and each name travels once, to
-the
-vocabulary.
+the vocabulary.
 
 The hash is pandas' `hash_array` (SipHash-1-3 with a fixed key, vectorized in C over an object array
 of str): stable across processes, machines and runs, about 0.2 us per name, where a Python loop over
@@ -125,9 +124,8 @@ def _repeats(fps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     table, no sort. Both collision checks below compare names at these pairs only."""
     codes, uniques = pd.factorize(fps)
     first = np.empty(len(uniques), np.int64)
-    first[codes[::-1]] = np.arange(
-        len(codes) - 1, -1, -1
-    )  # the last write of each code wins: its first entry
+    # the last write of each code wins: its first entry
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
     repeats = np.flatnonzero(first[codes] != np.arange(len(codes)))
     return np.asarray(uniques, fps.dtype), first, repeats, first[codes[repeats]]
 

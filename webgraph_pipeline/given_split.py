@@ -21,6 +21,8 @@ from typing import Any, Iterator
 import apache_beam as beam
 import numpy as np
 
+from webgraph_contract.ragged import RaggedRows
+from webgraph_contract.record_codec import SplitRows
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline.counters import LocalCounts, flush_to_beam
 from webgraph_pipeline.fingerprints import FINGERPRINT_BITS
@@ -88,20 +90,17 @@ def _validation_blocks(
         if val:
             val_rows.append(val)
 
-    def block(rows):
-        ptr = np.cumsum([0] + [len(r[1]) for r in rows])
-        gt_ptr = np.cumsum([0] + [len(r[2]) for r in rows])
-        flat = lambda k: np.array([c for r in rows for c in r[k]], np.int64)  # noqa: E731
-        return col.row_block(
-            np.array([r[0] for r in rows], np.int64), ptr, flat(1), gt_ptr, flat(2)
-        )
+    def block(rows: list[Row]) -> SplitRows:
+        tags = np.array([r[0] for r in rows], np.int64)
+        kept = RaggedRows.from_lists([r[1] for r in rows], tags)
+        return SplitRows(kept, RaggedRows.from_lists([r[2] for r in rows], kept.row_ids))
 
     return block(fit_rows), block(val_rows)
 
 
 class _UserRowsFn(beam.DoFn):
     """(user bucket, {'train', 'test': (user fps, item ids) pieces, 'table'}) -> `train` and `test`
-    RowBlocks, `transpose` pieces (bucket, (item ids, user ids)) and summary `parts`."""
+    `SplitRows`, `transpose` pieces (bucket, (item ids, user ids)) and summary `parts`."""
 
     def __init__(self, num_buckets: int, seed: int = 0, validation_fraction: float = 0.0):
         self._b = num_buckets
@@ -123,7 +122,7 @@ class _UserRowsFn(beam.DoFn):
         summary = col.histogram_part("out_degree", lengths)
         summary[("edges", None)] += len(train_cols)
         if len(train_ids):
-            yield beam.pvalue.TaggedOutput("train", col.row_block(train_ids, train_ptr, train_cols))
+            yield beam.pvalue.TaggedOutput("train", SplitRows.of(train_ids, train_ptr, train_cols))
             user_of = np.repeat(train_ids, lengths)
             for b, piece in col.split_by_bucket(
                 train_cols.astype(np.uint64), self._b, train_cols, user_of
@@ -134,12 +133,13 @@ class _UserRowsFn(beam.DoFn):
             has_train = col.is_member(test_ids, train_ids)
             counts.inc("given_split.test_users_without_train_items", int((~has_train).sum()))
             at = np.searchsorted(train_ids, test_ids)
-            ptr = np.concatenate((train_ptr, [train_ptr[-1]]))  # a last, empty row for the others
-            kept_ptr, kept = col.ragged_take(
-                ptr, train_cols, np.where(has_train, at, len(train_ids))
-            )
+            # the training rows and a last, empty row for the users without one
+            ptr = np.concatenate((train_ptr, [train_ptr[-1]]))
+            train_rows = RaggedRows(np.append(train_ids, -1), ptr, train_cols)
+            picked = train_rows.select(np.where(has_train, at, len(train_ids)))
+            kept = RaggedRows(test_ids, picked.indptr, picked.ids)
             yield beam.pvalue.TaggedOutput(
-                "test", col.row_block(test_ids, kept_ptr, kept, test_ptr, test_cols)
+                "test", SplitRows(kept, RaggedRows(test_ids, test_ptr, test_cols))
             )
             width = max(int(train_cols.max(initial=0)), int(test_cols.max(initial=0))) + 1
             both = np.intersect1d(
@@ -148,7 +148,7 @@ class _UserRowsFn(beam.DoFn):
                 assume_unique=True,
             )
             counts.inc("given_split.test_items_also_in_train", len(both))
-            summary[("test.col_tag", None)] += len(kept)
+            summary[("test.col_tag", None)] += len(kept.ids)
             summary[("test.gt_tag", None)] += len(test_cols)
         summary[("split.train", None)] += len(train_ids)
         summary[("split.test", None)] += len(test_ids)
@@ -168,21 +168,22 @@ class _UserRowsFn(beam.DoFn):
             )
             yield beam.pvalue.TaggedOutput("validation_train", fit)
             yield beam.pvalue.TaggedOutput("validation", val)
-            fit_user = np.repeat(fit[0], np.diff(fit[1]))
+            fit_items = fit.col_tag.ids
+            fit_user = np.repeat(fit.row_tags, fit.col_tag.lengths)
             for b, piece in col.split_by_bucket(
-                fit[2].astype(np.uint64), self._b, fit[2], fit_user
+                fit_items.astype(np.uint64), self._b, fit_items, fit_user
             ):
                 yield beam.pvalue.TaggedOutput("validation_transpose", (b, piece))
-            summary[("split.validation_train", None)] += len(fit[0])
-            summary[("split.validation", None)] += len(val[0])
+            summary[("split.validation_train", None)] += len(fit)
+            summary[("split.validation", None)] += len(val)
         flush_to_beam(+counts)
         yield beam.pvalue.TaggedOutput("parts", summary)
 
 
 class BuildGivenSplit(beam.PTransform):
     """{'train': edge batches, 'test': edge batches} of (user, item) names -> the dict of
-    PCollections
-    `BuildWebGraph` returns (`train`, `train_t`, `test`, `vocab`, `col_vocab`, `summary`).
+    PCollections `BuildWebGraph` returns (`train`, `train_t`, `test`, `vocab`, `col_vocab`,
+    `summary`).
 
     The graph stage's own steps do the work: `DistinctEdges` per file (duplicates counted),
     `NodeTables` over both (users and items numbered by the graph's id rule), `JoinTargetIds`
@@ -238,9 +239,8 @@ class BuildGivenSplit(beam.PTransform):
         )
         transposed = rows.transpose | "Transpose" >> Transpose()
         out = {"train": rows.train, "train_t": transposed["rows"], "test": rows.test}
-        if (
-            self._validation_fraction
-        ):  # the transpose's own parts count train_t: not summed for this one
+        # the transpose's own parts count train_t: not summed for this one
+        if self._validation_fraction:
             out["validation_train"], out["validation"] = rows.validation_train, rows.validation
             out["validation_train_t"] = (
                 rows.validation_transpose | "ValidationTranspose" >> Transpose()

@@ -26,6 +26,8 @@ from typing import Any, Iterator
 import apache_beam as beam
 import numpy as np
 
+from webgraph_contract.ragged import RaggedRows
+from webgraph_contract.record_codec import SplitRows
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline.counters import LocalCounts, flush_to_beam
 from webgraph_pipeline.filters import tld_of
@@ -150,9 +152,9 @@ class _FingerprintFn(beam.DoFn):
 
 class _MergeNames(beam.CombineFn):
     """Name pieces (fps, packed names) of one bucket -> one (sorted distinct fps, packed names)
-    piece,
-    collisions checked; lifted before the shuffle, so a name crosses it about once per bundle, not
-    once per batch. Accumulators hold packed pieces too (Beam encodes them between the phases)."""
+    piece, collisions checked; lifted before the shuffle, so a name crosses it about once per
+    bundle, not once per batch. Accumulators hold packed pieces too (Beam encodes them between the
+    phases)."""
 
     COMPACT_AT = 1 << 18  # entries that trigger a merge (or twice the merged piece, when larger)
 
@@ -180,8 +182,7 @@ def in_degrees(bucket: int, dst: np.ndarray) -> beam.pvalue.TaggedOutput:
 
 class _DedupFn(beam.DoFn):
     """(target bucket, pieces) -> distinct edges as pieces (source bucket, (src, dst)), drops
-    counted;
-    tagged `in` (with `count_in`): the in-degrees of the bucket's targets."""
+    counted; tagged `in` (with `count_in`): the in-degrees of the bucket's targets."""
 
     def __init__(self, drop_self_loops: bool, with_tlds: bool, count_in: bool, num_buckets: int):
         self._drop_self_loops, self._with_tlds, self._count_in, self._b = (
@@ -347,8 +348,7 @@ class _AssignIds(beam.PTransform):
     ids dense 0..N-1.
 
     A node's id is its rank in the order (blake2b id bucket of its name, name), as before: ids
-    groups
-    are contiguous ranges of id buckets, numbered from the prefix sum of the nodes per group.
+    groups are contiguous ranges of id buckets, numbered from the prefix sum of the nodes per group.
     """
 
     def __init__(self, id_buckets: int, num_buckets: int):
@@ -397,8 +397,8 @@ def _join_target_ids(kv, num_buckets: int) -> Iterator[Any]:
 
 
 class _BuildRowsFn(beam.DoFn):
-    """(source bucket, {'edges', 'table'}) -> `train`/`test` RowBlocks, `transpose` pieces (bucket,
-    (col ids, row ids)) of the train rows, and summary `parts`."""
+    """(source bucket, {'edges', 'table'}) -> `train`/`test` `SplitRows`, `transpose` pieces
+    (bucket, (col ids, row ids)) of the train rows, and summary `parts`."""
 
     def __init__(self, seed: int, test_fraction: float, holdout_fraction: float, num_buckets: int):
         self._args = (seed, test_fraction, holdout_fraction)
@@ -414,42 +414,40 @@ class _BuildRowsFn(beam.DoFn):
         parts = col.histogram_part("out_degree", lengths)
         parts[("edges", None)] += len(src)
         train, test = np.flatnonzero(~is_test), np.flatnonzero(is_test)
+        row_ids = ids[rows]
         if len(train):
-            block = col.take_rows(col.row_block(ids[rows], offsets, cols), train)
+            picked = RaggedRows(row_ids, offsets, cols).select(train)
+            block = SplitRows.of(picked.row_ids, picked.indptr, picked.ids)
             yield beam.pvalue.TaggedOutput("train", block)
             single = int((lengths[train] == 1).sum())
             if single:
                 counts = LocalCounts()
                 counts.inc("split.single_outlink_rows_in_train", single)
                 flush_to_beam(counts)
-            row_ids, ptr, col_ids = block[:3]
-            row_of = np.repeat(row_ids, np.diff(ptr))
+            col_ids = block.col_tag.ids
+            row_of = np.repeat(block.row_tags, block.col_tag.lengths)
             for b, piece in col.split_by_bucket(
                 col_ids.astype(np.uint64), self._b, *col.narrow(col_ids, row_of)
             ):
                 yield beam.pvalue.TaggedOutput("transpose", (b, piece))
         if len(test):
-            kept_ptr, kept = col.ragged_take(offsets, np.where(held, -1, cols), test)
-            held_ptr, gt = col.ragged_take(offsets, np.where(held, cols, -1), test)
-            kept_ptr, kept = col.drop_values(kept_ptr, kept, -1)
-            held_ptr, gt = col.drop_values(held_ptr, gt, -1)
-            yield beam.pvalue.TaggedOutput(
-                "test", col.row_block(ids[rows][test], kept_ptr, kept, held_ptr, gt)
-            )
-            parts[("test.col_tag", None)] += len(kept)
-            parts[("test.gt_tag", None)] += len(gt)
+            picked = RaggedRows(row_ids, offsets, cols, held).select(test)
+            kept, gt = col.keep_ids(picked, ~picked.values), col.keep_ids(picked, picked.values)
+            yield beam.pvalue.TaggedOutput("test", SplitRows(kept, gt))
+            parts[("test.col_tag", None)] += len(kept.ids)
+            parts[("test.gt_tag", None)] += len(gt.ids)
         parts[("split.train", None)] += len(train)
         parts[("split.test", None)] += len(test)
         yield beam.pvalue.TaggedOutput("parts", parts)
 
 
 def _transposed_rows(kv) -> Iterator[Any]:
-    """(bucket, pieces of (col ids, row ids)) -> a RowBlock of train_t rows (col, sorted rows);
+    """(bucket, pieces of (col ids, row ids)) -> `SplitRows` of train_t rows (col, sorted rows);
     tagged `parts`."""
     _, pieces = kv
     col_ids, row_ids = col.concat(pieces, 2, (np.int64, np.int64))
     cols, offsets, rows = col.group_rows(col_ids, row_ids)
-    yield col.row_block(cols, offsets, rows)
+    yield SplitRows.of(cols, offsets, rows)
     yield beam.pvalue.TaggedOutput("parts", _part("split.train_t", len(cols)))
 
 
@@ -465,10 +463,9 @@ def _node_count(kind: str):
 
 class DistinctEdges(beam.PTransform):
     """Edge batches of names -> {'edges': distinct edges as pieces (source bucket, (src fps, dst
-    fps)),
-    'in' (with `count_in`): the in-degrees (bucket, (target fps, counts)) of each bucket's targets,
-    and 'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, packed names)) for the
-    vocabulary}.
+    fps)), 'in' (with `count_in`): the in-degrees (bucket, (target fps, counts)) of each bucket's
+    targets, and 'rows' (plus 'cols' when bipartite): name pieces (bucket, (fps, packed names)) for
+    the vocabulary}.
 
     Drops and counts duplicates, then (unless bipartite) self-loops, then edges outside `tlds`;
     edges are grouped by their target's bucket, where each target's in-links are all at hand.
@@ -511,9 +508,8 @@ class DistinctEdges(beam.PTransform):
 
 class NodeTables(beam.PTransform):
     """{'edges': edges keyed by source bucket, 'rows' (and 'cols'): name pieces} -> {kind:
-    node-table
-    pieces (bucket, (fps, ids, packed names))}: the edges' endpoints, named (collision check),
-    numbered."""
+    node-table pieces (bucket, (fps, ids, packed names))}: the edges' endpoints, named (collision
+    check), numbered."""
 
     def __init__(self, bipartite: bool, id_buckets: int, num_buckets: int):
         super().__init__()
@@ -594,14 +590,14 @@ def node_counts(tables: dict) -> list:
 
 class BuildWebGraph(beam.PTransform):
     """Edge batches -> dict of PCollections whose elements are arrays (one per bucket: rows travel
-    in
-    blocks too; `beam.FlatMap(columnar.block_rows)` gives single rows).
+    in blocks too; `beam.FlatMap(columnar.block_rows)` gives single rows).
 
-    `train`, `train_t`, `test`: `columnar.RowBlock`s (row ids, col_tag and gt_tag as ragged arrays);
-    `vocab`: (ids, packed names) (`fingerprints.pack_names`); `col_vocab`: the same for the columns
-    (bipartite only; otherwise
-    `vocab` covers both);
-    `summary`: one dict with nodes, edges, rows per split and degree histograms.
+    - `train`, `train_t`, `test`: `record_codec.SplitRows` (col_tag and gt_tag rows, the row tags
+      their row ids);
+    - `vocab`: (ids, packed names) (`fingerprints.pack_names`); `col_vocab`: the same for the
+      columns (bipartite only; otherwise `vocab` covers both);
+    - `summary`: one dict with nodes, edges, rows per split and degree histograms.
+
     num_buckets: hash buckets of the per-bucket steps (work items; more for bigger graphs).
     fingerprint_bits: narrower than 64 only to force collisions in tests.
     """

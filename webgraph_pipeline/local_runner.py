@@ -37,12 +37,9 @@ def disable_time_based_flush() -> None:
 
 def runner_for(options: Any) -> Optional[Any]:
     """The runner for Beam `options` (PipelineOptions) that ask the DirectRunner for worker
-    processes
-    (`--direct_running_mode multi_processing`): Beam's FnApiRunner, as the DirectRunner would pick
-    for
-    a batch job, but starting each worker through `webgraph_pipeline.beam_worker` (quiet at import,
-    see
-    there). None for any other runner or mode: Beam picks as usual."""
+    processes (`--direct_running_mode multi_processing`): Beam's FnApiRunner, as the DirectRunner
+    would pick for a batch job, but starting each worker through `webgraph_pipeline.beam_worker`
+    (quiet at import, see there). None for any other runner or mode: Beam picks as usual."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
     runner = options.view_as(StandardOptions).runner

@@ -3,10 +3,9 @@ copy.
 
 A run writes its whole dataset into a staging directory beside `--output` (same parent, so the same
 filesystem or bucket) and swaps it in only once the job and stats.json have succeeded. Until then
-the
-previous dataset in `--output` is untouched, whatever happens to the run (a bad input found late,
-kill -9, a full disk). On a local filesystem the swap is two directory renames; on an object store
-(gs://, s3://), where directories do not exist, the staged files are moved in one by one with
+the previous dataset in `--output` is untouched, whatever happens to the run (a bad input found
+late, kill -9, a full disk). On a local filesystem the swap is two directory renames; on an object
+store (gs://, s3://), where directories do not exist, the staged files are moved in one by one with
 stats.json last, after the old stats.json is gone, so a half-moved dataset never looks complete.
 
 A staging directory holds an owner marker (host, pid and the process's start time) until the swap.
@@ -88,9 +87,8 @@ def real_output(output_dir: str) -> str:
 
 def check_output(output_dir: str, overwrite: bool) -> None:
     """Refuse an --output that is a file, holds something other than our dataset (unless
-    `overwrite`),
-    or cannot be written: all before any input is read. Creates the directory's parent if needed.
-    A symbolic link is checked as the directory it points to (`real_output`)."""
+    `overwrite`), or cannot be written: all before any input is read. Creates the directory's parent
+    if needed. A symbolic link is checked as the directory it points to (`real_output`)."""
     target = real_output(output_dir).rstrip("/")
     if not target:
         raise OutputError("--output is empty")

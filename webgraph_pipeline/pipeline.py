@@ -261,9 +261,8 @@ def finish_stats(
     ]
     stats["protocol"] = protocol
     stats["bipartite"] = bool(stats["config"].get("bipartite"))
-    stats.update(
-        stats_json.fingerprint_dataset(output_dir)
-    )  # the files are final: the dataset's identity
+    # the files are final: the dataset's identity
+    stats.update(stats_json.fingerprint_dataset(output_dir))
     stats_json.write_stats(output_dir, stats)
     return stats
 
@@ -290,10 +289,9 @@ def nothing_readable(stats: dict[str, Any]) -> Optional[EmptyInputError]:
 
 def emptiness(stats: dict[str, Any], config: GraphConfig) -> Optional[str]:
     """Why a finished dataset is empty (no nodes, no edges, no training rows, or no test rows
-    although
-    some were asked for), by the step that emptied it; None when it is not. Only a dataset that has
-    a graph but no test row (a small input) may be wanted as it is: only then is --allow_empty the
-    hint."""
+    although some were asked for), by the step that emptied it; None when it is not. Only a dataset
+    that has a graph but no test row (a small input) may be wanted as it is: only then is
+    --allow_empty the hint."""
     splits = stats.get("splits", {})
     if not stats.get("nodes"):
         what = "no node"
@@ -375,9 +373,8 @@ def run_job(spec: JobSpec, beam_argv: Sequence[str] = ()) -> dict[str, Any]:
             spec.protocol,
             notes.get(HEADER_HINTS, []),
         )
-        stats["wall_seconds"] = round(
-            time.time() - start, 1
-        )  # reported, not stored: it would break byte-identity
+        # reported, not stored: it would break byte-identity
+        stats["wall_seconds"] = round(time.time() - start, 1)
         unreadable = nothing_readable(stats)
         if unreadable:
             raise unreadable

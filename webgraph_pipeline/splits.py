@@ -56,9 +56,8 @@ def split_block(
         np.maximum(np.floor(holdout_fraction * n.astype(np.float64) + u), 1), n - 1
     ).astype(np.int64)
     owner = np.repeat(np.arange(len(rows)), n)
-    at = (
-        np.arange(len(owner)) - np.repeat(np.cumsum(n) - n, n) + np.repeat(ptr[rows], n)
-    )  # positions in cols
+    # positions in cols
+    at = np.arange(len(owner)) - np.repeat(np.cumsum(n) - n, n) + np.repeat(ptr[rows], n)
     link = unit_hashes(seed, "link", np.repeat(names[rows], n).tolist(), cols[at].tolist())
     order = np.lexsort((cols[at], link, owner))  # per row: by (link hash, column id)
     rank = np.empty(len(order), np.int64)

@@ -74,9 +74,8 @@ def _warcio_records(fileobj: IO[bytes]) -> Iterator[_RawRecord]:
     records = ArchiveIterator(fileobj)
     try:
         for record in records:
-            if (
-                record.format != "warc"
-            ):  # warcio reads any text line as an ARC header: a WAT is WARC
+            # warcio reads any text line as an ARC header: a WAT is WARC
+            if record.format != "warc":
                 raise ValueError(f"not a WARC record (first line parsed as {record.format})")
             is_metadata = record.rec_type == "metadata"
             yield (
@@ -150,11 +149,10 @@ def _next_sync_point(fileobj: IO[bytes], position: int, marker: bytes) -> Option
 class WatFileReport:
     """What reading one WAT file found, filled in as it is read; `verdict()` once it is done.
 
-    records: WARC records parsed, by WARC-Type. wat_records: metadata records whose payload is
-    JSON (pages or requests: what makes a WARC file a WAT file). damage: the first damage seen,
-    (reason, `byte N` or `after byte N`, record number counted from 1). decompressed: offsets count
-    bytes of the
-    decompressed stream (a whole-file gzip). empty / bad_gzip: what the first bytes showed.
+    records: WARC records parsed, by WARC-Type. wat_records: metadata records whose payload is JSON
+    (pages or requests: what makes a WARC file a WAT file). damage: the first damage seen, (reason,
+    `byte N` or `after byte N`, record number counted from 1). decompressed: offsets count bytes of
+    the decompressed stream (a whole-file gzip). empty / bad_gzip: what the first bytes showed.
     """
 
     records: collections.Counter = dataclasses.field(default_factory=collections.Counter)

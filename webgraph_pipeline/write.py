@@ -57,8 +57,7 @@ def degree_plot_png(
     bipartite: bool = False,
 ) -> bytes:
     """A log-log PNG of the in- and out-degree distributions (number of nodes per degree); for users
-    x
-    items data, of the items per user and the users per item."""
+    x items data, of the items per user and the users per item."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,9 +88,8 @@ class _WriteShardFn(beam.DoFn):
     """(shard, {'rows': [pieces], 'shard': [...]}) -> writes one shard file sorted by id, yields its
     path.
 
-    Pieces are `columnar.RowBlock`s (kind `rows`, encoded by `record_codec.encode_rows`) or (ids
-    array,
-    packed names) (kind `vocab`).
+    Pieces are `record_codec.SplitRows` (kind `rows`, encoded by `record_codec.encode_rows`) or
+    (ids array, packed names) (kind `vocab`).
     """
 
     def __init__(self, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str):
@@ -108,34 +106,32 @@ class _WriteShardFn(beam.DoFn):
             ids = col.concat(pieces, 1, (np.int64,))[0]
             fileio.write_atomic(path, vocab_lines(ids, joined_names(pieces, 1)))
         else:
-            block = col.concat_blocks(pieces)
-            block = col.take_rows(block, np.argsort(block[0], kind="stable"))
-            fileio.write_records(path, record_codec.encode_rows(*block))
+            block = record_codec.SplitRows.concat(pieces)
+            block = block.select(np.argsort(block.row_tags, kind="stable"))
+            fileio.write_records(path, record_codec.encode_rows(block))
         yield path
 
 
-def shard_pieces(piece: tuple, num_ids: int, num_shards: int) -> Iterator[tuple[int, tuple]]:
-    """(shard, its part of the piece) for the shards that a piece's ids fall in: a RowBlock or
-    (ids, packed names), the ids first."""
-    ids = piece[0]
-    shards = shard_of(ids, num_ids, num_shards)
-    names = names_array(piece[1]) if len(piece) == 2 else None
-    for shard, at in col.group_positions(shards, num_shards):
-        yield (
-            shard,
-            (
-                col.narrow(*col.take_rows(piece, at))
-                if names is None
-                else (ids[at], pack_array(names.take(at)))
-            ),
-        )
+def shard_pieces(
+    piece: record_codec.SplitRows | tuple, num_ids: int, num_shards: int
+) -> Iterator[tuple[int, record_codec.SplitRows | tuple]]:
+    """(shard, its part of the piece) for the shards that a piece's ids fall in: rows of a split
+    or (ids, packed names)."""
+    if isinstance(piece, record_codec.SplitRows):
+        shards = shard_of(piece.row_tags, num_ids, num_shards)
+        for shard, at in col.group_positions(shards, num_shards):
+            yield shard, col.narrow_rows(piece.select(at))
+        return
+    ids, names = piece[0], names_array(piece[1])
+    for shard, at in col.group_positions(shard_of(ids, num_ids, num_shards), num_shards):
+        yield shard, (ids[at], pack_array(names.take(at)))
 
 
 def _write_sharded(
     pcoll, size, label: str, output_dir: str, prefix: str, suffix: str, num_shards: int, kind: str
 ):
-    """Write pieces (RowBlocks or vocabulary arrays) into `num_shards` files by contiguous id range;
-    every shard exists."""
+    """Write pieces (rows of a split or vocabulary arrays) into `num_shards` files by contiguous id
+    range; every shard exists."""
     keyed = pcoll | f"{label}ShardKey" >> beam.FlatMap(
         lambda piece, n, s=num_shards: shard_pieces(piece, n, s), beam.pvalue.AsSingleton(size)
     )
@@ -154,7 +150,7 @@ class WriteTfRecords(beam.PTransform):
     """Write `BuildWebGraph`'s output: the three splits (and the validation splits when given),
     vocabulary shards, stats.json and a PNG.
 
-    Takes the dict `BuildWebGraph` returns (RowBlocks and vocabulary arrays); yields the
+    Takes the dict `BuildWebGraph` returns (`SplitRows` and vocabulary arrays); yields the
     PCollection of written paths.
     stats.json is written here without the Beam counters; `pipeline.run_job` adds them at the end.
     """

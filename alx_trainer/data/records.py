@@ -1,4 +1,5 @@
-"""Streaming input: the contract's TFRecords as CSR chunks of rows in NumPy, without TensorFlow.
+"""Streaming input: the contract's TFRecords as chunks of rows (`RaggedRows`: row tags, pointer,
+column ids) in NumPy, without TensorFlow.
 
 Each host reads only its own share of the shard files (`files[process_index::process_count]`);
 each file is read in blocks of whole records (`webgraph_contract.tfrecord`, CRC-32C checked) and
@@ -20,7 +21,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 from alx_trainer.data import host_cores
 from webgraph_contract import dataset_reader, file_workers, fileio
 from webgraph_contract.ragged import RaggedRows
-from webgraph_contract.record_codec import Rows
+from webgraph_contract.record_codec import SplitRows
 
 T = TypeVar("T")
 
@@ -53,7 +54,8 @@ def decode_mode(files: Sequence[str], threads: int | None = None) -> tuple[str, 
 def read_chunks(
     files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int, threads: int | None = None
 ) -> Iterator[RaggedRows]:
-    """Stream `files` (in order) as CSR chunks of `chunk_rows` rows (fewer at the end of a file).
+    """Stream `files` (in order) as chunks of `chunk_rows` rows (fewer at the end of a file): each a
+    `RaggedRows` of the records' `row_tag`s and `col_tag` ids (int64).
 
     Decoding runs as `decode_mode` says. In processes (`webgraph_contract.file_workers`), one
     worker per core (`threads`; None: one per core this process may use) checks and decodes a
@@ -73,8 +75,7 @@ def read_chunks(
     if mode == "processes":
         each = (threads or host_cores.host_threads()) // n  # threads per worker: spare cores
         try:
-            for arrays in file_workers.decode_files(files, num_rows, num_cols, n, each):
-                whole = RaggedRows(*arrays)
+            for whole in file_workers.decode_files(files, num_rows, num_cols, n, each):
                 for start in range(0, len(whole), chunk_rows):
                     yield whole.take(start, min(start + chunk_rows, len(whole)))
                 done += 1
@@ -108,11 +109,10 @@ def _log_mode(mode: str, n: int) -> None:
     logging.getLogger(__name__).debug("reading shard files: decoding in %s %d", mode, n)
 
 
-def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: Rows) -> RaggedRows:
-    """A decoded block's rows as a chunk, its ids checked (in a decoding thread)."""
-    chunk = RaggedRows(rows.row_tags, rows.col_ptr, rows.cols)
-    dataset_reader.check_ids(path, chunk.row_ids, chunk.ids, num_rows, num_cols)
-    return chunk
+def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: SplitRows) -> RaggedRows:
+    """A decoded block's `col_tag` rows, their ids checked (in a decoding thread)."""
+    dataset_reader.check_ids(path, rows.col_tag, num_rows, num_cols)
+    return rows.col_tag
 
 
 def put_unless_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:

@@ -1,9 +1,8 @@
 """Where a `web_graph` build reads from, and the plain functions its Beam steps run (no TFDS).
 
 A source is a directory (local, gs://, s3://: anything `webgraph_contract.fileio` opens). Its kind
-is decided
-by what the directory holds, checked in this order, first for `<dir>/<official subfolder>` (for
-the six named configs, e.g. `web_graph_tld_de_min_50`) and then for `<dir>` itself:
+is decided by what the directory holds, checked in this order, first for `<dir>/<official
+subfolder>` (for the six named configs, e.g. `web_graph_tld_de_min_50`) and then for `<dir>` itself:
 
 1. `pipeline`: `stats.json` next to the `train`, `train_t` and `test` shards: a dataset written
    by `python -m webgraph_pipeline`. Its stats are kept with the TFDS dataset.

@@ -89,8 +89,7 @@ class WebGraphConfig(tfds.core.BuilderConfig):
 
     def __post_init__(self) -> None:
         """Type-check the values (a JSON `--config` gives any JSON type), normalize the TLDs (a
-        comma
-        string or a list) and validate every setting with the pipeline's own checks."""
+        comma string or a list) and validate every setting with the pipeline's own checks."""
         where = f"web_graph config {self.name!r}"
         for name in _INTEGER_FIELDS:
             value = getattr(self, name)
@@ -384,20 +383,18 @@ def one_line_errors() -> None:
 
 def quiet_cli() -> None:
     """Under the `tfds` command line, what TFDS, absl and Beam log at INFO and WARNING (Beam's
-    type-hint
-    notices, TFDS's custom-config and missing-dataset_info notices) is held back, and the progress
-    bar
-    shows only on a terminal; `WEBGRAPH_DEBUG=1` keeps them all. (The `tfds` command sets its own
-    logging up before it loads this module, so this is the first point the builder can act.)"""
+    type-hint notices, TFDS's custom-config and missing-dataset_info notices) is held back, and the
+    progress bar shows only on a terminal; `WEBGRAPH_DEBUG=1` keeps them all. (The `tfds` command
+    sets its own logging up before it loads this module, so this is the first point the builder can
+    act.)"""
     if not _under_tfds_cli() or debugging():
         return
     from absl import logging as absl_logging
 
     from webgraph_contract.quiet_logs import LIBRARY_LOGGERS
 
-    absl_logging.set_verbosity(
-        absl_logging.WARNING
-    )  # the job's own warnings (an unreadable input file) stay
+    # the job's own warnings (an unreadable input file) stay
+    absl_logging.set_verbosity(absl_logging.WARNING)
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     if not sys.stderr.isatty():
