@@ -199,10 +199,10 @@ class ExportOptions(CommandOptions):
     )
     top_k: int = option(
         0,
-        "Write the top K columns of every row with known links (topk.tfr-*, topk.json) instead "
-        "of the tables.",
+        "Write the top K columns (K >= 1) of every row with known links (topk.tfr-*, topk.json) "
+        "instead of the tables.",
         aliases=("--topk",),
-        parse=at_least(0),
+        parse=at_least(1),
         metavar="K",
     )
     num_shards: int = option(
@@ -481,14 +481,10 @@ def main_export(argv: Sequence[str]) -> int:
         # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
         from alx_trainer import loading  # (as above)
         from alx_trainer.tools.predict import export_tables  # (as above)
+        from alx_trainer.tools.output_swap import check_out_dir  # (as above)
         from alx_trainer.tools.topk_export import export_topk  # (as above)
-        from webgraph_contract import fileio  # (as above)
 
-        if fileio.exists(args.out_dir) and not fileio.isdir(args.out_dir):
-            raise FileExistsError(
-                f"--out_dir {args.out_dir} is a file, not a directory; give a directory to export "
-                "into"
-            )
+        check_out_dir(args.out_dir)
         model, dataset = loading.load(args.model_dir, args.data)
         if args.top_k:
             paths = export_topk(
@@ -498,10 +494,15 @@ def main_export(argv: Sequence[str]) -> int:
                 args.top_k,
                 num_shards=args.num_shards,
                 batch_size=args.batch_size or None,
+                model_dir=args.model_dir,
             )
         else:
             paths = export_tables(
-                model, args.out_dir, data_dir=args.data or None, num_shards=args.num_shards or 1
+                model,
+                args.out_dir,
+                data_dir=args.data or None,
+                num_shards=args.num_shards or 1,
+                model_dir=args.model_dir,
             )
         for path in paths:
             print(path)
