@@ -36,7 +36,7 @@ from alx_trainer.cli.dataclass_flags import (
     parse_dataclass_args,
     parse_options,
 )
-from alx_trainer.config import LOG_LEVELS, TrainConfig
+from alx_trainer.config import LOG_LEVELS, ConfigError, TrainConfig
 
 if TYPE_CHECKING:
     from alx_trainer.data.dataset import Dataset
@@ -298,14 +298,22 @@ def main_sweep(argv: Sequence[str]) -> int:
         config = parse_dataclass_args(
             TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags()
         )
-        config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
+        _check_sweep_flags(args, config, rest)
+        config = dataclasses.replace(config, model_dir=args.out_dir).validate()
         # the training stack (JAX, orbax, matplotlib) takes seconds to import: not for --help
-        from alx_trainer.cli.train import split_cpu
+        from alx_trainer import loading
+        from alx_trainer.cli.train import split_cpu  # (as above)
+        from alx_trainer.data import integrity  # (as above)
         from alx_trainer.tools import sweep  # (as above)
+        from alx_trainer.tools.output_swap import check_out_dir  # (as above)
 
+        check_out_dir(args.out_dir)
+        integrity.check_outside_data(config.data, args.out_dir, "--out_dir")
         metric = args.metric or sweep.DEFAULT_METRIC
         # before any training
         sweep.check_metric(metric, config)
+        # the dataset checked whole once, before anything is written; its fingerprint keys the rows
+        dataset = loading.open_checked(config.data, config.tfds_data_dir)
         dims = args.dims or [config.dim]
         nus = args.nus or (config.reg_exponent,)
         setup_logging(config.log_level)
@@ -319,6 +327,8 @@ def main_sweep(argv: Sequence[str]) -> int:
             args.alphas or sweep.PAPER_ALPHAS,
             args.lambdas or sweep.PAPER_LAMBDAS,
             nus,
+            keep_models=args.keep_models,
+            fingerprint=dataset.fingerprint,
         )
         print(sweep.format_table(rows, metric))
         final = None
@@ -329,6 +339,7 @@ def main_sweep(argv: Sequence[str]) -> int:
                 args.out_dir,
                 ks=config.recall_ks(),
                 ndcg_k=config.ndcg_k or 20,
+                fingerprint=dataset.fingerprint,
             )
             print(sweep.format_final(final))
         paths = sweep.write_outputs(rows, args.out_dir, config, metric, final)
@@ -336,6 +347,26 @@ def main_sweep(argv: Sequence[str]) -> int:
         return 0
 
     return run("sweep", body)
+
+
+def _check_sweep_flags(args: SweepOptions, config: TrainConfig, rest: Sequence[str]) -> None:
+    """A ConfigError (exit 2) for `train` flags a sweep cannot honour: `--model_dir` (each point
+    trains into `--out_dir`), `--dim` beside `--dims`, `--eval_every 0` (no evaluation to
+    compare)."""
+    if config.model_dir:
+        raise ConfigError(
+            f"--model_dir {config.model_dir}: a sweep trains into --out_dir (models/, final/); "
+            "leave --model_dir out"
+        )
+    if args.dims and any(a == "--dim" or a.startswith("--dim=") for a in rest):
+        raise ConfigError(
+            "--dim and --dims: give the dimensions to sweep with --dims only (--dims 64 for one)"
+        )
+    if config.eval_every == 0:
+        raise ConfigError(
+            "--eval_every 0 evaluates no point, leaving the sweep nothing to compare; give N >= 1 "
+            f"(every N epochs and after the last; --eval_every {config.epochs}: the last only)"
+        )
 
 
 def main_predict(argv: Sequence[str]) -> int:
