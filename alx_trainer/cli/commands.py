@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Sequence
 
@@ -517,24 +518,29 @@ def main_export(argv: Sequence[str]) -> int:
 
         check_out_dir(args.out_dir)
         model, dataset = loading.load(args.model_dir, args.data)
-        if args.top_k:
-            paths = export_topk(
-                model,
-                dataset,
-                args.out_dir,
-                args.top_k,
-                num_shards=args.num_shards,
-                batch_size=args.batch_size or None,
-                model_dir=args.model_dir,
-            )
-        else:
-            paths = export_tables(
-                model,
-                args.out_dir,
-                data_dir=args.data or None,
-                num_shards=args.num_shards or 1,
-                model_dir=args.model_dir,
-            )
+        # SIGTERM as Ctrl-C: the staging directory removed, the previous export left as it was
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            if args.top_k:
+                paths = export_topk(
+                    model,
+                    dataset,
+                    args.out_dir,
+                    args.top_k,
+                    num_shards=args.num_shards,
+                    batch_size=args.batch_size or None,
+                    model_dir=args.model_dir,
+                )
+            else:
+                paths = export_tables(
+                    model,
+                    args.out_dir,
+                    data_dir=args.data or None,
+                    num_shards=args.num_shards or 1,
+                    model_dir=args.model_dir,
+                )
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         for path in paths:
             print(path)
         return 0
