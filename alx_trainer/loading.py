@@ -2,9 +2,11 @@
 `export`, and of the rows an evaluation ranks.
 
 `load(model_dir, data)`: the latest checkpoint of a `train` run, and the opened dataset, checked
-whole (`integrity.check_dataset`) and refused unless the model was trained on it (same `dataset_fingerprint`; a warning when either side predates
-fingerprints); `open_checked(data)` the dataset alone (`sweep`). `eval_data(dataset, split)`: the held-out rows of a split as `RaggedRows` (fold-in
-columns, and the ground truth), the column popularity of the matching training split and whether
+whole (`integrity.check_dataset`) and refused unless the model was trained on it (same
+`dataset_fingerprint`; a warning when either side predates fingerprints); `open_checked(data)`:
+the dataset alone, opened and checked (`sweep`). `eval_data(dataset, split)`: the held-out rows of
+a split as `RaggedRows` (fold-in columns, and the ground truth), checked against stats.json's
+count, the column popularity of the matching training split and whether
 row and column ids are shared; read once per dataset state (cached).
 """
 

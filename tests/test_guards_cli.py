@@ -32,8 +32,18 @@ def test_ctrl_c_at_any_moment_is_one_line_and_130(work, delay):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "alx_trainer", "predict", "--data", str(work / "data"),
-         "--model_dir", str(work / "model"), "--rows", "-"],
+        [
+            sys.executable,
+            "-m",
+            "alx_trainer",
+            "predict",
+            "--data",
+            str(work / "data"),
+            "--model_dir",
+            str(work / "model"),
+            "--rows",
+            "-",
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -64,8 +74,7 @@ def test_train_model_dir_in_the_dataset_is_refused(work, where):
     before = sorted(os.listdir(data))
     model_dir = data / where if where else data
     rc, out, err = run_cli(
-        ["train", "--data", str(data), "--model_dir", str(model_dir), "--dim", "4",
-         "--no-progress"]
+        ["train", "--data", str(data), "--model_dir", str(model_dir), "--dim", "4", "--no-progress"]
     )
     lines = [line for line in err.splitlines() if "error" in line]
     assert rc == 1 and len(lines) == 1, err

@@ -13,8 +13,8 @@ from alx_cli import run_cli
 
 from alx_trainer.model import load_model
 from alx_trainer.tools import predict, topk_export
-from webgraph_contract import fileio
 from tests.guard_data import small_dataset, small_model
+from webgraph_contract import fileio
 
 
 @pytest.fixture(scope="module")

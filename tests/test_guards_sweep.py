@@ -12,8 +12,8 @@ from alx_cli import run_cli
 
 from alx_trainer.model import load_model
 from alx_trainer.tools import sweep
-from webgraph_contract import stats_json
 from tests.pipeline_data import gowalla_dataset
+from webgraph_contract import stats_json
 
 
 @pytest.fixture(scope="module")

@@ -512,8 +512,8 @@ def main_export(argv: Sequence[str]) -> int:
         use_compile_cache(args.compile_cache)
         # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
         from alx_trainer import loading  # (as above)
-        from alx_trainer.tools.predict import export_tables  # (as above)
         from alx_trainer.tools.output_swap import check_out_dir  # (as above)
+        from alx_trainer.tools.predict import export_tables  # (as above)
         from alx_trainer.tools.topk_export import export_topk  # (as above)
 
         check_out_dir(args.out_dir)

@@ -134,7 +134,11 @@ def _check_directory(data_dir: str, stats_text: str, names: tuple[str, ...]) -> 
     stats = json.loads(stats_text)
     stats_path = os.path.join(data_dir, stats_json.STATS_FILE)
     num_rows, num_cols = stats_json.matrix_shape(stats)
-    if "num_rows" in stats and stats_json.is_bipartite(stats) and stats["nodes"] != num_rows + num_cols:
+    if (
+        "num_rows" in stats
+        and stats_json.is_bipartite(stats)
+        and stats["nodes"] != num_rows + num_cols
+    ):
         raise DataError(
             f"{stats_path}: nodes = {stats['nodes']}, not num_rows + num_cols = "
             f"{num_rows + num_cols}; the file is damaged: {REBUILD}"

@@ -319,7 +319,9 @@ def _read_settings(out_dir: str) -> dict[str, dict[str, Any]]:
 
 
 def _reusable(
-    path: str, key: Mapping[str, Any], settings: Mapping[str, Mapping[str, Any]],
+    path: str,
+    key: Mapping[str, Any],
+    settings: Mapping[str, Mapping[str, Any]],
     log: Callable[[str], None],
 ) -> tuple[set[str], dict[str, str]]:
     """The points of `path` done with exactly `key` (their rows kept), and why each other point
@@ -367,9 +369,7 @@ def run_sweep(
     key = run_key(base_config, fingerprint)
     settings = _read_settings(out_dir)
     if settings.get(key["settings"]) is None:
-        settings[key["settings"]] = json.loads(
-            json.dumps(other_settings(base_config), default=str)
-        )
+        settings[key["settings"]] = json.loads(json.dumps(other_settings(base_config), default=str))
         fileio.write_atomic(
             os.path.join(out_dir, SETTINGS_JSON), json.dumps(settings, indent=2, sort_keys=True)
         )
@@ -394,7 +394,10 @@ def run_sweep(
     for i, point in enumerate(points, 1):
         name = " ".join(f"{k}={point[k]:g}" for k in POINT)
         if point_key(point) in done:
-            log(f"[{i}/{len(points)}] {name}: done before with the same dataset and settings, reused")
+            log(
+                f"[{i}/{len(points)}] {name}: done before with the same dataset and settings, "
+                "reused"
+            )
             continue
         model_dir = os.path.join(out_dir, "models", point_key(point).replace("|", "_"))
         # a model directory of a run that did not finish: its checkpoints are of other settings
@@ -499,24 +502,22 @@ def write_outputs(
     metric: str,
     final: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """`sweep.json` (rows, best, final), `best_config.json` and the heatmap; their paths."""
+    """`sweep.json` (rows, best, final), `best_config.json` and the heatmap, each replaced whole;
+    their paths."""
     best = best_row(rows, metric)
     paths = {
         "json": os.path.join(out_dir, RESULTS_JSON),
         "config": os.path.join(out_dir, BEST_CONFIG),
     }
-    with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump(
-            {
-                "metric": metric,
-                "split": "validation",
-                "best": dict(best),
-                "rows": list(rows),
-                "final": dict(final) if final else None,
-            },
-            f,
-            indent=2,
-        )
+    summary = {
+        "metric": metric,
+        "split": "validation",
+        "best": dict(best),
+        "rows": list(rows),
+        "final": dict(final) if final else None,
+    }
+    # each file replaced whole: an interrupted sweep leaves the previous one
+    fileio.write_atomic(paths["json"], json.dumps(summary, indent=2))
     tuned = point_config(
         base_config, best, epochs=int(best["epochs"]), validation=False, model_dir="", data=""
     )
@@ -537,9 +538,7 @@ def write_outputs(
     values = {k: getattr(tuned, k) for k in keep}
     # `train --config` evaluates on test once, after the last epoch
     values["eval_every"] = values["epochs"]
-    with open(paths["config"], "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2)
-        f.write("\n")
+    fileio.write_atomic(paths["config"], json.dumps(values, indent=2) + "\n")
     paths["heatmap"] = plot_heatmap(rows, os.path.join(out_dir, HEATMAP_PNG), metric)
     return paths
 
@@ -669,5 +668,6 @@ def plot_heatmap(
     ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with fileio.replacing(path, "wb") as f:
+        fig.savefig(f, dpi=100, format="png")
     return path

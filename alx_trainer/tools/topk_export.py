@@ -190,9 +190,7 @@ def export_topk(
                         done / (now - start),
                     )
             if done != total:
-                raise ValueError(
-                    f"{dataset.name}: read {done} rows, but stats.json counts {total}"
-                )
+                raise ValueError(f"{dataset.name}: read {done} rows, but stats.json counts {total}")
             names = [os.path.basename(p) for p in writer.finish()]
         manifest = {
             "k": k,
