@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from alx_cli import run_cli
 
 from alx_trainer.model import load_model
-from alx_trainer.tools import predict, topk_export
+from alx_trainer.tools import output_swap, predict, topk_export
 from tests.guard_data import small_dataset, small_model
 from webgraph_contract import fileio
 
@@ -155,3 +158,32 @@ def test_bad_out_dir_and_top_k_0_are_one_line(work, tmp_path):
         run_cli([*base, "--out_dir", str(tmp_path / "x"), "--top_k", "0"])
     assert e.value.code == 2 and not (tmp_path / "x").exists()
     assert afile.read_text() == "mine"
+
+
+def test_staging_of_a_killed_export_is_removed_and_a_live_one_refuses(work, tmp_path):
+    out = tmp_path / "topk"
+    assert topk(work, out, "m2")[0] == 0
+    before = files_of(out)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    left = tmp_path / f"topk{output_swap.STAGING_TAG}0123456789ab"
+    left.mkdir()
+    (left / "topk.tfr-00000-of-00001").write_bytes(b"half")
+    owner = {"host": socket.gethostname(), "pid": int(dead.stdout)}
+    (left / output_swap.OWNER_FILE).write_text(json.dumps(owner))
+    rc, _, err = topk(work, out, "m1")
+    assert rc == 0, err
+    assert f"removed {left}, left by export process {owner['pid']}" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["topk"]
+    # a live owner (this process): another export into the same directory is refused
+    left.mkdir()
+    owner["pid"] = os.getpid()
+    (left / output_swap.OWNER_FILE).write_text(json.dumps(owner))
+    now = files_of(out)
+    rc, _, err = topk(work, out, "m2")
+    assert rc == 1 and f"is being written by process {os.getpid()}" in err
+    assert files_of(out) == now != before

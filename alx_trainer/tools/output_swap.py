@@ -8,14 +8,21 @@ renames: the old directory is renamed away, the new one in, then the old one rem
 directory also holds other files (kept, as before) or is not local, the export's manifest (which
 readers require) is removed first, the new files are moved in, the earlier export's files removed,
 and the manifest moved in last: the directory never shows a manifest beside a mix of two exports.
+
+A staging directory holds an owner marker (host and pid) until the swap. One that a killed export
+left (kill -9) is removed by the next export into the same directory when its owner no longer
+runs; while it does, the next export is refused (two exports into one directory); a previous
+export parked by an interrupted swap (`.staging-old-*`) is put back when `out_dir` is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
+import socket
 import uuid
 from typing import Iterator
 
@@ -24,6 +31,7 @@ from webgraph_contract import fileio, layout
 log = logging.getLogger(__name__)
 
 STAGING_TAG = ".staging-"
+OWNER_FILE = ".export-owner.json"
 
 
 def check_out_dir(out_dir: str, flag: str = "--out_dir") -> None:
@@ -56,15 +64,69 @@ def staged(out_dir: str, names: str, manifest: str) -> Iterator[str]:
     file names, `manifest` the name of the file that readers require, written last."""
     check_out_dir(out_dir)
     target = _target(out_dir)
+    if fileio.is_local(target):
+        clean_stale_staging(target)
     staging = f"{target}{STAGING_TAG}{uuid.uuid4().hex[:12]}"
     fileio.makedirs(staging)
+    owner = os.path.join(staging, OWNER_FILE)
     try:
+        fileio.write_atomic(owner, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
         yield staging
+        fileio.remove(owner)
         swap_in(staging, target, names, manifest)
     finally:
         if fileio.exists(staging):
             with contextlib.suppress(OSError):
                 fileio.rmtree(staging)
+
+
+def _alive(owner: dict) -> bool:
+    """Whether the process an owner marker names, on this host, still runs (another host's:
+    assumed to)."""
+    if owner.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def clean_stale_staging(target: str) -> None:
+    """Remove the staging directories beside `target` that killed exports left (their owner no
+    longer runs); put back a previous export parked by an interrupted swap when `target` is
+    missing; a one-line error while another live export writes `target`."""
+    parent, base = os.path.split(target)
+    rule = re.compile(re.escape(base + STAGING_TAG) + r"(old-)?[0-9a-f]{12}\Z")
+    for name in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
+        found = rule.match(name)
+        path = os.path.join(parent, name)
+        if not found or not os.path.isdir(path):
+            continue
+        if found.group(1):
+            if not os.path.exists(target):
+                os.rename(path, target)
+                log.warning(
+                    "put back the previous export %s, parked there by an interrupted one", path
+                )
+            else:
+                fileio.rmtree(path)
+            continue
+        try:
+            with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as f:
+                owner = json.load(f)
+        except (OSError, ValueError):
+            # no marker yet (just made) or unreadable: not ours to judge
+            continue
+        if _alive(owner):
+            raise FileExistsError(
+                f"--out_dir {target} is being written by process {owner['pid']} on "
+                f"{owner['host']} ({path}); wait for it to finish or stop it"
+            )
+        fileio.rmtree(path)
+        log.warning("removed %s, left by export process %s that no longer runs", path, owner["pid"])
 
 
 def _target(out_dir: str) -> str:
