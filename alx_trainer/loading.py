@@ -1,10 +1,12 @@
 """One loader of a trained model and the dataset it was trained on, for `eval`, `predict` and
 `export`, and of the rows an evaluation ranks.
 
-`load(model_dir, data)`: the latest checkpoint of a `train` run, and the opened dataset, refused
-unless the model was trained on it (same `dataset_fingerprint`; a warning when either side predates
-fingerprints). `eval_data(dataset, split)`: the held-out rows of a split as `RaggedRows` (fold-in
-columns, and the ground truth), the column popularity of the matching training split and whether
+`load(model_dir, data)`: the latest checkpoint of a `train` run, and the opened dataset, checked
+whole (`integrity.check_dataset`) and refused unless the model was trained on it (same
+`dataset_fingerprint`; a warning when either side predates fingerprints); `open_checked(data)`:
+the dataset alone, opened and checked (`sweep`). `eval_data(dataset, split)`: the held-out rows of
+a split as `RaggedRows` (fold-in columns, and the ground truth), checked against stats.json's
+count, the column popularity of the matching training split and whether
 row and column ids are shared; read once per dataset state (cached).
 """
 
@@ -37,11 +39,18 @@ def load(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model
     model = load_model(model_dir)
     if not data:
         return model, None
-    dataset = open_dataset(data, tfds_data_dir)
+    dataset = open_checked(data, tfds_data_dir)
     integrity.check_same_data(
         model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
     )
     return model, dataset
+
+
+def open_checked(data: str, tfds_data_dir: str = "") -> Dataset:
+    """`data` opened (`open_dataset`) and checked whole (`integrity.check_dataset`)."""
+    dataset = open_dataset(data, tfds_data_dir)
+    integrity.check_dataset(dataset)
+    return dataset
 
 
 def model_tables(model_or_tables: Tables | str | os.PathLike) -> tuple[Any, np.ndarray, Any]:
@@ -97,13 +106,19 @@ def eval_data(data: str | os.PathLike | Dataset, split: str = "test") -> EvalDat
         raise no_test_rows(dataset.name)
     stats = os.path.join(dataset.data_dir, stats_json.STATS_FILE)
     stamp = (dataset.fingerprint, os.path.getmtime(stats) if os.path.exists(stats) else 0.0)
-    return _eval_data(
+    found = _eval_data(
         tuple(dataset.files["test"]),
         tuple(dataset.files["train"]),
         (dataset.num_rows, dataset.num_cols),
         not dataset.bipartite,
         stamp,
     )
+    # the rows read against stats.json's count (`validation_view` counts the validation rows)
+    counts = {dataset.eval_split: dataset.splits["test"]} if "test" in dataset.splits else {}
+    integrity.check_rows(
+        dataset.name, dataset.eval_split, len(found.known), counts, "read to evaluate"
+    )
+    return found
 
 
 @functools.lru_cache(maxsize=8)

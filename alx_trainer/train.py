@@ -95,6 +95,8 @@ def train(
     config.validate()
     mesh = mesh if mesh is not None else make_mesh()
     dataset = dataset if dataset is not None else open_dataset(config.data, config.tfds_data_dir)
+    integrity.check_dataset(dataset)
+    integrity.check_outside_data(config.data, config.model_dir)
     if config.validation:
         dataset = validation_view(dataset)
     integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)

@@ -489,6 +489,7 @@ def test_export_again_leaves_only_its_own_shards(hollins, tmp_path):
         "embeddings.npz",
         "row_embeddings.tfr-00000-of-00001",
         "row_table.npy",
+        "tables.json",
         "topk.tfr-00000-of-00001",
     ]
     col_records = fileio.read_records(str(tables / "col_embeddings.tfr-00000-of-00001"))

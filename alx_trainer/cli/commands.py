@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Sequence
 
@@ -36,7 +37,7 @@ from alx_trainer.cli.dataclass_flags import (
     parse_dataclass_args,
     parse_options,
 )
-from alx_trainer.config import LOG_LEVELS, TrainConfig
+from alx_trainer.config import LOG_LEVELS, ConfigError, TrainConfig
 
 if TYPE_CHECKING:
     from alx_trainer.data.dataset import Dataset
@@ -199,10 +200,10 @@ class ExportOptions(CommandOptions):
     )
     top_k: int = option(
         0,
-        "Write the top K columns of every row with known links (topk.tfr-*, topk.json) instead "
-        "of the tables.",
+        "Write the top K columns (K >= 1) of every row with known links (topk.tfr-*, topk.json) "
+        "instead of the tables.",
         aliases=("--topk",),
-        parse=at_least(0),
+        parse=at_least(1),
         metavar="K",
     )
     num_shards: int = option(
@@ -288,14 +289,22 @@ def main_sweep(argv: Sequence[str]) -> int:
         config = parse_dataclass_args(
             TrainConfig, rest, prog="alx_trainer sweep", also_known=p.known_flags()
         )
-        config = dataclasses.replace(config, model_dir=config.model_dir or args.out_dir).validate()
+        _check_sweep_flags(args, config, rest)
+        config = dataclasses.replace(config, model_dir=args.out_dir).validate()
         # the training stack (JAX, orbax, matplotlib) takes seconds to import: not for --help
-        from alx_trainer.execution import start_cpu_devices
+        from alx_trainer import loading
+        from alx_trainer.data import integrity  # (as above)
+        from alx_trainer.execution import start_cpu_devices  # (as above)
         from alx_trainer.tools import sweep  # (as above)
+        from alx_trainer.tools.output_swap import check_out_dir  # (as above)
 
+        check_out_dir(args.out_dir)
+        integrity.check_outside_data(config.data, args.out_dir, "--out_dir")
         metric = args.metric or sweep.DEFAULT_METRIC
         # before any training
         sweep.check_metric(metric, config)
+        # the dataset checked whole once, before anything is written; its fingerprint keys the rows
+        dataset = loading.open_checked(config.data, config.tfds_data_dir)
         dims = args.dims or [config.dim]
         nus = args.nus or (config.reg_exponent,)
         setup_logging(config.log_level)
@@ -309,6 +318,8 @@ def main_sweep(argv: Sequence[str]) -> int:
             args.alphas or sweep.PAPER_ALPHAS,
             args.lambdas or sweep.PAPER_LAMBDAS,
             nus,
+            keep_models=args.keep_models,
+            fingerprint=dataset.fingerprint,
         )
         print(sweep.format_table(rows, metric))
         final = None
@@ -319,6 +330,7 @@ def main_sweep(argv: Sequence[str]) -> int:
                 args.out_dir,
                 ks=config.recall_ks(),
                 ndcg_k=config.ndcg_k or 20,
+                fingerprint=dataset.fingerprint,
             )
             print(sweep.format_final(final))
         paths = sweep.write_outputs(rows, args.out_dir, config, metric, final)
@@ -326,6 +338,26 @@ def main_sweep(argv: Sequence[str]) -> int:
         return 0
 
     return run("sweep", body)
+
+
+def _check_sweep_flags(args: SweepOptions, config: TrainConfig, rest: Sequence[str]) -> None:
+    """A ConfigError (exit 2) for `train` flags a sweep cannot honour: `--model_dir` (each point
+    trains into `--out_dir`), `--dim` beside `--dims`, `--eval_every 0` (no evaluation to
+    compare)."""
+    if config.model_dir:
+        raise ConfigError(
+            f"--model_dir {config.model_dir}: a sweep trains into --out_dir (models/, final/); "
+            "leave --model_dir out"
+        )
+    if args.dims and any(a == "--dim" or a.startswith("--dim=") for a in rest):
+        raise ConfigError(
+            "--dim and --dims: give the dimensions to sweep with --dims only (--dims 64 for one)"
+        )
+    if config.eval_every == 0:
+        raise ConfigError(
+            "--eval_every 0 evaluates no point, leaving the sweep nothing to compare; give N >= 1 "
+            f"(every N epochs and after the last; --eval_every {config.epochs}: the last only)"
+        )
 
 
 def main_predict(argv: Sequence[str]) -> int:
@@ -470,29 +502,35 @@ def main_export(argv: Sequence[str]) -> int:
         use_compile_cache(args.compile_cache)
         # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
         from alx_trainer import loading  # (as above)
+        from alx_trainer.tools.output_swap import check_out_dir  # (as above)
         from alx_trainer.tools.predict import export_tables  # (as above)
         from alx_trainer.tools.topk_export import export_topk  # (as above)
-        from webgraph_contract import fileio  # (as above)
 
-        if fileio.exists(args.out_dir) and not fileio.isdir(args.out_dir):
-            raise FileExistsError(
-                f"--out_dir {args.out_dir} is a file, not a directory; give a directory to export "
-                "into"
-            )
+        check_out_dir(args.out_dir)
         model, dataset = loading.load(args.model_dir, args.data)
-        if args.top_k:
-            paths = export_topk(
-                model,
-                dataset,
-                args.out_dir,
-                args.top_k,
-                num_shards=args.num_shards,
-                batch_size=args.batch_size or None,
-            )
-        else:
-            paths = export_tables(
-                model, args.out_dir, data_dir=args.data or None, num_shards=args.num_shards or 1
-            )
+        # SIGTERM as Ctrl-C: the staging directory removed, the previous export left as it was
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            if args.top_k:
+                paths = export_topk(
+                    model,
+                    dataset,
+                    args.out_dir,
+                    args.top_k,
+                    num_shards=args.num_shards,
+                    batch_size=args.batch_size or None,
+                    model_dir=args.model_dir,
+                )
+            else:
+                paths = export_tables(
+                    model,
+                    args.out_dir,
+                    data_dir=args.data or None,
+                    num_shards=args.num_shards or 1,
+                    model_dir=args.model_dir,
+                )
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         for path in paths:
             print(path)
         return 0

@@ -9,6 +9,7 @@ import sys
 import traceback
 from typing import Callable
 
+from alx_trainer.cli import interrupt
 from alx_trainer.config import ConfigError
 from webgraph_contract.command_line import DEBUG_ENV, debugging, one_line
 
@@ -64,6 +65,10 @@ def run(prog: str, body: Callable[[], int]) -> int:
         return 130
     # every error becomes one line; --debug / WEBGRAPH_DEBUG=1 adds the traceback
     except Exception as e:
+        # an error that Ctrl-C caused (`interrupt`)
+        if interrupt.caused_error():
+            print(f"alx_trainer {prog}: interrupted", file=sys.stderr)
+            return 130
         if debugging():
             traceback.print_exc()
         if isinstance(e, ConfigError):

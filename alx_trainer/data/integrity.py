@@ -4,6 +4,11 @@ Every check runs before epoch 1 (or before `eval`/`predict`/`export` do any work
 a one-line `DataError` that names the directory, what is wrong, and what to do:
 
 - every shard of `-of-N` of each split is present (`dataset.open_directory` checks it).
+- `check_dataset`: the dataset directory is whole and agrees with its stats.json: every vocabulary
+  shard of `-of-N` present, the ids of `vocab.tsv` (and `vocab.cols.tsv`) covering the matrix's
+  rows (columns) exactly, every file stats.json's `file_sha256` lists present and none besides;
+  run once per opened dataset by `loading.load` (eval, predict, export) and by `train` (sweep).
+- `check_outside_data`: a model or output directory is not the dataset directory nor inside it.
 - `check_trainable`: the matrix has rows and columns and stats.json promises training rows.
 - `check_rows`: the rows the trainer counted while reading a split equal stats.json `splits`.
 - `check_same_data`: the model's recorded `dataset_fingerprint` equals the data's; a model or a
@@ -12,8 +17,13 @@ a one-line `DataError` that names the directory, what is wrong, and what to do:
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
-from typing import Mapping, Optional
+import os
+from typing import Any, Mapping, Optional
+
+from webgraph_contract import fileio, layout, stats_json
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +98,132 @@ def check_same_data(
         data,
         which,
     )
+
+
+def check_outside_data(data: str, out_dir: str, flag: str = "--model_dir") -> None:
+    """A DataError when `out_dir` (a model or output directory) is the dataset directory `data`
+    or inside it: what a run writes there would mix with the dataset's files."""
+    if not out_dir or not fileio.is_local(out_dir) or not os.path.isdir(data):
+        return
+    data_dir, out = os.path.realpath(data), os.path.realpath(out_dir)
+    if out == data_dir or out.startswith(data_dir.rstrip(os.sep) + os.sep):
+        where = "is" if out == data_dir else "is inside"
+        raise DataError(
+            f"{flag} {out_dir} {where} the dataset directory --data {data}; give a directory "
+            "outside it"
+        )
+
+
+def check_dataset(dataset: Any) -> None:
+    """A one-line `DataError` naming the file unless the contract directory of `dataset` (an
+    opened `dataset.Dataset`) is whole and agrees with its stats.json (see the module's list); a
+    TFDS or in-memory dataset is not checked here. Checked once per state of the directory."""
+    if dataset.tfds or dataset.arrays or not dataset.data_dir:
+        return
+    data_dir = dataset.data_dir
+    stats_path = os.path.join(data_dir, stats_json.STATS_FILE)
+    with fileio.open_file(stats_path, "r") as f:
+        stats_text = f.read()
+    names = tuple(layout.data_files(data_dir))
+    _check_directory(data_dir, stats_text, names)
+
+
+@functools.lru_cache(maxsize=16)
+def _check_directory(data_dir: str, stats_text: str, names: tuple[str, ...]) -> None:
+    """`check_dataset` of a directory with this stats.json and these data files."""
+    stats = json.loads(stats_text)
+    stats_path = os.path.join(data_dir, stats_json.STATS_FILE)
+    num_rows, num_cols = stats_json.matrix_shape(stats)
+    if (
+        "num_rows" in stats
+        and stats_json.is_bipartite(stats)
+        and stats["nodes"] != num_rows + num_cols
+    ):
+        raise DataError(
+            f"{stats_path}: nodes = {stats['nodes']}, not num_rows + num_cols = "
+            f"{num_rows + num_cols}; the file is damaged: {REBUILD}"
+        )
+    rows_vocab = sorted(fileio.glob(layout.vocab_glob(data_dir)))
+    cols_vocab = sorted(fileio.glob(layout.vocab_glob(data_dir, columns=True)))
+    shapes = [(rows_vocab, num_rows, "rows")]
+    if cols_vocab:
+        shapes.append((cols_vocab, num_cols, "columns"))
+    for files, size, what in shapes:
+        if files:
+            _check_vocabulary(data_dir, stats_path, files, size, what)
+    listed = stats.get(stats_json.FILE_DIGESTS_KEY)
+    if isinstance(listed, dict):
+        missing = sorted(set(listed) - set(names))
+        extra = sorted(set(names) - set(listed))
+        if missing:
+            raise DataError(
+                f"{os.path.join(data_dir, missing[0])}: missing"
+                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                + f"; {stats_path} lists it among the dataset's files: restore it or {REBUILD}"
+            )
+        if extra:
+            raise DataError(
+                f"{os.path.join(data_dir, extra[0])}: not a file of this dataset"
+                + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
+                + f" ({stats_path} does not list it): a file of another run? remove it or "
+                f"{REBUILD}"
+            )
+
+
+def _check_vocabulary(
+    data_dir: str, stats_path: str, files: list[str], size: int, what: str
+) -> None:
+    """Every shard of `-of-N` present, and their `id<TAB>name` lines naming ids 0..size-1 once
+    each, in order (as the pipeline writes them: sorted, by contiguous id range)."""
+    missing, clash = layout.missing_shards(files)
+    if clash:
+        raise DataError(f"{data_dir}: the vocabulary shards are inconsistent: {clash}; {REBUILD}")
+    if missing:
+        raise DataError(
+            f"{os.path.join(data_dir, missing[0])}: missing"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            + f"; the vocabulary has {len(files)} of {len(files) + len(missing)} shards: "
+            f"restore it or {REBUILD}"
+        )
+    expected = 0
+    for path in files:
+        first, last, count = _id_range(path)
+        if count == 0:
+            continue
+        if first != expected or last - first + 1 != count:
+            raise DataError(
+                f"{path}: its {count} names are of ids {first}..{last}, not {expected}.."
+                f"{expected + count - 1} (ids 0..{size - 1} once each, in order); the "
+                f"vocabulary is damaged: {REBUILD}"
+            )
+        expected = last + 1
+    if expected != size:
+        raise DataError(
+            f"{files[-1]}: the vocabulary names {expected} {what} but {stats_path} says "
+            f"{size}; stats.json and the files are from different runs or damaged: {REBUILD}"
+        )
+
+
+def _id_range(path: str) -> tuple[int, int, int]:
+    """(first id, last id, lines) of a vocabulary shard; (0, -1, 0) when it is empty."""
+    count, first, tail = 0, None, b""
+    with fileio.open_file(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            count += block.count(b"\n")
+            tail = (tail + block)[-(1 << 16) :]
+            if first is None:
+                first = _line_id(path, block.split(b"\n", 1)[0])
+    if first is None:
+        return 0, -1, 0
+    if not tail.endswith(b"\n"):
+        count += 1
+    last = _line_id(path, tail.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    return first, last, count
+
+
+def _line_id(path: str, line: bytes) -> int:
+    """The id of one `id<TAB>name` line."""
+    key, sep, _ = line.partition(b"\t")
+    if not sep or not key.isdigit():
+        raise DataError(f"{path}: expected `id<TAB>name` lines, got {line[:80]!r}")
+    return int(key)

@@ -9,6 +9,7 @@ directory (or `info.metadata["stats"]`), else from the largest id in the files.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,11 @@ def locate(
         builder = tfds.builder(full, data_dir=data_dir)
     except Exception as e:  # TFDS raises several types for an unknown or unprepared dataset
         where = data_dir or "the default data_dir"
+        # TFDS's first sentence, without the builder arguments before it
+        reason = re.split(r"\.(?:\s|$)", str(e).strip().splitlines()[0])[0].rsplit(": ", 1)[-1]
         raise FileNotFoundError(
-            f"{full}: not a prepared TFDS dataset in {where} ({e})".splitlines()[0]
+            f"--data {name}: no such dataset directory, nor a prepared TFDS dataset in {where} "
+            f"({reason}); give a dataset directory or a TFDS name built with `tfds build`"
         ) from None
     root = os.fspath(builder.data_dir)
     if not os.path.isdir(root):

@@ -5,7 +5,8 @@
   training row uses its row embedding; a held-out row is folded in from its fold-in outlinks
   (Eq. 4).
 - `nearest_neighbors`: the K nodes whose embeddings are closest by cosine to a node's embedding.
-- `export_tables`: both tables with their ids (and names) as NumPy `.npz`/`.npy` and as TFRecord.
+- `export_tables`: both tables with their ids (and names) as NumPy `.npz`/`.npy` and as TFRecord,
+  all or nothing (`output_swap`), with `tables.json` last; `read_tables` reads them back.
 Scoring goes through the same exact top K as evaluation (`ranking.Ranker`).
 """
 
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -21,6 +24,7 @@ import numpy as np
 from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.loading import model_tables
 from alx_trainer.model import fold_in
+from alx_trainer.tools import output_swap
 from alx_trainer.tools.new_pages import names_are_numbers, node_token
 from webgraph_contract import dataset_reader, fileio, layout, stats_json, urls
 from webgraph_contract.record_codec import encode_example
@@ -177,26 +181,33 @@ def _example(node_id: int, vector: np.ndarray, name: str | None) -> bytes:
     return encode_example(feature)
 
 
+# what `export_tables` writes last: the files of the export, and the model they come from
+TABLES_MANIFEST = "tables.json"
 # regex of the names of the files `export_tables` writes
 TABLE_FILES = "|".join(
-    [r"embeddings\.npz", r"(?:row|col)_table\.npy"]
+    [r"embeddings\.npz", r"(?:row|col)_table\.npy", re.escape(TABLES_MANIFEST)]
     + [layout.shard_pattern(f"{side}_embeddings.tfr") for side in ("row", "col")]
 )
 
 
 def export_tables(
-    model: Any, out_dir: str, *, data_dir: str | None = None, num_shards: int = 1
+    model: Any,
+    out_dir: str,
+    *,
+    data_dir: str | None = None,
+    num_shards: int = 1,
+    model_dir: str = "",
 ) -> list[str]:
     """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]),
-    `row_table.npy`, `col_table.npy`, and `{row,col}_embeddings.tfr-*` (Examples with `id`,
-    `embedding`, and `name` when a vocabulary exists), each file renamed into place once complete;
-    then removes the `*_embeddings.tfr` shards of an earlier export with another shard count, and
-    temporary files of a killed one. Returns the written paths."""
-    row_table, col_table, _ = model_tables(model)
+    `row_table.npy`, `col_table.npy`, `{row,col}_embeddings.tfr-*` (Examples with `id`,
+    `embedding`, and `name` when a vocabulary exists) and `tables.json` (the files, the model
+    directory `model_dir` and epoch), all or nothing (`output_swap`): an earlier export's files in
+    `out_dir` (another shard count, temporary files of a killed one) are replaced. Returns the
+    written paths."""
+    row_table, col_table, config = model_tables(model)
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
     names = vocabulary_names(data_dir) if data_dir else {}
     shared = bool(data_dir) and _shared_ids(data_dir)
-    fileio.makedirs(out_dir)
     arrays: dict[str, np.ndarray] = {}
     for side, emb in tables.items():
         arrays[f"{side}_ids"] = np.arange(len(emb), dtype=np.int64)
@@ -205,23 +216,56 @@ def export_tables(
         arrays["col_names"] = np.array([names.get(i, "") for i in range(len(tables["col"]))])
         if shared:
             arrays["row_names"] = np.array([names.get(i, "") for i in range(len(tables["row"]))])
-    paths = [os.path.join(out_dir, "embeddings.npz")]
-    with fileio.replacing(paths[0], "wb") as f:
-        np.savez(f, **arrays)
-    for side, emb in tables.items():
-        paths.append(os.path.join(out_dir, f"{side}_table.npy"))
-        with fileio.replacing(paths[-1], "wb") as f:
-            np.save(f, emb)
-        side_names = names if (side == "col" or shared) else {}
-        for s in range(num_shards):
-            path = os.path.join(out_dir, layout.shard_name(f"{side}_embeddings.tfr", s, num_shards))
-            rows = range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards)
-            fileio.write_records(
-                path, [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows]
-            )
-            paths.append(path)
-    layout.remove_stale(out_dir, TABLE_FILES, paths)
-    return paths
+    files = ["embeddings.npz"]
+    with output_swap.staged(out_dir, TABLE_FILES, TABLES_MANIFEST) as staging:
+        with fileio.replacing(os.path.join(staging, files[0]), "wb") as f:
+            np.savez(f, **arrays)
+        for side, emb in tables.items():
+            files.append(f"{side}_table.npy")
+            with fileio.replacing(os.path.join(staging, files[-1]), "wb") as f:
+                np.save(f, emb)
+            side_names = names if (side == "col" or shared) else {}
+            for s in range(num_shards):
+                files.append(layout.shard_name(f"{side}_embeddings.tfr", s, num_shards))
+                rows = range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards)
+                fileio.write_records(
+                    os.path.join(staging, files[-1]),
+                    [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows],
+                )
+        manifest = {
+            "files": list(files),
+            "model_dir": fileio.absolute(model_dir or getattr(config, "model_dir", "") or ""),
+            "epoch": getattr(model, "epoch", None),
+            "rows": len(tables["row"]),
+            "cols": len(tables["col"]),
+            "dim": int(tables["col"].shape[1]),
+            "named": bool(names),
+        }
+        fileio.write_atomic(
+            os.path.join(staging, TABLES_MANIFEST),
+            json.dumps(manifest, indent=2, sort_keys=True) + "\n",
+        )
+    return [os.path.join(out_dir, name) for name in files + [TABLES_MANIFEST]]
+
+
+def read_tables(out_dir: str) -> dict[str, np.ndarray]:
+    """The arrays of `embeddings.npz` of a whole `export_tables` in `out_dir`; a one-line error
+    when `tables.json` is missing or a file it lists is."""
+    path = os.path.join(out_dir, TABLES_MANIFEST)
+    if not fileio.exists(path):
+        raise FileNotFoundError(
+            f"{path}: missing; {out_dir} holds no complete table export (run `export` again)"
+        )
+    with fileio.open_file(path, "r") as f:
+        manifest = json.load(f)
+    missing = [n for n in manifest["files"] if not fileio.exists(os.path.join(out_dir, n))]
+    if missing:
+        raise FileNotFoundError(
+            f"{path}: lists {' '.join(missing)}, missing from {out_dir}; run `export` again"
+        )
+    with fileio.open_file(os.path.join(out_dir, "embeddings.npz"), "rb") as f:
+        with np.load(f) as npz:
+            return {name: npz[name] for name in npz.files}
 
 
 def format_predictions(title: str, preds: Sequence[Prediction]) -> str:

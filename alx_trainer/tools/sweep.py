@@ -4,7 +4,12 @@
 evaluates it on `validation` every `--eval_every` epochs, so those epoch counts up to `--epochs` are
 points of the table too (one row per point and evaluated epoch). The test split is never read while
 tuning. Rows go to `sweep.csv` as soon as a point finishes, so an interrupted sweep resumes where it
-stopped.
+stopped. Each row records what its result depends on besides the point (`run_key`): the dataset's
+fingerprint, the seed, solver, CG iterations, initial scale, table dtype, the run's epochs and
+evaluation cadence, and a hash of every other setting that changes the result (`settings`, spelled
+out in `sweep_settings.json`); a rerun reuses only the rows of exactly the same key, says how many
+points it reused and why it retrains the others, and drops the rows of another key from
+`sweep.csv`. `final/` is reused likewise only when `final.json` records the same key and point.
 The points run in one process: the step kernels take alpha, lambda and nu as arguments, so points
 of the same d reuse the compiled programs (the `compiles` column counts XLA compilations per
 point). `final_run` then trains the best point on the full training data and evaluates it on test.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -31,6 +37,7 @@ from alx_trainer.config import ConfigError
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.evaluation.metrics import ACTIVITY_BUCKETS
 from alx_trainer.train import train
+from webgraph_contract import fileio
 
 PAPER_LAMBDAS: tuple[float, ...] = (5e-2, 1e-2, 5e-3, 1e-3, 5e-4, 1e-4)
 PAPER_ALPHAS: tuple[float, ...] = (1e-3, 5e-4, 1e-4, 5e-5, 1e-5, 5e-6, 1e-6)
@@ -38,8 +45,49 @@ RESULTS_CSV = "sweep.csv"
 RESULTS_JSON = "sweep.json"
 HEATMAP_PNG = "sweep_heatmap.png"
 BEST_CONFIG = "best_config.json"
+SETTINGS_JSON = "sweep_settings.json"
+FINAL_JSON = "final.json"
 DEFAULT_METRIC = "recall_gt@20"  # hits / |gt|: the published Gowalla tables' Recall@20
-POINT = ("dim", "alpha", "lambda", "nu")  # what a training run fixes; `epochs` varies within one
+# what a training run fixes; `epochs` varies within one
+POINT = ("dim", "alpha", "lambda", "nu")
+# what else a row's result depends on, one column each (`run_key`); `settings` hashes the rest
+KEY = (
+    "dataset",
+    "seed",
+    "solver",
+    "cg_iters",
+    "init_stddev",
+    "table_dtype",
+    "max_epochs",
+    "eval_every",
+    "settings",
+)
+# TrainConfig fields that do not change a run's result (where it goes, what it prints, how it
+# resumes), or that the point and KEY already name; every other field is a setting of the key
+NOT_SETTINGS = frozenset(
+    {
+        "data",
+        "tfds_data_dir",
+        "model_dir",
+        "validation",
+        "dim",
+        "alpha",
+        "reg",
+        "reg_exponent",
+        "epochs",
+        "eval_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "progress",
+        "log_level",
+        "compile_cache",
+        "distributed",
+        "coordinator_address",
+        "num_processes",
+        "process_id",
+        "distributed_timeout",
+    }
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +113,76 @@ def compilations() -> int:
     return _COMPILES[0]
 
 
-def point_key(row: Mapping[str, float]) -> str:
-    """A stable text key of one training run (dim, alpha, lambda, nu)."""
+def point_key(row: Mapping[str, Any]) -> str:
+    """A stable text key of one grid point (dim, alpha, lambda, nu)."""
     return "|".join(f"{float(row[k]):.6g}" for k in POINT)
+
+
+def other_settings(config: Any) -> dict[str, Any]:
+    """The settings of `config` that change a run's result besides the point and the KEY
+    columns."""
+    named = set(KEY)
+    return {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if f.name not in NOT_SETTINGS and f.name not in named
+    }
+
+
+def settings_hash(settings: Mapping[str, Any]) -> str:
+    """12 hex digits of the SHA-256 of `settings` as sorted JSON."""
+    text = json.dumps(dict(settings), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def run_key(config: Any, fingerprint: str | None) -> dict[str, Any]:
+    """What a sweep row's result depends on besides its point (the KEY columns): the dataset's
+    fingerprint ("none" when it records none), the named settings, the run's epochs and
+    evaluation cadence, and `settings_hash` of `other_settings`."""
+    return {
+        "dataset": fingerprint or "none",
+        "seed": int(config.seed),
+        "solver": str(config.solver),
+        "cg_iters": int(config.cg_iters),
+        "init_stddev": float(config.init_stddev),
+        "table_dtype": str(config.table_dtype),
+        "max_epochs": int(config.epochs),
+        "eval_every": int(config.eval_every),
+        "settings": settings_hash(other_settings(config)),
+    }
+
+
+def key_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The KEY columns of a row (those it lacks as None: written before rows had them)."""
+    return {k: row.get(k) for k in KEY}
+
+
+def key_differences(
+    old: Mapping[str, Any], new: Mapping[str, Any], settings: Mapping[str, Mapping[str, Any]]
+) -> str:
+    """Why a row of key `old` is not reused under key `new`, in words."""
+    if old.get("dataset") is None:
+        return "recorded without its dataset and settings (an older sweep)"
+    parts = []
+    for name in KEY:
+        a, b = old.get(name), new[name]
+        if name == "dataset" and str(a) != str(b):
+            parts.append(f"another dataset ({str(a)[:12]}, now {str(b)[:12]})")
+        elif name == "settings" and str(a) != str(b):
+            before, now = settings.get(str(a)), settings.get(str(b))
+            changed = (
+                [f"{k} {before.get(k)!r} -> {v!r}" for k, v in now.items() if before.get(k) != v]
+                if before and now
+                else []
+            )
+            parts.append(", ".join(changed) if changed else "other settings")
+        elif name not in ("dataset", "settings") and _text(a) != _text(b):
+            parts.append(f"{name} {_text(a)} -> {_text(b)}")
+    return "; ".join(parts)
+
+
+def _text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
@@ -100,23 +215,47 @@ def check_metric(metric: str, config: Any) -> None:
         )
 
 
-def read_results(path: str) -> list[dict[str, float]]:
-    """The rows of a sweep CSV (numbers as floats); [] when the file does not exist yet."""
+# columns of text; every other column is a number
+TEXT_COLUMNS = ("dataset", "solver", "table_dtype", "settings")
+
+
+def _value(name: str, text: str | None) -> Any:
+    """A CSV cell: text for TEXT_COLUMNS, else an int where it is written as one, else a float
+    (empty: nan)."""
+    if name in TEXT_COLUMNS:
+        return text or ""
+    if text in ("", None):
+        return float("nan")
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def read_results(path: str) -> list[dict[str, Any]]:
+    """The rows of a sweep CSV (integers as ints, other numbers as floats, TEXT_COLUMNS as text);
+    [] when the file does not exist yet."""
     if not os.path.exists(path):
         return []
     with open(path, newline="", encoding="utf-8") as f:
         rows = []
         for n, row in enumerate(csv.DictReader(f), 2):
             try:
-                rows.append(
-                    {k: float(v) if v not in ("", None) else float("nan") for k, v in row.items()}
-                )
+                rows.append({k: _value(k, v) for k, v in row.items()})
             except ValueError:
                 raise ValueError(f"{path}:{n}: not a number in {row}") from None
         return rows
 
 
-def _append(path: str, rows: Sequence[Mapping[str, float]]) -> None:
+def _write(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """`rows` (some) as the whole CSV file, replaced at once."""
+    with fileio.replacing(path, "w") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _append(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
     existing = read_results(path)
     fields = list(rows[0])
     if existing and list(existing[0]) != fields:
@@ -124,8 +263,8 @@ def _append(path: str, rows: Sequence[Mapping[str, float]]) -> None:
             f"{path}: columns {list(existing[0])} differ from this sweep's {fields}; use a new "
             "out_dir"
         )
-    new = not os.path.exists(path)
-    with open(path, "a", newline="", encoding="utf-8") as f:
+    new = not existing
+    with open(path, "w" if new else "a", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         if new:
             writer.writeheader()
@@ -145,23 +284,65 @@ def point_config(base: Any, row: Mapping[str, float], **changes: Any) -> Any:
 
 
 def epoch_rows(
-    point: Mapping[str, float], history: Sequence[Mapping[str, Any]], compiles: int
+    point: Mapping[str, Any],
+    history: Sequence[Mapping[str, Any]],
+    compiles: int,
+    key: Mapping[str, Any] | None = None,
 ) -> list[dict]:
     """One table row per epoch of a run: the point, `epochs`, its validation metrics (overall and
-    per activity bucket), cumulative training seconds and the run's compilations."""
+    per activity bucket), cumulative training seconds, the run's compilations and its `key`
+    (`run_key`)."""
     rows, seconds = [], 0.0
     for record in history:
         seconds += float(record.get("seconds", 0.0))
-        if not any("@" in k for k in record):  # an epoch without evaluation
+        # an epoch without evaluation
+        if not any("@" in k for k in record):
             continue
         row = dict(point)
-        row["epochs"] = float(record["epoch"])
+        row["epochs"] = int(record["epoch"])
         row.update(
             {k: float(v) for k, v in record.items() if "@" in k and not k.startswith("popularity/")}
         )
-        row.update(train_seconds=round(seconds, 3), compiles=float(compiles))
+        row.update(train_seconds=round(seconds, 3), compiles=int(compiles))
+        row.update(key or {})
         rows.append(row)
     return rows
+
+
+def _read_settings(out_dir: str) -> dict[str, dict[str, Any]]:
+    """`sweep_settings.json`: settings hash -> the settings it hashes ({} when absent)."""
+    path = os.path.join(out_dir, SETTINGS_JSON)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return dict(json.load(f))
+
+
+def _reusable(
+    path: str,
+    key: Mapping[str, Any],
+    settings: Mapping[str, Mapping[str, Any]],
+    log: Callable[[str], None],
+) -> tuple[set[str], dict[str, str]]:
+    """The points of `path` done with exactly `key` (their rows kept), and why each other point
+    recorded there is not reused; rows of another key are dropped from the file."""
+    rows = read_results(path)
+    kept = [r for r in rows if key_of(r) == dict(key)]
+    why = {
+        point_key(r): key_differences(key_of(r), key, settings)
+        for r in rows
+        if key_of(r) != dict(key)
+    }
+    if len(kept) < len(rows):
+        if kept:
+            _write(path, kept)
+        else:
+            os.remove(path)
+        log(
+            f"{path}: dropped {len(rows) - len(kept)} row(s) of {len(why)} point(s) trained on "
+            "another dataset or with other settings"
+        )
+    return {point_key(r) for r in kept}, why
 
 
 def run_sweep(
@@ -175,40 +356,63 @@ def run_sweep(
     train_fn: TrainFn | None = None,
     keep_models: bool = False,
     log: Callable[[str], None] = logger.info,
-) -> list[dict[str, float]]:
-    """Train every (dim, alpha, lambda, nu) not yet in `out_dir/sweep.csv` on the validation split,
-    evaluating every `eval_every` epochs and after the last; return all rows. `train_fn(config) ->
-    Model` defaults to `train`."""
+    fingerprint: str | None = None,
+) -> list[dict[str, Any]]:
+    """Train every (dim, alpha, lambda, nu) not yet in `out_dir/sweep.csv` with the same
+    `run_key` (dataset `fingerprint` and settings) on the validation split, evaluating every
+    `eval_every` epochs (0: after the last only) and after the last; return the rows of this key.
+    `train_fn(config) -> Model` defaults to `train`."""
     train_fn = train_fn or train
     _count_compiles()
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, RESULTS_CSV)
-    done = {point_key(r) for r in read_results(path)}
+    key = run_key(base_config, fingerprint)
+    settings = _read_settings(out_dir)
+    if settings.get(key["settings"]) is None:
+        settings[key["settings"]] = json.loads(json.dumps(other_settings(base_config), default=str))
+        fileio.write_atomic(
+            os.path.join(out_dir, SETTINGS_JSON), json.dumps(settings, indent=2, sort_keys=True)
+        )
+    done, why = _reusable(path, key, settings, log)
     points = [
-        {"dim": float(d), "alpha": float(a), "lambda": float(lam), "nu": float(nu)}
+        {"dim": int(d), "alpha": float(a), "lambda": float(lam), "nu": float(nu)}
         for d in dims
         for nu in nus
         for lam in lambdas
         for a in alphas
     ]
+    reused = sum(point_key(p) in done for p in points)
+    retrained = [p for p in points if point_key(p) in why and point_key(p) not in done]
+    if reused or retrained:
+        log(
+            f"{out_dir}: {reused} of {len(points)} points reused (same dataset and settings), "
+            f"{len(retrained)} retrained: "
+            + ("; ".join(sorted({why[point_key(p)] for p in retrained})) or "none")
+        )
     metric = f"recall_gt@{base_config.recall_ks()[0]}"
+    epochs = int(base_config.epochs)
     for i, point in enumerate(points, 1):
         name = " ".join(f"{k}={point[k]:g}" for k in POINT)
         if point_key(point) in done:
-            log(f"[{i}/{len(points)}] {name}: done before, skipped")
+            log(
+                f"[{i}/{len(points)}] {name}: done before with the same dataset and settings, "
+                "reused"
+            )
             continue
         model_dir = os.path.join(out_dir, "models", point_key(point).replace("|", "_"))
+        # a model directory of a run that did not finish: its checkpoints are of other settings
+        shutil.rmtree(model_dir, ignore_errors=True)
         config = point_config(
             base_config,
             point,
             validation=True,
             model_dir=model_dir,
-            eval_every=base_config.eval_every or 1,
+            eval_every=base_config.eval_every or epochs,
             checkpoint_every=0,
         )
         before, t0 = compilations(), time.perf_counter()
         model = train_fn(config)
-        rows = epoch_rows(point, model.metrics, compilations() - before)
+        rows = epoch_rows(point, model.metrics, compilations() - before, key)
         _append(path, rows)
         done.add(point_key(point))
         if not keep_models:
@@ -221,7 +425,7 @@ def run_sweep(
             + " ".join(f"{r.get(metric, np.nan):.4f}" for r in rows)
             + f" (best {best.get(metric, np.nan):.4f} at epoch {best['epochs']:g})"
         )
-    return read_results(path)
+    return [r for r in read_results(path) if key_of(r) == key]
 
 
 def best_row(
@@ -239,13 +443,17 @@ def best_row(
 
 def final_run(
     base_config: Any,
-    best: Mapping[str, float],
+    best: Mapping[str, Any],
     out_dir: str,
     ks: Sequence[int] = (20,),
     ndcg_k: int = 20,
     train_fn: TrainFn | None = None,
+    fingerprint: str | None = None,
+    log: Callable[[str], None] = logger.info,
 ) -> dict[str, Any]:
-    """Train the best point on the full training data (`out_dir/final`) and evaluate it on test."""
+    """Train the best point on the full training data (`out_dir/final`) and evaluate it on test.
+    A `final/` of another point, dataset `fingerprint` or settings than `final.json` records is
+    removed and trained again; one of the same is resumed (nothing to train once complete)."""
     train_fn = train_fn or train
     config = point_config(
         base_config,
@@ -255,12 +463,32 @@ def final_run(
         model_dir=os.path.join(out_dir, "final"),
         eval_every=0,
     )
+    record = {
+        "point": {k: best[k] for k in POINT + ("epochs",)},
+        "key": run_key(config, fingerprint),
+    }
+    record_path = os.path.join(out_dir, FINAL_JSON)
+    if os.path.exists(config.model_dir):
+        before = None
+        if os.path.exists(record_path):
+            with open(record_path, encoding="utf-8") as f:
+                before = json.load(f)
+        if before != json.loads(json.dumps(record)):
+            shutil.rmtree(config.model_dir)
+            log(
+                f"{config.model_dir}: of another point, dataset or settings "
+                f"({'no ' + FINAL_JSON if before is None else FINAL_JSON + ' differs'}); "
+                "trained again"
+            )
+    # what final/ holds (or is being trained as: a rerun resumes it only with the same record)
+    fileio.write_atomic(record_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
     model = train_fn(config)
     result = evaluate_dataset(model, config.data, config, Ranking(ks=ks, ndcg_k=ndcg_k))
     seconds = [r["seconds"] for r in model.metrics if "seconds" in r]
-    seconds = seconds[1:] or seconds  # after the first epoch, which compiles the programs
+    # after the first epoch, which compiles the programs
+    seconds = seconds[1:] or seconds
     return {
-        "point": {k: best[k] for k in POINT + ("epochs",)},
+        "point": record["point"],
         "test": result,
         "seconds_per_epoch": float(np.mean(seconds)) if seconds else float("nan"),
         "model_dir": config.model_dir,
@@ -274,24 +502,22 @@ def write_outputs(
     metric: str,
     final: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """`sweep.json` (rows, best, final), `best_config.json` and the heatmap; their paths."""
+    """`sweep.json` (rows, best, final), `best_config.json` and the heatmap, each replaced whole;
+    their paths."""
     best = best_row(rows, metric)
     paths = {
         "json": os.path.join(out_dir, RESULTS_JSON),
         "config": os.path.join(out_dir, BEST_CONFIG),
     }
-    with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump(
-            {
-                "metric": metric,
-                "split": "validation",
-                "best": dict(best),
-                "rows": list(rows),
-                "final": dict(final) if final else None,
-            },
-            f,
-            indent=2,
-        )
+    summary = {
+        "metric": metric,
+        "split": "validation",
+        "best": dict(best),
+        "rows": list(rows),
+        "final": dict(final) if final else None,
+    }
+    # each file replaced whole: an interrupted sweep leaves the previous one
+    fileio.write_atomic(paths["json"], json.dumps(summary, indent=2))
     tuned = point_config(
         base_config, best, epochs=int(best["epochs"]), validation=False, model_dir="", data=""
     )
@@ -312,9 +538,7 @@ def write_outputs(
     values = {k: getattr(tuned, k) for k in keep}
     # `train --config` evaluates on test once, after the last epoch
     values["eval_every"] = values["epochs"]
-    with open(paths["config"], "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2)
-        f.write("\n")
+    fileio.write_atomic(paths["config"], json.dumps(values, indent=2) + "\n")
     paths["heatmap"] = plot_heatmap(rows, os.path.join(out_dir, HEATMAP_PNG), metric)
     return paths
 
@@ -444,5 +668,6 @@ def plot_heatmap(
     ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with fileio.replacing(path, "wb") as f:
+        fig.savefig(f, dpi=100, format="png")
     return path

@@ -5,9 +5,11 @@ row is folded in from its fold-in columns, which are left out (as `eval` ranks i
 the row's own id is left out too. On a given split (whose test users are training rows) the
 training rows alone are written. Rows stream from the dataset's shards a chunk at a time, are
 ranked on the devices (`ranking.Ranker`), and are written as `topk.tfr-SSSSS-of-NNNNN` in the
-order read (training shards, then test shards), with `topk.json` saying what the files hold;
-shards of an earlier export into the same directory (another shard count) and temporary files of a
-killed one are removed once this one is complete.
+order read (training shards, then test shards), with `topk.json` saying what the files hold (and
+the model directory and epoch exported from). The export is all or nothing (`output_swap`): it is
+written beside `out_dir` and swapped in once complete, replacing an earlier export there (its
+shards of another shard count, temporary files of a killed one); `read_export` refuses a directory
+without `topk.json` or whose shards are not the ones it lists.
 Records: `topk_records` (read back with `topk_records.read_topk` or `tf.data`).
 """
 
@@ -27,14 +29,17 @@ import numpy as np
 from alx_trainer.data import records
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation.ranking import Ranker
-from alx_trainer.tools import topk_records
+from alx_trainer.tools import output_swap, topk_records
 from webgraph_contract import dataset_reader, fileio, layout
 
 log = logging.getLogger(__name__)
 
 PREFIX = "topk.tfr"
 MANIFEST = "topk.json"
-ROWS_PER_SHARD = 1 << 20  # rows per file when the number of shards is left to the export
+# rows per file when the number of shards is left to the export
+ROWS_PER_SHARD = 1 << 20
+# regex of the names of the files `export_topk` writes
+NAMES = f"{layout.shard_pattern(PREFIX)}|{re.escape(MANIFEST)}"
 PROGRESS_EVERY_S = 10.0
 
 
@@ -136,9 +141,12 @@ def export_topk(
     num_shards: int = 0,
     batch_size: int | None = None,
     mesh: Any = None,
+    model_dir: str = "",
 ) -> list[str]:
     """Write the top `k` of every row of `dataset` with known links into `out_dir` as
-    `num_shards` files (0: one per `ROWS_PER_SHARD` rows) and `topk.json`; the paths written."""
+    `num_shards` files (0: one per `ROWS_PER_SHARD` rows) and `topk.json`, all or nothing; the
+    paths written. `model_dir`: where the model was loaded from (recorded in `topk.json`; default
+    its training directory)."""
     if model.row_table is None:
         raise ValueError(
             "export --topk: the model has no row table to score its training rows from"
@@ -164,58 +172,86 @@ def export_topk(
         out_dir,
         ranker.describe(k),
     )
-    fileio.makedirs(out_dir)
     start = last = time.perf_counter()
     done = 0
-    with _ShardWriter(out_dir, num_shards, max(1, math.ceil(total / num_shards))) as writer:
-        for rows, ids, scores in _chunks(model, dataset, ranker, k, test):
-            writer.add(topk_records.encode(rows, ids, scores, row_names, col_names))
-            done += len(rows)
-            now = time.perf_counter()
-            if now - last >= PROGRESS_EVERY_S:
-                last = now
-                log.info(
-                    "export: %d/%d rows (%.0f%%), %.0f rows/s",
-                    done,
-                    total,
-                    100 * done / max(total, 1),
-                    done / (now - start),
-                )
-        if done != total:
-            raise ValueError(f"{dataset.name}: read {done} rows, but stats.json counts {total}")
-        paths = writer.finish()
-    manifest = {
-        "k": k,
-        "rows": done,
-        "files": [os.path.basename(p) for p in paths],
-        "features": ["row", "ids", "scores"]
-        + (["row_url", "urls"] if col_names is not None else []),
-        "trained_rows": counts["train"],
-        "folded_in_rows": counts["test"],
-        "data": dataset.name,
-        "dataset_fingerprint": dataset.fingerprint,
-        "model_dir": model.config.model_dir,
-        "epoch": model.epoch,
-    }
-    paths.append(os.path.join(out_dir, MANIFEST))
-    fileio.write_atomic(paths[-1], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    removed = layout.remove_stale(
-        out_dir, f"{layout.shard_pattern(PREFIX)}|{re.escape(MANIFEST)}", paths
-    )
-    if removed:
-        log.info(
-            "export: removed %d file(s) of an earlier or killed export: %s",
-            len(removed),
-            " ".join(os.path.basename(p) for p in removed),
+    with output_swap.staged(out_dir, NAMES, MANIFEST) as staging:
+        with _ShardWriter(staging, num_shards, max(1, math.ceil(total / num_shards))) as writer:
+            for rows, ids, scores in _chunks(model, dataset, ranker, k, test):
+                writer.add(topk_records.encode(rows, ids, scores, row_names, col_names))
+                done += len(rows)
+                now = time.perf_counter()
+                if now - last >= PROGRESS_EVERY_S:
+                    last = now
+                    log.info(
+                        "export: %d/%d rows (%.0f%%), %.0f rows/s",
+                        done,
+                        total,
+                        100 * done / max(total, 1),
+                        done / (now - start),
+                    )
+            if done != total:
+                raise ValueError(f"{dataset.name}: read {done} rows, but stats.json counts {total}")
+            names = [os.path.basename(p) for p in writer.finish()]
+        manifest = {
+            "k": k,
+            "rows": done,
+            "files": names,
+            "features": ["row", "ids", "scores"]
+            + (["row_url", "urls"] if col_names is not None else []),
+            "trained_rows": counts["train"],
+            "folded_in_rows": counts["test"],
+            "data": dataset.name,
+            "dataset_fingerprint": dataset.fingerprint,
+            "model_dir": fileio.absolute(model_dir or model.config.model_dir),
+            "epoch": model.epoch,
+        }
+        fileio.write_atomic(
+            os.path.join(staging, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         )
+    paths = [os.path.join(out_dir, name) for name in names + [MANIFEST]]
     log.info("export: %d rows in %.1f s", done, time.perf_counter() - start)
     return paths
 
 
+def read_manifest(out_dir: str) -> dict[str, Any]:
+    """`topk.json` of a whole export in `out_dir`; a one-line error when it is missing, damaged,
+    or the directory's shards are not the ones it lists (an export cut short or mixed)."""
+    path = os.path.join(out_dir, MANIFEST)
+    if not fileio.exists(path):
+        raise FileNotFoundError(
+            f"{path}: missing; {out_dir} holds no complete `export --top_k` (run it again)"
+        )
+    try:
+        with fileio.open_file(path, "r") as f:
+            manifest = json.load(f)
+        listed = [str(name) for name in manifest["files"]]
+        int(manifest["k"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not an export manifest ({type(e).__name__}: {e})") from None
+    shards = re.compile(layout.shard_pattern(PREFIX))
+    present = sorted(n for n in fileio.listdir(out_dir) if shards.fullmatch(n))
+    if present != sorted(listed):
+        missing = sorted(set(listed) - set(present))
+        extra = sorted(set(present) - set(listed))
+        raise ValueError(
+            f"{path}: the directory's shards are not the ones it lists ("
+            + "; ".join(
+                part
+                for part in (
+                    f"missing {' '.join(missing)}" if missing else "",
+                    f"not listed {' '.join(extra)}" if extra else "",
+                )
+                if part
+            )
+            + "); the export is incomplete or mixed: run it again"
+        )
+    return manifest
+
+
 def read_export(out_dir: str) -> topk_records.TopK:
-    """The rows an `export --topk` wrote into `out_dir`, as its `topk.json` lists them."""
-    with fileio.open_file(os.path.join(out_dir, MANIFEST), "r") as f:
-        manifest = json.load(f)
+    """The rows an `export --topk` wrote into `out_dir`, as its `topk.json` lists them (checked
+    by `read_manifest`)."""
+    manifest = read_manifest(out_dir)
     return topk_records.read_topk(
         [os.path.join(out_dir, name) for name in manifest["files"]], manifest["k"]
     )
