@@ -10,6 +10,7 @@
         [--grid_lambdas '0:0.75,1.5,3;1:0.002,0.004,0.008'] [--grid_epochs 8] [--grid_eval_every 4]
     python -m benchmarks.quality gowalla --per_d 64,256,1024 --work DIR [the grid flags]
         [--ours_flags '...']
+    python -m benchmarks.quality planted --scale 0.01 [--on device] [--config FILE] [train flags]
 
 `--device auto|cpu|gpu` (before the subcommand) picks JAX's platform for ours (cpu, or gpu:
 JAX_PLATFORMS=cuda; auto: JAX's choice) and implicit's model (its GPU model with gpu, else its CPU
@@ -52,7 +53,7 @@ from typing import Sequence
 
 import numpy as np
 
-from benchmarks.core import datasets, implicit_als, paths
+from benchmarks.core import datasets, implicit_als, paths, planted_quality
 from benchmarks.core.children import run_child
 from benchmarks.core.gowalla import score_trained_rows
 from benchmarks.core.strong_accuracy import strong
@@ -365,9 +366,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("eval_epochs", str),
     ):
         g.add_argument(f"--{name}", type=kind, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    sub.add_parser(
+        "planted",
+        add_help=False,
+        help="a planted-community graph against its oracle, `train` and `eval` as a user runs "
+        "them (`planted --help`: benchmarks.core.planted_quality)",
+    )
+    args, rest = p.parse_known_args(argv)
     if args.device in PLATFORMS:
         os.environ["JAX_PLATFORMS"] = PLATFORMS[args.device]
+    if args.dataset_name == "planted":
+        return planted_quality.main(rest)
+    if rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     return gowalla(args) if args.dataset_name == "gowalla" else strong(args)
 
 

@@ -301,7 +301,11 @@ def _train_shard(w: _Where, k: int) -> tuple[int, list[tuple[str, int, int]]]:
     with fileio.record_writer(w.path("train", k)) as write:
         for r0, r1 in w.blocks(ptr, lo, hi):
             cols = ids[ptr[r0] : ptr[r1]]
-            write(record_codec.encode_rows(rows[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], cols))
+            write(
+                record_codec.encode_rows(
+                    record_codec.SplitRows.of(rows[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], cols)
+                )
+            )
     cols = np.asarray(ids[ptr[lo] : ptr[hi]])
     owner = np.repeat(np.asarray(rows[lo:hi]), np.diff(ptr[lo : hi + 1])).astype(np.int32)
     shard = cols.astype(np.int64) * n // int(w.bounds[-1])
@@ -325,11 +329,13 @@ def _test_shard(w: _Where, k: int) -> int:
         for r0, r1 in w.blocks(ptr, lo, hi):
             write(
                 record_codec.encode_rows(
-                    rows[r0:r1],
-                    ptr[r0 : r1 + 1] - ptr[r0],
-                    ids[ptr[r0] : ptr[r1]],
-                    gptr[r0 : r1 + 1] - gptr[r0],
-                    gids[gptr[r0] : gptr[r1]],
+                    record_codec.SplitRows.of(
+                        rows[r0:r1],
+                        ptr[r0 : r1 + 1] - ptr[r0],
+                        ids[ptr[r0] : ptr[r1]],
+                        gptr[r0 : r1 + 1] - gptr[r0],
+                        gids[gptr[r0] : gptr[r1]],
+                    )
                 )
             )
     return hi - lo
@@ -356,7 +362,11 @@ def _transpose_shard(
     with fileio.record_writer(w.path("train_t", k)) as write:
         for r0, r1 in w.blocks(ptr, 0, len(cols)):
             links = rows_of[ptr[r0] : ptr[r1]]
-            write(record_codec.encode_rows(cols[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], links))
+            write(
+                record_codec.encode_rows(
+                    record_codec.SplitRows.of(cols[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], links)
+                )
+            )
     return len(cols), degree
 
 
