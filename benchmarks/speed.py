@@ -54,7 +54,7 @@ from typing import Any, Sequence
 
 from alx_trainer.cli import hugepages
 from benchmarks.core import de_sparse, de_sparse_children, paths, sections, solve_forms
-from benchmarks.core.children import Runner, add_wheel_args, children_env, main_or_child, one_line
+from benchmarks.core.children import Runner, add_wheel_args, children_env, error_line, main_or_child
 from benchmarks.core.section_rows import add_row, compare_forms, print_sections, run_section
 from benchmarks.core.speed_sizes import (
     DE_SPARSE,
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if DE_SPARSE in args.size_list:
             de_sparse.train_config(args, str(work / DE_SPARSE / "model"))
     except ValueError as e:
-        print(f"{MODULE}: error: {one_line(e)}", file=sys.stderr)
+        print(f"{MODULE}: error: {error_line(e)}", file=sys.stderr)
         return 2
     work.mkdir(parents=True, exist_ok=True)
     env = device_env(args)

@@ -29,7 +29,7 @@ GIB = 2.0**30
 LAUNCHER = str(pathlib.Path(__file__).with_name("peak_launcher.py"))
 
 
-def one_line(error: BaseException) -> str:
+def error_line(error: BaseException) -> str:
     """An exception as one line with its type, as the benchmarks' reports carry it."""
     return f"{type(error).__name__}: {_last_line_of(error)}"[:300]
 

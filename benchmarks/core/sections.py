@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.core import implicit_als, machine, power_law
-from benchmarks.core.children import one_line, write_line
+from benchmarks.core.children import error_line, write_line
 from benchmarks.core.gowalla import score_trained_rows, test_rows
 
 # seconds kept free around the cost analysis's estimate
@@ -98,7 +98,7 @@ def device_child(spec: dict, out: str) -> None:
         # one line, and the run goes on
         except Exception as e:
             report["peaks"][name] = None
-            report["peaks"][f"{name}_error"] = one_line(e)
+            report["peaks"][f"{name}_error"] = error_line(e)
     write_line(out, {"device": report})
     for size, (rows, cols, nnz) in spec["generate"].items():
         try:
@@ -114,7 +114,7 @@ def device_child(spec: dict, out: str) -> None:
             folder = pathlib.Path(spec["work"]) / "data" / size
             meta = save_matrix(folder, arrays, dict(facts, source="jax.random"))
         except Exception as e:
-            meta = {"error": one_line(e)}
+            meta = {"error": error_line(e)}
         write_line(out, {"data": {size: meta}})
 
 
@@ -183,7 +183,7 @@ def xla_cost(config, dataset, estimate_s: float, left_s: float) -> dict:
         cost = epoch_cost(config, dataset)
     # one line, and the figures already written stand
     except Exception as e:
-        return {"xla_note": f"XLA cost analysis failed: {one_line(e)}"}
+        return {"xla_note": f"XLA cost analysis failed: {error_line(e)}"}
     return {
         "xla_bytes_per_epoch": cost["bytes_per_epoch"],
         "xla_flops_per_epoch": cost["flops_per_epoch"],

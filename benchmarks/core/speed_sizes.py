@@ -12,7 +12,7 @@ import time
 from typing import Any, Sequence
 
 from benchmarks.core import paths, sections, solve_forms
-from benchmarks.core.children import Runner, one_line
+from benchmarks.core.children import Runner, error_line
 from benchmarks.core.gowalla import read_gowalla
 from benchmarks.core.section_rows import GOWALLA
 from benchmarks.core.tables import fmt
@@ -134,7 +134,7 @@ def prepare_data(
             facts = {"source": args.gowalla, "read_s": time.perf_counter() - t}
             report["data"][GOWALLA] = sections.save_matrix(work / "data" / GOWALLA, arrays, facts)
         except (OSError, ValueError) as e:
-            report["data"][GOWALLA] = {"error": one_line(e)}
+            report["data"][GOWALLA] = {"error": error_line(e)}
     for size in args.size_list:
         if size == DE_SPARSE:
             continue
