@@ -3,6 +3,7 @@ strong-generalization split made by the pipeline, one grid cell for each library
 the same evaluation; each best cell's Recall@20 in (0, 1], ours against implicit, popularity
 beside, and the README's figure named."""
 
+import json
 import re
 import subprocess
 import sys
@@ -34,3 +35,27 @@ def test_hollins_toy_run_scores_both_libraries_and_the_baseline():
     ratio = float(re.search(r"ours / implicit Recall@20: ([\d.]+)", out).group(1))
     assert abs(ratio - best["ours"] / best["implicit"]) < 0.002
     assert "README's `make demo` Recall@20" in out
+
+
+def test_planted_toy_run_reports_ours_the_oracle_and_popularity(tmp_path):
+    out = tmp_path / "planted.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.quality", "--device", "cpu", "planted"]
+        + ["--scale", "0.0002", "--work", str(tmp_path / "w"), "--out", str(out)]
+        + ["--dim", "8", "--epochs", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "INCOMPLETE" not in done.stdout
+    figures = json.loads(out.read_text())
+    # every test row ranked, and the three rankings scored on the same rows
+    assert figures["num_rows"] == figures["test_rows"] > 0
+    for name in ("recall@50", "oracle/recall@50", "popularity/recall@50"):
+        assert 0 < figures[name] <= 1, name
+    # nothing ranks above the true probabilities by more than sampling noise
+    assert figures["oracle/recall@50"] >= figures["popularity/recall@50"]
+    ratio = figures["recall@50"] / figures["oracle/recall@50"]
+    assert f"ours / oracle at Recall@50: {ratio:.3f}" in done.stdout

@@ -164,7 +164,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     train = ["train", "--data", data, "--model_dir", model, *TRAIN_DEFAULTS, *train_args]
     fig.update(command("train", train, os.path.join(work, "train.log")))
     result = os.path.join(work, "eval.json")
-    evaluate_argv = ["eval", "--data", data, "--model_dir", model, "--k", "20,50", "--ndcg_k", "0"]
+    evaluate_argv = [
+        "eval",
+        "--data",
+        data,
+        "--model_dir",
+        model,
+        "--eval_k",
+        "20,50",
+        "--ndcg_k",
+        "0",
+    ]
     fig.update(
         command("eval", [*evaluate_argv, "--output", result], os.path.join(work, "eval.log"))
     )
