@@ -4,7 +4,9 @@
 `config.model_dir`. How it executes is decided once, by `alx_trainer.execution` (its
 `ExecutionPlan`, logged in one line and saved as plan.json beside the checkpoints). Each epoch is
 a row half-epoch and a column half-epoch, each run by an `ops.side_runner.SideRunner` (solve every
-row of one side with the other table fixed). Rows
+row of one side with the other table fixed); where both sides' batches stay on the devices (the
+accelerator path) the epoch is one compiled call (`side_runner.run_epoch`), and what the record
+needs of it comes to the host in one copy after it. Rows
 that never occur in a split keep their initial embedding, and count as such in the other side's
 gramian (alpha G: a ridge of about alpha x their number x the initial variance); an in-memory
 matrix (`dataset.in_memory`) has a record for every row, so its rows without links are solved
@@ -20,7 +22,8 @@ half-epoch's solutions, which the column half-epoch then overwrites: `loss` is t
 of the returned table, only a trend),
 `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
 `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
-`col_seconds`, `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
+`col_seconds` (an epoch in one call, the accelerator path's resident batches: all in
+`row_seconds`), `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
 persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles`
 (programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity
 baseline) from `alx_trainer.evaluation.evaluate.evaluate_dataset` when the dataset has a test split.
@@ -49,7 +52,13 @@ from alx_trainer.execution import ExecutionPlan
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
 from alx_trainer.ops import cost, host_fixed_table
 from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.side_runner import SideRunner, plan_side
+from alx_trainer.ops.side_runner import (
+    LossTerms,
+    SideRunner,
+    one_call_epoch,
+    plan_side,
+    run_epoch,
+)
 from webgraph_contract import fileio
 
 log = logging.getLogger(__name__)
@@ -290,6 +299,9 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
     def gramian(name: str) -> jax.Array:
         return tables.gramian(name, runners["row"].gramian)
 
+    if one_call_epoch(runners["row"], runners["col"]):
+        g_row, g_col = _one_call_epoch(run, runners, hooks, epoch, record, progress)
+        return _closed(record, config, g_row, g_col, t0, compiled0)
     for side in sides(config.tied):
         ts = time.perf_counter()
         runner = runners[side.name]
@@ -311,8 +323,63 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
             record["loss_observed"] = result.terms.observed
         record[f"loss_reg_{side.name}"] = result.terms.reg
         record[f"{side.name}s_solved"] = result.terms.rows
-    g_row = np.asarray(gramian("row"), np.float64)
-    g_col = g_row if config.tied else np.asarray(gramian("col"), np.float64)
+    g_row = np.asarray(gramian("row"))
+    return _closed(
+        record, config, g_row, g_row if config.tied else np.asarray(gramian("col")), t0, compiled0
+    )
+
+
+def _one_call_epoch(
+    run: Run,
+    runners: dict[str, SideRunner],
+    hooks: Sequence[Callback],
+    epoch: int,
+    record: dict,
+    progress,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_epoch` as one compiled call (`side_runner.run_epoch`): nothing copies to the host until
+    the call is done, then its loss terms and gramians come back in one transfer. The half-epoch
+    hooks run in order around the call (the tables are written once, before the row side's
+    end); its whole time is `row_seconds` (`col_seconds` 0). Returns the gramians (host) of the
+    final row and column tables."""
+    config, tables = run.config, run.tables
+    row, col = runners["row"], runners["col"]
+    ts = time.perf_counter()
+    for hook in hooks:
+        hook.on_half_epoch_begin(run, epoch, "row", row.total_steps)
+    names = ("row",) if config.tied else ("row", "col")
+    observed = config.train_loss_every > 0 and epoch % config.train_loss_every == 0
+    result = run_epoch(row, col, tuple(tables[n] for n in names), observed)
+    row.report_one_call(progress)
+    final_grams = result.gramians[-1:] if config.tied else result.gramians
+    for name, table, gram in zip(names, result.tables, final_grams):
+        tables.solved(name, table, gram)
+    for hook in hooks:
+        hook.on_half_epoch_end(run, epoch, "row")
+    for hook in hooks:
+        hook.on_half_epoch_begin(run, epoch, "col", col.total_steps)
+    col.report_one_call(progress)
+    for hook in hooks:
+        hook.on_half_epoch_end(run, epoch, "col")
+    # the epoch's one device-to-host copy
+    terms, g_row, g_col = jax.device_get((result.terms, *result.gramians))
+    record["row_seconds"], record["col_seconds"] = time.perf_counter() - ts, 0.0
+    for k, (name, gram) in enumerate((("row", g_row), ("col", g_col))):
+        _check_finite(gram, epoch, name)
+        sums = LossTerms.of(np.asarray(terms[k], np.float64))
+        if name == "col" and observed:
+            record["loss_observed"] = sums.observed
+        record[f"loss_reg_{name}"] = sums.reg
+        record[f"{name}s_solved"] = sums.rows
+    return (g_col, g_col) if config.tied else (g_row, g_col)
+
+
+def _closed(
+    record: dict, config: TrainConfig, g_row: np.ndarray, g_col: np.ndarray, t0: float, compiled0
+) -> dict:
+    """An epoch's record completed from the final tables' gramians (host arrays): the unobserved
+    and total loss, seconds and compilations."""
+    g_row, g_col = np.asarray(g_row, np.float64), np.asarray(g_col, np.float64)
     record["loss_unobserved"] = float(config.alpha * np.sum(g_row * g_col))
     if "loss_observed" in record:
         record["loss"] = (

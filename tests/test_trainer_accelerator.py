@@ -5,14 +5,17 @@ Resident and streamed batches are checked against the float64 reference (`refere
 per-core path's own test matrix included (rows longer than a batch, a row filling one exactly).
 Calls are counted in JAX's profiler trace (each program launch, whatever made it), host-to-device
 copies by `jax.transfer_guard_host_to_device('disallow_explicit')`, which makes any of them an
-error.
+error, and reads of device arrays on the host by counting `jax.Array._value`.
 """
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import numpy as np
 import pytest
+from jax._src.array import ArrayImpl
 
 from alx_trainer import execution
 from alx_trainer.callbacks import Callback
@@ -129,8 +132,36 @@ class _Epoch2(Callback):
         jax.config.update("jax_transfer_guard_host_to_device", "allow")
 
 
-def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
-    data_dir, rows = dataset
+class _HostReads(Callback):
+    """Device arrays read on the host (`np.asarray`, `float`, `jax.device_get`: each goes through
+    `jax.Array._value`) from epoch 2's row side's start to its column side's end: the epoch's work,
+    before its record is made. (JAX's device-to-host transfer guard does not see CPU devices.)"""
+
+    def __init__(self, monkeypatch) -> None:
+        self.reads, self.counting = 0, False
+        value = ArrayImpl._value
+
+        def counted(array):
+            self.reads += self.counting
+            return value.fget(array)
+
+        monkeypatch.setattr(ArrayImpl, "_value", property(counted))
+
+    def on_half_epoch_begin(self, run, epoch, side, total_steps) -> None:
+        self.counting = self.counting or (epoch == 2 and side == "row")
+
+    def on_half_epoch_end(self, run, epoch, side) -> None:
+        self.counting = self.counting and side != "col"
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_later_epochs_copy_nothing_and_run_one_call(tmp_path, monkeypatch, tied):
+    """Resident batches: an epoch is one call (both half-epochs, their normal and long rows and
+    gramians), whatever calls_per_half_epoch says (it bounds the streamed calls), and copies
+    nothing to the host until it is done; its tables equal the float64 reference's."""
+    n = NUM_ROWS
+    rows = ref.random_rows(0, n, n, max_len=14, long_rows=[5, 17, 30])
+    data_dir = ref.write_dataset(str(tmp_path / "data"), rows, n, n, shards=3)
     # 16 ids per batch: more batches than calls
     config = _config(
         data_dir,
@@ -140,15 +171,38 @@ def test_later_epochs_copy_no_input_and_run_few_calls(dataset, tmp_path):
         calls_per_half_epoch=3,
         batch_pieces=4,
         batch_rows=2,
+        tied=tied,
     )
+    mesh = make_mesh()
+    t = init_tables(config, n, n, mesh)
+    w0 = np.asarray(t["row"], np.float64)[:n]
+    h0 = None if tied else np.asarray(t["col"], np.float64)[:n]
     trace = str(tmp_path / "trace")
-    # a copy would raise
-    model = train(config, mesh=make_mesh(), callbacks=[_Epoch2(trace, guard=True)])
+    reads = _HostReads(monkeypatch)
+    # a copy to the devices would raise
+    model = train(config, mesh=mesh, callbacks=[_Epoch2(trace, guard=True), reads])
     assert model.metrics[-1]["rows_solved"] == len(rows)
     launches = trace_launches(trace)
-    # resident batches: a half-epoch is one call (normal and long rows, gramian), whatever
-    # calls_per_half_epoch says (it bounds the streamed calls)
-    assert launches == {"jit__half_epoch": 2}, launches
+    assert launches == {"jit__epoch": 1}, launches
+    assert reads.reads == 0
+    w, h = ref.ials(rows, w0, None if tied else h0, config.epochs, ALPHA, REG)
+    assert _rel(model.row_table, w) < 1e-4 and _rel(model.col_table, h) < 1e-4
+    if not tied:
+        expected = ref.loss(rows, model.row_table, model.col_table, ALPHA, REG)
+        assert model.metrics[-1]["loss_observed"] == pytest.approx(expected["observed"], rel=1e-4)
+        assert model.metrics[-1]["loss_unobserved"] == pytest.approx(expected["unobserved"], 1e-4)
+
+
+def test_host_reads_are_counted_where_there_are_some(dataset, tmp_path, monkeypatch):
+    """The count of the test above does see host reads: the half-epoch path (the epoch's call split
+    in two) reads each half-epoch's loss terms and gramian on the host."""
+    data_dir, _ = dataset
+    # (the module: `alx_trainer.train` is also the package's function)
+    monkeypatch.setattr(sys.modules["alx_trainer.train"], "one_call_epoch", lambda r, c: False)
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches="on")
+    reads = _HostReads(monkeypatch)
+    train(config, mesh=make_mesh(), callbacks=[reads])
+    assert reads.reads >= 2
 
 
 def test_streamed_batches_are_copied_every_epoch(dataset, tmp_path):

@@ -10,6 +10,8 @@ each
   each device's calls run in their own pinned thread (`per_core`).
 - "local statistics" (paper 4.2 alternative): each device builds partial d x d statistics of every
   device's batch from its own shard only, then one `psum_scatter` sums them.
+- an epoch in one call (`make_epoch`: the accelerator path with resident batches): both
+  half-epochs (`make_half_epoch`'s body each) and the gramians of the solved tables.
 - long rows (more than one batch): `make_long_stats` (a part of their statistics per device),
   `make_solve_scatter` (solve from summed statistics, write back).
 Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2,
@@ -380,3 +382,47 @@ def make_half_epoch(mesh: Mesh, spec: StepSpec, normal: bool, longs: int):
         check_vma=False,
     )
     return jax.jit(fn, donate_argnums=(1,))
+
+
+def _epoch(row_spec: StepSpec, col_spec: StepSpec, tables, hyper, row_batches, col_batches):
+    """A whole epoch on resident batches: the row half-epoch against the gramian of the fixed table,
+    then the column half-epoch against that of the solved rows (`_half_epoch` each). `tables` is
+    (row, col), or (table,) when tied: both half-epochs then solve the one table, each reading it
+    as it was when the half-epoch began."""
+    tied = len(tables) == 1
+    row_l, other_l = tables[0], tables[-1]
+    g_other = _gramian_local(as_float32(other_l))
+    row_l, terms_r, g_row = _half_epoch(
+        row_spec, other_l, row_l, Fixed(g_other, hyper), *row_batches
+    )
+    col_l, terms_c, g_col = _half_epoch(
+        col_spec, row_l, row_l if tied else other_l, Fixed(g_row, hyper), *col_batches
+    )
+    return (col_l,) if tied else (row_l, col_l), jnp.stack([terms_r, terms_c]), (g_row, g_col)
+
+
+@functools.lru_cache(maxsize=None)
+def make_epoch(
+    mesh: Mesh, row_spec: StepSpec, col_spec: StepSpec, tied: bool, row_calls, col_calls
+):
+    """`epoch(tables, hyper, row_batches, col_batches) -> (tables, terms [2, 3], (gramian of the
+    solved rows, gramian of the solved columns))`: one compiled call per epoch (the accelerator
+    path with both sides' batches resident; 'sharded' or 'replicated'). `tables` (donated) is
+    (row, col), or (table,) when `tied`; each side's batches are `(normal, longs)` as
+    `make_half_epoch` takes them, and `row_calls`, `col_calls` their (normal, longs) counts."""
+    if row_spec.owner or col_spec.owner:
+        raise ValueError("a one-call epoch takes the 'sharded' or 'replicated' layout")
+    batch = (P(AXIS),) * 4
+
+    def batches(calls: tuple[bool, int]):
+        normal, longs = calls
+        return (batch if normal else None, (batch,) * longs)
+
+    fn = jax.shard_map(
+        functools.partial(_epoch, row_spec, col_spec),
+        mesh=mesh,
+        in_specs=((P(AXIS),) * (1 if tied else 2), P(), batches(row_calls), batches(col_calls)),
+        out_specs=((P(AXIS),) * (1 if tied else 2), P(), (P(), P())),
+        check_vma=False,
+    )
+    return jax.jit(fn, donate_argnums=(0,))

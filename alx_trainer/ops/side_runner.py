@@ -249,8 +249,7 @@ class SideRunner:
         if self.one_call:
             program, normal, longs = self.one_call_program(spec)
             dst, terms, gram = program(table_storage.gather_form(src), dst, fixed, normal, longs)
-            if progress is not None:
-                progress(self.plan.steps, sum(rows for _, rows in self.source.calls))
+            self.report_one_call(progress)
             return HalfEpoch(table_storage.stored_form(dst), LossTerms.of(_host_terms(terms)), gram)
         step_src = self.replicated(src)
         lock = threading.Lock()
@@ -269,11 +268,21 @@ class SideRunner:
         del step_src
         return HalfEpoch(table_storage.stored_form(dst), LossTerms.of(total))
 
+    def report_one_call(self, progress: ProgressFn | None) -> None:
+        """Report a one-call half-epoch's steps and rows to `progress` (when given)."""
+        if progress is not None:
+            progress(self.plan.steps, sum(rows for _, rows in self.source.calls))
+
+    def resident_batches(self) -> tuple[tuple | None, tuple]:
+        """The one-call half-epoch's batch arguments: its normal rows' 4 arrays (None when there
+        are none) and each long-row call's 4 arrays."""
+        calls, longs = self.source.calls, tuple(tuple(c) for c in self.source.long_calls())
+        return (tuple(calls[0][0]) if calls else None), longs
+
     def one_call_program(self, spec: StepSpec):
         """The compiled one-call half-epoch of this side (`kernels.make_half_epoch`) and its batch
         arguments."""
-        calls, longs = self.source.calls, tuple(tuple(c) for c in self.source.long_calls())
-        normal = tuple(calls[0][0]) if calls else None
+        normal, longs = self.resident_batches()
         return (
             kernels.make_half_epoch(self.mesh, spec, normal is not None, len(longs)),
             normal,
@@ -344,6 +353,46 @@ class SideRunner:
         return long_rows.solve_explicit(
             self.mesh, spec, self.plan, self.shard, batches, src, dst, fixed
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """The result of `run_epoch`, still on the devices (nothing copied to the host)."""
+
+    # (row, col), or (table,) when tied
+    tables: tuple[jax.Array, ...]
+    # [2, 3]: each half-epoch's [observed, reg, rows]
+    terms: jax.Array
+    # the gramians of the solved rows and of the solved columns (with tied tables: of the table
+    # after each half-epoch)
+    gramians: tuple[jax.Array, jax.Array]
+
+
+def one_call_epoch(row: SideRunner, col: SideRunner) -> bool:
+    """Whether an epoch runs as one compiled call (`run_epoch`): both sides' batches resident."""
+    return row.one_call and col.one_call
+
+
+def run_epoch(
+    row: SideRunner, col: SideRunner, tables: tuple[jax.Array, ...], observed_loss: bool
+) -> Epoch:
+    """A whole epoch in one compiled call (`kernels.make_epoch`; `one_call_epoch` runners): the
+    row half-epoch, then the column half-epoch with its observed loss when `observed_loss`.
+    `tables` (donated) is (row, col), or (table,) with tied tables. It returns as soon as the call
+    is dispatched: the caller copies what it needs of the result to the host, once."""
+    row_spec = dataclasses.replace(row.spec, observed_loss=False)
+    col_spec = dataclasses.replace(col.spec, observed_loss=observed_loss)
+    row_batches, col_batches = row.resident_batches(), col.resident_batches()
+
+    def calls(batches: tuple[tuple | None, tuple]) -> tuple[bool, int]:
+        return batches[0] is not None, len(batches[1])
+
+    program = kernels.make_epoch(
+        row.mesh, row_spec, col_spec, len(tables) == 1, calls(row_batches), calls(col_batches)
+    )
+    solving = tuple(table_storage.solving_form(t) for t in tables)
+    out, terms, grams = program(solving, row.hyper_on_devices, row_batches, col_batches)
+    return Epoch(tuple(table_storage.stored_form(t) for t in out), terms, grams)
 
 
 def _untimed(phase: str) -> contextlib.AbstractContextManager:
