@@ -25,11 +25,10 @@ from jax.experimental import multihost_utils
 from tensorboardX import SummaryWriter
 from tqdm import tqdm
 
-from alx_trainer import checkpoint, jax_compat, loading, phase_times
+from alx_trainer import checkpoint, jax_compat, phase_times
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import integrity
 from alx_trainer.data.dataset import Dataset
-from alx_trainer.evaluation import evaluate
 from alx_trainer.execution import ExecutionPlan
 from alx_trainer.model import METRICS_FILE, Model, fold_in, trim
 from alx_trainer.ops import cost
@@ -127,6 +126,9 @@ class Evaluator(Callback):
     def on_train_begin(self, run: Run) -> None:
         """Something to evaluate, before epoch 1: the test rows are read (and kept for the
         evaluations) and counted against stats.json."""
+        # the evaluation's modules: only for a run that evaluates
+        from alx_trainer import loading
+
         self.fold_in_plan = run.plan.for_fold_in(run.config)
         dataset = run.dataset
         if "test" not in dataset.files:
@@ -144,6 +146,8 @@ class Evaluator(Callback):
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
         if "test" not in run.dataset.files or not (epoch % self.every == 0 or run.is_last(epoch)):
             return
+        from alx_trainer.evaluation import evaluate
+
         dataset, config, plan = run.dataset, run.config, run.plan
         ndcg_k = config.ndcg_k if 0 < config.ndcg_k <= dataset.num_cols else None
         model = run.model(epoch)

@@ -18,15 +18,15 @@ Per-epoch metrics (`Model.metrics`, `metrics.jsonl`, TensorBoard): `loss_observe
 training pairs of (1 - w.h)^2, from the column half-epoch, i.e. with the final tables when untied;
 only in the epochs of `train_loss_every`, as `loss`; with tied tables it pairs the column
 half-epoch's solutions with the row half-epoch's snapshot, and `loss_reg_row` is of the row
-half-epoch's solutions, which the column half-epoch then overwrites: `loss` is then no objective
-of the returned table, only a trend),
-`loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha <W^T W, H^T H>), `loss_reg_row`,
-`loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`, `seconds`, `row_seconds`,
-`col_seconds` (an epoch in one call, the accelerator path's resident batches: all in
-`row_seconds`), `compile_seconds` (tracing, lowering, and compiling programs or loading them from the
-persistent cache, summed over the threads doing it: per-core devices compile at once), `compiles`
-(programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+ `ndcg@100`, popularity
-baseline) from `alx_trainer.evaluation.evaluate.evaluate_dataset` when the dataset has a test split.
+half-epoch's solutions, which the column half-epoch then overwrites: `loss` is then no objective of
+the returned table, only a trend), `loss_unobserved` (alpha * sum over all pairs of (w.h)^2 = alpha
+<W^T W, H^T H>), `loss_reg_row`, `loss_reg_col` (lambda_r |x_r|^2 over the solved rows), `loss`,
+`seconds`, `row_seconds`, `col_seconds` (an epoch in one call, the accelerator path's resident
+batches: all in `row_seconds`), `compile_seconds` (tracing, lowering, and compiling programs or
+loading them from the persistent cache, summed over the threads doing it: per-core devices compile
+at once), `compiles` (programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+
+`ndcg@100`, popularity baseline) from `alx_trainer.evaluation.evaluate.evaluate_dataset` when the
+dataset has a test split.
 """
 
 from __future__ import annotations
@@ -102,13 +102,16 @@ def train(
     (then just its name).
     """
     config.validate()
+    phase_times.begin_run()
     mesh = mesh if mesh is not None else make_mesh()
-    dataset = dataset if dataset is not None else open_dataset(config.data, config.tfds_data_dir)
-    integrity.check_dataset(dataset)
-    integrity.check_outside_data(config.data, config.model_dir)
-    if config.validation:
-        dataset = validation_view(dataset)
-    integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
+    with phase_times.timed("open"):
+        if dataset is None:
+            dataset = open_dataset(config.data, config.tfds_data_dir)
+        integrity.check_dataset(dataset)
+        integrity.check_outside_data(config.data, config.model_dir)
+        if config.validation:
+            dataset = validation_view(dataset)
+        integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
     if jax.process_count() > 1:
         same_run_everywhere(config, dataset.fingerprint)
     if config.tied and dataset.num_rows != dataset.num_cols:
@@ -180,7 +183,6 @@ def _train(
     with_tables: bool,
 ) -> Model:
     """`train` once the data is open, the plan made and the model directory is this run's."""
-    phase_times.reset()
     with phase_times.timed("init", "tables"):
         dtype = execution.table_dtype(plan)
         tables = Tables(init_tables(config, dataset.num_rows, dataset.num_cols, mesh, dtype))

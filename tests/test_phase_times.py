@@ -68,8 +68,8 @@ def test_training_logs_every_phase(tmp_path, caplog):
         assert any(re.fullmatch(rf"{what} {phase}: [\d.]+ s \([\d.]+ CPU s\)", x) for x in lines)
     (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phases: ")]
     assert re.fullmatch(
-        r"phases: init [\d.]+ s \([\d.]+ CPU s\), read .*, plan .*, pack .*, compile .*, "
-        r"epochs .*, checkpoint .*, eval .*",
+        r"phases: open [\d.]+ s \([\d.]+ CPU s\), init [\d.]+ s \([\d.]+ CPU s\), read .*, "
+        r"plan .*, pack .*, compile .*, epochs .*, checkpoint .*, eval .*",
         summary,
     )
 

@@ -77,19 +77,27 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     config = parse_dataclass_args(TrainConfig, argv, prog="alx_trainer train").validate()
     setup_logging(config.log_level)
-    use_compile_cache(config.compile_cache)
-    # the training stack (TensorFlow, orbax, ...) takes seconds to import: not for --help or a bad
-    # flag
-    import jax  # (as above)
+    from alx_trainer import phase_times
 
-    from alx_trainer import execution  # (as above)
-    from alx_trainer.callbacks import Stopped  # (as above)
-    from alx_trainer.train import train  # (as above)
+    # the seconds before the command's imports, from the process's start
+    age = phase_times.process_seconds()
+    if age is not None:
+        phase_times.startup("start", age, phase_times.cpu_seconds())
+    # the training stack (orbax, ...) takes seconds to import: not for --help or a bad flag
+    with phase_times.timed_startup("imports"):
+        use_compile_cache(config.compile_cache)
+        import jax
 
-    if config.distributed:
-        _init_distributed(config)
-    else:
-        execution.start_cpu_devices(config)
+        from alx_trainer import execution
+        from alx_trainer.callbacks import Stopped
+        from alx_trainer.train import train
+
+    with phase_times.timed_startup("backend"):
+        if config.distributed:
+            _init_distributed(config)
+        else:
+            execution.start_cpu_devices(config)
+        jax.devices()
     try:
         # the summary needs the metrics only
         model = train(config, tables=False)
@@ -97,6 +105,8 @@ def _main(argv: list[str] | None) -> int:
     except Stopped as e:
         print(f"alx_trainer train: {e}", file=sys.stderr)
         return 128 + signal.SIGTERM
+    finally:
+        phase_times.reset()
     if not model.epochs_trained:
         print(
             f"nothing to train: {config.model_dir} is at epoch {model.epoch} already (--epochs "
