@@ -85,3 +85,19 @@ def test_a_block_is_written_before_its_buffer_is_refilled(small_chunks, monkeypa
     want = np.empty((n, 8), np.float32)
     table_init.init_rows(3, 0, n, 0.1, want)
     np.testing.assert_array_equal(np.asarray(got)[:n], want)
+
+
+def test_small_shards_are_put_whole_without_a_program(small_chunks):
+    """Shards of at most one block (250 rows here) are generated and put on their devices as they
+    are: the rows of `init_rows`, in either dtype, and nothing compiled or loaded."""
+    from alx_trainer import compile_cache
+
+    n = 1_995
+    want = np.empty((n, 8), np.float32)
+    table_init.init_rows(3, 0, n, 0.1, want)
+    before = compile_cache.counts().requests
+    for dtype in (jnp.float32, jnp.bfloat16):
+        got = _table(8, n, dtype=dtype)
+        np.testing.assert_array_equal(got[:n], want.astype(dtype).astype(np.float32))
+        assert got.shape == (2_000, 8) and not got[n:].any()
+    assert compile_cache.counts().requests == before

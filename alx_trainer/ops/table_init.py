@@ -57,10 +57,11 @@ def _write_block(out: jax.Array, block: jax.Array, at) -> jax.Array:
 def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) -> jax.Array:
     """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh.
 
-    Blocks of `INIT_CHUNK` rows are generated on the host by a thread per core (`init_rows`;
-    NumPy's generators release the GIL) into a few reused buffers, copied to the device and
-    written into its shard in place: time in proportion to the bytes, memory a shard plus a
-    block per thread (not a `jax.random` key per row, one device after the other: see
+    Shards of at most `INIT_CHUNK` rows are generated on the host and put on their devices whole.
+    Larger ones: blocks of `INIT_CHUNK` rows are generated on the host by a thread per core
+    (`init_rows`; NumPy's generators release the GIL) into a few reused buffers, copied to the
+    device and written into its shard in place: time in proportion to the bytes, memory a shard plus
+    a block per thread (not a `jax.random` key per row, one device after the other: see
     docs/benchmarks.md, "Figures behind code choices").
     """
     n_pad = padded_rows(n, mesh)
@@ -72,6 +73,8 @@ def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) ->
     bits = BF16_BITS if dtype == jnp.bfloat16 else dtype
     sharding = row_sharding(mesh)
     workers = host_threads()
+    if shard <= INIT_CHUNK:
+        return _small_table(sharding, seed, n, n_pad, shard, dim, stddev, dtype, workers)
     free: queue.Queue = queue.Queue()
     for _ in range(workers + 1):
         free.put(np.empty((block, dim), dtype))
@@ -104,6 +107,25 @@ def init_table(mesh: Mesh, seed: int, n: int, dim: int, stddev: float, dtype) ->
                     out.block_until_ready()
                     free.put(buf)
             parts.append(out if bits == dtype else bitcast(dtype)(out))
+    return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
+
+
+def _small_table(
+    sharding, seed: int, n: int, n_pad: int, shard: int, dim: int, stddev: float, dtype, workers
+) -> jax.Array:
+    """`init_table` of shards of at most one block: each generated into a buffer of its own and
+    put on its device as it is (no program to trace, compile or load; the buffer is not reused,
+    so a put that aliases it is no matter)."""
+
+    def make(item) -> jax.Array:
+        device, index = item
+        buf = np.empty((shard, dim), dtype)
+        init_rows(seed, index[0].start or 0, n, stddev, buf)
+        return jax.device_put(buf, device)
+
+    items = sharding.addressable_devices_indices_map((n_pad, dim)).items()
+    with ThreadPoolExecutor(workers, thread_name_prefix="alx-init") as pool:
+        parts = list(pool.map(make, items))
     return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
 
 
