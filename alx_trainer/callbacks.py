@@ -1,5 +1,5 @@
-"""What the epoch loop calls besides the solves: evaluation, metrics, checkpoints, progress, a user
-function.
+"""What the epoch loop calls besides the solves: evaluation, metrics, checkpoints, progress, and a
+user function.
 
 `alx_trainer.train.train` runs `Callback` hooks in list order (as Keras and implicit take
 callbacks): `on_train_begin`, then per half-epoch `on_half_epoch_begin`, `on_steps` (after each
@@ -139,8 +139,7 @@ class Evaluator(Callback):
         if counted == 0:
             raise integrity.DataError(
                 f"{dataset.name}: no test rows to evaluate ({how}); pass --eval_every 0 to train "
-                "without "
-                "evaluation, or build the dataset with a --test_fraction above 0"
+                "without evaluation, or build the dataset with a --test_fraction above 0"
             )
 
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
@@ -241,9 +240,8 @@ def _json_lines(records: Sequence[dict]) -> str:
 
 def epoch_line(record: dict, epochs: int) -> str:
     """An epoch's record in under a terminal line: time, rows and columns solved, loss (when
-    computed)
-    and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard (compile time
-    included: `compile_seconds`, summed in `train`'s closing line)."""
+    computed) and the first Recall@K; the whole record is in metrics.jsonl and TensorBoard
+    (compile time included: `compile_seconds`, summed in `train`'s closing line)."""
     parts = [
         f"epoch {record['epoch']}/{epochs} {record.get('seconds', 0.0):.2f} s: "
         f"{record.get('rows_solved', 0):,} rows + {record.get('cols_solved', 0):,} cols solved"

@@ -1,5 +1,5 @@
-"""Wall and CPU seconds of a training run's phases: each logged as it ends, all in one line at the
-end.
+"""Wall and CPU seconds of a training run's phases: each logged as it ends, all in one line at
+the end.
 
 Phases, in order: the command's start-up (`alx_trainer train` reports it; `startup` keeps it for the
 run): `start` (from the process's start to the command's code: the interpreter, its first imports, a

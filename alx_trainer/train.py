@@ -401,8 +401,7 @@ def _check_finite(gram: jax.Array, epoch: int, side: str) -> None:
     if not np.isfinite(np.diagonal(np.asarray(gram))).all():
         raise TrainingCollapse(
             f"epoch {epoch}, {side} half-epoch: the {side} table has NaN/Inf values (numerical "
-            "collapse); "
-            "raise --reg or use --table_dtype float32"
+            "collapse); raise --reg or use --table_dtype float32"
         )
 
 

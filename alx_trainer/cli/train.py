@@ -56,7 +56,8 @@ def _init_distributed(config: TrainConfig) -> None:
 
     try:
         jax.distributed.initialize(**kwargs)
-    except (ValueError, RuntimeError) as e:  # JAX's Python-level errors: a bad value, a refusal
+    # JAX's Python-level errors: a bad value, a refusal
+    except (ValueError, RuntimeError) as e:
         raise ConnectionError(
             f"jax.distributed: could not join the run at {where}; {check} ({_short(e)})"
         ) from None

@@ -2,8 +2,7 @@
 
 - `make_gramian`: local `T_mu^T T_mu`, then `psum`.
 - a step (`make_step`): gather the fixed rows of K stacked dense batches (`gather_scatter`), solve
-each
-  row's normal equations (paper Eq. 4) with the configured solver in float32 ('block': the
+  each row's normal equations (paper Eq. 4) with the configured solver in float32 ('block': the
   iALS++ sweep of `block_solver`; CG 'matvec': without building d x d matrices), write the rows
   back; a `lax.scan` over the K batches, so fewer dispatches per half-epoch. On a CPU host split
   into one device per core, the 'owner' step also compiles per device (`make_device_step`) and
@@ -234,7 +233,7 @@ def _step(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, seg, row_ids, row_len
 
 
 def _terms_spec(spec: StepSpec):
-    """Loss terms come back summed over devices ([3], replicated) or per device ([D, 3]) for
+    """Loss terms come back summed over devices ([3], replicated), or per device ([D, 3]) for
     'owner'."""
     return P(AXIS) if spec.owner else P()
 

@@ -40,8 +40,8 @@ from alx_trainer.ops.spec import Fixed, StepSpec, hyper_params
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
-# Accelerator path: long rows are solved LONG_STATS_BYTES of d x d statistics per device at a
-# time.
+# Accelerator path: long rows are solved LONG_STATS_BYTES of d x d statistics per device at
+# a time.
 LONG_STATS_BYTES = 256 << 20
 
 log = logging.getLogger(__name__)

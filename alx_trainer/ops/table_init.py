@@ -1,5 +1,5 @@
-"""Initial tables: N(0, stddev) rows independent of the mesh, generated on the host by a thread per
-core."""
+"""Initial tables: N(0, stddev) rows independent of the mesh, generated on the host by a thread
+per core."""
 
 from __future__ import annotations
 
