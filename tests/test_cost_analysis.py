@@ -65,7 +65,8 @@ def test_every_program_of_an_epoch_has_its_bytes_and_flops(tmp_path):
     # a normal batch at least reads each of its ids' fixed rows once (16 x 8 ids of DIM float32)
     batch = next(p for p in found["programs"] if p["name"] == "normal batch")
     assert batch["bytes_accessed"] >= 16 * 8 * DIM * 4
-    assert found["launches_per_epoch"] == 2  # a half-epoch is one call
+    # an epoch is one call
+    assert found["launches_per_epoch"] == 1
     total = sum(p["bytes_accessed"] * p["times"] for p in found["programs"])
     assert found["bytes_per_epoch"] == total
 
@@ -98,7 +99,7 @@ class _Trace(Callback):
             jax.profiler.stop_trace()
 
 
-def test_a_resident_half_epoch_is_one_launch(tmp_path):
+def test_a_resident_epoch_is_one_launch(tmp_path):
     """Epoch 2 (programs compiled, gramians kept): every launch counted in the profiler trace."""
     for devices, layout in ((1, "auto"), (8, "replicated")):
         trace = str(tmp_path / f"trace{devices}")
@@ -110,4 +111,5 @@ def test_a_resident_half_epoch_is_one_launch(tmp_path):
             callbacks=[_Trace(trace)],
         )
         launches = trace_launches(trace)
-        assert sum(launches.values()) == 2, launches  # both half-epochs, everything launched
+        # both half-epochs, everything launched
+        assert sum(launches.values()) == 1, launches

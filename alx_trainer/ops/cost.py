@@ -119,6 +119,9 @@ def epoch_cost(
     launches = sum(
         _launches(runners[s.name], [c for c in programs if c.side == s.name]) for s in sides
     )
+    if all(runners[s.name].one_call for s in sides):
+        # both half-epochs in one call (`side_runner.run_epoch`)
+        launches = 1
     return {
         "flops_per_epoch": sum(c.flops * c.times for c in programs),
         "bytes_per_epoch": sum(c.bytes_accessed * c.times for c in programs),
