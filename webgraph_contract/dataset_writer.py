@@ -33,7 +33,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from webgraph_contract import fileio, layout, record_codec, stats_json
+from webgraph_contract import file_workers, fileio, layout, record_codec, stats_json
 from webgraph_contract.file_workers import SHM_DIR, shm_free_bytes
 from webgraph_contract.ragged import RaggedRows
 
@@ -242,20 +242,8 @@ class _Workers:
 
 
 def serve() -> None:
-    """A worker's loop: a job from stdin, its outcome to stdout, until stdin ends."""
-    stdin, out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # stray prints go to stderr, not into the replies
-    while True:
-        try:
-            job = pickle.load(stdin)
-        except EOFError:
-            return
-        try:
-            reply: tuple = ("ok", _JOBS[job[0]](*job[1:]))
-        except Exception as e:  # handed to the parent, which raises it
-            reply = ("error", RuntimeError(f"{type(e).__name__}: {e}"))
-        pickle.dump(reply, out, pickle.HIGHEST_PROTOCOL)
-        out.flush()
+    """A writing worker's loop: each job is (its name in `_JOBS`, its arguments)."""
+    file_workers.serve_jobs(lambda job: _JOBS[job[0]](*job[1:]))
 
 
 @dataclasses.dataclass(frozen=True)

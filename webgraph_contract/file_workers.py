@@ -19,7 +19,7 @@ import pickle
 import subprocess
 import sys
 import uuid
-from typing import BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -147,17 +147,24 @@ def _take(prefix: str, n_rows: int, n_cols: int) -> RaggedRows:
 
 
 def serve() -> None:
-    """A worker's loop: a job from stdin, its outcome to stdout, until stdin ends."""
+    """A decoding worker's loop (`serve_jobs` of `decode_file`)."""
+    serve_jobs(lambda job: decode_file(*job))
+
+
+def serve_jobs(run: Callable[[tuple], Any]) -> None:
+    """A worker's loop: a job from stdin, `run(job)`'s outcome to stdout, until stdin ends."""
     stdin, out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # stray prints go to stderr, not into the replies
+    # stray prints go to stderr, not into the replies
+    os.dup2(2, 1)
     while True:
         try:
             job = pickle.load(stdin)
         except EOFError:
             return
         try:
-            reply: tuple = ("ok", decode_file(*job))
-        except Exception as e:  # handed to the parent, which raises it
+            reply: tuple = ("ok", run(job))
+        # handed to the parent, which raises it
+        except Exception as e:
             reply = ("error", _portable(e))
         pickle.dump(reply, out, pickle.HIGHEST_PROTOCOL)
         out.flush()
