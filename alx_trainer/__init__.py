@@ -16,7 +16,7 @@ Layout: `config` (TrainConfig) -> `execution` (the execution plan, decided once)
 (tables, fold-in, load) -> `train` (epoch loop) with `callbacks` (evaluation, metrics, checkpoints,
 progress); `loading` (a model and its dataset), `evaluation/` (two top-K engines behind one
 interface, `ranking.top_k`), `tools/` (sweep, predict, export), `cli/` (`python -m alx_trainer`);
-`jax_compat` the one importer of `jax._src`.
+`jax_compat` the one importer of JAX's private modules.
 """
 
 from __future__ import annotations

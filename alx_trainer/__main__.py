@@ -52,8 +52,9 @@ def interrupted() -> int:
 
 def _dispatch(argv: list[str]) -> int:
     """`main` of `argv`."""
+    # imported once Ctrl-C is handled (`interrupt.install`): an interrupt here is one line too
     from webgraph_contract.command_line import did_you_mean, missing_command, take_debug_flag
-    from webgraph_contract.quiet_logs import quiet, verbose_in
+    from webgraph_contract.quiet_logs import quiet, verbose_in  # (as above)
 
     # before TensorFlow, JAX or orbax are imported
     quiet(verbose_in(argv))
@@ -80,6 +81,7 @@ def _entry() -> int:
     """`python -m alx_trainer`: `main`, restarted first with huge pages for `train`."""
     interrupt.install()
     try:
+        # (as above)
         from alx_trainer.cli import hugepages
 
         # large tables: see `hugepages` (not for `train --help`, which starts no training)

@@ -145,6 +145,7 @@ class Evaluator(Callback):
     def on_epoch_end(self, run: Run, epoch: int, record: dict) -> None:
         if "test" not in run.dataset.files or not (epoch % self.every == 0 or run.is_last(epoch)):
             return
+        # the evaluation's modules only for a run that evaluates (a second of imports)
         from alx_trainer.evaluation import evaluate
 
         dataset, config, plan = run.dataset, run.config, run.plan

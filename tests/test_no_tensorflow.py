@@ -42,8 +42,10 @@ runpy.run_module("alx_trainer", run_name="__main__", alter_sys=True)
 def alx(*args: str, status: int = 0) -> subprocess.CompletedProcess:
     # GLIBC_TUNABLES set: `train` does not restart itself with huge pages (a child without the
     # blocker)
+    # as a user starts it: not with the TF_CPP_MIN_LOG_LEVEL an in-process debug test leaves
+    inherited = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env = dict(
-        os.environ,
+        inherited,
         JAX_PLATFORMS="cpu",
         XLA_FLAGS="--xla_force_host_platform_device_count=8",
         GLIBC_TUNABLES=os.environ.get("GLIBC_TUNABLES", ""),

@@ -401,8 +401,8 @@ def test_toy_run_end_to_end_writes_every_figure(toy):
         # XLA's cost analysis beside the counted minimum, at the default form only
         if form == "auto":
             assert r["xla_note"] is None and r["xla_bytes_per_epoch"] > 0
-            # at least one call per half-epoch
-            assert r["xla_launches_per_epoch"] >= 2
+            # at least one call per epoch (one where the batches stay on the device)
+            assert r["xla_launches_per_epoch"] >= 1
             assert r["xla_bytes_ratio"] == r["xla_bytes_per_epoch"] / r["bytes_per_epoch"]
             assert r["pct_copy_bw_xla"] == pytest.approx(
                 100 * r["xla_bytes_per_epoch"] / r["s_per_epoch"] / peaks["copy_bytes_s"]

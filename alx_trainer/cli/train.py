@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     config = parse_dataclass_args(TrainConfig, argv, prog="alx_trainer train").validate()
     setup_logging(config.log_level)
+    # not for --help or a bad flag (as below)
     from alx_trainer import phase_times
 
     # the seconds before the command's imports, from the process's start
@@ -87,11 +88,11 @@ def _main(argv: list[str] | None) -> int:
     # the training stack (orbax, ...) takes seconds to import: not for --help or a bad flag
     with phase_times.timed_startup("imports"):
         use_compile_cache(config.compile_cache)
-        import jax
+        import jax  # (as above)
 
-        from alx_trainer import execution
-        from alx_trainer.callbacks import Stopped
-        from alx_trainer.train import train
+        from alx_trainer import execution  # (as above)
+        from alx_trainer.callbacks import Stopped  # (as above)
+        from alx_trainer.train import train  # (as above)
 
     with phase_times.timed_startup("backend"):
         if config.distributed:

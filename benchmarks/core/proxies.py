@@ -71,9 +71,7 @@ def proxies_child(spec: dict, out: str) -> None:
             if epoch == 2:
                 jax.profiler.stop_trace()
                 calls = launches(trace_dir)
-                line.update(
-                    calls_per_half_epoch=sum(calls.values()) / 2, calls_by_program=dict(calls)
-                )
+                line.update(calls_per_epoch=sum(calls.values()), calls_by_program=dict(calls))
             elif epoch > 2:
                 line.update(host_share(end - start, host[0] - host0, max(host[1], resolution)))
             if epoch > 1:
@@ -204,7 +202,11 @@ def host_share(window_s: float, host_cpu_s: float, resolution_s: float) -> dict:
         "host_cpu_s": round(host_cpu_s, 4),
         "host_cpu_resolution_s": round(resolution_s, 6),
     }
-    if resolution_s > SHARE_STEP * window_s:
+    if host_cpu_s < 0:
+        # getrusage and the threads' schedstat disagree by more than this epoch's host work
+        line["host_cpu_share"] = None
+        line["host_cpu_share_note"] = f"below the accounting's noise over a {window_s:.3g} s epoch"
+    elif resolution_s > SHARE_STEP * window_s:
         line["host_cpu_share"] = None
         line["host_cpu_share_note"] = (
             f"below resolution: {resolution_s:.3g} s of CPU over a {window_s:.3g} s epoch"
