@@ -312,8 +312,7 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
         src_gram = gramian(side.other)
         src = jnp.copy(tables[side.other]) if config.tied else tables[side.other]
         # the observed loss comes from the last half-epoch
-        observed = side.name == "col" and config.train_loss_every > 0
-        observed = observed and epoch % config.train_loss_every == 0
+        observed = side.name == "col" and _observed_loss(config, epoch)
         result = runner.run(src, tables[side.table], progress, src_gram, observed)
         # (the one-call half-epoch computed the gramian of its result)
         tables.solved(side.table, result.table, result.gramian)
@@ -321,10 +320,7 @@ def _epoch(run: Run, runners: dict[str, SideRunner], hooks: Sequence[Callback], 
             hook.on_half_epoch_end(run, epoch, side.name)
         _check_finite(gramian(side.table), epoch, side.name)
         record[f"{side.name}_seconds"] = time.perf_counter() - ts
-        if observed:
-            record["loss_observed"] = result.terms.observed
-        record[f"loss_reg_{side.name}"] = result.terms.reg
-        record[f"{side.name}s_solved"] = result.terms.rows
+        _record_terms(record, side.name, result.terms, observed)
     g_row = np.asarray(gramian("row"))
     return _closed(
         record, config, g_row, g_row if config.tied else np.asarray(gramian("col")), t0, compiled0
@@ -350,8 +346,11 @@ def _one_call_epoch(
     for hook in hooks:
         hook.on_half_epoch_begin(run, epoch, "row", row.total_steps)
     names = ("row",) if config.tied else ("row", "col")
-    observed = config.train_loss_every > 0 and epoch % config.train_loss_every == 0
-    result = run_epoch(row, col, tuple(tables[n] for n in names), observed)
+    observed = _observed_loss(config, epoch)
+    # the gramian of the table the row side reads, kept from the last epoch (computed once at the
+    # start): the epoch then computes only those of the two tables it solves
+    other_gram = tables.gramian(names[-1], row.gramian)
+    result = run_epoch(row, col, tuple(tables[n] for n in names), other_gram, observed)
     row.report_one_call(progress)
     final_grams = result.gramians[-1:] if config.tied else result.gramians
     for name, table, gram in zip(names, result.tables, final_grams):
@@ -369,11 +368,22 @@ def _one_call_epoch(
     for k, (name, gram) in enumerate((("row", g_row), ("col", g_col))):
         _check_finite(gram, epoch, name)
         sums = LossTerms.of(np.asarray(terms[k], np.float64))
-        if name == "col" and observed:
-            record["loss_observed"] = sums.observed
-        record[f"loss_reg_{name}"] = sums.reg
-        record[f"{name}s_solved"] = sums.rows
+        _record_terms(record, name, sums, name == "col" and observed)
     return (g_col, g_col) if config.tied else (g_row, g_col)
+
+
+def _observed_loss(config: TrainConfig, epoch: int) -> bool:
+    """Whether epoch `epoch` reports the observed loss (its column half-epoch computes it)."""
+    return config.train_loss_every > 0 and epoch % config.train_loss_every == 0
+
+
+def _record_terms(record: dict, side: str, terms: LossTerms, observed: bool) -> None:
+    """A half-epoch's loss terms in the epoch's record: `side`'s regularization and rows solved,
+    and its observed loss when `observed` (the column side of an epoch that reports it)."""
+    if observed:
+        record["loss_observed"] = terms.observed
+    record[f"loss_reg_{side}"] = terms.reg
+    record[f"{side}s_solved"] = terms.rows
 
 
 def _closed(

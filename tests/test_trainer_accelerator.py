@@ -10,6 +10,7 @@ error, and reads of device arrays on the host by counting `jax.Array._value`.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import jax
@@ -21,6 +22,7 @@ from alx_trainer import execution
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
+from alx_trainer.ops import kernels
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 from benchmarks.core.trace import launches as trace_launches  # the benchmarks' launch count
@@ -154,6 +156,31 @@ class _HostReads(Callback):
         self.counting = self.counting and side != "col"
 
 
+def _count_epoch_gramians(monkeypatch) -> list[int]:
+    """The gramians (`kernels._gramian_local`) each trace of the one-call epoch's body computes,
+    one entry per trace (the epoch programs made afresh)."""
+    counts: list[int] = []
+    calls = [0]
+    gramian, epoch = kernels._gramian_local, kernels._epoch
+
+    def counted_gramian(table):
+        calls[0] += 1
+        return gramian(table)
+
+    # (the wrapper keeps `_epoch`'s name: the program's name in the trace)
+    @functools.wraps(epoch)
+    def counted_epoch(*args):
+        before = calls[0]
+        out = epoch(*args)
+        counts.append(calls[0] - before)
+        return out
+
+    monkeypatch.setattr(kernels, "_gramian_local", counted_gramian)
+    monkeypatch.setattr(kernels, "_epoch", counted_epoch)
+    kernels.make_epoch.cache_clear()
+    return counts
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_later_epochs_copy_nothing_and_run_one_call(tmp_path, monkeypatch, tied):
     """Resident batches: an epoch is one call (both half-epochs, their normal and long rows and
@@ -179,11 +206,15 @@ def test_later_epochs_copy_nothing_and_run_one_call(tmp_path, monkeypatch, tied)
     h0 = None if tied else np.asarray(t["col"], np.float64)[:n]
     trace = str(tmp_path / "trace")
     reads = _HostReads(monkeypatch)
+    gramians = _count_epoch_gramians(monkeypatch)
     # a copy to the devices would raise
     model = train(config, mesh=mesh, callbacks=[_Epoch2(trace, guard=True), reads])
     assert model.metrics[-1]["rows_solved"] == len(rows)
     launches = trace_launches(trace)
     assert launches == {"jit__epoch": 1}, launches
+    # the one-call program computes the gramians of the two tables it solves, not that of the
+    # table its row side reads (the loop passes the one it kept)
+    assert gramians and all(n == 2 for n in gramians), gramians
     assert reads.reads == 0
     w, h = ref.ials(rows, w0, None if tied else h0, config.epochs, ALPHA, REG)
     assert _rel(model.row_table, w) < 1e-4 and _rel(model.col_table, h) < 1e-4

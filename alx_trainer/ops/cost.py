@@ -5,8 +5,8 @@ so each program is analysed as compiled with its loops unrolled (`StepSpec.unrol
 batch (times the batches a half-epoch runs), each long-row call, the gramian and the replica.
 Shapes come from the runner's plan and batch source; nothing runs. `epoch_cost` sums both sides
 (`alx_trainer.callbacks.CostReport` logs it at debug level; `alx_trainer.train.epoch_cost(config,
-dataset)` is the entry of `python -m benchmarks.gpu_vs_implicit` and
-`python -m benchmarks.device_proxies`).
+dataset)` is where `python -m benchmarks.speed` and `python -m benchmarks.profile --sections
+proxies` read it).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from alx_trainer.ops import kernels, table_storage
 from alx_trainer.ops.mesh import AXIS, replicated
+from alx_trainer.ops.side_runner import one_call_epoch
 from alx_trainer.ops.spec import Fixed
 
 
@@ -85,7 +86,7 @@ def side_costs(runner, src: jax.Array, dst: jax.Array, side: str = "") -> list[P
             flops, moved = compiled_cost(kernels.make_step(mesh, spec), src_s, dst_s, fixed, *one)
             times = plan.steps
         costs.append(ProgramCost(side, "normal batch", flops, moved, times))
-    if runner.accelerator:
+    if runner.exe.long_rows == "device":
         for i, call in enumerate(runner.source.long_calls()):
             args = [_like(a) for a in call]
             flops, moved = compiled_cost(
@@ -109,19 +110,19 @@ def epoch_cost(
     runners: Mapping[str, Any], sides, tables: Mapping[str, jax.Array]
 ) -> dict[str, Any]:
     """Both half-epochs' programs (`sides`: the training loop's `train.sides`) and the epoch's
-    totals
-    per device: `flops_per_epoch`, `bytes_per_epoch`, `launches_per_epoch`, `programs`."""
+    totals per device: `flops_per_epoch`, `bytes_per_epoch`, `launches_per_epoch`, `programs`."""
     programs = [
         c
         for s in sides
         for c in side_costs(runners[s.name], tables[s.other], tables[s.table], s.name)
     ]
-    launches = sum(
-        _launches(runners[s.name], [c for c in programs if c.side == s.name]) for s in sides
-    )
-    if all(runners[s.name].one_call for s in sides):
+    if one_call_epoch(runners["row"], runners["col"]):
         # both half-epochs in one call (`side_runner.run_epoch`)
         launches = 1
+    else:
+        launches = sum(
+            _launches(runners[s.name], [c for c in programs if c.side == s.name]) for s in sides
+        )
     return {
         "flops_per_epoch": sum(c.flops * c.times for c in programs),
         "bytes_per_epoch": sum(c.bytes_accessed * c.times for c in programs),

@@ -383,19 +383,17 @@ def make_half_epoch(mesh: Mesh, spec: StepSpec, normal: bool, longs: int):
     return jax.jit(fn, donate_argnums=(1,))
 
 
-def _epoch(row_spec: StepSpec, col_spec: StepSpec, tables, hyper, row_batches, col_batches):
-    """A whole epoch on resident batches: the row half-epoch against the gramian of the fixed table,
-    then the column half-epoch against that of the solved rows (`_half_epoch` each). `tables` is
-    (row, col), or (table,) when tied: both half-epochs then solve the one table, each reading it
-    as it was when the half-epoch began."""
+def _epoch(row_spec: StepSpec, col_spec: StepSpec, tables, fixed: Fixed, row_batches, col_batches):
+    """A whole epoch on resident batches: the row half-epoch against `fixed` (the gramian of the
+    fixed table, which the caller holds from the last epoch, and the hyperparameters), then the
+    column half-epoch against the gramian of the solved rows (`_half_epoch` each): two gramians
+    computed, those of the solved tables. `tables` is (row, col), or (table,) when tied: both
+    half-epochs then solve the one table, each reading it as it was when the half-epoch began."""
     tied = len(tables) == 1
     row_l, other_l = tables[0], tables[-1]
-    g_other = _gramian_local(as_float32(other_l))
-    row_l, terms_r, g_row = _half_epoch(
-        row_spec, other_l, row_l, Fixed(g_other, hyper), *row_batches
-    )
+    row_l, terms_r, g_row = _half_epoch(row_spec, other_l, row_l, fixed, *row_batches)
     col_l, terms_c, g_col = _half_epoch(
-        col_spec, row_l, row_l if tied else other_l, Fixed(g_row, hyper), *col_batches
+        col_spec, row_l, row_l if tied else other_l, Fixed(g_row, fixed.hyper), *col_batches
     )
     return (col_l,) if tied else (row_l, col_l), jnp.stack([terms_r, terms_c]), (g_row, g_col)
 
@@ -404,11 +402,13 @@ def _epoch(row_spec: StepSpec, col_spec: StepSpec, tables, hyper, row_batches, c
 def make_epoch(
     mesh: Mesh, row_spec: StepSpec, col_spec: StepSpec, tied: bool, row_calls, col_calls
 ):
-    """`epoch(tables, hyper, row_batches, col_batches) -> (tables, terms [2, 3], (gramian of the
-    solved rows, gramian of the solved columns))`: one compiled call per epoch (the accelerator
-    path with both sides' batches resident; 'sharded' or 'replicated'). `tables` (donated) is
-    (row, col), or (table,) when `tied`; each side's batches are `(normal, longs)` as
-    `make_half_epoch` takes them, and `row_calls`, `col_calls` their (normal, longs) counts."""
+    """`epoch(tables, (gram, hyper), row_batches, col_batches) -> (tables, terms [2, 3], (gramian
+    of the solved rows, gramian of the solved columns))`: one compiled call per epoch (the
+    accelerator path with both sides' batches resident; 'sharded' or 'replicated'). `tables`
+    (donated) is (row, col), or (table,) when `tied`; `gram` is the gramian of the table the row
+    side reads (the column table; the table itself when `tied`); each side's batches are
+    `(normal, longs)` as `make_half_epoch` takes them, and `row_calls`, `col_calls` their
+    (normal, longs) counts."""
     if row_spec.owner or col_spec.owner:
         raise ValueError("a one-call epoch takes the 'sharded' or 'replicated' layout")
     batch = (P(AXIS),) * 4

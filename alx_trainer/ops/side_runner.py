@@ -187,7 +187,7 @@ class SideRunner:
         self.config, self.exe, self.mesh, self.spec = config, exe, mesh, spec
         self.plan, self.source, self.shard, self.one_call = side, source, shard, one_call
         self.replica = replica
-        self.accelerator, self.per_device = exe.accelerator, exe.per_device
+        self.per_device = exe.per_device
         self.hyper = hyper_params(config.alpha, config.reg, config.reg_exponent)
         self.hyper_on_devices = jax.device_put(self.hyper, replicated(mesh))
 
@@ -374,12 +374,18 @@ def one_call_epoch(row: SideRunner, col: SideRunner) -> bool:
 
 
 def run_epoch(
-    row: SideRunner, col: SideRunner, tables: tuple[jax.Array, ...], observed_loss: bool
+    row: SideRunner,
+    col: SideRunner,
+    tables: tuple[jax.Array, ...],
+    other_gram: jax.Array,
+    observed_loss: bool,
 ) -> Epoch:
     """A whole epoch in one compiled call (`kernels.make_epoch`; `one_call_epoch` runners): the
     row half-epoch, then the column half-epoch with its observed loss when `observed_loss`.
-    `tables` (donated) is (row, col), or (table,) with tied tables. It returns as soon as the call
-    is dispatched: the caller copies what it needs of the result to the host, once."""
+    `tables` (donated) is (row, col), or (table,) with tied tables; `other_gram` is the gramian of
+    the table the row side reads (`tables[-1]`), as the training loop keeps it. It returns as
+    soon as the call is dispatched: the caller copies what it needs of the result to the host,
+    once."""
     row_spec = dataclasses.replace(row.spec, observed_loss=False)
     col_spec = dataclasses.replace(col.spec, observed_loss=observed_loss)
     row_batches, col_batches = row.resident_batches(), col.resident_batches()
@@ -391,7 +397,8 @@ def run_epoch(
         row.mesh, row_spec, col_spec, len(tables) == 1, calls(row_batches), calls(col_batches)
     )
     solving = tuple(table_storage.solving_form(t) for t in tables)
-    out, terms, grams = program(solving, row.hyper_on_devices, row_batches, col_batches)
+    fixed = Fixed(other_gram, row.hyper_on_devices)
+    out, terms, grams = program(solving, fixed, row_batches, col_batches)
     return Epoch(tuple(table_storage.stored_form(t) for t in out), terms, grams)
 
 
