@@ -164,16 +164,12 @@ class ExecutionConfig:
         "auto",
         "The accelerator path: batches of 65536 ids (on a GPU or TPU up to 512 MiB of gathered "
         "float32 rows for the matrix-free forms; cut to the data; unless --batch_pieces), the "
-        "packed batches of "
-        "both sides "
-        "kept on the devices when they fit (--resident_batches), a half-epoch's normal rows in at "
-        "most "
-        "--calls_per_half_epoch compiled calls, long rows solved on the devices, gramian and "
-        "replica by "
-        "collectives. 'auto' = on for GPU/TPU, off on CPU (the per-core layout); 'on' forces it on "
-        "CPU devices "
-        "(tests, `python -m benchmarks.device_proxies`). Layouts 'sharded' or 'replicated' "
-        "('auto': sharded).",
+        "packed batches of both sides kept on the devices when they fit (--resident_batches), a "
+        "half-epoch's normal rows in at most --calls_per_half_epoch compiled calls, long rows "
+        "solved on the devices, gramian and replica by collectives. 'auto' = on for GPU/TPU, off "
+        "on CPU (the per-core layout); 'on' forces it on CPU devices (tests, `python -m "
+        "benchmarks.profile --sections proxies`). Layouts 'sharded' or 'replicated' ('auto': "
+        "sharded).",
     )
     resident_batches: str = _field(
         "auto",
@@ -374,13 +370,11 @@ class TrainConfig(
             (self.block_size > 0, f"block_size: must be positive, got {self.block_size}"),
             (self.cg_form in CG_FORMS, f"cg_form: must be one of {CG_FORMS}, got {self.cg_form!r}"),
             (
-                self.cg_kernel != "pallas",
-                "cg_kernel: 'pallas' was removed (2.9x slower than 'xla' on an H200 at 25M pairs); "
-                "use 'xla', the default",
-            ),
-            (
                 self.cg_kernel in CG_KERNELS,
-                f"cg_kernel: must be one of {CG_KERNELS}, got {self.cg_kernel!r}",
+                "cg_kernel: 'pallas' was removed (2.9x slower than 'xla' on an H200 at 25M pairs); "
+                "use 'xla', the default"
+                if self.cg_kernel == "pallas"
+                else f"cg_kernel: must be one of {CG_KERNELS}, got {self.cg_kernel!r}",
             ),
             (self.stats in STATS_MODES, f"stats: must be one of {STATS_MODES}, got {self.stats!r}"),
             (self.layout in LAYOUTS, f"layout: must be one of {LAYOUTS}, got {self.layout!r}"),

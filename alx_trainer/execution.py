@@ -42,7 +42,7 @@ BATCH_SOURCES = ("file_stream", "host_cache", "owner_resident", "owner_stream", 
 # matrix-free CG of `ops.long_rows.solve_cg` ('owner' layout), or from explicit statistics.
 LONG_ROWS = ("device", "matvec_cg", "explicit")
 # `cg_form` 'auto': the form measured fastest per backend (DESIGN.md's trainer section has the
-# table, `python -m benchmarks.gpu_vs_implicit` measures it): matrix-free CG on CPU and, from one
+# table, `python -m benchmarks.speed --forms` measures it): matrix-free CG on CPU and, from one
 # H100's figures, on GPU at every measured d (64-1024); no TPU figures, so TPU follows the GPU.
 # A backend or d that ever measures otherwise gets a row here.
 AUTO_CG_FORM: dict[str, str] = {"cpu": "matvec", "gpu": "matvec", "tpu": "matvec"}
@@ -147,12 +147,13 @@ class ExecutionPlan:
         """The plan of folding rows in against this plan's column table, on its evaluation
         devices (a mesh of this process's devices only), with no cache of batches between calls.
 
-        A derivation of this plan on the machine it was made for (`plan_execution` is not
-        called again): a command on another backend makes its own plan first."""
+        A derivation of this plan on the machine it was made for (`plan_execution` for the
+        evaluation devices of that machine, not of the machine it is called on): a command on
+        another backend makes its own plan first."""
         n = 1 if self.eval_devices == "first_local" else self.local_devices
         machine = Machine(self.platform, self.processes, n, n, len(per_core.cores()))
         config = dataclasses.replace(config, progress=False, cache_batches=False)
-        return _decide(config, machine, self.num_rows, self.num_cols)
+        return plan_execution(config, machine, self.num_rows, self.num_cols)
 
 
 def plan_execution(
@@ -160,10 +161,6 @@ def plan_execution(
 ) -> ExecutionPlan:
     """The execution plan of `config` on `machine` for a `num_rows` x `num_cols` matrix; a
     ValueError names a layout the machine cannot run."""
-    return _decide(config, machine, num_rows, num_cols)
-
-
-def _decide(config: TrainConfig, machine: Machine, num_rows: int, num_cols: int) -> ExecutionPlan:
     platform, processes, devices, local, cores = machine
     cpu = platform == "cpu"
     accelerator = config.accelerator == "on" or (config.accelerator == "auto" and not cpu)
@@ -237,7 +234,8 @@ def accelerator_batch_ids(dim: int, per_row_stats: bool, platform: str) -> int:
     without d x d statistics per row slot take batches of `ACCELERATOR_BATCH_BYTES` of gathered
     float32 rows (a power of two of ids, never fewer than `ACCELERATOR_BATCH_IDS`); the others,
     and CPU devices (where a batch that stays in cache is worth more: 0.80 s an epoch against 1.50
-    on `benchmarks.device_proxies`), `ACCELERATOR_BATCH_IDS`."""
+    on the proxies of `python -m benchmarks.profile --sections proxies`),
+    `ACCELERATOR_BATCH_IDS`."""
     if per_row_stats or platform == "cpu":
         return ACCELERATOR_BATCH_IDS
     most = 1 << max(0, (ACCELERATOR_BATCH_BYTES // (4 * dim)).bit_length() - 1)
@@ -281,6 +279,15 @@ def keeps_resident(plan: ExecutionPlan, need: int, free: int) -> bool:
     return choice == "on" or (choice == "auto" and need <= RESIDENT_SHARE * free)
 
 
+def _cpu_split_settled() -> bool:
+    """Whether the CPU's JAX devices are not this module's to split: XLA_FLAGS's
+    --xla_force_host_platform_device_count (tests) sets them, or a GPU or TPU plugin is there."""
+    return (
+        "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+        or per_core.accelerator_plugins()
+    )
+
+
 def cpu_device_count(config: TrainConfig) -> int:
     """The JAX CPU devices a command line splits the host into (0: leave JAX's default).
 
@@ -291,10 +298,7 @@ def cpu_device_count(config: TrainConfig) -> int:
     machine), so other runs keep one CPU device. XLA_FLAGS's
     --xla_force_host_platform_device_count (tests) wins.
     """
-    if (
-        "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-        or per_core.accelerator_plugins()
-    ):
+    if _cpu_split_settled():
         return 0
     safe = (
         config.solver == "cg"
@@ -319,10 +323,7 @@ def start_scoring_cpu_devices() -> int:
     """One JAX CPU device per core for scoring (`eval`, before JAX starts): its programs have no
     collective, so the per-core devices `cpu_device_count` keeps from other runs are safe here;
     returns the count made (0: none)."""
-    if (
-        "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-        or per_core.accelerator_plugins()
-    ):
+    if _cpu_split_settled():
         return 0
     count = len(per_core.cores())
     return count if per_core.use_cpu_devices(count) else 0

@@ -75,21 +75,34 @@ def test_one_plan_per_command_the_same_for_two_commands(tmp_path, monkeypatch):
     # test rows: each epoch's evaluation folds them in, by the plan's fold-in derivation
     test = {r: ([1, 2, 3], [4, 5]) for r in range(20, 25)}
     data = ref.write_dataset(str(tmp_path / "data"), rows, 30, 25, test=test)
+    # every plan made, with what it was made from: (config, machine, plan)
     made = []
     original = execution.plan_execution
-    monkeypatch.setattr(
-        execution, "plan_execution", lambda *a, **k: made.append(a) or original(*a, **k)
-    )
+
+    def counted(config, machine, num_rows, num_cols):
+        plan = original(config, machine, num_rows, num_cols)
+        made.append((config, machine, plan))
+        return plan
+
+    monkeypatch.setattr(execution, "plan_execution", counted)
     model_dir = str(tmp_path / "m")
     flags = ["--data", data, "--model_dir", model_dir, "--dim", "4", "--no-progress"]
     code, out, err = run_cli(["train", *flags, "--epochs", "1"])
     assert code == 0 and "recall@20" in out, err
-    assert len(made) == 1
+    # the training plan, then its fold-in derivation (made once for the command's evaluations)
+    assert len(made) == 2, [m[2] for m in made]
     first = (tmp_path / "m" / execution.PLAN_FILE).read_text()
-    # a second command on the model (resumed for one more epoch): one plan, the same
+    (config, _, training), (fold_config, fold_machine, folding) = made
+    assert training == ExecutionPlan.from_dict(json.loads(first))
+    assert fold_config == dataclasses.replace(config, progress=False, cache_batches=False)
+    # on CPU the evaluation runs on the first local device
+    assert (fold_machine.devices, fold_machine.local_devices) == (1, 1)
+    assert (folding.devices, folding.num_rows, folding.num_cols) == (1, 30, 25)
+    # a second command on the model (resumed for one more epoch): the same two plans
     code, out, err = run_cli(["train", *flags, "--epochs", "2"])
     assert code == 0, err
-    assert len(made) == 2 and (tmp_path / "m" / execution.PLAN_FILE).read_text() == first
+    assert [m[2] for m in made[2:]] == [training, folding]
+    assert (tmp_path / "m" / execution.PLAN_FILE).read_text() == first
     model = load_model(model_dir)
     assert (
         model.plan == execution.load_plan(model_dir) == ExecutionPlan.from_dict(json.loads(first))
