@@ -134,8 +134,8 @@ class Evaluator(Callback):
         if "test" not in dataset.files:
             log.warning("%s has no test split: training without evaluation", dataset.name)
             return
+        # (`eval_data` checks the count against stats.json)
         counted, how = len(loading.eval_data(dataset).known), "read before epoch 1"
-        integrity.check_rows(dataset.name, "test", counted, dataset.splits, how)
         if counted == 0:
             raise integrity.DataError(
                 f"{dataset.name}: no test rows to evaluate ({how}); pass --eval_every 0 to train "
@@ -169,14 +169,9 @@ class Evaluator(Callback):
                 ranking=ranking,
                 baseline=dataset.eval_split == "test",
                 max_rows=config.eval_rows or None,
-                fold_in_fn=functools.partial(_fold_in, self.fold_in_plan),
+                fold_in_fn=functools.partial(fold_in, plan=self.fold_in_plan),
             )
         record.update(result)
-
-
-def _fold_in(plan: ExecutionPlan, col_table, rows, config: TrainConfig):
-    """Fold-in of the evaluation by the fold-in plan (`ExecutionPlan.for_fold_in`)."""
-    return fold_in(col_table, rows, config, plan=plan)
 
 
 @contextlib.contextmanager

@@ -130,13 +130,14 @@ def fold_in(
     Uses the configured solver (CG and the block sweep start from zero: one block sweep is only an
     approximation for b < d) and the training step kernels; single process. `plan`: the fold-in
     plan (`ExecutionPlan.for_fold_in`; None: this machine's for `config`), whose evaluation
-    devices it runs on (one device on CPU, see `execution.cpu_device_count`).
+    devices it runs on (`ExecutionPlan.eval_devices`: the first local device on CPU, every local
+    device elsewhere).
     """
     if not isinstance(rows, RaggedRows):
         rows = RaggedRows.from_lists(rows)
     n, num_cols = len(rows), col_table.shape[0]
-    lo, hi = int(rows.indptr[0]), int(rows.indptr[-1])
-    chunk = RaggedRows(np.arange(n, dtype=np.int64), rows.indptr - lo, rows.ids[lo:hi])
+    # row k of the result is row k of `rows`: row ids 0..n-1, `indptr` from 0
+    chunk = dataclasses.replace(rows.take(0, n), row_ids=np.arange(n, dtype=np.int64))
     outside = np.flatnonzero((chunk.ids < 0) | (chunk.ids >= num_cols))
     if len(outside):
         row = int(np.searchsorted(chunk.indptr, outside[0], side="right")) - 1

@@ -18,6 +18,7 @@ reader's decoding workers, which end with each read).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import resource
@@ -67,14 +68,6 @@ def startup(name: str, wall: float, cpu: float | None = None) -> None:
         _startup[name] = (wall, cpu)
 
 
-@contextlib.contextmanager
-def timed_startup(name: str) -> Iterator[None]:
-    """Time the block as start-up phase `name`."""
-    wall, cpu = time.perf_counter(), cpu_seconds()
-    yield
-    startup(name, time.perf_counter() - wall, cpu_seconds() - cpu)
-
-
 def cpu_seconds() -> float:
     """CPU seconds of this process's threads and of its ended child processes."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -82,14 +75,22 @@ def cpu_seconds() -> float:
 
 
 @contextlib.contextmanager
-def timed(name: str, what: str = "") -> Iterator[None]:
-    """Time the block as phase `name` (`what` says of what in its log line); a block that raises
+def timed(name: str, what: str = "", is_startup: bool = False) -> Iterator[None]:
+    """Time the block as phase `name` (`what` says of what in its log line), or with `is_startup`
+    as the command's start-up phase `name` (`startup`: recorded, not logged); a block that raises
     is neither logged nor counted."""
     wall, cpu = time.perf_counter(), cpu_seconds()
     yield
     wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    if is_startup:
+        startup(name, wall, cpu)
+        return
     add(name, wall, cpu)
     log.debug("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
+
+
+# `timed(name, is_startup=True)`, by the name the command line (`cli/train.py`) calls
+timed_startup = functools.partial(timed, is_startup=True)
 
 
 def add(name: str, wall: float, cpu: float | None = None) -> None:

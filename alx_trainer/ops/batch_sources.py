@@ -3,8 +3,9 @@
 Every source gives `streams()`: one iterable of calls per thread that runs them (one stream for
 a global mesh program; one per device with `per_device`), each call being a compiled step's
 batch arrays on the devices and the rows it solves; `long_calls()`, the rows longer than one
-batch; and `total_steps`, the steps a half-epoch reports. Modes (`make_source` picks one by the
-`ExecutionPlan`'s `batches`; constructors do no I/O, `make_source` reads and packs):
+batch; and `total_steps`, the steps a half-epoch reports. Modes (`side_runner.plan_side` picks
+one by the `ExecutionPlan`'s `batches`; constructors do no I/O, the `.pack` classmethods read and
+pack the sources kept between half-epochs):
 - `FileStream`: packed from the files every half-epoch in a prefetch thread, each call copied to
   the devices ahead of the steps (the default of the 'sharded' and 'replicated' layouts).
 - `HostCache`: packed once, kept in host memory, copied every half-epoch (`cache_batches`).
