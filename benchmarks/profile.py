@@ -41,7 +41,7 @@ import traceback
 from typing import Any, Callable, Sequence
 
 from benchmarks.core import paths
-from benchmarks.core.children import Runner, main_or_child
+from benchmarks.core.children import PLATFORMS, Runner, main_or_child
 from benchmarks.core.phases import phases_child
 from benchmarks.core.profile_sections import (
     cli_section,
@@ -54,8 +54,6 @@ from benchmarks.core.proxies import proxies_child
 from benchmarks.core.speed_sizes import SIZES
 
 MODULE = "benchmarks.profile"
-# JAX_PLATFORMS per --device
-PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
