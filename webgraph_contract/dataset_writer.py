@@ -38,7 +38,8 @@ from webgraph_contract.ragged import RaggedRows
 
 BLOCK_IDS = 1 << 22  # ids encoded at a time in a shard (bounds a worker's memory)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_ARRAYS = {  # the rows' arrays as the workers read them: name -> dtype
+# the rows' arrays as the workers read them: name -> dtype
+_ARRAYS = {
     "train.rows": np.int64,
     "train.ptr": np.int64,
     "train.ids": np.int32,
