@@ -19,8 +19,9 @@ what came before it; a failed section is reported and the next one still runs:
    (`--data`, else a Gowalla-shaped power-law matrix written by
    `webgraph_contract.synthetic_matrix`, which has no test split: evaluation off; at `--size toy`
    the toy's shape, d=16, 2 epochs) with
-   one fresh compile cache: each run's wall seconds, the trainer's own phases line (and the seconds
-   outside every phase: start, imports, backend, dataset open), epochs and compile seconds.
+   one fresh compile cache: each run's wall seconds, the trainer's own phases line (its start-up
+   phases `start` and `imports` and its `other`, the seconds in no phase, also apart), epochs and
+   compile seconds.
 4. phases: `train` on the same dataset directory in a child process: the trainer's phases
    (`alx_trainer.phase_times`) and the resident memory at each mark its callbacks see, with the
    peak between marks (`benchmarks.core.phases`).
@@ -41,7 +42,7 @@ import traceback
 from typing import Any, Callable, Sequence
 
 from benchmarks.core import paths
-from benchmarks.core.children import Runner, main_or_child
+from benchmarks.core.children import PLATFORMS, Runner, main_or_child
 from benchmarks.core.phases import phases_child
 from benchmarks.core.profile_sections import (
     cli_section,
@@ -54,8 +55,6 @@ from benchmarks.core.proxies import proxies_child
 from benchmarks.core.speed_sizes import SIZES
 
 MODULE = "benchmarks.profile"
-# JAX_PLATFORMS per --device
-PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -54,14 +54,12 @@ from typing import Sequence
 import numpy as np
 
 from benchmarks.core import datasets, implicit_als, paths, planted_quality
-from benchmarks.core.children import run_child
+from benchmarks.core.children import PLATFORMS, run_child
 from benchmarks.core.gowalla import score_trained_rows
 from benchmarks.core.strong_accuracy import strong
 from benchmarks.core.trainer_cli import ours_sweep, run_ours
 
 MODULE = "benchmarks.quality"
-# JAX_PLATFORMS per --device (ours in this process and in its children)
-PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
 PUBLISHED = (("LightGCN (published)", 0.1830, 0.1554), ("UltraGCN (published)", 0.1862, 0.1580))
 
 

@@ -54,7 +54,14 @@ from typing import Any, Sequence
 
 from alx_trainer.cli import hugepages
 from benchmarks.core import de_sparse, de_sparse_children, paths, sections, solve_forms
-from benchmarks.core.children import Runner, add_wheel_args, children_env, error_line, main_or_child
+from benchmarks.core.children import (
+    PLATFORMS,
+    Runner,
+    add_wheel_args,
+    children_env,
+    error_line,
+    main_or_child,
+)
 from benchmarks.core.section_rows import add_row, compare_forms, print_sections, run_section
 from benchmarks.core.speed_sizes import (
     DE_SPARSE,
@@ -68,8 +75,6 @@ FORMS = "matvec,matvec:65536,explicit:tf32,explicit:bfloat16,explicit:float32"
 # 10M and 149M nnz: ours at 'auto' only
 FORMS_AT = "gowalla:64,gowalla:1024,25m:128"
 MODULE = "benchmarks.speed"
-# JAX_PLATFORMS of the children per --device
-PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -93,7 +93,8 @@ def wats(tmp_path_factory, data_dir):
     return d, {"damaged": (offsets[2], 3), "cut": (cut_offsets[7], 8)}
 
 
-BAD = {  # file: (status, reason)
+# file: (status, reason)
+BAD = {
     "damaged.warc.wat.gz": ("partly_read", "corrupt_region"),
     "cut.warc.wat.gz": ("partly_read", "truncated_record"),
     "garbage.warc.wat.gz": ("unreadable", "bad_gzip"),

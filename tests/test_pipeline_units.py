@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from webgraph_contract.layout import shard_bounds, shard_of
 from webgraph_contract.urls import normalize_url
 from webgraph_pipeline import columnar, fingerprints, graph_config, ids, splits, tlds
 from webgraph_pipeline.columnar import rank_nodes
@@ -19,7 +20,6 @@ from webgraph_pipeline.edges_input import parse_url_line
 from webgraph_pipeline.filters import tld_of
 from webgraph_pipeline.fingerprints import pack_names
 from webgraph_pipeline.wat_writer import page_links, relative_link, synthetic_pages
-from webgraph_pipeline.write import shard_of
 
 
 def test_variants_match_paper_table_1():
@@ -254,6 +254,17 @@ def test_shards_are_contiguous_id_ranges():
     got = [shard_of(i, 10, 3) for i in range(10)]
     assert got == sorted(got) and set(got) == {0, 1, 2}
     assert [shard_of(i, 2, 5) for i in range(2)] == [0, 2]
+
+
+@pytest.mark.parametrize("num_ids, num_shards", [(3000, 7), (10, 3), (2, 5), (7, 7), (0, 2)])
+def test_shard_bounds_are_where_shard_of_cuts(num_ids, num_shards):
+    """Shard k of `shard_bounds` holds exactly the ids that `shard_of` puts in shard k."""
+    bounds = shard_bounds(num_ids, num_shards)
+    assert len(bounds) == num_shards + 1 and bounds[0] == 0 and bounds[-1] == num_ids
+    for k in range(num_shards):
+        ids = [i for i in range(num_ids) if i * num_shards // num_ids == k]
+        assert list(range(bounds[k], bounds[k + 1])) == ids
+        assert all(shard_of(i, num_ids, num_shards) == k for i in ids)
 
 
 @pytest.mark.parametrize(

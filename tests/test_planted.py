@@ -210,23 +210,29 @@ def test_dataset_directory_passes_the_contract(tmp_path, host):
     out = str(tmp_path / "planted")
     (tmp_path / "planted").mkdir()
     (tmp_path / "planted" / "vocab.tsv-00000-of-00001").write_text("0\tstale\n")
-    stats = planted.write(out, host, num_shards=3, workers=2, scale=3000 / 19_700_000)
+    # 7 shards of 3000 ids: k * 3000 / 7 is no whole number, so cutting at its floor or at its
+    # ceiling would place some ids elsewhere
+    stats = planted.write(out, host, num_shards=7, workers=2, scale=3000 / 19_700_000)
     assert json.loads((tmp_path / "planted" / "stats.json").read_text()) == stats
-    assert not list((tmp_path / "planted").glob("vocab*"))  # an earlier write's shards go
+    # an earlier write's shards go
+    assert not list((tmp_path / "planted").glob("vocab*"))
     dataset = open_dataset(out)
     assert (dataset.num_rows, dataset.num_cols, dataset.bipartite) == (3000, 3000, False)
     assert dataset.protocol == "strong_generalization"
     assert dataset.fingerprint == stats_json.fingerprint_dataset(out)["dataset_fingerprint"]
     assert planted.params_of(stats) == PARAMS
-    bounds = [0, 1000, 2000, 3000]  # shard k holds ids with id * 3 // 3000 == k
+    read_back = {}
     for split, rows in (("train", host.train), ("test", host.test)):
         files = layout.iter_split_files(out, split)
-        assert len(files) == 3 and layout.missing_shards(files) == ([], None)
+        assert len(files) == 7 and layout.missing_shards(files) == ([], None)
         read = [dataset_reader.read_records([f]) for f in files]
+        # shard k holds the ids with id * 7 // 3000 == k, the pipeline's rule (`layout.shard_of`)
         assert all(
-            bounds[k] <= r < bounds[k + 1] for k, part in enumerate(read) for r, _, _ in part
+            r * 7 // 3000 == layout.shard_of(r, 3000, 7) == k
+            for k, part in enumerate(read)
+            for r, _, _ in part
         )
-        records = [rec for part in read for rec in part]
+        records = read_back[split] = [rec for part in read for rec in part]
         assert [r for r, _, _ in records] == rows.row_ids.tolist()
         assert all(np.array_equal(c, ids) for (_, c, _), (_, ids) in zip(records, rows))
         if split == "test":
@@ -241,7 +247,15 @@ def test_dataset_directory_passes_the_contract(tmp_path, host):
         "train_t": len(transpose),
         "test": len(host.test),
     }
-    assert stats["edges"] == host.links
+    # the links and out-degrees counted from the records read back: a training row's links and a
+    # test row's fold-in and held-out ones
+    out_degree = np.zeros(PARAMS.pages, np.int64)
+    for r, cols, gt in read_back["train"] + read_back["test"]:
+        out_degree[r] += len(cols) + len(gt)
+    assert stats["edges"] == int(out_degree.sum())
+    assert stats["out_degree_histogram"] == [
+        [d, int(n)] for d, n in enumerate(np.bincount(out_degree)) if d and n
+    ]
     assert stats["test_links"] == {"col_tag": host.test.nnz, "gt_tag": host.held.nnz}
     links = all_links(host)
     assert stats["in_degree_histogram"] == [
@@ -252,7 +266,8 @@ def test_dataset_directory_passes_the_contract(tmp_path, host):
     assert rows.shared and len(rows.known) == len(host.test)
     assert np.array_equal(rows.popularity, planted.in_degree(host).astype(np.float32))
     planted.write(out, host, num_shards=2, workers=1)
-    assert len(layout.iter_split_files(out, "train_t")) == 2  # the 3-shard files are gone
+    # the 7-shard files are gone
+    assert len(layout.iter_split_files(out, "train_t")) == 2
 
 
 def test_command_line_writes_a_dataset(tmp_path, capsys):

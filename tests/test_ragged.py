@@ -1,7 +1,6 @@
 """`webgraph_contract.ragged.RaggedRows` against plain Python lists."""
 
 import numpy as np
-import pytest
 
 from webgraph_contract.ragged import RaggedRows
 
@@ -39,12 +38,8 @@ def test_take_select_concat_agree_with_lists():
     assert joined.values.tolist() == [2.0, 3.0, 4.0, 5.0, 0.0, 1.0]
 
 
-def test_padded_and_with_ids():
+def test_with_ids():
     r = RaggedRows.from_lists(LISTS)
-    out = r.padded(np.array([3, 1, 0]), batch=4, width=3)
-    assert out.tolist() == [[2, 2, 9], [-1, -1, -1], [3, 1, -1], [-1, -1, -1]]
-    with pytest.raises(ValueError, match="width"):
-        r.padded(np.array([3]), batch=1, width=2)
     grown = r.take(1, 4).with_ids(np.array([5, 6, 8]))
     assert _as_lists(grown) == [[5], [7, 6], [2, 2, 9, 8]]
 

@@ -4,10 +4,10 @@
 generalization splits in the contract's layout: `train` (one record per row given), `train_t`
 (its transpose: one record per page with a training in-link), `test` (`col_tag` the fold-in
 links, `gt_tag` the held-out ones), each cut into `num_shards` contiguous id ranges as the
-pipeline cuts them (`shard_of`), every record encoded by `record_codec.encode_rows` and framed by
-`fileio.record_writer`; then `stats.json` through `stats_json` (the summary the pipeline gives:
-nodes, edges, splits, test links, degree histograms; the config; the dataset's fingerprint). It
-writes no vocabulary (the contract's readers need none; such a dataset has no page names).
+pipeline cuts them (`layout.shard_of`), every record encoded by `record_codec.encode_rows` and
+framed by `fileio.record_writer`; then `stats.json` through `stats_json` (the summary the pipeline
+gives: nodes, edges, splits, test links, degree histograms; the config; the dataset's fingerprint).
+It writes no vocabulary (the contract's readers need none; such a dataset has no page names).
 
 How: the rows go to files in /dev/shm (or, without room there, a folder beside `out`), mapped by
 `workers` fresh interpreters (`python -c`, as `file_workers` starts them: no fork of a parent that
@@ -21,7 +21,6 @@ links from every spill (row shards in order, so rows stay ascending), sorts them
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
 import pickle
 import selectors
@@ -33,13 +32,14 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from webgraph_contract import file_workers, fileio, layout, record_codec, stats_json
+from webgraph_contract import __version__, file_workers, fileio, layout, record_codec, stats_json
 from webgraph_contract.file_workers import SHM_DIR, shm_free_bytes
 from webgraph_contract.ragged import RaggedRows
 
 BLOCK_IDS = 1 << 22  # ids encoded at a time in a shard (bounds a worker's memory)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_ARRAYS = {  # the rows' arrays as the workers read them: name -> dtype
+# the rows' arrays as the workers read them: name -> dtype
+_ARRAYS = {
     "train.rows": np.int64,
     "train.ptr": np.int64,
     "train.ids": np.int32,
@@ -49,13 +49,6 @@ _ARRAYS = {  # the rows' arrays as the workers read them: name -> dtype
     "held.ptr": np.int64,
     "held.ids": np.int32,
 }
-
-
-def shard_bounds(num_ids: int, num_shards: int) -> np.ndarray:
-    """The first id of each shard and the end: ids r with r * num_shards // num_ids == k (the
-    last shard also takes any rounding) form shard k, as the pipeline's `shard_of` cuts them."""
-    k = np.arange(num_shards + 1, dtype=np.int64)
-    return np.minimum(-(-k * num_ids // num_shards), num_ids)
 
 
 def _check(name: str, rows: RaggedRows, num_ids: int) -> None:
@@ -126,7 +119,7 @@ def write_dataset(
             out,
             tmp,
             {name: int(a.size) for name, a in arrays.items()},
-            shard_bounds(num_nodes, num_shards),
+            layout.shard_bounds(num_nodes, num_shards),
             block_ids,
         )
         first = [(kind, where, k) for kind in ("train", "test") for k in range(num_shards)]
@@ -160,7 +153,7 @@ def write_dataset(
         "dropped": {},
     }
     stats = stats_json.job_stats(
-        summary, {**config, "protocol": protocol}, [], _code_version(), num_shards
+        summary, {**config, "protocol": protocol}, [], __version__, num_shards
     )
     stats.update(stats_json.fingerprint_dataset(out, threads=workers))
     stats_json.write_stats(out, stats)
@@ -171,13 +164,6 @@ def _histogram(degrees: np.ndarray) -> list[list[int]]:
     """[[degree, nodes], ...] of the nodes with a degree above 0, by degree."""
     counts = np.bincount(degrees)
     return [[d, int(counts[d])] for d in np.flatnonzero(counts).tolist() if d > 0]
-
-
-def _code_version() -> str:
-    try:
-        return importlib.metadata.version("webgraph-alx")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
-        return "source"
 
 
 class _Workers:
@@ -296,7 +282,7 @@ def _train_shard(w: _Where, k: int) -> tuple[int, list[tuple[str, int, int]]]:
             )
     cols = np.asarray(ids[ptr[lo] : ptr[hi]])
     owner = np.repeat(np.asarray(rows[lo:hi]), np.diff(ptr[lo : hi + 1])).astype(np.int32)
-    shard = cols.astype(np.int64) * n // int(w.bounds[-1])
+    shard = layout.shard_of(cols.astype(np.int64), int(w.bounds[-1]), n)
     # 16-bit keys sort by radix
     order = np.argsort(shard.astype(np.uint16) if n <= 1 << 16 else shard, kind="stable")
     pairs = np.empty((len(cols), 2), np.int32)

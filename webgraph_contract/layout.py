@@ -6,6 +6,8 @@ import os
 import re
 from typing import Iterable, Mapping, Optional, Sequence
 
+import numpy as np
+
 from webgraph_contract import fileio
 
 # TFDS split name -> file prefix of its TFRecord shards: the splits every dataset has (`test` may be
@@ -34,6 +36,21 @@ VOCAB_PREFIX = "vocab.tsv"
 
 # Interaction data (users x items) only: the column (item) names; `vocab.tsv` then holds the rows.
 COL_VOCAB_PREFIX = "vocab.cols.tsv"
+
+
+def shard_of(row_id, num_ids: int, num_shards: int):
+    """The shard of an id (or an array of ids) when ids 0..num_ids-1 are cut into `num_shards`
+    contiguous ranges: id r goes to shard r * num_shards // num_ids (ids past the end to the
+    last)."""
+    return np.minimum(row_id * num_shards // max(num_ids, 1), num_shards - 1)
+
+
+def shard_bounds(num_ids: int, num_shards: int) -> np.ndarray:
+    """The first id of each shard and the end: shard k holds the ids [bounds[k], bounds[k + 1])
+    that `shard_of` puts in it (the smallest r with r * num_shards >= k * num_ids)."""
+    k = np.arange(num_shards + 1, dtype=np.int64)
+    return np.minimum(-(-k * num_ids // num_shards), num_ids)
+
 
 _SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
 

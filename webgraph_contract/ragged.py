@@ -114,19 +114,6 @@ class RaggedRows:
             values = np.concatenate([p.values[lo:hi] for p, (lo, hi) in zip(full, spans)])
         return RaggedRows(np.concatenate([p.row_ids for p in full]), indptr, ids, values)
 
-    def padded(self, index: np.ndarray, batch: int, width: int, fill: int = -1) -> np.ndarray:
-        """int32 `[batch, width]` of the ids of rows `index` (in that order), padded with `fill`;
-        rows longer than `width` are an error."""
-        index = np.asarray(index, np.int64)
-        out = np.full((batch, width), fill, np.int32)
-        indptr, at = self._gather(index)
-        lengths = np.diff(indptr)
-        if len(lengths) and lengths.max() > width:
-            raise ValueError(f"a row has {lengths.max()} ids, more than the width {width}")
-        rows = np.repeat(np.arange(len(index)), lengths)
-        out[rows, np.arange(indptr[-1]) - indptr[:-1][rows]] = self.ids[at]
-        return out
-
     def with_ids(self, extra: np.ndarray) -> RaggedRows:
         """Each row with one more id appended (`extra[k]` to row k)."""
         n = len(self)

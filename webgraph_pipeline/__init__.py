@@ -1,3 +1,5 @@
 """WebGraph pipeline: Common Crawl WAT files to a link-prediction dataset, with Apache Beam."""
 
-__version__ = "0.1.0"
+from webgraph_contract import __version__
+
+__all__ = ["__version__"]

@@ -305,7 +305,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple[JobSpec, list[str]
     edge_format = EdgeFormat(
         args.edge_format or "pairs", args.delimiter or ",", args.header, args.min_rating
     )
-    given = {  # the split flags given; the others keep the base config's values
+    # the split flags given; the others keep the base config's values
+    given = {
         f: getattr(args, f)
         for f in ("seed", "test_fraction", "holdout_fraction")
         if getattr(args, f) is not None

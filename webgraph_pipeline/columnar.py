@@ -280,7 +280,5 @@ def narrow_rows(block: SplitRows) -> SplitRows:
 
 def block_rows(block: SplitRows) -> Iterator[tuple[int, tuple[int, ...], tuple[int, ...]]]:
     """The rows of a block as (row_tag, col_tag tuple, gt_tag tuple)."""
-    c, g = block.col_tag, block.gt_tag
-    cols, gt, col_ptr, gt_ptr = c.ids.tolist(), g.ids.tolist(), c.indptr.tolist(), g.indptr.tolist()
-    for i, r in enumerate(block.row_tags.tolist()):
-        yield r, tuple(cols[col_ptr[i] : col_ptr[i + 1]]), tuple(gt[gt_ptr[i] : gt_ptr[i + 1]])
+    for r, cols, gt in block.tuples():
+        yield r, tuple(cols.tolist()), tuple(gt.tolist())

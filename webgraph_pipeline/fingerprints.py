@@ -3,8 +3,9 @@ the vocabulary.
 
 The hash is pandas' `hash_array` (SipHash-1-3 with a fixed key, vectorized in C over an object array
 of str): stable across processes, machines and runs, about 0.2 us per name, where a Python loop over
-`hashlib.blake2b` costs about 1 us (benchmarks/pipeline_scale.py). pandas is already installed with
-Beam and TFDS, so it adds no dependency of its own.
+`hashlib.blake2b` costs about 1 us (measured by the pipeline benchmark, then
+`benchmarks/pipeline_scale.py`, now `python -m benchmarks.pipeline`). pandas is already installed
+with Beam and TFDS, so it adds no dependency of its own.
 
 Two distinct names with one fingerprint are never silent: `merge_vocabulary` finds them and the job
 stops with `FingerprintCollision`, which names both (with 64 bits the chance is about n^2 / 2^65:

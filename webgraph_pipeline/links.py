@@ -4,7 +4,7 @@ Public API (plain functions; counting goes through an `inc(name, n=1)` function,
 
 - `DEFAULT_LINK_TYPES = ("A@/href", "AREA@/href")`: the hyperlink paths of `HTML-Metadata.Links[]`.
 - `decode_payload(payload, inc) -> dict | None`: orjson-decode a WAT payload (faster than json;
-  `python -m benchmarks.pipeline_scale --wat_records N` measures extraction); `None` (counted as
+  `python -m benchmarks.pipeline --wat_records N` measures extraction); `None` (counted as
   `dropped_records.not_json`) if it is not a JSON object.
 - `page_links(doc, link_types, inc, fallback_url=None) -> (page_url, targets) | None`: the
   normalized page URL and the set of normalized link targets of one response record, self-loops

@@ -3,7 +3,7 @@
 Public API:
 
 - `WAT_READERS = ("warcio", "fastwarc")`: warcio is the default; FastWARC (optional extra `fast`)
-  is offered because it is measured faster (`python -m benchmarks.pipeline_scale --wat_records N`;
+  is offered because it is measured faster (`python -m benchmarks.pipeline --wat_records N`;
   figures in docs/figures.md) and passes the same damaged-input tests; it needs a
   seekable stream (all Beam filesystems give one), so on a non-seekable stream warcio is used
   instead.

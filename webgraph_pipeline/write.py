@@ -19,8 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from webgraph_contract import fileio, layout, record_codec, stats_json
-from webgraph_pipeline import __version__
+from webgraph_contract import __version__, fileio, layout, record_codec, stats_json
 from webgraph_pipeline import columnar as col
 from webgraph_pipeline.fingerprints import Names, joined_names, names_array, pack_array
 
@@ -29,12 +28,6 @@ _SPLIT_FILES = tuple(
     (split, prefix, layout.TFRECORD_SUFFIX) for split, prefix in layout.ALL_SPLIT_PREFIXES.items()
 )
 DEGREE_PLOT = "degree_distribution.png"
-
-
-def shard_of(row_id, num_ids: int, num_shards: int):
-    """The shard of an id (or an array of ids) when ids 0..num_ids-1 are cut into `num_shards`
-    contiguous ranges."""
-    return np.minimum(row_id * num_shards // max(num_ids, 1), num_shards - 1)
 
 
 def vocab_lines(ids: np.ndarray, names: Names) -> bytes:
@@ -118,12 +111,12 @@ def shard_pieces(
     """(shard, its part of the piece) for the shards that a piece's ids fall in: rows of a split
     or (ids, packed names)."""
     if isinstance(piece, record_codec.SplitRows):
-        shards = shard_of(piece.row_tags, num_ids, num_shards)
+        shards = layout.shard_of(piece.row_tags, num_ids, num_shards)
         for shard, at in col.group_positions(shards, num_shards):
             yield shard, col.narrow_rows(piece.select(at))
         return
     ids, names = piece[0], names_array(piece[1])
-    for shard, at in col.group_positions(shard_of(ids, num_ids, num_shards), num_shards):
+    for shard, at in col.group_positions(layout.shard_of(ids, num_ids, num_shards), num_shards):
         yield shard, (ids[at], pack_array(names.take(at)))
 
 

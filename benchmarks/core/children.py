@@ -26,6 +26,8 @@ from benchmarks.core.paths import REPO
 from webgraph_contract.command_line import one_line as _last_line_of
 
 GIB = 2.0**30
+# JAX_PLATFORMS per a benchmark's --device (auto: JAX's choice, no entry)
+PLATFORMS = {"cpu": "cpu", "gpu": "cuda"}
 LAUNCHER = str(pathlib.Path(__file__).with_name("peak_launcher.py"))
 
 

@@ -66,19 +66,15 @@ def make_split(data_dir: str, *flags: Any) -> Split:
     return Split(num_rows, num_cols, train, test)
 
 
-def ml1m_split(data_dir: str, seed: int = 0, test_fraction: float = 0.1, shards: int = 4) -> Split:
-    """MovieLens-1M's strong-generalization split made by the pipeline: `test_fraction` of the users
-    held out by a seeded hash, 80% of each one's items fold it in, 20% are the ground truth."""
-    ml1m = paths.ML1M_DIR
+def strong_split(
+    data_dir: str, flags: list[Any], seed: int, test_fraction: float, shards: int
+) -> Split:
+    """A strong-generalization split of the input `flags` made by the pipeline: `test_fraction` of
+    the rows held out by a seeded hash, 80% of each held-out row's ids fold it in, 20% are the
+    ground truth."""
     return make_split(
         data_dir,
-        "--edge_format",
-        "adjacency",
-        "--bipartite",
-        "--input",
-        ml1m / "train.txt",
-        "--input",
-        ml1m / "test.txt",
+        *flags,
         "--test_fraction",
         test_fraction,
         "--holdout_fraction",
@@ -88,35 +84,26 @@ def ml1m_split(data_dir: str, seed: int = 0, test_fraction: float = 0.1, shards:
         "--num_shards",
         shards,
     )
+
+
+def ml1m_split(data_dir: str, seed: int = 0, test_fraction: float = 0.1, shards: int = 4) -> Split:
+    """MovieLens-1M's strong-generalization split made by the pipeline (`strong_split`: of the
+    users, their items)."""
+    ml1m = paths.ML1M_DIR
+    inputs = ["--input", ml1m / "train.txt", "--input", ml1m / "test.txt"]
+    flags = ["--edge_format", "adjacency", "--bipartite", *inputs]
+    return strong_split(data_dir, flags, seed, test_fraction, shards)
 
 
 def hollins_split(
     data_dir: str, seed: int = 0, test_fraction: float = 0.1, shards: int = 4
 ) -> Split:
-    """The hollins.edu crawl's strong-generalization split made by the pipeline (pages with at
-    least 2 links, as the README's hollins example): `test_fraction` of the pages held out by a
-    seeded hash, 80% of each one's links fold it in, 20% are the ground truth."""
+    """The hollins.edu crawl's strong-generalization split made by the pipeline (`strong_split`: of
+    the pages with at least 2 links, as the README's hollins example, their links)."""
     hollins = paths.DATA / "hollins"
-    return make_split(
-        data_dir,
-        "--edge_format",
-        "pairs",
-        "--header",
-        "--input",
-        hollins / "edges.txt",
-        "--urls",
-        hollins / "urls.txt",
-        "--min_links",
-        "2",
-        "--test_fraction",
-        test_fraction,
-        "--holdout_fraction",
-        "0.2",
-        "--seed",
-        seed,
-        "--num_shards",
-        shards,
-    )
+    flags = ["--edge_format", "pairs", "--header", "--input", hollins / "edges.txt"]
+    flags += ["--urls", hollins / "urls.txt", "--min_links", "2"]
+    return strong_split(data_dir, flags, seed, test_fraction, shards)
 
 
 def gowalla_split(
@@ -139,23 +126,30 @@ def gowalla_split(
     )
 
 
+def has_matrix(out: str | os.PathLike, rows: int, cols: int, nnz: int, seed: int = 0) -> bool:
+    """Whether `out` holds a matrix of `webgraph_contract.synthetic_matrix` of this shape and seed
+    (its stats.json says so)."""
+    stats_path = os.path.join(out, "stats.json")
+    if not os.path.exists(stats_path):
+        return False
+    with open(stats_path) as f:
+        stats = json.load(f)
+    got = (
+        stats.get("num_rows"),
+        stats.get("num_cols"),
+        stats.get("edges"),
+        stats.get("config", {}).get("seed"),
+    )
+    return got == (rows, cols, nnz, seed)
+
+
 def ensure_matrix(work: str, name: str, seed: int = 0) -> str:
     """The generated matrix `name` of `SIZES` in WORK/matrix-NAME, written by
     `python -m webgraph_contract.synthetic_matrix` unless its stats.json already matches."""
     out = os.path.join(work, f"matrix-{name}")
     rows, cols, nnz = SIZES[name]
-    stats_path = os.path.join(out, "stats.json")
-    if os.path.exists(stats_path):
-        with open(stats_path) as f:
-            stats = json.load(f)
-        got = (
-            stats.get("num_rows"),
-            stats.get("num_cols"),
-            stats.get("edges"),
-            stats.get("config", {}).get("seed"),
-        )
-        if got == (rows, cols, nnz, seed):
-            return out
+    if has_matrix(out, rows, cols, nnz, seed):
+        return out
     child = run_child(
         [
             sys.executable,
@@ -181,18 +175,14 @@ def read_csr(data_dir: str, split: str = "train") -> tuple[int, int, np.ndarray,
     """A dataset's split as (num_rows, num_cols, indptr, cols) through the contract's reader (for
     `train_t`, the shape is the transpose's)."""
     from webgraph_contract import dataset_reader, stats_json
+    from webgraph_contract.layout import iter_split_files
 
     num_rows, num_cols = stats_json.matrix_shape(stats_json.read_stats(data_dir))
     if split == "train_t":
         num_rows, num_cols = num_cols, num_rows
-    records = dataset_reader.read_split(data_dir, split)
-    lengths = np.zeros(num_rows, np.int64)
-    for row, cols, _ in records:
-        lengths[row] += len(cols)
-    # shards need not hold ascending rows: each row's columns placed at its own offset
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
-    out, at = np.zeros(indptr[-1], np.int64), indptr[:-1].copy()
-    for row, cols, _ in records:
-        out[at[row] : at[row] + len(cols)] = cols
-        at[row] += len(cols)
-    return num_rows, num_cols, indptr, out
+    records = dataset_reader.read_rows(list(iter_split_files(data_dir, split))).col_tag
+    # shards need not hold ascending rows: the records in row order, a row's in file order
+    in_rows = records.select(np.argsort(records.row_ids, kind="stable"))
+    lengths = np.bincount(in_rows.row_ids, weights=in_rows.lengths, minlength=num_rows)
+    indptr = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))])
+    return num_rows, num_cols, indptr, in_rows.ids.astype(np.int64)

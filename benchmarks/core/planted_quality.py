@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,10 +28,12 @@ from typing import Sequence
 
 from alx_trainer import loading
 from alx_trainer.evaluation import metrics
+from benchmarks.core import children
 from webgraph_contract import planted, stats_json
 
 KS = (20, 50)
-TRAIN_DEFAULTS = (  # no evaluation or loss inside `train`: `eval` is timed apart
+# no evaluation or loss inside `train`: `eval` is timed apart
+TRAIN_DEFAULTS = (
     "--eval_every",
     "0",
     "--train_loss_every",
@@ -66,27 +67,27 @@ def write_data(args: argparse.Namespace, data: str) -> dict:
     is given back before `train`): `python -m webgraph_contract.planted --json`'s figures."""
     argv = ["--out", data, "--scale", str(args.scale), "--seed", str(args.seed), "--on", args.on]
     argv += ["--shards", str(args.shards), "--workers", str(args.workers), "--json"]
-    done = subprocess.run(
-        [sys.executable, "-m", "webgraph_contract.planted", *argv], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"writing the planted dataset failed:\n{done.stderr[-3000:]}")
+    cmd = [sys.executable, "-m", "webgraph_contract.planted", *argv]
+    try:
+        done = children.run_child(cmd)
+    except children.ChildError as e:
+        raise SystemExit(f"writing the planted dataset failed: {e}") from None
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def command(name: str, argv: list[str], log: str) -> dict:
-    """Run `python -m alx_trainer ARGV` as a child (output to `log`); its wall time and peak RSS."""
-    t = time.perf_counter()
-    with open(log, "w") as f:
-        child = subprocess.Popen([sys.executable, "-m", "alx_trainer", *argv], stdout=f, stderr=f)
-        _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - t
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
+    """Run `python -m alx_trainer ARGV` as a child (its stdout and stderr to `log`); its wall time
+    and peak RSS (`children.run_child`: the child's own, not this process's high-water mark). The
+    log holds its stderr, then its stdout."""
+    cmd = [sys.executable, "-m", "alx_trainer", *argv]
+    child = children.run_child(cmd, log=log, check=False)
+    with open(log, "a") as f:
+        f.write(child.stdout)
+    if child.returncode != 0:
         with open(log) as f:
             tail = f.read()[-3000:]
-        raise SystemExit(f"{name} failed (exit {code}); the end of {log}:\n{tail}")
-    return {f"{name}_s": seconds, f"{name}_peak_host_gib": usage.ru_maxrss / 2**20}
+        raise SystemExit(f"{name} failed (exit {child.returncode}); the end of {log}:\n{tail}")
+    return {f"{name}_s": child.wall_s, f"{name}_peak_host_gib": child.peak_gib}
 
 
 def oracle_figures(data: str) -> dict:
@@ -125,7 +126,7 @@ def report(fig: dict) -> str:
     lines = [head, f"{'':12}" + "".join(f"{f'Recall@{k}':>12}" for k in KS)]
     for label, key in rows:
         lines.append(f"{label:12}" + "".join(f"{fig[f'{key}{k}']:>12.4f}" for k in KS))
-    ratio = fig["recall@50"] / fig["oracle/recall@50"]
+    ratio = fig["ours_over_oracle@50"]
     lines.append(f"ours / oracle at Recall@50: {ratio:.3f}" + ("" if done else " (incomplete)"))
     gen = f"links_{fig['on']}_s"
     made = (
@@ -144,7 +145,8 @@ def report(fig: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, train_args = parse_args(argv)
-    work = args.work or tempfile.mkdtemp(prefix="planted-quality-")
+    # absolute: the children run from the repository root
+    work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="planted-quality-"))
     data, model = os.path.join(work, "data"), os.path.join(work, "model")
     fig: dict = {"scale": args.scale, "seed": args.seed, "on": args.on, "train_args": train_args}
     if args.reuse and os.path.exists(os.path.join(data, stats_json.STATS_FILE)):

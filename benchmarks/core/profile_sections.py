@@ -10,13 +10,14 @@ import pathlib
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 from benchmarks.core import paths, power_law
+from benchmarks.core.children import run_child
+from benchmarks.core.datasets import has_matrix
 from benchmarks.core.speed_sizes import SIZES, ours_config
 from benchmarks.core.tables import print_table
 from benchmarks.core.trace import device_kernels
@@ -133,16 +134,18 @@ def topk_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
 def dataset_dir(args: argparse.Namespace, out: pathlib.Path) -> tuple[str, bool]:
     """The dataset directory of the command-line and phases sections: `--data`, else a power-law
     matrix written once by `webgraph_contract.synthetic_matrix` (Gowalla's shape; `--size toy`'s
-    at toy size), which has no test split; whether it is the synthetic one."""
+    at toy size, rewritten where the one there has another shape), which has no test split; whether
+    it is the synthetic one."""
     if args.data:
         return args.data, False
     data = out / "synthetic_data"
-    if not (data / "stats.json").exists():
-        toy = SIZES["toy"] if args.size == "toy" else None
-        rows, cols, nnz = (toy.rows, toy.cols, toy.nnz) if toy else GOWALLA_SHAPE
+    toy = SIZES["toy"] if args.size == "toy" else None
+    rows, cols, nnz = (toy.rows, toy.cols, toy.nnz) if toy else GOWALLA_SHAPE
+    if not has_matrix(data, rows, cols, nnz):
         command = ["--out", data, "--rows", rows, "--cols", cols, "--nnz", nnz, "--shards", 1]
         run_command(
-            [sys.executable, "-m", "webgraph_contract.synthetic_matrix", *map(str, command)]
+            [sys.executable, "-m", "webgraph_contract.synthetic_matrix", *map(str, command)],
+            out / "synthetic_data.log",
         )
     return str(data), True
 
@@ -159,7 +162,8 @@ def phases_of(log: str) -> dict[str, dict]:
 def cli_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     """`python -m alx_trainer train --config configs/gowalla.json` twice on one dataset directory
     with one fresh compile cache: each run's wall seconds, its own phases line, epochs and compile
-    seconds (`metrics.jsonl`): what the warm cache saves, and what lies outside the phases."""
+    seconds (`metrics.jsonl`): what the warm cache saves, and the trainer's own start-up phases and
+    `other` (its seconds in no phase)."""
     data, synthetic = dataset_dir(args, out)
     toy = args.size == "toy"
     user = shlex.split(args.cli_flags)
@@ -177,17 +181,17 @@ def cli_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
         flags = ["--data", data, "--model_dir", str(model), "--config", str(paths.GOWALLA_CONFIG)]
         flags += ["--compile_cache", str(cache), "--no-progress", "--log_level", "info"]
         flags += ["--eval_every", "0"] if synthetic else []
-        t = time.perf_counter()
-        log = run_command([sys.executable, "-m", "alx_trainer", "train", *flags, *shrink, *user])
-        wall = time.perf_counter() - t
+        log, wall = run_command(
+            [sys.executable, "-m", "alx_trainer", "train", *flags, *shrink, *user],
+            out / f"cli_train_{run}.log",
+        )
         records = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
         epochs = [r["seconds"] for r in records if "seconds" in r]
         compiles = [r.get("compile_seconds") for r in records if "seconds" in r]
         phases = phases_of(log)
-        outside = wall - sum(p["s"] for p in phases.values())
+        own = {f"{name}_s": phases.get(name, {}).get("s") for name in ("start", "imports", "other")}
         runs.append(
-            {"wall_s": wall, "phases": phases, "outside_phases_s": outside}
-            | {"epochs_s": epochs, "compile_s": compiles}
+            {"wall_s": wall, "phases": phases, **own} | {"epochs_s": epochs, "compile_s": compiles}
         )
     later = [float(np.median(r["epochs_s"][1:])) if len(r["epochs_s"]) > 1 else None for r in runs]
     return {
@@ -201,14 +205,11 @@ def cli_section(args: argparse.Namespace, out: pathlib.Path) -> dict:
     }
 
 
-def run_command(command: list[str]) -> str:
-    """A command of these sections: its output (stdout and stderr); its failure is its output's
-    last lines."""
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-        raise RuntimeError(f"{' '.join(command[:4])}...: exit {done.returncode}: {tail}")
-    return done.stdout + done.stderr
+def run_command(command: list[str], log: pathlib.Path) -> tuple[str, float]:
+    """A command of these sections (`children.run_child`, its stderr to `log`): its output (stdout
+    and stderr) and wall seconds; its failure is `ChildError` with its last line."""
+    child = run_child(command, log=log)
+    return child.stdout + log.read_text(), child.wall_s
 
 
 def print_report(report: dict) -> None:
@@ -246,8 +247,8 @@ def print_report(report: dict) -> None:
         epochs = ", ".join(f"{e:.3f}" for e in run["epochs_s"])
         phases = ", ".join(f"{n} {p['s']:.2f}" for n, p in run["phases"].items())
         print(
-            f"cli: train run {i} ({cli['data']}): {run['wall_s']:.1f} s wall, phases {phases} s, "
-            f"{run['outside_phases_s']:.1f} s outside them; epochs {epochs} s"
+            f"cli: train run {i} ({cli['data']}): {run['wall_s']:.1f} s wall, phases {phases} s "
+            f"(other: in none of them); epochs {epochs} s"
         )
     if cli.get("runs"):
         ratio = cli["second_first_epoch_over_later"]
