@@ -46,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 def interrupted() -> int:
     """The one line of Ctrl-C, and its exit status (a second Ctrl-C while exiting is ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print(f"{PROG}: interrupted", file=sys.stderr)
-    return 130
+    return interrupt.report(PROG)
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -6,15 +6,16 @@ whole (`integrity.check_dataset`) and refused unless the model was trained on it
 `dataset_fingerprint`; a warning when either side predates fingerprints); `open_checked(data)`:
 the dataset alone, opened and checked (`sweep`). `eval_data(dataset, split)`: the held-out rows of
 a split as `RaggedRows` (fold-in columns, and the ground truth), checked against stats.json's
-count, the column popularity of the matching training split and whether
-row and column ids are shared; read once per dataset state (cached).
+count, and whether row and column ids are shared, read once per dataset state (cached); the
+column popularity of the matching training split only where asked (`EvalData.popularity`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -86,52 +87,64 @@ def no_test_rows(name: str, how: str = "") -> ValueError:
     )
 
 
-class EvalData(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class EvalData:
     """The rows an evaluation ranks: `known` (row ids, fold-in columns) and `gt` (the same row
-    ids, held-out columns), the column popularity (training rows per column, float32) and whether
-    row and column ids are shared (a graph)."""
+    ids, held-out columns), whether row and column ids are shared (a graph), and the column
+    popularity (training rows per column, float32), read from the training split on first use
+    (`column_popularity`, cached): only an evaluation that reports the popularity baseline reads
+    it."""
 
     known: RaggedRows
     gt: RaggedRows
-    popularity: np.ndarray
     shared: bool
+    # the training split's files, (rows, cols) and the dataset state: what `popularity` reads
+    train: tuple[str, ...]
+    shape: tuple[int, int]
+    stamp: tuple
+
+    @property
+    def popularity(self) -> np.ndarray:
+        """Training rows per column (float32), `column_popularity` of the training split."""
+        return column_popularity(self.train, self.shape, self.stamp)
 
 
 def eval_data(data: str | os.PathLike | Dataset, split: str = "test") -> EvalData:
     """Cached read of the rows to evaluate for every kind of `--data`: a dataset directory (its
     `split`, test or validation) or an opened `Dataset` (its `files["test"]`, which
-    `validation_view` points at the validation rows, and `files["train"]`), TFDS ones included."""
+    `validation_view` points at the validation rows, and `files["train"]` for the popularity),
+    TFDS ones included."""
     dataset = data if isinstance(data, Dataset) else for_split(data, split)
     if not dataset.files.get("test"):
         raise no_test_rows(dataset.name)
     stats = os.path.join(dataset.data_dir, stats_json.STATS_FILE)
     stamp = (dataset.fingerprint, os.path.getmtime(stats) if os.path.exists(stats) else 0.0)
-    found = _eval_data(
-        tuple(dataset.files["test"]),
-        tuple(dataset.files["train"]),
-        (dataset.num_rows, dataset.num_cols),
-        not dataset.bipartite,
-        stamp,
-    )
+    known, gt = _test_rows(tuple(dataset.files["test"]), stamp)
     # the rows read against stats.json's count (`validation_view` counts the validation rows)
     counts = {dataset.eval_split: dataset.splits["test"]} if "test" in dataset.splits else {}
-    integrity.check_rows(
-        dataset.name, dataset.eval_split, len(found.known), counts, "read to evaluate"
+    integrity.check_rows(dataset.name, dataset.eval_split, len(known), counts, "read to evaluate")
+    return EvalData(
+        known,
+        gt,
+        not dataset.bipartite,
+        tuple(dataset.files["train"]),
+        (dataset.num_rows, dataset.num_cols),
+        stamp,
     )
-    return found
 
 
 @functools.lru_cache(maxsize=8)
-def _eval_data(
-    test: tuple[str, ...],
-    train: tuple[str, ...],
-    shape: tuple[int, int],
-    shared: bool,
-    stamp: tuple,
-) -> EvalData:
-    """The records of the `test` files and the popularity of the `train` files' columns."""
+def _test_rows(test: tuple[str, ...], stamp: tuple) -> tuple[RaggedRows, RaggedRows]:
+    """(fold-in columns, held-out columns) of the records of the `test` files."""
+    rows = dataset_reader.read_rows(test)
+    return rows.col_tag, rows.gt_tag
+
+
+@functools.lru_cache(maxsize=8)
+def column_popularity(train: tuple[str, ...], shape: tuple[int, int], stamp: tuple) -> np.ndarray:
+    """Training rows per column (float32) of the `train` files of a `shape` (rows, cols) dataset
+    in the state `stamp`, read once per state (cached)."""
     counts = np.zeros(shape[1], np.int64)
     for chunk in records.read_chunks(train, 1 << 16, *shape):
         counts += np.bincount(chunk.ids, minlength=shape[1])
-    rows = dataset_reader.read_rows(test)
-    return EvalData(rows.col_tag, rows.gt_tag, counts.astype(np.float32), shared)
+    return counts.astype(np.float32)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -88,7 +89,10 @@ def test_a_missing_vocabulary_shard_is_refused(work, tmp_path, name):
     data = copy(work, tmp_path, name)
     os.remove(data / "vocab.tsv-00001-of-00002")
     line = refused(command(name, data, work, tmp_path), tmp_path)
-    assert f"{data / 'vocab.tsv-00001-of-00002'}: missing; the vocabulary has 1 of 2" in line
+    assert (
+        f"{data}: the dataset is incomplete: vocabulary shard(s) vocab.tsv-00001-of-00002 "
+        "missing (1 of 2 present)"
+    ) in line
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -118,16 +122,77 @@ def test_eval_refuses_a_test_count_other_than_the_files(work, tmp_path):
     assert f"the 'test' shards hold {stats['splits']['test'] - 1} rows" in line
 
 
-def test_a_file_stats_json_does_not_list_is_refused(work, tmp_path):
+def test_vocabulary_shards_of_two_shard_counts_are_refused(work, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(work / "data", data)
     shutil.copy(data / "vocab.tsv-00000-of-00002", data / "vocab.tsv-00000-of-00001")
-    with pytest.raises(integrity.DataError, match="disagree on the shard count"):
-        integrity.check_dataset(open_directory(str(data)))
-    os.remove(data / "vocab.tsv-00000-of-00001")
-    shutil.copy(data / "test.tfr-00000-of-00002", data / "test.tfr-00000-of-00001")
-    with pytest.raises(integrity.DataError):
-        integrity.check_dataset(open_directory(str(data)))
+    dataset = open_directory(str(data))
+    with pytest.raises(
+        integrity.DataError,
+        match=r"the vocabulary shards are inconsistent: shard names disagree on the shard count "
+        r"\(1, 2\)",
+    ):
+        integrity.check_dataset(dataset)
+
+
+def rewrite_stats(data, change) -> dict:
+    """stats.json of `data` changed in place by `change(stats)`; the new stats."""
+    stats = json.loads((data / "stats.json").read_text())
+    change(stats)
+    (data / "stats.json").write_text(json.dumps(stats))
+    return stats
+
+
+def test_a_file_stats_json_lists_but_the_directory_lacks_is_refused(work, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(work / "data", data)
+    name = "train.tfr-00007-of-00008"
+    rewrite_stats(data, lambda stats: stats["file_sha256"].update({name: "0" * 64}))
+    # the splits themselves are whole: only the listing names the file
+    dataset = open_directory(str(data))
+    with pytest.raises(
+        integrity.DataError,
+        match="^"
+        + re.escape(
+            f"{data / name}: missing; {data / 'stats.json'} lists it among the dataset's files"
+        ),
+    ):
+        integrity.check_dataset(dataset)
+
+
+def test_a_file_stats_json_does_not_list_is_refused(work, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(work / "data", data)
+    name = "test.tfr-00001-of-00002"
+    stats = rewrite_stats(data, lambda stats: stats["file_sha256"].pop(name))
+    assert name not in stats["file_sha256"] and (data / name).exists()
+    dataset = open_directory(str(data))
+    with pytest.raises(
+        integrity.DataError,
+        match="^"
+        + re.escape(
+            f"{data / name}: not a file of this dataset ({data / 'stats.json'} does not list it)"
+        ),
+    ):
+        integrity.check_dataset(dataset)
+
+
+def test_nodes_other_than_rows_plus_columns_are_refused(work, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(work / "gowalla", data)
+    stats = rewrite_stats(data, lambda stats: stats.update(nodes=stats["nodes"] + 1))
+    total = stats["num_rows"] + stats["num_cols"]
+    # opening reads the shape only: the check of `nodes` is check_dataset's
+    dataset = open_directory(str(data))
+    with pytest.raises(
+        integrity.DataError,
+        match="^"
+        + re.escape(
+            f"{data / 'stats.json'}: nodes = {total + 1}, not num_rows + num_cols = {total}; "
+            "the file is damaged"
+        ),
+    ):
+        integrity.check_dataset(dataset)
 
 
 def test_a_vocabulary_with_a_gap_is_refused(work, tmp_path):

@@ -11,7 +11,7 @@ from alx_trainer.evaluation.ranking import Ranker
 from webgraph_contract.ragged import RaggedRows
 
 
-def Scorer(table, devices, rows=None, cols=None, scan=None, **options):
+def engine_of(table, devices, rows=None, cols=None, scan=None, **options):
     """The engine `make_engine` picks (`scan`: forced), in blocks of rows x cols when given."""
     default = engine.default_block_shape(devices[0].platform)
     shape = BlockShape(rows or default.rows, cols or default.cols)
@@ -53,7 +53,7 @@ def test_exact_equals_brute_force_across_blocks_and_devices(devices, cols, rows,
     # longer list widens every batch's
     exclude[3] = rng.choice(len(table), size=300, replace=False)
     exclude[5] = np.arange(len(table))
-    scorer = Scorer(table, jax.devices()[:devices], rows=rows, cols=cols, scan=scan)
+    scorer = engine_of(table, jax.devices()[:devices], rows=rows, cols=cols, scan=scan)
     got = ranked(scorer, queries, exclude, 150)
     want_ids, want_scores = brute(queries, table, exclude, 150)
     np.testing.assert_array_equal(got.ids, want_ids)
@@ -69,7 +69,7 @@ def test_ties_keep_the_lower_id_across_blocks_and_devices(scan):
     exclude = random_exclusions(rng, len(queries), len(table), 20)
     want_ids, want_scores = brute(queries, table, exclude, 60)
     for devices, cols in ((1, 32), (4, 32), (8, 64), (2, 4096)):
-        got = Scorer(table, jax.devices()[:devices], rows=8, cols=cols, scan=scan)
+        got = engine_of(table, jax.devices()[:devices], rows=8, cols=cols, scan=scan)
         got = ranked(got, queries, exclude, 60)
         np.testing.assert_array_equal(
             got.ids, want_ids, err_msg=f"{devices} devices, {cols} columns a block"
@@ -84,7 +84,7 @@ def test_cheap_tiers_are_taken_and_stay_exact(scan):
     table = np.concatenate([np.arange(2000), np.arange(2000)[::-1]]).astype(np.float32)[:, None]
     queries = np.array([[1.0], [-1.0], [0.0]], np.float32)
     exclude = [np.array([1999]), np.array([], np.int64), np.array([0, 2, 3])]
-    got = Scorer(table, jax.devices()[:2], rows=2, cols=256, scan=scan)
+    got = engine_of(table, jax.devices()[:2], rows=2, cols=256, scan=scan)
     got = ranked(got, queries, exclude, 25)
     want_ids, _ = brute(queries, table, exclude, 25)
     np.testing.assert_array_equal(got.ids, want_ids)
@@ -105,7 +105,7 @@ def test_scan_stops_at_the_norm_bound_and_stays_exact(devices, scan):
     queries[0] = -np.abs(queries[0])
     table[:, :] = np.where(queries[0] < 0, np.abs(table), table)  # row 0: every score <= 0
     exclude = random_exclusions(rng, len(queries), len(table), 30)
-    scorer = Scorer(table, jax.devices()[:devices], rows=8, cols=64, scan=scan)
+    scorer = engine_of(table, jax.devices()[:devices], rows=8, cols=64, scan=scan)
     want_ids, want_scores = brute(queries, table, exclude, 40)
     got = ranked(scorer, queries, exclude, 40)
     np.testing.assert_array_equal(got.ids, want_ids)
@@ -114,7 +114,7 @@ def test_scan_stops_at_the_norm_bound_and_stays_exact(devices, scan):
     np.testing.assert_allclose(got.scores, want_scores, **tolerance)
     signed = np.round(rng.normal(size=(3000, 1)) * 4).astype(np.float32)
     ones = np.array([[1.0], [-1.0], [2.0]], np.float32)
-    got = Scorer(signed, jax.devices()[:devices], rows=4, cols=128, scan=scan)
+    got = engine_of(signed, jax.devices()[:devices], rows=4, cols=128, scan=scan)
     want_ids, _ = brute(ones, signed, [[], [5], [7, 8]], 70)
     np.testing.assert_array_equal(ranked(got, ones, [[], [5], [7, 8]], 70).ids, want_ids)
 
@@ -128,7 +128,7 @@ def test_block_loop_scores_only_blocks_that_can_reach_the_kth_best(devices):
     table[rng.choice(6000, 300, replace=False)] *= 1e3
     queries = rng.normal(size=(16, 4)).astype(np.float32)
     exclude = random_exclusions(rng, len(queries), len(table), 10)
-    scorer = Scorer(table, jax.devices()[:devices], rows=8, cols=64, scan=False)
+    scorer = engine_of(table, jax.devices()[:devices], rows=8, cols=64, scan=False)
     assert isinstance(scorer, block_loop.BlockLoop)
     # the layout now, not at the first query
     scorer.place()
@@ -161,7 +161,7 @@ def test_shared_ranking_equals_brute_force():
 def test_more_k_than_admissible_columns_gives_padding():
     table = np.arange(10, dtype=np.float32)[:, None]
     for devices in (1, 8):
-        scorer = Scorer(table, jax.devices()[:devices])
+        scorer = engine_of(table, jax.devices()[:devices])
         got = ranked(scorer, np.ones((1, 1), np.float32), [np.arange(5)], 8)
         np.testing.assert_array_equal(got.ids[0], [9, 8, 7, 6, 5, -1, -1, -1])
         assert np.isneginf(got.scores[0, 5:]).all()
@@ -170,7 +170,7 @@ def test_more_k_than_admissible_columns_gives_padding():
 
 
 def test_block_shape_bounds_the_score_buffer_not_the_column_count():
-    scorer = Scorer(
+    scorer = engine_of(
         np.zeros((1_000_003, 2), np.float32),
         jax.devices()[:1],
         rows=64,
@@ -179,9 +179,9 @@ def test_block_shape_bounds_the_score_buffer_not_the_column_count():
     assert scorer.shape.score_bytes() == 4 * 64 * 2048
     assert "64 rows x 2048 columns" in scorer.describe(20)
     # a block no wider than a device's share (13 columns): one group of 32, or two flag groups of 8
-    small = Scorer(np.zeros((100, 2), np.float32), jax.devices()[:8], scan=False)
+    small = engine_of(np.zeros((100, 2), np.float32), jax.devices()[:8], scan=False)
     assert small.shape.cols == 32
-    assert Scorer(np.zeros((100, 2), np.float32), jax.devices()[:8], scan=True).shape.cols == 16
+    assert engine_of(np.zeros((100, 2), np.float32), jax.devices()[:8], scan=True).shape.cols == 16
 
 
 @pytest.mark.parametrize("recall_target", [0.8, 0.95])
@@ -190,20 +190,27 @@ def test_approximate_topk_recall_is_measured_against_exact(recall_target):
     table = rng.normal(size=(3000, 16)).astype(np.float32)
     queries = rng.normal(size=(40, 16)).astype(np.float32)
     exclude = [np.array([i]) for i in range(len(queries))]
-    exact_engine = Scorer(table, jax.devices()[:2], cols=512, scan=False)
+    exact_engine = engine_of(table, jax.devices()[:2], cols=512, scan=False)
     exact_engine.place()
     exact = ranked(exact_engine, queries, exclude, 50)
-    scorer = Scorer(table, jax.devices()[:2], cols=512, approx=True, recall_target=recall_target)
+    scorer = engine_of(table, jax.devices()[:2], cols=512, approx=True, recall_target=recall_target)
     approx = ranked(scorer, queries, exclude, 50)
     # the same approximate top K on the exact engine's layout
     shared = exact_engine.approximate(recall_target)
     np.testing.assert_array_equal(ranked(shared, queries, exclude, 50).ids, approx.ids)
     assert shared._shares is exact_engine._shares and not exact_engine.approx
-    want = np.mean([len(np.intersect1d(a, e)) / 50 for a, e in zip(approx.ids, exact.ids)])
-    assert topk.approx_recall(approx.ids, exact.ids) == pytest.approx(want)
-    assert topk.approx_recall(approx.ids, exact.ids) >= recall_target
+    assert recall_target <= topk.approx_recall(approx.ids, exact.ids) <= 1
     assert not any(np.isin(a, e).any() for a, e in zip(approx.ids, exclude))
     assert topk.approx_recall(exact.ids[:, ::-1], exact.ids) == 1.0
+
+
+def test_approx_recall_is_the_mean_share_of_each_rows_exact_ids_found():
+    approx = np.array([[1, 2, 3, 4], [6, 5, -1, -1], [7, 8, 9, 10], [-1, -1, -1, -1]])
+    exact = np.array([[1, 2, 9, 8], [5, 6, -1, -1], [-1, -1, -1, -1], [3, 4, -1, -1]])
+    # row 0 finds 2 of its 4 exact ids, row 1 both of 2 (padding aside), row 2 has no admissible
+    # column (left out), row 3 finds none of 2
+    assert topk.approx_recall(approx, exact) == pytest.approx((2 / 4 + 2 / 2 + 0 / 2) / 3)
+    assert topk.approx_recall(approx[2:3], exact[2:3]) == 1.0
 
 
 def np_fold_in(col_table, rows, alpha, reg):
@@ -285,7 +292,9 @@ def test_everything_excluded_and_more_k_than_admissible(scan):
         np.arange(0, 300, 2),
         np.arange(300)[::-1],
     ]
-    got = ranked(Scorer(table, jax.devices()[:2], rows=4, cols=64, scan=scan), queries, exclude, 80)
+    got = ranked(
+        engine_of(table, jax.devices()[:2], rows=4, cols=64, scan=scan), queries, exclude, 80
+    )
     want_ids, want_scores = brute(queries, table, exclude, 80)
     np.testing.assert_array_equal(got.ids, want_ids)
     np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
@@ -307,7 +316,7 @@ def test_wide_blocks_take_the_k_best_groups_and_stay_exact(integer):
     exclude = random_exclusions(rng, len(queries), len(table), 30)
     want_ids, want_scores = brute(queries, table, exclude, 40)
     for devices, cols in ((1, 4096), (2, 2048)):  # 128 and 64 groups of 32 a block
-        got = Scorer(table, jax.devices()[:devices], rows=8, cols=cols, scan=False)
+        got = engine_of(table, jax.devices()[:devices], rows=8, cols=cols, scan=False)
         got = ranked(got, queries, exclude, 40)
         np.testing.assert_array_equal(got.ids, want_ids, err_msg=f"{devices} x {cols}")
         np.testing.assert_allclose(got.scores, want_scores, rtol=1e-5, atol=1e-5)
@@ -318,10 +327,10 @@ def test_tables_of_no_one_or_only_zero_columns(scan):
     ones = np.ones((2, 3), np.float32)
     for num_cols, exclude in ((0, [[], []]), (1, [[], [0]]), (5, [[], [0]])):
         table = np.ones((num_cols, 3), np.float32)
-        got = ranked(Scorer(table, jax.devices()[:3], scan=scan), ones, exclude, 4)
+        got = ranked(engine_of(table, jax.devices()[:3], scan=scan), ones, exclude, 4)
         np.testing.assert_array_equal(got.ids, brute(ones, table, exclude, 4)[0], str(num_cols))
     zeros = np.zeros((50, 3), np.float32)  # every score 0, every bound 0: the lowest ids
-    scorer = Scorer(zeros, jax.devices()[:2], cols=32, scan=scan)
+    scorer = engine_of(zeros, jax.devices()[:2], cols=32, scan=scan)
     got = ranked(scorer, ones, [[1], [0]], 4)
     np.testing.assert_array_equal(got.ids, [[0, 2, 3, 4], [1, 2, 3, 4]])
     np.testing.assert_array_equal(got.scores, np.zeros((2, 4)))

@@ -13,7 +13,6 @@ read: `--help` and a bad flag stay fast.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 from alx_trainer.cli.common import (
     at_least,
     fraction,
+    grid,
     ks,
     run,
     setup_logging,
@@ -122,17 +122,17 @@ class SweepOptions:
     lambdas: tuple[float, ...] = option(
         (),
         "L2 regularization values, comma-separated (default: the paper's).",
-        parse=lambda text: _grid(text),
+        parse=grid,
     )
     alphas: tuple[float, ...] = option(
         (),
         "Unobserved weights, comma-separated (default: the paper's).",
-        parse=lambda text: _grid(text),
+        parse=grid,
     )
     nus: tuple[float, ...] = option(
         (),
         "Frequency-scaling exponents nu (--reg_exponent; default: --reg_exponent).",
-        parse=lambda text: _grid(text),
+        parse=grid,
     )
     metric: str = option(
         "",
@@ -259,17 +259,6 @@ def main_eval(argv: Sequence[str]) -> int:
     return run("eval", body)
 
 
-def _grid(text: str) -> tuple[float, ...]:
-    """An argparse type: a sweep grid (`sweep.parse_grid`)."""
-    # the sweep's module (JAX, the trainer) is imported for a sweep's grid only: not for --help
-    from alx_trainer.tools.sweep import parse_grid
-
-    try:
-        return parse_grid(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def main_sweep(argv: Sequence[str]) -> int:
     """Tune (d, alpha, lambda, nu, epochs) by validation Recall@20, then train the best point on
     the full training data and report test; every other flag is `train`'s."""
@@ -380,6 +369,7 @@ def main_predict(argv: Sequence[str]) -> int:
         from alx_trainer.tools.predict import (  # (as above)
             format_predictions,
             nearest_neighbors,
+            neighbor_ranker,
             predict_outlinks,
         )
 
@@ -391,16 +381,28 @@ def main_predict(argv: Sequence[str]) -> int:
                 model.col_table, model.config, batch_size=args.batch_size or None, rows=pages
             )
             return _predict_new(args, dataset, ranker)
+        # one table placed on the devices for every node, each ranked as one row
+        if args.neighbors:
+            ranker = neighbor_ranker(model, args.table)
+        else:
+            ranker = Ranker(model.col_table, model.config, rows=1)
         # every node answered before any is printed: a bad one prints nothing
         answers = []
         for node in args.node:
             if args.neighbors:
                 preds = nearest_neighbors(
-                    model, node, args.top_k, data_dir=args.data, table=args.table
+                    model, node, args.top_k, data_dir=args.data, table=args.table, ranker=ranker
                 )
                 title = f"nearest neighbours of {node} ({args.table} table):"
             else:
-                preds = predict_outlinks(model, args.data, node, args.top_k)
+                preds = predict_outlinks(
+                    model,
+                    args.data,
+                    node,
+                    args.top_k,
+                    ranker=ranker,
+                    shared=not dataset.bipartite,
+                )
                 title = f"predicted outlinks of {node}:"
             answers.append(format_predictions(title, preds))
         print("\n".join(answers))
@@ -528,6 +530,7 @@ def main_export(argv: Sequence[str]) -> int:
                     data_dir=args.data or None,
                     num_shards=args.num_shards or 1,
                     model_dir=args.model_dir,
+                    shared=dataset is not None and not dataset.bipartite,
                 )
         finally:
             signal.signal(signal.SIGTERM, previous)

@@ -1,10 +1,11 @@
 """What every command line shares: one-line errors, logging, the compilation cache, argparse types
-(comma-separated K lists, bounded integers, fractions)."""
+(comma-separated K lists and sweep grids, bounded integers, fractions)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import traceback
 from typing import Callable
@@ -61,14 +62,12 @@ def run(prog: str, body: Callable[[], int]) -> int:
     try:
         return body()
     except KeyboardInterrupt:
-        print(f"alx_trainer {prog}: interrupted", file=sys.stderr)
-        return 130
+        return interrupt.report(f"alx_trainer {prog}")
     # every error becomes one line; --debug / WEBGRAPH_DEBUG=1 adds the traceback
     except Exception as e:
         # an error that Ctrl-C caused (`interrupt`)
         if interrupt.caused_error():
-            print(f"alx_trainer {prog}: interrupted", file=sys.stderr)
-            return 130
+            return interrupt.report(f"alx_trainer {prog}")
         if debugging():
             traceback.print_exc()
         if isinstance(e, ConfigError):
@@ -95,6 +94,22 @@ def ks(text: str) -> list[int]:
         ) from None
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def grid(text: str) -> tuple[float, ...]:
+    """A sweep's grid `--lambdas 5e-2,1e-2` as (0.05, 0.01): finite non-negative numbers; an
+    argparse error for anything else."""
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
+    if not values or not all(0 <= v < math.inf for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated non-negative numbers, got {text!r}"
+        )
     return values
 
 

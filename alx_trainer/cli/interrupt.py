@@ -1,10 +1,10 @@
 """Ctrl-C told apart from the errors it causes: a library that catches the KeyboardInterrupt of
-Ctrl-C while it imports (NumPy's C extension does) raises an ImportError instead; `received` says
-that Ctrl-C came, so the command still ends with one line and exit status 130. A KeyboardInterrupt
-raised where Python ignores exceptions (a garbage collector callback, `__del__`) is delivered
-again instead of printed. Ctrl-C during an import (the first seconds of a command, and later ones
-inside it) ends the process at once with the same line: a library may print its own traceback or
-crash on an interrupted import (NumPy's C extension does). Such a half-done
+Ctrl-C while it imports (NumPy's C extension does) raises an ImportError instead; `caused_error`
+says that Ctrl-C came, so the command still ends with one line (`report`) and exit status 130. A
+KeyboardInterrupt raised where Python ignores exceptions (a garbage collector callback, `__del__`)
+is delivered again instead of printed. Ctrl-C during an import (the first seconds of a command,
+and later ones inside it) ends the process at once with the same line: a library may print its
+own traceback or crash on an interrupted import (NumPy's C extension does). Such a half-done
 import can crash the interpreter's shutdown (NumPy's does), so `python -m alx_trainer` then exits
 at once (`caused_error`, `exit_now`)."""
 
@@ -44,8 +44,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     _RECEIVED[0] = True
     if _importing(frame):
         # nothing to clean up yet, and a library may print or crash on an interrupted import
-        print("alx_trainer: interrupted", file=sys.stderr, flush=True)
-        os._exit(130)
+        os._exit(report())
     raise KeyboardInterrupt
 
 
@@ -58,9 +57,10 @@ def _importing(frame: FrameType | None) -> bool:
     return False
 
 
-def received() -> bool:
-    """Whether Ctrl-C came since `install`."""
-    return _RECEIVED[0]
+def report(prog: str = "alx_trainer") -> int:
+    """The one line of Ctrl-C, `PROG: interrupted` on stderr, and its exit status 130."""
+    print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+    return 130
 
 
 def caused_error() -> bool:

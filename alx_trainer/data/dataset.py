@@ -33,6 +33,8 @@ class Dataset:
     protocol: str = ""  # stats.json `protocol` (`given_split`: the test users are training rows)
     # splits held in memory (`in_memory`)
     arrays: dict[str, RaggedRows] = dataclasses.field(default_factory=dict)
+    # the parsed stats.json (or TFDS info) it was opened from: read once (`integrity.check_dataset`)
+    stats: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
 
 def open_dataset(data: str, tfds_data_dir: str = "") -> Dataset:
@@ -72,27 +74,9 @@ def open_directory(data_dir: str) -> Dataset:
                     f"restore them or {integrity.REBUILD}"
                 )
             continue
-        _check_shards(data_dir, split, found)
+        integrity.check_shards(data_dir, repr(split), found)
         files[split] = found
     return _described(data_dir, data_dir, files, stats, layout.ALL_SPLIT_PREFIXES)
-
-
-def _check_shards(where: str, split: str, files: list[str]) -> None:
-    """Every shard `-of-N` of one split is in `files`; DataError naming the first missing ones."""
-    missing, clash = layout.missing_shards(files)
-    if clash:
-        raise integrity.DataError(
-            f"{where}: the {split!r} split is inconsistent: {clash}; {integrity.REBUILD}"
-        )
-    if missing:
-        shown = ", ".join(missing[:3]) + (
-            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        )
-        raise integrity.DataError(
-            f"{where}: the dataset is incomplete: {split!r} shard(s) {shown} missing "
-            f"({len(files)} of {len(files) + len(missing)} present); "
-            f"restore them or {integrity.REBUILD}"
-        )
 
 
 def open_tfds(name: str, data_dir: str | None) -> Dataset:
@@ -123,6 +107,7 @@ def _described(
         splits=splits,
         fingerprint=stats_json.dataset_fingerprint(stats),
         protocol=str(stats.get("protocol", "")),
+        stats=stats,
     )
 
 

@@ -3,7 +3,8 @@
 Every check runs before epoch 1 (or before `eval`/`predict`/`export` do any work) and fails with
 a one-line `DataError` that names the directory, what is wrong, and what to do:
 
-- every shard of `-of-N` of each split is present (`dataset.open_directory` checks it).
+- every shard of `-of-N` of each split is present (`check_shards`, run by
+  `dataset.open_directory`).
 - `check_dataset`: the dataset directory is whole and agrees with its stats.json: every vocabulary
   shard of `-of-N` present, the ids of `vocab.tsv` (and `vocab.cols.tsv`) covering the matrix's
   rows (columns) exactly, every file stats.json's `file_sha256` lists present and none besides;
@@ -17,7 +18,6 @@ a one-line `DataError` that names the directory, what is wrong, and what to do:
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -114,24 +114,42 @@ def check_outside_data(data: str, out_dir: str, flag: str = "--model_dir") -> No
         )
 
 
+def check_shards(where: str, label: str, files: list[str]) -> None:
+    """Every shard `-of-N` of one split (or of the vocabulary) is in `files`: a DataError naming
+    `where`, the `label` of the files (`'train'`, `vocabulary`) and the first missing shards."""
+    missing, clash = layout.missing_shards(files)
+    if clash:
+        raise DataError(f"{where}: the {label} shards are inconsistent: {clash}; {REBUILD}")
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        raise DataError(
+            f"{where}: the dataset is incomplete: {label} shard(s) {shown} missing "
+            f"({len(files)} of {len(files) + len(missing)} present); restore them or {REBUILD}"
+        )
+
+
 def check_dataset(dataset: Any) -> None:
     """A one-line `DataError` naming the file unless the contract directory of `dataset` (an
-    opened `dataset.Dataset`) is whole and agrees with its stats.json (see the module's list); a
-    TFDS or in-memory dataset is not checked here. Checked once per state of the directory."""
+    opened `dataset.Dataset`, with the stats.json it was opened from) is whole and agrees with
+    that stats.json (see the module's list); a TFDS or in-memory dataset is not checked here.
+    Checked once per state of the directory."""
     if dataset.tfds or dataset.arrays or not dataset.data_dir:
         return
-    data_dir = dataset.data_dir
-    stats_path = os.path.join(data_dir, stats_json.STATS_FILE)
-    with fileio.open_file(stats_path, "r") as f:
-        stats_text = f.read()
-    names = tuple(layout.data_files(data_dir))
-    _check_directory(data_dir, stats_text, names)
+    names = tuple(layout.data_files(dataset.data_dir))
+    state = (dataset.data_dir, json.dumps(dataset.stats, sort_keys=True), names)
+    if state not in _CHECKED:
+        _check_directory(dataset.data_dir, dataset.stats, names)
+        _CHECKED.add(state)
 
 
-@functools.lru_cache(maxsize=16)
-def _check_directory(data_dir: str, stats_text: str, names: tuple[str, ...]) -> None:
+# the (directory, stats.json, data files) states `check_dataset` found whole
+_CHECKED: set[tuple[str, str, tuple[str, ...]]] = set()
+
+
+def _check_directory(data_dir: str, stats: Mapping[str, Any], names: tuple[str, ...]) -> None:
     """`check_dataset` of a directory with this stats.json and these data files."""
-    stats = json.loads(stats_text)
     stats_path = os.path.join(data_dir, stats_json.STATS_FILE)
     num_rows, num_cols = stats_json.matrix_shape(stats)
     if (
@@ -173,18 +191,9 @@ def _check_directory(data_dir: str, stats_text: str, names: tuple[str, ...]) -> 
 def _check_vocabulary(
     data_dir: str, stats_path: str, files: list[str], size: int, what: str
 ) -> None:
-    """Every shard of `-of-N` present, and their `id<TAB>name` lines naming ids 0..size-1 once
-    each, in order (as the pipeline writes them: sorted, by contiguous id range)."""
-    missing, clash = layout.missing_shards(files)
-    if clash:
-        raise DataError(f"{data_dir}: the vocabulary shards are inconsistent: {clash}; {REBUILD}")
-    if missing:
-        raise DataError(
-            f"{os.path.join(data_dir, missing[0])}: missing"
-            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-            + f"; the vocabulary has {len(files)} of {len(files) + len(missing)} shards: "
-            f"restore it or {REBUILD}"
-        )
+    """Every shard of `-of-N` present (`check_shards`), and their `id<TAB>name` lines naming ids
+    0..size-1 once each, in order (as the pipeline writes them: sorted, by contiguous id range)."""
+    check_shards(data_dir, "vocabulary", files)
     expected = 0
     for path in files:
         first, last, count = _id_range(path)

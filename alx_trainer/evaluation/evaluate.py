@@ -154,7 +154,8 @@ def evaluate_dataset(
     Gowalla at d=1024 it scored 0.0031 lower (docs/benchmarks.md).
     """
     dataset = data if isinstance(data, Dataset) else loading.for_split(data, split)
-    known, gt, popularity, shared = eval_data(dataset)
+    rows = eval_data(dataset)
+    known, gt = rows.known, rows.gt
     log.info("%s: %d %s rows to evaluate", dataset.name, len(known), dataset.eval_split)
     row_table, _, _ = model_tables(model_or_tables)
     if trained_rows is None:
@@ -169,8 +170,9 @@ def evaluate_dataset(
         gt,
         config,
         ranking,
-        popularity=popularity if baseline else None,
-        exclude_self=shared,
+        # read only here: a validation evaluation without the baseline leaves the training split
+        popularity=rows.popularity if baseline else None,
+        exclude_self=rows.shared,
         trained_rows=trained_rows,
         fold_in_fn=fold_in_fn,
     )

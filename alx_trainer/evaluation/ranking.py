@@ -57,10 +57,10 @@ class Ranker:
     given row vectors. `config`: the training config of the fold-in (or `fold_in_fn(col_table,
     lists, config)` replaces the solve); `mesh`: a Mesh or devices (default
     `engine.default_devices()`); `batch_size` x `cols_per_block`: the block shape (defaults by
-    backend, `engine.default_block_shape`), a given `batch_size` capped at `rows` (the rows to
-    score, when known) and `FOLD_IN_CHUNK`, so that no device holds scores of rows that do not
-    exist; `approx`: `lax.approx_max_k` per block with
-    `recall_target`; `progress`: a bar on stderr in `rank` (default: when stderr is a terminal)."""
+    backend, `engine.default_block_shape`), the batch capped at `rows` (the rows to score, when
+    known) and `FOLD_IN_CHUNK`, so that no device holds scores of rows that do not exist;
+    `approx`: `lax.approx_max_k` per block with `recall_target`; `progress`: a bar on stderr in
+    `rank` (default: when stderr is a terminal)."""
 
     def __init__(
         self,
@@ -81,9 +81,8 @@ class Ranker:
         self.rows_per_call = FOLD_IN_CHUNK
         devices = devices_of(mesh)
         shape = default_block_shape(devices[0].platform)
-        if batch_size:
-            most = self.rows_per_call if rows is None else min(rows, self.rows_per_call)
-            shape = shape._replace(rows=min(batch_size, max(1, most)))
+        most = self.rows_per_call if rows is None else min(rows, self.rows_per_call)
+        shape = shape._replace(rows=min(batch_size or shape.rows, max(1, most)))
         shape = shape._replace(cols=cols_per_block or shape.cols)
         self.engine = topk.make_engine(
             self.col_table, devices, shape, approx=approx, recall_target=recall_target

@@ -111,28 +111,57 @@ def _named(ids: np.ndarray, scores: np.ndarray, names: Mapping[int, str]) -> lis
 
 
 def predict_outlinks(
-    model: Any, data_dir: str, node: str | int, k: int = 10, *, config: Any = None, mesh: Any = None
+    model: Any,
+    data_dir: str,
+    node: str | int,
+    k: int = 10,
+    *,
+    config: Any = None,
+    mesh: Any = None,
+    ranker: Ranker | None = None,
+    shared: bool | None = None,
 ) -> list[Prediction]:
-    """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks and itself."""
+    """Top-`k` predicted outlinks of a row (URL or id), excluding its known outlinks (and itself on
+    a graph). `ranker`: a `Ranker` of the model's column table, built once for many nodes (one of
+    one row is built otherwise); `shared`: whether row and column ids are shared (default: from
+    the dataset's stats.json)."""
     row_table, col_table, model_config = model_tables(model)
     row = resolve_node(node, data_dir, columns=False)
     if not 0 <= row < len(row_table):
         raise ValueError(f"node {node!r}: id {row} is outside the rows' 0..{len(row_table) - 1}")
+    if ranker is None:
+        ranker = Ranker(col_table, None, mesh=mesh, rows=1)
     train, test = known_rows(fileio.absolute(data_dir))
     if row in train:
         known = train[row]
-        query = np.asarray(row_table, np.float32)[row][None]
+        query = np.asarray(row_table[row], np.float32)[None]
     elif row in test:
         known = test[row]
-        query = np.asarray(fold_in(col_table, [known], config or model_config), np.float32)
+        query = np.asarray(fold_in(ranker.col_table, [known], config or model_config), np.float32)
     else:
         raise ValueError(
             f"node {node!r} (id {row}) has no outlinks in {data_dir}: nothing to predict from"
         )
     names = vocabulary_names(data_dir)
-    exclude = np.concatenate([known, [row]]) if _shared_ids(data_dir) else known
-    ids, scores = Ranker(col_table, None, mesh=mesh).top_k(query, [exclude], k)
+    shared = _shared_ids(data_dir) if shared is None else shared
+    exclude = np.concatenate([known, [row]]) if shared else known
+    ids, scores = ranker.top_k(query, [exclude], k)
     return _named(ids[0], scores[0], names)
+
+
+def unit_rows(table: np.ndarray) -> np.ndarray:
+    """`table`'s rows scaled to unit length (float32; a zero row stays zero)."""
+    emb = np.asarray(table, np.float32)
+    return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+
+
+def neighbor_ranker(model: Any, table: str = "col", *, mesh: Any = None) -> Ranker:
+    """A `Ranker` of the `col` (or `row`) table's unit rows, one query row per call: what
+    `nearest_neighbors` ranks against, built once for many nodes."""
+    row_table, col_table, _ = model_tables(model)
+    if table not in ("row", "col"):
+        raise ValueError(f"table must be 'row' or 'col', got {table!r}")
+    return Ranker(unit_rows(col_table if table == "col" else row_table), None, mesh=mesh, rows=1)
 
 
 def nearest_neighbors(
@@ -143,17 +172,19 @@ def nearest_neighbors(
     data_dir: str | None = None,
     table: str = "col",
     mesh: Any = None,
+    ranker: Ranker | None = None,
 ) -> list[Prediction]:
-    """The `k` nodes with the highest cosine similarity to `node` in the `col` (or `row`) table."""
-    row_table, col_table, _ = model_tables(model)
+    """The `k` nodes with the highest cosine similarity to `node` in the `col` (or `row`) table.
+    `ranker`: `neighbor_ranker(model, table)`, built once for many nodes (built here otherwise)."""
     if table not in ("row", "col"):
         raise ValueError(f"table must be 'row' or 'col', got {table!r}")
-    emb = np.asarray(col_table if table == "col" else row_table, np.float32)
+    if ranker is None:
+        ranker = neighbor_ranker(model, table, mesh=mesh)
+    unit = ranker.col_table
     node_id = resolve_node(node, data_dir, columns=table == "col")
-    if not 0 <= node_id < len(emb):
-        raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(emb) - 1}")
-    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    ids, scores = Ranker(unit, None, mesh=mesh).top_k(unit[node_id][None], [np.array([node_id])], k)
+    if not 0 <= node_id < len(unit):
+        raise ValueError(f"id {node_id} is outside the {table} table's 0..{len(unit) - 1}")
+    ids, scores = ranker.top_k(unit[node_id][None], [np.array([node_id])], k)
     return _named(
         ids[0], scores[0], vocabulary_names(data_dir, columns=table == "col") if data_dir else {}
     )
@@ -197,17 +228,20 @@ def export_tables(
     data_dir: str | None = None,
     num_shards: int = 1,
     model_dir: str = "",
+    shared: bool | None = None,
 ) -> list[str]:
     """Write `embeddings.npz` (row_ids, row_table, col_ids, col_table[, col_names]),
     `row_table.npy`, `col_table.npy`, `{row,col}_embeddings.tfr-*` (Examples with `id`,
     `embedding`, and `name` when a vocabulary exists) and `tables.json` (the files, the model
     directory `model_dir` and epoch), all or nothing (`output_swap`): an earlier export's files in
-    `out_dir` (another shard count, temporary files of a killed one) are replaced. Returns the
-    written paths."""
+    `out_dir` (another shard count, temporary files of a killed one) are replaced; the rows are
+    named too where row and column ids are `shared` (default: from `data_dir`'s stats.json).
+    Returns the written paths."""
     row_table, col_table, config = model_tables(model)
     tables = {"row": np.asarray(row_table, np.float32), "col": np.asarray(col_table, np.float32)}
     names = vocabulary_names(data_dir) if data_dir else {}
-    shared = bool(data_dir) and _shared_ids(data_dir)
+    if shared is None:
+        shared = bool(data_dir) and _shared_ids(data_dir)
     arrays: dict[str, np.ndarray] = {}
     for side, emb in tables.items():
         arrays[f"{side}_ids"] = np.arange(len(emb), dtype=np.int64)

@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -183,17 +182,6 @@ def key_differences(
 
 def _text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
-
-
-def parse_grid(text: str) -> tuple[float, ...]:
-    """`"5e-2,1e-2"` -> (0.05, 0.01), with a one-line error for a bad value."""
-    try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values or not all(0 <= v < math.inf for v in values):
-        raise ValueError(f"expected comma-separated non-negative numbers, got {text!r}")
-    return values
 
 
 def metric_names(config: Any) -> list[str]:

@@ -123,12 +123,12 @@ def _chunks(
         for chunk in records.read_chunks(
             files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols
         ):
-            known = np.split(chunk.ids, chunk.indptr[1:-1])
-            exclude = [np.append(c, r) for c, r in zip(known, chunk.row_ids)] if shared else known
+            # on a graph each row's own id too (as `Ranker.rank`)
+            exclude = chunk.with_ids(chunk.row_ids) if shared else chunk
             if split == "train":
                 ids, scores = ranker.top_k(row_table[chunk.row_ids], exclude, k)
             else:
-                ids, scores = ranker.fold_in_top_k(known, exclude, k)
+                ids, scores = ranker.fold_in_top_k(chunk, exclude, k)
             yield chunk.row_ids, ids, scores
 
 
