@@ -18,7 +18,6 @@ reader's decoding workers, which end with each read).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import resource
@@ -87,10 +86,6 @@ def timed(name: str, what: str = "", is_startup: bool = False) -> Iterator[None]
         return
     add(name, wall, cpu)
     log.debug("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
-
-
-# `timed(name, is_startup=True)`, by the name the command line (`cli/train.py`) calls
-timed_startup = functools.partial(timed, is_startup=True)
 
 
 def add(name: str, wall: float, cpu: float | None = None) -> None:

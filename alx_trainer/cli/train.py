@@ -86,7 +86,7 @@ def _main(argv: list[str] | None) -> int:
     if age is not None:
         phase_times.startup("start", age, phase_times.cpu_seconds())
     # the training stack (orbax, ...) takes seconds to import: not for --help or a bad flag
-    with phase_times.timed_startup("imports"):
+    with phase_times.timed("imports", is_startup=True):
         use_compile_cache(config.compile_cache)
         import jax  # (as above)
 
@@ -94,7 +94,7 @@ def _main(argv: list[str] | None) -> int:
         from alx_trainer.callbacks import Stopped  # (as above)
         from alx_trainer.train import train  # (as above)
 
-    with phase_times.timed_startup("backend"):
+    with phase_times.timed("backend", is_startup=True):
         if config.distributed:
             _init_distributed(config)
         else:
