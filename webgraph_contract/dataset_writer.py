@@ -191,6 +191,32 @@ class _Where:
         name = layout.shard_name(layout.SPLIT_PREFIXES[split], k, n, layout.TFRECORD_SUFFIX)
         return os.path.join(self.out, name)
 
+    def write(
+        self,
+        split: str,
+        k: int,
+        rows: np.ndarray,
+        ptr: np.ndarray,
+        ids: np.ndarray,
+        held: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Write shard k of `split`: the rows `rows`, row i with the ids ids[ptr[i]:ptr[i + 1]]
+        (and, for `test`, the held-out ids `held`, a pointer and ids alike), a block of about
+        `block_ids` ids at a time."""
+        with fileio.record_writer(self.path(split, k)) as write:
+            for r0, r1 in layout.row_blocks(ptr, 0, len(rows), self.block_ids):
+                gt = ()
+                if held is not None:
+                    gptr, gids = held
+                    gt = (gptr[r0 : r1 + 1] - gptr[r0], gids[gptr[r0] : gptr[r1]])
+                write(
+                    record_codec.encode_rows(
+                        record_codec.SplitRows.of(
+                            rows[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], ids[ptr[r0] : ptr[r1]], *gt
+                        )
+                    )
+                )
+
 
 def _train_shard(w: _Where, k: int) -> tuple[int, list[tuple[str, int, int]]]:
     """Write `train` shard k; spill its links as (row, column) int32 pairs ordered by column shard.
@@ -202,17 +228,7 @@ def _train_shard(w: _Where, k: int) -> tuple[int, list[tuple[str, int, int]]]:
     shard_rows = np.asarray(rows[lo:hi])
     shard_ptr = np.asarray(ptr[lo : hi + 1]) - ptr[lo]
     cols = np.asarray(ids[ptr[lo] : ptr[hi]])
-    with fileio.record_writer(w.path("train", k)) as write:
-        for r0, r1 in layout.row_blocks(shard_ptr, 0, hi - lo, w.block_ids):
-            write(
-                record_codec.encode_rows(
-                    record_codec.SplitRows.of(
-                        shard_rows[r0:r1],
-                        shard_ptr[r0 : r1 + 1] - shard_ptr[r0],
-                        cols[shard_ptr[r0] : shard_ptr[r1]],
-                    )
-                )
-            )
+    w.write("train", k, shard_rows, shard_ptr, cols)
     owner = np.repeat(shard_rows, np.diff(shard_ptr)).astype(np.int32)
     shard = layout.shard_of(cols.astype(np.int64), int(w.bounds[-1]), n)
     # 16-bit keys sort by radix
@@ -231,19 +247,7 @@ def _test_shard(w: _Where, k: int) -> int:
     rows, ptr, ids = (w.load(f"test.{p}") for p in ("rows", "ptr", "ids"))
     gptr, gids = w.load("held.ptr"), w.load("held.ids")
     lo, hi = (int(x) for x in np.searchsorted(rows, w.bounds[k : k + 2]))
-    with fileio.record_writer(w.path("test", k)) as write:
-        for r0, r1 in layout.row_blocks(ptr, lo, hi, w.block_ids):
-            write(
-                record_codec.encode_rows(
-                    record_codec.SplitRows.of(
-                        rows[r0:r1],
-                        ptr[r0 : r1 + 1] - ptr[r0],
-                        ids[ptr[r0] : ptr[r1]],
-                        gptr[r0 : r1 + 1] - gptr[r0],
-                        gids[gptr[r0] : gptr[r1]],
-                    )
-                )
-            )
+    w.write("test", k, rows[lo:hi], ptr[lo : hi + 1], ids, (gptr[lo : hi + 1], gids))
     return hi - lo
 
 
@@ -265,14 +269,7 @@ def _transpose_shard(
     cols = np.flatnonzero(degree) + lo
     ptr = np.zeros(len(cols) + 1, np.int64)
     np.cumsum(degree[cols - lo], out=ptr[1:])
-    with fileio.record_writer(w.path("train_t", k)) as write:
-        for r0, r1 in layout.row_blocks(ptr, 0, len(cols), w.block_ids):
-            links = rows_of[ptr[r0] : ptr[r1]]
-            write(
-                record_codec.encode_rows(
-                    record_codec.SplitRows.of(cols[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], links)
-                )
-            )
+    w.write("train_t", k, cols, ptr, rows_of)
     return len(cols), degree
 
 
