@@ -10,7 +10,7 @@ gives: nodes, edges, splits, test links, degree histograms; the config; the data
 It writes no vocabulary (the contract's readers need none; such a dataset has no page names).
 
 How: the rows go to files in /dev/shm (or, without room there, a folder beside `out`), mapped by
-`workers` fresh interpreters (`python -c`, as `file_workers` starts them: no fork of a parent that
+`workers` fresh interpreters (`file_workers.WorkerPool`, `python -c`: no fork of a parent that
 may run JAX's threads, and no import of its `__main__`), each taking one shard at a time. In a
 first round each `train` shard is written and its links spilled ordered by the column shard they
 fall in, and each `test` shard written; in a second each `train_t` shard gathers its columns'

@@ -9,6 +9,10 @@ each block's arrays to three files in `/dev/shm` (memory); the parent maps them 
 unlinks them, so a file's arrays cross from the worker at the cost of one copy there and none
 here. Errors (a corrupt record, an id outside the matrix) come back as the worker raised them:
 the same one-line ValueError naming the file and byte offset as the threads give.
+
+The workers' plumbing serves other jobs too: `start` a worker of a module whose `serve` loops on
+`serve_jobs`, `send` it jobs, `receive` their results, `stop` the workers; `WorkerPool` hands a list
+of jobs to idle workers (`dataset_writer`'s shards).
 """
 
 from __future__ import annotations
