@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from webgraph_contract import staged_dir
 from webgraph_pipeline import output_dir
 
 from extract_fixtures import a_links, envelope, wat_bytes  # noqa: E402  (tests/ is on sys.path)
@@ -410,7 +411,7 @@ def test_a_live_writer_of_the_same_output_is_not_disturbed(tmp_path):
     me = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "start": output_dir._process_start(os.getpid()),
+        "start": staged_dir.process_start(os.getpid()),
     }
     live = stale(out, "cafecafecafe", me)
     run = cli("--edge_format", "pairs", "--input", edges, "--output", out)

@@ -21,6 +21,7 @@ from webgraph_contract import (
     synthetic_matrix,
 )
 from webgraph_contract.ragged import RaggedRows
+from webgraph_pipeline import splits
 
 # small enough for an N x N matrix of probabilities, ten communities to see the structure
 PARAMS = planted.Params(pages=3000, seed=5, communities=10, degree_min=12.0, degree_cap=300)
@@ -151,6 +152,58 @@ def test_split_follows_the_contract(structure, backend, request):
     lengths = np.zeros(p.pages, np.int64)
     lengths[g.train.row_ids] = g.train.lengths
     assert np.all(lengths[candidates] <= 1)  # a candidate stays in train only with < 2 links
+
+
+def test_the_pipeline_splits_planteds_rows_as_planted_does(structure, host, monkeypatch):
+    """The same input to both: the planted graph's pages with all their links and planted's own
+    uniforms (the pipeline's name hashes replaced by them). The pipeline's split
+    (`splits.split_block`) picks the same test rows and holds out as many links of each; which
+    links are held follows each one's own order keys (name hashes, random bits)."""
+    p = PARAMS
+    rows = {int(r): ids for r, ids in host.train}
+    for (r, fold), (_, held) in zip(host.test, host.held):
+        rows[int(r)] = np.sort(np.concatenate([fold, held]))
+    pages = np.array(sorted(rows), np.int64)
+    names = np.array([str(r) for r in pages], object)
+    ptr = np.concatenate([[0], np.cumsum([len(rows[r]) for r in pages])]).astype(np.int64)
+    cols = np.concatenate([rows[r] for r in pages]).astype(np.int64)
+    real = splits.unit_hashes
+    uniforms = {"row": structure.test_u, "round": structure.round_u}
+
+    def planted_uniforms(seed, tag, row_names, link_cols=()):
+        if tag in uniforms:
+            return uniforms[tag][np.array(row_names, np.int64)]
+        return real(seed, tag, row_names, link_cols)
+
+    monkeypatch.setattr(splits, "unit_hashes", planted_uniforms)
+    is_test, held = splits.split_block(
+        names, ptr, cols, p.seed, p.test_fraction, p.holdout_fraction
+    )
+    assert np.array_equal(pages[is_test], host.test.row_ids)
+    held_per_row = np.add.reduceat(held, ptr[:-1])[np.diff(ptr) > 0]
+    test_rows = is_test[np.diff(ptr) > 0]
+    assert np.array_equal(held_per_row[test_rows], host.held.lengths)
+    assert not held_per_row[~test_rows].any()
+
+
+def test_row_blocks_cut_rows_into_whole_rows_of_at_most_size_entries():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        lengths = rng.integers(0, 9, rng.integers(1, 40))
+        ptr = np.concatenate([[0], np.cumsum(lengths)])
+        lo = int(rng.integers(0, len(lengths)))
+        hi = int(rng.integers(lo, len(lengths) + 1))
+        size = int(rng.integers(1, 20))
+        # the reference: rows taken one at a time while they fit, a too-long row alone
+        want, start, total = [], lo, 0
+        for r in range(lo, hi):
+            if r > start and total + lengths[r] > size:
+                want.append((start, r))
+                start, total = r, 0
+            total += lengths[r]
+        if hi > lo:
+            want.append((start, hi))
+        assert list(layout.row_blocks(ptr, lo, hi, size)) == want
 
 
 def test_host_and_device_agree_in_distribution(host, device):

@@ -10,7 +10,7 @@ gives: nodes, edges, splits, test links, degree histograms; the config; the data
 It writes no vocabulary (the contract's readers need none; such a dataset has no page names).
 
 How: the rows go to files in /dev/shm (or, without room there, a folder beside `out`), mapped by
-`workers` fresh interpreters (`python -c`, as `file_workers` starts them: no fork of a parent that
+`workers` fresh interpreters (`file_workers.WorkerPool`, `python -c`: no fork of a parent that
 may run JAX's threads, and no import of its `__main__`), each taking one shard at a time. In a
 first round each `train` shard is written and its links spilled ordered by the column shard they
 fall in, and each `test` shard written; in a second each `train_t` shard gathers its columns'
@@ -22,13 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
-import selectors
 import shutil
-import subprocess
-import sys
 import uuid
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -37,7 +33,6 @@ from webgraph_contract.file_workers import SHM_DIR, shm_free_bytes
 from webgraph_contract.ragged import RaggedRows
 
 BLOCK_IDS = 1 << 22  # ids encoded at a time in a shard (bounds a worker's memory)
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the rows' arrays as the workers read them: name -> dtype
 _ARRAYS = {
     "train.rows": np.int64,
@@ -123,7 +118,7 @@ def write_dataset(
             block_ids,
         )
         first = [(kind, where, k) for kind in ("train", "test") for k in range(num_shards)]
-        with _Workers(workers) as pool:
+        with file_workers.WorkerPool(__name__, workers, "a writing worker") as pool:
             done = pool.run(first)
             spills = [done[k][1] for k in range(num_shards)]
             second = [("train_t", where, k, [s[k] for s in spills]) for k in range(num_shards)]
@@ -166,67 +161,6 @@ def _histogram(degrees: np.ndarray) -> list[list[int]]:
     return [[d, int(counts[d])] for d in np.flatnonzero(counts).tolist() if d > 0]
 
 
-class _Workers:
-    """`count` worker interpreters; `run(jobs)` hands them the jobs, a job to each idle one, and
-    returns the results in the jobs' order (a worker's exception is raised here)."""
-
-    def __init__(self, count: int):
-        self.count = max(1, count)
-        self.procs: list[subprocess.Popen] = []
-
-    def __enter__(self) -> _Workers:
-        code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {__name__} import serve; serve()"
-        for _ in range(self.count):
-            self.procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", code],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                )
-            )
-        return self
-
-    def run(self, jobs: Sequence[tuple]) -> list[Any]:
-        results: list[Any] = [None] * len(jobs)
-        pending = iter(enumerate(jobs))
-        busy: dict[int, int] = {}  # worker -> job index
-        with selectors.DefaultSelector() as sel:
-
-            def give(w: int) -> None:
-                nxt = next(pending, None)
-                if nxt is not None:
-                    busy[w] = nxt[0]
-                    pickle.dump(nxt[1], self.procs[w].stdin, pickle.HIGHEST_PROTOCOL)
-                    self.procs[w].stdin.flush()
-
-            for w, p in enumerate(self.procs):
-                sel.register(p.stdout, selectors.EVENT_READ, w)
-                give(w)
-            while busy:
-                for key, _ in sel.select():
-                    w = key.data
-                    try:
-                        status, value = pickle.load(self.procs[w].stdout)
-                    except EOFError:
-                        raise RuntimeError(
-                            f"a writing worker ended (exit code {self.procs[w].wait()})"
-                        ) from None
-                    if status != "ok":
-                        raise value
-                    results[busy.pop(w)] = value
-                    give(w)
-        return results
-
-    def __exit__(self, *exc) -> None:
-        for p in self.procs:
-            if exc[0] is not None:
-                p.kill()
-            p.stdin.close()
-        for p in self.procs:
-            p.wait()
-            p.stdout.close()
-
-
 def serve() -> None:
     """A writing worker's loop: each job is (its name in `_JOBS`, its arguments)."""
     file_workers.serve_jobs(lambda job: _JOBS[job[0]](*job[1:]))
@@ -257,13 +191,31 @@ class _Where:
         name = layout.shard_name(layout.SPLIT_PREFIXES[split], k, n, layout.TFRECORD_SUFFIX)
         return os.path.join(self.out, name)
 
-    def blocks(self, ptr: np.ndarray, lo: int, hi: int) -> Iterator[tuple[int, int]]:
-        """Row ranges cutting rows [lo, hi) into about `block_ids` ids each (rows never cut)."""
-        while lo < hi:
-            end = int(np.searchsorted(ptr, ptr[lo] + self.block_ids, "right")) - 1
-            end = min(hi, max(end, lo + 1))
-            yield lo, end
-            lo = end
+    def write(
+        self,
+        split: str,
+        k: int,
+        rows: np.ndarray,
+        ptr: np.ndarray,
+        ids: np.ndarray,
+        held: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Write shard k of `split`: the rows `rows`, row i with the ids ids[ptr[i]:ptr[i + 1]]
+        (and, for `test`, the held-out ids `held`, a pointer and ids alike), a block of about
+        `block_ids` ids at a time."""
+        with fileio.record_writer(self.path(split, k)) as write:
+            for r0, r1 in layout.row_blocks(ptr, 0, len(rows), self.block_ids):
+                gt = ()
+                if held is not None:
+                    gptr, gids = held
+                    gt = (gptr[r0 : r1 + 1] - gptr[r0], gids[gptr[r0] : gptr[r1]])
+                write(
+                    record_codec.encode_rows(
+                        record_codec.SplitRows.of(
+                            rows[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], ids[ptr[r0] : ptr[r1]], *gt
+                        )
+                    )
+                )
 
 
 def _train_shard(w: _Where, k: int) -> tuple[int, list[tuple[str, int, int]]]:
@@ -272,16 +224,12 @@ def _train_shard(w: _Where, k: int) -> tuple[int, list[tuple[str, int, int]]]:
     n = len(w.bounds) - 1
     rows, ptr, ids = (w.load(f"train.{p}") for p in ("rows", "ptr", "ids"))
     lo, hi = (int(x) for x in np.searchsorted(rows, w.bounds[k : k + 2]))
-    with fileio.record_writer(w.path("train", k)) as write:
-        for r0, r1 in w.blocks(ptr, lo, hi):
-            cols = ids[ptr[r0] : ptr[r1]]
-            write(
-                record_codec.encode_rows(
-                    record_codec.SplitRows.of(rows[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], cols)
-                )
-            )
+    # the shard read once: written, then spilled
+    shard_rows = np.asarray(rows[lo:hi])
+    shard_ptr = np.asarray(ptr[lo : hi + 1]) - ptr[lo]
     cols = np.asarray(ids[ptr[lo] : ptr[hi]])
-    owner = np.repeat(np.asarray(rows[lo:hi]), np.diff(ptr[lo : hi + 1])).astype(np.int32)
+    w.write("train", k, shard_rows, shard_ptr, cols)
+    owner = np.repeat(shard_rows, np.diff(shard_ptr)).astype(np.int32)
     shard = layout.shard_of(cols.astype(np.int64), int(w.bounds[-1]), n)
     # 16-bit keys sort by radix
     order = np.argsort(shard.astype(np.uint16) if n <= 1 << 16 else shard, kind="stable")
@@ -299,19 +247,7 @@ def _test_shard(w: _Where, k: int) -> int:
     rows, ptr, ids = (w.load(f"test.{p}") for p in ("rows", "ptr", "ids"))
     gptr, gids = w.load("held.ptr"), w.load("held.ids")
     lo, hi = (int(x) for x in np.searchsorted(rows, w.bounds[k : k + 2]))
-    with fileio.record_writer(w.path("test", k)) as write:
-        for r0, r1 in w.blocks(ptr, lo, hi):
-            write(
-                record_codec.encode_rows(
-                    record_codec.SplitRows.of(
-                        rows[r0:r1],
-                        ptr[r0 : r1 + 1] - ptr[r0],
-                        ids[ptr[r0] : ptr[r1]],
-                        gptr[r0 : r1 + 1] - gptr[r0],
-                        gids[gptr[r0] : gptr[r1]],
-                    )
-                )
-            )
+    w.write("test", k, rows[lo:hi], ptr[lo : hi + 1], ids, (gptr[lo : hi + 1], gids))
     return hi - lo
 
 
@@ -333,14 +269,7 @@ def _transpose_shard(
     cols = np.flatnonzero(degree) + lo
     ptr = np.zeros(len(cols) + 1, np.int64)
     np.cumsum(degree[cols - lo], out=ptr[1:])
-    with fileio.record_writer(w.path("train_t", k)) as write:
-        for r0, r1 in w.blocks(ptr, 0, len(cols)):
-            links = rows_of[ptr[r0] : ptr[r1]]
-            write(
-                record_codec.encode_rows(
-                    record_codec.SplitRows.of(cols[r0:r1], ptr[r0 : r1 + 1] - ptr[r0], links)
-                )
-            )
+    w.write("train_t", k, cols, ptr, rows_of)
     return len(cols), degree
 
 

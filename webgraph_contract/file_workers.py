@@ -9,6 +9,10 @@ each block's arrays to three files in `/dev/shm` (memory); the parent maps them 
 unlinks them, so a file's arrays cross from the worker at the cost of one copy there and none
 here. Errors (a corrupt record, an id outside the matrix) come back as the worker raised them:
 the same one-line ValueError naming the file and byte offset as the threads give.
+
+The workers' plumbing serves other jobs too: `start` a worker of a module whose `serve` loops on
+`serve_jobs`, `send` it jobs, `receive` their results, `stop` the workers; `WorkerPool` hands a list
+of jobs to idle workers (`dataset_writer`'s shards).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import selectors
 import subprocess
 import sys
 import uuid
@@ -74,48 +79,24 @@ def decode_files(
 
     def submit() -> None:
         nonlocal sent
-        p = procs[sent % workers]
         job = (files[sent], num_rows, num_cols, os.path.join(SHM_DIR, f"{tag}-{sent}"), threads)
-        pickle.dump(job, p.stdin, pickle.HIGHEST_PROTOCOL)
-        p.stdin.flush()
+        send(procs[sent % workers], job)
         sent += 1
 
     try:
         for _ in range(workers):
-            procs.append(_start())
+            procs.append(start(__name__))
         while sent < min(workers, len(files)):
             submit()
         for i in range(len(files)):
-            p = procs[i % workers]
-            try:
-                status, value = pickle.load(p.stdout)
-            except EOFError:
-                raise RuntimeError(
-                    f"{files[i]}: the decoding worker ended (exit code {p.wait()})"
-                ) from None
-            if status != "ok":
-                raise value
+            value = receive(procs[i % workers], f"{files[i]}: the decoding worker")
             if sent < len(files):
                 submit()
             yield _take(os.path.join(SHM_DIR, f"{tag}-{i}"), *value)
         finished = True
     finally:
-        for p in procs:
-            if not finished:  # closed early or failed: the files in flight are not wanted
-                p.kill()
-            if p.stdin:
-                try:
-                    p.stdin.close()  # the worker ends at the end of its input
-                except OSError:
-                    pass
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # still decoding a file no one wants
-                p.kill()
-                p.wait()
-            if p.stdout:
-                p.stdout.close()
+        # closed early or failed: the files in flight are not wanted
+        stop(procs, kill=not finished)
         for i in range(sent):
             for part in _PARTS:
                 try:
@@ -124,11 +105,94 @@ def decode_files(
                     pass
 
 
-def _start() -> subprocess.Popen:
-    code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {__name__} import serve; serve()"
+def start(module: str) -> subprocess.Popen:
+    """A fresh interpreter running `module.serve()` (a loop of `serve_jobs`), jobs on its stdin
+    and replies on its stdout (`send`, `receive`)."""
+    code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {module} import serve; serve()"
     return subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
+
+
+def send(proc: subprocess.Popen, job: tuple) -> None:
+    """Hand a job to a worker."""
+    pickle.dump(job, proc.stdin, pickle.HIGHEST_PROTOCOL)
+    proc.stdin.flush()
+
+
+def receive(proc: subprocess.Popen, what: str) -> Any:
+    """A worker's result of its job; the exception it raised is raised here, and a RuntimeError
+    naming `what` when it ended."""
+    try:
+        status, value = pickle.load(proc.stdout)
+    except EOFError:
+        raise RuntimeError(f"{what} ended (exit code {proc.wait()})") from None
+    if status != "ok":
+        raise value
+    return value
+
+
+def stop(procs: Sequence[subprocess.Popen], kill: bool) -> None:
+    """End the workers: at the end of their input (killed first with `kill`: their jobs in flight
+    are not wanted); one still busy after 5 s is killed."""
+    for p in procs:
+        if kill:
+            p.kill()
+        if p.stdin:
+            try:
+                # the worker ends at the end of its input
+                p.stdin.close()
+            except OSError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            # still working on a job no one wants
+            p.kill()
+            p.wait()
+        if p.stdout:
+            p.stdout.close()
+
+
+class WorkerPool:
+    """`count` workers of `module` (`start`); `run(jobs)` hands them the jobs, a job to each idle
+    one, and returns the results in the jobs' order (a worker's exception is raised here)."""
+
+    def __init__(self, module: str, count: int, what: str = "a worker"):
+        self.module, self.count, self.what = module, max(1, count), what
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> WorkerPool:
+        self.procs = [start(self.module) for _ in range(self.count)]
+        return self
+
+    def run(self, jobs: Sequence[tuple]) -> list[Any]:
+        """Each job's result, in the jobs' order."""
+        results: list[Any] = [None] * len(jobs)
+        pending = iter(enumerate(jobs))
+        # worker -> the index of its job
+        busy: dict[int, int] = {}
+        with selectors.DefaultSelector() as sel:
+
+            def give(w: int) -> None:
+                nxt = next(pending, None)
+                if nxt is not None:
+                    busy[w] = nxt[0]
+                    send(self.procs[w], nxt[1])
+
+            for w, p in enumerate(self.procs):
+                sel.register(p.stdout, selectors.EVENT_READ, w)
+                give(w)
+            while busy:
+                for key, _ in sel.select():
+                    w = key.data
+                    results[busy.pop(w)] = receive(self.procs[w], self.what)
+                    give(w)
+        return results
+
+    def __exit__(self, *exc) -> None:
+        stop(self.procs, kill=exc[0] is not None)
 
 
 def _take(prefix: str, n_rows: int, n_cols: int) -> RaggedRows:

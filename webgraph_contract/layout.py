@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -52,6 +52,17 @@ def shard_bounds(num_ids: int, num_shards: int) -> np.ndarray:
     return np.minimum(-(-k * num_ids // num_shards), num_ids)
 
 
+def row_blocks(ptr: np.ndarray, lo: int, hi: int, size: int) -> Iterator[tuple[int, int]]:
+    """Consecutive row ranges [a, b) cutting rows [lo, hi) of a CSR pointer (row r holds
+    `ptr[r + 1] - ptr[r]` entries) into blocks of at most `size` entries: as many whole rows as
+    fit, at least one (a row of more than `size` entries is a block alone)."""
+    while lo < hi:
+        end = int(np.searchsorted(ptr, ptr[lo] + size, "right")) - 1
+        end = min(hi, max(end, lo + 1))
+        yield lo, end
+        lo = end
+
+
 _SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
 
 
@@ -86,12 +97,18 @@ def shard_pattern(prefix: str) -> str:
     return rf"{re.escape(prefix)}-\d{{5}}-of-\d{{5}}"
 
 
+def written_names(names: str) -> re.Pattern:
+    """The regex (use `fullmatch`) of the names `names` (a regex) and of the temporary files their
+    writers make (`fileio.temp_path`; `NAME.tmp-HEX` as older versions named them)."""
+    return re.compile(rf"\.(?:{names}){fileio.TEMP_SUFFIX}|(?:{names})(?:{fileio.TEMP_SUFFIX})?")
+
+
 def remove_stale(directory: str, names: str, keep: Iterable[str]) -> list[str]:
     """Remove from `directory` the files whose names match the regex `names` but are not in `keep`
     (an earlier write's shards, with another shard count), and the temporary files a killed writer
     of such names left (`fileio.temp_path`; `NAME.tmp-HEX` as older versions named them); nothing
     else. The paths removed."""
-    ours = re.compile(rf"\.(?:{names}){fileio.TEMP_SUFFIX}|(?:{names})(?:{fileio.TEMP_SUFFIX})?")
+    ours = written_names(names)
     kept = {os.path.basename(k) for k in keep}
     stale = [
         os.path.join(directory, name)

@@ -18,9 +18,9 @@ The law (`Params`, the same at every scale; scale 1 is the de-sparse size, 19.7M
       p(t | c) = in_share [t in c] q(rank_c(t); size_c, a_c) + (1 - in_share) q(rank(t); N, a_g),
   and t is among i's links with probability 1 - (1 - p(t | c))^draws[i] (monotone in p): the
   links are the distinct targets of the draws, self-links dropped (the pipeline drops them).
-- Strong generalization, the contract's test split: a page with a candidate uniform below
-  `test_fraction` and at least two links is a test row; a random h = clamp(floor(f n + u), 1,
-  n - 1) of its n links are held out (`gt_tag`), the rest kept for its fold-in (`col_tag`).
+- Strong generalization, the contract's test split (`holdout`): a page with a candidate uniform
+  below `test_fraction` and at least two links is a test row; a random h = clamp(floor(f n + u),
+  1, n - 1) of its n links are held out (`gt_tag`), the rest kept for its fold-in (`col_tag`).
 
 The structure (`Structure`: communities, ranks, draw counts, the per-page uniforms) is made on the
 host by NumPy from (pages, seed) alone. The links are drawn on the host (`host_graph`: NumPy in
@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from webgraph_contract import dataset_writer
+from webgraph_contract import dataset_writer, holdout, layout
 from webgraph_contract import synthetic_matrix as law
 from webgraph_contract.ragged import RaggedRows
 
@@ -204,12 +204,6 @@ class Graph:
         return self.train.nnz + self.test.nnz + self.held.nnz
 
 
-def held_counts(lengths: np.ndarray, rounding: np.ndarray, fraction: float) -> np.ndarray:
-    """h = clamp(floor(f n + u), 1, n - 1) per row (the contract's held-out count)."""
-    h = np.floor(fraction * lengths.astype(np.float64) + rounding).astype(np.int64)
-    return np.clip(h, 1, np.maximum(lengths - 1, 1))
-
-
 def _host_block(s: Structure, block: int) -> tuple[np.ndarray, np.ndarray]:
     """One block of pages drawn, deduplicated and split on the host: (links per page and class
     [3, pages]: train, fold-in, held out; the targets of each class in turn, by page and id)."""
@@ -236,14 +230,12 @@ def _host_block(s: Structure, block: int) -> tuple[np.ndarray, np.ndarray]:
     keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
     row, target = keys // p.pages, keys % p.pages
     lengths = np.bincount(row, minlength=hi - lo)
-    test = (s.test_u[lo:hi] < p.test_fraction) & (lengths >= 2)
-    h = np.where(test, held_counts(lengths, s.round_u[lo:hi], p.holdout_fraction), 0)
-    # the test rows' links in a random order per row (row in the high bits, random bits below)
+    test = holdout.is_test_row(lengths, s.test_u[lo:hi], p.test_fraction)
+    h = np.where(test, holdout.held_counts(lengths, s.round_u[lo:hi], p.holdout_fraction), 0)
+    # the test rows' links held out in a random order per row
     at = np.flatnonzero(test[row])
-    order = at[np.argsort((row[at] << 32) | rng.integers(0, 1 << 32, len(at)), kind="stable")]
-    starts = np.concatenate([[0], np.cumsum(np.where(test, lengths, 0))])
     held = np.zeros(len(row), bool)
-    held[order] = np.arange(len(order)) - starts[row[order]] < h[row[order]]
+    held[at] = holdout.held_links(row[at], rng.integers(0, 1 << 32, len(at)), h)
     cls = np.where(test[row], np.where(held, 2, 1), 0)
     counts = np.stack([np.where(test, 0, lengths), np.where(test, lengths - h, 0), h])
     ids = np.concatenate([target[cls == k] for k in range(3)]).astype(np.int32)
@@ -281,18 +273,6 @@ def host_graph(params: Params | Structure, threads: int | None = None) -> Graph:
     return _assemble(s, parts)
 
 
-def _chunks(draws: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Consecutive page ranges [lo, hi) of at most `size` draws each."""
-    ends = np.cumsum(draws, dtype=np.int64)
-    out, lo = [], 0
-    while lo < len(draws):
-        before = int(ends[lo - 1]) if lo else 0
-        hi = int(np.searchsorted(ends, before + size, "right"))
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
 def device_graph(
     params: Params | Structure, chunk_draws: int = CHUNK_DRAWS
 ) -> tuple[Graph, dict[str, float]]:
@@ -306,7 +286,8 @@ def device_graph(
     p = s.params
     if int(s.draws.max()) > chunk_draws:
         raise ValueError(f"degree_cap: at most {chunk_draws} draws per page on the device")
-    chunks = _chunks(s.draws, chunk_draws)
+    ptr = np.concatenate([[0], np.cumsum(s.draws, dtype=np.int64)])
+    chunks = list(layout.row_blocks(ptr, 0, len(s.draws), chunk_draws))
     most = max(int(s.draws[a:b].sum()) for a, b in chunks)
     size = 1 << max(4, (most - 1).bit_length())
     pages = 1 << max(0, (max(b - a for a, b in chunks) - 1).bit_length())
@@ -387,8 +368,7 @@ def _device_program(size: int, n: int, in_share: float, s_in: float, s_out: floa
         at = jnp.minimum(srow, pages - 1)
         lengths = jnp.zeros(pages, jnp.int32).at[at].add(distinct.astype(jnp.int32))
         test = (split[0] > 0) & (lengths >= 2)
-        h = jnp.floor(np.float32(f) * lengths.astype(jnp.float32) + split[1]).astype(jnp.int32)
-        h = jnp.where(test, jnp.clip(h, 1, jnp.maximum(lengths - 1, 1)), 0)
+        h = jnp.where(test, holdout.held_counts(lengths, split[1], f, jnp, jnp.float32), 0)
         in_test = distinct & test[at]
         order_row = jnp.where(in_test, srow, SENTINEL)
         test_starts = jnp.cumsum(jnp.where(test, lengths, 0)) - jnp.where(test, lengths, 0)

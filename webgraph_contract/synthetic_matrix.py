@@ -132,6 +132,10 @@ def write_records(
 
 
 def shard_bounds(n: int, num_shards: int) -> np.ndarray:
+    """The first row (bucket) of each shard and the end, floor(k n / num_shards): not
+    `layout.shard_bounds` (which rounds up), because the rows' draws are seeded by the first row
+    of their block and blocks start at these bounds, so another rule would draw another matrix for
+    the same seed (the benchmarks reuse a matrix whose stats.json names its shape and seed)."""
     return np.linspace(0, n, num_shards + 1).astype(np.int64)
 
 

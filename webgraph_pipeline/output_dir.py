@@ -7,6 +7,7 @@ the previous dataset in `--output` is untouched, whatever happens to the run (a 
 late, kill -9, a full disk). On a local filesystem the swap is two directory renames; on an object
 store (gs://, s3://), where directories do not exist, the staged files are moved in one by one with
 stats.json last, after the old stats.json is gone, so a half-moved dataset never looks complete.
+The staging and the swap are `webgraph_contract/staged_dir.py`'s, shared with the trainer's exports.
 
 A staging directory holds an owner marker (host, pid and the process's start time) until the swap.
 A run killed with kill -9 leaves its staging directory behind; the next run on the same output
@@ -21,21 +22,15 @@ directory it points to (`real_output`), staged beside that directory, and the li
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import os
-import posixpath
-import re
-import socket
 import uuid
-from typing import Optional
 
-from webgraph_contract import fileio, layout, stats_json
+from webgraph_contract import fileio, layout, staged_dir, stats_json
 from webgraph_pipeline.write import DEGREE_PLOT
 
-STAGING_TAG = ".staging-"
+STAGING_TAG = staged_dir.STAGING_TAG
 OWNER_FILE = ".webgraph-staging-owner.json"
-_STAGING_ID = r"(old-)?[0-9a-f]{12}"
 # The names this job writes into its output directory; anything else there is not ours.
 DATASET_PATTERNS = tuple(
     [f"{prefix}{layout.TFRECORD_SUFFIX}-*-of-*" for prefix in layout.ALL_SPLIT_PREFIXES.values()]
@@ -52,37 +47,27 @@ class OutputError(ValueError):
     """An --output the job must not or cannot write to."""
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path
-
-
-def _join(directory: str, name: str) -> str:
-    return (
-        os.path.join(directory, name) if _is_local(directory) else posixpath.join(directory, name)
-    )
-
-
 def is_dataset_file(name: str) -> bool:
     """Whether a file name is one this job writes (a split shard, vocabulary shard, stats.json,
     plot)."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in DATASET_PATTERNS)
 
 
-def _entries(directory: str) -> list[str]:
-    return sorted(fileio.listdir(directory)) if fileio.isdir(directory) else []
-
-
 def foreign_entries(output_dir: str) -> list[str]:
     """What `output_dir` holds besides this job's dataset files (empty for a new or a dataset
     directory)."""
-    return [e for e in _entries(output_dir) if not is_dataset_file(e)]
+    return [e for e in staged_dir.entries(output_dir) if not is_dataset_file(e)]
 
 
 def real_output(output_dir: str) -> str:
     """The directory a local --output that is a symbolic link points to (followed to the end);
     any other --output as it is. The job writes there, so the link stays a link."""
     target = output_dir.rstrip("/")
-    return os.path.realpath(target) if _is_local(target) and os.path.islink(target) else output_dir
+    return (
+        os.path.realpath(target)
+        if fileio.is_local(target) and os.path.islink(target)
+        else output_dir
+    )
 
 
 def check_output(output_dir: str, overwrite: bool) -> None:
@@ -103,12 +88,8 @@ def check_output(output_dir: str, overwrite: bool) -> None:
             f"--output {output_dir!r} holds files that are not a WebGraph dataset ({shown}); "
             "choose an empty or new directory, or pass --overwrite to write the dataset beside them"
         )
-    parent = (
-        posixpath.dirname(target)
-        if not _is_local(target)
-        else os.path.dirname(os.path.abspath(target))
-    )
-    probe = _join(parent, f".{os.path.basename(target)}.write-check-{uuid.uuid4().hex}")
+    parent = staged_dir.parent_of(target)
+    probe = staged_dir.join(parent, f".{os.path.basename(target)}.write-check-{uuid.uuid4().hex}")
     try:
         fileio.makedirs(parent)
         with fileio.open_file(probe, "w") as f:
@@ -120,53 +101,12 @@ def check_output(output_dir: str, overwrite: bool) -> None:
         ) from None
 
 
-def _process_start(pid: int) -> Optional[str]:
-    """The start time of a process in clock ticks since boot (Linux /proc), None where unknown;
-    with the pid it names one process even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def _owner() -> dict:
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
-
-
-def _is_alive(owner: dict) -> bool:
-    """Whether the process a marker names (on this host) still runs."""
-    try:
-        os.kill(int(owner["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        pass
-    start = _process_start(int(owner["pid"]))
-    return owner.get("start") is None or start is None or start == owner["start"]
-
-
-def _staging_dirs(output_dir: str) -> list[str]:
-    """The staging directories this job's naming rule gives for `output_dir` that exist now."""
-    target = output_dir.rstrip("/")
-    parent = (
-        posixpath.dirname(target)
-        if not _is_local(target)
-        else os.path.dirname(os.path.abspath(target))
+def _live_run(staging: str, owner: dict) -> OutputError:
+    output = staging.rsplit(STAGING_TAG, 1)[0]
+    return OutputError(
+        f"--output {output!r} is being written by process {owner['pid']} ({staging}); "
+        "wait for it to finish or stop it"
     )
-    base = os.path.basename(target)
-    name_rule = re.compile(re.escape(base + STAGING_TAG) + _STAGING_ID + r"\Z")
-    return [_join(parent, e) for e in _entries(parent) if name_rule.match(e)]
-
-
-def _read_owner(staging: str) -> Optional[dict]:
-    try:
-        with fileio.open_file(_join(staging, OWNER_FILE)) as f:
-            owner = json.loads(f.read())
-        return owner if isinstance(owner, dict) and "pid" in owner and "host" in owner else None
-    except (OSError, ValueError):
-        return None
 
 
 def clean_stale_staging(output_dir: str) -> list[str]:
@@ -177,60 +117,27 @@ def clean_stale_staging(output_dir: str) -> list[str]:
     OutputError (another run is writing this output). A previous dataset parked by an interrupted
     swap (`.staging-old-*`) is put back when `output_dir` is missing, else removed.
     """
-    target = output_dir.rstrip("/")
-    removed = []
-    here = socket.gethostname()
-    for staging in _staging_dirs(target):
-        if f"{STAGING_TAG}old-" in staging:
-            if _is_local(target) and not fileio.exists(target):
-                os.rename(staging, target)
-                logging.warning(
-                    "put back the previous dataset %s, parked there by an interrupted run", staging
-                )
-            else:
-                discard(staging)
-                removed.append(staging)
-            continue
-        owner = _read_owner(staging)
-        if owner is None or owner["host"] != here:
-            who = f"host {owner['host']}" if owner else "no owner marker"
-            logging.warning(
-                "left %s in place (%s): remove it by hand once no run writes %s",
-                staging,
-                who,
-                target,
-            )
-        elif _is_alive(owner):
-            raise OutputError(
-                f"--output {output_dir!r} is being written by process {owner['pid']} ({staging}); "
-                "wait for it to finish or stop it"
-            )
-        else:
-            discard(staging)
-            removed.append(staging)
-            logging.warning(
-                "removed %s, left by process %s that no longer runs", staging, owner["pid"]
-            )
-    return removed
+    return staged_dir.clean_stale_staging(
+        output_dir,
+        OWNER_FILE,
+        noun="dataset",
+        writer="process",
+        live_error=_live_run,
+        other_hosts_live=False,
+        log=logging.getLogger(),
+    )
 
 
 def staging_dir(output_dir: str) -> str:
     """A new, unique staging directory beside `output_dir` (created, with this process's owner
     marker)."""
-    path = f"{output_dir.rstrip('/')}{STAGING_TAG}{uuid.uuid4().hex[:12]}"
-    fileio.makedirs(path)
-    with fileio.open_file(_join(path, OWNER_FILE), "w") as f:
-        f.write(json.dumps(_owner()))
-    return path
+    return staged_dir.make_staging(output_dir, OWNER_FILE)
 
 
 def discard(staging: str) -> None:
     """Remove a staging directory (best effort: a failed run must not fail again while cleaning
     up)."""
-    try:
-        fileio.rmtree(staging)
-    except OSError:
-        pass
+    staged_dir.discard(staging)
 
 
 def swap_in(staging: str, output_dir: str) -> None:
@@ -238,30 +145,4 @@ def swap_in(staging: str, output_dir: str) -> None:
 
     Files in `output_dir` that are not ours (allowed by --overwrite) stay where they are.
     """
-    fileio.remove(_join(staging, OWNER_FILE))
-    target = output_dir.rstrip("/")
-    if _is_local(target) and not foreign_entries(target):
-        old = f"{target}{STAGING_TAG}old-{uuid.uuid4().hex[:12]}"
-        had_old = fileio.exists(target)
-        if had_old:
-            os.rename(target, old)
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if had_old:
-                os.rename(old, target)  # the previous dataset back in place
-            raise
-        if had_old:
-            discard(old)  # left behind only if it cannot be removed: the next run removes it
-        return
-    fileio.makedirs(target)
-    stats = _join(target, stats_json.STATS_FILE)
-    if fileio.exists(stats):
-        fileio.remove(stats)
-    new = _entries(staging)
-    for name in _entries(target):
-        if is_dataset_file(name) and name not in new:
-            fileio.remove(_join(target, name))
-    for name in sorted(new, key=lambda n: n == stats_json.STATS_FILE):
-        fileio.rename(_join(staging, name), _join(target, name))
-    discard(staging)
+    staged_dir.swap_in(staging, output_dir, OWNER_FILE, stats_json.STATS_FILE, is_dataset_file)

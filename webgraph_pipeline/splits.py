@@ -1,4 +1,5 @@
-"""Strong-generalization split: whole source rows go to test; part of each test row is held out.
+"""Strong-generalization split: whole source rows go to test; part of each test row is held out,
+by the contract's rule (`webgraph_contract.holdout`) with uniforms hashed from page names.
 
 A row goes to test when a stable hash of (seed, row name) falls below `test_fraction` and it has at
 least two outlinks (a single outlink cannot be both kept and held, so such rows stay in train).
@@ -16,6 +17,8 @@ import hashlib
 from typing import Sequence
 
 import numpy as np
+
+from webgraph_contract import holdout
 
 
 def unit_hashes(seed: int, tag: str, names: Sequence[str], cols: Sequence[int] = ()) -> np.ndarray:
@@ -46,21 +49,17 @@ def split_block(
     may = np.flatnonzero(lengths >= 2)
     if not len(may) or test_fraction <= 0:
         return is_test, held
-    is_test[may] = unit_hashes(seed, "row", names[may].tolist()) < test_fraction
+    is_test[may] = holdout.is_test_row(
+        lengths[may], unit_hashes(seed, "row", names[may].tolist()), test_fraction
+    )
     rows = np.flatnonzero(is_test)
     if not len(rows):
         return is_test, held
     n = lengths[rows]
-    u = unit_hashes(seed, "round", names[rows].tolist())
-    h = np.minimum(
-        np.maximum(np.floor(holdout_fraction * n.astype(np.float64) + u), 1), n - 1
-    ).astype(np.int64)
+    h = holdout.held_counts(n, unit_hashes(seed, "round", names[rows].tolist()), holdout_fraction)
     owner = np.repeat(np.arange(len(rows)), n)
     # positions in cols
     at = np.arange(len(owner)) - np.repeat(np.cumsum(n) - n, n) + np.repeat(ptr[rows], n)
     link = unit_hashes(seed, "link", np.repeat(names[rows], n).tolist(), cols[at].tolist())
-    order = np.lexsort((cols[at], link, owner))  # per row: by (link hash, column id)
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order)) - np.repeat(np.cumsum(n) - n, n)
-    held[at] = rank < h[owner]
+    held[at] = holdout.held_links(owner, link, h)
     return is_test, held

@@ -259,9 +259,10 @@ def export_tables(
             with fileio.replacing(os.path.join(staging, files[-1]), "wb") as f:
                 np.save(f, emb)
             side_names = names if (side == "col" or shared) else {}
+            bounds = layout.shard_bounds(len(emb), num_shards)
             for s in range(num_shards):
                 files.append(layout.shard_name(f"{side}_embeddings.tfr", s, num_shards))
-                rows = range(s * len(emb) // num_shards, (s + 1) * len(emb) // num_shards)
+                rows = range(bounds[s], bounds[s + 1])
                 fileio.write_records(
                     os.path.join(staging, files[-1]),
                     [_example(i, emb[i], side_names.get(i) if side_names else None) for i in rows],

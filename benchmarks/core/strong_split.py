@@ -1,7 +1,8 @@
 """A strong-generalization test split made on the device, by the pipeline's rule.
 
-The rule is `webgraph_pipeline.splits`': a row with at least two links goes to test with
-probability `test_fraction`; inside a test row the links are ordered at random and the first
+The rule is the contract's (`webgraph_contract.holdout`, which `webgraph_pipeline.splits`
+applies), here in float32: a row with at least two links goes to test with probability
+`test_fraction`; inside a test row the links are ordered at random and the first
 h = clamp(floor(f n + u), 1, n - 1) are held out as ground truth (n links, f the holdout
 fraction, u a uniform per row: stochastic rounding, so the held share is f in expectation), the
 rest kept as the row's fold-in links. The pipeline draws its uniforms from hashes of page names;
@@ -17,6 +18,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from webgraph_contract import holdout
 
 # the pipeline's defaults (`--test_fraction`, ...)
 TEST_FRACTION, HOLDOUT_FRACTION = 0.1, 0.25
@@ -41,18 +44,6 @@ def draws(key, num_rows: int, test_links: int):
     )
 
 
-def held_counts(lengths, rounding, holdout_fraction: float):
-    """h = clamp(floor(f n + u), 1, n - 1) per row, in float32 (NumPy or JAX arrays alike)."""
-    xp = np if isinstance(lengths, np.ndarray) else jnp
-    h = xp.floor(xp.float32(holdout_fraction) * lengths.astype(xp.float32) + rounding)
-    return xp.clip(h.astype(xp.int32), 1, lengths - 1)
-
-
-def is_test_row(lengths, choice, test_fraction: float):
-    """Rows that go to test: at least two links and the row's uniform below the fraction."""
-    return (lengths >= 2) & (choice < np.float32(test_fraction))
-
-
 def device_split(
     indptr,
     cols,
@@ -74,8 +65,10 @@ def _sizes(indptr, key, test_fraction: float, holdout_fraction: float):
     """[test rows, their links, their held-out links]."""
     lengths = indptr[1:] - indptr[:-1]
     choice, rounding, _ = draws(key, lengths.shape[0], 0)
-    test = is_test_row(lengths, choice, test_fraction)
-    h = jnp.where(test, held_counts(lengths, rounding, holdout_fraction), 0)
+    test = holdout.is_test_row(lengths, choice, test_fraction)
+    h = jnp.where(
+        test, holdout.held_counts(lengths, rounding, holdout_fraction, jnp, jnp.float32), 0
+    )
     return jnp.stack(
         [
             test.sum(dtype=jnp.int32),
@@ -109,12 +102,12 @@ def _split(
     nnz = cols.shape[0]
     lengths = indptr[1:] - indptr[:-1]
     choice, rounding, bits = draws(key, lengths.shape[0], test_links)
-    test = is_test_row(lengths, choice, test_fraction)
+    test = holdout.is_test_row(lengths, choice, test_fraction)
     test_link = test[_segment_ids(indptr, nnz)]
     train_cols = cols[jnp.nonzero(~test_link, size=nnz - test_links)[0]]
     rows = jnp.nonzero(test, size=test_rows)[0].astype(jnp.int32)
     n = lengths[rows]
-    h = held_counts(n, rounding[rows], holdout_fraction)
+    h = holdout.held_counts(n, rounding[rows], holdout_fraction, jnp, jnp.float32)
     t_cols = cols[jnp.nonzero(test_link, size=test_links)[0]]
     t_indptr = _pointer(n)
     owner = _segment_ids(t_indptr, test_links)
