@@ -407,13 +407,15 @@ def run_sweep(
     keep_models: bool = False,
     log: Callable[[str], None] = logger.info,
     fingerprint: str | None = None,
+    dataset: Any = None,
 ) -> list[dict[str, Any]]:
     """Train every (dim, alpha, lambda, nu) not yet in `out_dir/sweep.csv` with the same
     `run_key` (dataset `fingerprint` and settings) on the validation split, evaluating every
     `eval_every` epochs (0: after the last only) and after the last; return the rows of this key.
     The points of one d share one `prepare` (the validation split read, both sides planned and
-    packed once); each is trained by `train_fn(config, callbacks=, prepared=, tables=False,
-    checkpoints=keep_models) -> Model` (default `train`)."""
+    packed once; of `dataset`, the opened `base_config.data`, when given); each is trained by
+    `train_fn(config, callbacks=, prepared=, tables=False, checkpoints=keep_models) -> Model`
+    (default `train`)."""
     train_fn = train_fn or train
     _count_compiles()
     os.makedirs(out_dir, exist_ok=True)
@@ -450,7 +452,9 @@ def run_sweep(
         prepared = None
         if todo:
             t0 = time.perf_counter()
-            prepared = prepare(_tuning_config(base_config, todo[0], models, epochs))
+            prepared = prepare(
+                _tuning_config(base_config, todo[0], models, epochs), dataset=dataset
+            )
             log(
                 f"d={dim}: validation split read and both sides planned in "
                 f"{time.perf_counter() - t0:.1f} s, kept for {len(todo)} point(s)"
