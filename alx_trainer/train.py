@@ -220,10 +220,16 @@ class Prepared:
 def prepare(config: TrainConfig, mesh=None, dataset: Dataset | None = None) -> Prepared:
     """Open and check the dataset (or take `dataset`), make the execution plan and plan both
     sides (`_runners`) once, for `train(..., prepared=)` runs that differ from `config` only in
-    `PER_RUN` fields (a sweep's points of one d)."""
+    `PER_RUN` fields (a sweep's points of one d). The sides are planned beside initial tables,
+    as `train` plans them: whether batches stay on the devices depends on the memory left free."""
     config.validate()
     mesh, dataset, plan = _opened(config, mesh, dataset)
-    return Prepared(config, mesh, dataset, plan, _runners(config, plan, dataset, mesh))
+    with phase_times.timed("init", "tables"):
+        dtype = execution.table_dtype(plan)
+        tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh, dtype)
+    runners = _runners(config, plan, dataset, mesh)
+    del tables
+    return Prepared(config, mesh, dataset, plan, runners)
 
 
 # Fields a process may set for itself; the data is compared by its fingerprint (a local copy each).
