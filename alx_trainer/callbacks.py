@@ -4,7 +4,8 @@ user function.
 `alx_trainer.train.train` runs `Callback` hooks in list order (as Keras and implicit take
 callbacks): `on_train_begin`, then per half-epoch `on_half_epoch_begin`, `on_steps` (after each
 compiled call) and `on_half_epoch_end`, then `on_epoch_end` with the epoch's metrics record
-(a callback may add to it: `Evaluator` adds `recall@K`), and `on_train_end` (also after an error).
+(a callback may add to it: `Evaluator` adds `recall@K` and `eval_seconds`), and `on_train_end`
+(also after an error).
 `default_callbacks(config, ...)` is the list a `TrainConfig` asks for.
 """
 
@@ -159,6 +160,7 @@ class Evaluator(Callback):
             rows_per_batch=rows,
             cols_per_block=cols,
         )
+        began = time.perf_counter()
         with (
             phase_times.timed("eval", f"epoch {epoch}"),
             _details_at_debug("alx_trainer.evaluation"),
@@ -172,6 +174,7 @@ class Evaluator(Callback):
                 fold_in_fn=functools.partial(fold_in, plan=self.fold_in_plan),
             )
         record.update(result)
+        record["eval_seconds"] = time.perf_counter() - began
 
 
 @contextlib.contextmanager
@@ -367,10 +370,13 @@ class LambdaCallback(Callback):
         self.fn(epoch, run.model(epoch))
 
 
-def default_callbacks(config: TrainConfig, mgr) -> list[Callback]:
-    """Evaluation, metrics, checkpoints and progress as `config` asks, in that order."""
+def default_callbacks(config: TrainConfig, mgr, checkpoints: bool = True) -> list[Callback]:
+    """Evaluation, metrics, checkpoints (unless `checkpoints` is False) and progress as `config`
+    asks, in that order."""
     callbacks: list[Callback] = [Evaluator(config.eval_every)] if config.eval_every else []
-    callbacks += [MetricsLogger(config.model_dir), Checkpointer(mgr, config.checkpoint_every)]
+    callbacks.append(MetricsLogger(config.model_dir))
+    if checkpoints:
+        callbacks.append(Checkpointer(mgr, config.checkpoint_every))
     # in a log: the epoch lines
     if config.progress and jax.process_index() == 0 and sys.stderr.isatty():
         callbacks.append(ProgressBar())

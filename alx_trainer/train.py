@@ -26,7 +26,11 @@ batches: all in `row_seconds`), `compile_seconds` (tracing, lowering, and compil
 loading them from the persistent cache, summed over the threads doing it: per-core devices compile
 at once), `compiles` (programs XLA compiled), `rows_solved`, `cols_solved`, and `recall@K` (+
 `ndcg@100`, popularity baseline) from `alx_trainer.evaluation.evaluate.evaluate_dataset` when the
-dataset has a test split.
+dataset has a test split, with `eval_seconds` (its wall seconds).
+
+Runs that differ only in `PER_RUN` fields (a sweep's points of one d) can share the dataset and
+both sides' planned batches: `prepare(config)` opens and plans once, `train(config,
+prepared=...)` then runs with its own alpha, lambda and nu (`Prepared.runners_for`).
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ def train(
     mesh=None,
     tables: bool = True,
     dataset: Dataset | None = None,
+    prepared: Prepared | None = None,
+    checkpoints: bool = True,
 ) -> Model:
     """Train (or resume) per `config`; returns the final `Model`.
 
@@ -99,10 +105,41 @@ def train(
     `mesh`: the devices (None: every device). `tables=False` returns the Model without its tables
     (None): its float32 copies would double the memory of bfloat16 tables (the command line
     reports metrics only). `dataset` (e.g. `dataset.in_memory(...)`) replaces opening `config.data`
-    (then just its name).
+    (then just its name). `prepared` (`prepare`; then no `mesh` or `dataset`): the dataset opened
+    and both sides planned once for runs that differ only in `PER_RUN` fields, each run with its
+    own alpha, lambda and nu. `checkpoints=False` saves none (a sweep's point whose model is not
+    kept).
     """
     config.validate()
     phase_times.begin_run()
+    if prepared is None:
+        mesh, dataset, plan = _opened(config, mesh, dataset)
+        runners = None
+    else:
+        if mesh is not None or dataset is not None:
+            raise ValueError("train: give prepared, or mesh and dataset, not both")
+        prepared.check(config)
+        mesh, dataset, plan = prepared.mesh, prepared.dataset, prepared.plan
+        integrity.check_outside_data(config.data, config.model_dir)
+        if jax.process_count() > 1:
+            same_run_everywhere(config, dataset.fingerprint)
+        runners = prepared.runners_for(config)
+    if fileio.exists(config.model_dir) and not fileio.isdir(config.model_dir):
+        raise ValueError(
+            f"--model_dir {config.model_dir} is a file, not a directory; choose a directory"
+        )
+    fileio.makedirs(config.model_dir)
+    # one writer per model directory (process 0 speaks for a multi-host run)
+    lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
+    with lock:
+        return _train(config, plan, dataset, mesh, list(callbacks), tables, runners, checkpoints)
+
+
+def _opened(
+    config: TrainConfig, mesh, dataset: Dataset | None
+) -> tuple[object, Dataset, ExecutionPlan]:
+    """The mesh (None: every device), the dataset opened (unless given), checked and pointed at
+    the validation splits when `config.validation`, and the execution plan."""
     mesh = mesh if mesh is not None else make_mesh()
     with phase_times.timed("open"):
         if dataset is None:
@@ -118,16 +155,81 @@ def train(
         raise ValueError(
             f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}"
         )
-    if fileio.exists(config.model_dir) and not fileio.isdir(config.model_dir):
-        raise ValueError(
-            f"--model_dir {config.model_dir} is a file, not a directory; choose a directory"
-        )
-    fileio.makedirs(config.model_dir)
-    plan = execution.current(config, dataset.num_rows, dataset.num_cols, mesh)
-    # one writer per model directory (process 0 speaks for a multi-host run)
-    lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
-    with lock:
-        return _train(config, plan, dataset, mesh, list(callbacks), tables)
+    return mesh, dataset, execution.current(config, dataset.num_rows, dataset.num_cols, mesh)
+
+
+# TrainConfig fields in which runs sharing one `Prepared` may differ: the kernels' alpha, lambda
+# and nu (runtime arguments, `SideRunner.hyper`), the initial tables (made by each run), the
+# epochs, the evaluation, the checkpoints and where the run writes and what it prints
+PER_RUN = frozenset(
+    {
+        "alpha",
+        "reg",
+        "reg_exponent",
+        "seed",
+        "init_stddev",
+        "epochs",
+        "eval_every",
+        "train_loss_every",
+        "eval_k",
+        "ndcg_k",
+        "eval_rows",
+        "model_dir",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "progress",
+        "log_level",
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What `prepare` made once for several `train` runs: the dataset opened and checked (its
+    validation view for `config.validation`), the mesh, the execution plan and both sides' runners
+    (their batches read, planned and packed; on the devices where the plan keeps them)."""
+
+    config: TrainConfig
+    mesh: object
+    dataset: Dataset
+    plan: ExecutionPlan
+    runners: dict[str, SideRunner]
+
+    def check(self, config: TrainConfig) -> None:
+        """A ValueError naming the first field outside `PER_RUN` in which `config` differs from
+        the config these runners were planned for."""
+        for field in dataclasses.fields(config):
+            mine, theirs = getattr(self.config, field.name), getattr(config, field.name)
+            if field.name not in PER_RUN and mine != theirs:
+                raise ValueError(
+                    f"train: prepared for --{field.name} {mine!r}, this run has {theirs!r}; "
+                    f"runs sharing prepared data differ only in {', '.join(sorted(PER_RUN))}"
+                )
+
+    def runners_for(self, config: TrainConfig) -> dict[str, SideRunner]:
+        """Both sides' runners with `config`'s alpha, lambda and nu: new `SideRunner`s over the
+        planned batches and sources (a runner keeps the hyperparameters it was made with)."""
+        return {
+            name: SideRunner(
+                config, r.exe, r.mesh, r.spec, r.plan, r.source, r.shard, r.one_call, r.replica
+            )
+            for name, r in self.runners.items()
+        }
+
+
+def prepare(config: TrainConfig, mesh=None, dataset: Dataset | None = None) -> Prepared:
+    """Open and check the dataset (or take `dataset`), make the execution plan and plan both
+    sides (`_runners`) once, for `train(..., prepared=)` runs that differ from `config` only in
+    `PER_RUN` fields (a sweep's points of one d). The sides are planned beside initial tables,
+    as `train` plans them: whether batches stay on the devices depends on the memory left free."""
+    config.validate()
+    mesh, dataset, plan = _opened(config, mesh, dataset)
+    with phase_times.timed("init", "tables"):
+        dtype = execution.table_dtype(plan)
+        tables = init_tables(config, dataset.num_rows, dataset.num_cols, mesh, dtype)
+    runners = _runners(config, plan, dataset, mesh)
+    del tables
+    return Prepared(config, mesh, dataset, plan, runners)
 
 
 # Fields a process may set for itself; the data is compared by its fingerprint (a local copy each).
@@ -181,8 +283,11 @@ def _train(
     mesh,
     extra: list[Callback],
     with_tables: bool,
+    planned: dict[str, SideRunner] | None = None,
+    checkpoints: bool = True,
 ) -> Model:
-    """`train` once the data is open, the plan made and the model directory is this run's."""
+    """`train` once the data is open, the plan made and the model directory is this run's;
+    `planned`: both sides' runners when prepared already."""
     with phase_times.timed("init", "tables"):
         dtype = execution.table_dtype(plan)
         tables = Tables(init_tables(config, dataset.num_rows, dataset.num_cols, mesh, dtype))
@@ -192,7 +297,12 @@ def _train(
             start = checkpoint.resume(
                 mgr, tables, config.model_dir, config.data, dataset.fingerprint
             )
-        runners = _runners(config, plan, dataset, mesh) if start < config.epochs else {}
+        if start >= config.epochs:
+            runners = {}
+        elif planned is not None:
+            runners = planned
+        else:
+            runners = _runners(config, plan, dataset, mesh)
     except BaseException:
         mgr.close()
         raise
@@ -215,7 +325,7 @@ def _train(
             f.write(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         execution.save_plan(config.model_dir, plan)
     run = Run(config, dataset, mesh, tables, start, history, plan)
-    hooks = default_callbacks(config, mgr) + extra
+    hooks = default_callbacks(config, mgr, checkpoints) + extra
     if log.isEnabledFor(logging.DEBUG):
         hooks.insert(0, CostReport(runners, sides(config.tied)))
     try:

@@ -49,10 +49,10 @@ def test_sweep_reads_no_test_reuses_compiled_steps_and_resumes(datasets, tmp_pat
     )
     calls = []
 
-    def counted_train(config):
+    def counted_train(config, **kw):
         assert config.validation  # every tuning run trains on validation_train
         calls.append((config.dim, config.alpha, config.reg))
-        return train(config)
+        return train(config, **kw)
 
     out = str(tmp_path / "sweep")
     rows = sweep.run_sweep(

@@ -309,6 +309,7 @@ def main_sweep(argv: Sequence[str]) -> int:
             nus,
             keep_models=args.keep_models,
             fingerprint=dataset.fingerprint,
+            dataset=dataset,
         )
         print(sweep.format_table(rows, metric))
         final = None

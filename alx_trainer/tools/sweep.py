@@ -12,7 +12,12 @@ points it reused and why it retrains the others, and drops the rows of another k
 `sweep.csv`. `final/` is reused likewise only when `final.json` records the same key and point.
 The points run in one process: the step kernels take alpha, lambda and nu as arguments, so points
 of the same d reuse the compiled programs (the `compiles` column counts XLA compilations per
-point). `final_run` then trains the best point on the full training data and evaluates it on test.
+point), and the dataset is opened, read, planned and packed once per d (`train.prepare`; its
+batches stay on the devices across that d's points). Each row records its point's cost:
+`init_seconds` (before its first epoch: its tables and the evaluation's set-up), `train_seconds`
+and `eval_seconds` (the epochs and the evaluations up to its epoch); the log line of a point says
+them too. A point's model is checkpointed only with `keep_models`. `final_run` then trains the
+best point on the full training data and evaluates it on test.
 Outputs: `sweep.csv`, `sweep.json` (rows, best point, final result), `sweep_heatmap.png` (lambda x
 alpha at the best d, nu and epochs), `best_config.json` (a `train --config` file) and `final/`.
 """
@@ -32,10 +37,11 @@ from typing import Any, Callable, Mapping, Sequence
 import jax.monitoring
 import numpy as np
 
+from alx_trainer.callbacks import Callback
 from alx_trainer.config import ConfigError
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
 from alx_trainer.evaluation.metrics import ACTIVITY_BUCKETS
-from alx_trainer.train import train
+from alx_trainer.train import prepare, train
 from webgraph_contract import fileio
 
 PAPER_LAMBDAS: tuple[float, ...] = (5e-2, 1e-2, 5e-3, 1e-3, 5e-4, 1e-4)
@@ -90,7 +96,8 @@ NOT_SETTINGS = frozenset(
 
 logger = logging.getLogger(__name__)
 
-TrainFn = Callable[[Any], Any]
+# `train` or a function called like it
+TrainFn = Callable[..., Any]
 _COMPILES = [0]
 
 
@@ -244,13 +251,17 @@ def _write(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _append(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """`rows` added to the CSV; rows written before it had some of their columns (a sweep of an
+    older version) are rewritten with those cells empty."""
     existing = read_results(path)
     fields = list(rows[0])
     if existing and list(existing[0]) != fields:
-        raise ValueError(
-            f"{path}: columns {list(existing[0])} differ from this sweep's {fields}; use a new "
-            "out_dir"
-        )
+        if not set(existing[0]) < set(fields):
+            raise ValueError(
+                f"{path}: columns {list(existing[0])} differ from this sweep's {fields}; use a "
+                "new out_dir"
+            )
+        _write(path, [{k: r.get(k, "") for k in fields} for r in existing])
     new = not existing
     with open(path, "w" if new else "a", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -276,13 +287,16 @@ def epoch_rows(
     history: Sequence[Mapping[str, Any]],
     compiles: int,
     key: Mapping[str, Any] | None = None,
+    init_seconds: float = float("nan"),
 ) -> list[dict]:
-    """One table row per epoch of a run: the point, `epochs`, its validation metrics (overall and
-    per activity bucket), cumulative training seconds, the run's compilations and its `key`
-    (`run_key`)."""
-    rows, seconds = [], 0.0
+    """One table row per evaluated epoch of a run: the point, `epochs`, its validation metrics
+    (overall and per activity bucket), its cost (`init_seconds` of the run, the training and the
+    evaluation seconds up to that epoch: `train_seconds` and `eval_seconds`), the run's
+    compilations and its `key` (`run_key`)."""
+    rows, seconds, evaluating = [], 0.0, 0.0
     for record in history:
         seconds += float(record.get("seconds", 0.0))
+        evaluating += float(record.get("eval_seconds", 0.0))
         # an epoch without evaluation
         if not any("@" in k for k in record):
             continue
@@ -291,7 +305,12 @@ def epoch_rows(
         row.update(
             {k: float(v) for k, v in record.items() if "@" in k and not k.startswith("popularity/")}
         )
-        row.update(train_seconds=round(seconds, 3), compiles=int(compiles))
+        row.update(
+            init_seconds=round(init_seconds, 3),
+            train_seconds=round(seconds, 3),
+            eval_seconds=round(evaluating, 3),
+            compiles=int(compiles),
+        )
         row.update(key or {})
         rows.append(row)
     return rows
@@ -333,6 +352,49 @@ def _reusable(
     return {point_key(r) for r in kept}, why
 
 
+class _Clock(Callback):
+    """A point's wall seconds: `init` those before its first epoch (its tables, the evaluation's
+    set-up, and its batches when not prepared), `total` those so far."""
+
+    def __init__(self):
+        self.began = time.perf_counter()
+        self.init = 0.0
+
+    def on_train_begin(self, run: Any) -> None:
+        self.init = time.perf_counter() - self.began
+
+    @property
+    def total(self) -> float:
+        return time.perf_counter() - self.began
+
+
+def _point_line(rows: Sequence[Mapping[str, Any]], metric: str, clock: _Clock) -> str:
+    """A trained point's log line: its cost (init, epochs, evaluation) and compilations, then its
+    validation `metric` by evaluated epoch."""
+    last = rows[-1]
+    best = max(rows, key=lambda r: np.nan_to_num(r.get(metric, np.nan), nan=-1.0))
+    return (
+        f"{clock.total:.1f} s (init {last['init_seconds']:.1f} s, {last['epochs']:g} epochs "
+        f"{last['train_seconds']:.1f} s, evaluation {last['eval_seconds']:.1f} s), "
+        f"{last['compiles']:g} compilations; validation {metric} by epoch "
+        + " ".join(f"{r.get(metric, np.nan):.4f}" for r in rows)
+        + f" (best {best.get(metric, np.nan):.4f} at epoch {best['epochs']:g})"
+    )
+
+
+def _tuning_config(base: Any, point: Mapping[str, Any], model_dir: str, epochs: int) -> Any:
+    """The config of a point's tuning run: on the validation splits, into `model_dir`, evaluated
+    every `eval_every` epochs (0: after the last only), no checkpoint but the last."""
+    return point_config(
+        base,
+        point,
+        validation=True,
+        model_dir=model_dir,
+        eval_every=base.eval_every or epochs,
+        checkpoint_every=0,
+    )
+
+
 def run_sweep(
     base_config: Any,
     out_dir: str,
@@ -345,11 +407,15 @@ def run_sweep(
     keep_models: bool = False,
     log: Callable[[str], None] = logger.info,
     fingerprint: str | None = None,
+    dataset: Any = None,
 ) -> list[dict[str, Any]]:
     """Train every (dim, alpha, lambda, nu) not yet in `out_dir/sweep.csv` with the same
     `run_key` (dataset `fingerprint` and settings) on the validation split, evaluating every
     `eval_every` epochs (0: after the last only) and after the last; return the rows of this key.
-    `train_fn(config) -> Model` defaults to `train`."""
+    The points of one d share one `prepare` (the validation split read, both sides planned and
+    packed once; of `dataset`, the opened `base_config.data`, when given); each is trained by
+    `train_fn(config, callbacks=, prepared=, tables=False, checkpoints=keep_models) -> Model`
+    (default `train`)."""
     train_fn = train_fn or train
     _count_compiles()
     os.makedirs(out_dir, exist_ok=True)
@@ -379,40 +445,49 @@ def run_sweep(
         )
     metric = f"recall_gt@{base_config.recall_ks()[0]}"
     epochs = int(base_config.epochs)
-    for i, point in enumerate(points, 1):
-        name = " ".join(f"{k}={point[k]:g}" for k in POINT)
-        if point_key(point) in done:
-            log(
-                f"[{i}/{len(points)}] {name}: done before with the same dataset and settings, "
-                "reused"
+    models = os.path.join(out_dir, "models")
+    for dim in dict.fromkeys(p["dim"] for p in points):
+        group = [(i, p) for i, p in enumerate(points, 1) if p["dim"] == dim]
+        todo = [p for _, p in group if point_key(p) not in done]
+        prepared = None
+        if todo:
+            t0 = time.perf_counter()
+            prepared = prepare(
+                _tuning_config(base_config, todo[0], models, epochs), dataset=dataset
             )
-            continue
-        model_dir = os.path.join(out_dir, "models", point_key(point).replace("|", "_"))
-        # a model directory of a run that did not finish: its checkpoints are of other settings
-        shutil.rmtree(model_dir, ignore_errors=True)
-        config = point_config(
-            base_config,
-            point,
-            validation=True,
-            model_dir=model_dir,
-            eval_every=base_config.eval_every or epochs,
-            checkpoint_every=0,
-        )
-        before, t0 = compilations(), time.perf_counter()
-        model = train_fn(config)
-        rows = epoch_rows(point, model.metrics, compilations() - before, key)
-        _append(path, rows)
-        done.add(point_key(point))
-        if not keep_models:
+            log(
+                f"d={dim}: validation split read and both sides planned in "
+                f"{time.perf_counter() - t0:.1f} s, kept for {len(todo)} point(s)"
+            )
+        for i, point in group:
+            name = " ".join(f"{k}={point[k]:g}" for k in POINT)
+            if point_key(point) in done:
+                log(
+                    f"[{i}/{len(points)}] {name}: done before with the same dataset and settings, "
+                    "reused"
+                )
+                continue
+            model_dir = os.path.join(models, point_key(point).replace("|", "_"))
+            # a model directory of a run that did not finish: its checkpoints are of other settings
             shutil.rmtree(model_dir, ignore_errors=True)
-        best = max(rows, key=lambda r: np.nan_to_num(r.get(metric, np.nan), nan=-1.0))
-        log(
-            f"[{i}/{len(points)}] {name}: {time.perf_counter() - t0:.1f} s, "
-            f"{rows[0]['compiles']:g} compilations; "
-            f"validation {metric} by epoch "
-            + " ".join(f"{r.get(metric, np.nan):.4f}" for r in rows)
-            + f" (best {best.get(metric, np.nan):.4f} at epoch {best['epochs']:g})"
-        )
+            config = _tuning_config(base_config, point, model_dir, epochs)
+            clock = _Clock()
+            before = compilations()
+            model = train_fn(
+                config,
+                callbacks=[clock],
+                prepared=prepared,
+                tables=False,
+                checkpoints=keep_models,
+            )
+            rows = epoch_rows(point, model.metrics, compilations() - before, key, clock.init)
+            _append(path, rows)
+            done.add(point_key(point))
+            if not keep_models:
+                shutil.rmtree(model_dir, ignore_errors=True)
+            log(f"[{i}/{len(points)}] {name}: " + _point_line(rows, metric, clock))
+        # the group's batches leave the devices before the next d's are packed
+        del prepared
     return [r for r in read_results(path) if key_of(r) == key]
 
 
