@@ -123,7 +123,9 @@ def train(
             f"--model_dir {config.model_dir} is a file, not a directory; choose a directory"
         )
     fileio.makedirs(config.model_dir)
-    plan = execution.current(config, dataset.num_rows, dataset.num_cols, mesh)
+    plan = execution.current(
+        config, dataset.num_rows, dataset.num_cols, mesh, execution.dataset_links(dataset.stats)
+    )
     # one writer per model directory (process 0 speaks for a multi-host run)
     lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
@@ -420,7 +422,9 @@ def epoch_cost(config: TrainConfig, dataset: Dataset, mesh=None) -> dict:
     bytes accessed, FLOPs and compiled calls per epoch and device, and every program): both sides
     planned as `train` plans them (one pass over the data); nothing is trained."""
     mesh = mesh if mesh is not None else make_mesh()
-    plan = execution.current(config, dataset.num_rows, dataset.num_cols, mesh)
+    plan = execution.current(
+        config, dataset.num_rows, dataset.num_cols, mesh, execution.dataset_links(dataset.stats)
+    )
     tables = init_tables(
         config, dataset.num_rows, dataset.num_cols, mesh, execution.table_dtype(plan)
     )

@@ -98,7 +98,8 @@ def _main(argv: list[str] | None) -> int:
         if config.distributed:
             _init_distributed(config)
         else:
-            execution.start_cpu_devices(config)
+            # a small problem (stats.json's count) runs on one CPU device (`execution`)
+            execution.start_cpu_devices(config, execution.stats_links(config.data))
         jax.devices()
     try:
         # the summary needs the metrics only
