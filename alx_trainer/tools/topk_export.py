@@ -22,7 +22,7 @@ import math
 import os
 import re
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.tools import output_swap, topk_records
 from webgraph_contract import dataset_reader, fileio, layout
+from webgraph_contract.ragged import RaggedRows
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,24 @@ class _ShardWriter(contextlib.ExitStack):
         return self.paths
 
 
+def full_chunks(chunks: Iterable[RaggedRows], rows: int) -> Iterator[RaggedRows]:
+    """`chunks` joined in order into chunks of `rows` rows (fewer only at the end): the reader cuts
+    a chunk at each file's end, and every short chunk would be a ranking call of its own shape (a
+    fold-in program traced, lowered and loaded per call)."""
+    held: list[RaggedRows] = []
+    count = 0
+    for chunk in chunks:
+        while len(chunk):
+            taken = min(rows - count, len(chunk))
+            held.append(chunk.take(0, taken))
+            chunk, count = chunk.take(taken, len(chunk)), count + taken
+            if count == rows:
+                yield RaggedRows.concat(held)
+                held, count = [], 0
+    if count:
+        yield RaggedRows.concat(held)
+
+
 def _chunks(
     model: Any, dataset: Dataset, ranker: Ranker, k: int, test: bool
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -120,9 +139,8 @@ def _chunks(
     row_table = np.asarray(model.row_table, np.float32)
     for split in ("train", "test") if test else ("train",):
         files = dataset.files.get(split, [])
-        for chunk in records.read_chunks(
-            files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols
-        ):
+        read = records.read_chunks(files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols)
+        for chunk in full_chunks(read, ranker.rows_per_call):
             # on a graph each row's own id too (as `Ranker.rank`)
             exclude = chunk.with_ids(chunk.row_ids) if shared else chunk
             if split == "train":
