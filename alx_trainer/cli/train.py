@@ -82,9 +82,7 @@ def _main(argv: list[str] | None) -> int:
     from alx_trainer import phase_times
 
     # the seconds before the command's imports, from the process's start
-    age = phase_times.process_seconds()
-    if age is not None:
-        phase_times.startup("start", age, phase_times.cpu_seconds())
+    phase_times.command_started()
     # the training stack (orbax, ...) takes seconds to import: not for --help or a bad flag
     with phase_times.timed("imports", is_startup=True):
         use_compile_cache(config.compile_cache)

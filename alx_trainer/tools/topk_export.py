@@ -10,7 +10,8 @@ the model directory and epoch exported from). The export is all or nothing (`out
 written beside `out_dir` and swapped in once complete, replacing an earlier export there (its
 shards of another shard count, temporary files of a killed one); `read_export` refuses a directory
 without `topk.json` or whose shards are not the ones it lists.
-Records: `topk_records` (read back with `topk_records.read_topk` or `tf.data`).
+Records: `topk_records` (read back with `topk_records.read_topk` or `tf.data`). Its phases
+(`phase_times`): read, compile, rank, write.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from alx_trainer import compile_cache, phase_times
 from alx_trainer.data import records
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation.ranking import Ranker
@@ -140,13 +142,14 @@ def _chunks(
     for split in ("train", "test") if test else ("train",):
         files = dataset.files.get(split, [])
         read = records.read_chunks(files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols)
-        for chunk in full_chunks(read, ranker.rows_per_call):
+        for chunk in full_chunks(phase_times.timed_steps("read", read), ranker.rows_per_call):
             # on a graph each row's own id too (as `Ranker.rank`)
             exclude = chunk.with_ids(chunk.row_ids) if shared else chunk
-            if split == "train":
-                ids, scores = ranker.top_k(row_table[chunk.row_ids], exclude, k)
-            else:
-                ids, scores = ranker.fold_in_top_k(chunk, exclude, k)
+            with compile_cache.phase("rank"):
+                if split == "train":
+                    ids, scores = ranker.top_k(row_table[chunk.row_ids], exclude, k)
+                else:
+                    ids, scores = ranker.fold_in_top_k(chunk, exclude, k)
             yield chunk.row_ids, ids, scores
 
 
@@ -195,7 +198,8 @@ def export_topk(
     with output_swap.staged(out_dir, NAMES, MANIFEST) as staging:
         with _ShardWriter(staging, num_shards, max(1, math.ceil(total / num_shards))) as writer:
             for rows, ids, scores in _chunks(model, dataset, ranker, k, test):
-                writer.add(topk_records.encode(rows, ids, scores, row_names, col_names))
+                with phase_times.timed("write"):
+                    writer.add(topk_records.encode(rows, ids, scores, row_names, col_names))
                 done += len(rows)
                 now = time.perf_counter()
                 if now - last >= PROGRESS_EVERY_S:
