@@ -146,7 +146,11 @@ def test_device_drawn_rows_are_normal_and_bfloat16_is_float32_rounded(small_devi
 
 
 def test_cpu_devices_keep_the_hosts_rows(small_chunks):
-    """On CPU devices the default is the host's generator (`init_rows`), the faster there."""
+    """On CPU devices the default is the host's generator (`init_rows`), the faster there; off
+    CPU the devices draw tables above one host block (by rows, whatever the mesh)."""
+    chunk = table_init.INIT_CHUNK
+    assert not table_init.device_draws("cpu", 10 * chunk)
+    assert table_init.device_draws("gpu", chunk + 1) and not table_init.device_draws("gpu", chunk)
     n = 3_000
     want = np.empty((n, 8), np.float32)
     table_init.init_rows(3, 0, n, 0.1, want)

@@ -1,13 +1,15 @@
 """Initial tables: N(0, stddev) rows independent of the mesh, generated on the host by a thread
-per core (CPU devices) or by the devices' own generator in their shards (GPU, TPU).
+per core (CPU devices, small tables) or by the devices' own generator in their shards (larger
+tables on GPU, TPU: `device_draws`).
 
 Both depend on the seed and the row only (not on the mesh), by chunks of rows each drawn from its
 own stream, but from different generators: NumPy's PCG64 on the host, JAX's threefry on the
 devices; a seed's tables are the same on any number of devices of one kind, not on a CPU and a
-GPU. On CPU devices the host is the faster (2M x 64 float32 on a 2-core host at load 5: one
-device 2.96-3.35 s, 1.90-2.07 CPU s, on the host against 3.80-4.94 s, 2.46-3.02 CPU s, by
-threefry; two devices 2.52-3.28 s against 4.36-5.56 s); on an accelerator the devices draw their
-shards where they live, with no host generation and no copy (not measured on one yet)."""
+GPU, nor for a table of at most `INIT_CHUNK` rows and a larger one. On CPU devices the host is
+the faster (2M x 64 float32 on a 2-core host at load 5: one device 2.96-3.35 s, 1.90-2.07 CPU s,
+on the host against 3.80-4.94 s, 2.46-3.02 CPU s, by threefry; two devices 2.52-3.28 s against
+4.36-5.56 s); on an accelerator the devices draw their shards where they live, with no host
+generation and no copy (not measured on one yet)."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def init_table(
 ) -> jax.Array:
     """Normal(0, stddev) rows for the `n` real rows, zeros for the padding; independent of the mesh.
 
-    `on_device` (None: unless the mesh's devices are CPUs): drawn by the devices (`_device_table`).
+    `on_device` (None: `device_draws`): drawn by the devices (`_device_table`).
     Otherwise, on the host: shards of at most `INIT_CHUNK` rows are generated and put on their
     devices whole.
     Larger ones: blocks of `INIT_CHUNK` rows are generated on the host by a thread per core
@@ -84,7 +86,7 @@ def init_table(
     block = min(INIT_CHUNK, shard)
     dtype = jnp.dtype(dtype)
     if on_device is None:
-        on_device = mesh.devices.flat[0].platform != "cpu"
+        on_device = device_draws(mesh.devices.flat[0].platform, n)
     if on_device:
         return _device_table(mesh, shard, n, dim, dtype)(jax.random.key(seed), np.float32(stddev))
     # bfloat16 shards are written as their uint16 bits: XLA:CPU's bfloat16 dynamic-update-slice
@@ -146,6 +148,13 @@ def _small_table(
     with ThreadPoolExecutor(workers, thread_name_prefix="alx-init") as pool:
         parts = list(pool.map(make, items))
     return jax.make_array_from_single_device_arrays((n_pad, dim), sharding, parts)
+
+
+def device_draws(platform: str, n: int) -> bool:
+    """Whether a table of `n` rows is drawn by the devices of `platform`: off CPU, above one host
+    block (`INIT_CHUNK` rows; by `n`, not the shard, so a table's rows are the same on any number
+    of devices); a smaller one is generated on the host and put whole (no program to load)."""
+    return platform != "cpu" and n > INIT_CHUNK
 
 
 def device_chunk_rows(dim: int) -> int:
