@@ -13,13 +13,16 @@ lowering and compiling (or loading from the cache), and the programs XLA actuall
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
-from typing import Any
+import time
+from typing import Any, Iterator
 
 import jax
 
+from alx_trainer import phase_times
 from alx_trainer.config import ConfigError
 
 AUTO, OFF = "auto", "off"
@@ -140,3 +143,16 @@ jax.monitoring.register_event_listener(_on_event)
 def counts() -> CompileCounts:
     """What JAX reported since this module was imported."""
     return CompileCounts(_totals["seconds"], _totals["requests"], _totals["hits"])
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Time the block as `phase_times` phase `name`, less the seconds JAX spent tracing, lowering
+    and compiling (or loading) in it, which go to phase 'compile' (summed over threads, at most the
+    block's wall time)."""
+    before, wall, cpu = counts(), time.perf_counter(), phase_times.cpu_seconds()
+    yield
+    wall = time.perf_counter() - wall
+    compiling = min(counts().since(before).seconds, wall)
+    phase_times.add("compile", compiling)
+    phase_times.add(name, wall - compiling, phase_times.cpu_seconds() - cpu)

@@ -167,7 +167,8 @@ class ExecutionConfig:
         "packed batches of both sides kept on the devices when they fit (--resident_batches), a "
         "half-epoch's normal rows in at most --calls_per_half_epoch compiled calls, long rows "
         "solved on the devices, gramian and replica by collectives. 'auto' = on for GPU/TPU, off "
-        "on CPU (the per-core layout); 'on' forces it on CPU devices (tests, `python -m "
+        "on CPU (the per-core layout) except for a small problem (at most 200,000 links: one CPU "
+        "device, one program an epoch); 'on' forces it on CPU devices (tests, `python -m "
         "benchmarks.profile --sections proxies`). Layouts 'sharded' or 'replicated' ('auto': "
         "sharded).",
     )

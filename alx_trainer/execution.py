@@ -8,6 +8,11 @@ solved, the CG form, the table dtype, and the devices and top-K block of the eva
 computes it once per command (`current`), logs it in one line (`describe`), saves it beside the
 checkpoints (`PLAN_FILE`) and hands it to the side runners, fold-in and the evaluation.
 
+A small problem on CPU (`small_on_cpu`: at most `SMALL_PROBLEM_LINKS` links, the dataset's
+stats.json count) takes the accelerator path on one CPU device: one compiled program an epoch,
+where per-core threads buy nothing and four programs (one per device and side) cost more to
+trace and load than the epochs take.
+
 Two decisions fall outside the one function by when they can be made: the CPU split
 (`start_cpu_devices`, before JAX starts: JAX then reports the devices it made) and, on the
 accelerator path with `resident_batches` 'auto', whether a side's packed batches stay on the
@@ -19,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +38,7 @@ from alx_trainer.config import (
 )
 from alx_trainer.ops import per_core
 from alx_trainer.ops.spec import StepSpec
-from webgraph_contract import fileio
+from webgraph_contract import fileio, stats_json
 
 PLAN_FILE = "plan.json"
 # The batch sources (`ops.batch_sources`) by name: where a half-epoch's packed batches come from.
@@ -46,6 +51,13 @@ LONG_ROWS = ("device", "matvec_cg", "explicit")
 # H100's figures, on GPU at every measured d (64-1024); no TPU figures, so TPU follows the GPU.
 # A backend or d that ever measures otherwise gets a row here.
 AUTO_CG_FORM: dict[str, str] = {"cpu": "matvec", "gpu": "matvec", "tpu": "matvec"}
+# Links (stats.json's `edges`, every split) up to which a CPU run with `accelerator` and `layout`
+# 'auto' takes the accelerator path on one CPU device (`small_on_cpu`). Seconds per epoch after the
+# first, d=32, 2-core host at load 4-7 (per-core path on 2 devices / one program on 1 device):
+# ML-100k (100k) 0.020-0.022 / 0.012-0.018; 200k 0.039-0.066 / 0.042-0.043; 400k 0.12-0.14 /
+# 0.10-0.15; Gowalla's shape (810k, d=64) 0.24-0.31 / 0.44-0.58. The first (warm) epoch: one
+# program to trace and load instead of four.
+SMALL_PROBLEM_LINKS = 200_000
 # Accelerator path: a side's batches stay on the devices when they take at most this share of the
 # free memory (each side decides in turn, the other side's already counted).
 RESIDENT_SHARE = 0.5
@@ -157,13 +169,17 @@ class ExecutionPlan:
 
 
 def plan_execution(
-    config: TrainConfig, machine: Machine, num_rows: int, num_cols: int
+    config: TrainConfig, machine: Machine, num_rows: int, num_cols: int, num_links: int = 0
 ) -> ExecutionPlan:
-    """The execution plan of `config` on `machine` for a `num_rows` x `num_cols` matrix; a
-    ValueError names a layout the machine cannot run."""
+    """The execution plan of `config` on `machine` for a `num_rows` x `num_cols` matrix of
+    `num_links` links (0: not counted); a ValueError names a layout the machine cannot run."""
     platform, processes, devices, local, cores = machine
     cpu = platform == "cpu"
-    accelerator = config.accelerator == "on" or (config.accelerator == "auto" and not cpu)
+    accelerator = (
+        config.accelerator == "on"
+        or (config.accelerator == "auto" and not cpu)
+        or (small_on_cpu(config, num_links) and local == 1 and processes == 1)
+    )
     layout = _layout(config, cpu, accelerator, processes)
     local_stats = config.stats == "local"
     if layout == "sharded" and devices == 1 and not local_stats:
@@ -208,6 +224,33 @@ def plan_execution(
         eval_devices="first_local" if cpu else "all_local",
         topk_block=topk_block_shape(platform),
     )
+
+
+def small_on_cpu(config: TrainConfig, num_links: int) -> bool:
+    """Whether a CPU run of `config` on `num_links` links (0: not counted) is a small problem,
+    run on the accelerator path on one CPU device (see `SMALL_PROBLEM_LINKS`): with `accelerator`,
+    `layout` and `cpu_devices` left to the plan, in one process."""
+    return (
+        0 < num_links <= SMALL_PROBLEM_LINKS
+        and config.accelerator == "auto"
+        and config.layout == "auto"
+        and config.cpu_devices == 0
+        and not config.distributed
+    )
+
+
+def dataset_links(stats: Mapping[str, Any]) -> int:
+    """The links a dataset's stats.json counts (`edges`, every split; 0 when it has no count)."""
+    return int(stats.get("edges", 0) or 0)
+
+
+def stats_links(data: str) -> int:
+    """`dataset_links` of a dataset directory before it is opened (before JAX starts); 0 for a
+    TFDS name or a directory without a readable stats.json (opening it reports that)."""
+    try:
+        return dataset_links(stats_json.read_stats(data)) if fileio.isdir(data) else 0
+    except (OSError, ValueError):
+        return 0
 
 
 def _layout(config: TrainConfig, cpu: bool, accelerator: bool, processes: int) -> str:
@@ -267,9 +310,11 @@ def machine(mesh) -> Machine:
     )
 
 
-def current(config: TrainConfig, num_rows: int, num_cols: int, mesh) -> ExecutionPlan:
+def current(
+    config: TrainConfig, num_rows: int, num_cols: int, mesh, num_links: int = 0
+) -> ExecutionPlan:
     """The plan of `config` on `mesh` (this process's JAX backend and processes)."""
-    return plan_execution(config, machine(mesh), num_rows, num_cols)
+    return plan_execution(config, machine(mesh), num_rows, num_cols, num_links)
 
 
 def keeps_resident(plan: ExecutionPlan, need: int, free: int) -> bool:
@@ -288,18 +333,22 @@ def _cpu_split_settled() -> bool:
     )
 
 
-def cpu_device_count(config: TrainConfig) -> int:
-    """The JAX CPU devices a command line splits the host into (0: leave JAX's default).
+def cpu_device_count(config: TrainConfig, num_links: int = 0) -> int:
+    """The JAX CPU devices a command line splits the host into (0: leave JAX's default) for
+    `num_links` links (0: not counted).
 
     Auto (`cpu_devices` 0) gives one device per core only to runs whose CPU programs have no
     collective and no LAPACK call (CG with the matrix-free product in the 'owner' layout) on a
     host without GPU or TPU plugins: XLA's CPU runtime can deadlock when per-core devices run such
     programs at once (seen with batched Cholesky and with in-process all-gathers on a 2-core
-    machine), so other runs keep one CPU device. XLA_FLAGS's
-    --xla_force_host_platform_device_count (tests) wins.
+    machine), so other runs keep one CPU device, and so does a small problem (`small_on_cpu`: the
+    accelerator path's one program an epoch). XLA_FLAGS's --xla_force_host_platform_device_count
+    (tests) wins.
     """
     if _cpu_split_settled():
         return 0
+    if small_on_cpu(config, num_links):
+        return 1
     safe = (
         config.solver == "cg"
         and config.cg_form in ("auto", "matvec")
@@ -312,10 +361,10 @@ def cpu_device_count(config: TrainConfig) -> int:
     return config.cpu_devices or (len(per_core.cores()) if safe else 1)
 
 
-def start_cpu_devices(config: TrainConfig) -> int:
-    """Split the CPU into `cpu_device_count(config)` JAX devices before JAX starts (`per_core`);
-    returns the count made (0: none, JAX had started or the split does not apply)."""
-    count = cpu_device_count(config)
+def start_cpu_devices(config: TrainConfig, num_links: int = 0) -> int:
+    """Split the CPU into `cpu_device_count(config, num_links)` JAX devices before JAX starts
+    (`per_core`); returns the count made (0: none, JAX had started or the split does not apply)."""
+    count = cpu_device_count(config, num_links)
     return count if count and per_core.use_cpu_devices(count) else 0
 
 

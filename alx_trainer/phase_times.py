@@ -9,10 +9,13 @@ resumed checkpoint's), `read` (a side's planning pass over its files), `plan` (i
 counts), `pack` (its batch source: packing, and for the accelerator path copying to the devices,
 with its own pass over the files), `compile` (wall seconds only: `train` takes the epochs'
 `compile_seconds` out of `epochs`), `epochs` (the half-epochs' work), `checkpoint` (the saves),
-`eval`. Wrap a phase in `timed(name)` (its line logged at debug level), or report seconds measured
-elsewhere with `add`; `train` starts each run with `begin_run` and logs `summary` at its end (with
-`other`: the seconds in no phase). CPU seconds are the whole process's and its ended children's (the
-reader's decoding workers, which end with each read).
+`eval`. The scoring commands (`eval`, `export`) have the same start-up phases, then `open`, `load`
+(the model restored), `read` (the rows to rank), `compile`, `rank` (fold-in and top K, less its
+compile seconds) and `write` (the output files). Wrap a phase in `timed(name)` (its line logged at
+debug level), an iterator's steps in `timed_steps`, or report seconds measured elsewhere with `add`;
+`train` starts each run with `begin_run` and logs `summary` at its end (with `other`: the seconds
+in no phase), the scoring commands log it at theirs. CPU seconds are the whole process's and its
+ended children's (the reader's decoding workers, which end with each read).
 """
 
 from __future__ import annotations
@@ -23,23 +26,27 @@ import os
 import resource
 import threading
 import time
-from typing import Iterator
+from typing import Iterable, Iterator, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ORDER = (
     "start",
     "imports",
     "backend",
     "open",
+    "load",
     "init",
     "read",
     "plan",
     "pack",
     "compile",
     "epochs",
+    "rank",
     "checkpoint",
     "eval",
+    "write",
 )
 _lock = threading.Lock()
 _totals: dict[str, tuple[float, float | None]] = {}
@@ -59,6 +66,13 @@ def process_seconds() -> float | None:
     except (OSError, IndexError, ValueError):
         return None
     return max(uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
+def command_started() -> None:
+    """Record the command's `start` phase: from the process's start to now."""
+    age = process_seconds()
+    if age is not None:
+        startup("start", age, cpu_seconds())
 
 
 def startup(name: str, wall: float, cpu: float | None = None) -> None:
@@ -86,6 +100,20 @@ def timed(name: str, what: str = "", is_startup: bool = False) -> Iterator[None]
         return
     add(name, wall, cpu)
     log.debug("%s%s: %.2f s (%.2f CPU s)", f"{what} " if what else "", name, wall, cpu)
+
+
+def timed_steps(name: str, items: Iterable[T]) -> Iterator[T]:
+    """`items`, the time each takes to come (a reader's) added to phase `name`."""
+    it = iter(items)
+    while True:
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        try:
+            item = next(it)
+        except StopIteration:
+            add(name, time.perf_counter() - wall, cpu_seconds() - cpu)
+            return
+        add(name, time.perf_counter() - wall, cpu_seconds() - cpu)
+        yield item
 
 
 def add(name: str, wall: float, cpu: float | None = None) -> None:

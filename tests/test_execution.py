@@ -54,6 +54,38 @@ def test_rules_by_machine():
         _plan(Machine("gpu", 1, 1, 1, 16), layout="owner")
 
 
+def test_a_small_problem_on_cpu_runs_one_program_an_epoch(monkeypatch):
+    """At most SMALL_PROBLEM_LINKS links, with the path, layout and CPU split left to the plan: one
+    CPU device and the accelerator path; otherwise (more links, links not counted, settings given,
+    several devices) the per-core path as before."""
+    small = execution.SMALL_PROBLEM_LINKS
+    one = Machine("cpu", 1, 1, 1, 2)
+    config = TrainConfig(data="d", model_dir="m", dim=16)
+
+    def plan(config=config, machine=one, links=small):
+        return execution.plan_execution(config, machine, 100, 80, links)
+
+    assert plan().accelerator and plan().batches == "device" and plan().layout == "replicated"
+    assert not plan(links=small + 1).accelerator and plan(links=small + 1).layout == "owner"
+    assert not plan(links=0).accelerator
+    assert not plan(machine=Machine("cpu", 1, 2, 2, 2)).accelerator
+    for knob in ({"layout": "owner"}, {"accelerator": "off"}, {"cpu_devices": 1}):
+        assert not plan(dataclasses.replace(config, **knob)).accelerator, knob
+    # the CPU split before JAX starts agrees: one device for a small problem, one per core else
+    monkeypatch.setattr(execution, "_cpu_split_settled", lambda: False)
+    monkeypatch.setattr(execution.per_core, "cores", lambda: [0, 1])
+    assert execution.cpu_device_count(config, small) == 1
+    assert execution.cpu_device_count(config, small + 1) == execution.cpu_device_count(config) == 2
+
+
+def test_links_come_from_stats_json(tmp_path):
+    data = ref.write_dataset(str(tmp_path / "data"), ref.random_rows(1, 12, 9, max_len=4), 12, 9)
+    stats = json.loads((tmp_path / "data" / "stats.json").read_text())
+    assert execution.stats_links(data) == execution.dataset_links(stats) == stats["edges"] > 0
+    assert execution.stats_links(str(tmp_path / "none")) == 0
+    assert execution.stats_links("web_graph/de-dense") == 0
+
+
 def test_fold_in_plan_runs_on_the_evaluation_devices():
     config = TrainConfig(data="d", model_dir="m", dim=16, cache_batches=True, layout="sharded")
     plan = execution.plan_execution(config, CPU, 100, 80)
@@ -79,8 +111,8 @@ def test_one_plan_per_command_the_same_for_two_commands(tmp_path, monkeypatch):
     made = []
     original = execution.plan_execution
 
-    def counted(config, machine, num_rows, num_cols):
-        plan = original(config, machine, num_rows, num_cols)
+    def counted(config, machine, num_rows, num_cols, num_links=0):
+        plan = original(config, machine, num_rows, num_cols, num_links)
         made.append((config, machine, plan))
         return plan
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+
+from alx_cli import run_cli
 
 from alx_trainer import phase_times
 from alx_trainer.config import TrainConfig
@@ -84,3 +87,69 @@ def test_a_phase_that_fails_is_not_counted(caplog):
     assert phase_times.totals() == {} and not [
         r for r in caplog.records if r.name == "alx_trainer.phase_times"
     ]
+
+
+def test_timed_steps_counts_the_waits_for_items():
+    phase_times.reset()
+
+    def slow():
+        for k in range(3):
+            time.sleep(0.05)
+            yield k
+
+    got = []
+    for item in phase_times.timed_steps("read", slow()):
+        got.append(item)
+        # the consumer's own time is not the reader's
+        time.sleep(0.1)
+    wall, cpu = phase_times.totals()["read"]
+    assert got == [0, 1, 2] and 0.15 <= wall < 0.25 and cpu is not None
+    phase_times.reset()
+
+
+def test_compile_seconds_leave_the_phase_they_were_in():
+    """`compile_cache.phase`: the block's wall time split into its phase and 'compile' (JAX's
+    reported trace, lower and compile seconds), together the block's."""
+    import jax
+    import jax.numpy as jnp
+
+    from alx_trainer import compile_cache
+
+    phase_times.reset()
+    # a program of its own: traced, lowered and compiled (or loaded) inside the block
+    salt = float(time.perf_counter_ns() % 1000003)
+    start = time.perf_counter()
+    with compile_cache.phase("rank"):
+        jax.jit(lambda x: jnp.sin(x) * salt)(jnp.ones(3)).block_until_ready()
+    wall = time.perf_counter() - start
+    totals = phase_times.totals()
+    assert list(totals) == ["compile", "rank"]
+    assert totals["compile"][0] > 0 and totals["compile"][1] is None
+    assert abs(totals["compile"][0] + totals["rank"][0] - wall) < 0.01
+    phase_times.reset()
+
+
+def test_eval_and_export_log_their_phases(tmp_path):
+    """The scoring commands end with a phases line: start-up, load, read, compile, rank (eval),
+    and write (export)."""
+    rows = ref.random_rows(5, 30, 40, max_len=8)
+    test = {
+        r: (c[: len(c) // 2], c[len(c) // 2 :]) for r, c in list(rows.items())[:6] if len(c) > 1
+    }
+    data = ref.write_dataset(str(tmp_path / "data"), rows, 30, 40, test=test)
+    model = str(tmp_path / "m")
+    flags = ["--data", data, "--model_dir", model]
+    code, _, err = run_cli(["train", *flags, "--dim", "4", "--epochs", "1", "--no-progress"])
+    assert code == 0, err
+    startup = r"phases: start .*, imports .*, backend .*, load .*, "
+    code, out, err = run_cli(["eval", *flags, "--no-progress"])
+    assert code == 0 and "recall@20" in out, err
+    assert re.search(startup + r"read .*, compile .*, rank .*, other [\d.]+ s$", err, re.M), err
+    for extra, phases in (
+        (["--top_k", "5"], r"read .*, compile .*, rank .*, write .*"),
+        ([], "write .*"),
+    ):
+        out_dir = str(tmp_path / f"export{len(extra)}")
+        code, out, err = run_cli(["export", *flags, "--out_dir", out_dir, *extra])
+        assert code == 0, err
+        assert re.search(startup + phases + r", other [\d.]+ s$", err, re.M), err

@@ -426,6 +426,23 @@ def test_export_topk_reads_back_as_brute_force(hollins, tmp_path):
     assert manifest["rows"] == len(got.rows) and manifest["folded_in_rows"] == len(test_rows)
 
 
+def test_export_joins_the_readers_short_chunks_into_full_ones():
+    """The reader cuts a chunk at each file's end: the export ranks full chunks of the ranker's
+    rows a call, the rows and their ids in order (one call, one program shape, per full chunk)."""
+    rng = np.random.default_rng(0)
+    lists = [rng.integers(0, 50, rng.integers(0, 6)).tolist() for _ in range(23)]
+    cuts = [0, 3, 3, 4, 11, 12, 23]
+    read = [
+        RaggedRows.from_lists(lists[lo:hi], row_ids=np.arange(lo, hi) + 100)
+        for lo, hi in zip(cuts, cuts[1:])
+    ]
+    for rows in (1, 5, 8, 23, 40):
+        got = list(topk_export.full_chunks(read, rows))
+        assert [len(c) for c in got] == [min(rows, 23 - lo) for lo in range(0, 23, rows)]
+        assert [r for c in got for r in c.row_ids.tolist()] == list(range(100, 123))
+        assert [ids.tolist() for c in got for ids in c.lists()] == lists
+
+
 def killed_writer(path) -> None:
     """A process killed (SIGKILL) while it writes the TFRecord file `path`, as an export killed
     mid-shard: what it leaves behind stays."""

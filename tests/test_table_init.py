@@ -101,3 +101,57 @@ def test_small_shards_are_put_whole_without_a_program(small_chunks):
         np.testing.assert_array_equal(got[:n], want.astype(dtype).astype(np.float32))
         assert got.shape == (2_000, 8) and not got[n:].any()
     assert compile_cache.counts().requests == before
+
+
+@pytest.fixture
+def small_device_chunks(monkeypatch):
+    # chunks of 256 rows of dim 8: many chunks, shard edges inside chunks
+    monkeypatch.setattr(table_init, "DEVICE_CHUNK_VALUES", 300 * 8)
+
+
+def _drawn(devices: int, n: int, dim: int = 8, seed: int = 3, dtype=jnp.float32) -> np.ndarray:
+    mesh = make_mesh(jax.devices()[:devices])
+    table = table_init.init_table(mesh, seed, n, dim, 0.1, dtype, on_device=True)
+    return np.asarray(table).astype(np.float32)
+
+
+def test_device_drawn_rows_do_not_depend_on_mesh_or_size(small_device_chunks):
+    """The devices' generator (`on_device`, the default off CPU): row r depends on the seed and r
+    only, on 1, 3 or 8 devices, in a table of any size; padding rows are zero."""
+    assert table_init.device_chunk_rows(8) == 256
+    n = 2_501
+    one, three, eight = _drawn(1, n), _drawn(3, n), _drawn(8, n)
+    np.testing.assert_array_equal(one[:n], three[:n])
+    np.testing.assert_array_equal(one[:n], eight[:n])
+    assert one.shape == (n, 8) and eight.shape == (2_504, 8)
+    assert not three[n:].any() and not eight[n:].any()
+    np.testing.assert_array_equal(_drawn(3, 3_000)[:n], one)
+    np.testing.assert_array_equal(_drawn(8, 20)[:20], one[:20])
+    assert not np.array_equal(_drawn(1, n, seed=4), one)
+    # not the host's generator: each draws its own rows
+    assert not np.array_equal(_table(1, n)[:n], one)
+
+
+def test_device_drawn_rows_are_normal_and_bfloat16_is_float32_rounded(small_device_chunks):
+    n, dim = 20_000, 16
+    values = _drawn(2, n, dim)
+    assert stats.kstest(values.ravel() / 0.1, "norm").pvalue > 1e-3
+    assert np.abs(np.corrcoef(values[:, :4].T) - np.eye(4)).max() < 0.03
+    # the first rows of different chunks are not one stream repeated
+    first = values[np.arange(0, n, table_init.device_chunk_rows(dim))]
+    assert np.abs(np.corrcoef(first[:-1].ravel(), first[1:].ravel())[0, 1]) < 0.2
+    bf16 = _drawn(2, 5_001, dtype=jnp.bfloat16)
+    f32 = _drawn(2, 5_001)
+    np.testing.assert_array_equal(bf16, f32.astype(jnp.bfloat16).astype(np.float32))
+
+
+def test_cpu_devices_keep_the_hosts_rows(small_chunks):
+    """On CPU devices the default is the host's generator (`init_rows`), the faster there; off
+    CPU the devices draw tables above one host block (by rows, whatever the mesh)."""
+    chunk = table_init.INIT_CHUNK
+    assert not table_init.device_draws("cpu", 10 * chunk)
+    assert table_init.device_draws("gpu", chunk + 1) and not table_init.device_draws("gpu", chunk)
+    n = 3_000
+    want = np.empty((n, 8), np.float32)
+    table_init.init_rows(3, 0, n, 0.1, want)
+    np.testing.assert_array_equal(_table(3, n)[:n], want)

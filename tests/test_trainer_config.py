@@ -212,7 +212,9 @@ def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
     common = ["--data", data_dir, "--dim", "4", "--epochs", "1", "--no-progress"]
     # its layouts have collectives
     cases = (
-        ([], os.cpu_count()),
+        # a small problem (execution.SMALL_PROBLEM_LINKS): one device, one program an epoch
+        ([], 1),
+        (["--accelerator", "off"], os.cpu_count()),
         (["--solver", "cholesky"], 1),
         (["--solver", "block"], 1),
         (["--cpu_devices", "3"], 3),

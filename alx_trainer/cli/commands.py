@@ -224,13 +224,18 @@ def main_eval(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        # imports JAX: not for --help or a bad flag
-        from alx_trainer.execution import start_scoring_cpu_devices
+        from alx_trainer import phase_times
 
-        start_scoring_cpu_devices()
-        use_compile_cache(args.compile_cache)
-        # the evaluation stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
-        from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
+        phase_times.command_started()
+        with phase_times.timed("imports", is_startup=True):
+            use_compile_cache(args.compile_cache)
+            # the evaluation stack (JAX, orbax) takes seconds to import: not for --help or a bad
+            # flag (it leaves JAX's backend unstarted)
+            from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
+            from alx_trainer.execution import start_scoring_cpu_devices
+
+        with phase_times.timed("backend", is_startup=True):
+            start_scoring_cpu_devices()
 
         ranking = Ranking(
             ks=args.eval_k,
@@ -254,9 +259,16 @@ def main_eval(argv: Sequence[str]) -> int:
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2, sort_keys=True)
+        _log_phases(phase_times)
         return 0
 
     return run("eval", body)
+
+
+def _log_phases(phase_times) -> None:
+    """A scoring command's phases line (`phase_times.summary`), then its phases forgotten."""
+    logging.getLogger("alx_trainer").info("%s", phase_times.summary())
+    phase_times.reset()
 
 
 def main_sweep(argv: Sequence[str]) -> int:
@@ -502,15 +514,24 @@ def main_export(argv: Sequence[str]) -> int:
         p.error("--top_k needs --data: the dataset whose rows and known links are ranked")
 
     def body() -> int:
-        use_compile_cache(args.compile_cache)
-        # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
-        from alx_trainer import loading  # (as above)
-        from alx_trainer.tools.output_swap import check_out_dir  # (as above)
-        from alx_trainer.tools.predict import export_tables  # (as above)
-        from alx_trainer.tools.topk_export import export_topk  # (as above)
+        from alx_trainer import phase_times
 
+        phase_times.command_started()
+        with phase_times.timed("imports", is_startup=True):
+            use_compile_cache(args.compile_cache)
+            # the export stack (JAX, orbax) takes seconds to import: not for --help or a bad flag
+            import jax
+
+            from alx_trainer import loading  # (as above)
+            from alx_trainer.tools.output_swap import check_out_dir  # (as above)
+            from alx_trainer.tools.predict import export_tables  # (as above)
+            from alx_trainer.tools.topk_export import export_topk  # (as above)
+
+        with phase_times.timed("backend", is_startup=True):
+            jax.devices()
         check_out_dir(args.out_dir)
-        model, dataset = loading.load(args.model_dir, args.data)
+        with phase_times.timed("load", "model and data"):
+            model, dataset = loading.load(args.model_dir, args.data)
         # SIGTERM as Ctrl-C: the staging directory removed, the previous export left as it was
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
@@ -525,18 +546,20 @@ def main_export(argv: Sequence[str]) -> int:
                     model_dir=args.model_dir,
                 )
             else:
-                paths = export_tables(
-                    model,
-                    args.out_dir,
-                    data_dir=args.data or None,
-                    num_shards=args.num_shards or 1,
-                    model_dir=args.model_dir,
-                    shared=dataset is not None and not dataset.bipartite,
-                )
+                with phase_times.timed("write"):
+                    paths = export_tables(
+                        model,
+                        args.out_dir,
+                        data_dir=args.data or None,
+                        num_shards=args.num_shards or 1,
+                        model_dir=args.model_dir,
+                        shared=dataset is not None and not dataset.bipartite,
+                    )
         finally:
             signal.signal(signal.SIGTERM, previous)
         for path in paths:
             print(path)
+        _log_phases(phase_times)
         return 0
 
     return run("export", body)

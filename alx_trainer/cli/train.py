@@ -82,9 +82,7 @@ def _main(argv: list[str] | None) -> int:
     from alx_trainer import phase_times
 
     # the seconds before the command's imports, from the process's start
-    age = phase_times.process_seconds()
-    if age is not None:
-        phase_times.startup("start", age, phase_times.cpu_seconds())
+    phase_times.command_started()
     # the training stack (orbax, ...) takes seconds to import: not for --help or a bad flag
     with phase_times.timed("imports", is_startup=True):
         use_compile_cache(config.compile_cache)
@@ -98,7 +96,8 @@ def _main(argv: list[str] | None) -> int:
         if config.distributed:
             _init_distributed(config)
         else:
-            execution.start_cpu_devices(config)
+            # a small problem (stats.json's count) runs on one CPU device (`execution`)
+            execution.start_cpu_devices(config, execution.stats_links(config.data))
         jax.devices()
     try:
         # the summary needs the metrics only

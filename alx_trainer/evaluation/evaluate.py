@@ -13,7 +13,8 @@ ranked against every column with its fold-in items excluded, in row batches and 
 (`ranking.Ranker`: exact, or `lax.approx_max_k` with its recall against exact measured on a
 sample). A popularity recommender (columns ranked by their number of training rows) is scored on
 the same split by the same code, as the baseline the paper worries about (section 6.1). The model
-and the rows come from `alx_trainer.loading`.
+and the rows come from `alx_trainer.loading`; `evaluate_model_dir` times its phases
+(`phase_times`: load, read, compile, rank).
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from alx_trainer import loading
+from alx_trainer import compile_cache, loading, phase_times
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation import metrics, topk
 from alx_trainer.evaluation.ranking import FoldInFn, Ranking, check_columns
-from alx_trainer.loading import Tables, eval_data, model_tables
+from alx_trainer.loading import EvalData, Tables, eval_data, model_tables
 from webgraph_contract.ragged import RaggedRows
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,33 @@ def evaluate_dataset(
     """
     dataset = data if isinstance(data, Dataset) else loading.for_split(data, split)
     rows = eval_data(dataset)
+    # read only here: a validation evaluation without the baseline leaves the training split
+    popularity = rows.popularity if baseline else None
+    return _evaluate_read(
+        model_or_tables,
+        dataset,
+        rows,
+        popularity,
+        config,
+        ranking,
+        trained_rows,
+        max_rows,
+        fold_in_fn,
+    )
+
+
+def _evaluate_read(
+    model_or_tables: Tables,
+    dataset: Dataset,
+    rows: EvalData,
+    popularity: np.ndarray | None,
+    config: Any,
+    ranking: Ranking | None,
+    trained_rows: bool | None,
+    max_rows: int | None,
+    fold_in_fn: FoldInFn | None,
+) -> dict[str, float]:
+    """`evaluate_dataset` once its rows (and the baseline's `popularity`) are read."""
     known, gt = rows.known, rows.gt
     log.info("%s: %d %s rows to evaluate", dataset.name, len(known), dataset.eval_split)
     row_table, _, _ = model_tables(model_or_tables)
@@ -170,8 +198,7 @@ def evaluate_dataset(
         gt,
         config,
         ranking,
-        # read only here: a validation evaluation without the baseline leaves the training split
-        popularity=rows.popularity if baseline else None,
+        popularity=popularity,
         exclude_self=rows.shared,
         trained_rows=trained_rows,
         fold_in_fn=fold_in_fn,
@@ -191,14 +218,17 @@ def evaluate_model_dir(
     """`evaluate_dataset` of the latest checkpoint of `model_dir` on `data` (a dataset directory or
     a TFDS name), refused unless the model was trained on it (`loading.load`). `fold_in`: fold
     every row in, also on a given split."""
-    model, dataset = loading.load(model_dir, data, tfds_data_dir)
-    return evaluate_dataset(
-        model,
-        loading.for_split(dataset, split),
-        ranking=ranking,
-        trained_rows=False if fold_in else None,
-        max_rows=max_rows,
-    )
+    with phase_times.timed("load", "model and data"):
+        model, dataset = loading.load(model_dir, data, tfds_data_dir)
+    dataset = loading.for_split(dataset, split)
+    with phase_times.timed("read", "rows to evaluate"):
+        rows = eval_data(dataset)
+        popularity = rows.popularity
+    with compile_cache.phase("rank"):
+        trained_rows = False if fold_in else None
+        return _evaluate_read(
+            model, dataset, rows, popularity, None, ranking, trained_rows, max_rows, None
+        )
 
 
 def format_metrics(result: Mapping[str, float]) -> str:

@@ -10,7 +10,8 @@ the model directory and epoch exported from). The export is all or nothing (`out
 written beside `out_dir` and swapped in once complete, replacing an earlier export there (its
 shards of another shard count, temporary files of a killed one); `read_export` refuses a directory
 without `topk.json` or whose shards are not the ones it lists.
-Records: `topk_records` (read back with `topk_records.read_topk` or `tf.data`).
+Records: `topk_records` (read back with `topk_records.read_topk` or `tf.data`). Its phases
+(`phase_times`): read, compile, rank, write.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ import math
 import os
 import re
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from alx_trainer import compile_cache, phase_times
 from alx_trainer.data import records
 from alx_trainer.data.dataset import Dataset
 from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.tools import output_swap, topk_records
 from webgraph_contract import dataset_reader, fileio, layout
+from webgraph_contract.ragged import RaggedRows
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,24 @@ class _ShardWriter(contextlib.ExitStack):
         return self.paths
 
 
+def full_chunks(chunks: Iterable[RaggedRows], rows: int) -> Iterator[RaggedRows]:
+    """`chunks` joined in order into chunks of `rows` rows (fewer only at the end): the reader cuts
+    a chunk at each file's end, and every short chunk would be a ranking call of its own shape (a
+    fold-in program traced, lowered and loaded per call)."""
+    held: list[RaggedRows] = []
+    count = 0
+    for chunk in chunks:
+        while len(chunk):
+            taken = min(rows - count, len(chunk))
+            held.append(chunk.take(0, taken))
+            chunk, count = chunk.take(taken, len(chunk)), count + taken
+            if count == rows:
+                yield RaggedRows.concat(held)
+                held, count = [], 0
+    if count:
+        yield RaggedRows.concat(held)
+
+
 def _chunks(
     model: Any, dataset: Dataset, ranker: Ranker, k: int, test: bool
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -120,15 +141,15 @@ def _chunks(
     row_table = np.asarray(model.row_table, np.float32)
     for split in ("train", "test") if test else ("train",):
         files = dataset.files.get(split, [])
-        for chunk in records.read_chunks(
-            files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols
-        ):
+        read = records.read_chunks(files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols)
+        for chunk in full_chunks(phase_times.timed_steps("read", read), ranker.rows_per_call):
             # on a graph each row's own id too (as `Ranker.rank`)
             exclude = chunk.with_ids(chunk.row_ids) if shared else chunk
-            if split == "train":
-                ids, scores = ranker.top_k(row_table[chunk.row_ids], exclude, k)
-            else:
-                ids, scores = ranker.fold_in_top_k(chunk, exclude, k)
+            with compile_cache.phase("rank"):
+                if split == "train":
+                    ids, scores = ranker.top_k(row_table[chunk.row_ids], exclude, k)
+                else:
+                    ids, scores = ranker.fold_in_top_k(chunk, exclude, k)
             yield chunk.row_ids, ids, scores
 
 
@@ -177,7 +198,8 @@ def export_topk(
     with output_swap.staged(out_dir, NAMES, MANIFEST) as staging:
         with _ShardWriter(staging, num_shards, max(1, math.ceil(total / num_shards))) as writer:
             for rows, ids, scores in _chunks(model, dataset, ranker, k, test):
-                writer.add(topk_records.encode(rows, ids, scores, row_names, col_names))
+                with phase_times.timed("write"):
+                    writer.add(topk_records.encode(rows, ids, scores, row_names, col_names))
                 done += len(rows)
                 now = time.perf_counter()
                 if now - last >= PROGRESS_EVERY_S:
