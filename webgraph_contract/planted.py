@@ -1,6 +1,7 @@
 """A web graph with planted structure, whose link probabilities are known: generator and oracle.
 
     python -m webgraph_contract.planted --out DIR --scale 0.01 [--seed 0] [--on host|device]
+        [--validation_fraction F]
 
 The law (`Params`, the same at every scale; scale 1 is the de-sparse size, 19.7M pages):
 - Pages fall in `communities` communities (a number fixed at every scale) whose sizes follow the
