@@ -1,6 +1,7 @@
 """A web graph with planted structure, whose link probabilities are known: generator and oracle.
 
     python -m webgraph_contract.planted --out DIR --scale 0.01 [--seed 0] [--on host|device]
+        [--validation_fraction F]
 
 The law (`Params`, the same at every scale; scale 1 is the de-sparse size, 19.7M pages):
 - Pages fall in `communities` communities (a number fixed at every scale) whose sizes follow the
@@ -21,6 +22,13 @@ The law (`Params`, the same at every scale; scale 1 is the de-sparse size, 19.7M
 - Strong generalization, the contract's test split (`holdout`): a page with a candidate uniform
   below `test_fraction` and at least two links is a test row; a random h = clamp(floor(f n + u),
   1, n - 1) of its n links are held out (`gt_tag`), the rest kept for its fold-in (`col_tag`).
+- Validation, for tuning (`validation_split`, `--validation_fraction F`, off by default): the same
+  rule applied to the training pages with their own uniforms (NumPy's PCG64 from (seed, 2): a
+  candidate uniform per page, then a rounding uniform per page; the order keys of the links of
+  block b of `BLOCK_PAGES` pages from (seed, 3, b), one per validation link in page and id order).
+  A training page with a candidate uniform below F and at least two links is a validation row,
+  held out whole from `validation_train` as a test row is from `train` (strong generalization:
+  the evaluator folds it in from its kept links, as it does a test row).
 
 The structure (`Structure`: communities, ranks, draw counts, the per-page uniforms) is made on the
 host by NumPy from (pages, seed) alone. The links are drawn on the host (`host_graph`: NumPy in
@@ -30,7 +38,8 @@ draw different links (different random streams) but the same distribution.
 
 The oracle (`oracle_top_k`) ranks each test row's columns by p(t | c), its fold-in links and
 itself excluded (the evaluator's rules on a graph); `popularity_top_k` ranks them by training
-in-degree. `write` puts the graph in a dataset directory through `dataset_writer`.
+in-degree. `write` puts the graph (and its validation split) in a dataset directory through
+`dataset_writer`.
 """
 
 from __future__ import annotations
@@ -394,6 +403,44 @@ def _device_program(size: int, n: int, in_share: float, s_in: float, s_out: floa
     return run
 
 
+def validation_split(
+    g: Graph, fraction: float, threads: int | None = None
+) -> tuple[RaggedRows, RaggedRows]:
+    """(kept, held): the validation rows of `g`'s training pages at `fraction` (see the module's
+    docstring) with their kept and held-out links (ids sorted per row), the links' order keys
+    drawn per block of pages over `threads` threads (None: the cores this process may use)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"validation_fraction: must be in (0, 1], got {fraction}")
+    p = g.structure.params
+    rng = np.random.default_rng([p.seed, 2])
+    candidate, rounding = rng.random(p.pages), rng.random(p.pages)
+    train = g.train
+    chosen = train.select(holdout.is_test_row(train.lengths, candidate[train.row_ids], fraction))
+    h = holdout.held_counts(chosen.lengths, rounding[chosen.row_ids], p.holdout_fraction)
+    bounds = np.searchsorted(chosen.row_ids, np.arange(0, p.pages + BLOCK_PAGES, BLOCK_PAGES))
+
+    def block(b: int) -> np.ndarray:
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        links = chosen.indptr[lo : hi + 1]
+        count = int(links[-1] - links[0])
+        key = np.random.default_rng([p.seed, 3, b]).integers(0, 1 << 32, count)
+        owner = np.repeat(np.arange(hi - lo), np.diff(links))
+        return holdout.held_links(owner, key, h[lo:hi])
+
+    blocks = [b for b in range(len(bounds) - 1) if bounds[b + 1] > bounds[b]]
+    workers = threads or len(os.sched_getaffinity(0))
+    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+        parts = list(pool.map(block, blocks))
+    held = np.concatenate(parts) if parts else np.zeros(0, bool)
+    ids = chosen.ids[chosen.indptr[0] : chosen.indptr[-1]]
+    out = []
+    for mask, counts in ((~held, chosen.lengths - h), (held, h)):
+        indptr = np.zeros(len(chosen) + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        out.append(RaggedRows(chosen.row_ids, indptr, ids[mask]))
+    return out[0], out[1]
+
+
 def _first_allowed(
     candidates: np.ndarray, excluded: RaggedRows, k: int, num_ids: int
 ) -> np.ndarray:
@@ -494,17 +541,26 @@ def write(
     num_shards: int,
     workers: int | None = None,
     scale: float | None = None,
+    validation_fraction: float = 0.0,
 ) -> dict[str, Any]:
-    """The graph as a dataset directory (`dataset_writer.write_dataset`); returns its stats."""
+    """The graph as a dataset directory (`dataset_writer.write_dataset`), with the validation
+    splits of `validation_split` at `validation_fraction` when above 0 (stats.json's config
+    records it); returns its stats."""
+    config = config_of(g.structure.params, scale)
+    validation = None
+    if validation_fraction:
+        validation = validation_split(g, validation_fraction, workers)
+        config["validation_fraction"] = validation_fraction
     return dataset_writer.write_dataset(
         out,
         g.structure.params.pages,
         g.train,
         g.test,
         g.held,
-        config_of(g.structure.params, scale),
+        config,
         num_shards=num_shards,
         workers=workers,
+        validation=validation,
     )
 
 
@@ -530,10 +586,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=0, help="Writing processes (0: a core each)."
     )
+    parser.add_argument(
+        "--validation_fraction",
+        type=float,
+        default=0.0,
+        help="Also write the validation splits for tuning (`sweep`): this share of the training "
+        "pages held out whole by the test split's rule (0: none).",
+    )
     parser.add_argument("--json", action="store_true", help="The figures as one JSON line.")
     args = parser.parse_args(argv)
     if args.scale <= 0 or args.shards < 0 or args.workers < 0:
         print("error: --scale must be positive, --shards and --workers >= 0", file=sys.stderr)
+        return 2
+    if not 0 <= args.validation_fraction <= 1:
+        print("error: --validation_fraction must be in [0, 1]", file=sys.stderr)
         return 2
     params = Params.at_scale(args.scale, args.seed)
     t = time.perf_counter()
@@ -546,12 +612,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = args.workers or len(os.sched_getaffinity(0))
     # a shard per 16M links, and at least one per worker
     shards = args.shards or min(256, max(workers, math.ceil(g.links / 2**24)))
-    stats = write(args.out, g, shards, workers, args.scale)
+    stats = write(args.out, g, shards, workers, args.scale, args.validation_fraction)
     figures = {
         "pages": params.pages,
         "links": stats["edges"],
         "training_links": stats["split_edges"]["train"],
         "test_rows": stats["splits"]["test"],
+        **({"validation_rows": stats["splits"]["validation"]} if args.validation_fraction else {}),
         "shards": shards,
         "structure_s": structure_s,
         f"links_{args.on}_s": links_s,
@@ -562,7 +629,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(
         f"{args.out}: {params.pages:,} pages, {figures['links']:,} links "
-        f"({figures['training_links']:,} training), {figures['test_rows']:,} test rows; structure "
+        f"({figures['training_links']:,} training), {figures['test_rows']:,} test rows"
+        + (f", {figures['validation_rows']:,} validation rows" if args.validation_fraction else "")
+        + "; structure "
         f"{structure_s:.1f} s, links ({args.on}) {links_s:.1f} s, writing "
         f"{figures['write_s']:.1f} s ({shards} shards)"
     )
