@@ -27,6 +27,7 @@ import numpy as np
 
 from alx_trainer.data import batching, records
 from alx_trainer.ops import owner_file_stream
+from alx_trainer.ops.host_fixed_table import aligned_empty
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
 from webgraph_contract.ragged import RaggedRows
@@ -202,15 +203,17 @@ def owner_device_calls(
 ) -> list[Call]:
     """Device j's own calls ('owner' layout, `per_device`) on `device`: its batches packed in place
     into [calls, 1, per_call, ...] arrays (the last call padded), every call then put in one
-    `device_put`: no copy of the batches on the host between packing and putting, and no Python
-    call into JAX per array.
+    `device_put`: no copy of the batches on the host between packing and putting (a CPU device
+    aliases them: one copy of the batches in all), and no Python call into JAX per array.
 
     The same calls as slot j of the global calls (`owner_steps`, `group_steps`, `stack_calls`)
     less those that are padding only.
     """
     per_call = plan.per_call
-    planned = -(-plan.device_steps[j] // per_call) * per_call  # at most `plan.steps`
-    packed = _empty(plan, planned)
+    # at most `plan.steps`
+    planned = -(-plan.device_steps[j] // per_call) * per_call
+    # aligned: CPU devices alias the packed arrays (the puts copy nothing)
+    packed = batching.empty_batch(planned, *plan.shape, alloc=aligned_empty)
     filled = batching.pack_normal_into(owner_rows(chunks, shard, j), packed, plan.piece_len)
     calls = -(-filled // per_call)
     arrays = [
@@ -244,16 +247,26 @@ class OwnerResident:
     def pack(
         cls, mesh, plan: SidePlan, chunks: list[RaggedRows], shard: int, per_device: bool
     ) -> OwnerResident:
-        """Pack `chunks` (every row of the side) by owner and put the calls on the devices."""
+        """Pack `chunks` (every row of the side) by owner and put the calls on the devices.
+
+        `chunks` is emptied as it is packed (the caller's list): with `per_device`, a chunk goes
+        once the devices that own its rows are packed, so the rows read and the batches packed
+        are not both held whole; the list is empty on return.
+        """
         devices = mesh.local_devices
+        long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
         if per_device:
-            calls = [owner_device_calls(chunks, plan, shard, j, d) for j, d in enumerate(devices)]
+            calls = []
+            for j, d in enumerate(devices):
+                calls.append(owner_device_calls(chunks, plan, shard, j, d))
+                chunks[:] = [c for c in chunks if len(c) and int(c.row_ids.max()) // shard > j]
         else:
             k = len(devices)
             steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
+            chunks.clear()
             grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
             calls = [[global_call(mesh, c) for c in batching.stack_calls(grouped, plan.per_call)]]
-        long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
+        chunks.clear()
         return cls(plan, calls, long, per_device)
 
     def streams(self) -> list[Iterable[Call]]:
