@@ -352,15 +352,20 @@ class LongCall:
 
 def device_long_calls(
     batches: Iterable[batching.LongBatch], plan: SidePlan, devices: int, rows: int, combine: Combine
-) -> list[LongCall]:
+) -> Iterator[LongCall]:
     """The long rows as device calls: rows dealt to the devices in turn, `rows` rows per device per
-    call.
+    call, each call made as it is consumed (put it before taking the next: the host holds the
+    merged batches and one call). A list of `batches` is emptied once merged.
 
-    Calls and their batch counts are the max over hosts (the same programs everywhere).
+    Calls and their batch counts are the max over hosts (the same programs everywhere); the counts
+    are agreed before the first call is given.
     """
     L, B = plan.piece_len, plan.batch_pieces
     got = list(batches)
     merged = batching.merge(got) if got else batching.empty_long(0, L, B)
+    del got
+    if isinstance(batches, list):
+        batches.clear()
     owners = np.unique(merged.owner)
     queues = [owners[j::devices] for j in range(devices)]
     n_calls = int(combine(np.array([-(-max(len(q) for q in queues) // rows)]), "max")[0])
@@ -372,8 +377,15 @@ def device_long_calls(
     sizes = combine(
         np.array([max(1, max(len(p) for p in call)) for call in picks], np.int64), "max"
     )
-    out = []
-    for call, size in zip(picks, sizes.tolist()):
+    return _long_calls(merged, picks, sizes.tolist(), devices, rows)
+
+
+def _long_calls(
+    merged: batching.LongBatch, picks: list, sizes: list[int], devices: int, rows: int
+) -> Iterator[LongCall]:
+    """`device_long_calls`' calls, one at a time, from the picks and sizes agreed over hosts."""
+    L, B = merged.ids.shape[2], merged.ids.shape[1]
+    for call, size in zip(picks, sizes):
         ids = np.full((devices, size, B, L), batching.PAD_ID, np.int32)
         slot = np.full((devices, size), rows, np.int32)
         row_ids = np.full((devices, rows), batching.PAD_ID, np.int32)
@@ -383,8 +395,7 @@ def device_long_calls(
             row_ids[j, : len(mine)], row_len[j, : len(mine)] = mine, merged.owner_len[pick][at]
             ids[j, : len(pick)] = merged.ids[pick]
             slot[j, : len(pick)] = np.searchsorted(mine, merged.owner[pick])
-        out.append(LongCall(ids, slot, row_ids, row_len))
-    return out
+        yield LongCall(ids, slot, row_ids, row_len)
 
 
 def put_long(mesh, call: LongCall) -> list[jax.Array]:
