@@ -41,9 +41,7 @@ def read(files, chunk, processes: bool, monkeypatch, num_cols=COLS) -> list:
     assert records.decode_mode(files, 2) == (("processes", 2) if processes else ("threads", 2))
     out = []
     for c in records.read_chunks(files, chunk, ROWS, num_cols, threads=2):
-        # int32 ids where the columns fit them (no int64 array of the links), else int64
-        assert c.row_ids.dtype == c.indptr.dtype == np.int64
-        assert c.ids.dtype == (np.int32 if num_cols <= 2**31 else np.int64)
+        assert c.row_ids.dtype == c.indptr.dtype == c.ids.dtype == np.int64
         out.append((c.row_ids.tobytes(), c.indptr.tobytes(), c.ids.tobytes()))
     return out
 

@@ -11,7 +11,6 @@ ahead of the solves.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -19,7 +18,7 @@ import queue
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from alx_trainer.data import csr_transpose, host_cores
+from alx_trainer.data import host_cores
 from webgraph_contract import dataset_reader, file_workers, fileio
 from webgraph_contract.ragged import RaggedRows
 from webgraph_contract.record_codec import SplitRows
@@ -56,8 +55,7 @@ def read_chunks(
     files: Sequence[str], chunk_rows: int, num_rows: int, num_cols: int, threads: int | None = None
 ) -> Iterator[RaggedRows]:
     """Stream `files` (in order) as chunks of `chunk_rows` rows (fewer at the end of a file): each a
-    `RaggedRows` of the records' `row_tag`s (int64) and `col_tag` ids (int32 where `num_cols`
-    allows, `csr_transpose.id_dtype`, else int64: no int64 array of a file's links is kept).
+    `RaggedRows` of the records' `row_tag`s and `col_tag` ids (int64).
 
     Decoding runs as `decode_mode` says. In processes (`webgraph_contract.file_workers`), one
     worker per core (`threads`; None: one per core this process may use) checks and decodes a
@@ -73,14 +71,11 @@ def read_chunks(
     """
     mode, n = decode_mode(files, threads)
     _log_mode(mode, n)
-    ids = csr_transpose.id_dtype(num_cols)
     done = 0  # files whose chunks were all yielded
     if mode == "processes":
         each = (threads or host_cores.host_threads()) // n  # threads per worker: spare cores
         try:
             for whole in file_workers.decode_files(files, num_rows, num_cols, n, each):
-                # the worker's int64 map is released once narrowed
-                whole = dataclasses.replace(whole, ids=whole.ids.astype(ids, copy=False))
                 for start in range(0, len(whole), chunk_rows):
                     yield whole.take(start, min(start + chunk_rows, len(whole)))
                 done += 1
@@ -91,8 +86,7 @@ def read_chunks(
             )
     for path in files[done:]:
         checked = functools.partial(_checked_chunk, path, num_rows, num_cols)
-        # the rows of a chunk begun in an earlier block
-        held = RaggedRows.empty(ids)
+        held = RaggedRows.empty()  # the rows of a chunk begun in an earlier block
         for block in dataset_reader.iter_file_rows(path, n, checked):
             lo = 0
             if len(held):
@@ -116,11 +110,9 @@ def _log_mode(mode: str, n: int) -> None:
 
 
 def _checked_chunk(path: str, num_rows: int, num_cols: int, rows: SplitRows) -> RaggedRows:
-    """A decoded block's `col_tag` rows, their ids checked and narrowed to
-    `csr_transpose.id_dtype` (in a decoding thread)."""
+    """A decoded block's `col_tag` rows, their ids checked (in a decoding thread)."""
     dataset_reader.check_ids(path, rows.col_tag, num_rows, num_cols)
-    ids = rows.col_tag.ids.astype(csr_transpose.id_dtype(num_cols), copy=False)
-    return dataclasses.replace(rows.col_tag, ids=ids)
+    return rows.col_tag
 
 
 def put_unless_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:

@@ -74,17 +74,51 @@ class Scan:
 
 
 def scan(chunks: Iterable[RaggedRows], keep_chunks: bool, long_above: int | None) -> Scan:
-    """One pass over a side's rows; keeps the chunks, or the rows longer than `long_above` ids."""
+    """One pass over a side's rows; keeps the chunks (their ids as int32 where they fit, in
+    `Slabs`: no int64 copy of the side's links is held), or the rows longer than `long_above`
+    ids."""
     seen, kept, long_rows = [], [], []
+    slabs = Slabs()
     for c in chunks:
         seen.append((c.lengths, c.row_ids))
         if keep_chunks:
-            kept.append(c)
+            kept.append(slabs.narrowed(c))
         if long_above is not None and (long := c.lengths > long_above).any():
             long_rows.append(c.select(long))
     lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
     row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
     return Scan(lengths, row_ids, kept if keep_chunks else None, long_rows)
+
+
+class Slabs:
+    """Kept chunks' ids, narrowed to int32 into large shared arrays (`SLAB_IDS` ids each).
+
+    One allocation per chunk would leave the allocator's heap holed once the chunks are packed
+    and freed (memory it keeps); a slab is above glibc's mmap threshold, so it goes back to the
+    system once the last chunk viewing it is dropped.
+    """
+
+    # int32 ids per slab (64 MiB)
+    SLAB_IDS = 16 << 20
+
+    def __init__(self) -> None:
+        self.slab, self.used = np.zeros(0, np.int32), 0
+
+    def narrowed(self, chunk: RaggedRows) -> RaggedRows:
+        """`chunk` with its ids copied as int32 (a view of a slab), or as it is when they are
+        int32 already or do not fit."""
+        ids = chunk.ids
+        if ids.dtype == np.int32 or (len(ids) and int(ids.max()) >= 2**31):
+            return chunk
+        n = len(ids)
+        if n > self.SLAB_IDS:
+            return dataclasses.replace(chunk, ids=ids.astype(np.int32))
+        if self.used + n > len(self.slab):
+            self.slab, self.used = np.empty(self.SLAB_IDS, np.int32), 0
+        out = self.slab[self.used : self.used + n]
+        out[:] = ids
+        self.used += n
+        return dataclasses.replace(chunk, ids=out)
 
 
 def _empty(plan: SidePlan, k: int) -> batching.DeviceBatch:
