@@ -16,6 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from alx_trainer.data import integrity
+from alx_trainer.data.host_cores import widened
 from webgraph_contract import fileio
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -131,12 +132,19 @@ def restore_numpy(
     if epoch is None:
         raise FileNotFoundError(f"{path}: no complete checkpoint")
     meta = mgr.restore(epoch, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    dtype = jax.numpy.dtype(meta["table_dtype"])  # knows bfloat16
-    abstract = {
-        k: jax.ShapeDtypeStruct(tuple(s), dtype, sharding=sharding)
-        for k, s in meta["table_shapes"].items()
-    }
-    tables = mgr.restore(epoch, args=ocp.args.Composite(tables=_restore_args(abstract)))["tables"]
+    # knows bfloat16
+    dtype = jax.numpy.dtype(meta["table_dtype"])
+    # a table at a time, straight to host NumPy in the saved dtype (no device copy), widened to
+    # float32 before the next is read
+    tables = {}
+    for name in meta["table_shapes"]:
+        args = ocp.args.PyTreeRestore(
+            item={name: np.zeros(0, dtype)},
+            restore_args={name: ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)},
+            partial_restore=True,
+        )
+        saved = mgr.restore(epoch, args=ocp.args.Composite(tables=args))["tables"][name]
+        tables[name] = widened(saved)
+        del saved
     mgr.close()
-    return {k: np.asarray(v, dtype=np.float32) for k, v in tables.items()}, dict(meta), epoch
+    return tables, dict(meta), epoch

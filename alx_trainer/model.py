@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from alx_trainer import checkpoint, execution
 from alx_trainer.config import TrainConfig
-from alx_trainer.data.host_cores import host_threads, thread_map
+from alx_trainer.data.host_cores import widened
 from alx_trainer.execution import ExecutionPlan
 from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import plan_side
@@ -67,22 +67,23 @@ def read_metrics(path: str) -> list[dict]:
 
 
 def trim(table: jax.Array, n: int) -> np.ndarray:
-    """The first `n` rows of a sharded table as float32 NumPy (gathered from every process). A
-    bfloat16 table crosses to the host as itself (half the bytes of float32) and widens there, in
-    a thread per core."""
-    full = (
-        multihost_utils.process_allgather(table, tiled=True) if jax.process_count() > 1 else table
-    )
-    host = np.asarray(full)[:n]
-    if host.dtype == np.float32:
-        return host
-    out = np.empty(host.shape, np.float32)
-    step = max(1, -(-n // host_threads()))
+    """The first `n` rows of a sharded table as float32 NumPy (gathered from every process).
 
-    def widen(lo: int) -> None:
-        out[lo : lo + step] = host[lo : lo + step]
-
-    thread_map(widen, range(0, n, step))
+    In one process the table comes to the host a shard at a time, in its own dtype (a bfloat16
+    shard is half the bytes of float32), each widened straight into the result in a thread per
+    core: no whole-table host copy beside the result.
+    """
+    if jax.process_count() > 1:
+        return widened(np.asarray(multihost_utils.process_allgather(table, tiled=True))[:n])
+    out = np.empty((n, *table.shape[1:]), np.float32)
+    done: set[int] = set()
+    for shard in table.addressable_shards:
+        lo, hi, _ = shard.index[0].indices(table.shape[0])
+        # a replicated table has the same rows on every device: taken once
+        if lo in done or lo >= n:
+            continue
+        done.add(lo)
+        widened(np.asarray(shard.data)[: min(hi, n) - lo], out[lo : min(hi, n)])
     return out
 
 

@@ -137,3 +137,24 @@ def test_every_source_holds_every_row_once(mode):
         assert source.total_steps == runner.plan.steps
     # a second half-epoch reads the same rows again
     assert sorted(_read_normal(source, runner.shard, plan.layout == "owner")) == sorted(normal)
+
+
+def test_the_planning_pass_keeps_int32_ids_in_shared_slabs(monkeypatch):
+    """`scan` keeps every chunk's rows with its ids as int32 (views of a few slabs, not an
+    allocation per chunk); ids past int32 stay as they are."""
+    monkeypatch.setattr(batch_sources.Slabs, "SLAB_IDS", 100)
+    rng = np.random.default_rng(4)
+    rows = [rng.integers(0, NUM_COLS, rng.integers(0, 30)).tolist() for _ in range(40)]
+    chunks = [
+        RaggedRows.from_lists(rows[i : i + 3], np.arange(i, i + 3)[: len(rows[i : i + 3])])
+        for i in range(0, 40, 3)
+    ]
+    read = batch_sources.scan(iter(chunks), keep_chunks=True, long_above=None)
+    assert [r.tolist() for c in read.chunks for r in c.lists()] == rows
+    assert [int(r) for c in read.chunks for r in c.row_ids] == list(range(40))
+    assert all(c.ids.dtype == np.int32 for c in read.chunks)
+    bases = {id(c.ids.base) for c in read.chunks if len(c.ids)}
+    assert 1 < len(bases) < len(read.chunks)
+    huge = RaggedRows.from_lists([[2**31, 1]])
+    kept = batch_sources.scan(iter([huge]), keep_chunks=True, long_above=None).chunks[0]
+    assert kept.ids.dtype == np.int64 and kept.ids.tolist() == [2**31, 1]

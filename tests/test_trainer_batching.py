@@ -252,7 +252,10 @@ def test_per_device_owner_calls_hold_the_global_calls_slots():
     config = TrainConfig(data="unused", piece_len=4, batch_pieces=8, steps_per_call=3)
     side_plan = plan.make_plan(config, True, lengths, row_ids, devices, shard, plan.one_host)
     mesh = make_mesh(jax.devices()[:devices])
-    got = batch_sources.OwnerResident.pack(mesh, side_plan, chunks, shard, per_device=True).calls
+    # `pack` empties the list it is given (its chunks go as they are packed)
+    given = list(chunks)
+    got = batch_sources.OwnerResident.pack(mesh, side_plan, given, shard, per_device=True).calls
+    assert given == []
     want = _slot_j_calls(chunks, side_plan, shard, devices)
     assert len({len(w) for w in want}) > 1  # the devices run different numbers of calls
     for j, device in enumerate(mesh.local_devices):

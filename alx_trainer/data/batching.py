@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -90,13 +90,14 @@ def choose_piece_len(counts: dict[int, tuple[int, int]]) -> int:
     )
 
 
-def empty_batch(k: int, piece_len: int, batch_pieces: int, batch_rows: int) -> DeviceBatch:
-    return DeviceBatch(
-        ids=np.full((k, batch_pieces, piece_len), PAD_ID, np.int32),
-        seg=np.full((k, batch_pieces), batch_rows, np.int32),
-        row_ids=np.full((k, batch_rows), PAD_ID, np.int32),
-        row_len=np.zeros((k, batch_rows), np.int32),
-    )
+def empty_batch(
+    k: int, piece_len: int, batch_pieces: int, batch_rows: int, alloc: Callable = np.empty
+) -> DeviceBatch:
+    """`k` batches of padding only, their arrays made by `alloc(shape, dtype)` (e.g. an aligned
+    allocation that CPU devices can alias)."""
+    out = _blank(k, piece_len, batch_pieces, batch_rows, alloc)
+    _pad(out, batch_rows)
+    return out
 
 
 def batch_starts(
@@ -264,13 +265,15 @@ def pack_calls(
         yield by_device(empty_batch(per, piece_len, batch_pieces, batch_rows))
 
 
-def _blank(k: int, piece_len: int, batch_pieces: int, batch_rows: int) -> DeviceBatch:
+def _blank(
+    k: int, piece_len: int, batch_pieces: int, batch_rows: int, alloc: Callable = np.empty
+) -> DeviceBatch:
     """`k` batches of uninitialized arrays (their fills write the padding)."""
     return DeviceBatch(
-        ids=np.empty((k, batch_pieces, piece_len), np.int32),
-        seg=np.empty((k, batch_pieces), np.int32),
-        row_ids=np.empty((k, batch_rows), np.int32),
-        row_len=np.empty((k, batch_rows), np.int32),
+        ids=alloc((k, batch_pieces, piece_len), np.int32),
+        seg=alloc((k, batch_pieces), np.int32),
+        row_ids=alloc((k, batch_rows), np.int32),
+        row_len=alloc((k, batch_rows), np.int32),
     )
 
 

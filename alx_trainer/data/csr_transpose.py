@@ -20,7 +20,8 @@ def transpose(
     indptr: np.ndarray, cols: np.ndarray, num_cols: int, threads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, row ids) of the transpose: column c holds rows `rows[t_indptr[c]:t_indptr[c+1]]`,
-    in increasing order. `threads` None: one per core this process may use."""
+    in increasing order; the row ids are int32 where they fit (`id_dtype`), else int64. `threads`
+    None: one per core this process may use."""
     nnz, num_rows = len(cols), len(indptr) - 1
     parts = max(1, min(threads or host_cores.host_threads(), nnz // MIN_PART))
     cuts = np.searchsorted(indptr, np.linspace(0, nnz, parts + 1)[1:-1])
@@ -41,8 +42,8 @@ def transpose(
         shifts.append(base - first)
         base += c
     del counts
-    rows_of = np.empty(nnz, np.int64)
-    row_type = np.int32 if num_rows < 2**31 else np.int64  # a part's row ids, sorted
+    row_type = id_dtype(num_rows)
+    rows_of = np.empty(nnz, row_type)
 
     def place(p: int) -> None:
         lo_row, hi_row = pieces[p]
@@ -60,6 +61,12 @@ def transpose(
 
     host_cores.thread_map(place, range(len(pieces)), threads)
     return t_indptr, rows_of
+
+
+def id_dtype(bound: int) -> np.dtype:
+    """The dtype of ids below `bound`: int32 where they fit (half the memory of int64), else
+    int64."""
+    return np.dtype(np.int32 if bound <= 2**31 else np.int64)
 
 
 def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:

@@ -156,15 +156,17 @@ def in_memory(
     """A training matrix held in memory as CSR (row r has columns `cols[indptr[r]:indptr[r+1]]`).
 
     Its transpose (the column half-epoch's rows) is made here, in `threads` threads (None: one per
-    core this process may use). It has no test split: evaluate the trained model with
-    `alx_trainer.evaluation.evaluate.evaluate_rows(model, rows)`.
+    core this process may use). Both directions hold their ids as int32 where they fit
+    (`csr_transpose.id_dtype`; int32 `cols` are kept, not copied). It has no test split: evaluate
+    the trained model with `alx_trainer.evaluation.evaluate.evaluate_rows(model, rows)`.
     """
-    indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols, np.int64)
+    indptr, cols = np.asarray(indptr, np.int64), np.asarray(cols)
     num_rows = len(indptr) - 1
     if num_rows < 0 or indptr[0] != 0 or indptr[-1] != len(cols) or (np.diff(indptr) < 0).any():
         raise ValueError(f"{name}: indptr is not a CSR row pointer over {len(cols)} columns")
     if len(cols) and (cols.min() < 0 or cols.max() >= num_cols):
         raise ValueError(f"{name}: column ids outside [0, {num_cols})")
+    cols = cols.astype(csr_transpose.id_dtype(num_cols), copy=False)
     t_indptr, rows_of = csr_transpose.transpose(indptr, cols, num_cols, threads)
     arrays = {
         "train": RaggedRows(np.arange(num_rows, dtype=np.int64), indptr, cols),

@@ -1,11 +1,13 @@
 """The host cores a process may use, and work spread over them in threads (NumPy's sorts,
-gathers and decoding release the GIL for most of their work)."""
+gathers, decoding and casts release the GIL for most of their work)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
 from typing import Callable, Iterable, Iterator, TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,3 +46,19 @@ def ordered(fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]
         finally:
             for f in pending:
                 f.cancel()
+
+
+def widened(host: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Table rows `host` as float32, copied into `out` when given (else float32 rows are returned
+    as they are), in a thread per core (a bfloat16 table widens without a single-thread pass)."""
+    if out is None:
+        if host.dtype == np.float32:
+            return host
+        out = np.empty(host.shape, np.float32)
+    step = max(1, -(-len(host) // host_threads()))
+
+    def widen(lo: int) -> None:
+        out[lo : lo + step] = host[lo : lo + step]
+
+    thread_map(widen, range(0, len(host), step))
+    return out

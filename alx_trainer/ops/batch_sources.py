@@ -27,6 +27,7 @@ import numpy as np
 
 from alx_trainer.data import batching, records
 from alx_trainer.ops import owner_file_stream
+from alx_trainer.ops.host_fixed_table import aligned_empty
 from alx_trainer.ops.mesh import host_batch
 from alx_trainer.ops.plan import Combine, SidePlan
 from webgraph_contract.ragged import RaggedRows
@@ -73,17 +74,51 @@ class Scan:
 
 
 def scan(chunks: Iterable[RaggedRows], keep_chunks: bool, long_above: int | None) -> Scan:
-    """One pass over a side's rows; keeps the chunks, or the rows longer than `long_above` ids."""
+    """One pass over a side's rows; keeps the chunks (their ids as int32 where they fit, in
+    `Slabs`: no int64 copy of the side's links is held), or the rows longer than `long_above`
+    ids."""
     seen, kept, long_rows = [], [], []
+    slabs = Slabs()
     for c in chunks:
         seen.append((c.lengths, c.row_ids))
         if keep_chunks:
-            kept.append(c)
+            kept.append(slabs.narrowed(c))
         if long_above is not None and (long := c.lengths > long_above).any():
             long_rows.append(c.select(long))
     lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
     row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
     return Scan(lengths, row_ids, kept if keep_chunks else None, long_rows)
+
+
+class Slabs:
+    """Kept chunks' ids, narrowed to int32 into large shared arrays (`SLAB_IDS` ids each).
+
+    One allocation per chunk would leave the allocator's heap holed once the chunks are packed
+    and freed (memory it keeps); a slab is above glibc's mmap threshold, so it goes back to the
+    system once the last chunk viewing it is dropped.
+    """
+
+    # int32 ids per slab (64 MiB)
+    SLAB_IDS = 16 << 20
+
+    def __init__(self) -> None:
+        self.slab, self.used = np.zeros(0, np.int32), 0
+
+    def narrowed(self, chunk: RaggedRows) -> RaggedRows:
+        """`chunk` with its ids copied as int32 (a view of a slab), or as it is when they are
+        int32 already or do not fit."""
+        ids = chunk.ids
+        if ids.dtype == np.int32 or (len(ids) and int(ids.max()) >= 2**31):
+            return chunk
+        n = len(ids)
+        if n > self.SLAB_IDS:
+            return dataclasses.replace(chunk, ids=ids.astype(np.int32))
+        if self.used + n > len(self.slab):
+            self.slab, self.used = np.empty(self.SLAB_IDS, np.int32), 0
+        out = self.slab[self.used : self.used + n]
+        out[:] = ids
+        self.used += n
+        return dataclasses.replace(chunk, ids=out)
 
 
 def _empty(plan: SidePlan, k: int) -> batching.DeviceBatch:
@@ -202,15 +237,17 @@ def owner_device_calls(
 ) -> list[Call]:
     """Device j's own calls ('owner' layout, `per_device`) on `device`: its batches packed in place
     into [calls, 1, per_call, ...] arrays (the last call padded), every call then put in one
-    `device_put`: no copy of the batches on the host between packing and putting, and no Python
-    call into JAX per array.
+    `device_put`: no copy of the batches on the host between packing and putting (a CPU device
+    aliases them: one copy of the batches in all), and no Python call into JAX per array.
 
     The same calls as slot j of the global calls (`owner_steps`, `group_steps`, `stack_calls`)
     less those that are padding only.
     """
     per_call = plan.per_call
-    planned = -(-plan.device_steps[j] // per_call) * per_call  # at most `plan.steps`
-    packed = _empty(plan, planned)
+    # at most `plan.steps`
+    planned = -(-plan.device_steps[j] // per_call) * per_call
+    # aligned: CPU devices alias the packed arrays (the puts copy nothing)
+    packed = batching.empty_batch(planned, *plan.shape, alloc=aligned_empty)
     filled = batching.pack_normal_into(owner_rows(chunks, shard, j), packed, plan.piece_len)
     calls = -(-filled // per_call)
     arrays = [
@@ -244,16 +281,26 @@ class OwnerResident:
     def pack(
         cls, mesh, plan: SidePlan, chunks: list[RaggedRows], shard: int, per_device: bool
     ) -> OwnerResident:
-        """Pack `chunks` (every row of the side) by owner and put the calls on the devices."""
+        """Pack `chunks` (every row of the side) by owner and put the calls on the devices.
+
+        `chunks` is emptied as it is packed (the caller's list): with `per_device`, a chunk goes
+        once the devices that own its rows are packed, so the rows read and the batches packed
+        are not both held whole; the list is empty on return.
+        """
         devices = mesh.local_devices
+        long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
         if per_device:
-            calls = [owner_device_calls(chunks, plan, shard, j, d) for j, d in enumerate(devices)]
+            calls = []
+            for j, d in enumerate(devices):
+                calls.append(owner_device_calls(chunks, plan, shard, j, d))
+                chunks[:] = [c for c in chunks if len(c) and int(c.row_ids.max()) // shard > j]
         else:
             k = len(devices)
             steps = batching.owner_steps(pack_by_owner(chunks, plan, shard, k), _empty(plan, 1))
+            chunks.clear()
             grouped = batching.group_steps(steps, k, plan.steps, functools.partial(_empty, plan))
             calls = [[global_call(mesh, c) for c in batching.stack_calls(grouped, plan.per_call)]]
-        long = list(batching.pack_long(chunks, plan.piece_len, plan.batch_pieces))
+        chunks.clear()
         return cls(plan, calls, long, per_device)
 
     def streams(self) -> list[Iterable[Call]]:
@@ -339,15 +386,20 @@ class LongCall:
 
 def device_long_calls(
     batches: Iterable[batching.LongBatch], plan: SidePlan, devices: int, rows: int, combine: Combine
-) -> list[LongCall]:
+) -> Iterator[LongCall]:
     """The long rows as device calls: rows dealt to the devices in turn, `rows` rows per device per
-    call.
+    call, each call made as it is consumed (put it before taking the next: the host holds the
+    merged batches and one call). A list of `batches` is emptied once merged.
 
-    Calls and their batch counts are the max over hosts (the same programs everywhere).
+    Calls and their batch counts are the max over hosts (the same programs everywhere); the counts
+    are agreed before the first call is given.
     """
     L, B = plan.piece_len, plan.batch_pieces
     got = list(batches)
     merged = batching.merge(got) if got else batching.empty_long(0, L, B)
+    del got
+    if isinstance(batches, list):
+        batches.clear()
     owners = np.unique(merged.owner)
     queues = [owners[j::devices] for j in range(devices)]
     n_calls = int(combine(np.array([-(-max(len(q) for q in queues) // rows)]), "max")[0])
@@ -359,8 +411,15 @@ def device_long_calls(
     sizes = combine(
         np.array([max(1, max(len(p) for p in call)) for call in picks], np.int64), "max"
     )
-    out = []
-    for call, size in zip(picks, sizes.tolist()):
+    return _long_calls(merged, picks, sizes.tolist(), devices, rows)
+
+
+def _long_calls(
+    merged: batching.LongBatch, picks: list, sizes: list[int], devices: int, rows: int
+) -> Iterator[LongCall]:
+    """`device_long_calls`' calls, one at a time, from the picks and sizes agreed over hosts."""
+    L, B = merged.ids.shape[2], merged.ids.shape[1]
+    for call, size in zip(picks, sizes):
         ids = np.full((devices, size, B, L), batching.PAD_ID, np.int32)
         slot = np.full((devices, size), rows, np.int32)
         row_ids = np.full((devices, rows), batching.PAD_ID, np.int32)
@@ -370,8 +429,7 @@ def device_long_calls(
             row_ids[j, : len(mine)], row_len[j, : len(mine)] = mine, merged.owner_len[pick][at]
             ids[j, : len(pick)] = merged.ids[pick]
             slot[j, : len(pick)] = np.searchsorted(mine, merged.owner[pick])
-        out.append(LongCall(ids, slot, row_ids, row_len))
-    return out
+        yield LongCall(ids, slot, row_ids, row_len)
 
 
 def put_long(mesh, call: LongCall) -> list[jax.Array]:
