@@ -22,6 +22,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Sequence
 
+from alx_trainer import phase_times
 from alx_trainer.cli.common import (
     at_least,
     fraction,
@@ -224,15 +225,13 @@ def main_eval(argv: Sequence[str]) -> int:
     setup_logging(args.log_level)
 
     def body() -> int:
-        from alx_trainer import phase_times
-
         phase_times.command_started()
         with phase_times.timed("imports", is_startup=True):
             use_compile_cache(args.compile_cache)
             # the evaluation stack (JAX, orbax) takes seconds to import: not for --help or a bad
             # flag (it leaves JAX's backend unstarted)
             from alx_trainer.evaluation.evaluate import Ranking, evaluate_model_dir, format_metrics
-            from alx_trainer.execution import start_scoring_cpu_devices
+            from alx_trainer.execution import start_scoring_cpu_devices  # (as above)
 
         with phase_times.timed("backend", is_startup=True):
             start_scoring_cpu_devices()
@@ -514,8 +513,6 @@ def main_export(argv: Sequence[str]) -> int:
         p.error("--top_k needs --data: the dataset whose rows and known links are ranked")
 
     def body() -> int:
-        from alx_trainer import phase_times
-
         phase_times.command_started()
         with phase_times.timed("imports", is_startup=True):
             use_compile_cache(args.compile_cache)

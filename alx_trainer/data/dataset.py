@@ -117,7 +117,8 @@ def validation_view(dataset: Dataset) -> Dataset:
     if missing:
         raise FileNotFoundError(
             f"{dataset.name}: no {missing[0]!r} split; make the dataset with the pipeline's "
-            "--validation_fraction"
+            "--validation_fraction (given splits) or `webgraph_contract.planted "
+            "--validation_fraction`"
         )
     places = {"train": "validation_train", "train_t": "validation_train_t", "test": "validation"}
     files = {place: dataset.files[split] for place, split in places.items()}
