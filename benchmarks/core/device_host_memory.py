@@ -33,6 +33,8 @@ import time
 # stretched to keep the sampler under a tenth of one core)
 SAMPLE_S = 0.03
 PAGE = os.sysconf("SC_PAGE_SIZE")
+# this module's name, also when run as __main__ (its restart runs it again)
+MODULE = "benchmarks.core.device_host_memory"
 
 
 def rss_bytes() -> int:
@@ -158,7 +160,7 @@ def restart_with_hugepages(argv: list[str]) -> None:
 
         if hugepages.wanted():
             env = dict(os.environ, GLIBC_TUNABLES=hugepages.TUNABLE)
-            os.execve(sys.executable, [sys.executable, "-m", __name__, *sys.argv[1:]], env)
+            os.execve(sys.executable, [sys.executable, "-m", MODULE, *sys.argv[1:]], env)
 
 
 def main() -> None:
