@@ -10,7 +10,8 @@
         [--grid_lambdas '0:0.75,1.5,3;1:0.002,0.004,0.008'] [--grid_epochs 8] [--grid_eval_every 4]
     python -m benchmarks.quality gowalla --per_d 64,256,1024 --work DIR [the grid flags]
         [--ours_flags '...']
-    python -m benchmarks.quality planted --scale 0.01 [--on device] [--config FILE] [train flags]
+    python -m benchmarks.quality planted --scale 0.01 [--on device] [--config FILE]
+        [--gpu_path_memory] [train flags]
 
 `--device auto|cpu|gpu` (before the subcommand) picks JAX's platform for ours (cpu, or gpu:
 JAX_PLATFORMS=cuda; auto: JAX's choice) and implicit's model (its GPU model with gpu, else its CPU

@@ -1,7 +1,7 @@
 """`benchmarks.quality` at a toy size on CPU, as a user runs it: the hollins.edu crawl's
 strong-generalization split made by the pipeline, one grid cell for each library, both scored by
 the same evaluation; each best cell's Recall@20 in (0, 1], ours against implicit, popularity
-beside, and the README's figure named."""
+beside, and the README's figure named; the planted run also as on a GPU (`--gpu_path_memory`)."""
 
 import json
 import re
@@ -42,7 +42,7 @@ def test_planted_toy_run_reports_ours_the_oracle_and_popularity(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.quality", "--device", "cpu", "planted"]
         + ["--scale", "0.0002", "--work", str(tmp_path / "w"), "--out", str(out)]
-        + ["--dim", "8", "--epochs", "2"],
+        + ["--gpu_path_memory", "--dim", "8", "--epochs", "2"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -59,3 +59,9 @@ def test_planted_toy_run_reports_ours_the_oracle_and_popularity(tmp_path):
     assert figures["oracle/recall@50"] >= figures["popularity/recall@50"]
     ratio = figures["recall@50"] / figures["oracle/recall@50"]
     assert f"ours / oracle at Recall@50: {ratio:.3f}" in done.stdout
+    # the GPU path's memory: the device held the tables, the host's part is below its whole RSS
+    for name in ("train", "eval"):
+        assert figures[f"{name}_gpu_path_device_gib"] > 0, name
+        host = figures[f"{name}_gpu_path_host_gib"]
+        assert 0 < host < figures[f"{name}_gpu_path_peak_host_gib"], name
+        assert f"{name} as on a GPU: host outside device buffers" in done.stdout

@@ -32,6 +32,7 @@ from benchmarks.core import children
 from webgraph_contract import planted, stats_json
 
 KS = (20, 50)
+GIB = 2.0**30
 # no evaluation or loss inside `train`: `eval` is timed apart
 TRAIN_DEFAULTS = (
     "--eval_every",
@@ -56,6 +57,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     p.add_argument("--workers", type=int, default=0, help="writing processes (0: a core each)")
     p.add_argument("--reuse", action="store_true", help="keep a dataset already in --work")
     p.add_argument("--out", default="", help="also write the figures to this JSON file")
+    p.add_argument(
+        "--gpu_path_memory",
+        action="store_true",
+        help="also run train and eval as on a GPU (the accelerator path, resident batches, on one "
+        "CPU device) and report their host memory outside the device buffers and the device peak",
+    )
     args, train_args = p.parse_known_args(argv)
     if args.scale <= 0 or args.shards < 0 or args.workers < 0:
         p.error("--scale must be positive, --shards and --workers >= 0")
@@ -75,11 +82,17 @@ def write_data(args: argparse.Namespace, data: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def command(name: str, argv: list[str], log: str) -> dict:
+# `train` as a GPU runs it, on one CPU device: the accelerator path with its batches on the device
+GPU_PATH = ("--accelerator", "on", "--resident_batches", "on")
+
+
+def command(name: str, argv: list[str], log: str, sampled: str = "") -> dict:
     """Run `python -m alx_trainer ARGV` as a child (its stdout and stderr to `log`); its wall time
     and peak RSS (`children.run_child`: the child's own, not this process's high-water mark). The
-    log holds its stderr, then its stdout."""
-    cmd = [sys.executable, "-m", "alx_trainer", *argv]
+    log holds its stderr, then its stdout. With `sampled` (a JSON file), run through
+    `device_host_memory`: its figures as `NAME_gpu_path_*`."""
+    launcher = ["benchmarks.core.device_host_memory", sampled] if sampled else []
+    cmd = [sys.executable, "-m", *launcher, "alx_trainer", *argv]
     child = children.run_child(cmd, log=log, check=False)
     with open(log, "a") as f:
         f.write(child.stdout)
@@ -87,7 +100,34 @@ def command(name: str, argv: list[str], log: str) -> dict:
         with open(log) as f:
             tail = f.read()[-3000:]
         raise SystemExit(f"{name} failed (exit {child.returncode}); the end of {log}:\n{tail}")
-    return {f"{name}_s": child.wall_s, f"{name}_peak_host_gib": child.peak_gib}
+    if not sampled:
+        return {f"{name}_s": child.wall_s, f"{name}_peak_host_gib": child.peak_gib}
+    with open(sampled) as f:
+        got = json.load(f)
+    return {
+        f"{name}_gpu_path_s": child.wall_s,
+        f"{name}_gpu_path_peak_host_gib": child.peak_gib,
+        f"{name}_gpu_path_host_gib": got["host_outside_device_peak_bytes"] / GIB,
+        f"{name}_gpu_path_device_gib": got["device_peak_bytes"] / GIB,
+        f"{name}_gpu_path_host_peak_s": got["host_peak_s"],
+        f"{name}_gpu_path_host_peak_after": got["host_peak_after_phase"],
+    }
+
+
+def gpu_path_memory(data: str, work: str, train_args: list[str], scoring: list[str]) -> dict:
+    """`train` (on the accelerator path, `GPU_PATH`, with the run's flags) and `eval` of its model
+    run again through `device_host_memory`: what a GPU run's host and device would hold."""
+    model = os.path.join(work, "model_gpu_path")
+    shutil.rmtree(model, ignore_errors=True)
+    train = ["train", "--data", data, "--model_dir", model, *TRAIN_DEFAULTS, *GPU_PATH]
+    fig = {}
+    for name, argv in (
+        ("train", [*train, *train_args]),
+        ("eval", [*scoring, "--model_dir", model, "--output", os.path.join(work, "eval_gpu.json")]),
+    ):
+        log, sampled = (os.path.join(work, f"{name}_gpu_path{s}") for s in (".log", ".json"))
+        fig.update(command(name, argv, log, sampled))
+    return fig
 
 
 def oracle_figures(data: str) -> dict:
@@ -140,6 +180,20 @@ def report(fig: dict) -> str:
         f"GiB), eval {fig['eval_s']:.1f} (peak host {fig['eval_peak_host_gib']:.2f} GiB), oracle "
         f"{fig['oracle_s']:.1f}"
     )
+    per_link = GIB / fig["training_links"]
+    lines.append(
+        f"bytes per training link, peak RSS: train {fig['train_peak_host_gib'] * per_link:.1f}, "
+        f"eval {fig['eval_peak_host_gib'] * per_link:.1f}"
+    )
+    for name in ("train", "eval") if "train_gpu_path_host_gib" in fig else ():
+        key = f"{name}_gpu_path"
+        lines.append(
+            f"  {name} as on a GPU: host outside device buffers "
+            f"{fig[f'{key}_host_gib'] * per_link:.1f} (at {fig[f'{key}_host_peak_s']:.0f} s, "
+            f"after {fig[f'{key}_host_peak_after'] or 'start'}), device "
+            f"{fig[f'{key}_device_gib'] * per_link:.1f}, "
+            f"RSS {fig[f'{key}_peak_host_gib'] * per_link:.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -166,24 +220,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     train = ["train", "--data", data, "--model_dir", model, *TRAIN_DEFAULTS, *train_args]
     fig.update(command("train", train, os.path.join(work, "train.log")))
     result = os.path.join(work, "eval.json")
-    evaluate_argv = [
-        "eval",
-        "--data",
-        data,
-        "--model_dir",
-        model,
-        "--eval_k",
-        "20,50",
-        "--ndcg_k",
-        "0",
-    ]
-    fig.update(
-        command("eval", [*evaluate_argv, "--output", result], os.path.join(work, "eval.log"))
-    )
+    scoring = ["eval", "--data", data, "--eval_k", "20,50", "--ndcg_k", "0"]
+    evaluate = [*scoring, "--model_dir", model, "--output", result]
+    fig.update(command("eval", evaluate, os.path.join(work, "eval.log")))
     with open(result) as f:
         fig.update(json.load(f))
     fig.update(oracle_figures(data))
     fig["ours_over_oracle@50"] = fig["recall@50"] / fig["oracle/recall@50"]
+    if args.gpu_path_memory:
+        fig.update(gpu_path_memory(data, work, train_args, scoring))
     print(report(fig))
     if args.out:
         with open(args.out, "w") as f:
