@@ -9,6 +9,6 @@ processes: peak memory, one-line failures, a budgeted runner of JSON-line childr
 traces), `tables` (printing). For `speed`: `speed_sizes`, `sections`, `section_rows`,
 `solve_forms`, `de_sparse`, `de_sparse_children`, `strong_split`. For `quality`:
 `strong_accuracy`, `trainer_cli`, `planted_quality`, `device_host_memory` (a command's host memory
-outside device buffers, the CPU proxy of a GPU run's host peak). For `profile`: `profile_sections`, `phases`, `proxies`. For
-`pipeline`: `wat_files`, `wat_extraction`, `reader`.
+outside device buffers, the CPU proxy of a GPU run's host peak). For `profile`: `profile_sections`,
+`phases`, `proxies`. For `pipeline`: `wat_files`, `wat_extraction`, `reader`.
 """
