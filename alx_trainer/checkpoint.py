@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -120,10 +120,10 @@ def resume(
 
 
 def restore_numpy(
-    model_dir: str, epoch: int | None = None
+    model_dir: str, epoch: int | None = None, names: Sequence[str] | None = None
 ) -> tuple[dict[str, np.ndarray], dict, int]:
     """Tables as host NumPy arrays (padded), the metadata and the epoch; FileNotFoundError if
-    none."""
+    none. `names`: only those of the saved tables (None: all)."""
     path = os.path.join(model_dir, CHECKPOINT_SUBDIR)
     if not fileio.isdir(path):
         raise FileNotFoundError(f"{path}: no checkpoints; train a model into {model_dir} first")
@@ -138,6 +138,8 @@ def restore_numpy(
     # float32 before the next is read
     tables = {}
     for name in meta["table_shapes"]:
+        if names is not None and name not in names:
+            continue
         args = ocp.args.PyTreeRestore(
             item={name: np.zeros(0, dtype)},
             restore_args={name: ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)},

@@ -1,13 +1,14 @@
 """One loader of a trained model and the dataset it was trained on, for `eval`, `predict` and
 `export`, and of the rows an evaluation ranks.
 
-`load(model_dir, data)`: the latest checkpoint of a `train` run, and the opened dataset, checked
-whole (`integrity.check_dataset`) and refused unless the model was trained on it (same
-`dataset_fingerprint`; a warning when either side predates fingerprints); `open_checked(data)`:
-the dataset alone, opened and checked (`sweep`). `eval_data(dataset, split)`: the held-out rows of
-a split as `RaggedRows` (fold-in columns, and the ground truth), checked against stats.json's
-count, and whether row and column ids are shared, read once per dataset state (cached); the
-column popularity of the matching training split only where asked (`EvalData.popularity`).
+`load(model_dir, data)`: the latest checkpoint of a `train` run (its row table only where asked),
+and the opened dataset, checked whole (`integrity.check_dataset`) and refused unless the model was
+trained on it (same `dataset_fingerprint`; a warning when either side predates fingerprints);
+`open_checked(data)`: the dataset alone, opened and checked (`sweep`). `eval_data(dataset,
+split)`: the held-out rows of a split as `RaggedRows` (fold-in columns, and the ground truth),
+checked against stats.json's count, and whether row and column ids are shared, read once per
+dataset state (cached); the column popularity of the matching training split only where asked
+(`EvalData.popularity`).
 """
 
 from __future__ import annotations
@@ -30,17 +31,23 @@ Tables = Any
 SPLITS = ("test", "validation")
 
 
-def load(model_dir: str, data: str = "", tfds_data_dir: str = "") -> tuple[Model, Dataset | None]:
+def load(
+    model_dir: str, data: str = "", tfds_data_dir: str = "", row_table: bool | None = True
+) -> tuple[Model, Dataset | None]:
     """The model of `model_dir` and the opened `data` (a dataset directory or a TFDS name; None
-    when not given), refused unless the model was trained on it."""
+    when not given), refused unless the model was trained on it. `row_table`: read the trained
+    row table (False: not, unless the model is tied, `load_model`; None: only for a dataset of the
+    `given_split` protocol, whose evaluation scores its rows from it: a fold-in never reads it)."""
     if not fileio.isdir(model_dir):
         raise FileNotFoundError(
             f"{model_dir}: model directory not found; give the --model_dir of a `train` run"
         )
-    model = load_model(model_dir)
-    if not data:
+    dataset = open_checked(data, tfds_data_dir) if data else None
+    if row_table is None:
+        row_table = dataset is not None and dataset.protocol == "given_split"
+    model = load_model(model_dir, row_table)
+    if dataset is None:
         return model, None
-    dataset = open_checked(data, tfds_data_dir)
     integrity.check_same_data(
         model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
     )

@@ -2,7 +2,8 @@
 
 - `Model` (row_table, col_table, config, epoch, metrics): float32 NumPy tables trimmed to size.
 - `init_tables(config, num_rows, num_cols, mesh)`: the initial sharded tables.
-- `load_model(model_dir) -> Model`: the latest checkpoint of a model directory (and its plan).
+- `load_model(model_dir, row_table=True) -> Model`: the latest checkpoint of a model directory
+  (and its plan), its row table only where asked.
 - `fold_in(col_table, rows, config, plan=None) -> np.ndarray [n, d] float32`: solves Eq. 4 for new
   rows (lists of column ids, or `RaggedRows`) against a fixed column table with the configured
   solver, through the same dense batching and step kernels as training.
@@ -103,12 +104,17 @@ def init_tables(
     return tables
 
 
-def load_model(model_dir: str) -> Model:
+def load_model(model_dir: str, row_table: bool = True) -> Model:
     """The latest checkpoint of `model_dir` as float32 tables trimmed to the real sizes, with the
-    execution plan it was trained with."""
-    tables, meta, epoch = checkpoint.restore_numpy(model_dir)
+    execution plan it was trained with. `row_table=False`: the row table is not read (None in the
+    Model) unless it is also the column table (a tied model)."""
+    names = None if row_table else ("col",)
+    tables, meta, epoch = checkpoint.restore_numpy(model_dir, names=names)
+    # a tied model saved no "col": its row table is its column table
+    if not tables:
+        tables, meta, epoch = checkpoint.restore_numpy(model_dir, epoch, names=("row",))
     config = TrainConfig(**meta["config"])
-    row = tables["row"][: meta["num_rows"]]
+    row = tables["row"][: meta["num_rows"]] if "row" in tables else None
     col = row if "col" not in tables else tables["col"][: meta["num_cols"]]
     history = [
         r for r in read_metrics(os.path.join(model_dir, METRICS_FILE)) if r.get("epoch", 0) <= epoch

@@ -1,6 +1,8 @@
 """`alx_trainer.loading`: the model and its dataset for eval, predict and export, and the rows an
 evaluation ranks, against the contract's reader."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,25 @@ def test_load_gives_the_model_and_its_dataset_and_refuses_another(work):
         loading.load(str(work / "model"), str(work / "B"))
     with pytest.raises(FileNotFoundError, match="model directory not found"):
         loading.load(str(work / "nothing"), str(work / "A"))
+
+
+def test_load_reads_the_row_table_only_where_asked(work, tmp_path):
+    full, _ = loading.load(str(work / "model"), str(work / "A"))
+    assert full.row_table is not None
+    # strong generalization: rows are folded in, the row table is not read (None or False)
+    for row_table in (None, False):
+        model, _ = loading.load(str(work / "model"), str(work / "A"), row_table=row_table)
+        assert model.row_table is None
+        np.testing.assert_array_equal(model.col_table, full.col_table)
+    # a tied model's one table is its column table too
+    config = TrainConfig(
+        data=str(work / "A"), model_dir=str(tmp_path / "tied"), dim=4, epochs=1, eval_every=0
+    )
+    train(dataclasses.replace(config, tied=True))
+    tied, _ = loading.load(str(tmp_path / "tied"), str(work / "A"))
+    model, _ = loading.load(str(tmp_path / "tied"), str(work / "A"), row_table=False)
+    np.testing.assert_array_equal(model.col_table, tied.col_table)
+    np.testing.assert_array_equal(tied.row_table, tied.col_table)
 
 
 def test_eval_data_are_the_test_records_and_the_training_popularity(work):

@@ -158,6 +158,18 @@ def test_shared_ranking_equals_brute_force():
     np.testing.assert_array_equal(got.scores, want_scores)
 
 
+def test_shared_ranking_of_rows_taken_in_several_chunks_equals_brute_force():
+    # a row excluding 30,000 columns widens every row's mask: the rows go in chunks of 69
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 50, size=40_000)
+    exclude = random_exclusions(rng, 200, len(counts), 300)
+    exclude[3] = rng.choice(len(counts), size=30_000, replace=False)
+    got = topk.top_k_shared(counts, 20, RaggedRows.from_lists(exclude))
+    want_ids, want_scores = brute(np.ones((200, 1)), counts[:, None], exclude, 20)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    np.testing.assert_array_equal(got.scores, want_scores)
+
+
 def test_more_k_than_admissible_columns_gives_padding():
     table = np.arange(10, dtype=np.float32)[:, None]
     for devices in (1, 8):

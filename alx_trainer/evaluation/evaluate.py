@@ -219,7 +219,8 @@ def evaluate_model_dir(
     a TFDS name), refused unless the model was trained on it (`loading.load`). `fold_in`: fold
     every row in, also on a given split."""
     with phase_times.timed("load", "model and data"):
-        model, dataset = loading.load(model_dir, data, tfds_data_dir)
+        # the row table only where the rows score from it (`trained_rows`), not for a fold-in
+        model, dataset = loading.load(model_dir, data, tfds_data_dir, False if fold_in else None)
     dataset = loading.for_split(dataset, split)
     with phase_times.timed("read", "rows to evaluate"):
         rows = eval_data(dataset)

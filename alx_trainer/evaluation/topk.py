@@ -51,8 +51,8 @@ def top_k_shared(scores: np.ndarray, k: int, exclude: RaggedRows) -> TopK:
     rank = np.full(len(scores), -1, np.int64)
     rank[head] = np.arange(width)
     ids = np.full((n, k), -1, np.int64)
-    # rows at a time: a bounded [rows, width] mask
-    step = max(1, (1 << 24) // max(width, 1))
+    # rows at a time: a bounded [rows, width] mask and its int64 sort order (16 MiB)
+    step = max(1, (1 << 21) // max(width, 1))
     for start in range(0, n, step):
         part = exclude.take(start, min(n, start + step))
         hit = rank[part.ids]
