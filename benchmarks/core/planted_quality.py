@@ -111,7 +111,15 @@ def command(name: str, argv: list[str], log: str, sampled: str = "") -> dict:
         f"{name}_gpu_path_device_gib": got["device_peak_bytes"] / GIB,
         f"{name}_gpu_path_host_peak_s": got["host_peak_s"],
         f"{name}_gpu_path_host_peak_after": got["host_peak_after_phase"],
+        f"{name}_gpu_path_samples": got["samples"],
     }
+
+
+def _too_few(samples: int, wall_s: float) -> str:
+    """A warning when the sampler read fewer than one sample a second (its peaks say little)."""
+    if samples >= max(10.0, wall_s):
+        return ""
+    return f"; UNRELIABLE: {samples} sample(s) in {wall_s:.0f} s"
 
 
 def gpu_path_memory(data: str, work: str, train_args: list[str], scoring: list[str]) -> dict:
@@ -193,6 +201,7 @@ def report(fig: dict) -> str:
             f"after {fig[f'{key}_host_peak_after'] or 'start'}), device "
             f"{fig[f'{key}_device_gib'] * per_link:.1f}, "
             f"RSS {fig[f'{key}_peak_host_gib'] * per_link:.1f}"
+            + _too_few(fig[f"{key}_samples"], fig[f"{key}_s"])
         )
     return "\n".join(lines)
 
