@@ -14,19 +14,11 @@ import time
 
 from benchmarks.core import sections
 from benchmarks.core.children import own_peak_gib, write_line
+from benchmarks.core.device_host_memory import rss_bytes
 
 GIB = 2**30
 # seconds between two readings of the resident memory
 SAMPLE_S = 0.02
-
-
-def rss_bytes() -> int:
-    """This process's resident memory now (VmRSS)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 class Sampler(threading.Thread):
