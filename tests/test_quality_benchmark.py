@@ -72,4 +72,6 @@ def test_planted_toy_run_reports_ours_the_oracle_and_popularity(tmp_path):
         assert "UNRELIABLE" not in line, name
         assert figures[f"{name}_gpu_path_device_gib"] >= 0, name
         host = figures[f"{name}_gpu_path_host_gib"]
-        assert 0 < host < figures[f"{name}_gpu_path_peak_host_gib"], name
+        # below the peak RSS the sampler's own process read (the launcher's figure counts pages
+        # another way)
+        assert 0 < host <= figures[f"{name}_gpu_path_rss_gib"], name

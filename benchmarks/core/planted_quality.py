@@ -112,6 +112,7 @@ def command(name: str, argv: list[str], log: str, sampled: str = "") -> dict:
         f"{name}_gpu_path_host_peak_s": got["host_peak_s"],
         f"{name}_gpu_path_host_peak_after": got["host_peak_after_phase"],
         f"{name}_gpu_path_samples": got["samples"],
+        f"{name}_gpu_path_rss_gib": got["rss_peak_bytes"] / GIB,
     }
 
 
