@@ -6,6 +6,14 @@ JAX loads and runs the executables it finds there, so the directory is created 0
 when another user owns it or could write it (or could rename it: a group- or world-writable
 parent without the sticky bit). Every program is cached, however small or quick to compile.
 
+JAX's cache is keyed by the lowered program, so a warm run still traces and lowers every program
+before it finds it there. The trainer's kernels skip that (`kept_program`): each factory's compiled
+executables are kept whole in the cache directory's `programs/` (`jax.experimental.
+serialize_executable`), keyed by everything the program is made from: the factory, its parameters
+(the same key as its in-process `lru_cache`), the arguments' shapes, dtypes and shardings, the
+devices, JAX and backend versions, XLA's flags, and a hash of the trainer's source. A warm run
+loads them (`KeptProgram`) without tracing or lowering.
+
 `counts()` reads what JAX has reported since this module was imported: seconds spent tracing,
 lowering and compiling (or loading from the cache), and the programs XLA actually compiled
 (compile requests less persistent-cache hits); the training loop records their growth per epoch.
@@ -15,12 +23,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
+import logging
 import os
+import pickle
 import stat
+import tempfile
+import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
+from jax.experimental import serialize_executable
+from jax.sharding import Mesh
 
 from alx_trainer import phase_times
 from alx_trainer.config import ConfigError
@@ -30,6 +46,13 @@ TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # a compile request, cache hit or not
 HIT_EVENT = "/jax/compilation_cache/cache_hits"
+# kept executables (`kept_program`), in the cache directory
+KEPT_SUBDIR = "programs"
+# the most kept executables; the least recently used beyond are removed
+KEPT_MAX_FILES = 256
+_kept_dir: str | None = None
+
+log = logging.getLogger(__name__)
 
 
 def default_dir() -> str:
@@ -88,7 +111,9 @@ def cache_dir(setting: str) -> str | None:
 def enable(setting: str) -> str | None:
     """Use the persistent compilation cache `setting` names (before the first compile); its path or
     None."""
+    global _kept_dir
     path = cache_dir(setting)
+    _kept_dir = None if path is None else os.path.join(path, KEPT_SUBDIR)
     if path is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return None
@@ -124,6 +149,15 @@ class CompileCounts:
 _totals = {"seconds": 0.0, "requests": 0, "hits": 0}
 
 
+class _ThreadHits(threading.local):
+    """Persistent-cache hits of this thread's compiles (per-core devices compile in threads)."""
+
+    count = 0
+
+
+_thread_hits = _ThreadHits()
+
+
 def _on_duration(event: str, duration: float, **_kw: Any) -> None:
     if event in (TRACE_EVENT, LOWER_EVENT, COMPILE_EVENT):
         _totals["seconds"] += duration
@@ -134,6 +168,7 @@ def _on_duration(event: str, duration: float, **_kw: Any) -> None:
 def _on_event(event: str, **_kw: Any) -> None:
     if event == HIT_EVENT:
         _totals["hits"] += 1
+        _thread_hits.count += 1
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
@@ -156,3 +191,192 @@ def phase(name: str) -> Iterator[None]:
     compiling = min(counts().since(before).seconds, wall)
     phase_times.add("compile", compiling)
     phase_times.add(name, wall - compiling, phase_times.cpu_seconds() - cpu)
+
+
+def kept_program(factory: Callable[..., Callable]) -> Callable[..., KeptProgram]:
+    """Decorate a factory of a `jax.jit` program: made once per parameters (an `lru_cache`), its
+    executables kept whole across runs (`KeptProgram`). The factory's program must depend only on
+    its parameters and the trainer's code: those, not the function's closure, are the key."""
+    name = f"{factory.__module__}.{factory.__qualname__}"
+
+    @functools.lru_cache(maxsize=None)
+    @functools.wraps(factory)
+    def make(*args: Any, **kwargs: Any) -> KeptProgram:
+        return KeptProgram(factory(*args, **kwargs), name, _params_key(args, kwargs))
+
+    return make
+
+
+def _params_key(args: tuple, kwargs: dict) -> str | None:
+    """The factory's parameters as text, or None when one has no faithful text (an object's
+    default repr): its programs are then not kept."""
+    parts = []
+    for value in (*args, *sorted(kwargs.items())):
+        if isinstance(value, Mesh):
+            # a mesh's repr names no devices
+            value = ("Mesh", value.axis_names, tuple(d.id for d in value.devices.flat))
+        text = repr(value)
+        if " at 0x" in text:
+            return None
+        parts.append(text)
+    return "\n".join(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def _source_hash() -> str:
+    """A hash of the trainer's and the contract's code: what a kept executable was made by."""
+    digest = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for root in (here, os.path.join(os.path.dirname(here), "webgraph_contract")):
+        for folder, dirs, files in os.walk(root):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as f:
+                    digest.update(os.path.relpath(path, root).encode() + b"\0" + f.read())
+    return digest.hexdigest()
+
+
+def _environment() -> tuple:
+    """What else an executable depends on: JAX, its backend and devices, XLA's flags, settings."""
+    devices = jax.devices()
+    client = devices[0].client
+    return (
+        jax.__version__,
+        client.platform,
+        client.platform_version,
+        tuple((d.id, d.device_kind, d.process_index) for d in devices),
+        os.environ.get("XLA_FLAGS", ""),
+        jax.config.jax_enable_x64,
+        str(jax.config.jax_default_matmul_precision),
+        _source_hash(),
+    )
+
+
+def _devices(sharding: jax.sharding.Sharding) -> tuple:
+    """A sharding's devices, in the order its program numbers them."""
+    mesh = getattr(sharding, "mesh", None)
+    if isinstance(mesh, Mesh):
+        return tuple(mesh.devices.flat)
+    return tuple(sorted(sharding.device_set, key=lambda d: d.id))
+
+
+# An option at its default value: a compile with it has another key in JAX's persistent cache.
+FRESH_OPTION = {"xla_embed_ir_in_executable": False}
+
+
+class KeptProgram:
+    """A jitted program whose executables are kept whole in the cache directory, one per argument
+    signature, and loaded from there by later runs (`kept_program`). Without a cache directory, in
+    a multi-process run, for parameters without a faithful key, or for arguments not all
+    `jax.Array`s, it is the jitted program."""
+
+    def __init__(self, jitted: Callable, name: str, params: str | None):
+        self.jitted, self.name, self.params = jitted, name, params
+        self.executables: dict = {}
+        # one lock per signature: per-core devices' programs load or compile at once
+        self.locks: dict = {}
+        self.lock = threading.Lock()
+
+    def __getattr__(self, attr: str) -> Any:
+        # `lower`, `trace`, ...: the jitted program's
+        return getattr(self.jitted, attr)
+
+    def __call__(self, *args: Any) -> Any:
+        folder = _kept_dir
+        if folder is None or self.params is None or jax.process_count() > 1:
+            return self.jitted(*args)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if not all(isinstance(x, jax.Array) for x in leaves):
+            return self.jitted(*args)
+        signature = (tree, tuple((x.shape, x.dtype, x.weak_type, x.sharding) for x in leaves))
+        executable = self.executables.get(signature)
+        if executable is None:
+            with self.lock:
+                lock = self.locks.setdefault(signature, threading.Lock())
+            with lock:
+                executable = self.executables.get(signature)
+                if executable is None:
+                    executable = self._load_or_compile(folder, tree, leaves, args)
+                    self.executables[signature] = executable
+        return executable(*args)
+
+    def _key(self, tree: Any, leaves: list) -> str:
+        arrays = tuple(
+            (
+                x.shape,
+                str(x.dtype),
+                x.weak_type,
+                repr(x.sharding),
+                [d.id for d in _devices(x.sharding)],
+            )
+            for x in leaves
+        )
+        parts = (self.name, self.params, str(tree), arrays, _environment())
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+    def _load_or_compile(self, folder: str, tree: Any, leaves: list, args: tuple) -> Callable:
+        """The executable for `args`: loaded from `folder`, else compiled and kept there."""
+        path = os.path.join(folder, f"{self.name}-{self._key(tree, leaves)}")
+        start = time.perf_counter()
+        # the program's devices: those of the argument spanning the most (the mesh's)
+        devices = max((_devices(x.sharding) for x in leaves), key=len)
+        try:
+            with open(path, "rb") as f:
+                blob, in_tree, out_tree = pickle.load(f)
+            executable = serialize_executable.deserialize_and_load(
+                blob, in_tree, out_tree, execution_devices=list(devices)
+            )
+            os.utime(path)
+            _totals["seconds"] += time.perf_counter() - start
+            return executable
+        except FileNotFoundError:
+            pass
+        # one that no longer loads (a torn or foreign file): compiled again and replaced
+        except Exception as e:
+            log.debug("kept program %s does not load (%s): compiled again", path, e)
+        lowered = self.jitted.lower(*args)
+        compiled, fresh = _compile_fresh(lowered)
+        if fresh:
+            _keep(folder, path, compiled)
+        return compiled
+
+
+def _compile_fresh(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, bool]:
+    """`lowered` compiled, and whether XLA compiled it (not JAX's persistent cache): on CPU an
+    executable loaded from that cache serializes without its code (it would fail when run), so it
+    is compiled once more under another cache key. When that key is cached too (its kept file
+    removed since), it is not kept: such a program is traced and lowered each run, as without
+    keeping."""
+    hits = _thread_hits.count
+    compiled = lowered.compile()
+    if _thread_hits.count == hits:
+        return compiled, True
+    hits = _thread_hits.count
+    again = lowered.compile(compiler_options=FRESH_OPTION)
+    return (again, True) if _thread_hits.count == hits else (compiled, False)
+
+
+def _keep(folder: str, path: str, compiled: jax.stages.Compiled) -> None:
+    """Write `compiled` to `path` whole (atomically), and remove the least recently used kept
+    executables beyond `KEPT_MAX_FILES`; a program that cannot be serialized is not kept."""
+    try:
+        data = pickle.dumps(serialize_executable.serialize(compiled))
+    except (ValueError, NotImplementedError, TypeError, pickle.PicklingError):
+        return
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return
+    kept = [e for e in os.scandir(folder) if not e.name.startswith(".")]
+    if len(kept) > KEPT_MAX_FILES:
+        kept.sort(key=lambda e: e.stat().st_mtime)
+        for entry in kept[: len(kept) - KEPT_MAX_FILES]:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)

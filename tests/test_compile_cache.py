@@ -25,9 +25,11 @@ from conftest import REPO
 COUNTING_RUN = """
 import json, sys
 import jax
-seen = {"requests": 0, "hits": 0}
+seen = {"requests": 0, "hits": 0, "traced": []}
 def duration(event, secs, **kw):
     seen["requests"] += event == "/jax/core/compile/backend_compile_duration"
+    if event == "/jax/core/compile/jaxpr_trace_duration":
+        seen["traced"].append(kw.get("fun_name"))
 def event(event, **kw):
     seen["hits"] += event == "/jax/compilation_cache/cache_hits"
 jax.monitoring.register_event_duration_secs_listener(duration)
@@ -98,14 +100,21 @@ def test_a_second_process_on_the_same_shapes_compiles_nothing(data, tmp_path):
     assert len(written) >= first["requests"] - first["hits"], (first, written)
     assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
 
+    # the kernels' executables kept whole beside JAX's entries
+    assert os.listdir(os.path.join(cache, compile_cache.KEPT_SUBDIR)), written
+    assert "_epoch" in first["traced"], first
+
     second = _run([*train, "--model_dir", str(tmp_path / "m2")], home)
-    # every program loaded
-    assert second["requests"] > 0 and second["hits"] == second["requests"], second
+    # every program loaded; the kernels' not even traced
+    assert second["hits"] == second["requests"], second
+    assert not {"_epoch", "_gramian_local", "_step"} & set(second["traced"]), second
     assert _entries(cache) == written  # nothing new compiled, so nothing new written
     metrics = [json.loads(line) for line in open(tmp_path / "m2" / "metrics.jsonl")]
     assert [m["compiles"] for m in metrics] == [0, 0]
     first_metrics = [json.loads(line) for line in open(tmp_path / "m1" / "metrics.jsonl")]
     assert first_metrics[0]["compiles"] > 0 and first_metrics[0]["compile_seconds"] > 0
+    # the same programs: the same losses, bit for bit
+    assert [m["loss"] for m in metrics] == [m["loss"] for m in first_metrics]
 
     # a trained model's eval and export in new processes: programs from the cache, once warm
     for command in (
@@ -181,3 +190,109 @@ def test_the_command_line_refuses_it_in_one_line(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0 and "writable by others" in done.stderr, done.stderr
+
+
+KEPT_RUN = """
+import json, sys
+import jax, jax.numpy as jnp
+traced = []
+def duration(event, secs, **kw):
+    if event == "/jax/core/compile/jaxpr_trace_duration":
+        traced.append(kw.get("fun_name"))
+jax.monitoring.register_event_duration_secs_listener(duration)
+from alx_trainer import compile_cache
+compile_cache.enable(sys.argv[1])
+
+@compile_cache.kept_program
+def make_poly(power: int):
+    def poly(x, y):
+        return (x**power + y).sum(axis=0), y * 2
+    return jax.jit(poly, donate_argnums=(1,))
+
+x = jnp.arange(12.0).reshape(4, 3)
+total, doubled = make_poly(3)(x, jnp.ones(3))
+print("OUT " + json.dumps({"total": total.tolist(), "doubled": doubled.tolist(), "traced": traced}))
+"""
+
+
+def _kept_run(cache: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", KEPT_RUN, cache],
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("OUT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    return json.loads(lines[-1].split(" ", 1)[1])
+
+
+def test_a_kept_program_made_from_jax_cache_runs_in_a_new_process(tmp_path):
+    """XLA:CPU serializes an executable loaded from JAX's cache without its code: a kept program
+    written by a run that JAX's cache served must still run when loaded (compiled afresh)."""
+    cache = str(tmp_path / "cache")
+    x = np.arange(12.0).reshape(4, 3)
+    want = {"total": (x**3 + 1).sum(axis=0).tolist(), "doubled": [2.0] * 3}
+    kept = os.path.join(cache, compile_cache.KEPT_SUBDIR)
+
+    first = _kept_run(cache)
+    assert {k: first[k] for k in want} == want and "poly" in first["traced"], first
+    assert len(os.listdir(kept)) == 1
+    # JAX's cache holds the program; the kept one gone
+    for name in os.listdir(kept):
+        os.unlink(os.path.join(kept, name))
+    served = _kept_run(cache)
+    assert {k: served[k] for k in want} == want and len(os.listdir(kept)) == 1, served
+    loaded = _kept_run(cache)
+    assert {k: loaded[k] for k in want} == want and "poly" not in loaded["traced"], loaded
+
+    # a torn kept file: not loaded; traced and compiled again, the same result
+    (name,) = os.listdir(kept)
+    with open(os.path.join(kept, name), "r+b") as f:
+        f.truncate(100)
+    torn = _kept_run(cache)
+    assert {k: torn[k] for k in want} == want and "poly" in torn["traced"], torn
+
+
+def test_kept_programs_are_keyed_by_parameters_devices_and_code(tmp_path, monkeypatch):
+    """In one process: the same factory and parameters load what was kept (no compile request);
+    other parameters, another mesh's devices or other trainer code compile and keep their own;
+    a parameter without a faithful text is never kept."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    folder = tmp_path / "kept"
+    monkeypatch.setattr(compile_cache, "_kept_dir", str(folder))
+
+    def make_scaled(scale: float, mesh: Mesh):
+        return jax.jit(
+            lambda t: jax.lax.with_sharding_constraint(t * scale, NamedSharding(mesh, P("d")))
+        )
+
+    kept = compile_cache.kept_program(make_scaled)
+    devices = np.array(jax.devices())
+    meshes = [Mesh(devices[:4], ("d",)), Mesh(devices[4:], ("d",))]
+    table = np.arange(16, dtype=np.float32).reshape(8, 2)
+
+    def call(scale: float, mesh: Mesh) -> int:
+        kept.cache_clear()
+        before = compile_cache.counts().requests
+        arg = jax.device_put(table, NamedSharding(mesh, P("d")))
+        np.testing.assert_array_equal(np.asarray(kept(scale, mesh)(arg)), table * scale)
+        return compile_cache.counts().requests - before
+
+    assert call(2.0, meshes[0]) >= 1 and len(os.listdir(folder)) == 1
+    assert call(2.0, meshes[0]) == 0 and len(os.listdir(folder)) == 1
+    assert call(3.0, meshes[0]) >= 1 and len(os.listdir(folder)) == 2
+    assert call(2.0, meshes[1]) >= 1 and len(os.listdir(folder)) == 3
+    monkeypatch.setattr(compile_cache, "_source_hash", lambda: "other code")
+    assert call(2.0, meshes[0]) >= 1 and len(os.listdir(folder)) == 4
+
+    class Opaque:
+        pass
+
+    opaque = compile_cache.kept_program(lambda what: jax.jit(lambda t: t + 1))
+    opaque(Opaque())(jax.numpy.ones(2))
+    assert len(os.listdir(folder)) == 4

@@ -14,7 +14,9 @@
 - long rows (more than one batch): `make_long_stats` (a part of their statistics per device),
   `make_solve_scatter` (solve from summed statistics, write back).
 Every step kernel also returns the loss terms of the rows it solved (observed loss, weighted L2,
-row count); the matrix-free kernel skips the observed loss when `observed_loss` is off.
+row count); the matrix-free kernel skips the observed loss when `observed_loss` is off. Each
+factory makes its program once per parameters, its executables kept across runs
+(`compile_cache.kept_program`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from alx_trainer.compile_cache import kept_program
 from alx_trainer.ops import block_solver, solvers
 from alx_trainer.ops.gather_scatter import (
     fixed_rows,
@@ -48,7 +51,7 @@ def _gramian_local(table_l: jax.Array) -> jax.Array:
     return jax.lax.psum(t.T @ t, AXIS)
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_gramian(mesh: Mesh):
     """`gramian(table) -> [d, d]` float32, replicated."""
     return jax.jit(
@@ -251,7 +254,7 @@ def _solve_program(mesh: Mesh, spec: StepSpec, body, terms_spec: P):
     return jax.jit(fn, donate_argnums=(1,))
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_step(mesh: Mesh, spec: StepSpec):
     """`step(src, dst, (gram, hyper), ids, seg, row_ids, row_len) -> (dst, terms)`.
 
@@ -261,7 +264,7 @@ def make_step(mesh: Mesh, spec: StepSpec):
     return _solve_program(mesh, spec, _step, _terms_spec(spec))
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_device_step(spec: StepSpec):
     """The 'owner' step of one device on single-device arrays (no mesh: run per device, see
     `per_core`).
@@ -273,7 +276,7 @@ def make_device_step(spec: StepSpec):
     return jax.jit(functools.partial(_step, spec), donate_argnums=(1,))
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_replicate(mesh: Mesh):
     """`replicate(table)`: the whole table on every device (one all-gather)."""
     return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))
@@ -285,7 +288,7 @@ def _long_stats(spec: StepSpec, src_l, ids):
     return a[None], h.sum(axis=(0, 1))[None]
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_long_stats(mesh: Mesh, spec: StepSpec):
     """`long_stats(src, ids [D, B, L]) -> (A_obs [D, d, d], b [D, d])`: one long-row part per
     device."""
@@ -307,7 +310,7 @@ def _solve_scatter(spec: StepSpec, dst_l, fixed: Fixed, a_obs, b, row_ids, row_l
     )
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_solve_scatter(mesh: Mesh, spec: StepSpec):
     """`solve_scatter(dst, (gram, hyper), A_obs [D,R,d,d], b [D,R,d], row_ids, row_len) -> (dst,
     terms)` for long rows."""
@@ -340,7 +343,7 @@ def _long_solve(spec: StepSpec, src_l, dst_l, fixed: Fixed, ids, slot, row_ids, 
     return _solve_scatter(spec, dst_l, fixed, a[None, :rows], b[None, :rows], row_ids, row_len)
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_long_solve(mesh: Mesh, spec: StepSpec):
     """`long_solve(src, dst, (gram, hyper), ids [D,K,B,L], slot [D,K], row_ids [D,R], row_len [D,R])
     -> (dst, terms)`:
@@ -364,7 +367,7 @@ def _half_epoch(spec: StepSpec, src_l, dst_l, fixed: Fixed, normal, longs):
     return dst_l, terms, _gramian_local(as_float32(dst_l))
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_half_epoch(mesh: Mesh, spec: StepSpec, normal: bool, longs: int):
     """`half_epoch(src, dst, (gram, hyper), normal, longs) -> (dst, terms, gramian(dst))`: one
     compiled call per half-epoch (the accelerator path's resident batches; 'sharded' or
@@ -398,7 +401,7 @@ def _epoch(row_spec: StepSpec, col_spec: StepSpec, tables, fixed: Fixed, row_bat
     return (col_l,) if tied else (row_l, col_l), jnp.stack([terms_r, terms_c]), (g_row, g_col)
 
 
-@functools.lru_cache(maxsize=None)
+@kept_program
 def make_epoch(
     mesh: Mesh, row_spec: StepSpec, col_spec: StepSpec, tied: bool, row_calls, col_calls
 ):
