@@ -35,6 +35,7 @@ import time
 from typing import Any, Callable, Iterator
 
 import jax
+import numpy as np
 from jax.experimental import serialize_executable
 from jax.sharding import Mesh
 
@@ -261,6 +262,14 @@ def _devices(sharding: jax.sharding.Sharding) -> tuple:
     return tuple(sorted(sharding.device_set, key=lambda d: d.id))
 
 
+def _signature(x: jax.Array | np.ndarray | np.generic) -> tuple:
+    """(shape, dtype, weak type, sharding) of an argument; a host array's sharding is None (the
+    program places it as it was compiled to)."""
+    if isinstance(x, jax.Array):
+        return x.shape, x.dtype, x.weak_type, x.sharding
+    return np.shape(x), np.asarray(x).dtype, False, None
+
+
 # An option at its default value: a compile with it has another key in JAX's persistent cache.
 FRESH_OPTION = {"xla_embed_ir_in_executable": False}
 
@@ -268,8 +277,8 @@ FRESH_OPTION = {"xla_embed_ir_in_executable": False}
 class KeptProgram:
     """A jitted program whose executables are kept whole in the cache directory, one per argument
     signature, and loaded from there by later runs (`kept_program`). Without a cache directory, in
-    a multi-process run, for parameters without a faithful key, or for arguments not all
-    `jax.Array`s, it is the jitted program."""
+    a multi-process run, for parameters without a faithful key, or for arguments other than arrays
+    (at least one a `jax.Array`, the others NumPy), it is the jitted program."""
 
     def __init__(self, jitted: Callable, name: str, params: str | None):
         self.jitted, self.name, self.params = jitted, name, params
@@ -287,9 +296,12 @@ class KeptProgram:
         if folder is None or self.params is None or jax.process_count() > 1:
             return self.jitted(*args)
         leaves, tree = jax.tree_util.tree_flatten(args)
-        if not all(isinstance(x, jax.Array) for x in leaves):
+        placed = [x for x in leaves if isinstance(x, jax.Array)]
+        if not placed or not all(
+            isinstance(x, (jax.Array, np.ndarray, np.generic)) for x in leaves
+        ):
             return self.jitted(*args)
-        signature = (tree, tuple((x.shape, x.dtype, x.weak_type, x.sharding) for x in leaves))
+        signature = (tree, tuple(_signature(x) for x in leaves))
         executable = self.executables.get(signature)
         if executable is None:
             with self.lock:
@@ -303,14 +315,8 @@ class KeptProgram:
 
     def _key(self, tree: Any, leaves: list) -> str:
         arrays = tuple(
-            (
-                x.shape,
-                str(x.dtype),
-                x.weak_type,
-                repr(x.sharding),
-                [d.id for d in _devices(x.sharding)],
-            )
-            for x in leaves
+            (shape, str(dtype), weak, repr(where), where and [d.id for d in _devices(where)])
+            for shape, dtype, weak, where in map(_signature, leaves)
         )
         parts = (self.name, self.params, str(tree), arrays, _environment())
         return hashlib.sha256(repr(parts).encode()).hexdigest()
@@ -320,7 +326,7 @@ class KeptProgram:
         path = os.path.join(folder, f"{self.name}-{self._key(tree, leaves)}")
         start = time.perf_counter()
         # the program's devices: those of the argument spanning the most (the mesh's)
-        devices = max((_devices(x.sharding) for x in leaves), key=len)
+        devices = max((_devices(x.sharding) for x in leaves if isinstance(x, jax.Array)), key=len)
         try:
             with open(path, "rb") as f:
                 blob, in_tree, out_tree = pickle.load(f)

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer.compile_cache import kept_program
 from alx_trainer.evaluation import engine, norm_order
 from alx_trainer.ops import per_core
 from webgraph_contract.ragged import RaggedRows
@@ -117,7 +118,7 @@ def _excluded(scores, ids, ex_rows, ex_ids):
     return scores.at[ex_rows, local].set(-jnp.inf, mode="drop")
 
 
-@functools.lru_cache(maxsize=32)
+@kept_program
 def _kernel(k: int, cols: int, approx: bool, recall_target: float):
     """One device's program: (queries [B, d], table [blocks * cols, d] and its column ids
     (`norm_order.Share`), block norms [blocks], excluded pairs [2, E] (rows, column ids), reach [B]

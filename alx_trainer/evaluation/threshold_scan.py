@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer.compile_cache import kept_program
 from alx_trainer.evaluation import engine, norm_order
 from alx_trainer.ops import per_core
 from webgraph_contract.ragged import RaggedRows
@@ -88,7 +89,7 @@ def sorted_columns(table: np.ndarray, devices: list, cols: int) -> list[SortedCo
     return out
 
 
-@functools.lru_cache(maxsize=16)
+@kept_program
 def _scan_kernel(cols: int):
     """(queries [B, d], table, block_norms, threshold [B], reach [B], first block, block count)
     -> (flags uint32 [B, CHUNK_BLOCKS, words], blocks scanned): bit g of a block's words is set
