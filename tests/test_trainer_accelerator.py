@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from jax._src.array import ArrayImpl
 
-from alx_trainer import execution
+from alx_trainer import compile_cache, execution
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import init_tables
@@ -178,6 +178,8 @@ def _count_epoch_gramians(monkeypatch) -> list[int]:
     monkeypatch.setattr(kernels, "_gramian_local", counted_gramian)
     monkeypatch.setattr(kernels, "_epoch", counted_epoch)
     kernels.make_epoch.cache_clear()
+    # traced, not loaded whole from an earlier run's kept executables
+    monkeypatch.setattr(compile_cache, "_kept_dir", None)
     return counts
 
 
