@@ -121,6 +121,7 @@ def device_child(spec: dict, out: str) -> None:
 def ours_child(spec: dict, out: str) -> None:
     """Ours on one saved matrix: per-epoch seconds as they come, then timings, memory, and scores
     where the matrix has a test split (`spec['score']`)."""
+    from alx_trainer import execution
     from alx_trainer.callbacks import Callback
     from alx_trainer.config import TrainConfig
     from alx_trainer.data.dataset import in_memory
@@ -138,6 +139,9 @@ def ours_child(spec: dict, out: str) -> None:
     dataset = in_memory(spec["size"], m["train_indptr"], m["train_cols"], m["cols"])
     dataset_s = time.perf_counter() - t
     config = TrainConfig(**spec["config"])
+    # on CPU, the devices the command line would split the host into (one per core for the
+    # per-core path), before JAX starts; JAX's own elsewhere
+    execution.start_cpu_devices(config, len(m["train_cols"]))
     # a fresh run, never a resumed one
     shutil.rmtree(config.model_dir, ignore_errors=True)
     t = time.perf_counter()
