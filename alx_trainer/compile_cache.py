@@ -239,17 +239,21 @@ def _source_hash() -> str:
 
 
 def _environment() -> tuple:
-    """What else an executable depends on: JAX, its backend and devices, XLA's flags, settings."""
+    """What else an executable depends on: JAX and NumPy, the backend and its devices, XLA's and
+    libtpu's flags, JAX's settings (every one: a setting changed makes new executables) and the
+    code."""
     devices = jax.devices()
     client = devices[0].client
+    settings = sorted((k, repr(v)) for k, v in jax.config.values.items())
     return (
         jax.__version__,
+        np.__version__,
         client.platform,
         client.platform_version,
         tuple((d.id, d.device_kind, d.process_index) for d in devices),
         os.environ.get("XLA_FLAGS", ""),
-        jax.config.jax_enable_x64,
-        str(jax.config.jax_default_matmul_precision),
+        os.environ.get("LIBTPU_INIT_ARGS", ""),
+        [(k, v) for k, v in settings if " at 0x" not in v],
         _source_hash(),
     )
 
@@ -359,7 +363,12 @@ def _compile_fresh(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, bo
     if _thread_hits.count == hits:
         return compiled, True
     hits = _thread_hits.count
-    again = lowered.compile(compiler_options=FRESH_OPTION)
+    try:
+        again = lowered.compile(compiler_options=FRESH_OPTION)
+    # a backend that refuses the option: the program is just not kept
+    except Exception as e:
+        log.debug("compiling afresh failed (%s): the program is not kept", e)
+        return compiled, False
     return (again, True) if _thread_hits.count == hits else (compiled, False)
 
 

@@ -257,8 +257,8 @@ def test_a_kept_program_made_from_jax_cache_runs_in_a_new_process(tmp_path):
 
 def test_kept_programs_are_keyed_by_parameters_devices_and_code(tmp_path, monkeypatch):
     """In one process: the same factory and parameters load what was kept (no compile request);
-    other parameters, another mesh's devices or other trainer code compile and keep their own;
-    a parameter without a faithful text is never kept."""
+    other parameters, another mesh's devices, another JAX setting or other trainer code compile
+    and keep their own; a parameter without a faithful text is never kept."""
     import jax
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -287,12 +287,19 @@ def test_kept_programs_are_keyed_by_parameters_devices_and_code(tmp_path, monkey
     assert call(2.0, meshes[0]) == 0 and len(os.listdir(folder)) == 1
     assert call(3.0, meshes[0]) >= 1 and len(os.listdir(folder)) == 2
     assert call(2.0, meshes[1]) >= 1 and len(os.listdir(folder)) == 3
+    # a JAX setting changed
+    jax.config.update("jax_default_matmul_precision", "highest")
+    try:
+        assert call(2.0, meshes[0]) >= 1 and len(os.listdir(folder)) == 4
+    finally:
+        jax.config.update("jax_default_matmul_precision", None)
+    assert call(2.0, meshes[0]) == 0
     monkeypatch.setattr(compile_cache, "_source_hash", lambda: "other code")
-    assert call(2.0, meshes[0]) >= 1 and len(os.listdir(folder)) == 4
+    assert call(2.0, meshes[0]) >= 1 and len(os.listdir(folder)) == 5
 
     class Opaque:
         pass
 
     opaque = compile_cache.kept_program(lambda what: jax.jit(lambda t: t + 1))
     opaque(Opaque())(jax.numpy.ones(2))
-    assert len(os.listdir(folder)) == 4
+    assert len(os.listdir(folder)) == 5

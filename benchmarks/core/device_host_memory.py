@@ -102,7 +102,7 @@ class Sampler(threading.Thread):
         self.start_time = time.monotonic()
         self.stopped = threading.Event()
         self.lock = threading.Lock()
-        self.host_peak = self.device_peak = 0
+        self.host_peak = self.device_peak = self.rss_peak = 0
         self.host_peak_s, self.host_peak_phase = 0.0, ""
         self.samples = 0
         self._phase, self._totals = "", {}
@@ -113,7 +113,8 @@ class Sampler(threading.Thread):
         # the readings would otherwise count as host
         before = rss_bytes()
         device = live_array_bytes()
-        host = min(before, rss_bytes()) - device
+        after = rss_bytes()
+        host = min(before, after) - device
         phases = sys.modules.get("alx_trainer.phase_times")
         if phases is not None:
             grown, self._totals = last_phase(self._totals, phases.totals())
@@ -121,6 +122,7 @@ class Sampler(threading.Thread):
         with self.lock:
             self.samples += 1
             self.device_peak = max(self.device_peak, device)
+            self.rss_peak = max(self.rss_peak, before, after)
             if host > self.host_peak:
                 self.host_peak = host
                 self.host_peak_s = time.monotonic() - self.start_time
@@ -146,7 +148,9 @@ class Sampler(threading.Thread):
             return {
                 "host_outside_device_peak_bytes": self.host_peak,
                 "device_peak_bytes": self.device_peak,
-                "rss_peak_bytes": hwm_bytes(),
+                # the kernel's VmHWM can trail a reading of statm by a few pages (its RSS
+                # counters are synced lazily): the larger of the two
+                "rss_peak_bytes": max(hwm_bytes(), self.rss_peak),
                 "host_peak_s": round(self.host_peak_s, 2),
                 "host_peak_after_phase": self.host_peak_phase,
                 "samples": self.samples,
