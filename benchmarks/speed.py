@@ -75,6 +75,9 @@ FORMS = "matvec,matvec:65536,explicit:tf32,explicit:bfloat16,explicit:float32"
 # 10M and 149M nnz: ours at 'auto' only
 FORMS_AT = "gowalla:64,gowalla:1024,25m:128"
 MODULE = "benchmarks.speed"
+# the sizes' budget and one child's limit, seconds, by device (a GPU run fits a 10-minute window)
+BUDGET_S = {"gpu": 340.0, "cpu": 3600.0}
+SECTION_S = {"gpu": 300.0, "cpu": 1200.0}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -127,11 +130,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--budget_s",
         type=float,
-        default=340,
-        help="no section of the sizes starts after this many seconds (de-sparse: --de_sparse_s)",
+        default=None,
+        help="no section of the sizes starts after this many seconds (de-sparse: --de_sparse_s; "
+        f"default {BUDGET_S['gpu']:.0f}, on --device cpu {BUDGET_S['cpu']:.0f})",
     )
     p.add_argument(
-        "--section_timeout", type=float, default=300, help="seconds one child process may run"
+        "--section_timeout",
+        type=float,
+        default=None,
+        help="seconds one child process may run (default "
+        f"{SECTION_S['gpu']:.0f}, on --device cpu {SECTION_S['cpu']:.0f})",
     )
     add_wheel_args(p)
     de_sparse.add_args(p)
@@ -160,6 +168,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     de_sparse.check_args(p, args)
     if args.device == "cpu" and args.implicit in ("auto", "gpu"):
         args.implicit = "cpu"
+    # a lent GPU's window is 10 minutes; 2 CPU cores take minutes for one 25M size
+    where = "cpu" if args.device == "cpu" else "gpu"
+    if args.budget_s is None:
+        args.budget_s = BUDGET_S[where]
+    if args.section_timeout is None:
+        args.section_timeout = SECTION_S[where]
     return args
 
 

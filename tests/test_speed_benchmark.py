@@ -464,3 +464,13 @@ def test_toy_run_de_sparse_section_writes_every_phase_and_figure(toy):
     assert implicit == {"skipped": "not run (--implicit_s 0)"}
     assert "recall@50" in stdout and "implicit: not run (--implicit_s 0)" in stdout
     assert "INCOMPLETE" not in stdout
+
+
+def test_a_cpu_run_gets_a_cpu_sized_budget_unless_given():
+    """The default budget fits a GPU's 10-minute window; 2 CPU cores need minutes for one 25M
+    size, so `--device cpu` defaults to a larger one; a given budget stays."""
+    cpu = bench.parse_args(["--device", "cpu", "--sizes", "25m"])
+    gpu = bench.parse_args(["--device", "gpu", "--sizes", "25m"])
+    assert cpu.budget_s > gpu.budget_s and cpu.section_timeout > gpu.section_timeout
+    given = bench.parse_args(["--device", "cpu", "--budget_s", "50", "--section_timeout", "9"])
+    assert (given.budget_s, given.section_timeout) == (50, 9)
