@@ -274,8 +274,11 @@ def _signature(x: jax.Array | np.ndarray | np.generic) -> tuple:
     return np.shape(x), np.asarray(x).dtype, False, None
 
 
-# An option at its default value: a compile with it has another key in JAX's persistent cache.
-FRESH_OPTION = {"xla_embed_ir_in_executable": False}
+def salted_options(key: str) -> dict[str, int]:
+    """Compile options that change nothing XLA builds but give the compile its own key in JAX's
+    persistent cache, one per kept key: how many buffers a debug print of XLA's buffer assignment
+    lists (read only by that print; JAX's key leaves out the dump options, so not those)."""
+    return {"xla_debug_buffer_assignment_show_max": (1 << 30) + int(key[:7], 16)}
 
 
 class KeptProgram:
@@ -327,7 +330,8 @@ class KeptProgram:
 
     def _load_or_compile(self, folder: str, tree: Any, leaves: list, args: tuple) -> Callable:
         """The executable for `args`: loaded from `folder`, else compiled and kept there."""
-        path = os.path.join(folder, f"{self.name}-{self._key(tree, leaves)}")
+        key = self._key(tree, leaves)
+        path = os.path.join(folder, f"{self.name}-{key}")
         start = time.perf_counter()
         # the program's devices: those of the argument spanning the most (the mesh's)
         devices = max((_devices(x.sharding) for x in leaves if isinstance(x, jax.Array)), key=len)
@@ -346,17 +350,20 @@ class KeptProgram:
         except Exception as e:
             log.debug("kept program %s does not load (%s): compiled again", path, e)
         lowered = self.jitted.lower(*args)
-        compiled, fresh = _compile_fresh(lowered)
+        compiled, fresh = _compile_fresh(lowered, salted_options(key))
         if fresh:
             _keep(folder, path, compiled)
         return compiled
 
 
-def _compile_fresh(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, bool]:
+def _compile_fresh(
+    lowered: jax.stages.Lowered, salted: dict[str, int]
+) -> tuple[jax.stages.Compiled, bool]:
     """`lowered` compiled, and whether XLA compiled it (not JAX's persistent cache): on CPU an
     executable loaded from that cache serializes without its code (it would fail when run), so it
-    is compiled once more under another cache key. When that key is cached too (its kept file
-    removed since), it is not kept: such a program is traced and lowered each run, as without
+    is compiled once more with the `salted` options (`salted_options`: its own key in JAX's cache,
+    whatever programs of the same text other code kept). When that key is cached too (this kept
+    file was removed since), it is not kept: it is then traced and lowered each run, as without
     keeping."""
     hits = _thread_hits.count
     compiled = lowered.compile()
@@ -364,7 +371,7 @@ def _compile_fresh(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, bo
         return compiled, True
     hits = _thread_hits.count
     try:
-        again = lowered.compile(compiler_options=FRESH_OPTION)
+        again = lowered.compile(compiler_options=salted)
     # a backend that refuses the option: the program is just not kept
     except Exception as e:
         log.debug("compiling afresh failed (%s): the program is not kept", e)

@@ -202,6 +202,8 @@ def duration(event, secs, **kw):
 jax.monitoring.register_event_duration_secs_listener(duration)
 from alx_trainer import compile_cache
 compile_cache.enable(sys.argv[1])
+# the trainer's code as of a release
+compile_cache._source_hash = lambda: sys.argv[2]
 
 @compile_cache.kept_program
 def make_poly(power: int):
@@ -215,9 +217,9 @@ print("OUT " + json.dumps({"total": total.tolist(), "doubled": doubled.tolist(),
 """
 
 
-def _kept_run(cache: str) -> dict:
+def _kept_run(cache: str, code: str = "v1") -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", KEPT_RUN, cache],
+        [sys.executable, "-c", KEPT_RUN, cache, code],
         env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO)),
         capture_output=True,
         text=True,
@@ -246,6 +248,15 @@ def test_a_kept_program_made_from_jax_cache_runs_in_a_new_process(tmp_path):
     assert {k: served[k] for k in want} == want and len(os.listdir(kept)) == 1, served
     loaded = _kept_run(cache)
     assert {k: loaded[k] for k in want} == want and "poly" not in loaded["traced"], loaded
+
+    # other trainer code making the same program (an upgrade): JAX's cache serves its text, so it
+    # is compiled afresh under its own key and kept; the next run loads it
+    before = set(os.listdir(kept))
+    upgraded = _kept_run(cache, "v2")
+    assert {k: upgraded[k] for k in want} == want and len(os.listdir(kept)) == 2, upgraded
+    assert "poly" not in _kept_run(cache, "v2")["traced"]
+    for name in set(os.listdir(kept)) - before:
+        os.unlink(os.path.join(kept, name))
 
     # a torn kept file: not loaded; traced and compiled again, the same result
     (name,) = os.listdir(kept)

@@ -97,7 +97,7 @@ def _scan_kernel(cols: int):
     `reach * block norm` is below every row's threshold."""
     groups = cols // GROUP
     words = -(-groups // 32)
-    shifts = jnp.arange(32, dtype=jnp.uint32)
+    shifts = np.arange(32, dtype=np.uint32)
 
     def run(queries, table, block_norms, threshold, reach, first, count):
         b = queries.shape[0]
