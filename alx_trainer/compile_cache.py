@@ -244,7 +244,7 @@ def _environment() -> tuple:
     code."""
     devices = jax.devices()
     client = devices[0].client
-    settings = sorted((k, repr(v)) for k, v in jax.config.values.items())
+    settings = sorted((k, repr(v)) for k, v in getattr(jax.config, "values", {}).items())
     return (
         jax.__version__,
         np.__version__,
@@ -329,8 +329,13 @@ class KeptProgram:
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
     def _load_or_compile(self, folder: str, tree: Any, leaves: list, args: tuple) -> Callable:
-        """The executable for `args`: loaded from `folder`, else compiled and kept there."""
-        key = self._key(tree, leaves)
+        """The executable for `args`: loaded from `folder`, else compiled and kept there; the
+        jitted program where no key can be made (another JAX's settings or shardings)."""
+        try:
+            key = self._key(tree, leaves)
+        except Exception as e:
+            log.debug("no key for %s (%s): not kept", self.name, e)
+            return self.jitted
         path = os.path.join(folder, f"{self.name}-{key}")
         start = time.perf_counter()
         # the program's devices: those of the argument spanning the most (the mesh's)
