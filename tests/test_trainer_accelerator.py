@@ -306,3 +306,33 @@ def test_matrix_free_forms_take_batches_as_large_as_a_device_needs(tmp_path, mon
                 assert slots == 1 << 16 and p.steps >= 3
     for auto, fixed in zip(tables["auto"], tables["65536"]):
         np.testing.assert_allclose(auto, fixed, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("resident,reads", [("on", 1), ("off", 1 + 3)])
+def test_resident_batches_read_each_side_once(dataset, tmp_path, monkeypatch, resident, reads):
+    """Resident batches are packed from the rows the planning pass kept: each side's files are
+    read once in all; streamed batches read them again once every epoch (3 here; their long rows
+    come from the planning pass, not a second read), and train the same tables."""
+    data_dir, _ = dataset
+    module = sys.modules["alx_trainer.train"]
+    opened = {"train": 0, "train_t": 0}
+    reader = module.split_reader
+
+    def counting(dataset, split, *args):
+        make = reader(dataset, split, *args)
+
+        def counted():
+            opened[split] += 1
+            return make()
+
+        return counted
+
+    monkeypatch.setattr(module, "split_reader", counting)
+    config = _config(data_dir, str(tmp_path / "m"), epochs=3, resident_batches=resident)
+    model = train(config, mesh=make_mesh())
+    assert opened == {"train": reads, "train_t": reads}, opened
+    monkeypatch.setattr(module, "split_reader", reader)
+    streamed = train(
+        _config(data_dir, str(tmp_path / "s"), epochs=3, resident_batches="off"), mesh=make_mesh()
+    )
+    np.testing.assert_allclose(model.row_table, streamed.row_table, rtol=1e-5, atol=1e-6)

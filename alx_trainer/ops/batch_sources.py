@@ -83,11 +83,28 @@ def scan(chunks: Iterable[RaggedRows], keep_chunks: bool, long_above: int | None
         seen.append((c.lengths, c.row_ids))
         if keep_chunks:
             kept.append(slabs.narrowed(c))
-        if long_above is not None and (long := c.lengths > long_above).any():
-            long_rows.append(c.select(long))
+        if long_above is not None:
+            long_rows += longer_than([c], long_above)
     lengths = np.concatenate([s[0] for s in seen]) if seen else np.zeros(0, np.int64)
     row_ids = np.concatenate([s[1] for s in seen]) if seen else np.zeros(0, np.int64)
     return Scan(lengths, row_ids, kept if keep_chunks else None, long_rows)
+
+
+def longer_than(chunks: Iterable[RaggedRows], above: int) -> list[RaggedRows]:
+    """The rows of `chunks` with more than `above` ids (a copy), a chunk each where any."""
+    return [c.select(long) for c in chunks if (long := c.lengths > above).any()]
+
+
+def drained(chunks: list[RaggedRows]) -> MakeChunks:
+    """`chunks` (a scan's kept rows) as a source of chunks read once, each released as it is
+    handed over: packing them frees the side's rows as it goes."""
+
+    def make() -> Iterator[RaggedRows]:
+        chunks.reverse()
+        while chunks:
+            yield chunks.pop()
+
+    return make
 
 
 class Slabs:
@@ -146,14 +163,15 @@ def device_call(device, call: batching.DeviceBatch) -> Call:
 
 
 class FileStream:
-    """Packed from the files every half-epoch; packing and copies run in a prefetch thread."""
+    """Packed from the files every half-epoch; packing and copies run in a prefetch thread. Its
+    long rows come from `long` (kept by the planning pass: no second read of the files)."""
 
     per_device = False
     # packing shares the host with the CPU devices' steps
     pack_threads = 1
 
-    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks):
-        self.mesh, self.plan, self.make_chunks = mesh, plan, make_chunks
+    def __init__(self, mesh, plan: SidePlan, make_chunks: MakeChunks, long: list[RaggedRows]):
+        self.mesh, self.plan, self.make_chunks, self.long = mesh, plan, make_chunks, long
         self.per_step = len(mesh.local_devices)
 
     def host_calls(self) -> Iterator[batching.DeviceBatch]:
@@ -167,7 +185,7 @@ class FileStream:
         ]
 
     def long_calls(self) -> LongCalls:
-        return batching.pack_long(self.make_chunks(), self.plan.piece_len, self.plan.batch_pieces)
+        return batching.pack_long(self.long, self.plan.piece_len, self.plan.batch_pieces)
 
     @property
     def total_steps(self) -> int:
@@ -190,12 +208,16 @@ class HostCache:
         self.mesh, self.plan, self.calls, self.long = mesh, plan, calls, long
 
     @classmethod
-    def pack(cls, mesh, plan: SidePlan, make_chunks: MakeChunks) -> HostCache:
-        """Read and pack the side once, before the steps: on every host core."""
+    def pack(
+        cls, mesh, plan: SidePlan, make_chunks: MakeChunks, long: list[RaggedRows]
+    ) -> HostCache:
+        """Read and pack the side once, before the steps: on every host core; the long rows from
+        `long` (the planning pass's)."""
         per_step = len(mesh.local_devices)
         calls = list(host_calls(make_chunks(), plan, per_step, threads=0))
-        long = list(batching.pack_long(make_chunks(), plan.piece_len, plan.batch_pieces))
-        return cls(mesh, plan, calls, long)
+        return cls(
+            mesh, plan, calls, list(batching.pack_long(long, plan.piece_len, plan.batch_pieces))
+        )
 
     def streams(self) -> list[Iterable[Call]]:
         put = functools.partial(global_call, self.mesh)
@@ -482,9 +504,15 @@ class DeviceStream(FileStream):
     pack_threads = 0
 
     def __init__(
-        self, mesh, plan: SidePlan, make_chunks: MakeChunks, long_rows: int, combine: Combine
+        self,
+        mesh,
+        plan: SidePlan,
+        make_chunks: MakeChunks,
+        long: list[RaggedRows],
+        long_rows: int,
+        combine: Combine,
     ):
-        super().__init__(mesh, plan, make_chunks)
+        super().__init__(mesh, plan, make_chunks, long)
         self.long_rows, self.combine = long_rows, combine
 
     def long_calls(self) -> LongCalls:

@@ -94,14 +94,17 @@ def plan_side(
     shard = padded_rows(num_rows, mesh) // mesh.size
     local = mesh.local_devices
     streamed = exe.batches == "owner_stream"
-    # (streamed) rows long at some candidate shape are kept; those of the chosen one are packed
+    # rows long at some candidate shape: kept by the pass, those of the chosen shape packed
     smallest = min(L * B for L, B in plan.candidate_shapes(config, exe.batch_ids))
     timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
+    # resident batches pack from the rows this pass keeps (the accelerator path's too, unless
+    # they are off: one read of the files instead of two; dropped if the batches do not fit)
+    keep = exe.batches == "owner_resident" or (
+        exe.batches == "device" and exe.resident_batches != "off"
+    )
     with timed("read"):
         read = batch_sources.scan(
-            make_chunks(),
-            keep_chunks=exe.batches == "owner_resident",
-            long_above=smallest if streamed else None,
+            make_chunks(), keep_chunks=keep, long_above=None if keep else smallest
         )
     # the mesh spans processes
     combine = plan.over_hosts if len(local) < mesh.size else plan.one_host
@@ -129,11 +132,15 @@ def plan_side(
             )
             if one_call:
                 source = batch_sources.DeviceResident.pack(
-                    mesh, side, make_chunks, long_rows_per_call, combine
+                    mesh, side, batch_sources.drained(read.chunks), long_rows_per_call, combine
                 )
             else:
+                # streamed sources take their long rows from the pass, not a second read
+                long = read.long_rows
+                if read.chunks is not None:
+                    long = batch_sources.longer_than(read.chunks, smallest)
                 source = batch_sources.DeviceStream(
-                    mesh, side, make_chunks, long_rows_per_call, combine
+                    mesh, side, make_chunks, long, long_rows_per_call, combine
                 )
         elif streamed:
             source = batch_sources.OwnerStream.pack(
@@ -144,9 +151,9 @@ def plan_side(
                 mesh, side, read.chunks, shard, exe.per_device
             )
         elif exe.batches == "host_cache":
-            source = batch_sources.HostCache.pack(mesh, side, make_chunks)
+            source = batch_sources.HostCache.pack(mesh, side, make_chunks, read.long_rows)
         else:
-            source = batch_sources.FileStream(mesh, side, make_chunks)
+            source = batch_sources.FileStream(mesh, side, make_chunks, read.long_rows)
     return SideRunner(config, exe, mesh, spec, side, source, shard, one_call, replica)
 
 
