@@ -29,7 +29,6 @@ import logging
 import os
 import pickle
 import stat
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -41,6 +40,7 @@ from jax.sharding import Mesh
 
 from alx_trainer import phase_times
 from alx_trainer.config import ConfigError
+from webgraph_contract import fileio
 
 AUTO, OFF = "auto", "off"
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
@@ -303,12 +303,11 @@ class KeptProgram:
         if folder is None or self.params is None or jax.process_count() > 1:
             return self.jitted(*args)
         leaves, tree = jax.tree_util.tree_flatten(args)
-        placed = [x for x in leaves if isinstance(x, jax.Array)]
-        if not placed or not all(
+        if not any(isinstance(x, jax.Array) for x in leaves) or not all(
             isinstance(x, (jax.Array, np.ndarray, np.generic)) for x in leaves
         ):
             return self.jitted(*args)
-        signature = (tree, tuple(_signature(x) for x in leaves))
+        signature = (tree, tuple(map(_signature, leaves)))
         executable = self.executables.get(signature)
         if executable is None:
             with self.lock:
@@ -316,23 +315,26 @@ class KeptProgram:
             with lock:
                 executable = self.executables.get(signature)
                 if executable is None:
-                    executable = self._load_or_compile(folder, tree, leaves, args)
+                    executable = self._load_or_compile(folder, signature, leaves, args)
                     self.executables[signature] = executable
         return executable(*args)
 
-    def _key(self, tree: Any, leaves: list) -> str:
+    def _key(self, signature: tuple) -> str:
+        tree, arrays = signature
         arrays = tuple(
             (shape, str(dtype), weak, repr(where), where and [d.id for d in _devices(where)])
-            for shape, dtype, weak, where in map(_signature, leaves)
+            for shape, dtype, weak, where in arrays
         )
         parts = (self.name, self.params, str(tree), arrays, _environment())
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
-    def _load_or_compile(self, folder: str, tree: Any, leaves: list, args: tuple) -> Callable:
+    def _load_or_compile(
+        self, folder: str, signature: tuple, leaves: list, args: tuple
+    ) -> Callable:
         """The executable for `args`: loaded from `folder`, else compiled and kept there; the
         jitted program where no key can be made (another JAX's settings or shardings)."""
         try:
-            key = self._key(tree, leaves)
+            key = self._key(signature)
         except Exception as e:
             log.debug("no key for %s (%s): not kept", self.name, e)
             return self.jitted
@@ -391,15 +393,10 @@ def _keep(folder: str, path: str, compiled: jax.stages.Compiled) -> None:
         data = pickle.dumps(serialize_executable.serialize(compiled))
     except (ValueError, NotImplementedError, TypeError, pickle.PicklingError):
         return
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fileio.write_atomic(path, data)
     except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         return
     kept = [e for e in os.scandir(folder) if not e.name.startswith(".")]
     if len(kept) > KEPT_MAX_FILES:

@@ -155,8 +155,14 @@ def _opened(
         raise ValueError(
             f"tied: needs a square matrix, {config.data} is {dataset.num_rows} x {dataset.num_cols}"
         )
+    return mesh, dataset, _plan(config, dataset, mesh)
+
+
+def _plan(config: TrainConfig, dataset: Dataset, mesh) -> ExecutionPlan:
+    """The execution plan of `config` for `dataset` (its links as its stats count them) on
+    `mesh`."""
     links = execution.dataset_links(dataset.stats)
-    return mesh, dataset, execution.current(config, dataset.num_rows, dataset.num_cols, mesh, links)
+    return execution.current(config, dataset.num_rows, dataset.num_cols, mesh, links)
 
 
 # TrainConfig fields in which runs sharing one `Prepared` may differ: the kernels' alpha, lambda
@@ -531,9 +537,7 @@ def epoch_cost(config: TrainConfig, dataset: Dataset, mesh=None) -> dict:
     bytes accessed, FLOPs and compiled calls per epoch and device, and every program): both sides
     planned as `train` plans them (one pass over the data); nothing is trained."""
     mesh = mesh if mesh is not None else make_mesh()
-    plan = execution.current(
-        config, dataset.num_rows, dataset.num_cols, mesh, execution.dataset_links(dataset.stats)
-    )
+    plan = _plan(config, dataset, mesh)
     tables = init_tables(
         config, dataset.num_rows, dataset.num_cols, mesh, execution.table_dtype(plan)
     )

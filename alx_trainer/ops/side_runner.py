@@ -93,7 +93,7 @@ def plan_side(
     """
     shard = padded_rows(num_rows, mesh) // mesh.size
     local = mesh.local_devices
-    streamed = exe.batches == "owner_stream"
+    owner_stream = exe.batches == "owner_stream"
     # rows long at some candidate shape: kept by the pass, those of the chosen shape packed
     smallest = min(L * B for L, B in plan.candidate_shapes(config, exe.batch_ids))
     timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
@@ -142,7 +142,7 @@ def plan_side(
                 source = batch_sources.DeviceStream(
                     mesh, side, make_chunks, long, long_rows_per_call, combine
                 )
-        elif streamed:
+        elif owner_stream:
             source = batch_sources.OwnerStream.pack(
                 mesh, side, make_chunks, read.long_rows, shard, exe.per_device
             )

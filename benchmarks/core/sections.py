@@ -141,7 +141,7 @@ def ours_child(spec: dict, out: str) -> None:
     config = TrainConfig(**spec["config"])
     # on CPU, the devices the command line would split the host into (one per core for the
     # per-core path), before JAX starts; JAX's own elsewhere
-    execution.start_cpu_devices(config, len(m["train_cols"]))
+    execution.start_cpu_devices(config, execution.dataset_links(dataset.stats))
     # a fresh run, never a resumed one
     shutil.rmtree(config.model_dir, ignore_errors=True)
     t = time.perf_counter()
