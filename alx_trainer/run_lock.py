@@ -25,7 +25,7 @@ import socket
 import uuid
 from typing import Iterator, Optional
 
-from webgraph_contract import fileio
+from webgraph_contract import fileio, staged_dir
 
 log = logging.getLogger(__name__)
 
@@ -36,34 +36,14 @@ class LockHeld(OSError):
     """Another training holds the model directory."""
 
 
-def _start_ticks(pid: int) -> Optional[int]:
-    """When a process started, in clock ticks since boot (Linux /proc); None where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _alive(pid: int, start_ticks: Optional[int]) -> bool:
-    """Whether `pid` runs on this host and is the process that started at `start_ticks`."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        pass
-    now = _start_ticks(pid)
-    return start_ticks is None or now is None or now == start_ticks
-
-
 def owner_record() -> dict:
     """This process as a lock owner: host, pid, its start (ticks, to detect pid reuse) and the
     time."""
+    start = staged_dir.process_start(os.getpid())
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "pid_start_ticks": _start_ticks(os.getpid()),
+        "pid_start_ticks": None if start is None else int(start),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -98,7 +78,7 @@ def describe(owner: dict) -> str:
 def _stale(owner: dict) -> bool:
     if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
         return False
-    return not _alive(owner["pid"], owner.get("pid_start_ticks"))
+    return not staged_dir.runs(owner["pid"], owner.get("pid_start_ticks"))
 
 
 def _create(path: str, owner: dict) -> bool:

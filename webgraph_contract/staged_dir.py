@@ -69,18 +69,24 @@ def process_start(pid: int) -> Optional[str]:
         return None
 
 
-def is_alive(owner: dict) -> bool:
-    """Whether the process an owner marker names (taken to be of this host) still runs; a marker
-    without a start time (or a process whose start is unknown) is judged by its pid alone."""
+def runs(pid: int, start: object) -> bool:
+    """Whether process `pid` of this host runs and is the one that started at `start` (clock
+    ticks as `process_start` reads them; a process whose start is unknown, or no `start`, is
+    judged by its pid alone)."""
     try:
-        os.kill(int(owner["pid"]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         # another user's live process
         pass
-    start = process_start(int(owner["pid"]))
-    return owner.get("start") is None or start is None or start == owner["start"]
+    now = process_start(pid)
+    return start is None or now is None or str(start) == now
+
+
+def is_alive(owner: dict) -> bool:
+    """Whether the process an owner marker names (taken to be of this host) still runs."""
+    return runs(int(owner["pid"]), owner.get("start"))
 
 
 def make_staging(target: str, owner_file: str) -> str:
