@@ -104,15 +104,13 @@ def timed(name: str, what: str = "", is_startup: bool = False) -> Iterator[None]
 
 def timed_steps(name: str, items: Iterable[T]) -> Iterator[T]:
     """`items`, the time each takes to come (a reader's) added to phase `name`."""
-    it = iter(items)
+    it, end = iter(items), object()
     while True:
         wall, cpu = time.perf_counter(), cpu_seconds()
-        try:
-            item = next(it)
-        except StopIteration:
-            add(name, time.perf_counter() - wall, cpu_seconds() - cpu)
-            return
+        item = next(it, end)
         add(name, time.perf_counter() - wall, cpu_seconds() - cpu)
+        if item is end:
+            return
         yield item
 
 

@@ -258,13 +258,13 @@ def main_eval(argv: Sequence[str]) -> int:
         if args.output:
             with open(args.output, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2, sort_keys=True)
-        _log_phases(phase_times)
+        _log_phases()
         return 0
 
     return run("eval", body)
 
 
-def _log_phases(phase_times) -> None:
+def _log_phases() -> None:
     """A scoring command's phases line (`phase_times.summary`), then its phases forgotten."""
     logging.getLogger("alx_trainer").info("%s", phase_times.summary())
     phase_times.reset()
@@ -556,7 +556,7 @@ def main_export(argv: Sequence[str]) -> int:
             signal.signal(signal.SIGTERM, previous)
         for path in paths:
             print(path)
-        _log_phases(phase_times)
+        _log_phases()
         return 0
 
     return run("export", body)
