@@ -11,12 +11,14 @@ and `python -m alx_trainer --help` stay cheap):
     rows = alx.fold_in(model.col_table, [[3, 17], [5]], model.config)  # new rows' embeddings
     best = alx.top_k(model.col_table, 10, [[3, 17], [5]], config=model.config)  # .ids, .scores
 
-Layout: `config` (TrainConfig) -> `execution` (the execution plan, decided once) -> `data/`
-(records, TFDS, dense batches) -> `ops/` (step kernels, solvers, half-epoch runner) -> `model`
-(tables, fold-in, load) -> `train` (epoch loop) with `callbacks` (evaluation, metrics, checkpoints,
-progress); `loading` (a model and its dataset), `evaluation/` (two top-K engines behind one
-interface, `ranking.top_k`), `tools/` (sweep, predict, export), `cli/` (`python -m alx_trainer`);
-`jax_compat` the one importer of JAX's private modules.
+Layout: `config` (TrainConfig) -> `execution` (the execution plan decided once: devices, mesh,
+layout, CPU threads) -> `data/` (a dataset opened, checked and read; dense batches planned and
+packed) -> `ops/` (step kernels, solvers, half-epoch runner) -> `model` (tables, fold-in, load)
+-> `train` (epoch loop) with `callbacks` (evaluation, metrics, checkpoints, progress) and
+`checkpoint` (the model directory's lock and checkpoints); `loading` (a model and its dataset),
+`evaluation/` (two top-K engines behind one interface, `ranking.top_k`), `tools/` (sweep,
+predict, export), `cli/` (`python -m alx_trainer`: `commands`, and `common` with every command's
+flags); `jax_compat` the one importer of JAX's private modules.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from alx_trainer.cli import interrupt
 
 # command -> (module, function); each function takes the remaining argv and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("alx_trainer.cli.train", "main"),
+    "train": ("alx_trainer.cli.commands", "main_train"),
     "eval": ("alx_trainer.cli.commands", "main_eval"),
     "sweep": ("alx_trainer.cli.commands", "main_sweep"),
     "predict": ("alx_trainer.cli.commands", "main_predict"),

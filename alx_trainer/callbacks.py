@@ -28,8 +28,7 @@ from tqdm import tqdm
 
 from alx_trainer import checkpoint, jax_compat, phase_times
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import integrity
-from alx_trainer.data.dataset import Dataset
+from alx_trainer.data.dataset import DataError, Dataset
 from alx_trainer.execution import ExecutionPlan
 from alx_trainer.model import METRICS_FILE, Model, fold_in, trim
 from alx_trainer.ops import cost
@@ -138,7 +137,7 @@ class Evaluator(Callback):
         # (`eval_data` checks the count against stats.json)
         counted, how = len(loading.eval_data(dataset).known), "read before epoch 1"
         if counted == 0:
-            raise integrity.DataError(
+            raise DataError(
                 f"{dataset.name}: no test rows to evaluate ({how}); pass --eval_every 0 to train "
                 "without evaluation, or build the dataset with a --test_fraction above 0"
             )

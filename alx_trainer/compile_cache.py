@@ -400,7 +400,16 @@ def _keep(folder: str, path: str, compiled: jax.stages.Compiled) -> None:
         return
     kept = [e for e in os.scandir(folder) if not e.name.startswith(".")]
     if len(kept) > KEPT_MAX_FILES:
-        kept.sort(key=lambda e: e.stat().st_mtime)
+        # another thread or process may remove a file between the listing and its stat
+        kept.sort(key=_mtime)
         for entry in kept[: len(kept) - KEPT_MAX_FILES]:
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
+
+
+def _mtime(entry: os.DirEntry) -> float:
+    """A kept file's modification time; 0 (first to go) for one already removed."""
+    try:
+        return entry.stat().st_mtime
+    except OSError:
+        return 0.0

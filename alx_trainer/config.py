@@ -1,6 +1,6 @@
 """Training configuration: the `TrainConfig` dataclass, its sections and their checks.
 
-Each field carries a `help` in its metadata; `alx_trainer.cli.dataclass_flags` turns the class
+Each field carries a `help` in its metadata; `alx_trainer.cli.common` turns the class
 into a command line (one `--field` flag per field, plus `--config FILE`). The sections data,
 model, solver, evaluation and run hold the objective and what a user sets; `ExecutionConfig`
 (the advanced section) holds the knobs of how a run executes, which `alx_trainer.execution`
@@ -34,7 +34,7 @@ PIECE_LENS = (16, 8)
 BATCH_IDS = 4096
 # `batch_pieces` 0 on the accelerator path: this many ids a batch, and off CPU for the forms
 # without d x d statistics per row ('matvec' CG, 'block') ACCELERATOR_BATCH_BYTES of gathered
-# float32 rows; either cut to even batches of the data (`ops.plan.make_plan`)
+# float32 rows; either cut to even batches of the data (`data.batching.make_plan`)
 ACCELERATOR_BATCH_IDS = 1 << 16
 ACCELERATOR_BATCH_BYTES = 1 << 29
 SWITCHES = ("auto", "on", "off")

@@ -17,18 +17,47 @@ Two decisions fall outside the one function by when they can be made: the CPU sp
 (`start_cpu_devices`, before JAX starts: JAX then reports the devices it made) and, on the
 accelerator path with `resident_batches` 'auto', whether a side's packed batches stay on the
 devices (`keeps_resident`: it needs the side's packed size, known once the side is planned).
+
+Besides the plan, what it decides over, in this order: the 1-D device mesh (`make_mesh`, axis
+`AXIS`), the tables' row sharding and moving `[devices, ...]` arrays between host and mesh;
+`StepSpec`, what the kernels see of a side, and its layouts ('sharded' is the paper's: both
+tables sharded, a sharded gather and scatter every step; 'replicated' copies the fixed table
+whole to every device once per half-epoch, so a step's gather is a local lookup; 'owner' adds
+that each device solves only rows of its own shard, so a step needs no collective at all, its
+loss terms come back per device, and the gramian and replication go through the host, one
+process);
+
+the CPU split into one device per core (`use_cpu_devices`) with one pinned thread per device
+(`run_per_core`). XLA's runtime threads would otherwise take over any device's kernels and loop
+bodies on any core, moving a device's work away from the blocks it keeps in its core's L2 cache.
+So (1) asynchronous dispatch is off, a single-device program starts in the thread that calls
+it, and `run_per_core` gives each device a thread pinned to its own core; (2) the CPU client is
+created while the process may use one core only, so XLA's threads do not float, and the threads
+it made are then pinned one per core: a thread keeps the cores it was created with, and XLA runs
+the thunks of a large program (a scan over many batches) on its intra-op pool, not in the calling
+thread; left on the first core, that pool would run every device's work on one core (figures:
+docs/benchmarks.md, "Figures behind code choices");
+
+and host-side work spread over the cores in threads (`thread_map`, `ordered`, `widened`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import functools
+import importlib.util
 import json
 import os
-from typing import Any, Mapping, NamedTuple
+from concurrent.futures import ThreadPoolExecutor, wait
+from importlib import metadata
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from alx_trainer.config import (
     ACCELERATOR_BATCH_BYTES,
@@ -36,9 +65,112 @@ from alx_trainer.config import (
     BATCH_IDS,
     TrainConfig,
 )
-from alx_trainer.ops import per_core
-from alx_trainer.ops.spec import StepSpec
+from alx_trainer.ops.table_storage import BF16_BITS
 from webgraph_contract import fileio, stats_json
+
+# The mesh, and what a compiled step sees of a side
+
+AXIS = "d"
+
+
+def make_mesh(devices=None) -> Mesh:
+    """A 1-D mesh over all devices (of every process)."""
+    return Mesh(np.asarray(devices if devices is not None else jax.devices()), (AXIS,))
+
+
+def padded_rows(n: int, mesh: Mesh) -> int:
+    """Rows of a table padded to a multiple of the device count."""
+    d = mesh.size
+    return max(d, -(-n // d) * d)
+
+
+def row_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P(AXIS))
+
+
+def device_parts(array: jax.Array) -> dict:
+    """This process's shards of `array` by device (single-device arrays sharing its buffers)."""
+    return {s.device: s.data for s in array.addressable_shards}
+
+
+def host_batch(mesh: Mesh, local: np.ndarray) -> jax.Array:
+    """A global [devices, ...] array sharded by its first axis from this process's [local devices,
+    ...] part."""
+    sharding = row_sharding(mesh)
+    global_shape = (mesh.size,) + local.shape[1:]
+    return jax.make_array_from_process_local_data(sharding, local, global_shape)
+
+
+def local_rows(array: jax.Array) -> np.ndarray:
+    """This process's rows of an array sharded by its first axis, in order."""
+    shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
+    return np.concatenate([np.asarray(s.data) for s in shards])
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """The whole array on every device of `mesh`."""
+    return NamedSharding(mesh, P())
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """Static parameters of a step kernel (one compiled program per distinct spec and shape).
+
+    The objective's weights (alpha, lambda, nu) are not static: they reach the kernels as an array
+    `hyper` beside the gramian (`Fixed`), so a sweep over them reuses the compiled programs.
+    """
+
+    # real rows of the fixed table (the "number of columns" of frequency scaling)
+    num_other: int
+    solver: str
+    cg_iters: int
+    # CG without building the d x d matrices (gather mode only)
+    matvec: bool
+    local_stats: bool
+    # compute sum (1 - h.x)^2 (one more pass over the gathered ids)
+    observed_loss: bool = True
+    # 'sharded', 'replicated' or 'owner' (see above)
+    layout: str = "sharded"
+    # coordinates per block of the 'block' solver (iALS++)
+    block_size: int = 0
+    # of the explicit h h^T products: 'float32', 'tf32' or 'bfloat16'
+    precision: str = "float32"
+    # loops over batches and CG steps unrolled (XLA's cost analysis counts a loop once)
+    unroll: bool = False
+
+    @property
+    def replicated_src(self) -> bool:
+        """The fixed table arrives whole on every device (`replicate`)."""
+        return self.layout != "sharded"
+
+    @property
+    def owner(self) -> bool:
+        return self.layout == "owner"
+
+    @property
+    def cg_matvec(self) -> bool:
+        """The matrix-free CG runs (no d x d matrix built per row)."""
+        return self.matvec and self.solver == "cg"
+
+    @property
+    def row_stats(self) -> bool:
+        """Each row slot of a batch holds d x d statistics (the explicit forms, local stats)."""
+        return self.local_stats or not (self.cg_matvec or self.solver == "block")
+
+
+class Fixed(NamedTuple):
+    """What a step sees of the fixed side besides its rows."""
+
+    gramian: jax.Array  # [d, d], replicated
+    hyper: jax.Array  # [3] = alpha, lambda, nu (`hyper_params`), replicated
+
+
+def hyper_params(alpha: float, reg: float, reg_exponent: float) -> np.ndarray:
+    """The `hyper` array of the kernels: float32 [alpha, lambda, nu]."""
+    return np.array([alpha, reg, reg_exponent], np.float32)
+
+
+# The plan
 
 PLAN_FILE = "plan.json"
 # The batch sources (`ops.batch_sources`) by name: where a half-epoch's packed batches come from.
@@ -89,7 +221,7 @@ class ExecutionPlan:
     # 'sharded', 'replicated' or 'owner': `TrainConfig.layout` resolved ('sharded' on one device
     # runs as 'replicated', a plain lookup, except with local statistics)
     layout: str
-    # one pinned thread per CPU device ('owner' layout on per-core devices; `ops.per_core`)
+    # one pinned thread per CPU device ('owner' layout on per-core devices; `run_per_core`)
     per_device: bool
     # where the packed batches come from (`BATCH_SOURCES`)
     batches: str
@@ -103,7 +235,7 @@ class ExecutionPlan:
     precision: str
     # 'float32' or 'bfloat16'
     table_dtype: str
-    # ids per batch before `ops.plan.make_plan` balances them (`batch_pieces` 0)
+    # ids per batch before `data.batching.make_plan` balances them (`batch_pieces` 0)
     batch_ids: int
     # the devices of evaluation and fold-in: 'first_local' (this process's first device, the
     # others' being unsafe or another process's) or 'all_local'
@@ -163,7 +295,7 @@ class ExecutionPlan:
         evaluation devices of that machine, not of the machine it is called on): a command on
         another backend makes its own plan first."""
         n = 1 if self.eval_devices == "first_local" else self.local_devices
-        machine = Machine(self.platform, self.processes, n, n, len(per_core.cores()))
+        machine = Machine(self.platform, self.processes, n, n, len(cores()))
         config = dataclasses.replace(config, progress=False, cache_batches=False)
         return plan_execution(config, machine, self.num_rows, self.num_cols)
 
@@ -306,7 +438,7 @@ def machine(mesh) -> Machine:
         jax.process_count(),
         mesh.size,
         len(mesh.local_devices),
-        len(per_core.cores()),
+        len(cores()),
     )
 
 
@@ -329,7 +461,7 @@ def _cpu_split_settled() -> bool:
     --xla_force_host_platform_device_count (tests) sets them, or a GPU or TPU plugin is there."""
     return (
         "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-        or per_core.accelerator_plugins()
+        or accelerator_plugins()
     )
 
 
@@ -358,14 +490,15 @@ def cpu_device_count(config: TrainConfig, num_links: int = 0) -> int:
         and config.accelerator != "on"
         and not config.distributed
     )
-    return config.cpu_devices or (len(per_core.cores()) if safe else 1)
+    return config.cpu_devices or (len(cores()) if safe else 1)
 
 
 def start_cpu_devices(config: TrainConfig, num_links: int = 0) -> int:
     """Split the CPU into `cpu_device_count(config, num_links)` JAX devices before JAX starts
-    (`per_core`); returns the count made (0: none, JAX had started or the split does not apply)."""
+    (`use_cpu_devices`); returns the count made (0: none, JAX had started or the split does not
+    apply)."""
     count = cpu_device_count(config, num_links)
-    return count if count and per_core.use_cpu_devices(count) else 0
+    return count if count and use_cpu_devices(count) else 0
 
 
 def start_scoring_cpu_devices() -> int:
@@ -374,8 +507,8 @@ def start_scoring_cpu_devices() -> int:
     returns the count made (0: none)."""
     if _cpu_split_settled():
         return 0
-    count = len(per_core.cores())
-    return count if per_core.use_cpu_devices(count) else 0
+    count = len(cores())
+    return count if use_cpu_devices(count) else 0
 
 
 def save_plan(model_dir: str, plan: ExecutionPlan) -> None:
@@ -405,3 +538,183 @@ def free_bytes(device) -> int:
 def table_dtype(plan: ExecutionPlan) -> np.dtype:
     """The plan's table dtype as a NumPy/JAX dtype."""
     return jnp.dtype(plan.table_dtype)
+
+
+# CPU devices: one thread each, pinned to its core
+
+T = TypeVar("T")
+
+
+def use_cpu_devices(count: int) -> bool:
+    """Split the CPU into `count` JAX devices; with more than one, set up as described above.
+
+    Call before JAX starts (it starts it); returns False, changing nothing, if it had started.
+    """
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # the backend exists already: its devices stay as they are
+        return False
+    if count > 1:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+        _start_on_one_core(count)
+    return True
+
+
+def _start_on_one_core(count: int) -> None:
+    """Create JAX's backends while this thread may only run on its first core, then pin the
+    threads they started one per core of the `count` devices' cores (those `run` pins device
+    threads to), in the order they were made (see above)."""
+    allowed = cores()
+    if not hasattr(os, "sched_setaffinity") or len(allowed) < 2:
+        jax.devices()
+        return
+    before = process_threads()
+    os.sched_setaffinity(0, allowed[:1])
+    try:
+        jax.devices()
+    finally:
+        os.sched_setaffinity(0, allowed)
+    used = allowed[:count]
+    for k, tid in enumerate(sorted(process_threads() - before)):
+        try:
+            os.sched_setaffinity(tid, {used[k % len(used)]})
+        except ProcessLookupError:  # a short-lived thread that has ended
+            pass
+
+
+def process_threads() -> set[int]:
+    """This process's thread ids (Linux; empty elsewhere)."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except FileNotFoundError:
+        return set()
+
+
+def accelerator_plugins() -> bool:
+    """Whether a GPU or TPU backend may be installed (then the CPU is not split)."""
+    return (
+        bool(metadata.entry_points(group="jax_plugins"))
+        or importlib.util.find_spec("libtpu") is not None
+    )
+
+
+def cores() -> list[int]:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def per_core_applies(devices: Sequence) -> bool:
+    """Whether `devices` get a thread each: several CPU devices of this process, at most one per
+    core."""
+    local = all(d.process_index == jax.process_index() for d in devices)
+    return local and all(d.platform == "cpu" for d in devices) and 1 < len(devices) <= len(cores())
+
+
+@functools.cache
+def _pinned_worker(j: int, cpu: int | None) -> ThreadPoolExecutor:
+    """The long-lived thread of task slot j, pinned to core `cpu` (None: not pinned).
+
+    Kept for the process: a long-row half-epoch runs a `run` per CG pass, each of which used to
+    start, pin and join new threads.
+    """
+    pool = ThreadPoolExecutor(1, thread_name_prefix=f"alx-device{j}")
+    if cpu is not None:
+        pool.submit(os.sched_setaffinity, 0, {cpu}).result()  # pid 0: that thread only
+    return pool
+
+
+def run_per_core(tasks: Sequence[Callable[[], T]]) -> list[T]:
+    """Run task j in thread j (pinned to core j when dispatch is synchronous); results in order.
+
+    The first task to raise re-raises here, after every task has finished.
+    """
+    cpus = cores()
+    pin = (
+        hasattr(os, "sched_setaffinity")
+        and not jax.config.read("jax_cpu_enable_async_dispatch")
+        and len(tasks) <= len(cpus)
+    )
+    futures = [
+        _pinned_worker(j, cpus[j] if pin else None).submit(task) for j, task in enumerate(tasks)
+    ]
+    wait(futures)
+    return [f.result() for f in futures]
+
+
+# Host-side work spread over the cores (NumPy's sorts, gathers, decoding and casts release
+# the GIL for most of their work)
+
+R = TypeVar("R")
+
+
+def host_threads() -> int:
+    """Threads for host-side work: one per core this process may run on."""
+    return len(cores())
+
+
+def thread_map(fn: Callable[[T], R], items: Iterable[T], threads: int | None = None) -> list[R]:
+    """`[fn(x) for x in items]` in `threads` threads (None: `host_threads()`), in order."""
+    items = list(items)
+    workers = max(1, min(threads or host_threads(), len(items)))
+    if workers == 1:
+        return [fn(x) for x in items]
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="alx-host") as pool:
+        return list(pool.map(fn, items))
+
+
+def ordered(fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:
+    """`fn(x)` for each of `items`, in order, computed in `ahead` threads at most `ahead` + 1 items
+    ahead of the consumer (so many results in memory at a time)."""
+    if ahead <= 1:
+        yield from map(fn, items)
+        return
+    with concurrent.futures.ThreadPoolExecutor(ahead, thread_name_prefix="alx-host") as pool:
+        pending: list[concurrent.futures.Future] = []
+        try:
+            for x in items:
+                pending.append(pool.submit(fn, x))
+                if len(pending) > ahead:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+def widened(host: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Table rows `host` as float32, copied into `out` when given (else float32 rows are returned
+    as they are), in a thread per core (a bfloat16 table widens without a single-thread pass)."""
+    if out is None:
+        if host.dtype == np.float32:
+            return host
+        out = np.empty(host.shape, np.float32)
+    step = max(1, -(-len(host) // host_threads()))
+
+    def widen(lo: int) -> None:
+        out[lo : lo + step] = host[lo : lo + step]
+
+    thread_map(widen, range(0, len(host), step))
+    return out
+
+
+def aligned_empty(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
+    """An uninitialized host array starting on an `align`-byte boundary (XLA:CPU aliases only such
+    buffers)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
+def host_float32(rows: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """float32 `rows` of a table on the host; bfloat16 (or its `BF16_BITS` solving form) by shifting
+    its bits, into `scratch` when given (faster than ml_dtypes' cast)."""
+    if rows.dtype not in (jnp.bfloat16, BF16_BITS):
+        return np.asarray(rows, np.float32)  # float32 rows as they are (no copy)
+    out = np.empty(rows.shape, np.uint32) if scratch is None else scratch[: len(rows)]
+    np.left_shift(rows.view(np.uint16), 16, out=out, dtype=np.uint32)
+    return out.view(np.float32)

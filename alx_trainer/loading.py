@@ -2,7 +2,7 @@
 `export`, and of the rows an evaluation ranks.
 
 `load(model_dir, data)`: the latest checkpoint of a `train` run (its row table only where asked),
-and the opened dataset, checked whole (`integrity.check_dataset`) and refused unless the model was
+and the opened dataset, checked whole (`dataset.check_dataset`) and refused unless the model was
 trained on it (same `dataset_fingerprint`; a warning when either side predates fingerprints);
 `open_checked(data)`: the dataset alone, opened and checked (`sweep`). `eval_data(dataset,
 split)`: the held-out rows of a split as `RaggedRows` (fold-in columns, and the ground truth),
@@ -20,8 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from alx_trainer.data import integrity, records
-from alx_trainer.data.dataset import Dataset, open_dataset, open_directory, validation_view
+from alx_trainer.data.dataset import (
+    Dataset,
+    check_dataset,
+    check_rows,
+    check_same_data,
+    open_dataset,
+    open_directory,
+    read_chunks,
+    validation_view,
+)
 from alx_trainer.model import Model, load_model
 from webgraph_contract import dataset_reader, fileio, stats_json
 from webgraph_contract.ragged import RaggedRows
@@ -48,16 +56,16 @@ def load(
     model = load_model(model_dir, row_table)
     if dataset is None:
         return model, None
-    integrity.check_same_data(
+    check_same_data(
         model_dir, model.dataset_fingerprint, model.config.data, data, dataset.fingerprint
     )
     return model, dataset
 
 
 def open_checked(data: str, tfds_data_dir: str = "") -> Dataset:
-    """`data` opened (`open_dataset`) and checked whole (`integrity.check_dataset`)."""
+    """`data` opened (`open_dataset`) and checked whole (`dataset.check_dataset`)."""
     dataset = open_dataset(data, tfds_data_dir)
-    integrity.check_dataset(dataset)
+    check_dataset(dataset)
     return dataset
 
 
@@ -129,7 +137,7 @@ def eval_data(data: str | os.PathLike | Dataset, split: str = "test") -> EvalDat
     known, gt = _test_rows(tuple(dataset.files["test"]), stamp)
     # the rows read against stats.json's count (`validation_view` counts the validation rows)
     counts = {dataset.eval_split: dataset.splits["test"]} if "test" in dataset.splits else {}
-    integrity.check_rows(dataset.name, dataset.eval_split, len(known), counts, "read to evaluate")
+    check_rows(dataset.name, dataset.eval_split, len(known), counts, "read to evaluate")
     return EvalData(
         known,
         gt,
@@ -152,6 +160,6 @@ def column_popularity(train: tuple[str, ...], shape: tuple[int, int], stamp: tup
     """Training rows per column (float32) of the `train` files of a `shape` (rows, cols) dataset
     in the state `stamp`, read once per state (cached)."""
     counts = np.zeros(shape[1], np.int64)
-    for chunk in records.read_chunks(train, 1 << 16, *shape):
+    for chunk in read_chunks(train, 1 << 16, *shape):
         counts += np.bincount(chunk.ids, minlength=shape[1])
     return counts.astype(np.float32)

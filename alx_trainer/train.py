@@ -47,15 +47,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alx_trainer import checkpoint, compile_cache, execution, jax_compat, phase_times, run_lock
+from alx_trainer import checkpoint, compile_cache, execution, jax_compat, phase_times
 from alx_trainer.callbacks import Callback, CostReport, Run, Tables, default_callbacks
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import integrity
-from alx_trainer.data.dataset import Dataset, open_dataset, split_reader, validation_view
-from alx_trainer.execution import ExecutionPlan
+from alx_trainer.data.dataset import (
+    Dataset,
+    check_dataset,
+    check_outside_data,
+    check_rows,
+    check_trainable,
+    open_dataset,
+    split_reader,
+    validation_view,
+)
+from alx_trainer.execution import ExecutionPlan, make_mesh
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
-from alx_trainer.ops import cost, host_fixed_table
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops import cost, side_runner
 from alx_trainer.ops.side_runner import (
     LossTerms,
     SideRunner,
@@ -120,7 +127,7 @@ def train(
             raise ValueError("train: give prepared, or mesh and dataset, not both")
         prepared.check(config)
         mesh, dataset, plan = prepared.mesh, prepared.dataset, prepared.plan
-        integrity.check_outside_data(config.data, config.model_dir)
+        check_outside_data(config.data, config.model_dir)
         if jax.process_count() > 1:
             same_run_everywhere(config, dataset.fingerprint)
         runners = prepared.runners_for(config)
@@ -130,7 +137,11 @@ def train(
         )
     fileio.makedirs(config.model_dir)
     # one writer per model directory (process 0 speaks for a multi-host run)
-    lock = run_lock.hold(config.model_dir) if jax.process_index() == 0 else contextlib.nullcontext()
+    lock = (
+        checkpoint.hold_lock(config.model_dir)
+        if jax.process_index() == 0
+        else contextlib.nullcontext()
+    )
     with lock:
         return _train(config, plan, dataset, mesh, list(callbacks), tables, runners, checkpoints)
 
@@ -144,11 +155,11 @@ def _opened(
     with phase_times.timed("open"):
         if dataset is None:
             dataset = open_dataset(config.data, config.tfds_data_dir)
-        integrity.check_dataset(dataset)
-        integrity.check_outside_data(config.data, config.model_dir)
+        check_dataset(dataset)
+        check_outside_data(config.data, config.model_dir)
         if config.validation:
             dataset = validation_view(dataset)
-        integrity.check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
+        check_trainable(config.data, dataset.num_rows, dataset.num_cols, dataset.splits)
     if jax.process_count() > 1:
         same_run_everywhere(config, dataset.fingerprint)
     if config.tied and dataset.num_rows != dataset.num_cols:
@@ -376,7 +387,7 @@ def _runners(
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
     # one fixed-table replica at a time, in memory kept between them
-    replica = host_fixed_table.ReplicaBuffer()
+    replica = side_runner.ReplicaBuffer()
     for side in sides(config.tied):
         n_this, n_other = (
             (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])
@@ -395,7 +406,7 @@ def _runners(
         runner = plan_side(config, plan, mesh, spec, reader, n_this, replica, side.name)
         # the planning pass read every row once
         how = "counted by the pass that plans the batches"
-        integrity.check_rows(config.data, side.split, runner.plan.rows, dataset.splits, how)
+        check_rows(config.data, side.split, runner.plan.rows, dataset.splits, how)
         runners[side.name] = runner
     return runners
 

@@ -16,8 +16,8 @@ from two_processes import (
 )
 
 from alx_trainer.config import TrainConfig
+from alx_trainer.execution import make_mesh
 from alx_trainer.model import init_tables, load_model
-from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref

@@ -19,8 +19,8 @@ import pytest
 from alx_trainer import execution
 from alx_trainer.config import TrainConfig
 from alx_trainer.data import batching
+from alx_trainer.execution import make_mesh
 from alx_trainer.ops import batch_sources
-from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.ops.side_runner import plan_side
 from webgraph_contract.ragged import RaggedRows
 

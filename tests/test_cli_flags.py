@@ -13,8 +13,7 @@ import sys
 import pytest
 
 from alx_trainer.cli import commands
-from alx_trainer.cli import train as cli_train
-from alx_trainer.cli.dataclass_flags import build_parser, parse_options
+from alx_trainer.cli.common import build_parser, parse_options
 from alx_trainer.config import TrainConfig
 
 from conftest import REPO
@@ -163,7 +162,7 @@ def test_defaults_are_the_dataclasses():
 
 @pytest.mark.parametrize("command", ["train", *sorted(OPTIONS)])
 def test_help_of_every_command(command, capsys):
-    main = cli_train.main if command == "train" else OPTIONS[command][1]
+    main = commands.main_train if command == "train" else OPTIONS[command][1]
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
     assert stop.value.code == 0
@@ -231,13 +230,12 @@ def _imported(code: str) -> list[str]:
 
 def test_train_imports_no_matplotlib():
     """`train` (its command line and the training stack it imports to run) imports no matplotlib;
-    the other commands' module imports nothing heavy until a command runs."""
+    the commands' module imports nothing heavy until a command runs."""
     imported = _imported(
-        "import alx_trainer.cli.train, alx_trainer.train, alx_trainer.callbacks\n"
+        "import alx_trainer.cli.commands, alx_trainer.train, alx_trainer.callbacks\n"
         "from alx_trainer.config import TrainConfig\n"
-        "from alx_trainer.cli.dataclass_flags import parse_dataclass_args\n"
+        "from alx_trainer.cli.common import parse_dataclass_args\n"
         "parse_dataclass_args(TrainConfig, ['--data', 'd', '--model_dir', 'm'])"
     )
     assert "jax" in imported and "matplotlib" not in imported
     assert _imported("import alx_trainer.cli.commands, alx_trainer.__main__") == []
-    assert _imported("import alx_trainer.cli.train") == []

@@ -11,7 +11,7 @@ import numpy as np
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
 from alx_trainer.data.dataset import Dataset, in_memory
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.execution import make_mesh
 from alx_trainer.train import epoch_cost, train
 from benchmarks.core.trace import launches as trace_launches  # the benchmarks' launch count
 

@@ -73,7 +73,7 @@ def test_a_small_problem_on_cpu_runs_one_program_an_epoch(monkeypatch):
         assert not plan(dataclasses.replace(config, **knob)).accelerator, knob
     # the CPU split before JAX starts agrees: one device for a small problem, one per core else
     monkeypatch.setattr(execution, "_cpu_split_settled", lambda: False)
-    monkeypatch.setattr(execution.per_core, "cores", lambda: [0, 1])
+    monkeypatch.setattr(execution, "cores", lambda: [0, 1])
     assert execution.cpu_device_count(config, small) == 1
     assert execution.cpu_device_count(config, small + 1) == execution.cpu_device_count(config) == 2
 

@@ -12,8 +12,7 @@ import shutil
 import pytest
 from alx_cli import run_cli
 
-from alx_trainer.data import integrity
-from alx_trainer.data.dataset import open_directory
+from alx_trainer.data.dataset import DataError, check_dataset, open_directory
 from tests.guard_data import small_dataset, small_model
 from tests.pipeline_data import gowalla_dataset
 
@@ -128,11 +127,11 @@ def test_vocabulary_shards_of_two_shard_counts_are_refused(work, tmp_path):
     shutil.copy(data / "vocab.tsv-00000-of-00002", data / "vocab.tsv-00000-of-00001")
     dataset = open_directory(str(data))
     with pytest.raises(
-        integrity.DataError,
+        DataError,
         match=r"the vocabulary shards are inconsistent: shard names disagree on the shard count "
         r"\(1, 2\)",
     ):
-        integrity.check_dataset(dataset)
+        check_dataset(dataset)
 
 
 def rewrite_stats(data, change) -> dict:
@@ -151,13 +150,13 @@ def test_a_file_stats_json_lists_but_the_directory_lacks_is_refused(work, tmp_pa
     # the splits themselves are whole: only the listing names the file
     dataset = open_directory(str(data))
     with pytest.raises(
-        integrity.DataError,
+        DataError,
         match="^"
         + re.escape(
             f"{data / name}: missing; {data / 'stats.json'} lists it among the dataset's files"
         ),
     ):
-        integrity.check_dataset(dataset)
+        check_dataset(dataset)
 
 
 def test_a_file_stats_json_does_not_list_is_refused(work, tmp_path):
@@ -168,13 +167,13 @@ def test_a_file_stats_json_does_not_list_is_refused(work, tmp_path):
     assert name not in stats["file_sha256"] and (data / name).exists()
     dataset = open_directory(str(data))
     with pytest.raises(
-        integrity.DataError,
+        DataError,
         match="^"
         + re.escape(
             f"{data / name}: not a file of this dataset ({data / 'stats.json'} does not list it)"
         ),
     ):
-        integrity.check_dataset(dataset)
+        check_dataset(dataset)
 
 
 def test_nodes_other_than_rows_plus_columns_are_refused(work, tmp_path):
@@ -185,14 +184,14 @@ def test_nodes_other_than_rows_plus_columns_are_refused(work, tmp_path):
     # opening reads the shape only: the check of `nodes` is check_dataset's
     dataset = open_directory(str(data))
     with pytest.raises(
-        integrity.DataError,
+        DataError,
         match="^"
         + re.escape(
             f"{data / 'stats.json'}: nodes = {total + 1}, not num_rows + num_cols = {total}; "
             "the file is damaged"
         ),
     ):
-        integrity.check_dataset(dataset)
+        check_dataset(dataset)
 
 
 def test_a_vocabulary_with_a_gap_is_refused(work, tmp_path):
@@ -201,7 +200,7 @@ def test_a_vocabulary_with_a_gap_is_refused(work, tmp_path):
     path = data / "vocab.tsv-00000-of-00002"
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:2] + lines[3:]))
-    with pytest.raises(integrity.DataError, match=f"{path}: its {len(lines) - 1} names are of ids"):
-        integrity.check_dataset(open_directory(str(data)))
+    with pytest.raises(DataError, match=f"{path}: its {len(lines) - 1} names are of ids"):
+        check_dataset(open_directory(str(data)))
     # the directory as the pipeline wrote it passes
-    integrity.check_dataset(open_directory(str(work / "data")))
+    check_dataset(open_directory(str(work / "data")))

@@ -107,7 +107,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_graph_sees_the_project():
     graph = _graph()
     assert "alx_trainer.train" in graph and "webgraph_pipeline.cli" in graph
-    assert "webgraph_contract.dataset_reader" in graph["alx_trainer.data.records"]
+    assert "webgraph_contract.dataset_reader" in graph["alx_trainer.data.dataset"]
     # relative import
     assert "tfds_builder.web_graph.web_graph_dataset_builder" in graph["tfds_builder.web_graph"]
 

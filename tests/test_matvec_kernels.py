@@ -17,9 +17,9 @@ import pytest
 
 from alx_trainer import execution
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.execution import make_mesh
+from alx_trainer.model import table_from_numpy
 from alx_trainer.ops.side_runner import plan_side
-from alx_trainer.ops.table_init import table_from_numpy
 from webgraph_contract.ragged import RaggedRows
 
 NUM_ROWS, NUM_COLS, DIM, ITERS = 50, 70, 8, 3

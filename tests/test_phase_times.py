@@ -11,7 +11,7 @@ from alx_cli import run_cli
 
 from alx_trainer import phase_times
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.execution import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref

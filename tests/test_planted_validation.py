@@ -13,8 +13,7 @@ import pytest
 from alx_cli import run_cli
 
 from alx_trainer import loading
-from alx_trainer.data import integrity
-from alx_trainer.data.dataset import open_dataset, validation_view
+from alx_trainer.data.dataset import check_dataset, open_dataset, validation_view
 from webgraph_contract import dataset_reader, dataset_writer, layout, planted, stats_json
 from webgraph_contract.ragged import RaggedRows
 
@@ -140,7 +139,7 @@ def test_directory_with_validation_passes_the_contract(graph, written):
     assert planted.params_of(stats) == PARAMS
     # the trainer's reader and checks, and the evaluator's view of the validation rows
     dataset = loading.open_checked(out)
-    integrity.check_dataset(dataset)
+    check_dataset(dataset)
     view = validation_view(dataset)
     assert view.splits == {"train": len(fit), "train_t": len(fit_t), "test": len(kept)}
     rows = loading.eval_data(out, "validation")
@@ -160,7 +159,7 @@ def test_rewriting_without_validation_removes_its_files(graph, tmp_path):
     stats = planted.write(out, graph, num_shards=2, workers=1)
     assert not [n for n in os.listdir(out) if n.startswith("validation")]
     assert "validation" not in stats["splits"]
-    integrity.check_dataset(loading.open_checked(out))
+    check_dataset(loading.open_checked(out))
 
 
 def test_writer_refuses_validation_rows_that_break_the_contract(tmp_path, graph):

@@ -1,4 +1,4 @@
-"""The reader without TensorFlow (tfrecord framing, record_codec decoding, records.read_chunks)
+"""The reader without TensorFlow (tfrecord framing, record_codec decoding, dataset.read_chunks)
 against TensorFlow's own writer and parser, on datasets the tests make and on edge cases; damaged
 files are one-line errors naming the file, before epoch 1."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from alx_trainer.cli import train as cli_train
-from alx_trainer.data import records
+from alx_trainer.cli import commands
+from alx_trainer.data.dataset import read_chunks
 from webgraph_contract import dataset_reader, fileio, layout, record_codec, tfrecord
 
 import reference_ials as ref
@@ -36,9 +36,9 @@ def ours(files: list[str]) -> list[tuple[int, list[int], list[int]]]:
 
 
 def chunk_rows(files: list[str], chunk: int) -> list[tuple[int, list[int]]]:
-    """The rows `records.read_chunks` streams (what the trainer consumes)."""
+    """The rows `read_chunks` streams (what the trainer consumes)."""
     out = []
-    for c in records.read_chunks(files, chunk, MAX, MAX):
+    for c in read_chunks(files, chunk, MAX, MAX):
         assert len(c) <= chunk and c.indptr[0] == 0 and c.indptr[-1] == len(c.ids)
         out += [
             (int(r), c.ids[c.indptr[k] : c.indptr[k + 1]].tolist()) for k, r in enumerate(c.row_ids)
@@ -214,7 +214,7 @@ def test_damaged_files_stop_training_before_epoch_one(tmp_path, capsys, how):
     shard = os.path.join(data, "train.tfr-00001-of-00002")
     _damage(shard, how)
     with pytest.raises(ValueError, match="train.tfr-00001-of-00002"):
-        list(records.read_chunks([shard], 8, 40, 30))
+        list(read_chunks([shard], 8, 40, 30))
     model_dir = tmp_path / "m"
     argv = [
         "--data",
@@ -227,7 +227,7 @@ def test_damaged_files_stop_training_before_epoch_one(tmp_path, capsys, how):
         "2",
         "--no-progress",
     ]
-    assert cli_train.main(argv) == 1
+    assert commands.main_train(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "train.tfr-00001-of-00002" in err, err
     word = {"truncated": "truncated", "not_tfrecord": "not a TFRecord"}.get(how, "corrupt")

@@ -1,4 +1,4 @@
-"""`records.read_chunks` decoding in worker processes (`webgraph_contract.file_workers`), forced
+"""`dataset.read_chunks` decoding in worker processes (`webgraph_contract.file_workers`), forced
 on a small multi-file dataset: the same chunks and the same one-line errors as the threads."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from alx_trainer.data import records
+from alx_trainer.data import dataset
+from alx_trainer.data.dataset import decode_mode, prefetch, read_chunks
 from webgraph_contract import file_workers, fileio, record_codec
 
 ROWS, COLS = 3000, 1 << 20
@@ -37,10 +38,10 @@ def shards(tmp_path_factory) -> list[str]:
 
 
 def read(files, chunk, processes: bool, monkeypatch, num_cols=COLS) -> list:
-    monkeypatch.setattr(records, "PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
-    assert records.decode_mode(files, 2) == (("processes", 2) if processes else ("threads", 2))
+    monkeypatch.setattr(dataset, "PROCESS_MIN_BYTES", 0 if processes else 1 << 62)
+    assert decode_mode(files, 2) == (("processes", 2) if processes else ("threads", 2))
     out = []
-    for c in records.read_chunks(files, chunk, ROWS, num_cols, threads=2):
+    for c in read_chunks(files, chunk, ROWS, num_cols, threads=2):
         assert c.row_ids.dtype == c.indptr.dtype == c.ids.dtype == np.int64
         out.append((c.row_ids.tobytes(), c.indptr.tobytes(), c.ids.tobytes()))
     return out
@@ -59,17 +60,17 @@ def test_processes_give_the_threads_chunks(shards, monkeypatch, chunk):
 
 
 def test_small_reads_stay_in_threads(shards):
-    assert records.decode_mode(shards, 2) == ("threads", 2)  # under PROCESS_MIN_BYTES
-    assert records.decode_mode(shards[:1], 2)[0] == "threads"
-    assert records.decode_mode(shards, 1) == ("threads", 1)
+    assert decode_mode(shards, 2) == ("threads", 2)  # under PROCESS_MIN_BYTES
+    assert decode_mode(shards[:1], 2)[0] == "threads"
+    assert decode_mode(shards, 1) == ("threads", 1)
 
 
 def test_reads_that_would_crowd_memory_stay_in_threads(shards, monkeypatch):
-    monkeypatch.setattr(records, "PROCESS_MIN_BYTES", 0)
-    assert records.decode_mode(shards, 2) == ("processes", 2)
+    monkeypatch.setattr(dataset, "PROCESS_MIN_BYTES", 0)
+    assert decode_mode(shards, 2) == ("processes", 2)
     in_flight = 4 * sum(sorted((os.path.getsize(f) for f in shards), reverse=True)[:3])
     monkeypatch.setattr(file_workers, "available_memory", lambda: 4 * in_flight - 1)
-    assert records.decode_mode(shards, 2) == ("threads", 2)
+    assert decode_mode(shards, 2) == ("threads", 2)
 
 
 def _damaged(shards, tmp_path) -> list[str]:
@@ -97,13 +98,13 @@ def test_errors_are_the_threads_one_line_errors(shards, tmp_path, monkeypatch):
 
 
 def test_early_close_and_prefetch_thread(shards, monkeypatch):
-    monkeypatch.setattr(records, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(dataset, "PROCESS_MIN_BYTES", 0)
     whole = read(shards, 512, True, monkeypatch)
-    it = records.read_chunks(shards, 512, ROWS, COLS, threads=2)
+    it = read_chunks(shards, 512, ROWS, COLS, threads=2)
     next(it)
     it.close()  # the workers are killed, their output removed
     assert leftovers() == []
-    ahead = records.prefetch(lambda: records.read_chunks(shards, 512, ROWS, COLS, threads=2))
+    ahead = prefetch(lambda: read_chunks(shards, 512, ROWS, COLS, threads=2))
     got = [(c.row_ids.tobytes(), c.indptr.tobytes(), c.ids.tobytes()) for c in ahead]
     assert got == whole and leftovers() == []
 
@@ -123,13 +124,13 @@ def test_a_worker_imports_numpy_and_the_contract_only(shards, tmp_path):
 
 def test_processes_that_cannot_write_hand_over_to_threads(shards, monkeypatch, tmp_path, caplog):
     whole = read(shards, 777, False, monkeypatch)
-    monkeypatch.setattr(records, "PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(dataset, "PROCESS_MIN_BYTES", 0)
     monkeypatch.setattr(file_workers, "shm_free_bytes", lambda: 1 << 62)
     monkeypatch.setattr(file_workers, "SHM_DIR", str(tmp_path / "missing"))  # workers fail
-    with caplog.at_level(logging.WARNING, logger=records.__name__):
+    with caplog.at_level(logging.WARNING, logger=dataset.__name__):
         got = [
             (c.row_ids.tobytes(), c.indptr.tobytes(), c.ids.tobytes())
-            for c in records.read_chunks(shards, 777, ROWS, COLS, threads=2)
+            for c in read_chunks(shards, 777, ROWS, COLS, threads=2)
         ]
     assert got == whole
     assert any("the rest in threads" in r.getMessage() for r in caplog.records)

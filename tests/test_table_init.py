@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from alx_trainer.ops import table_init
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer import model
+from alx_trainer.execution import make_mesh
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(table_init, "INIT_CHUNK", 1000)  # many chunks, shard edges inside chunks
+    monkeypatch.setattr(model, "INIT_CHUNK", 1000)  # many chunks, shard edges inside chunks
 
 
 def _table(devices: int, n: int, dim: int = 8, seed: int = 3, dtype=jnp.float32) -> np.ndarray:
     mesh = make_mesh(jax.devices()[:devices])
-    return np.asarray(table_init.init_table(mesh, seed, n, dim, 0.1, dtype)).astype(np.float32)
+    return np.asarray(model.init_table(mesh, seed, n, dim, 0.1, dtype)).astype(np.float32)
 
 
 def test_rows_do_not_depend_on_mesh_or_size(small_chunks):
@@ -75,15 +75,15 @@ def test_a_block_is_written_before_its_buffer_is_refilled(small_chunks, monkeypa
             return self.done
 
     monkeypatch.setattr(jax, "device_put", lambda x, device=None, **kw: x)  # aliases the buffer
-    monkeypatch.setattr(table_init, "_write_block", Lazy)
+    monkeypatch.setattr(model, "_write_block", Lazy)
     monkeypatch.setattr(
         jax, "make_array_from_single_device_arrays", lambda shape, sharding, parts: parts[0]
     )
     n = 12_000  # one device: 12 blocks of 1,000 rows through 3 buffers
-    got = table_init.init_table(make_mesh(jax.devices()[:1]), 3, n, 8, 0.1, jnp.float32)
+    got = model.init_table(make_mesh(jax.devices()[:1]), 3, n, 8, 0.1, jnp.float32)
     got = got.block_until_ready() if isinstance(got, Lazy) else got
     want = np.empty((n, 8), np.float32)
-    table_init.init_rows(3, 0, n, 0.1, want)
+    model.init_rows(3, 0, n, 0.1, want)
     np.testing.assert_array_equal(np.asarray(got)[:n], want)
 
 
@@ -94,7 +94,7 @@ def test_small_shards_are_put_whole_without_a_program(small_chunks):
 
     n = 1_995
     want = np.empty((n, 8), np.float32)
-    table_init.init_rows(3, 0, n, 0.1, want)
+    model.init_rows(3, 0, n, 0.1, want)
     before = compile_cache.counts().requests
     for dtype in (jnp.float32, jnp.bfloat16):
         got = _table(8, n, dtype=dtype)
@@ -106,19 +106,19 @@ def test_small_shards_are_put_whole_without_a_program(small_chunks):
 @pytest.fixture
 def small_device_chunks(monkeypatch):
     # chunks of 256 rows of dim 8: many chunks, shard edges inside chunks
-    monkeypatch.setattr(table_init, "DEVICE_CHUNK_VALUES", 300 * 8)
+    monkeypatch.setattr(model, "DEVICE_CHUNK_VALUES", 300 * 8)
 
 
 def _drawn(devices: int, n: int, dim: int = 8, seed: int = 3, dtype=jnp.float32) -> np.ndarray:
     mesh = make_mesh(jax.devices()[:devices])
-    table = table_init.init_table(mesh, seed, n, dim, 0.1, dtype, on_device=True)
+    table = model.init_table(mesh, seed, n, dim, 0.1, dtype, on_device=True)
     return np.asarray(table).astype(np.float32)
 
 
 def test_device_drawn_rows_do_not_depend_on_mesh_or_size(small_device_chunks):
     """The devices' generator (`on_device`, the default off CPU): row r depends on the seed and r
     only, on 1, 3 or 8 devices, in a table of any size; padding rows are zero."""
-    assert table_init.device_chunk_rows(8) == 256
+    assert model.device_chunk_rows(8) == 256
     n = 2_501
     one, three, eight = _drawn(1, n), _drawn(3, n), _drawn(8, n)
     np.testing.assert_array_equal(one[:n], three[:n])
@@ -138,7 +138,7 @@ def test_device_drawn_rows_are_normal_and_bfloat16_is_float32_rounded(small_devi
     assert stats.kstest(values.ravel() / 0.1, "norm").pvalue > 1e-3
     assert np.abs(np.corrcoef(values[:, :4].T) - np.eye(4)).max() < 0.03
     # the first rows of different chunks are not one stream repeated
-    first = values[np.arange(0, n, table_init.device_chunk_rows(dim))]
+    first = values[np.arange(0, n, model.device_chunk_rows(dim))]
     assert np.abs(np.corrcoef(first[:-1].ravel(), first[1:].ravel())[0, 1]) < 0.2
     bf16 = _drawn(2, 5_001, dtype=jnp.bfloat16)
     f32 = _drawn(2, 5_001)
@@ -148,10 +148,10 @@ def test_device_drawn_rows_are_normal_and_bfloat16_is_float32_rounded(small_devi
 def test_cpu_devices_keep_the_hosts_rows(small_chunks):
     """On CPU devices the default is the host's generator (`init_rows`), the faster there; off
     CPU the devices draw tables above one host block (by rows, whatever the mesh)."""
-    chunk = table_init.INIT_CHUNK
-    assert not table_init.device_draws("cpu", 10 * chunk)
-    assert table_init.device_draws("gpu", chunk + 1) and not table_init.device_draws("gpu", chunk)
+    chunk = model.INIT_CHUNK
+    assert not model.device_draws("cpu", 10 * chunk)
+    assert model.device_draws("gpu", chunk + 1) and not model.device_draws("gpu", chunk)
     n = 3_000
     want = np.empty((n, 8), np.float32)
-    table_init.init_rows(3, 0, n, 0.1, want)
+    model.init_rows(3, 0, n, 0.1, want)
     np.testing.assert_array_equal(_table(3, n)[:n], want)

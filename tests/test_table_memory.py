@@ -36,8 +36,8 @@ SCRIPT = (
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
 from alx_trainer import checkpoint
-from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.table_init import init_table
+from alx_trainer.execution import make_mesh
+from alx_trainer.model import init_table
 
 mesh = make_mesh(jax.devices()[:2])
 jnp.zeros(1).block_until_ready()
@@ -86,21 +86,21 @@ REPLICA_SCRIPT = (
     + """
 import json
 import jax, jax.numpy as jnp, numpy as np
-from alx_trainer.ops import host_fixed_table
-from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.table_init import init_table
+from alx_trainer.ops import side_runner
+from alx_trainer.execution import make_mesh
+from alx_trainer.model import init_table
 
-host_fixed_table.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
+side_runner.GRAM_CHUNK = 30_000  # several chunks per shard, the last one overlapping
 mesh = make_mesh(jax.devices()[:2])
 table = init_table(mesh, 0, 1_000_003, 64, 0.1, jnp.bfloat16)
 table.block_until_ready()
 # once before the peak is reset (first-use buffers)
-gram = host_fixed_table.gramian_via_host(mesh, table)
+gram = side_runner.gramian_via_host(mesh, table)
 before = rss()
 reset_peak()
-gram = np.asarray(host_fixed_table.gramian_via_host(mesh, table))
+gram = np.asarray(side_runner.gramian_via_host(mesh, table))
 after_gram = peak()
-replica = host_fixed_table.replicate_via_host(mesh, table)
+replica = side_runner.replicate_via_host(mesh, table)
 replica.block_until_ready()
 after_replica = peak()
 host = np.asarray(table).astype(np.float64)
@@ -141,8 +141,8 @@ import jax, jax.numpy as jnp, numpy as np
 from alx_trainer.config import TrainConfig
 from webgraph_contract.ragged import RaggedRows
 from alx_trainer import execution
-from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.table_init import init_table, table_from_numpy
+from alx_trainer.execution import make_mesh
+from alx_trainer.model import init_table, table_from_numpy
 from alx_trainer.ops.side_runner import plan_side
 
 n, n_other, d = 2_000_000, 5_000, 64
@@ -211,8 +211,8 @@ from alx_trainer.config import TrainConfig
 from webgraph_contract.ragged import RaggedRows
 from alx_trainer import execution
 from alx_trainer.ops import long_rows
-from alx_trainer.ops.mesh import make_mesh
-from alx_trainer.ops.table_init import table_from_numpy
+from alx_trainer.execution import make_mesh
+from alx_trainer.model import table_from_numpy
 from alx_trainer.ops.side_runner import plan_side
 
 n, n_other, d = 20_000, 2_000_000, 64
@@ -290,18 +290,18 @@ def test_replicas_of_successive_half_epochs_reuse_one_host_buffer():
     import jax
     import numpy as np
 
-    from alx_trainer.ops import host_fixed_table
-    from alx_trainer.ops.mesh import make_mesh
-    from alx_trainer.ops.table_init import table_from_numpy
+    from alx_trainer.execution import make_mesh
+    from alx_trainer.model import table_from_numpy
+    from alx_trainer.ops import side_runner
 
     mesh = make_mesh(jax.devices()[:2])
     rng = np.random.default_rng(0)
     big = rng.normal(size=(1000, 16)).astype(np.float32)
     small = rng.normal(size=(300, 16)).astype(np.float32)
-    buffer = host_fixed_table.ReplicaBuffer()
+    buffer = side_runner.ReplicaBuffer()
     pointers = []
     for values in (big, small, big):  # row side, column side, row side
-        replica = host_fixed_table.replicate_via_host(
+        replica = side_runner.replicate_via_host(
             mesh, table_from_numpy(mesh, values, np.float32), buffer
         )
         for shard in replica.addressable_shards:  # every device: the whole table, exactly
@@ -310,5 +310,5 @@ def test_replicas_of_successive_half_epochs_reuse_one_host_buffer():
         del replica
     # one buffer for all: each replica aliases the memory the first one was copied into
     assert pointers[0] == pointers[1] == pointers[2] and len(pointers[0]) == 1
-    fresh = host_fixed_table.replicate_via_host(mesh, table_from_numpy(mesh, small, np.float32))
+    fresh = side_runner.replicate_via_host(mesh, table_from_numpy(mesh, small, np.float32))
     assert {s.data.unsafe_buffer_pointer() for s in fresh.addressable_shards} != pointers[0]

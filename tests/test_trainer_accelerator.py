@@ -21,9 +21,9 @@ from jax._src.array import ArrayImpl
 from alx_trainer import compile_cache, execution
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import TrainConfig
+from alx_trainer.execution import make_mesh
 from alx_trainer.model import init_tables
 from alx_trainer.ops import kernels
-from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 from benchmarks.core.trace import launches as trace_launches  # the benchmarks' launch count
 
@@ -268,7 +268,7 @@ def test_matrix_free_forms_take_batches_as_large_as_a_device_needs(tmp_path, mon
     batch cut to its pieces (balanced, not a power of two mostly padding) where the d x d forms
     keep 65,536 ids; the solves do not depend on the batching, so the tables equal those of
     65,536-id batches."""
-    from alx_trainer.ops import plan
+    from alx_trainer.data import batching
 
     ids = execution.accelerator_batch_ids
     assert ids(128, False, "gpu") == 1 << 20  # 512 MiB of float32 rows
@@ -284,9 +284,9 @@ def test_matrix_free_forms_take_batches_as_large_as_a_device_needs(tmp_path, mon
     row_lengths = np.full(3000, 50)
     col_lengths = np.bincount(np.concatenate(list(rows.values())), minlength=2000)
     plans = []
-    make_plan = plan.make_plan
+    make_plan = batching.make_plan
     monkeypatch.setattr(
-        plan, "make_plan", lambda *a, **kw: plans.append(make_plan(*a, **kw)) or plans[-1]
+        batching, "make_plan", lambda *a, **kw: plans.append(make_plan(*a, **kw)) or plans[-1]
     )
     tables = {}
     for name, kw in (("auto", {}), ("65536", {"piece_len": 16, "batch_pieces": 4096})):

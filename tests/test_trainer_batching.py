@@ -236,8 +236,9 @@ def test_per_device_owner_calls_hold_the_global_calls_slots():
     import jax
 
     from alx_trainer.config import TrainConfig
-    from alx_trainer.ops import batch_sources, plan
-    from alx_trainer.ops.mesh import make_mesh
+    from alx_trainer.data import batching
+    from alx_trainer.execution import make_mesh
+    from alx_trainer.ops import batch_sources
 
     n, devices = 300, 3
     rows = _rows(7, n, 40)  # rows over 32 ids are long: left to `pack_long`
@@ -250,7 +251,9 @@ def test_per_device_owner_calls_hold_the_global_calls_slots():
     row_ids = np.concatenate([c.row_ids for c in chunks])
     lengths = np.concatenate([c.lengths for c in chunks])
     config = TrainConfig(data="unused", piece_len=4, batch_pieces=8, steps_per_call=3)
-    side_plan = plan.make_plan(config, True, lengths, row_ids, devices, shard, plan.one_host)
+    side_plan = batching.make_plan(
+        config, True, lengths, row_ids, devices, shard, batching.one_host
+    )
     mesh = make_mesh(jax.devices()[:devices])
     # `pack` empties the list it is given (its chunks go as they are packed)
     given = list(chunks)

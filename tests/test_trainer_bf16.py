@@ -9,10 +9,10 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer.cli import train as cli_train
+from alx_trainer.cli import commands
 from alx_trainer.config import TrainConfig
+from alx_trainer.execution import make_mesh
 from alx_trainer.model import load_model
-from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref
@@ -91,7 +91,7 @@ def test_collapse_stops_with_epoch_and_side(tmp_path, capsys):
         "--eval_every",
         "0",
     ]
-    assert cli_train.main(argv) == 1
+    assert commands.main_train(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "epoch 1, row half-epoch" in err and "NaN/Inf" in err
@@ -101,8 +101,7 @@ def test_collapse_stops_with_epoch_and_side(tmp_path, capsys):
 def test_trimmed_tables_are_the_stored_values_widened(n):
     """`trim` takes a bfloat16 table to the host as itself and widens it there in threads: every
     real row as float32 equals the device's own conversion, whatever the thread split."""
-    from alx_trainer.model import trim
-    from alx_trainer.ops.table_init import table_from_numpy
+    from alx_trainer.model import table_from_numpy, trim
 
     values = np.random.default_rng(5).normal(0, 3, (1000, 6)).astype(np.float32)
     for dtype in (jax.numpy.bfloat16, jax.numpy.float32):

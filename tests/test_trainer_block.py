@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from alx_trainer.config import TrainConfig
+from alx_trainer.execution import make_mesh
 from alx_trainer.model import init_tables
 from alx_trainer.ops import block_solver
-from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref

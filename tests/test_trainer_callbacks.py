@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from alx_trainer.callbacks import Callback, LambdaCallback, ProgressBar
-from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.cli.common import parse_dataclass_args
 from alx_trainer.config import SECTIONS, TrainConfig
+from alx_trainer.execution import make_mesh
 from alx_trainer.model import load_model
-from alx_trainer.ops.mesh import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from alx_trainer.cli import train as cli_train
-from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.cli import commands
+from alx_trainer.cli.common import parse_dataclass_args
 from alx_trainer.config import TrainConfig
 
 import reference_ials as ref
@@ -100,7 +100,7 @@ def test_help_documents_every_field():
     ],
 )
 def test_bad_config_is_a_one_line_usage_error(argv, message, capsys):
-    assert cli_train.main(argv) == 2
+    assert commands.main_train(argv) == 2
     err = capsys.readouterr().err.strip()
     assert (
         message in err
@@ -112,13 +112,13 @@ def test_bad_config_is_a_one_line_usage_error(argv, message, capsys):
 def test_bad_config_file_keys_and_values(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"dimm": 3}')
-    assert cli_train.main(["--config", str(bad)]) == 2
+    assert commands.main_train(["--config", str(bad)]) == 2
     assert "unknown config key 'dimm'" in capsys.readouterr().err
     bad.write_text('{"dim": "x"}')
-    assert cli_train.main(["--config", str(bad)]) == 2
+    assert commands.main_train(["--config", str(bad)]) == 2
     assert "dim: expected int" in capsys.readouterr().err
     bad.write_text("{not json")
-    assert cli_train.main(["--config", str(bad)]) == 2
+    assert commands.main_train(["--config", str(bad)]) == 2
     assert "cannot parse config file" in capsys.readouterr().err
 
 
@@ -129,12 +129,12 @@ def _dataset(tmp_path):
 
 def test_missing_corrupt_and_non_contract_data(tmp_path, capsys):
     common = ["--model_dir", str(tmp_path / "m"), "--dim", "4", "--epochs", "1", "--no-progress"]
-    assert cli_train.main(["--data", str(tmp_path / "nowhere")] + common) == 1
+    assert commands.main_train(["--data", str(tmp_path / "nowhere")] + common) == 1
     assert "no such dataset directory" in capsys.readouterr().err
 
     data_dir, _ = _dataset(tmp_path)
     os.remove(os.path.join(data_dir, "stats.json"))
-    assert cli_train.main(["--data", data_dir] + common) == 1
+    assert commands.main_train(["--data", data_dir] + common) == 1
     assert "no stats.json" in capsys.readouterr().err
 
     data_dir, _ = _dataset(tmp_path)
@@ -142,14 +142,14 @@ def test_missing_corrupt_and_non_contract_data(tmp_path, capsys):
     with open(shard, "r+b") as f:
         f.seek(20)
         f.write(b"\xff\xff\xff\xff")
-    assert cli_train.main(["--data", data_dir] + common) == 1
+    assert commands.main_train(["--data", data_dir] + common) == 1
     err = capsys.readouterr().err.strip()
     assert "train.tfr-00001-of-00002" in err and "corrupt" in err and len(err.splitlines()) == 1
 
     rows = {0: [1, 2], 1: [9]}
     # column 9 outside num_cols = 5
     data_dir = ref.write_dataset(str(tmp_path / "small"), rows, 2, 5)
-    assert cli_train.main(["--data", data_dir] + common) == 1
+    assert commands.main_train(["--data", data_dir] + common) == 1
     assert "col_tag 9 outside [0, 5)" in capsys.readouterr().err
 
 
@@ -174,7 +174,7 @@ def test_cli_trains_and_writes_metrics_and_tensorboard(tmp_path, capsys):
         "--keep_checkpoints",
         "1",
     ]
-    assert cli_train.main(argv) == 0
+    assert commands.main_train(argv) == 0
     out = capsys.readouterr().out
     assert "trained 2 epoch(s)" in out
     lines = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()]
@@ -244,8 +244,8 @@ def test_cli_splits_the_cpu_only_for_collective_free_runs(tmp_path):
 def test_default_start_is_scaled_by_one_over_sqrt_dim():
     """init_stddev 0 (the default) draws the start from N(0, 0.1/sqrt(dim)); a given value is used
     as is."""
+    from alx_trainer.execution import make_mesh
     from alx_trainer.model import init_tables
-    from alx_trainer.ops.mesh import make_mesh
 
     mesh = make_mesh()
     for dim in (16, 1024):

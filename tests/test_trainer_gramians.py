@@ -8,7 +8,7 @@ import pytest
 
 from alx_trainer.callbacks import Callback, LambdaCallback
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.execution import make_mesh
 from alx_trainer.ops.side_runner import SideRunner
 from alx_trainer.train import TrainingCollapse, train
 

@@ -443,37 +443,37 @@ def test_url_list_naming_an_id_twice_counts_the_extra_line_once(tmp_path):
 
 
 def test_lock_tells_live_reused_and_foreign_owners_apart(tmp_path):
-    from alx_trainer import run_lock
+    from alx_trainer import checkpoint
 
     model = str(tmp_path / "m")
     os.makedirs(model)
-    me = run_lock.acquire(model)
+    me = checkpoint.acquire_lock(model)
     with pytest.raises(
-        run_lock.LockHeld, match=f"pid {os.getpid()} on host {socket.gethostname()}"
+        checkpoint.LockHeld, match=f"pid {os.getpid()} on host {socket.gethostname()}"
     ):
-        run_lock.acquire(model)  # this very process holds it: alive
-    lock = tmp_path / "m" / run_lock.LOCK_FILE
-    run_lock.release(model, me)
+        checkpoint.acquire_lock(model)  # this very process holds it: alive
+    lock = tmp_path / "m" / checkpoint.LOCK_FILE
+    checkpoint.release_lock(model, me)
     assert not lock.exists()
     # our pid, another start: a reused pid, left by a killed run
     reused = dict(me, pid_start_ticks=me["pid_start_ticks"] + 1)
     lock.write_text(json.dumps(reused))
-    me = run_lock.acquire(model)
+    me = checkpoint.acquire_lock(model)
     assert json.loads(lock.read_text())["pid_start_ticks"] == me["pid_start_ticks"]
-    run_lock.release(model, me)
+    checkpoint.release_lock(model, me)
     dead = subprocess.Popen(["true"])
     dead.wait()
     lock.write_text(json.dumps({"host": "elsewhere", "pid": dead.pid}))
     # never guessed stale across hosts
-    with pytest.raises(run_lock.LockHeld, match="host elsewhere"):
-        run_lock.acquire(model)
-    run_lock.release(model, me)
+    with pytest.raises(checkpoint.LockHeld, match="host elsewhere"):
+        checkpoint.acquire_lock(model)
+    checkpoint.release_lock(model, me)
     assert lock.exists()  # not ours: left alone
 
 
 LOCK_WORKER = """
 import sys, time
-from alx_trainer import run_lock
+from alx_trainer import checkpoint
 model = sys.argv[1]
 for line in sys.stdin:
     if line.startswith("go"):
@@ -481,19 +481,19 @@ for line in sys.stdin:
         while time.time() < start:
             pass
         try:
-            owner = run_lock.acquire(model)
-        except run_lock.LockHeld:
+            owner = checkpoint.acquire_lock(model)
+        except checkpoint.LockHeld:
             owner = None
         print("won" if owner else "lost", flush=True)
     elif line.startswith("release"):
         if owner:
-            run_lock.release(model, owner)
+            checkpoint.release_lock(model, owner)
         print("released", flush=True)
 """
 
 
 def test_of_processes_racing_to_take_over_a_stale_lock_one_wins(tmp_path):
-    from alx_trainer import run_lock
+    from alx_trainer import checkpoint
 
     model = tmp_path / "m"
     model.mkdir()
@@ -513,7 +513,7 @@ def test_of_processes_racing_to_take_over_a_stale_lock_one_wins(tmp_path):
     ]
     try:
         for trial in range(40):
-            (model / run_lock.LOCK_FILE).write_text(stale)
+            (model / checkpoint.LOCK_FILE).write_text(stale)
             start = time.time() + 0.05
             for w in workers:
                 w.stdin.write(f"go {start}\n")
@@ -524,7 +524,7 @@ def test_of_processes_racing_to_take_over_a_stale_lock_one_wins(tmp_path):
                 w.stdin.write("release\n")
                 w.stdin.flush()
             assert [w.stdout.readline().strip() for w in workers] == ["released"] * 3
-            assert not (model / run_lock.LOCK_FILE).exists()
+            assert not (model / checkpoint.LOCK_FILE).exists()
     finally:
         for w in workers:
             w.stdin.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from two_processes import assert_same_tables, flag_args, long_row_dataset, train_in_two_processes
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.execution import make_mesh
 from alx_trainer.train import train
 
 FLAGS = {

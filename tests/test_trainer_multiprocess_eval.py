@@ -11,7 +11,7 @@ import pytest
 from two_processes import N_COLS, N_ROWS, flag_args, train_in_two_processes
 
 from alx_trainer.config import TrainConfig
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.execution import make_mesh
 from alx_trainer.train import train
 
 import reference_ials as ref

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from alx_trainer import checkpoint
-from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+from alx_trainer.cli.common import parse_dataclass_args
 from alx_trainer.config import TrainConfig
 from alx_trainer.model import load_model, trim
 from alx_trainer.train import train
@@ -105,8 +105,8 @@ def test_a_checkpoint_reads_back_bit_identical(tmp_path, dtype):
     widening, and `trim` (the tables to the host a shard at a time) gives the same rows."""
     import jax.numpy as jnp
 
-    from alx_trainer.ops.mesh import make_mesh
-    from alx_trainer.ops.table_init import table_from_numpy
+    from alx_trainer.execution import make_mesh
+    from alx_trainer.model import table_from_numpy
 
     mesh = make_mesh()
     rng = np.random.default_rng(5)

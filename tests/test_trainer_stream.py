@@ -13,11 +13,10 @@ import pytest
 
 from alx_trainer import execution
 from alx_trainer.config import TrainConfig
-from alx_trainer.data import records
-from alx_trainer.data.dataset import open_dataset
+from alx_trainer.data.dataset import open_dataset, read_chunks
+from alx_trainer.execution import make_mesh
 from alx_trainer.model import Model
-from alx_trainer.ops import batch_sources, per_core
-from alx_trainer.ops.mesh import make_mesh
+from alx_trainer.ops import batch_sources
 from alx_trainer.ops.side_runner import plan_side
 from alx_trainer.train import train
 from webgraph_contract import dataset_reader, synthetic_matrix
@@ -54,7 +53,7 @@ def _train(data: str, model_dir: str, devices: int, **overrides) -> Model:
 
 @pytest.mark.parametrize("devices", [1, 2])
 def test_streamed_batches_give_the_in_memory_tables(matrix, tmp_path, devices):
-    if devices == 2 and not per_core.applies(jax.devices()[:2]):
+    if devices == 2 and not execution.per_core_applies(jax.devices()[:2]):
         pytest.skip("one thread per device needs 2 cores")
     held = _train(matrix, str(tmp_path / "held"), devices)
     streamed = _train(matrix, str(tmp_path / "streamed"), devices, stream_batches=True)
@@ -78,9 +77,7 @@ def test_streaming_runner_holds_only_the_long_rows(matrix):
     )
     dataset = open_dataset(config.data)
     mesh = make_mesh(jax.devices()[:1])
-    reader = functools.partial(
-        records.read_chunks, dataset.files["train"], config.chunk_rows, 400, 150
-    )
+    reader = functools.partial(read_chunks, dataset.files["train"], config.chunk_rows, 400, 150)
     exe = execution.current(config, 400, 150, mesh)
     runner = plan_side(config, exe, mesh, exe.step_spec(config, 150, True), reader, 400)
     # normal batches are built as they run

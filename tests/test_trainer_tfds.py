@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 from test_reader import tf_rows  # tests/ is on sys.path
 
-from alx_trainer.cli import train as cli_train
+from alx_trainer.cli import commands
 from alx_trainer.data.dataset import open_tfds
 from tfds_builder.web_graph import WebGraph
 from tfds_builder.web_graph.make_dummy_data import DUMMY_DIR, NUM_NODES
@@ -57,7 +57,7 @@ def test_train_from_tfds_name(tmp_path, capsys):
         "--reg",
         "0.1",
     ]
-    assert cli_train.main(argv) == 0, capsys.readouterr().err
+    assert commands.main_train(argv) == 0, capsys.readouterr().err
     record = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()][-1]
     rows_solved = len(dataset_reader.read_split(str(DUMMY_DIR), "train"))
     assert record["rows_solved"] == rows_solved and np.isfinite(record["loss"])
@@ -74,6 +74,6 @@ def test_unknown_tfds_name_is_a_clear_error(tmp_path, capsys):
         "--model_dir",
         str(tmp_path / "m"),
     ]
-    assert cli_train.main(argv) == 1
+    assert commands.main_train(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "web_graph/de-dense:1.0.0" in err

@@ -1,2 +1,3 @@
-"""Input: records -> row chunks (`records`), TFDS datasets (`tfds_input`), row chunks -> dense
-batches (`batching`)."""
+"""Input: a dataset opened, checked and read as row chunks (`dataset`), CSR transposes
+(`csr_transpose`), row chunks -> dense batches (`batching`).
+"""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from alx_trainer.data import host_cores
+from alx_trainer import execution
 
 MIN_PART = 1 << 20  # entries per part at least (below that a thread costs more than it saves)
 PLACE_SLICE = 1 << 20  # sorted entries placed at a time (bounds each thread's temporaries)
@@ -23,7 +23,7 @@ def transpose(
     in increasing order; the row ids are int32 where they fit (`id_dtype`), else int64. `threads`
     None: one per core this process may use."""
     nnz, num_rows = len(cols), len(indptr) - 1
-    parts = max(1, min(threads or host_cores.host_threads(), nnz // MIN_PART))
+    parts = max(1, min(threads or execution.host_threads(), nnz // MIN_PART))
     cuts = np.searchsorted(indptr, np.linspace(0, nnz, parts + 1)[1:-1])
     row_bounds = np.concatenate([[0], cuts, [num_rows]]).astype(np.int64)
     pieces = list(zip(row_bounds[:-1], row_bounds[1:]))
@@ -31,7 +31,7 @@ def transpose(
     def count(piece: tuple[int, int]) -> np.ndarray:
         return np.bincount(cols[indptr[piece[0]] : indptr[piece[1]]], minlength=num_cols)
 
-    counts = host_cores.thread_map(count, pieces, threads)
+    counts = execution.thread_map(count, pieces, threads)
     t_indptr = np.zeros(num_cols + 1, np.int64)
     np.cumsum(np.sum(counts, axis=0), out=t_indptr[1:])
     # where part p's first entry of each column goes, less where it is in p's sorted entries
@@ -59,7 +59,7 @@ def transpose(
             at += np.arange(first, first + len(step))
             rows_of[at] = rows[step]
 
-    host_cores.thread_map(place, range(len(pieces)), threads)
+    execution.thread_map(place, range(len(pieces)), threads)
     return t_indptr, rows_of
 
 

@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer import execution
 from alx_trainer.compile_cache import kept_program
 from alx_trainer.evaluation import engine, norm_order
-from alx_trainer.ops import per_core
 from webgraph_contract.ragged import RaggedRows
 
 # columns per group of the exact selection (a block holds a whole number of groups)
@@ -184,7 +184,7 @@ class BlockLoop(engine.Engine):
         # no block wider than a device's share
         self.shape = self.shape._replace(cols=min(self.shape.cols, -(-per_device // GROUP) * GROUP))
         self.approx, self.recall_target = bool(approx), float(recall_target)
-        self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+        self.per_core = execution.per_core_applies(self.devices) and len(self.devices) > 1
         # excluded ids carried per batch: grows (one more compile) only for a longer list
         self.exclude_width = self.shape.rows * EXCLUDE_PER_ROW
 
@@ -234,8 +234,8 @@ class BlockLoop(engine.Engine):
 
     def _launch(self, kernel, queries, exclude: RaggedRows, lo: int, hi: int) -> list:
         """Every device's program on rows [lo, hi): dispatched (accelerators), or run in one pinned
-        thread per device (per-core CPU devices, `per_core`). Rows of a zero query (padding
-        included) do not hold the loop: `Engine.top_k` answers them."""
+        thread per device (per-core CPU devices, `execution.run_per_core`). Rows of a zero query
+        (padding included) do not hold the loop: `Engine.top_k` answers them."""
         rows, width = self.shape.rows, self.exclude_width
         q = np.zeros((rows, self.dim), np.float32)
         q[: hi - lo] = queries[lo:hi]
@@ -257,7 +257,9 @@ class BlockLoop(engine.Engine):
             return kernel(q_on, *shares[i], excluded_on, reach_on)
 
         if self.per_core:
-            return per_core.run([functools.partial(task, i) for i in range(len(self.devices))])
+            return execution.run_per_core(
+                [functools.partial(task, i) for i in range(len(self.devices))]
+            )
         return [task(i) for i in range(len(self.devices))]
 
     def _merge(self, results: list, k: int) -> tuple[np.ndarray, np.ndarray]:

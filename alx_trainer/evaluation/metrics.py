@@ -12,7 +12,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from alx_trainer.data import host_cores
+from alx_trainer import execution
 from webgraph_contract.ragged import RaggedRows
 
 # rows whose hits are found at once: bounds the [rows, K] key arrays
@@ -67,7 +67,7 @@ def _hits(topk: np.ndarray, truth: _Truth, k: int) -> np.ndarray:
         at = np.minimum(np.searchsorted(mine, keys), len(mine) - 1)
         hits[start : start + len(pred)] = (mine[at] == keys) & (pred >= 0)
 
-    host_cores.thread_map(chunk, range(0, len(topk), CHUNK_ROWS))
+    execution.thread_map(chunk, range(0, len(topk), CHUNK_ROWS))
     return hits
 
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from alx_trainer.data.host_cores import thread_map
+from alx_trainer.execution import thread_map
 
 
 class Share(NamedTuple):

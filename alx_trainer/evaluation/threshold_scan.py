@@ -26,9 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer import execution
 from alx_trainer.compile_cache import kept_program
 from alx_trainer.evaluation import engine, norm_order
-from alx_trainer.ops import per_core
 from webgraph_contract.ragged import RaggedRows
 
 # columns per flag bit
@@ -169,7 +169,7 @@ class ThresholdScan(engine.Engine):
         # no block wider than a device's share
         share = block_width(-(-max(self.num_cols, 1) // len(self.devices)))
         self.shape = self.shape._replace(cols=min(block_width(self.shape.cols), share))
-        self.per_core = per_core.applies(self.devices) and len(self.devices) > 1
+        self.per_core = execution.per_core_applies(self.devices) and len(self.devices) > 1
 
     @functools.cached_property
     def _sorted(self) -> list[SortedColumns]:
@@ -191,7 +191,7 @@ class ThresholdScan(engine.Engine):
                 functools.partial(scan, q, len(part), pairs, k, cols, self.shape.cols, device)
                 for cols, device in zip(columns, self.devices)
             ]
-            found = per_core.run(tasks) if self.per_core else [task() for task in tasks]
+            found = execution.run_per_core(tasks) if self.per_core else [task() for task in tasks]
             vals = np.concatenate([v for v, _ in found], axis=1)
             found = np.concatenate([i for _, i in found], axis=1)
             vals, found = engine.merge(vals, found, k)

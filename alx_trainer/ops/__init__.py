@@ -1,4 +1,3 @@
-"""Device work: the mesh, table storage and init, sharded lookups, step kernels, per-row solvers,
-the
-half-epoch runner (`side_runner`) and its batch sources, and the per-core CPU runner
-(`per_core`)."""
+"""Device work: table storage, sharded lookups, step kernels, per-row solvers, rows longer than a
+batch, the half-epoch runner (`side_runner`) and its batch sources, and XLA's cost figures.
+"""

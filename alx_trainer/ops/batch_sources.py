@@ -25,11 +25,11 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence, runtime_che
 import jax
 import numpy as np
 
-from alx_trainer.data import batching, records
+from alx_trainer.data import batching
+from alx_trainer.data.batching import Combine, SidePlan
+from alx_trainer.data.dataset import prefetch
+from alx_trainer.execution import aligned_empty, host_batch
 from alx_trainer.ops import owner_file_stream
-from alx_trainer.ops.host_fixed_table import aligned_empty
-from alx_trainer.ops.mesh import host_batch
-from alx_trainer.ops.plan import Combine, SidePlan
 from webgraph_contract.ragged import RaggedRows
 
 # A compiled call's batch arrays (ids, seg, row_ids, row_len) on the devices, and the rows it
@@ -45,7 +45,7 @@ LongCalls = Iterable[batching.LongBatch] | Iterable[list[jax.Array]]
 class BatchSource(Protocol):
     """The packed batches of one side, as `SideRunner.run` takes them."""
 
-    # one stream per local device, each run in its own thread (`per_core`)
+    # one stream per local device, each run in its own thread (`execution.run_per_core`)
     per_device: bool
 
     @property
@@ -178,11 +178,7 @@ class FileStream:
         return host_calls(self.make_chunks(), self.plan, self.per_step, self.pack_threads)
 
     def streams(self) -> list[Iterable[Call]]:
-        return [
-            records.prefetch(
-                lambda: map(functools.partial(global_call, self.mesh), self.host_calls())
-            )
-        ]
+        return [prefetch(lambda: map(functools.partial(global_call, self.mesh), self.host_calls()))]
 
     def long_calls(self) -> LongCalls:
         return batching.pack_long(self.long, self.plan.piece_len, self.plan.batch_pieces)
@@ -221,7 +217,7 @@ class HostCache:
 
     def streams(self) -> list[Iterable[Call]]:
         put = functools.partial(global_call, self.mesh)
-        return [records.prefetch(lambda: map(put, iter(self.calls)))]
+        return [prefetch(lambda: map(put, iter(self.calls)))]
 
     def long_calls(self) -> LongCalls:
         return self.long

@@ -19,10 +19,9 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from alx_trainer.execution import AXIS, Fixed, replicated
 from alx_trainer.ops import kernels, table_storage
-from alx_trainer.ops.mesh import AXIS, replicated
 from alx_trainer.ops.side_runner import one_call_epoch
-from alx_trainer.ops.spec import Fixed
 
 
 @dataclasses.dataclass(frozen=True)

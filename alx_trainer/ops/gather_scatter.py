@@ -11,8 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from alx_trainer.ops.mesh import AXIS
-from alx_trainer.ops.spec import StepSpec
+from alx_trainer.execution import AXIS, StepSpec
 from alx_trainer.ops.table_storage import as_float32, as_stored
 
 

@@ -6,7 +6,7 @@
   iALS++ sweep of `block_solver`; CG 'matvec': without building d x d matrices), write the rows
   back; a `lax.scan` over the K batches, so fewer dispatches per half-epoch. On a CPU host split
   into one device per core, the 'owner' step also compiles per device (`make_device_step`) and
-  each device's calls run in their own pinned thread (`per_core`).
+  each device's calls run in their own pinned thread (`execution.run_per_core`).
 - "local statistics" (paper 4.2 alternative): each device builds partial d x d statistics of every
   device's batch from its own shard only, then one `psum_scatter` sums them.
 - an epoch in one call (`make_epoch`: the accelerator path with resident batches): both
@@ -29,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from alx_trainer.compile_cache import kept_program
+from alx_trainer.execution import AXIS, Fixed, StepSpec
 from alx_trainer.ops import block_solver, solvers
 from alx_trainer.ops.gather_scatter import (
     fixed_rows,
@@ -40,8 +41,6 @@ from alx_trainer.ops.gather_scatter import (
     sharded_scatter,
     stored_rows,
 )
-from alx_trainer.ops.mesh import AXIS
-from alx_trainer.ops.spec import Fixed, StepSpec
 from alx_trainer.ops.table_storage import as_float32
 
 
@@ -267,7 +266,7 @@ def make_step(mesh: Mesh, spec: StepSpec):
 @kept_program
 def make_device_step(spec: StepSpec):
     """The 'owner' step of one device on single-device arrays (no mesh: run per device, see
-    `per_core`).
+    `execution.run_per_core`).
 
     Same arguments as `make_step` with a leading device axis of 1; one compilation per device.
     """

@@ -34,14 +34,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from alx_trainer import execution
 from alx_trainer.data import batching
-from alx_trainer.ops import per_core, solvers
+from alx_trainer.data.batching import SidePlan
+from alx_trainer.execution import (
+    Fixed,
+    StepSpec,
+    device_parts,
+    host_batch,
+    host_float32,
+    local_rows,
+)
+from alx_trainer.ops import solvers
 from alx_trainer.ops.gather_scatter import local_update, row_gather
-from alx_trainer.ops.host_fixed_table import host_float32
 from alx_trainer.ops.kernels import make_long_stats, make_solve_scatter, row_reg
-from alx_trainer.ops.mesh import device_parts, host_batch, local_rows
-from alx_trainer.ops.plan import SidePlan
-from alx_trainer.ops.spec import Fixed, StepSpec
 
 # A chunk's float32 block fits LONG_CACHE_BYTES (a core's share of the 32 MiB L3, beside the
 # other core's chunk); a device holds no group block above LONG_BLOCK_BYTES.
@@ -286,7 +292,7 @@ def solve_cg(
 
     tasks = [functools.partial(task, w) for w in range(len(devices))]
     if per_device:
-        per_core.run(tasks)
+        execution.run_per_core(tasks)
     else:
         tasks[0]()
     for j, device in enumerate(local):

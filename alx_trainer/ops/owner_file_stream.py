@@ -17,7 +17,7 @@ import threading
 from typing import Callable, Iterator
 
 from alx_trainer.data import batching
-from alx_trainer.data.records import put_unless_stopped
+from alx_trainer.data.dataset import put_unless_stopped
 from webgraph_contract.ragged import RaggedRows
 
 _DONE = object()

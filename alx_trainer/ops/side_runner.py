@@ -2,12 +2,17 @@
 it with the other table fixed.
 
 The planning step (`plan_side`) reads the side once (`batch_sources.scan`), plans its batches
-(`plan.make_plan`, once) and makes its batch source as the `ExecutionPlan` says
+(`batching.make_plan`, once) and makes its batch source as the `ExecutionPlan` says
 (`batch_sources`). A half-epoch (`SideRunner.run`) then takes the gramian of the fixed table,
 replicates that table where the layout wants it whole, runs the source's compiled calls of K dense
 batches (`kernels`), and solves the rows longer than a batch (`long_rows`); it returns a
 `HalfEpoch`. The training loop (`alx_trainer.train`) and fold-in (`alx_trainer.model`) both solve
 through it.
+
+The 'owner' layout (one process) takes the fixed table's replica and gramian through host memory,
+with no collective: CPU devices alias one host copy of the fixed table (`replicate_via_host`,
+into a `ReplicaBuffer` kept between half-epochs), and the gramian is summed by a thread per core
+from the shards read in place (`gramian_via_host`).
 """
 
 from __future__ import annotations
@@ -17,26 +22,34 @@ import dataclasses
 import functools
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from threadpoolctl import ThreadpoolController
 
 from alx_trainer import execution, phase_times
 from alx_trainer.config import TrainConfig
-from alx_trainer.execution import ExecutionPlan
-from alx_trainer.ops import (
-    batch_sources,
-    host_fixed_table,
-    kernels,
-    long_rows,
-    per_core,
-    plan,
-    table_storage,
+from alx_trainer.data import batching
+from alx_trainer.execution import (
+    ExecutionPlan,
+    Fixed,
+    StepSpec,
+    aligned_empty,
+    device_parts,
+    host_float32,
+    host_threads,
+    hyper_params,
+    local_rows,
+    padded_rows,
+    replicated,
 )
-from alx_trainer.ops.mesh import device_parts, local_rows, padded_rows, replicated
-from alx_trainer.ops.spec import Fixed, StepSpec, hyper_params
+from alx_trainer.ops import batch_sources, kernels, long_rows, table_storage
+from alx_trainer.ops.table_storage import bits_dtype, gather_form
 
 # Called with (steps, rows) after each compiled call (from the device threads, under a lock).
 ProgressFn = Callable[[int, int], None]
@@ -81,7 +94,7 @@ def plan_side(
     spec: StepSpec,
     make_chunks: batch_sources.MakeChunks,
     num_rows: int,
-    replica: host_fixed_table.ReplicaBuffer | None = None,
+    replica: ReplicaBuffer | None = None,
     name: str = "",
 ) -> SideRunner:
     """The planning step of one side: read it once, plan its batches, make its batch source.
@@ -95,7 +108,7 @@ def plan_side(
     local = mesh.local_devices
     owner_stream = exe.batches == "owner_stream"
     # rows long at some candidate shape: kept by the pass, those of the chosen shape packed
-    smallest = min(L * B for L, B in plan.candidate_shapes(config, exe.batch_ids))
+    smallest = min(L * B for L, B in batching.candidate_shapes(config, exe.batch_ids))
     timed = functools.partial(phase_times.timed, what=f"{name} side") if name else _untimed
     # resident batches pack from the rows this pass keeps (the accelerator path's too, unless
     # they are off: one read of the files instead of two; dropped if the batches do not fit)
@@ -107,9 +120,9 @@ def plan_side(
             make_chunks(), keep_chunks=keep, long_above=None if keep else smallest
         )
     # the mesh spans processes
-    combine = plan.over_hosts if len(local) < mesh.size else plan.one_host
+    combine = batching.over_hosts if len(local) < mesh.size else batching.one_host
     with timed("plan"):
-        side = plan.make_plan(
+        side = batching.make_plan(
             config,
             spec.owner,
             read.lengths,
@@ -157,7 +170,7 @@ def plan_side(
     return SideRunner(config, exe, mesh, spec, side, source, shard, one_call, replica)
 
 
-def _resident(exe: ExecutionPlan, side: plan.SidePlan, mesh, name: str, calls: int) -> bool:
+def _resident(exe: ExecutionPlan, side: batching.SidePlan, mesh, name: str, calls: int) -> bool:
     """Whether the accelerator path keeps this side's batches on the devices (said in the log)."""
     need = batch_sources.resident_bytes(side)
     free = execution.free_bytes(mesh.local_devices[0])
@@ -185,11 +198,11 @@ class SideRunner:
         exe: ExecutionPlan,
         mesh,
         spec: StepSpec,
-        side: plan.SidePlan,
+        side: batching.SidePlan,
         source: batch_sources.BatchSource,
         shard: int,
         one_call: bool,
-        replica: host_fixed_table.ReplicaBuffer | None = None,
+        replica: ReplicaBuffer | None = None,
     ):
         self.config, self.exe, self.mesh, self.spec = config, exe, mesh, spec
         self.plan, self.source, self.shard, self.one_call = side, source, shard, one_call
@@ -213,7 +226,7 @@ class SideRunner:
     def gramian(self, table: jax.Array) -> jax.Array:
         """`T^T T`, replicated (through the host for the collective-free 'owner' layout)."""
         if self.spec.owner:
-            return host_fixed_table.gramian_via_host(self.mesh, table)
+            return gramian_via_host(self.mesh, table)
         return kernels.make_gramian(self.mesh)(table)
 
     def fixed(self, src: jax.Array, gram: jax.Array | None = None) -> Fixed:
@@ -230,7 +243,7 @@ class SideRunner:
             # A bfloat16 replica is freed each half-epoch: kept, it would add to the shard of
             # temporary that the next half-epoch's `solving_form` takes.
             keep = self.replica if table.dtype != jnp.bfloat16 else None
-            return host_fixed_table.replicate_via_host(self.mesh, table, keep)
+            return replicate_via_host(self.mesh, table, keep)
         return table_storage.gather_form(kernels.make_replicate(self.mesh)(table))
 
     def run(
@@ -332,7 +345,7 @@ class SideRunner:
         srcs, parts, hypers = device_parts(src), device_parts(dst), device_parts(fixed.hyper)
         fixeds = {d: Fixed(g, hypers[d]) for d, g in device_parts(fixed.gramian).items()}
         devices = self.mesh.local_devices
-        results = per_core.run(
+        results = execution.run_per_core(
             [
                 functools.partial(self._run_calls, step, srcs[d], parts[d], fixeds[d], calls, done)
                 for d, calls in zip(devices, streams)
@@ -421,3 +434,91 @@ def _host_terms(terms: jax.Array) -> np.ndarray:
         .reshape(-1, 3)
         .sum(axis=0)
     )
+
+
+def replicate_via_host(
+    mesh: Mesh, table: jax.Array, buffer: ReplicaBuffer | None = None
+) -> jax.Array:
+    """The whole table on every device through host memory (no collective; one process), in
+    `gather_form`.
+
+    One host copy: CPU devices alias it (`may_alias`, 64-byte aligned), so per-core devices share
+    one fixed table instead of holding one each; one device just keeps the table it has. With
+    `buffer`, the copy goes into its memory (see `ReplicaBuffer`), else into a fresh allocation.
+    """
+    if mesh.size == 1:
+        return gather_form(table)
+    bits = bits_dtype(table)
+    host = aligned_empty(table.shape, bits) if buffer is None else buffer.view(table.shape, bits)
+
+    # NumPy releases the GIL: the shards' copies (and first-touch faults) in parallel
+    def copy(shard) -> None:
+        host[shard.index] = np.asarray(shard.data).view(host.dtype)
+
+    with ThreadPoolExecutor(host_threads(), thread_name_prefix="alx-replica") as pool:
+        list(pool.map(copy, table.addressable_shards))
+    return jax.device_put(host, NamedSharding(mesh, P()), may_alias=True)
+
+
+class ReplicaBuffer:
+    """Host memory for the fixed-table replica, kept from one half-epoch to the next.
+
+    A fresh allocation per half-epoch is touched for the first time by the copy: a page fault per
+    page, which costs many times the copy itself. Grown to the largest table it has held. A
+    replica made in it is valid until the next one is: hold one at a time.
+    """
+
+    def __init__(self) -> None:
+        self._raw: np.ndarray | None = None
+
+    def view(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An uninitialized, 64-byte aligned array of `shape` and `dtype` in the kept memory."""
+        size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if self._raw is None or self._raw.nbytes < size:
+            self._raw = None  # the old memory goes before the new is taken
+            self._raw = aligned_empty((size,), np.uint8)
+        return self._raw[:size].view(dtype).reshape(shape)
+
+
+GRAM_CHUNK = 65536  # rows cast to float32 at a time by `gramian_via_host`
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """threadpoolctl's handle on the loaded BLAS libraries, found once: `threadpool_limits` scans
+    every loaded library at each call, tens of milliseconds an epoch at ML-1M's shape."""
+    return ThreadpoolController()
+
+
+def gramian_via_host(mesh: Mesh, table: jax.Array) -> jax.Array:
+    """`T^T T` [d, d] float32, replicated, summed in host memory (no collective; one process).
+
+    Each shard is read in place (a NumPy view of its CPU buffer) and cast to float32 a chunk of
+    rows at a time, so a bfloat16 table never gets a float32 copy; parts are summed in float64.
+    The chunks are shared among a thread per core, each with its own sum and scratch.
+    """
+    d = table.shape[1]
+    chunks = [
+        (rows, lo)
+        for rows in (np.asarray(s.data) for s in table.addressable_shards)
+        for lo in range(0, len(rows), GRAM_CHUNK)
+    ]
+    workers = max(1, min(host_threads(), len(chunks)))
+
+    def part(w: int) -> np.ndarray:
+        total = np.zeros((d, d))
+        bits = np.empty((min(GRAM_CHUNK, table.shape[0]), d), np.uint32)
+        for rows, lo in chunks[w::workers]:
+            t = host_float32(rows[lo : lo + GRAM_CHUNK], bits)
+            total += t.T @ t
+        return total
+
+    # BLAS at one thread per caller: its spinning pool threads slow this down severely on a
+    # per-core host whose cores are all busy
+    with _blas().limit(limits=1, user_api="blas"):
+        if workers == 1:
+            total = part(0)
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="alx-gram") as pool:
+                total = sum(pool.map(part, range(workers)))
+    return jax.device_put(total.astype(np.float32), NamedSharding(mesh, P()))

@@ -28,8 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from alx_trainer import compile_cache, phase_times
-from alx_trainer.data import records
-from alx_trainer.data.dataset import Dataset
+from alx_trainer.data.dataset import Dataset, read_chunks
 from alx_trainer.evaluation.ranking import Ranker
 from alx_trainer.tools import output_swap, topk_records
 from webgraph_contract import dataset_reader, fileio, layout
@@ -68,9 +67,7 @@ def _count_rows(dataset: Dataset, split: str) -> int:
     if split in dataset.splits:
         return dataset.splits[split]
     files = dataset.files.get(split, [])
-    return sum(
-        len(c) for c in records.read_chunks(files, 1 << 16, dataset.num_rows, dataset.num_cols)
-    )
+    return sum(len(c) for c in read_chunks(files, 1 << 16, dataset.num_rows, dataset.num_cols))
 
 
 class _ShardWriter(contextlib.ExitStack):
@@ -141,7 +138,7 @@ def _chunks(
     row_table = np.asarray(model.row_table, np.float32)
     for split in ("train", "test") if test else ("train",):
         files = dataset.files.get(split, [])
-        read = records.read_chunks(files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols)
+        read = read_chunks(files, ranker.rows_per_call, dataset.num_rows, dataset.num_cols)
         for chunk in full_chunks(phase_times.timed_steps("read", read), ranker.rows_per_call):
             # on a graph each row's own id too (as `Ranker.rank`)
             exclude = chunk.with_ids(chunk.row_ids) if shared else chunk

@@ -4,7 +4,7 @@
 Each size is a generated power-law matrix of `benchmarks.core.datasets.SIZES` (made once by
 `webgraph_contract.synthetic_matrix`, reused). Per size and split (`train`, `train_t`), the
 two readers alternate `repeats` times over the split's shard files, each making the CSR chunks
-the trainer consumes: ours, `alx_trainer.data.records.read_chunks` (blocks of whole records,
+the trainer consumes: ours, `alx_trainer.data.dataset.read_chunks` (blocks of whole records,
 CRC-32C checked, decoded in NumPy), and tf.data as the trainer read them before (a
 `TFRecordDataset` per file, batched by `chunk_rows`, `tf.io.parse_example` in a `tf.function`,
 the ragged columns' values and row splits as int64 NumPy). The best wall time of each is reported,
@@ -49,9 +49,9 @@ def tf_data_chunks(
 
 
 def ours_chunks(files: Sequence[str], chunk_rows: int, shape: tuple[int, int]):
-    from alx_trainer.data import records
+    from alx_trainer.data.dataset import read_chunks
 
-    for chunk in records.read_chunks(files, chunk_rows, *shape):
+    for chunk in read_chunks(files, chunk_rows, *shape):
         yield chunk.row_ids, chunk.indptr, chunk.cols
 
 

@@ -31,7 +31,7 @@ COST_MARGIN_S = 10.0
 def typed_config(values: dict[str, Any], overrides: Sequence[str] = ()):
     """A checked TrainConfig from `values` and then `overrides` (`KEY=VALUE`, any field), typed as
     a config file is."""
-    from alx_trainer.cli.dataclass_flags import parse_dataclass_args
+    from alx_trainer.cli.common import parse_dataclass_args
     from alx_trainer.config import TrainConfig
 
     values = dict(values)

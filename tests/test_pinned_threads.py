@@ -1,4 +1,4 @@
-"""One thread per CPU device (`alx_trainer.ops.per_core`)."""
+"""One thread per CPU device (`alx_trainer.execution`)."""
 
 from __future__ import annotations
 
@@ -10,45 +10,45 @@ import threading
 
 import pytest
 
-from alx_trainer.ops import per_core
+from alx_trainer import execution
 
 
 def test_run_returns_results_in_order_and_reraises():
-    assert per_core.run([lambda: "a", lambda: "b", lambda: "c"]) == ["a", "b", "c"]
+    assert execution.run_per_core([lambda: "a", lambda: "b", lambda: "c"]) == ["a", "b", "c"]
 
     def bad():
         raise KeyError("device 1 failed")
 
     with pytest.raises(KeyError, match="device 1 failed"):
-        per_core.run([lambda: 0, bad])
+        execution.run_per_core([lambda: 0, bad])
 
 
 def test_run_keeps_one_thread_per_task_slot():
-    first = per_core.run([threading.current_thread] * 2)
-    again = per_core.run([threading.current_thread] * 2)
+    first = execution.run_per_core([threading.current_thread] * 2)
+    again = execution.run_per_core([threading.current_thread] * 2)
     assert all(a is b for a, b in zip(first, again)), "a new thread per call"
     assert first[0] is not first[1] and threading.current_thread() not in first
 
 
 SCRIPT = """
 import json, os, sys, threading
-from alx_trainer.ops import per_core
+from alx_trainer import execution
 before = sorted(os.sched_getaffinity(0))
-old = per_core.threads()
-assert per_core.use_cpu_devices(2)
+old = execution.process_threads()
+assert execution.use_cpu_devices(2)
 import jax
-made = sorted(sorted(os.sched_getaffinity(t)) for t in per_core.threads() - old)
-pinned = per_core.run([lambda: sorted(os.sched_getaffinity(0))] * 2)
+made = sorted(sorted(os.sched_getaffinity(t)) for t in execution.process_threads() - old)
+pinned = execution.run_per_core([lambda: sorted(os.sched_getaffinity(0))] * 2)
 print(json.dumps({"devices": len(jax.devices()),
                   "async": jax.config.read("jax_cpu_enable_async_dispatch"),
                   "before": before, "after": sorted(os.sched_getaffinity(0)), "pinned": pinned,
                   "made": made,
-                  "again": per_core.use_cpu_devices(3)}))
+                  "again": execution.use_cpu_devices(3)}))
 """
 
 
 @pytest.mark.skipif(
-    len(per_core.cores()) < 2 or not hasattr(os, "sched_setaffinity"), reason="needs 2 cores"
+    len(execution.cores()) < 2 or not hasattr(os, "sched_setaffinity"), reason="needs 2 cores"
 )
 def test_use_cpu_devices_pins_one_thread_per_device(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
