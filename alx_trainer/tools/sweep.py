@@ -34,9 +34,9 @@ import shutil
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-import jax.monitoring
 import numpy as np
 
+from alx_trainer import compile_cache
 from alx_trainer.callbacks import Callback
 from alx_trainer.config import ConfigError
 from alx_trainer.evaluation.evaluate import Ranking, evaluate_dataset
@@ -98,25 +98,6 @@ logger = logging.getLogger(__name__)
 
 # `train` or a function called like it
 TrainFn = Callable[..., Any]
-_COMPILES = [0]
-
-
-def _count_compiles() -> None:
-    """Count XLA backend compilations from now on (`compilations()`); registers once per process."""
-    if getattr(_count_compiles, "done", False):
-        return
-
-    def listener(event: str, _duration: float, **_kw: Any) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            _COMPILES[0] += 1
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    _count_compiles.done = True
-
-
-def compilations() -> int:
-    """XLA compilations since `_count_compiles` was first called."""
-    return _COMPILES[0]
 
 
 def point_key(row: Mapping[str, Any]) -> str:
@@ -417,7 +398,6 @@ def run_sweep(
     `train_fn(config, callbacks=, prepared=, tables=False, checkpoints=keep_models) -> Model`
     (default `train`)."""
     train_fn = train_fn or train
-    _count_compiles()
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, RESULTS_CSV)
     key = run_key(base_config, fingerprint)
@@ -472,7 +452,7 @@ def run_sweep(
             shutil.rmtree(model_dir, ignore_errors=True)
             config = _tuning_config(base_config, point, model_dir, epochs)
             clock = _Clock()
-            before = compilations()
+            before = compile_cache.counts().requests
             model = train_fn(
                 config,
                 callbacks=[clock],
@@ -480,7 +460,9 @@ def run_sweep(
                 tables=False,
                 checkpoints=keep_models,
             )
-            rows = epoch_rows(point, model.metrics, compilations() - before, key, clock.init)
+            rows = epoch_rows(
+                point, model.metrics, compile_cache.counts().requests - before, key, clock.init
+            )
             _append(path, rows)
             done.add(point_key(point))
             if not keep_models:
