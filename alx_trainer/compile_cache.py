@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import pickle
+import secrets
 import stat
 import threading
 import time
@@ -276,7 +277,7 @@ def _signature(x: jax.Array | np.ndarray | np.generic) -> tuple:
 
 def salted_options(key: str) -> dict[str, int]:
     """Compile options that change nothing XLA builds but give the compile its own key in JAX's
-    persistent cache, one per kept key: how many buffers a debug print of XLA's buffer assignment
+    persistent cache, one per `key` (hex): how many buffers a debug print of XLA's buffer assignment
     lists (read only by that print; JAX's key leaves out the dump options, so not those)."""
     return {"xla_debug_buffer_assignment_show_max": (1 << 30) + int(key[:7], 16)}
 
@@ -357,33 +358,33 @@ class KeptProgram:
         except Exception as e:
             log.debug("kept program %s does not load (%s): compiled again", path, e)
         lowered = self.jitted.lower(*args)
-        compiled, fresh = _compile_fresh(lowered, salted_options(key))
+        compiled, fresh = _compile_fresh(lowered, key)
         if fresh:
             _keep(folder, path, compiled)
         return compiled
 
 
-def _compile_fresh(
-    lowered: jax.stages.Lowered, salted: dict[str, int]
-) -> tuple[jax.stages.Compiled, bool]:
+def _compile_fresh(lowered: jax.stages.Lowered, key: str) -> tuple[jax.stages.Compiled, bool]:
     """`lowered` compiled, and whether XLA compiled it (not JAX's persistent cache): on CPU an
     executable loaded from that cache serializes without its code (it would fail when run), so it
-    is compiled once more with the `salted` options (`salted_options`: its own key in JAX's cache,
-    whatever programs of the same text other code kept). When that key is cached too (this kept
-    file was removed since), it is not kept: it is then traced and lowered each run, as without
-    keeping."""
+    is compiled once more with options salted by the kept `key` (`salted_options`: its own key in
+    JAX's cache, whatever programs of the same text other code kept), and when that is cached too
+    (this kept file was removed since) with a random salt, so that the program is kept again."""
     hits = _thread_hits.count
     compiled = lowered.compile()
     if _thread_hits.count == hits:
         return compiled, True
-    hits = _thread_hits.count
-    try:
-        again = lowered.compile(compiler_options=salted)
-    # a backend that refuses the option: the program is just not kept
-    except Exception as e:
-        log.debug("compiling afresh failed (%s): the program is not kept", e)
-        return compiled, False
-    return (again, True) if _thread_hits.count == hits else (compiled, False)
+    for salt in (key, secrets.token_hex(4)):
+        hits = _thread_hits.count
+        try:
+            again = lowered.compile(compiler_options=salted_options(salt))
+        # a backend that refuses the option: the program is just not kept
+        except Exception as e:
+            log.debug("compiling afresh failed (%s): the program is not kept", e)
+            return compiled, False
+        if _thread_hits.count == hits:
+            return again, True
+    return compiled, False
 
 
 def _keep(folder: str, path: str, compiled: jax.stages.Compiled) -> None:
