@@ -170,6 +170,8 @@ def restore_numpy(
     return tables, dict(meta), epoch
 
 
+# One training per model directory: the lock
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "train.lock"

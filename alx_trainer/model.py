@@ -188,6 +188,8 @@ def fold_in(
     return np.asarray(jnp.asarray(runner.run(src, dst).table, jnp.float32))[:n]
 
 
+# Initial tables
+
 # rows per generator stream and per block: initialization holds a shard and a few blocks
 INIT_CHUNK = 16384
 # float32 values per chunk of the devices' generator (`device_chunk_rows`): 64 MiB a block

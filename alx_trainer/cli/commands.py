@@ -578,6 +578,9 @@ def main_export(argv: Sequence[str]) -> int:
     return run("export", body)
 
 
+# The train command
+
+
 def _init_distributed(config: TrainConfig) -> None:
     """`jax.distributed.initialize` (explicit coordinator for CPU/GPU clusters, auto on a TPU
     slice)."""

@@ -181,6 +181,8 @@ def fraction(text: str) -> float:
     return value
 
 
+# Flags from a dataclass
+
 T = TypeVar("T")
 
 

@@ -450,6 +450,8 @@ def empty_long(k: int, piece_len: int, batch_pieces: int) -> LongBatch:
     )
 
 
+# Planning a side: its batch shape and the counts every host runs
+
 # combine(values, how): `values` (int64 [n]) of every host reduced by `how` ('sum' or 'max').
 Combine = Callable[[np.ndarray, str], np.ndarray]
 

@@ -49,7 +49,6 @@ import numpy as np
 
 from alx_trainer import execution
 from alx_trainer.data import csr_transpose
-from alx_trainer.execution import thread_map
 from webgraph_contract import dataset_reader, file_workers, fileio, layout, stats_json
 from webgraph_contract.ragged import RaggedRows
 from webgraph_contract.record_codec import SplitRows
@@ -220,6 +219,8 @@ def in_memory(
         name, num_rows, num_cols, stats, "", bipartite=True, splits=splits, arrays=arrays
     )
 
+
+# The checks
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +393,7 @@ def _check_vocabulary(
     0..size-1 once each, in order (as the pipeline writes them: sorted, by contiguous id range)."""
     check_shards(data_dir, "vocabulary", files)
     expected = 0
-    for path, (first, last, count) in zip(files, thread_map(_id_range, files)):
+    for path, (first, last, count) in zip(files, execution.thread_map(_id_range, files)):
         if count == 0:
             continue
         if first != expected or last - first + 1 != count:
@@ -459,6 +460,8 @@ def _line_id(path: str, line: bytes) -> int:
         raise DataError(f"{path}: expected `id<TAB>name` lines, got {line[:80]!r}")
     return int(key)
 
+
+# Reading a host's share of a split
 
 T = TypeVar("T")
 
@@ -595,6 +598,8 @@ def prefetch(make_iter: Callable[[], Iterator[T]], depth: int = 2) -> Iterator[T
     finally:
         stop.set()
 
+
+# A built TFDS dataset
 
 DEFAULT_VERSION = "1.0.0"
 

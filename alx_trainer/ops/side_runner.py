@@ -436,6 +436,9 @@ def _host_terms(terms: jax.Array) -> np.ndarray:
     )
 
 
+# The fixed table through host memory ('owner' layout, one process)
+
+
 def replicate_via_host(
     mesh: Mesh, table: jax.Array, buffer: ReplicaBuffer | None = None
 ) -> jax.Array:
