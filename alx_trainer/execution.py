@@ -43,13 +43,12 @@ and host-side work spread over the cores in threads (`thread_map`, `ordered`, `w
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import importlib.util
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from importlib import metadata
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
@@ -660,7 +659,7 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], threads: int | None = N
     workers = max(1, min(threads or host_threads(), len(items)))
     if workers == 1:
         return [fn(x) for x in items]
-    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="alx-host") as pool:
+    with ThreadPoolExecutor(workers, thread_name_prefix="alx-host") as pool:
         return list(pool.map(fn, items))
 
 
@@ -670,8 +669,8 @@ def ordered(fn: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]
     if ahead <= 1:
         yield from map(fn, items)
         return
-    with concurrent.futures.ThreadPoolExecutor(ahead, thread_name_prefix="alx-host") as pool:
-        pending: list[concurrent.futures.Future] = []
+    with ThreadPoolExecutor(ahead, thread_name_prefix="alx-host") as pool:
+        pending: list[Future] = []
         try:
             for x in items:
                 pending.append(pool.submit(fn, x))

@@ -62,9 +62,10 @@ from alx_trainer.data.dataset import (
 )
 from alx_trainer.execution import ExecutionPlan, make_mesh
 from alx_trainer.model import METRICS_FILE, Model, init_tables, read_metrics
-from alx_trainer.ops import cost, side_runner
+from alx_trainer.ops import cost
 from alx_trainer.ops.side_runner import (
     LossTerms,
+    ReplicaBuffer,
     SideRunner,
     one_call_epoch,
     plan_side,
@@ -387,7 +388,7 @@ def _runners(
     size = {"row": dataset.num_rows, "col": dataset.num_cols}
     runners = {}
     # one fixed-table replica at a time, in memory kept between them
-    replica = side_runner.ReplicaBuffer()
+    replica = ReplicaBuffer()
     for side in sides(config.tied):
         n_this, n_other = (
             (size["row"], size["col"]) if side.name == "row" else (size["col"], size["row"])

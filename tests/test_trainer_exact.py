@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from alx_trainer import compile_cache, execution
+from alx_trainer import execution
 from alx_trainer.config import TrainConfig
 from alx_trainer.data.dataset import in_memory, read_chunks, split_reader
 from alx_trainer.execution import make_mesh
@@ -242,11 +242,8 @@ def test_tied_tables_and_frequency_scaled_reg_match_reference(tmp_path):
     assert model.col_table is model.row_table
 
 
-def test_step_compiles_once_per_side(dataset, tmp_path, monkeypatch):
+def test_step_compiles_once_per_side(dataset, tmp_path):
     data_dir, _ = dataset
-    # JAX's log counts XLA's compiles: a program served by a cache another run of other code
-    # left (its kept copy keyed by the old code) is compiled once more to be kept; not here
-    monkeypatch.setattr(compile_cache, "_kept_dir", None)
     mesh = make_mesh()
     # a spec no other test uses
     config = _config(data_dir, str(tmp_path / "m"), epochs=3, cg_iters=13)
